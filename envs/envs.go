@@ -1,0 +1,147 @@
+// Package envs defines what an environment is: the interface every environment
+// package implements and the environment server hosts behind the participant
+// protocol. It imports nothing of ours, so an environment can be written and
+// tested on its own.
+package envs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Mode is how an environment's state survives a checkpoint. Environments opt in
+// explicitly; one that declares nothing is treated as ModeRestartOnly, because
+// claiming exportable state that is not would silently corrupt a restore.
+type Mode string
+
+const (
+	// ModeExportRestore: Export captures the whole session state and Restore
+	// rebuilds an identical session from it.
+	ModeExportRestore Mode = "export_restore"
+	// ModeRestartOnly: state cannot be exported; after a restore the rollout
+	// starts over as a new attempt with a fresh session.
+	ModeRestartOnly Mode = "restart_only"
+	// ModeStateless: there is no session state worth saving (a pure verifier).
+	ModeStateless Mode = "stateless"
+)
+
+// EffectiveMode returns m, or ModeRestartOnly when m is empty or unknown.
+func EffectiveMode(m Mode) Mode {
+	switch m {
+	case ModeExportRestore, ModeRestartOnly, ModeStateless:
+		return m
+	default:
+		return ModeRestartOnly
+	}
+}
+
+// Style is how an agent drives the environment.
+type Style string
+
+const (
+	// StyleTools: the model answers with tool calls; each is one operation.
+	StyleTools Style = "tools"
+	// StyleGym: Gymnasium reset/step; the model's answer is the action given
+	// to the single operation "step", which returns a dense reward.
+	StyleGym Style = "gym"
+)
+
+// StepTool is the operation name of a Gymnasium-style step.
+const StepTool = "step"
+
+// Tool describes one operation, in the shape of an OpenAI function tool.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"` // JSON Schema object
+}
+
+// Spec is what an environment declares about itself.
+type Spec struct {
+	Name  string `json:"name"`
+	Mode  Mode   `json:"mode"`
+	Style Style  `json:"style"`
+	Tools []Tool `json:"tools"`
+}
+
+// Start is the beginning of an episode.
+type Start struct {
+	// Instructions is the system prompt for the agent.
+	Instructions string `json:"instructions"`
+	// Observation is the first user-visible observation (the task statement).
+	Observation string `json:"observation"`
+}
+
+// Outcome is the result of one operation.
+type Outcome struct {
+	Observation string  `json:"observation"`
+	Reward      float64 `json:"reward"` // dense reward of this step (gym style); 0 for tools
+	Terminated  bool    `json:"terminated,omitempty"`
+	Truncated   bool    `json:"truncated,omitempty"`
+}
+
+// Verdict is the score of a finished episode.
+type Verdict struct {
+	Reward  float64         `json:"reward"`
+	Details json.RawMessage `json:"details,omitempty"`
+}
+
+// Environment creates sessions. Implementations must be safe for concurrent
+// use; the server serialises calls on one Session.
+type Environment interface {
+	Spec() Spec
+	// Start begins an episode for task with seed. Equal inputs give equal
+	// sessions: recovery depends on it.
+	Start(seed int64, task json.RawMessage) (Session, Start, error)
+	// Restore rebuilds a session from Session.Export output. It validates
+	// everything and returns an *Error with CodeBadState on any problem.
+	// Restart-only environments return an error with CodeNotExportable.
+	Restore(state json.RawMessage) (Session, error)
+}
+
+// Session is one episode's state. Methods are never called concurrently.
+type Session interface {
+	// Apply runs one operation. An *Error leaves the state unchanged.
+	Apply(tool string, args json.RawMessage) (Outcome, error)
+	// Verify scores the episode; it does not change state.
+	Verify() (Verdict, error)
+	// Export returns the complete state (deterministic JSON).
+	Export() (json.RawMessage, error)
+	// Close releases resources (processes, directories).
+	Close() error
+}
+
+// Error codes an environment returns; the server maps them to HTTP 4xx.
+const (
+	CodeUnknownTool   = "unknown_tool"
+	CodeBadArguments  = "bad_arguments"
+	CodeIllegalAction = "illegal_action"
+	CodeBadTask       = "bad_task"
+	CodeBadState      = "bad_state"
+	CodeNotExportable = "not_exportable"
+	CodeEpisodeOver   = "episode_over"
+)
+
+// Error is a refusal by the environment that names the problem. The session
+// state is unchanged when Apply returns one.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf builds an *Error.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the code of an *Error in err's chain, or "".
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

@@ -1,0 +1,3 @@
+module github.com/turnstile-rl/turnstile
+
+go 1.26

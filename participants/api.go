@@ -1,0 +1,146 @@
+// Package participants holds the environment server and the checkpoint control
+// protocol every participant shares. This file is the wire contract of the
+// environment server's data plane: the types clients (activities, tests,
+// operators) send and receive as JSON over HTTP.
+package participants
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/turnstile-rl/turnstile/envs"
+)
+
+// Data-plane routes of the environment server.
+const (
+	RouteHealth   = "GET /healthz"
+	RouteEnvs     = "GET /v1/envs"                           // []envs.Spec
+	RouteStats    = "GET /v1/stats"                          // Stats
+	RouteStart    = "POST /v1/sessions"                      // StartRequest → StartResponse
+	RouteOperate  = "POST /v1/sessions/{rollout_id}/operate" // OperateRequest → OperateResponse
+	RouteVerify   = "POST /v1/sessions/{rollout_id}/verify"  // VerifyRequest → VerifyResponse
+	RouteSessions = "GET /v1/sessions/{rollout_id}"          // SessionInfo (read only)
+)
+
+// Identity is who sends a request: the fencing token travels with every call.
+type Identity struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	// RequestID names the logical position (rollout, turn, tool-call index),
+	// never the attempt or run, so a replacement attempt re-sending a mutation
+	// gets the stored response instead of a second application.
+	RequestID string `json:"request_id"`
+}
+
+// StartRequest seeds a session. A start from a higher attempt than the
+// session's replaces it with a fresh episode (a start-over).
+type StartRequest struct {
+	Identity
+	Env  string          `json:"env"`
+	Seed int64           `json:"seed"`
+	Task json.RawMessage `json:"task"`
+}
+
+// StartResponse is the seeded session.
+type StartResponse struct {
+	Revision int64      `json:"revision"`
+	Spec     envs.Spec  `json:"spec"`
+	Start    envs.Start `json:"start"`
+	Replayed bool       `json:"replayed,omitempty"`
+}
+
+// OperateRequest is one mutation (a tool call or a gym step).
+type OperateRequest struct {
+	Identity
+	ExpectedRevision int64           `json:"expected_revision"`
+	Tool             string          `json:"tool"`
+	Arguments        json.RawMessage `json:"arguments"`
+}
+
+// OperateResponse is the stored response of a mutation; a replay returns the
+// same bytes with Replayed set.
+type OperateResponse struct {
+	Revision int64        `json:"revision"`
+	Outcome  envs.Outcome `json:"outcome"`
+	Replayed bool         `json:"replayed,omitempty"`
+}
+
+// VerifyRequest scores and retires the session (terminal).
+type VerifyRequest struct {
+	Identity
+	ExpectedRevision int64 `json:"expected_revision"`
+}
+
+// VerifyResponse is the verdict.
+type VerifyResponse struct {
+	Revision int64        `json:"revision"`
+	Verdict  envs.Verdict `json:"verdict"`
+	Replayed bool         `json:"replayed,omitempty"`
+}
+
+// SessionInfo describes a session for operators and tests.
+type SessionInfo struct {
+	RolloutID string `json:"rollout_id"`
+	Env       string `json:"env"`
+	Attempt   int    `json:"attempt"`
+	Revision  int64  `json:"revision"`
+	Retired   bool   `json:"retired"`
+}
+
+// Stats are the server's counters.
+type Stats struct {
+	Applied  int64 `json:"applied"`  // mutations (start, operate, verify) executed
+	Replayed int64 `json:"replayed"` // stored responses returned instead
+	Refused  int64 `json:"refused"`  // requests answered with a 4xx
+	Parked   int64 `json:"parked"`   // requests answered "parked" (admission closed)
+	Sessions int   `json:"sessions"` // live sessions
+}
+
+// Error codes of the data plane. Each is sent as
+// {"error":{"code":...,"message":...}} with the HTTP status noted.
+const (
+	CodeMalformed        = "malformed_request"   // 400
+	CodeUnknownEnv       = "unknown_env"         // 404
+	CodeUnknownSession   = "unknown_session"     // 404
+	CodeSessionRetired   = "session_retired"     // 409
+	CodeRevisionMismatch = "revision_mismatch"   // 409
+	CodeRequestConflict  = "request_id_conflict" // 409: same request id, different body
+	CodeStaleAttempt     = "stale_attempt"       // 409: attempt below the highest installed
+	CodeParked           = "parked"              // 503: admission closed; retry the same request later
+	// Environment refusals (envs.Code*) are sent with status 422.
+)
+
+// ErrorBody is the JSON error envelope.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names what was wrong.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// RemoteError is an error answer from a participant, as seen by a client.
+type RemoteError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("participant answered %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Request ids: derived from the logical position only.
+
+// SeedRequestID is the request id of a rollout's start.
+func SeedRequestID(rolloutID string) string { return rolloutID + "/seed" }
+
+// OperateRequestID is the request id of tool call index in turn.
+func OperateRequestID(rolloutID string, turn, index int) string {
+	return fmt.Sprintf("%s/t%d/c%d", rolloutID, turn, index)
+}
+
+// VerifyRequestID is the request id of a rollout's verify.
+func VerifyRequestID(rolloutID string) string { return rolloutID + "/verify" }

@@ -1,0 +1,252 @@
+// Package transcript stores conversations once, content-addressed by SHA-256,
+// so that workflows and activities pass a head digest instead of the
+// conversation. A conversation is a chain of nodes; each node names its parent
+// node and one item. The head is the digest of the last node; equal
+// conversations have equal heads.
+package transcript
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Digest names a stored blob: "sha256:" followed by 64 hex digits. The empty
+// Digest is the empty conversation.
+type Digest string
+
+// DigestOf returns the digest of data.
+func DigestOf(data []byte) Digest {
+	sum := sha256.Sum256(data)
+	return Digest("sha256:" + hex.EncodeToString(sum[:]))
+}
+
+// Validate reports whether d is a well-formed, non-empty digest.
+func (d Digest) Validate() error {
+	hexPart, ok := strings.CutPrefix(string(d), "sha256:")
+	if !ok || len(hexPart) != 64 {
+		return fmt.Errorf("transcript: malformed digest %q", d)
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil || strings.ToLower(hexPart) != hexPart {
+		return fmt.Errorf("transcript: malformed digest %q", d)
+	}
+	return nil
+}
+
+// Item is one conversation message, in Chat Completions terms.
+type Item struct {
+	Role       string     `json:"role"` // system, user, assistant, tool
+	Content    string     `json:"content,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// ToolCall is a function call requested by the model.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// node links an item to the conversation before it.
+type node struct {
+	Parent Digest `json:"parent,omitempty"`
+	Item   Digest `json:"item"`
+}
+
+// ErrNotFound is returned for a digest the store does not hold.
+var ErrNotFound = errors.New("transcript: not found")
+
+// Store is a directory of blobs named by digest. Several processes may share
+// one directory: writes go to a temporary name and are renamed into place, and
+// equal content has equal names, so concurrent writers cannot disagree.
+type Store struct {
+	dir string
+}
+
+// Open returns the store in dir, creating it if needed.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("transcript: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+func (s *Store) path(d Digest) string {
+	h := strings.TrimPrefix(string(d), "sha256:")
+	return filepath.Join(s.dir, h[:2], h)
+}
+
+// Put stores data and returns its digest. Storing existing content is a no-op.
+func (s *Store) Put(ctx context.Context, data []byte) (Digest, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	d := DigestOf(data)
+	p := s.path(d)
+	if _, err := os.Stat(p); err == nil {
+		return d, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", fmt.Errorf("transcript: put %s: %w", d, err)
+	}
+	if err := writeFileAtomic(p, data); err != nil {
+		return "", fmt.Errorf("transcript: put %s: %w", d, err)
+	}
+	return d, nil
+}
+
+// Get returns the blob named d, checking that its content still matches.
+func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(s.path(d))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, d)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transcript: get %s: %w", d, err)
+	}
+	if got := DigestOf(data); got != d {
+		return nil, fmt.Errorf("transcript: blob %s is corrupt (content digest %s)", d, got)
+	}
+	return data, nil
+}
+
+// PutJSON stores v as JSON.
+func (s *Store) PutJSON(ctx context.Context, v any) (Digest, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("transcript: encode: %w", err)
+	}
+	return s.Put(ctx, data)
+}
+
+// GetJSON loads the blob named d into v.
+func (s *Store) GetJSON(ctx context.Context, d Digest, v any) error {
+	data, err := s.Get(ctx, d)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("transcript: decode %s: %w", d, err)
+	}
+	return nil
+}
+
+// Append stores item after the conversation head and returns the new head.
+func (s *Store) Append(ctx context.Context, head Digest, item Item) (Digest, error) {
+	if head != "" {
+		if err := head.Validate(); err != nil {
+			return "", err
+		}
+	}
+	itemDigest, err := s.PutJSON(ctx, item)
+	if err != nil {
+		return "", err
+	}
+	return s.PutJSON(ctx, node{Parent: head, Item: itemDigest})
+}
+
+// AppendAll appends items in order.
+func (s *Store) AppendAll(ctx context.Context, head Digest, items ...Item) (Digest, error) {
+	for _, it := range items {
+		var err error
+		if head, err = s.Append(ctx, head, it); err != nil {
+			return "", err
+		}
+	}
+	return head, nil
+}
+
+// Load returns the conversation ending at head, oldest item first.
+func (s *Store) Load(ctx context.Context, head Digest) ([]Item, error) {
+	var items []Item
+	err := s.walk(ctx, head, func(_ Digest, n node) error {
+		var it Item
+		if err := s.GetJSON(ctx, n.Item, &it); err != nil {
+			return err
+		}
+		items = append(items, it)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
+		items[i], items[j] = items[j], items[i]
+	}
+	return items, nil
+}
+
+// Blobs returns every digest the conversation at head references (its nodes
+// and items), newest first. A checkpoint copies exactly these.
+func (s *Store) Blobs(ctx context.Context, head Digest) ([]Digest, error) {
+	var out []Digest
+	err := s.walk(ctx, head, func(d Digest, n node) error {
+		out = append(out, d, n.Item)
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) walk(ctx context.Context, head Digest, fn func(Digest, node) error) error {
+	seen := map[Digest]bool{}
+	for d := head; d != ""; {
+		if seen[d] {
+			return fmt.Errorf("transcript: cycle at %s", d)
+		}
+		seen[d] = true
+		var n node
+		if err := s.GetJSON(ctx, d, &n); err != nil {
+			return err
+		}
+		if err := n.Item.Validate(); err != nil {
+			return fmt.Errorf("transcript: node %s: %w", d, err)
+		}
+		if err := fn(d, n); err != nil {
+			return err
+		}
+		d = n.Parent
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to a temporary file beside path, fsyncs it and
+// renames it into place, so a reader never sees a partial blob.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
