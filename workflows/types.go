@@ -1,0 +1,146 @@
+// Package workflows holds the deterministic orchestration: the Rollout agent
+// loop (tool-calling and Gymnasium step styles), Checkpoint and Restore. No
+// I/O, no clocks, no map ranging: every side effect is an activity.
+package workflows
+
+import (
+	"encoding/json"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// TaskQueue is the task queue rollouts and their activities run on.
+const TaskQueue = "turnstile-rollouts"
+
+// Workflow type names, as registered and as typed into the Temporal CLI.
+const (
+	RolloutWorkflowName = "Rollout"
+)
+
+// Message names of the Rollout workflow.
+const (
+	// QueryBoundary returns the rollout's current Boundary.
+	QueryBoundary = "boundary"
+	// QueryStatus returns the rollout's Status.
+	QueryStatus = "status"
+)
+
+// Search attributes upserted by the Rollout workflow at every boundary, so an
+// operator can filter rollouts in the Web UI or with `temporal workflow list
+// --query 'RolloutSet="s1" AND RolloutPhase="model"'`.
+const (
+	SARolloutID      = "RolloutId"      // Keyword
+	SARolloutSet     = "RolloutSet"     // Keyword
+	SARolloutAttempt = "RolloutAttempt" // Int
+	SARolloutTurn    = "RolloutTurn"    // Int
+	SARolloutPhase   = "RolloutPhase"   // Keyword
+)
+
+// Phase is where a rollout is.
+type Phase string
+
+// Phases of a rollout.
+const (
+	PhaseSeeding     Phase = "seeding"
+	PhaseModel       Phase = "model"
+	PhaseEnvironment Phase = "environment"
+	PhaseVerifying   Phase = "verifying"
+	PhaseParked      Phase = "parked"
+	PhaseAwaitingAck Phase = "awaiting_ack"
+	PhaseCompleted   Phase = "completed"
+	PhaseFailed      Phase = "failed"
+)
+
+// RolloutID returns the workflow ID of a rollout: one ID for every attempt,
+// each attempt a new run.
+func RolloutWorkflowID(rolloutID string) string { return "rollout/" + rolloutID }
+
+// Limits bound a rollout.
+type Limits struct {
+	// MaxTurns is the number of model calls after which the rollout stops
+	// (tool style) or is truncated (gym style). Default 16.
+	MaxTurns int `json:"max_turns,omitempty"`
+}
+
+// RolloutInput starts one attempt of a rollout. It is plain JSON, so a user
+// can type it into `temporal workflow start --type Rollout --input '…'`.
+type RolloutInput struct {
+	RolloutID string               `json:"rollout_id"`
+	Set       string               `json:"set"`
+	Attempt   int                  `json:"attempt"`
+	Task      json.RawMessage      `json:"task"`
+	Env       activities.EnvRef    `json:"env"`
+	Policy    activities.PolicyRef `json:"policy"`
+	Seed      int64                `json:"seed"`
+	Limits    Limits               `json:"limits,omitempty"`
+	// RequireAck holds the completed result until the pipeline acknowledges it.
+	RequireAck bool `json:"require_ack,omitempty"`
+	// Resume continues from a boundary (continue-as-new inside an attempt, or a
+	// restored attempt); nil starts from the seed.
+	Resume *Boundary `json:"resume,omitempty"`
+}
+
+// Boundary is a rollout's state right after all of a turn's (or a tool
+// call's) activities returned: the only place it may park or continue as new.
+type Boundary struct {
+	RolloutID string            `json:"rollout_id"`
+	Attempt   int               `json:"attempt"`
+	Turn      int               `json:"turn"` // model calls completed
+	Head      transcript.Digest `json:"head"`
+	Tools     transcript.Digest `json:"tools"`
+	Style     envs.Style        `json:"style"`
+	EnvMode   envs.Mode         `json:"env_mode"`
+	Revision  int64             `json:"revision"` // environment state revision
+	Seeded    bool              `json:"seeded"`
+	// Pending is the model's answer whose tool calls are not all applied yet;
+	// Cursor is the index of the next one to apply.
+	Pending *activities.CallModelResult `json:"pending,omitempty"`
+	Cursor  int                         `json:"cursor,omitempty"`
+	// LastCall is the id of the last committed model call: the parent of the next.
+	LastCall string           `json:"last_call,omitempty"`
+	Lineage  []LineageEntry   `json:"lineage,omitempty"`
+	Usage    activities.Usage `json:"usage"`
+	// Reward accumulates dense (gym) rewards.
+	Reward     float64 `json:"reward"`
+	Terminated bool    `json:"terminated,omitempty"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	Done       bool    `json:"done,omitempty"` // the agent loop finished; verify next
+}
+
+// LineageEntry links a model call to its parent.
+type LineageEntry struct {
+	CallID string `json:"call_id"`
+	Parent string `json:"parent,omitempty"`
+}
+
+// RolloutResult is the outcome of a rollout.
+type RolloutResult struct {
+	RolloutID  string            `json:"rollout_id"`
+	Set        string            `json:"set"`
+	Attempt    int               `json:"attempt"`
+	Reward     float64           `json:"reward"`
+	Turns      int               `json:"turns"`
+	Usage      activities.Usage  `json:"usage"`
+	Head       transcript.Digest `json:"head"`
+	Lineage    []LineageEntry    `json:"lineage"`
+	Terminated bool              `json:"terminated,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	// Receipt identifies this result: its canonical digest, for acknowledgement.
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// Receipt proves which result was accepted.
+type Receipt struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	SHA256    string `json:"sha256"`
+}
+
+// Status answers QueryStatus.
+type Status struct {
+	Phase    Phase          `json:"phase"`
+	Boundary Boundary       `json:"boundary"`
+	Result   *RolloutResult `json:"result,omitempty"`
+}
