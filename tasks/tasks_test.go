@@ -1,0 +1,98 @@
+package tasks_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/tasks"
+)
+
+func TestGenerateCounterDeterministicAndInRange(t *testing.T) {
+	seen := map[int]bool{}
+	for _, seed := range []int64{0, 1, 7, -3} {
+		for i := 0; i < 200; i++ {
+			a, err := tasks.Generate("counter", seed, i)
+			if err != nil {
+				t.Fatalf("Generate(counter, %d, %d): %v", seed, i, err)
+			}
+			b, err := tasks.Generate("counter", seed, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(a) != string(b) {
+				t.Fatalf("seed %d index %d: not deterministic: %s vs %s", seed, i, a, b)
+			}
+			var task tasks.CounterTask
+			if err := json.Unmarshal(a, &task); err != nil {
+				t.Fatalf("decode %s: %v", a, err)
+			}
+			if task.Target < 2 || task.Target > 8 {
+				t.Fatalf("seed %d index %d: target %d outside 2..8", seed, i, task.Target)
+			}
+			seen[task.Target] = true
+		}
+	}
+	// Every value of the range must be reachable, or the generator is biased.
+	for v := 2; v <= 8; v++ {
+		if !seen[v] {
+			t.Errorf("target %d never generated", v)
+		}
+	}
+}
+
+func TestGenerateVariesWithSeedAndIndex(t *testing.T) {
+	distinct := map[string]bool{}
+	for i := 0; i < 32; i++ {
+		b, err := tasks.Generate("counter", 7, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		distinct[string(b)] = true
+	}
+	if len(distinct) < 2 {
+		t.Fatalf("32 indexes gave %d distinct tasks", len(distinct))
+	}
+	differ := false
+	for i := 0; i < 32 && !differ; i++ {
+		a, _ := tasks.Generate("counter", 1, i)
+		b, _ := tasks.Generate("counter", 2, i)
+		differ = string(a) != string(b)
+	}
+	if !differ {
+		t.Fatal("seeds 1 and 2 gave identical tasks for 32 indexes")
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   string
+		index int
+		want  []string
+	}{
+		{"unknown env lists known", "chess", 0, []string{`"chess"`, "counter"}},
+		{"empty env", "", 0, []string{`""`, "counter"}},
+		{"negative index", "counter", -1, []string{"-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tasks.Generate(tt.env, 1, tt.index)
+			if err == nil {
+				t.Fatalf("want error, got %s", b)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvs(t *testing.T) {
+	envs := tasks.Envs()
+	if len(envs) == 0 || envs[0] != "counter" {
+		t.Fatalf("Envs() = %v, want counter listed", envs)
+	}
+}
