@@ -1,0 +1,159 @@
+package policy_test
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+// counterTask is the counter environment's task statement.
+func counterTask(start, target int) string {
+	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
+}
+
+// conversation builds system, user task and then, per observation, one
+// assistant increment call followed by the tool message showing obs.
+func conversation(task string, observations ...string) []policy.Message {
+	msgs := []policy.Message{
+		{Role: "system", Content: "You operate a counter."},
+		{Role: "user", Content: task},
+	}
+	for i, obs := range observations {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: id, Name: policy.CounterTool, Arguments: `{"amount":1}`}}},
+			policy.Message{Role: "tool", ToolCallID: id, Content: obs},
+		)
+	}
+	return msgs
+}
+
+func increment(msgs []policy.Message) policy.Response {
+	return policy.Response{ToolCalls: []policy.ToolCall{{ID: policy.CallID(msgs, 0), Name: policy.CounterTool, Arguments: `{"amount":1}`}}}
+}
+
+var done = policy.Response{Content: policy.CounterDone}
+
+func TestCounterRespond(t *testing.T) {
+	tests := []struct {
+		name         string
+		msgs         []policy.Message
+		tools        []string
+		imperfection float64
+		want         *policy.Response // nil: want the increment call for msgs
+		wantErr      string
+	}{
+		{name: "first turn increments", msgs: conversation(counterTask(0, 3))},
+		{name: "below target increments", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2")},
+		{name: "at target is done", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2", "counter=3"), want: &done},
+		{name: "start at target is done", msgs: conversation(counterTask(4, 4)), want: &done},
+		{name: "past target is done", msgs: conversation(counterTask(5, 2)), want: &done},
+		{name: "only the first line counts", msgs: conversation(counterTask(0, 3), "counter=3\ncounter=0"), want: &done},
+		{name: "error observation retries", msgs: conversation(counterTask(0, 3), "counter=1", "error: environment parked")},
+		{name: "error on the first call retries", msgs: conversation(counterTask(2, 3), "error: busy")},
+		{name: "error after reaching target stays done", msgs: conversation(counterTask(0, 1), "counter=1", "error: x"), want: &done},
+		{name: "offered tools include increment", msgs: conversation(counterTask(0, 3)), tools: []string{"reset", "increment"}},
+		{name: "always missing stops one short", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2"), imperfection: 1, want: &done},
+		{name: "always missing still increments below", msgs: conversation(counterTask(0, 3), "counter=1"), imperfection: 1},
+		{name: "miss with target 0 overshoots", msgs: conversation(counterTask(0, 0)), imperfection: 1},
+		{name: "miss with target 0 stops at 1", msgs: conversation(counterTask(0, 0), "counter=1"), imperfection: 1, want: &done},
+		{name: "miss with start at target overshoots", msgs: conversation(counterTask(7, 7)), imperfection: 1},
+		{name: "no messages", msgs: nil, wantErr: "no user message"},
+		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "Increase the counter."}}, wantErr: "no TASK line"},
+		{name: "TASK only in a later user message", msgs: []policy.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: counterTask(0, 1)}}, wantErr: "no TASK line"},
+		{name: "malformed TASK", msgs: []policy.Message{{Role: "user", Content: "TASK {start:1}"}}, wantErr: "malformed TASK line"},
+		{name: "TASK without target", msgs: []policy.Message{{Role: "user", Content: `TASK {"start":1}`}}, wantErr: "lacks start or target"},
+		{name: "malformed counter line", msgs: conversation(counterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
+		{name: "increment not offered", msgs: conversation(counterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := policy.Request{Messages: tt.msgs, Tools: tt.tools, Seed: 7, Imperfection: tt.imperfection}
+			got, err := policy.Counter{}.Respond(req)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Respond: %v", err)
+			}
+			want := increment(tt.msgs)
+			if tt.want != nil {
+				want = *tt.want
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("Respond = %+v, want %+v", got, want)
+			}
+			again, err := policy.Counter{}.Respond(req)
+			if err != nil || !reflect.DeepEqual(again, got) {
+				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			}
+		})
+	}
+}
+
+// runCounterEpisode plays the counter environment against the policy and
+// returns the final counter value.
+func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection float64) int {
+	t.Helper()
+	msgs := conversation(counterTask(start, target))
+	value := start
+	for turn := 0; turn < 100; turn++ {
+		resp, err := policy.Counter{}.Respond(policy.Request{Messages: msgs, Seed: seed, Imperfection: imperfection})
+		if err != nil {
+			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
+		}
+		if len(resp.ToolCalls) == 0 {
+			return value
+		}
+		value++
+		call := resp.ToolCalls[0]
+		msgs = append(msgs,
+			policy.Message{Role: "assistant", ToolCalls: resp.ToolCalls},
+			policy.Message{Role: "tool", ToolCallID: call.ID, Content: fmt.Sprintf("counter=%d", value)},
+		)
+	}
+	t.Fatalf("seed %d: episode did not end in 100 turns", seed)
+	return 0
+}
+
+func TestCounterImperfection(t *testing.T) {
+	tests := []struct {
+		name         string
+		imperfection float64
+		wantHits     bool
+		wantMisses   bool
+	}{
+		{name: "perfect", imperfection: 0, wantHits: true},
+		{name: "sometimes", imperfection: 0.3, wantHits: true, wantMisses: true},
+		{name: "always", imperfection: 1, wantMisses: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hits, misses := 0, 0
+			for seed := int64(0); seed < 200; seed++ {
+				got := runCounterEpisode(t, 1, 4, seed, tt.imperfection)
+				switch got {
+				case 4:
+					hits++
+				case 3:
+					misses++
+				default:
+					t.Fatalf("seed %d: counter ended at %d, want 4 or 3", seed, got)
+				}
+				// The decision is per episode: replaying the seed ends the same way.
+				if again := runCounterEpisode(t, 1, 4, seed, tt.imperfection); again != got {
+					t.Fatalf("seed %d: replay ended at %d, first run at %d", seed, again, got)
+				}
+			}
+			if (hits > 0) != tt.wantHits || (misses > 0) != tt.wantMisses {
+				t.Fatalf("hits=%d misses=%d, want hits>0 %v, misses>0 %v", hits, misses, tt.wantHits, tt.wantMisses)
+			}
+		})
+	}
+}
