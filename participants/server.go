@@ -1,0 +1,584 @@
+package participants
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
+)
+
+// maxRequestBytes bounds a request body; tasks and tool arguments are small.
+const maxRequestBytes = 16 << 20
+
+// CodeInternal is sent with status 500 when the server or an environment
+// failed in a way that is not a refusal (the session is left unchanged).
+const CodeInternal = "internal"
+
+// CodeNotFound is sent with status 404 for a route the server does not have.
+const CodeNotFound = "not_found"
+
+// ServerConfig configures an environment server.
+type ServerConfig struct {
+	// Envs are the environments the server hosts, by Spec().Name.
+	Envs []envs.Environment
+	// Failpoints arms crash points; nil arms nothing.
+	Failpoints *failpoint.Set
+	// Logger receives the server's logs; nil discards them.
+	Logger *zap.Logger
+	// RetiredSessions bounds how many retired sessions keep their receipts;
+	// 0 means DefaultRetiredSessions.
+	RetiredSessions int
+}
+
+// Server is the environment server's data plane: it hosts sessions of the
+// configured environments, applies each mutation at most once per request id,
+// and fences out attempts older than the newest it has accepted.
+type Server struct {
+	envs  map[string]envs.Environment
+	specs []envs.Spec // ordered by name
+	fp    *failpoint.Set
+	log   *zap.Logger
+	mux   *http.ServeMux
+	store *sessionStore
+	gate  admission
+
+	applied, replayed, refused, parked atomic.Int64
+}
+
+// NewServer builds a server for cfg's environments.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	s := &Server{
+		envs:  map[string]envs.Environment{},
+		fp:    cfg.Failpoints,
+		log:   cfg.Logger,
+		mux:   http.NewServeMux(),
+		store: newSessionStore(cfg.RetiredSessions),
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	for i, env := range cfg.Envs {
+		if env == nil {
+			return nil, fmt.Errorf("new env server: environment %d is nil", i)
+		}
+		spec := env.Spec()
+		if spec.Name == "" {
+			return nil, fmt.Errorf("new env server: environment %d has no name", i)
+		}
+		if _, dup := s.envs[spec.Name]; dup {
+			return nil, fmt.Errorf("new env server: environment %q configured twice", spec.Name)
+		}
+		s.envs[spec.Name] = env
+		s.specs = append(s.specs, spec)
+	}
+	sort.Slice(s.specs, func(i, j int) bool { return s.specs[i].Name < s.specs[j].Name })
+
+	s.mux.HandleFunc(RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
+	})
+	s.mux.HandleFunc(RouteEnvs, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.specs) })
+	s.mux.HandleFunc(RouteStats, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.Stats()) })
+	s.mux.HandleFunc(RouteSessions, s.handleSession)
+	s.mux.HandleFunc(RouteStart, s.mutation(kindStart))
+	s.mux.HandleFunc(RouteOperate, s.mutation(kindOperate))
+	s.mux.HandleFunc(RouteVerify, s.mutation(kindVerify))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+	return s, nil
+}
+
+// ServeHTTP routes a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Applied:  s.applied.Load(),
+		Replayed: s.replayed.Load(),
+		Refused:  s.refused.Load(),
+		Parked:   s.parked.Load(),
+		Sessions: s.store.live(),
+	}
+}
+
+// apiError is a refusal with its HTTP status.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.msg) }
+
+func refuse(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// envRefusal maps an environment's error: an *envs.Error is a 422 refusal,
+// anything else an internal failure.
+func envRefusal(what string, err error) *apiError {
+	var ee *envs.Error
+	if errors.As(err, &ee) {
+		return &apiError{status: http.StatusUnprocessableEntity, code: ee.Code, msg: ee.Message}
+	}
+	return refuse(http.StatusInternalServerError, CodeInternal, "%s: %v", what, err)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func (s *Server) writeValue(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.writeError(w, refuse(http.StatusInternalServerError, CodeInternal, "encode answer: %v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
+	switch {
+	case e.code == CodeParked:
+		s.parked.Add(1)
+	case e.status >= 400 && e.status < 500:
+		s.refused.Add(1)
+	}
+	if e.status >= 500 && e.code != CodeParked {
+		s.log.Error("request failed", zap.String("code", e.code), zap.String("message", e.msg))
+	}
+	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
+	writeJSON(w, e.status, b)
+}
+
+// handleSession answers GET /v1/sessions/{rollout_id}.
+func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("rollout_id")
+	sl := s.store.lookup(id)
+	if sl == nil {
+		s.writeError(w, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id))
+		return
+	}
+	sl.mu.Lock()
+	sess, evicted := s.store.current(sl)
+	var info SessionInfo
+	switch {
+	case sess != nil:
+		info = sess.info(id)
+	case evicted != nil:
+		info = *evicted
+	}
+	sl.mu.Unlock()
+	if sess == nil && evicted == nil {
+		s.writeError(w, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id))
+		return
+	}
+	s.writeValue(w, info)
+}
+
+// mutation returns the handler of one mutation kind: admission, decoding,
+// then the kind's rules under the rollout's lock.
+func (s *Server) mutation(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.gate.enter() {
+			s.writeError(w, refuse(http.StatusServiceUnavailable, CodeParked, "admission is closed for a checkpoint; retry the same request later"))
+			return
+		}
+		defer s.gate.leave()
+		body, aerr := readBody(w, r)
+		if aerr != nil {
+			s.writeError(w, aerr)
+			return
+		}
+		var out []byte
+		switch kind {
+		case kindStart:
+			out, aerr = s.start(r.Context(), body)
+		case kindOperate:
+			out, aerr = s.operate(r.Context(), r.PathValue("rollout_id"), body)
+		case kindVerify:
+			out, aerr = s.verify(r.Context(), r.PathValue("rollout_id"), body)
+		}
+		if aerr != nil {
+			s.writeError(w, aerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err != nil {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "read request body: %v", err)
+	}
+	return body, nil
+}
+
+// decodeRequest decodes body strictly into v and checks that every field in
+// required is present: a missing attempt must not silently mean attempt 0.
+func decodeRequest(body []byte, v any, required ...string) *apiError {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: trailing data after the JSON object")
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: %v", err)
+	}
+	for _, f := range required {
+		if raw, ok := fields[f]; !ok || string(raw) == "null" {
+			return refuse(http.StatusBadRequest, CodeMalformed, "missing field %s", f)
+		}
+	}
+	return nil
+}
+
+// checkIdentity validates the fencing identity; pathID is the rollout id of
+// the URL ("" for a start, whose URL has none).
+func checkIdentity(id Identity, pathID string) *apiError {
+	switch {
+	case id.RolloutID == "":
+		return refuse(http.StatusBadRequest, CodeMalformed, "missing field rollout_id")
+	case id.RequestID == "":
+		return refuse(http.StatusBadRequest, CodeMalformed, "missing field request_id")
+	case id.Attempt < 0:
+		return refuse(http.StatusBadRequest, CodeMalformed, "attempt %d is negative", id.Attempt)
+	case pathID != "" && pathID != id.RolloutID:
+		return refuse(http.StatusBadRequest, CodeMalformed, "rollout_id %q in the body differs from %q in the path", id.RolloutID, pathID)
+	}
+	return nil
+}
+
+var identityFields = []string{"rollout_id", "attempt", "request_id"}
+
+// digest is the sha256 of the canonical request without its attempt: the
+// kind, then the request re-encoded with Attempt zeroed and its free-form
+// JSON (task, arguments) canonicalised, so formatting and key order do not
+// matter but every value does.
+func digest(kind string, req any) (string, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", fmt.Errorf("digest %s request: %w", kind, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(kind))
+	h.Write([]byte{'\n'})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// canonical re-encodes free-form JSON with sorted keys and numbers kept as
+// written; empty means null.
+func canonical(raw json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// replay returns a stored response with Replayed set.
+func (s *Server) replay(r receipt) ([]byte, *apiError) {
+	var (
+		out []byte
+		err error
+	)
+	switch r.Kind {
+	case kindStart:
+		var v StartResponse
+		if err = json.Unmarshal(r.Response, &v); err == nil {
+			v.Replayed = true
+			out, err = json.Marshal(v)
+		}
+	case kindOperate:
+		var v OperateResponse
+		if err = json.Unmarshal(r.Response, &v); err == nil {
+			v.Replayed = true
+			out, err = json.Marshal(v)
+		}
+	case kindVerify:
+		var v VerifyResponse
+		if err = json.Unmarshal(r.Response, &v); err == nil {
+			v.Replayed = true
+			out, err = json.Marshal(v)
+		}
+	default:
+		err = fmt.Errorf("unknown receipt kind %q", r.Kind)
+	}
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "replay stored response: %v", err)
+	}
+	s.replayed.Add(1)
+	return out, nil
+}
+
+// lookupReceipt decides a request that has a receipt: the same digest
+// replays, a different one conflicts. ok is false when there is no receipt.
+func (s *Server) lookupReceipt(sess *session, requestID, dg string) (out []byte, ok bool, aerr *apiError) {
+	r, found := sess.Receipts[requestID]
+	if !found {
+		return nil, false, nil
+	}
+	if r.Digest != dg {
+		return nil, true, refuse(http.StatusConflict, CodeRequestConflict,
+			"request id %q was already used for a different %s request", requestID, r.Kind)
+	}
+	out, aerr = s.replay(r)
+	return out, true, aerr
+}
+
+func checkFence(sl *slot, attempt int) *apiError {
+	if attempt < sl.fence {
+		return refuse(http.StatusConflict, CodeStaleAttempt,
+			"rollout %q: attempt %d is below attempt %d already accepted", sl.id, attempt, sl.fence)
+	}
+	return nil
+}
+
+// applied records that a mutation was applied and its receipt stored, and
+// passes the failpoint that crash tests use to lose the reply.
+func (s *Server) recordApplied(kind string, id Identity) {
+	s.applied.Add(1)
+	s.log.Debug("applied", zap.String("kind", kind), zap.String("rollout_id", id.RolloutID),
+		zap.Int("attempt", id.Attempt), zap.String("request_id", id.RequestID))
+	s.fp.Hit(failpoint.EnvAfterApplyBeforeReply)
+}
+
+func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
+	var req StartRequest
+	if aerr := decodeRequest(body, &req, append(identityFields, "env")...); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkIdentity(req.Identity, ""); aerr != nil {
+		return nil, aerr
+	}
+	env, ok := s.envs[req.Env]
+	if !ok {
+		return nil, refuse(http.StatusNotFound, CodeUnknownEnv, "no environment %q on this server", req.Env)
+	}
+	canon := req
+	canon.Attempt = 0
+	task, err := canonical(req.Task)
+	if err != nil {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "task: %v", err)
+	}
+	canon.Task = task
+	dg, err := digest(kindStart, canon)
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+	}
+
+	sl := s.store.slotFor(req.RolloutID)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if aerr := checkFence(sl, req.Attempt); aerr != nil {
+		return nil, aerr
+	}
+	sess, evicted := s.store.current(sl)
+	switch {
+	case sess != nil && req.Attempt <= sess.Attempt:
+		if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
+			if aerr == nil {
+				sl.fence = max(sl.fence, req.Attempt)
+			}
+			return out, aerr
+		}
+		if sess.Retired {
+			return nil, refuse(http.StatusConflict, CodeSessionRetired,
+				"rollout %q: the session of attempt %d was verified and retired", req.RolloutID, sess.Attempt)
+		}
+		return nil, refuse(http.StatusConflict, CodeRequestConflict,
+			"rollout %q: attempt %d already started its session with another request id", req.RolloutID, sess.Attempt)
+	case sess == nil && evicted != nil && req.Attempt <= evicted.Attempt:
+		return nil, refuse(http.StatusConflict, CodeSessionRetired,
+			"rollout %q: the session of attempt %d was retired and its receipts dropped", req.RolloutID, evicted.Attempt)
+	}
+
+	// A first start, or a start-over from a higher attempt: a fresh episode.
+	live, st, err := env.Start(req.Seed, req.Task)
+	if err != nil {
+		return nil, envRefusal("start "+req.Env, err)
+	}
+	out, err := json.Marshal(StartResponse{Revision: 0, Spec: env.Spec(), Start: st})
+	if err != nil {
+		_ = live.Close()
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode start response: %v", err)
+	}
+	fresh := &session{
+		Env: req.Env, Attempt: req.Attempt,
+		Receipts: map[string]receipt{req.RequestID: {Kind: kindStart, Digest: dg, Response: out}},
+		live:     live,
+	}
+	sl.fence = max(sl.fence, req.Attempt)
+	if old := s.store.install(sl, fresh); old != nil {
+		if err := old.Close(); err != nil {
+			s.log.Warn("close replaced session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
+		}
+	}
+	s.recordApplied(kindStart, req.Identity)
+	return out, nil
+}
+
+// liveSession finds the session an operate or verify addresses, after the
+// fence check. Callers hold sl.mu.
+func (s *Server) liveSession(sl *slot, id Identity) (*session, *apiError) {
+	if aerr := checkFence(sl, id.Attempt); aerr != nil {
+		return nil, aerr
+	}
+	sess, evicted := s.store.current(sl)
+	if sess != nil {
+		return sess, nil
+	}
+	if evicted != nil {
+		return nil, refuse(http.StatusConflict, CodeSessionRetired,
+			"rollout %q: the session was retired and its receipts dropped", id.RolloutID)
+	}
+	return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+}
+
+func checkMutable(sess *session, id Identity, expected int64) *apiError {
+	if sess.Retired {
+		return refuse(http.StatusConflict, CodeSessionRetired, "rollout %q: the session was verified and retired", id.RolloutID)
+	}
+	if expected != sess.Revision {
+		return refuse(http.StatusConflict, CodeRevisionMismatch,
+			"rollout %q: expected revision %d, the session is at revision %d", id.RolloutID, expected, sess.Revision)
+	}
+	return nil
+}
+
+func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
+	var req OperateRequest
+	if aerr := decodeRequest(body, &req, append(identityFields, "expected_revision", "tool")...); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkIdentity(req.Identity, pathID); aerr != nil {
+		return nil, aerr
+	}
+	if req.Tool == "" {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field tool")
+	}
+	canon := req
+	canon.Attempt = 0
+	args, err := canonical(req.Arguments)
+	if err != nil {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "arguments: %v", err)
+	}
+	canon.Arguments = args
+	dg, err := digest(kindOperate, canon)
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+	}
+
+	sl := s.store.lookup(req.RolloutID)
+	if sl == nil {
+		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sess, aerr := s.liveSession(sl, req.Identity)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
+		if aerr == nil {
+			sl.fence = max(sl.fence, req.Attempt)
+		}
+		return out, aerr
+	}
+	if aerr := checkMutable(sess, req.Identity, req.ExpectedRevision); aerr != nil {
+		return nil, aerr
+	}
+	outcome, err := sess.live.Apply(req.Tool, req.Arguments)
+	if err != nil {
+		return nil, envRefusal("apply "+req.Tool, err)
+	}
+	out, err := json.Marshal(OperateResponse{Revision: sess.Revision + 1, Outcome: outcome})
+	if err != nil {
+		// The environment has applied the operation but it cannot be
+		// answered: fail closed rather than pretend it did not happen.
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode operate response: %v", err)
+	}
+	sess.Revision++
+	sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
+	sl.fence = max(sl.fence, req.Attempt)
+	s.recordApplied(kindOperate, req.Identity)
+	return out, nil
+}
+
+func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
+	var req VerifyRequest
+	if aerr := decodeRequest(body, &req, append(identityFields, "expected_revision")...); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkIdentity(req.Identity, pathID); aerr != nil {
+		return nil, aerr
+	}
+	canon := req
+	canon.Attempt = 0
+	dg, err := digest(kindVerify, canon)
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+	}
+
+	sl := s.store.lookup(req.RolloutID)
+	if sl == nil {
+		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sess, aerr := s.liveSession(sl, req.Identity)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
+		if aerr == nil {
+			sl.fence = max(sl.fence, req.Attempt)
+		}
+		return out, aerr
+	}
+	if aerr := checkMutable(sess, req.Identity, req.ExpectedRevision); aerr != nil {
+		return nil, aerr
+	}
+	verdict, err := sess.live.Verify()
+	if err != nil {
+		return nil, envRefusal("verify", err)
+	}
+	out, err := json.Marshal(VerifyResponse{Revision: sess.Revision, Verdict: verdict})
+	if err != nil {
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode verify response: %v", err)
+	}
+	sess.Receipts[req.RequestID] = receipt{Kind: kindVerify, Digest: dg, Response: out}
+	if err := sess.live.Close(); err != nil {
+		s.log.Warn("close verified session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
+	}
+	sl.fence = max(sl.fence, req.Attempt)
+	s.store.retire(sl)
+	s.recordApplied(kindVerify, req.Identity)
+	return out, nil
+}

@@ -1,0 +1,365 @@
+package participants
+
+import (
+	"container/list"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/envs"
+)
+
+// DefaultRetiredSessions is how many retired sessions keep their receipts
+// (so a verify retried after the session ended still gets its verdict).
+const DefaultRetiredSessions = 4096
+
+// Receipt kinds: which mutation a stored response answers.
+const (
+	kindStart   = "start"
+	kindOperate = "operate"
+	kindVerify  = "verify"
+)
+
+// receipt is the stored response of one applied mutation.
+type receipt struct {
+	Kind string `json:"kind"`
+	// Digest is the sha256 of the canonical request body without the
+	// attempt, so a higher attempt re-sending the same request matches.
+	Digest   string          `json:"digest"`
+	Response json.RawMessage `json:"response"`
+}
+
+// session is one rollout's episode on this server. Its exported fields are
+// what a checkpoint needs besides the environment's own state.
+type session struct {
+	Env      string             `json:"env"`
+	Attempt  int                `json:"attempt"` // the attempt that started (or installed) it
+	Revision int64              `json:"revision"`
+	Retired  bool               `json:"retired"`
+	Receipts map[string]receipt `json:"receipts"`
+
+	live envs.Session // nil once retired
+}
+
+func (s *session) info(rolloutID string) SessionInfo {
+	return SessionInfo{RolloutID: rolloutID, Env: s.Env, Attempt: s.Attempt, Revision: s.Revision, Retired: s.Retired}
+}
+
+// slot is everything the server knows about one rollout id. Slots are never
+// deleted: the fence must outlive the session (an int per rollout is cheap).
+// mu serialises the rollout's requests; lock order is slot.mu, then
+// sessionStore.mu.
+type slot struct {
+	mu    sync.Mutex
+	id    string
+	fence int      // highest attempt ever accepted
+	live  *session // the live session, or nil
+}
+
+// sessionStore holds the slots and the retired sessions.
+type sessionStore struct {
+	mu          sync.Mutex
+	slots       map[string]*slot
+	liveCount   int
+	retiredCap  int
+	retiredLRU  *list.List               // of *retiredEntry, most recent first
+	retired     map[string]*list.Element // rollout id → LRU element
+	evictedInfo map[string]SessionInfo   // retired sessions whose receipts were dropped
+}
+
+type retiredEntry struct {
+	id   string
+	sess *session
+}
+
+func newSessionStore(retiredCap int) *sessionStore {
+	if retiredCap <= 0 {
+		retiredCap = DefaultRetiredSessions
+	}
+	return &sessionStore{
+		slots:       map[string]*slot{},
+		retiredCap:  retiredCap,
+		retiredLRU:  list.New(),
+		retired:     map[string]*list.Element{},
+		evictedInfo: map[string]SessionInfo{},
+	}
+}
+
+// lookup returns the slot of id, or nil.
+func (st *sessionStore) lookup(id string) *slot {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.slots[id]
+}
+
+// slotFor returns the slot of id, creating it.
+func (st *sessionStore) slotFor(id string) *slot {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sl, ok := st.slots[id]
+	if !ok {
+		sl = &slot{id: id}
+		st.slots[id] = sl
+	}
+	return sl
+}
+
+// current returns the rollout's session, live or retired; when the retired
+// session's receipts were evicted, it returns the evicted session's info
+// instead. Callers hold sl.mu. A retired session is never modified, so
+// reading it after this returns is safe.
+func (st *sessionStore) current(sl *slot) (*session, *SessionInfo) {
+	if sl.live != nil {
+		return sl.live, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if el, ok := st.retired[sl.id]; ok {
+		st.retiredLRU.MoveToFront(el)
+		return el.Value.(*retiredEntry).sess, nil
+	}
+	if info, ok := st.evictedInfo[sl.id]; ok {
+		return nil, &info
+	}
+	return nil, nil
+}
+
+// retire moves the live session of sl to the retired LRU, evicting the
+// oldest retired sessions beyond the bound. Callers hold sl.mu and have
+// closed the environment session.
+func (st *sessionStore) retire(sl *slot) {
+	sess := sl.live
+	sess.Retired = true
+	sess.live = nil
+	sl.live = nil
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.liveCount--
+	st.pushRetiredLocked(sl.id, sess)
+}
+
+func (st *sessionStore) pushRetiredLocked(id string, sess *session) {
+	if el, ok := st.retired[id]; ok {
+		st.retiredLRU.Remove(el)
+	}
+	delete(st.evictedInfo, id)
+	st.retired[id] = st.retiredLRU.PushFront(&retiredEntry{id: id, sess: sess})
+	for st.retiredLRU.Len() > st.retiredCap {
+		el := st.retiredLRU.Back()
+		e := el.Value.(*retiredEntry)
+		st.retiredLRU.Remove(el)
+		delete(st.retired, e.id)
+		st.evictedInfo[e.id] = e.sess.info(e.id)
+	}
+}
+
+// install makes sess the rollout's session (live or retired), dropping any
+// previous one. It returns the previous live environment session for the
+// caller to close. Callers hold sl.mu.
+func (st *sessionStore) install(sl *slot, sess *session) envs.Session {
+	var old envs.Session
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if sl.live != nil {
+		old = sl.live.live
+		sl.live = nil
+		st.liveCount--
+	}
+	if el, ok := st.retired[sl.id]; ok {
+		st.retiredLRU.Remove(el)
+		delete(st.retired, sl.id)
+	}
+	delete(st.evictedInfo, sl.id)
+	if sess.Retired {
+		st.pushRetiredLocked(sl.id, sess)
+	} else {
+		sl.live = sess
+		st.liveCount++
+	}
+	return old
+}
+
+func (st *sessionStore) live() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.liveCount
+}
+
+// sortedSlots returns every slot, ordered by rollout id.
+func (st *sessionStore) sortedSlots() []*slot {
+	st.mu.Lock()
+	out := make([]*slot, 0, len(st.slots))
+	for _, sl := range st.slots {
+		out = append(out, sl)
+	}
+	st.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// sessionRecord is one rollout's session as the checkpoint control protocol
+// saves it: the server's bookkeeping plus the environment's exported state.
+type sessionRecord struct {
+	RolloutID string             `json:"rollout_id"`
+	Env       string             `json:"env"`
+	Attempt   int                `json:"attempt"`
+	Revision  int64              `json:"revision"`
+	Retired   bool               `json:"retired"`
+	Receipts  map[string]receipt `json:"receipts"`
+	// State is the environment's Export; empty for retired sessions and for
+	// environments that are not export_restore (those rollouts start over).
+	State json.RawMessage `json:"state,omitempty"`
+}
+
+// serverState is everything the data plane holds, in a deterministic shape.
+type serverState struct {
+	Sessions []sessionRecord `json:"sessions"` // ordered by rollout id
+	Fences   map[string]int  `json:"fences"`   // highest attempt per rollout, for every rollout seen
+}
+
+// exportState captures all sessions (live and retired with receipts), their
+// environment state and every fence. Call it with admission closed and
+// waitIdle done, so the cut is consistent.
+func (s *Server) exportState() (serverState, error) {
+	out := serverState{Sessions: []sessionRecord{}, Fences: map[string]int{}}
+	for _, sl := range s.store.sortedSlots() {
+		rec, ok, err := s.exportSlot(sl, out.Fences)
+		if err != nil {
+			return serverState{}, err
+		}
+		if ok {
+			out.Sessions = append(out.Sessions, rec)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, bool, error) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	fences[sl.id] = sl.fence
+	sess, _ := s.store.current(sl)
+	if sess == nil {
+		return sessionRecord{}, false, nil
+	}
+	rec := sessionRecord{
+		RolloutID: sl.id, Env: sess.Env, Attempt: sess.Attempt, Revision: sess.Revision,
+		Retired: sess.Retired, Receipts: make(map[string]receipt, len(sess.Receipts)),
+	}
+	for k, v := range sess.Receipts {
+		rec.Receipts[k] = v
+	}
+	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) == envs.ModeExportRestore {
+		state, err := sess.live.Export()
+		if err != nil {
+			return sessionRecord{}, false, fmt.Errorf("export session %q (env %s): %w", sl.id, sess.Env, err)
+		}
+		rec.State = state
+	}
+	return rec, true, nil
+}
+
+// installState installs sessions and fences, all or nothing: every record is
+// validated and every environment session restored before anything is
+// replaced. Rollouts absent from st are left as they are. Live records
+// without state (environments that are not export_restore) install only
+// their fence: such rollouts start over. The caller sets each record's
+// Attempt (e.g. N+1 on a restore); fences are raised to at least it. Call it
+// with admission closed and waitIdle done.
+func (s *Server) installState(st serverState) error {
+	type prepared struct {
+		rec  sessionRecord
+		sess *session // nil: fence only
+	}
+	var todo []prepared
+	closeAll := func() {
+		for _, p := range todo {
+			if p.sess != nil && p.sess.live != nil {
+				_ = p.sess.live.Close()
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for i, rec := range st.Sessions {
+		sess, err := s.prepareRecord(rec, seen)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("install sessions: record %d: %w", i, err)
+		}
+		todo = append(todo, prepared{rec: rec, sess: sess})
+	}
+	for id, f := range st.Fences {
+		if id == "" || f < 0 {
+			closeAll()
+			return fmt.Errorf("install sessions: bad fence %q=%d", id, f)
+		}
+	}
+	for _, p := range todo {
+		sl := s.store.slotFor(p.rec.RolloutID)
+		sl.mu.Lock()
+		sl.fence = max(sl.fence, p.rec.Attempt, st.Fences[p.rec.RolloutID])
+		if p.sess != nil {
+			if old := s.store.install(sl, p.sess); old != nil {
+				if err := old.Close(); err != nil {
+					s.log.Warn("close replaced session", zap.String("rollout_id", p.rec.RolloutID), zap.Error(err))
+				}
+			}
+		}
+		sl.mu.Unlock()
+	}
+	for id, f := range st.Fences {
+		sl := s.store.slotFor(id)
+		sl.mu.Lock()
+		sl.fence = max(sl.fence, f)
+		sl.mu.Unlock()
+	}
+	return nil
+}
+
+// prepareRecord validates one record and restores its environment session.
+// It returns nil for a record that installs only a fence.
+func (s *Server) prepareRecord(rec sessionRecord, seen map[string]bool) (*session, error) {
+	if rec.RolloutID == "" {
+		return nil, errors.New("rollout_id is empty")
+	}
+	if seen[rec.RolloutID] {
+		return nil, fmt.Errorf("rollout %q appears twice", rec.RolloutID)
+	}
+	seen[rec.RolloutID] = true
+	env, ok := s.envs[rec.Env]
+	if !ok {
+		return nil, fmt.Errorf("rollout %q: unknown env %q", rec.RolloutID, rec.Env)
+	}
+	if rec.Attempt < 0 || rec.Revision < 0 {
+		return nil, fmt.Errorf("rollout %q: negative attempt %d or revision %d", rec.RolloutID, rec.Attempt, rec.Revision)
+	}
+	receipts := make(map[string]receipt, len(rec.Receipts))
+	for id, r := range rec.Receipts {
+		switch {
+		case id == "":
+			return nil, fmt.Errorf("rollout %q: receipt with empty request id", rec.RolloutID)
+		case r.Kind != kindStart && r.Kind != kindOperate && r.Kind != kindVerify:
+			return nil, fmt.Errorf("rollout %q: receipt %q has unknown kind %q", rec.RolloutID, id, r.Kind)
+		case r.Digest == "" || !json.Valid(r.Response):
+			return nil, fmt.Errorf("rollout %q: receipt %q has no digest or an invalid response", rec.RolloutID, id)
+		}
+		receipts[id] = r
+	}
+	sess := &session{Env: rec.Env, Attempt: rec.Attempt, Revision: rec.Revision, Retired: rec.Retired, Receipts: receipts}
+	if rec.Retired {
+		return sess, nil
+	}
+	if len(rec.State) == 0 {
+		return nil, nil
+	}
+	live, err := env.Restore(rec.State)
+	if err != nil {
+		return nil, fmt.Errorf("rollout %q: restore env %s: %w", rec.RolloutID, rec.Env, err)
+	}
+	sess.live = live
+	return sess, nil
+}
