@@ -1,0 +1,183 @@
+// Command envserver hosts environments behind the participant data plane:
+// sessions keyed by rollout id, mutations applied at most once per request
+// id, stale attempts fenced out.
+//
+//	envserver --listen 127.0.0.1:0 --ready-file /tmp/env.url --envs counter
+//
+// With --ready-file it writes its base URL (http://HOST:PORT) to that file
+// once it is listening, so a test harness can use port 0 and learn the port.
+// Failpoints are armed through TURNSTILE_FAILPOINTS.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// Defaults and names of the command's settings.
+const (
+	ListenEnvVar    = "TURNSTILE_ENV_LISTEN"
+	DefaultListen   = "127.0.0.1:8091"
+	shutdownTimeout = 10 * time.Second
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "envserver:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the parsed command line.
+type config struct {
+	listen    string
+	readyFile string
+	envs      []envs.Environment
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("envserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := DefaultListen
+	if v := os.Getenv(ListenEnvVar); v != "" {
+		listen = v
+	}
+	known := knownEnvs()
+	names := make([]string, 0, len(known))
+	for n := range known {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	var cfg config
+	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
+	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
+	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	seen := map[string]bool{}
+	for _, n := range strings.Split(*envList, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		mk, ok := known[n]
+		if !ok {
+			return config{}, fmt.Errorf("--envs: unknown environment %q (known: %s)", n, strings.Join(names, ", "))
+		}
+		cfg.envs = append(cfg.envs, mk())
+	}
+	if len(cfg.envs) == 0 {
+		return config{}, errors.New("--envs: no environment selected")
+	}
+	return cfg, nil
+}
+
+// run serves until ctx is cancelled, then shuts down gracefully.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	fps, err := failpoint.FromEnv()
+	if err != nil {
+		return fmt.Errorf("bad %s: %w", failpoint.EnvVar, err)
+	}
+	log, err := zap.NewProduction()
+	if err != nil {
+		return fmt.Errorf("build logger: %w", err)
+	}
+	defer func() { _ = log.Sync() }()
+
+	srv, err := participants.NewServer(participants.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	base := "http://" + ln.Addr().String()
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	if cfg.readyFile != "" {
+		if err := writeAtomic(cfg.readyFile, []byte(base)); err != nil {
+			_ = hs.Close()
+			return fmt.Errorf("write ready file: %w", err)
+		}
+	}
+	names := make([]string, 0, len(cfg.envs))
+	for _, e := range cfg.envs {
+		names = append(names, e.Spec().Name)
+	}
+	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names))
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("env server shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to a temporary file beside path and renames it
+// over path, so a reader never sees a partial URL.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

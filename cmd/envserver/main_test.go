@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	ready := filepath.Join(t.TempDir(), "env.url")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--envs", "counter"}, io.Discard)
+	}()
+
+	// Wait for the ready file (written atomically, so it is complete once present).
+	var base string
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for base == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before ready: %v", err)
+		case <-deadline:
+			t.Fatal("no ready file")
+		case <-tick.C:
+			if b, err := os.ReadFile(ready); err == nil {
+				base = string(b)
+			}
+		}
+	}
+	if !strings.HasPrefix(base, "http://127.0.0.1:") || strings.HasSuffix(base, ":0") {
+		t.Fatalf("ready file holds %q", base)
+	}
+	c := participants.NewClient(base, nil)
+	if _, err := c.Stats(context.Background()); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if _, err := c.Start(context.Background(), participants.StartRequest{
+		Identity: participants.Identity{RolloutID: "r", RequestID: "r/seed"}, Env: "counter", Task: []byte(`{"target":1}`),
+	}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+}
+
+func TestRunRefusesBadSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name, failpoints string
+		args             []string
+		want             string
+	}{
+		{"unknown env", "", []string{"--listen", "127.0.0.1:0", "--envs", "counter,nope"}, `unknown environment "nope"`},
+		{"no env", "", []string{"--listen", "127.0.0.1:0", "--envs", " , "}, "no environment"},
+		{"bad failpoint", "env.after-apply-before-reply=explode", []string{"--listen", "127.0.0.1:0"}, failpoint.EnvVar},
+		{"stray argument", "", []string{"--listen", "127.0.0.1:0", "extra"}, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(failpoint.EnvVar, tc.failpoints)
+			err := run(context.Background(), tc.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRegistryNamesMatchSpecs(t *testing.T) {
+	for name, mk := range knownEnvs() {
+		if got := mk().Spec().Name; got != name {
+			t.Errorf("registry name %q builds environment %q", name, got)
+		}
+	}
+}
