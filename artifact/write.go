@@ -42,6 +42,9 @@ type plannedSection struct {
 // commit (temporary files, shards, indexes) are removed first; any other
 // entry makes Write refuse (ErrConflict) without touching anything.
 //
+// One writer per directory at a time: Write takes no lock, and its cleanup
+// would remove a concurrent writer's temporary files.
+//
 // Sections and records may come in any order; the bytes written do not
 // depend on it. Write does not modify the caller's records; they must not
 // change while Write runs.
