@@ -1,0 +1,433 @@
+package sandbox_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
+)
+
+// testTask is the task most tests start from.
+const testTask = `{"files":{"a.txt":"hello world\n","b.txt":"x"}}`
+
+// op is one tool call.
+type op struct {
+	tool string
+	args string
+}
+
+func write(path, content string) op {
+	return op{sandbox.ToolWriteFile, mustJSON(map[string]string{"path": path, "content": content})}
+}
+
+func appendTo(path, content string) op {
+	return op{sandbox.ToolAppendFile, mustJSON(map[string]string{"path": path, "content": content})}
+}
+
+func onPath(tool, path string) op { return op{tool, mustJSON(map[string]string{"path": path})} }
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// start begins a session on task and closes it when the test ends.
+func start(t *testing.T, task string) (*sandbox.Session, envs.Start) {
+	t.Helper()
+	s, st, err := sandbox.New().Start(0, json.RawMessage(task))
+	if err != nil {
+		t.Fatalf("Start(%s): %v", task, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s.(*sandbox.Session), st
+}
+
+// apply runs ops that must succeed.
+func apply(t *testing.T, s envs.Session, ops ...op) {
+	t.Helper()
+	for _, o := range ops {
+		if _, err := s.Apply(o.tool, json.RawMessage(o.args)); err != nil {
+			t.Fatalf("Apply(%s, %s): %v", o.tool, o.args, err)
+		}
+	}
+}
+
+// snapshot is the directory's regular files and their contents.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("read %s: %v", dir, err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			out[e.Name()] = "<" + e.Type().String() + ">"
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatalf("read %s: %v", e.Name(), err)
+		}
+		out[e.Name()] = string(b)
+	}
+	return out
+}
+
+func TestSpec(t *testing.T) {
+	spec := sandbox.New().Spec()
+	if spec.Name != "sandbox" || spec.Mode != envs.ModeRestartOnly || spec.Style != envs.StyleTools {
+		t.Fatalf("Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
+	}
+	var names []string
+	for _, tool := range spec.Tools {
+		names = append(names, tool.Name)
+		var schema map[string]any
+		if err := json.Unmarshal(tool.Parameters, &schema); err != nil || schema["type"] != "object" {
+			t.Errorf("tool %s: parameters %s are not a JSON Schema object (%v)", tool.Name, tool.Parameters, err)
+		}
+	}
+	want := []string{"write_file", "append_file", "read_file", "list_files", "delete_file", "run_wc"}
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("tools = %v, want %v", names, want)
+	}
+}
+
+func TestStartObservationCarriesTask(t *testing.T) {
+	s, st := start(t, testTask)
+	if st.Instructions == "" {
+		t.Fatal("Start gave no instructions")
+	}
+	got, err := sandbox.TaskFromObservation(st.Observation)
+	if err != nil {
+		t.Fatalf("TaskFromObservation(%q): %v", st.Observation, err)
+	}
+	want := map[string]string{"a.txt": "hello world\n", "b.txt": "x"}
+	if !reflect.DeepEqual(got.Files, want) {
+		t.Fatalf("task from observation = %v, want %v", got.Files, want)
+	}
+	if strings.Contains(st.Observation, s.Root()) {
+		t.Fatalf("observation leaks the scratch directory %s", s.Root())
+	}
+	if fi, err := os.Stat(s.Dir()); err != nil || !fi.IsDir() {
+		t.Fatalf("scratch files directory %s: %v", s.Dir(), err)
+	}
+	if files := snapshot(t, s.Dir()); len(files) != 0 {
+		t.Fatalf("fresh sandbox holds %v, want nothing", files)
+	}
+}
+
+func TestStartRefusesBadTasks(t *testing.T) {
+	tests := []struct {
+		name, task, want string
+	}{
+		{"empty", ``, "files is required"},
+		{"null", `null`, "JSON object"},
+		{"no files", `{}`, "files is required"},
+		{"zero files", `{"files":{}}`, "0 files"},
+		{"too many files", tooManyFiles(), "9 files"},
+		{"unknown field", `{"files":{"a":"b"},"extra":1}`, "unknown field"},
+		{"trailing data", `{"files":{"a":"b"}} {}`, "trailing data"},
+		{"wrong type", `{"files":{"a":1}}`, "cannot unmarshal"},
+		{"escape", `{"files":{"../a":"b"}}`, "escapes the sandbox"},
+		{"absolute", `{"files":{"/etc/passwd":"b"}}`, "absolute"},
+		{"subdirectory", `{"files":{"d/a":"b"}}`, "directory part"},
+		{"hidden", `{"files":{".a":"b"}}`, "starts with"},
+		{"content too large", `{"files":{"a":"` + strings.Repeat("x", sandbox.MaxContentBytes+1) + `"}}`, "more than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, err := sandbox.New().Start(0, json.RawMessage(tt.task))
+			if err == nil {
+				_ = s.Close()
+				t.Fatalf("Start accepted %.60s", tt.task)
+			}
+			if envs.CodeOf(err) != envs.CodeBadTask || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
+			}
+		})
+	}
+}
+
+func tooManyFiles() string {
+	files := map[string]string{}
+	for i := range sandbox.MaxTaskFiles + 1 {
+		files[fmt.Sprintf("f%d", i)] = "x"
+	}
+	return mustJSON(map[string]any{"files": files})
+}
+
+func TestApplyLegalOperations(t *testing.T) {
+	tests := []struct {
+		name      string
+		setup     []op
+		op        op
+		wantObs   string
+		wantFiles map[string]string
+	}{
+		{"write creates", nil, write("a.txt", "hi\n"), "wrote a.txt (3 bytes)", map[string]string{"a.txt": "hi\n"}},
+		{"write overwrites", []op{write("a.txt", "old")}, write("a.txt", "new"), "wrote a.txt (3 bytes)", map[string]string{"a.txt": "new"}},
+		{"write empty", nil, write("e", ""), "wrote e (0 bytes)", map[string]string{"e": ""}},
+		{"append", []op{write("a.txt", "ab")}, appendTo("a.txt", "cd"), "appended 2 bytes to a.txt (now 4 bytes)", map[string]string{"a.txt": "abcd"}},
+		{"read", []op{write("a.txt", "line 1\nline 2\n")}, onPath(sandbox.ToolReadFile, "a.txt"), "line 1\nline 2\n", map[string]string{"a.txt": "line 1\nline 2\n"}},
+		{"list empty", nil, op{sandbox.ToolListFiles, `{}`}, "(no files)", map[string]string{}},
+		{"list without arguments", []op{write("b", "1")}, op{sandbox.ToolListFiles, ``}, "b", map[string]string{"b": "1"}},
+		{"list sorted", []op{write("b", "1"), write("a", "2"), write("C", "3")}, op{sandbox.ToolListFiles, `{}`}, "C\na\nb", map[string]string{"a": "2", "b": "1", "C": "3"}},
+		{"delete", []op{write("a", "1"), write("b", "2")}, onPath(sandbox.ToolDeleteFile, "a"), "deleted a", map[string]string{"b": "2"}},
+		{"wc", []op{write("a", "one two\nthree\n")}, onPath(sandbox.ToolRunWC, "a"), "a: lines=2 words=3 bytes=14", map[string]string{"a": "one two\nthree\n"}},
+		// wc counts newlines, not lines: a real wc says 0 for text without one.
+		{"wc counts newlines", []op{write("a", "no newline")}, onPath(sandbox.ToolRunWC, "a"), "a: lines=0 words=2 bytes=10", map[string]string{"a": "no newline"}},
+		// Shell syntax in content is data: it reaches the file verbatim and runs nothing.
+		{"content is not shell", nil, write("a", "$(touch pwned) `touch pwned2`; rm -rf . '\"\n"), "wrote a (43 bytes)", map[string]string{"a": "$(touch pwned) `touch pwned2`; rm -rf . '\"\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := start(t, testTask)
+			apply(t, s, tt.setup...)
+			out, err := s.Apply(tt.op.tool, json.RawMessage(tt.op.args))
+			if err != nil {
+				t.Fatalf("Apply(%s, %s): %v", tt.op.tool, tt.op.args, err)
+			}
+			if out.Observation != tt.wantObs || out.Reward != 0 || out.Terminated || out.Truncated {
+				t.Fatalf("outcome = %+v, want observation %q", out, tt.wantObs)
+			}
+			if got := snapshot(t, s.Dir()); !reflect.DeepEqual(got, tt.wantFiles) {
+				t.Fatalf("files = %q, want %q", got, tt.wantFiles)
+			}
+			if staged := snapshot(t, filepath.Join(s.Root(), "staging")); len(staged) != 0 {
+				t.Fatalf("staging left behind %v", staged)
+			}
+		})
+	}
+}
+
+func TestApplyRefusesAndChangesNothing(t *testing.T) {
+	setup := []op{write("a.txt", "keep\n")}
+	tests := []struct {
+		name     string
+		op       op
+		wantCode string
+		want     string
+	}{
+		{"unknown tool", op{"rm_rf", `{}`}, envs.CodeUnknownTool, `no tool "rm_rf"`},
+		{"missing path", op{sandbox.ToolReadFile, `{}`}, envs.CodeBadArguments, "path is required"},
+		{"missing content", op{sandbox.ToolWriteFile, `{"path":"a.txt"}`}, envs.CodeBadArguments, "content is required"},
+		{"unknown argument", op{sandbox.ToolReadFile, `{"path":"a.txt","mode":"x"}`}, envs.CodeBadArguments, "unknown field"},
+		{"list takes no arguments", op{sandbox.ToolListFiles, `{"path":"a.txt"}`}, envs.CodeBadArguments, "unknown field"},
+		{"path not a string", op{sandbox.ToolReadFile, `{"path":7}`}, envs.CodeBadArguments, "cannot unmarshal"},
+		{"arguments not an object", op{sandbox.ToolReadFile, `["a.txt"]`}, envs.CodeBadArguments, "JSON object"},
+		{"empty path", onPath(sandbox.ToolReadFile, ""), envs.CodeBadArguments, "path is empty"},
+		{"parent escape", write("../escape.txt", "x"), envs.CodeBadArguments, "escapes the sandbox"},
+		{"nested escape", write("a/../../escape.txt", "x"), envs.CodeBadArguments, "escapes the sandbox"},
+		{"bare dotdot", onPath(sandbox.ToolDeleteFile, ".."), envs.CodeBadArguments, "escapes the sandbox"},
+		{"backslash escape", write(`..\escape.txt`, "x"), envs.CodeBadArguments, "escapes the sandbox"},
+		{"absolute", onPath(sandbox.ToolReadFile, "/etc/passwd"), envs.CodeBadArguments, "absolute"},
+		{"not clean", onPath(sandbox.ToolReadFile, "./a.txt"), envs.CodeBadArguments, "not clean"},
+		{"double slash", write("d//a", "x"), envs.CodeBadArguments, "not clean"},
+		{"subdirectory", write("d/a", "x"), envs.CodeBadArguments, "directory part"},
+		{"dot", onPath(sandbox.ToolDeleteFile, "."), envs.CodeBadArguments, "starts with"},
+		{"option-like", write("-rf", "x"), envs.CodeBadArguments, "starts with"},
+		{"shell characters", write("a;touch b", "x"), envs.CodeBadArguments, "contains"},
+		{"too long", write(strings.Repeat("a", sandbox.MaxPathLen+1), "x"), envs.CodeBadArguments, "more than"},
+		{"content too large", write("a.txt", strings.Repeat("x", sandbox.MaxContentBytes+1)), envs.CodeBadArguments, "more than"},
+		{"read missing", onPath(sandbox.ToolReadFile, "nope"), envs.CodeIllegalAction, `no file "nope"`},
+		{"append missing", appendTo("nope", "x"), envs.CodeIllegalAction, `no file "nope"`},
+		{"delete missing", onPath(sandbox.ToolDeleteFile, "nope"), envs.CodeIllegalAction, `no file "nope"`},
+		{"wc missing", onPath(sandbox.ToolRunWC, "nope"), envs.CodeIllegalAction, `no file "nope"`},
+		{"append past limit", appendTo("a.txt", strings.Repeat("x", sandbox.MaxContentBytes)), envs.CodeIllegalAction, "more than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := start(t, testTask)
+			apply(t, s, setup...)
+			parent := snapshot(t, s.Root())
+			before := snapshot(t, s.Dir())
+			_, err := s.Apply(tt.op.tool, json.RawMessage(tt.op.args))
+			if envs.CodeOf(err) != tt.wantCode || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
+			}
+			if after := snapshot(t, s.Dir()); !reflect.DeepEqual(after, before) {
+				t.Fatalf("refused operation changed files: %q -> %q", before, after)
+			}
+			if after := snapshot(t, s.Root()); !reflect.DeepEqual(after, parent) {
+				t.Fatalf("refused operation changed the scratch root: %q -> %q", parent, after)
+			}
+		})
+	}
+}
+
+func TestFileLimit(t *testing.T) {
+	s, _ := start(t, testTask)
+	for i := range sandbox.MaxFiles {
+		apply(t, s, write(fmt.Sprintf("f%02d", i), "x"))
+	}
+	if _, err := s.Apply(sandbox.ToolWriteFile, json.RawMessage(write("one-more", "x").args)); envs.CodeOf(err) != envs.CodeIllegalAction {
+		t.Fatalf("write past %d files: error %v, want %s", sandbox.MaxFiles, err, envs.CodeIllegalAction)
+	}
+	// Overwriting an existing file adds nothing, so it is still allowed.
+	apply(t, s, write("f00", "y"))
+	if n := len(snapshot(t, s.Dir())); n != sandbox.MaxFiles {
+		t.Fatalf("sandbox holds %d files, want %d", n, sandbox.MaxFiles)
+	}
+}
+
+func TestSymlinksAreNotFollowed(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []op{
+		onPath(sandbox.ToolReadFile, "link"),
+		write("link", "overwritten"),
+		appendTo("link", "more"),
+		onPath(sandbox.ToolDeleteFile, "link"),
+		onPath(sandbox.ToolRunWC, "link"),
+	} {
+		t.Run(o.tool, func(t *testing.T) {
+			s, _ := start(t, testTask)
+			if err := os.Symlink(outside, filepath.Join(s.Dir(), "link")); err != nil {
+				t.Fatal(err)
+			}
+			out, err := s.Apply(o.tool, json.RawMessage(o.args))
+			if envs.CodeOf(err) != envs.CodeBadArguments || !strings.Contains(err.Error(), "symbolic link") {
+				t.Fatalf("Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
+			}
+			if b, err := os.ReadFile(outside); err != nil || string(b) != "secret" {
+				t.Fatalf("link target = %q, %v; want it untouched", b, err)
+			}
+			if _, err := os.Lstat(filepath.Join(s.Dir(), "link")); err != nil {
+				t.Fatalf("link removed: %v", err)
+			}
+		})
+	}
+}
+
+func TestVerify(t *testing.T) {
+	tests := []struct {
+		name       string
+		ops        []op
+		wantReward float64
+		want       sandbox.Differences
+	}{
+		{"exact", []op{write("a.txt", "hello world\n"), write("b.txt", "x")}, 1, sandbox.Differences{}},
+		{"built by append", []op{write("b.txt", "x"), write("a.txt", "hello "), appendTo("a.txt", "world\n")}, 1, sandbox.Differences{}},
+		{"nothing written", nil, 0, sandbox.Differences{Missing: []string{"a.txt", "b.txt"}}},
+		{"one missing", []op{write("a.txt", "hello world\n")}, 0, sandbox.Differences{Missing: []string{"b.txt"}}},
+		{"wrong content", []op{write("a.txt", "hello world"), write("b.txt", "x")}, 0, sandbox.Differences{WrongContent: []string{"a.txt"}}},
+		{"extra file", []op{write("a.txt", "hello world\n"), write("b.txt", "x"), write("c.txt", "")}, 0, sandbox.Differences{Unexpected: []string{"c.txt"}}},
+		{"deleted again", []op{write("a.txt", "hello world\n"), write("b.txt", "x"), onPath(sandbox.ToolDeleteFile, "b.txt")}, 0, sandbox.Differences{Missing: []string{"b.txt"}}},
+		{"all wrong", []op{write("a.txt", ""), write("z", "")}, 0, sandbox.Differences{Missing: []string{"b.txt"}, Unexpected: []string{"z"}, WrongContent: []string{"a.txt"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := start(t, testTask)
+			apply(t, s, tt.ops...)
+			before := snapshot(t, s.Dir())
+			v, err := s.Verify()
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			var got sandbox.Differences
+			if err := json.Unmarshal(v.Details, &got); err != nil {
+				t.Fatalf("details %s: %v", v.Details, err)
+			}
+			want := tt.want
+			want.Expected = []string{"a.txt", "b.txt"}
+			for _, l := range []*[]string{&want.Missing, &want.Unexpected, &want.WrongContent} {
+				if *l == nil {
+					*l = []string{}
+				}
+			}
+			if v.Reward != tt.wantReward || !reflect.DeepEqual(got, want) {
+				t.Fatalf("Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
+			}
+			if after := snapshot(t, s.Dir()); !reflect.DeepEqual(after, before) {
+				t.Fatalf("Verify changed files: %q -> %q", before, after)
+			}
+		})
+	}
+}
+
+func TestVerifyCountsSymlinkAsUnexpected(t *testing.T) {
+	s, _ := start(t, `{"files":{"a":"x"}}`)
+	apply(t, s, write("a", "x"))
+	if err := os.Symlink(filepath.Join(s.Dir(), "a"), filepath.Join(s.Dir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Verify()
+	if err != nil || v.Reward != 0 || !strings.Contains(string(v.Details), `"unexpected":["b"]`) {
+		t.Fatalf("Verify = %v %s, %v; want reward 0 with b unexpected", v.Reward, v.Details, err)
+	}
+}
+
+func TestEqualTasksGiveEqualEpisodes(t *testing.T) {
+	ops := []op{write("a.txt", "1\n"), appendTo("a.txt", "2 3\n"), onPath(sandbox.ToolRunWC, "a.txt"), op{sandbox.ToolListFiles, `{}`}, onPath(sandbox.ToolReadFile, "a.txt"), onPath(sandbox.ToolDeleteFile, "a.txt")}
+	run := func() []string {
+		s, st := start(t, testTask)
+		log := []string{st.Instructions, st.Observation}
+		for _, o := range ops {
+			out, err := s.Apply(o.tool, json.RawMessage(o.args))
+			if err != nil {
+				t.Fatalf("Apply(%s): %v", o.tool, err)
+			}
+			log = append(log, out.Observation)
+		}
+		v, err := s.Verify()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(log, string(v.Details))
+	}
+	a, b := run(), run()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("equal tasks diverged:\n%q\n%q", a, b)
+	}
+}
+
+func TestCloseRemovesDirectory(t *testing.T) {
+	s, _ := start(t, testTask)
+	apply(t, s, write("a.txt", "x"))
+	root := s.Root()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("after Close, stat %s = %v; want it gone", root, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Apply(sandbox.ToolListFiles, json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("Apply after Close = %v, want a closed-session error", err)
+	}
+	if _, err := s.Verify(); err == nil {
+		t.Fatal("Verify after Close succeeded")
+	}
+}
+
+func TestExportAndRestoreRefuse(t *testing.T) {
+	s, _ := start(t, testTask)
+	apply(t, s, write("a.txt", "x"))
+	state, err := s.Export()
+	if envs.CodeOf(err) != envs.CodeNotExportable || state != nil {
+		t.Fatalf("Export = %s, %v; want nil and %s", state, err, envs.CodeNotExportable)
+	}
+	for _, raw := range []string{``, `{}`, `{"files":{"a.txt":"x"}}`} {
+		restored, err := sandbox.New().Restore(json.RawMessage(raw))
+		if envs.CodeOf(err) != envs.CodeNotExportable || restored != nil {
+			t.Fatalf("Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
+		}
+	}
+	if envs.EffectiveMode(sandbox.New().Spec().Mode) != envs.ModeRestartOnly {
+		t.Fatal("sandbox is not restart-only")
+	}
+}
