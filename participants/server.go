@@ -40,6 +40,12 @@ type ServerConfig struct {
 	// RetiredSessions bounds how many retired sessions keep their receipts;
 	// 0 means DefaultRetiredSessions.
 	RetiredSessions int
+	// Name is the participant's name in its capabilities and checkpoints;
+	// empty means DefaultServerName.
+	Name string
+	// ControlToken is the bearer token of the checkpoint control plane;
+	// empty turns the control plane off.
+	ControlToken string
 }
 
 // Server is the environment server's data plane: it hosts sessions of the
@@ -53,6 +59,7 @@ type Server struct {
 	mux   *http.ServeMux
 	store *sessionStore
 	gate  admission
+	ctl   *control
 
 	applied, replayed, refused, parked atomic.Int64
 }
@@ -84,6 +91,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.specs = append(s.specs, spec)
 	}
 	sort.Slice(s.specs, func(i, j int) bool { return s.specs[i].Name < s.specs[j].Name })
+	s.ctl = newControl(cfg)
+	s.installControl()
 
 	s.mux.HandleFunc(RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
@@ -175,6 +184,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sl.mu.Lock()
+	s.settle(sl)
 	sess, evicted := s.store.current(sl)
 	var info SessionInfo
 	switch {
@@ -393,9 +403,13 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
 	}
 
+	defer s.gate.hold(req.RolloutID, req.Attempt)()
 	sl := s.store.slotFor(req.RolloutID)
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
+	if aerr := s.lockedChecks(sl); aerr != nil {
+		return nil, aerr
+	}
 	if aerr := checkFence(sl, req.Attempt); aerr != nil {
 		return nil, aerr
 	}
@@ -423,6 +437,10 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 	live, st, err := env.Start(req.Seed, req.Task)
 	if err != nil {
 		return nil, envRefusal("start "+req.Env, err)
+	}
+	if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
+		_ = live.Close()
+		return nil, aerr
 	}
 	out, err := json.Marshal(StartResponse{Revision: 0, Spec: env.Spec(), Start: st})
 	if err != nil {
@@ -495,12 +513,16 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
 	}
 
+	defer s.gate.hold(req.RolloutID, req.Attempt)()
 	sl := s.store.lookup(req.RolloutID)
 	if sl == nil {
 		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
+	if aerr := s.lockedChecks(sl); aerr != nil {
+		return nil, aerr
+	}
 	sess, aerr := s.liveSession(sl, req.Identity)
 	if aerr != nil {
 		return nil, aerr
@@ -515,6 +537,9 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		return nil, aerr
 	}
 	outcome, err := sess.live.Apply(req.Tool, req.Arguments)
+	if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
+		return nil, aerr
+	}
 	if err != nil {
 		return nil, envRefusal("apply "+req.Tool, err)
 	}
@@ -546,12 +571,16 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
 	}
 
+	defer s.gate.hold(req.RolloutID, req.Attempt)()
 	sl := s.store.lookup(req.RolloutID)
 	if sl == nil {
 		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
+	if aerr := s.lockedChecks(sl); aerr != nil {
+		return nil, aerr
+	}
 	sess, aerr := s.liveSession(sl, req.Identity)
 	if aerr != nil {
 		return nil, aerr
@@ -566,6 +595,9 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 		return nil, aerr
 	}
 	verdict, err := sess.live.Verify()
+	if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
+		return nil, aerr
+	}
 	if err != nil {
 		return nil, envRefusal("verify", err)
 	}

@@ -183,6 +183,31 @@ func (st *sessionStore) install(sl *slot, sess *session) envs.Session {
 	return old
 }
 
+// drop removes the rollout's session (live, retired or evicted) when its
+// attempt is below floor, and returns the environment session to close.
+// Callers hold sl.mu.
+func (st *sessionStore) drop(sl *slot, floor int) envs.Session {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if sl.live != nil {
+		if sl.live.Attempt >= floor {
+			return nil
+		}
+		old := sl.live.live
+		sl.live = nil
+		st.liveCount--
+		return old
+	}
+	if el, ok := st.retired[sl.id]; ok && el.Value.(*retiredEntry).sess.Attempt < floor {
+		st.retiredLRU.Remove(el)
+		delete(st.retired, sl.id)
+	}
+	if info, ok := st.evictedInfo[sl.id]; ok && info.Attempt < floor {
+		delete(st.evictedInfo, sl.id)
+	}
+	return nil
+}
+
 func (st *sessionStore) live() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -239,8 +264,19 @@ func (s *Server) exportState() (serverState, error) {
 }
 
 func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, bool, error) {
-	sl.mu.Lock()
+	if f, pending := s.gate.floor(sl.id); pending {
+		// A retirement not yet applied: after a drain, whoever holds the
+		// lock is a mutation of the retired attempt that may never return.
+		// Its session is being dropped, so the cut holds only the fence.
+		if !sl.mu.TryLock() {
+			fences[sl.id] = f
+			return sessionRecord{}, false, nil
+		}
+	} else {
+		sl.mu.Lock()
+	}
 	defer sl.mu.Unlock()
+	s.settle(sl)
 	fences[sl.id] = sl.fence
 	sess, _ := s.store.current(sl)
 	if sess == nil {
@@ -270,7 +306,12 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 // their fence: such rollouts start over. The caller sets each record's
 // Attempt (e.g. N+1 on a restore); fences are raised to at least it. Call it
 // with admission closed and waitIdle done.
-func (s *Server) installState(st serverState) error {
+func (s *Server) installState(st serverState) error { return s.installStateThen(st, nil) }
+
+// installStateThen is installState with a hook called after every record is
+// validated and restored and before anything is installed (the
+// restore.after-validate failpoint).
+func (s *Server) installStateThen(st serverState, validated func()) error {
 	type prepared struct {
 		rec  sessionRecord
 		sess *session // nil: fence only
@@ -298,9 +339,13 @@ func (s *Server) installState(st serverState) error {
 			return fmt.Errorf("install sessions: bad fence %q=%d", id, f)
 		}
 	}
+	if validated != nil {
+		validated()
+	}
 	for _, p := range todo {
 		sl := s.store.slotFor(p.rec.RolloutID)
 		sl.mu.Lock()
+		s.settle(sl)
 		sl.fence = max(sl.fence, p.rec.Attempt, st.Fences[p.rec.RolloutID])
 		if p.sess != nil {
 			if old := s.store.install(sl, p.sess); old != nil {
@@ -314,6 +359,7 @@ func (s *Server) installState(st serverState) error {
 	for id, f := range st.Fences {
 		sl := s.store.slotFor(id)
 		sl.mu.Lock()
+		s.settle(sl)
 		sl.fence = max(sl.fence, f)
 		sl.mu.Unlock()
 	}

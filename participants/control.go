@@ -1,0 +1,739 @@
+package participants
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
+)
+
+// DefaultServerName is the participant name of a server configured without
+// one.
+const DefaultServerName = "envserver"
+
+// CodePrepareAborted is sent (409) when a prepare was aborted by a resume or
+// by its caller going away before the cut was frozen.
+const CodePrepareAborted = "prepare_aborted"
+
+// control is the checkpoint control plane of one server.
+type control struct {
+	// tokenSum is the SHA-256 of the bearer token; comparing digests in
+	// constant time leaks neither the token nor its length.
+	tokenSum [32]byte
+	enabled  bool
+	name     string
+	fence    *phaseFence
+}
+
+func newControl(cfg ServerConfig) *control {
+	c := &control{name: cfg.Name, fence: newPhaseFence(), enabled: cfg.ControlToken != ""}
+	if c.name == "" {
+		c.name = DefaultServerName
+	}
+	c.tokenSum = sha256.Sum256([]byte(cfg.ControlToken))
+	return c
+}
+
+// authorize checks the bearer token of a control request.
+func (c *control) authorize(r *http.Request) *apiError {
+	if !c.enabled {
+		return refuse(http.StatusNotFound, CodeControlDisabled,
+			"the checkpoint control plane is off: no control token is configured (--control-token or $%s)", ControlTokenEnvVar)
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(tok))
+	if !ok || subtle.ConstantTimeCompare(sum[:], c.tokenSum[:]) != 1 {
+		return refuse(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token for the control plane")
+	}
+	return nil
+}
+
+// installControl registers the control routes.
+func (s *Server) installControl() {
+	s.mux.HandleFunc(RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
+	s.mux.HandleFunc(RouteControlStatus, s.controlRoute(s.handleStatus))
+	s.mux.HandleFunc(RouteControlPrepare, s.controlRoute(s.handlePrepare))
+	s.mux.HandleFunc(RouteControlCommit, s.controlRoute(s.handleCommit))
+	s.mux.HandleFunc(RouteControlRestore, s.controlRoute(s.handleRestore))
+	s.mux.HandleFunc(RouteControlResume, s.controlRoute(s.handleResume))
+	s.mux.HandleFunc(RouteControlRetire, s.controlRoute(s.handleRetire))
+	s.mux.HandleFunc(ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, *apiError) {
+		return nil, refuse(http.StatusNotFound, CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
+	}))
+}
+
+// controlRoute wraps a control handler: authorization, body, JSON answer.
+// Control answers do not count in the data plane's Stats.
+func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, *apiError)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if aerr := s.ctl.authorize(r); aerr != nil {
+			if aerr.status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile-control"`)
+			}
+			s.writeControlError(w, r, aerr)
+			return
+		}
+		body, aerr := readBody(w, r)
+		if aerr != nil {
+			s.writeControlError(w, r, aerr)
+			return
+		}
+		out, aerr := h(r, body)
+		if aerr != nil {
+			s.writeControlError(w, r, aerr)
+			return
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			s.writeControlError(w, r, refuse(http.StatusInternalServerError, CodeInternal, "encode answer: %v", err))
+			return
+		}
+		writeJSON(w, http.StatusOK, b)
+	}
+}
+
+func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	if e.status >= 500 || e.code == CodePrepareTimeout || e.code == CodeInvalidCheckpoint {
+		s.log.Warn("control request failed", zap.String("route", r.Method+" "+r.URL.Path),
+			zap.String("code", e.code), zap.String("message", e.msg))
+	}
+	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
+	writeJSON(w, e.status, b)
+}
+
+func (s *Server) envCapabilities() []EnvCapability {
+	out := make([]EnvCapability, 0, len(s.specs))
+	for _, sp := range s.specs {
+		out = append(out, EnvCapability{Name: sp.Name, Mode: envs.EffectiveMode(sp.Mode), Style: sp.Style})
+	}
+	return out
+}
+
+func (s *Server) modeOf(env string) envs.Mode {
+	if e, ok := s.envs[env]; ok {
+		return envs.EffectiveMode(e.Spec().Mode)
+	}
+	return envs.ModeRestartOnly
+}
+
+func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, *apiError) {
+	phase, active, _ := s.ctl.fence.snapshot()
+	return Capabilities{
+		Component:     ComponentEnvironmentServer,
+		Name:          s.ctl.name,
+		SchemaVersion: ControlSchemaVersion,
+		Envs:          s.envCapabilities(),
+		Features:      []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint, FeatureRestartOnlyDiscard},
+		Phase:         phase,
+		CheckpointID:  active,
+	}, nil
+}
+
+func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, *apiError) {
+	phase, active, cut := s.ctl.fence.snapshot()
+	_, inflight := s.gate.drained()
+	st := ControlStatus{
+		Phase: phase, CheckpointID: active, Admission: AdmissionOpen,
+		Sessions: s.store.live(), CutSessions: cut, InFlight: inflight,
+	}
+	if s.admissionClosed() {
+		st.Admission = AdmissionClosed
+	}
+	return st, nil
+}
+
+// --- prepare ---
+
+func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
+	var req PrepareRequest
+	if aerr := decodeRequest(body, &req, "checkpoint_id", "deadline"); aerr != nil {
+		return nil, aerr
+	}
+	if req.Deadline.IsZero() {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "deadline is the zero time")
+	}
+	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
+		op: opPrepare, id: req.CheckpointID, allowed: []Phase{PhaseIdle}, during: PhasePreparing,
+	})
+	if aerr != nil || replay != nil {
+		return replay, aerr
+	}
+	wasClosed := s.admissionClosed()
+	s.closeAdmission()
+	failed := func(aerr *apiError) (any, *apiError) {
+		if !wasClosed {
+			s.openAdmission()
+		}
+		s.ctl.fence.fail(run)
+		return nil, aerr
+	}
+
+	ctx, cancel := context.WithDeadline(run.ctx, req.Deadline)
+	defer cancel()
+	stragglers, err := s.waitDrained(ctx)
+	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return failed(refuse(http.StatusConflict, CodePrepareAborted,
+				"prepare of checkpoint %q aborted before the cut was frozen: %v", req.CheckpointID, err))
+		}
+		return failed(refuse(http.StatusConflict, CodePrepareTimeout,
+			"prepare of checkpoint %q: mutations still running at the deadline %s: %s; retire them (%s) or retry; admission is open again",
+			req.CheckpointID, req.Deadline.Format("2006-01-02T15:04:05.000Z07:00"), describeStragglers(stragglers), RouteControlRetire))
+	}
+	st, err := s.exportState()
+	if err != nil {
+		return failed(refuse(http.StatusInternalServerError, CodeInternal, "prepare of checkpoint %q: %v", req.CheckpointID, err))
+	}
+	return s.ctl.fence.freeze(run, st, s.summaries(st.Sessions)), nil
+}
+
+// describeStragglers names the rollouts whose mutations did not finish.
+func describeStragglers(list []InFlight) string {
+	var names []string
+	for _, f := range list {
+		if !f.Retired {
+			names = append(names, fmt.Sprintf("%s (attempt %d)", f.RolloutID, f.Attempt))
+		}
+	}
+	if len(names) == 0 {
+		return "requests whose identity is not read yet"
+	}
+	return strings.Join(names, ", ")
+}
+
+func (s *Server) summaries(recs []sessionRecord) []SessionSummary {
+	out := make([]SessionSummary, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, SessionSummary{RolloutID: r.RolloutID, Attempt: r.Attempt, Revision: r.Revision,
+			Env: r.Env, Mode: s.modeOf(r.Env), Retired: r.Retired})
+	}
+	return out
+}
+
+// freeze ends a successful prepare: the cut (with the retirements made
+// while it was taken) becomes the frozen export.
+func (f *phaseFence) freeze(run *opRun, st serverState, members []SessionSummary) PrepareResponse {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.cutRetires))
+	for id := range f.cutRetires {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		st, members = retireFromCut(st, members, id, f.cutRetires[id])
+	}
+	// One critical section from the cut to the prepared phase, so a retire
+	// sees either the cut being taken or the frozen one.
+	f.frozen = &st
+	ans := PrepareResponse{Phase: PhasePrepared, CheckpointID: run.spec.id, Sessions: members}
+	f.phase = PhasePrepared
+	f.results[opPrepare] = recorded{key: run.spec.key, answer: ans}
+	f.endLocked(run)
+	return ans
+}
+
+// retireFromCut removes the sessions of attempts below floor from a cut and
+// raises the rollout's fence.
+func retireFromCut(st serverState, members []SessionSummary, id string, floor int) (serverState, []SessionSummary) {
+	st.Sessions = deleteFunc(st.Sessions, func(r sessionRecord) bool { return r.RolloutID == id && r.Attempt < floor })
+	members = deleteFunc(members, func(m SessionSummary) bool { return m.RolloutID == id && m.Attempt < floor })
+	if st.Fences == nil {
+		st.Fences = map[string]int{}
+	}
+	st.Fences[id] = max(st.Fences[id], floor)
+	return st, members
+}
+
+// deleteFunc is slices.DeleteFunc on a copy, so recorded answers already
+// handed out are never modified.
+func deleteFunc[T any](in []T, del func(T) bool) []T {
+	out := make([]T, 0, len(in))
+	for _, v := range in {
+		if !del(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// --- retire ---
+
+func (s *Server) handleRetire(_ *http.Request, body []byte) (any, *apiError) {
+	var req RetireRequest
+	if aerr := decodeRequest(body, &req, "rollout_id", "attempt"); aerr != nil {
+		return nil, aerr
+	}
+	if req.RolloutID == "" || req.Attempt < 0 {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "retire needs a rollout_id and an attempt ≥ 0")
+	}
+	f := s.ctl.fence
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.phase {
+	case PhaseIdle, PhasePreparing, PhasePrepared:
+	default:
+		// A committed cut is on disk: retiring now would make the server
+		// and the checkpoint disagree about the execution.
+		return nil, refuse(http.StatusConflict, CodeInvalidPhase,
+			"retire of rollout %q is not allowed in phase %s (allowed: idle, preparing, prepared)", req.RolloutID, f.phase)
+	}
+	ans := s.retireExecution(req.RolloutID, req.Attempt+1)
+	switch f.phase {
+	case PhasePreparing:
+		if f.cutRetires == nil {
+			f.cutRetires = map[string]int{}
+		}
+		f.cutRetires[req.RolloutID] = max(f.cutRetires[req.RolloutID], req.Attempt+1)
+	case PhasePrepared:
+		prep := f.results[opPrepare]
+		pr := prep.answer.(PrepareResponse)
+		*f.frozen, pr.Sessions = retireFromCut(*f.frozen, pr.Sessions, req.RolloutID, req.Attempt+1)
+		prep.answer = pr
+		f.results[opPrepare] = prep
+	}
+	return ans, nil
+}
+
+// retireExecution fences every attempt below floor out of rollout id and
+// drops its session. It never waits for the rollout's lock: a mutation that
+// may never return can hold it. Then the retirement stays pending, and the
+// mutation's result is discarded when it returns.
+func (s *Server) retireExecution(id string, floor int) RetireResponse {
+	s.gate.raiseFloor(id, floor)
+	sl := s.store.slotFor(id)
+	if !sl.mu.TryLock() {
+		return RetireResponse{RolloutID: id, Fence: floor, Pending: true}
+	}
+	defer sl.mu.Unlock()
+	sess, evicted := s.store.current(sl)
+	discarded := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
+	s.settle(sl)
+	s.log.Info("retired execution", zap.String("rollout_id", id), zap.Int("below_attempt", floor), zap.Bool("discarded", discarded))
+	return RetireResponse{RolloutID: id, Fence: sl.fence, Discarded: discarded}
+}
+
+// --- commit ---
+
+func cleanLocation(loc string) (string, *apiError) {
+	if loc == "" {
+		return "", refuse(http.StatusBadRequest, CodeMalformed, "missing field location")
+	}
+	if !filepath.IsAbs(loc) {
+		return "", refuse(http.StatusBadRequest, CodeMalformed, "location %q is not an absolute path", loc)
+	}
+	return filepath.Clean(loc), nil
+}
+
+func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
+	var req CommitRequest
+	if aerr := decodeRequest(body, &req, "checkpoint_id", "location"); aerr != nil {
+		return nil, aerr
+	}
+	loc, aerr := cleanLocation(req.Location)
+	if aerr != nil {
+		return nil, aerr
+	}
+	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
+		op: opCommit, id: req.CheckpointID, key: "location " + loc, allowed: []Phase{PhasePrepared}, during: PhasePrepared,
+	})
+	if aerr != nil {
+		return nil, aerr
+	}
+	if replay != nil {
+		// A retried commit validates what is on disk before it answers.
+		ans := replay.(CommitResponse)
+		cp, err := artifact.Open(r.Context(), loc, req.CheckpointID)
+		if err != nil {
+			return nil, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
+		}
+		if d := cp.Manifest().Digest; d != ans.ManifestDigest {
+			return nil, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint,
+				"checkpoint at %s has manifest digest %s, the commit wrote %s", loc, d, ans.ManifestDigest)
+		}
+		return ans, nil
+	}
+	s.ctl.fence.mu.Lock()
+	frozen := s.ctl.fence.frozen
+	s.ctl.fence.mu.Unlock()
+	if frozen == nil {
+		s.ctl.fence.fail(run)
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: no frozen cut", req.CheckpointID)
+	}
+	sections, err := s.checkpointSections(*frozen)
+	if err != nil {
+		s.ctl.fence.fail(run)
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+	}
+	m, err := artifact.Write(run.ctx, loc, artifact.Meta{
+		CheckpointID: req.CheckpointID,
+		Labels:       map[string]string{"component": ComponentEnvironmentServer, "name": s.ctl.name},
+	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }})
+	if err != nil {
+		s.ctl.fence.fail(run)
+		if errors.Is(err, artifact.ErrConflict) || errors.Is(err, artifact.ErrInvalid) {
+			return nil, refuse(http.StatusConflict, CodeLocationConflict, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		}
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+	}
+	size, err := checkpointBytes(loc, m)
+	if err != nil {
+		s.ctl.fence.fail(run)
+		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+	}
+	ans := CommitResponse{Phase: PhaseCommitted, CheckpointID: req.CheckpointID, Location: loc,
+		ManifestDigest: m.Digest, Sessions: len(frozen.Sessions), Records: m.Records, Bytes: size}
+	s.ctl.fence.succeed(run, PhaseCommitted, ans)
+	return ans, nil
+}
+
+// checkpointBytes is the size of every file of the checkpoint.
+func checkpointBytes(dir string, m artifact.Manifest) (int64, error) {
+	fi, err := os.Stat(filepath.Join(dir, artifact.ManifestName))
+	if err != nil {
+		return 0, err
+	}
+	n := fi.Size()
+	for _, sm := range m.Sections {
+		n += sm.Index.Size
+		for _, sh := range sm.Shards {
+			n += sh.Size
+		}
+	}
+	return n, nil
+}
+
+// checkpointSections lays a cut out as artifact sections.
+func (s *Server) checkpointSections(st serverState) ([]artifact.Section, error) {
+	server, err := json.Marshal(checkpointServerRecord{Schema: ControlSchemaVersion, Component: ComponentEnvironmentServer,
+		Name: s.ctl.name, Envs: s.envCapabilities()})
+	if err != nil {
+		return nil, fmt.Errorf("encode server record: %w", err)
+	}
+	sessions := artifact.Section{Name: SectionSessions, Records: []artifact.Record{}}
+	receipts := artifact.Section{Name: SectionReceipts, Records: []artifact.Record{}}
+	fences := artifact.Section{Name: SectionFences, Records: []artifact.Record{}}
+	for _, rec := range st.Sessions {
+		b, err := json.Marshal(checkpointSession{RolloutID: rec.RolloutID, Env: rec.Env, Attempt: rec.Attempt,
+			Revision: rec.Revision, Retired: rec.Retired, State: rec.State})
+		if err != nil {
+			return nil, fmt.Errorf("encode session %q: %w", rec.RolloutID, err)
+		}
+		sessions.Records = append(sessions.Records, artifact.Record{Key: rec.RolloutID, Data: b})
+		for reqID, rc := range rec.Receipts {
+			key, err := receiptKey(rec.RolloutID, reqID)
+			if err != nil {
+				return nil, err
+			}
+			b, err := json.Marshal(checkpointReceipt{RolloutID: rec.RolloutID, RequestID: reqID, receipt: rc})
+			if err != nil {
+				return nil, fmt.Errorf("encode receipt %s: %w", key, err)
+			}
+			receipts.Records = append(receipts.Records, artifact.Record{Key: key, Data: b})
+		}
+	}
+	for id, f := range st.Fences {
+		b, err := json.Marshal(checkpointFence{RolloutID: id, Fence: f})
+		if err != nil {
+			return nil, fmt.Errorf("encode fence %q: %w", id, err)
+		}
+		fences.Records = append(fences.Records, artifact.Record{Key: id, Data: b})
+	}
+	return []artifact.Section{
+		{Name: SectionServer, Records: []artifact.Record{{Key: ServerRecordKey, Data: server}}},
+		sessions, receipts, fences,
+	}, nil
+}
+
+// receiptKey is the record key of a receipt: unambiguous whatever the ids
+// hold.
+func receiptKey(rolloutID, requestID string) (string, error) {
+	b, err := json.Marshal([]string{rolloutID, requestID})
+	if err != nil {
+		return "", fmt.Errorf("receipt key of %q/%q: %w", rolloutID, requestID, err)
+	}
+	return string(b), nil
+}
+
+// --- restore ---
+
+func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
+	var req RestoreRequest
+	if aerr := decodeRequest(body, &req, "checkpoint_id", "location", "attempts"); aerr != nil {
+		return nil, aerr
+	}
+	loc, aerr := cleanLocation(req.Location)
+	if aerr != nil {
+		return nil, aerr
+	}
+	for id, a := range req.Attempts {
+		if id == "" || a < 0 {
+			return nil, refuse(http.StatusBadRequest, CodeMalformed, "attempts: bad entry %q: %d", id, a)
+		}
+	}
+	attemptsJSON, _ := json.Marshal(req.Attempts) // sorted keys: a canonical key
+	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
+		op: opRestore, id: req.CheckpointID, key: "location " + loc + " attempts " + string(attemptsJSON),
+		allowed: []Phase{PhaseIdle}, during: PhaseRestoring,
+	})
+	if aerr != nil || replay != nil {
+		return replay, aerr
+	}
+	wasClosed := s.admissionClosed()
+	s.closeAdmission()
+	ans, aerr := s.restore(run.ctx, req, loc)
+	if aerr != nil {
+		if !wasClosed {
+			s.openAdmission()
+		}
+		s.ctl.fence.fail(run)
+		return nil, aerr
+	}
+	// Admission stays closed: the coordinator resumes once every participant
+	// is installed.
+	s.ctl.fence.succeed(run, PhaseRestored, ans)
+	return ans, nil
+}
+
+func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (RestoreResponse, *apiError) {
+	if req.Deadline != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, *req.Deadline)
+		defer cancel()
+	}
+	// Installing takes every rollout's lock, so it needs every mutation to
+	// have ended, retired ones included.
+	if err := s.waitIdle(ctx); err != nil {
+		_, list := s.gate.drained()
+		return RestoreResponse{}, refuse(http.StatusConflict, CodePrepareTimeout,
+			"restore of checkpoint %q: mutations still running: %s: %v", req.CheckpointID, describeInFlight(list), err)
+	}
+	cp, err := artifact.Open(ctx, loc, req.CheckpointID)
+	if err != nil {
+		return RestoreResponse{}, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
+	}
+	st, ans, aerr := s.loadCheckpoint(ctx, cp, req.Attempts)
+	if aerr != nil {
+		return RestoreResponse{}, aerr
+	}
+	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }); err != nil {
+		return RestoreResponse{}, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint,
+			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
+	}
+	ans.Phase = PhaseRestored
+	ans.CheckpointID = req.CheckpointID
+	ans.ManifestDigest = cp.Manifest().Digest
+	s.log.Info("restored checkpoint", zap.String("checkpoint_id", req.CheckpointID),
+		zap.Int("restored", len(ans.Restored)), zap.Int("restarted", len(ans.Restarted)))
+	return ans, nil
+}
+
+func describeInFlight(list []InFlight) string {
+	names := make([]string, 0, len(list))
+	for _, f := range list {
+		names = append(names, fmt.Sprintf("%s (attempt %d)", f.RolloutID, f.Attempt))
+	}
+	if len(names) == 0 {
+		return "requests whose identity is not read yet"
+	}
+	return strings.Join(names, ", ")
+}
+
+// invalidCheckpoint is a 422 naming what is wrong with a checkpoint.
+func invalidCheckpoint(id, format string, args ...any) *apiError {
+	return refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "restore of checkpoint %q: %s", id, fmt.Sprintf(format, args...))
+}
+
+// loadCheckpoint reads and checks every record of a validated checkpoint and
+// maps it onto the new attempts. It changes nothing.
+func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, attempts map[string]int) (serverState, RestoreResponse, *apiError) {
+	id := cp.Manifest().CheckpointID
+	want := []string{SectionFences, SectionReceipts, SectionServer, SectionSessions}
+	if got := cp.Sections(); strings.Join(got, ",") != strings.Join(want, ",") {
+		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "sections %v, want exactly %v (not an environment server checkpoint of schema %d)", got, want, ControlSchemaVersion)
+	}
+	read := func(name string) ([]artifact.Record, *apiError) {
+		recs, err := cp.Section(ctx, name)
+		if err != nil {
+			return nil, invalidCheckpoint(id, "read section %s: %v", name, err)
+		}
+		return recs, nil
+	}
+
+	// The server record first: it says how to read the rest.
+	recs, aerr := read(SectionServer)
+	if aerr != nil {
+		return serverState{}, RestoreResponse{}, aerr
+	}
+	if len(recs) != 1 || recs[0].Key != ServerRecordKey {
+		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "section %s must hold exactly the record %q", SectionServer, ServerRecordKey)
+	}
+	var srv checkpointServerRecord
+	if err := decodeStrictJSON(recs[0].Data, &srv); err != nil {
+		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "server record: %v", err)
+	}
+	if srv.Schema != ControlSchemaVersion || srv.Component != ComponentEnvironmentServer {
+		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "unknown record schema %d of component %q (this server reads schema %d of %q)",
+			srv.Schema, srv.Component, ControlSchemaVersion, ComponentEnvironmentServer)
+	}
+
+	// Sessions, keyed by rollout id.
+	recs, aerr = read(SectionSessions)
+	if aerr != nil {
+		return serverState{}, RestoreResponse{}, aerr
+	}
+	byID := map[string]*sessionRecord{}
+	var order []string
+	for _, rec := range recs {
+		var cs checkpointSession
+		if err := decodeStrictJSON(rec.Data, &cs); err != nil {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "session %q: %v", rec.Key, err)
+		}
+		if cs.RolloutID != rec.Key {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "session record %q holds rollout %q", rec.Key, cs.RolloutID)
+		}
+		byID[cs.RolloutID] = &sessionRecord{RolloutID: cs.RolloutID, Env: cs.Env, Attempt: cs.Attempt, Revision: cs.Revision,
+			Retired: cs.Retired, Receipts: map[string]receipt{}, State: cs.State}
+		order = append(order, cs.RolloutID)
+	}
+
+	// Receipts, attached to their sessions.
+	recs, aerr = read(SectionReceipts)
+	if aerr != nil {
+		return serverState{}, RestoreResponse{}, aerr
+	}
+	for _, rec := range recs {
+		var cr checkpointReceipt
+		if err := decodeStrictJSON(rec.Data, &cr); err != nil {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt %s: %v", rec.Key, err)
+		}
+		key, err := receiptKey(cr.RolloutID, cr.RequestID)
+		if err != nil || key != rec.Key {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt record %s holds %q/%q", rec.Key, cr.RolloutID, cr.RequestID)
+		}
+		sess, ok := byID[cr.RolloutID]
+		if !ok {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt %s belongs to no session", rec.Key)
+		}
+		sess.Receipts[cr.RequestID] = cr.receipt
+	}
+
+	// Fences of every rollout the server had seen.
+	recs, aerr = read(SectionFences)
+	if aerr != nil {
+		return serverState{}, RestoreResponse{}, aerr
+	}
+	fences := map[string]int{}
+	for _, rec := range recs {
+		var cf checkpointFence
+		if err := decodeStrictJSON(rec.Data, &cf); err != nil {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "fence %q: %v", rec.Key, err)
+		}
+		if cf.RolloutID != rec.Key || cf.Fence < 0 {
+			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "fence record %q holds %q=%d", rec.Key, cf.RolloutID, cf.Fence)
+		}
+		fences[cf.RolloutID] = cf.Fence
+	}
+
+	// Map onto the new attempts: each must be above everything the
+	// checkpoint and this server have seen of the rollout, so attempt N is
+	// refused from now on and no attempt runs twice.
+	ans := RestoreResponse{Restored: []SessionSummary{}, Restarted: []SessionSummary{}}
+	ids := make([]string, 0, len(attempts))
+	for rid := range attempts {
+		ids = append(ids, rid)
+	}
+	sort.Strings(ids)
+	for _, rid := range ids {
+		newA := attempts[rid]
+		floor, seen := fences[rid]
+		if sess, ok := byID[rid]; ok {
+			floor, seen = max(floor, sess.Attempt), true
+		}
+		if cur, ok := s.currentFence(rid); ok {
+			floor, seen = max(floor, cur), true
+		}
+		if seen && newA <= floor {
+			return serverState{}, RestoreResponse{}, refuse(http.StatusConflict, CodeStaleAttempt,
+				"restore of checkpoint %q: new attempt %d of rollout %q is not above attempt %d already saved or seen", id, newA, rid, floor)
+		}
+		fences[rid] = max(fences[rid], newA)
+	}
+	st := serverState{Sessions: make([]sessionRecord, 0, len(order)), Fences: fences}
+	for _, rid := range order {
+		rec := *byID[rid]
+		newA, ok := attempts[rid]
+		switch {
+		case ok:
+			rec.Attempt = newA
+		case !rec.Retired:
+			return serverState{}, RestoreResponse{}, refuse(http.StatusBadRequest, CodeMalformed,
+				"restore of checkpoint %q: attempts has no new attempt for rollout %q (saved at attempt %d)", id, rid, rec.Attempt)
+		}
+		sum := SessionSummary{RolloutID: rid, Attempt: rec.Attempt, Revision: rec.Revision, Env: rec.Env, Mode: s.modeOf(rec.Env), Retired: rec.Retired}
+		if !rec.Retired && len(rec.State) == 0 {
+			// Not exportable: only the fence is installed and the rollout
+			// starts over as the new attempt.
+			ans.Restarted = append(ans.Restarted, sum)
+		} else {
+			ans.Restored = append(ans.Restored, sum)
+		}
+		st.Sessions = append(st.Sessions, rec)
+	}
+	return st, ans, nil
+}
+
+// currentFence is the highest attempt this server has accepted for id,
+// pending retirements included. It changes nothing.
+func (s *Server) currentFence(id string) (int, bool) {
+	sl := s.store.lookup(id)
+	if sl == nil {
+		return 0, false
+	}
+	sl.mu.Lock()
+	f := sl.fence
+	sl.mu.Unlock()
+	if p, ok := s.gate.floor(id); ok {
+		f = max(f, p)
+	}
+	return f, true
+}
+
+// decodeStrictJSON decodes exactly one JSON value with no unknown fields.
+func decodeStrictJSON(b []byte, v any) error {
+	if aerr := decodeRequest(b, v); aerr != nil {
+		return errors.New(aerr.msg)
+	}
+	return nil
+}
+
+// --- resume ---
+
+func (s *Server) handleResume(r *http.Request, body []byte) (any, *apiError) {
+	var req ResumeRequest
+	if aerr := decodeRequest(body, &req, "checkpoint_id"); aerr != nil {
+		return nil, aerr
+	}
+	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{op: opResume, id: req.CheckpointID})
+	if aerr != nil || replay != nil {
+		return replay, aerr
+	}
+	s.openAdmission()
+	ans := ResumeResponse{Phase: PhaseIdle, CheckpointID: req.CheckpointID}
+	s.ctl.fence.succeed(run, PhaseIdle, ans)
+	s.log.Info("resumed", zap.String("checkpoint_id", req.CheckpointID))
+	return ans, nil
+}

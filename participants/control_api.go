@@ -1,0 +1,287 @@
+package participants
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/envs"
+)
+
+// This file is the wire contract of the checkpoint control plane: the routes a
+// coordinator (the Checkpoint and Restore workflows' activities, operators)
+// calls to take a coordinated cut of an environment server and to restore it.
+// Every route requires "Authorization: Bearer <token>"; a server without a
+// configured token answers every control route 404 control_disabled.
+
+// Control-plane routes.
+const (
+	ControlPrefix            = "/v1/control/"
+	RouteControlCapabilities = "GET /v1/control/capabilities" // → Capabilities
+	RouteControlStatus       = "GET /v1/control/status"       // → ControlStatus
+	RouteControlPrepare      = "POST /v1/control/prepare"     // PrepareRequest → PrepareResponse
+	RouteControlCommit       = "POST /v1/control/commit"      // CommitRequest → CommitResponse
+	RouteControlRestore      = "POST /v1/control/restore"     // RestoreRequest → RestoreResponse
+	RouteControlResume       = "POST /v1/control/resume"      // ResumeRequest → ResumeResponse
+	RouteControlRetire       = "POST /v1/control/retire"      // RetireRequest → RetireResponse
+)
+
+// ControlTokenEnvVar names the environment variable that holds the control
+// token of cmd/envserver (its --control-token flag overrides it).
+const ControlTokenEnvVar = "TURNSTILE_CONTROL_TOKEN"
+
+// ControlSchemaVersion is the version of the control protocol and of the
+// checkpoint records this server writes; a restore refuses any other.
+const ControlSchemaVersion = 1
+
+// ComponentEnvironmentServer is the component name an environment server
+// reports in its capabilities.
+const ComponentEnvironmentServer = "environment_server"
+
+// Features an environment server advertises. The list only grows; a
+// coordinator checks for what it relies on.
+const (
+	// FeatureAbsoluteDeadline: prepare takes an absolute deadline.
+	FeatureAbsoluteDeadline = "absolute_deadline_v1"
+	// FeatureRetireStraggler: retire drops one execution, even one whose
+	// mutation is still running, so a timed-out prepare can be retried.
+	FeatureRetireStraggler = "retire_straggler_v1"
+	// FeatureReceiptsInCheckpoint: mutation receipts are committed and
+	// restored, so a replacement attempt re-sending an applied request gets
+	// the stored response.
+	FeatureReceiptsInCheckpoint = "receipts_in_checkpoint_v1"
+	// FeatureRestartOnlyDiscard: restart-only sessions are not restored;
+	// their rollouts start over as the new attempt.
+	FeatureRestartOnlyDiscard = "restart_only_discard_v1"
+)
+
+// Phase is where the server is in the checkpoint protocol.
+type Phase string
+
+// Phases. Resume (which is also the abort) returns to PhaseIdle from any of
+// them.
+const (
+	PhaseIdle      Phase = "idle"
+	PhasePreparing Phase = "preparing" // admission closed, draining in-flight mutations
+	PhasePrepared  Phase = "prepared"  // the cut is frozen
+	PhaseCommitted Phase = "committed" // the cut is written
+	PhaseRestoring Phase = "restoring"
+	PhaseRestored  Phase = "restored" // installed as the new attempts, paused until resume
+)
+
+// Admission states reported by status.
+const (
+	AdmissionOpen   = "open"
+	AdmissionClosed = "closed"
+)
+
+// Sections of an environment server's checkpoint (package artifact).
+const (
+	// SectionServer holds one record, key ServerRecordKey: the server's
+	// identity and the record schema version.
+	SectionServer = "server"
+	// SectionSessions holds one record per session, keyed by rollout id.
+	SectionSessions = "sessions"
+	// SectionReceipts holds one record per stored mutation response, keyed
+	// by the JSON array [rollout id, request id].
+	SectionReceipts = "receipts"
+	// SectionFences holds the highest accepted attempt of every rollout the
+	// server has seen, keyed by rollout id.
+	SectionFences = "fences"
+	// ServerRecordKey is the key of the one record of SectionServer.
+	ServerRecordKey = "server"
+)
+
+// Control-plane error codes, sent in the usual ErrorBody.
+const (
+	CodeControlDisabled    = "control_disabled"    // 404: no control token configured
+	CodeUnauthorized       = "unauthorized"        // 401: missing or wrong bearer token
+	CodeCheckpointConflict = "checkpoint_conflict" // 409: another checkpoint is active, or a replay with different arguments
+	CodeStaleCheckpoint    = "stale_checkpoint"    // 409: the checkpoint id was retired by a resume
+	CodeInvalidPhase       = "invalid_phase"       // 409: the operation is not allowed in this phase
+	CodePrepareTimeout     = "prepare_timeout"     // 409: in-flight mutations did not finish by the deadline
+	CodeInvalidCheckpoint  = "invalid_checkpoint"  // 422: the checkpoint is corrupt, torn, foreign or refused by an environment
+	CodeLocationConflict   = "location_conflict"   // 409: the commit location holds something else
+	// A restore whose attempt map does not raise a rollout above its saved
+	// attempt is refused with CodeStaleAttempt (409).
+)
+
+// EnvCapability is one hosted environment as capabilities report it.
+type EnvCapability struct {
+	Name  string     `json:"name"`
+	Mode  envs.Mode  `json:"mode"` // envs.EffectiveMode of the declared mode
+	Style envs.Style `json:"style"`
+}
+
+// Capabilities describes the participant to a coordinator.
+type Capabilities struct {
+	Component     string          `json:"component"`
+	Name          string          `json:"name"`
+	SchemaVersion int             `json:"schema_version"`
+	Envs          []EnvCapability `json:"envs"` // ordered by name
+	Features      []string        `json:"features"`
+	Phase         Phase           `json:"phase"`
+	CheckpointID  string          `json:"checkpoint_id,omitempty"`
+}
+
+// InFlight is one mutation running on the server.
+type InFlight struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	Count     int    `json:"count"`
+	// Retired: the attempt was retired; the mutation's result is discarded
+	// and a prepare does not wait for it.
+	Retired bool `json:"retired,omitempty"`
+}
+
+// ControlStatus is the server's checkpoint state. It is always answered,
+// whatever the phase, so a draining server stays observable.
+type ControlStatus struct {
+	Phase        Phase  `json:"phase"`
+	CheckpointID string `json:"checkpoint_id,omitempty"`
+	Admission    string `json:"admission"` // AdmissionOpen or AdmissionClosed
+	Sessions     int    `json:"sessions"`  // live sessions
+	// CutSessions is the number of sessions in the frozen cut (prepared and
+	// committed phases).
+	CutSessions int `json:"cut_sessions,omitempty"`
+	// InFlight lists the mutations running now, by rollout and attempt: after
+	// a prepare timeout these are the stragglers to retire.
+	InFlight []InFlight `json:"in_flight"`
+}
+
+// SessionSummary is one session of a cut: the membership a coordinator
+// reconciles with what Temporal visibility shows.
+type SessionSummary struct {
+	RolloutID string    `json:"rollout_id"`
+	Attempt   int       `json:"attempt"`
+	Revision  int64     `json:"revision"`
+	Env       string    `json:"env"`
+	Mode      envs.Mode `json:"mode"`
+	Retired   bool      `json:"retired"` // verified: only its receipts are kept
+}
+
+// PrepareRequest closes admission and freezes the cut.
+type PrepareRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Deadline is absolute (RFC 3339): a relative budget would re-anchor at
+	// every hop and the hops together could exceed the coordinator's limit.
+	Deadline time.Time `json:"deadline"`
+}
+
+// PrepareResponse is the frozen cut's membership.
+type PrepareResponse struct {
+	Phase        Phase            `json:"phase"`
+	CheckpointID string           `json:"checkpoint_id"`
+	Sessions     []SessionSummary `json:"sessions"` // ordered by rollout id
+}
+
+// CommitRequest writes the frozen cut.
+type CommitRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Location is the absolute path of the directory to write the checkpoint
+	// into (created if missing, refused if it holds anything else).
+	Location string `json:"location"`
+}
+
+// CommitResponse describes the written checkpoint. A retried commit
+// validates what is on disk and returns the same answer.
+type CommitResponse struct {
+	Phase          Phase  `json:"phase"`
+	CheckpointID   string `json:"checkpoint_id"`
+	Location       string `json:"location"`
+	ManifestDigest string `json:"manifest_digest"`
+	Sessions       int    `json:"sessions"`
+	Records        int    `json:"records"`
+	Bytes          int64  `json:"bytes"` // all files, manifest included
+}
+
+// RestoreRequest installs a committed checkpoint as new attempts.
+type RestoreRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Location     string `json:"location"`
+	// Attempts maps rollout ids to their new attempt. Every unfinished
+	// session of the checkpoint needs one above its saved attempt; verified
+	// sessions may have one; a rollout absent from the checkpoint only has
+	// its fence raised.
+	Attempts map[string]int `json:"attempts"`
+	// Deadline optionally bounds the wait for in-flight mutations (absolute,
+	// RFC 3339); without it the request's own lifetime bounds it.
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// RestoreResponse says what was installed.
+type RestoreResponse struct {
+	Phase          Phase  `json:"phase"`
+	CheckpointID   string `json:"checkpoint_id"`
+	ManifestDigest string `json:"manifest_digest"`
+	// Restored are the sessions installed with their state (export_restore)
+	// or their receipts (verified), at their new attempt.
+	Restored []SessionSummary `json:"restored"`
+	// Restarted are the rollouts whose environment cannot export state: only
+	// their fence was raised, and they start over as the new attempt.
+	Restarted []SessionSummary `json:"restarted"`
+}
+
+// ResumeRequest reopens admission; it is also the abort of a checkpoint or
+// restore in any phase. After it, the checkpoint id is retired.
+type ResumeRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+// ResumeResponse is the answer to resume.
+type ResumeResponse struct {
+	Phase        Phase  `json:"phase"`
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+// RetireRequest ends one execution: attempt Attempt of RolloutID is done,
+// its session is dropped, and any later request from it (or an older
+// attempt) is refused stale_attempt.
+type RetireRequest struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+}
+
+// RetireResponse is the answer to retire.
+type RetireResponse struct {
+	RolloutID string `json:"rollout_id"`
+	// Fence is the lowest attempt the server accepts from now on.
+	Fence int `json:"fence"`
+	// Discarded: a session of the retired attempt was dropped (now or, for
+	// a mutation still running, as soon as it returns).
+	Discarded bool `json:"discarded"`
+	// Pending: a mutation of the retired attempt is still running; its
+	// result will be discarded when it returns.
+	Pending bool `json:"pending"`
+}
+
+// checkpointServerRecord is the one record of SectionServer.
+type checkpointServerRecord struct {
+	Schema    int             `json:"schema"`
+	Component string          `json:"component"`
+	Name      string          `json:"name"`
+	Envs      []EnvCapability `json:"envs"`
+}
+
+// checkpointSession is one record of SectionSessions: a session without its
+// receipts, which go to SectionReceipts.
+type checkpointSession struct {
+	RolloutID string          `json:"rollout_id"`
+	Env       string          `json:"env"`
+	Attempt   int             `json:"attempt"`
+	Revision  int64           `json:"revision"`
+	Retired   bool            `json:"retired"`
+	State     json.RawMessage `json:"state,omitempty"`
+}
+
+// checkpointReceipt is one record of SectionReceipts.
+type checkpointReceipt struct {
+	RolloutID string `json:"rollout_id"`
+	RequestID string `json:"request_id"`
+	receipt
+}
+
+// checkpointFence is one record of SectionFences.
+type checkpointFence struct {
+	RolloutID string `json:"rollout_id"`
+	Fence     int    `json:"fence"`
+}

@@ -1,0 +1,99 @@
+package participants
+
+import (
+	"context"
+	"net/http"
+)
+
+// ControlClient calls a participant's checkpoint control plane with a bearer
+// token. Error answers are *RemoteError, as on the data plane.
+type ControlClient struct {
+	c *Client
+}
+
+// NewControlClient returns a control client for the server at baseURL. A nil
+// hc means http.DefaultClient's settings; the token is added to every
+// request by a wrapping transport, so hc itself is not modified.
+func NewControlClient(baseURL, token string, hc *http.Client) *ControlClient {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	withToken := *hc
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	withToken.Transport = bearerTransport{base: base, header: "Bearer " + token}
+	return &ControlClient{c: NewClient(baseURL, &withToken)}
+}
+
+type bearerTransport struct {
+	base   http.RoundTripper
+	header string
+}
+
+func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", t.header)
+	return t.base.RoundTrip(r)
+}
+
+// Capabilities describes the participant.
+func (cc *ControlClient) Capabilities(ctx context.Context) (Capabilities, error) {
+	var out Capabilities
+	err := cc.c.Do(ctx, http.MethodGet, "/v1/control/capabilities", nil, &out)
+	return out, err
+}
+
+// Status reads the checkpoint phase, admission and in-flight mutations.
+func (cc *ControlClient) Status(ctx context.Context) (ControlStatus, error) {
+	var out ControlStatus
+	err := cc.c.Do(ctx, http.MethodGet, "/v1/control/status", nil, &out)
+	return out, err
+}
+
+// Prepare closes admission, drains in-flight mutations until req.Deadline
+// and freezes the cut.
+func (cc *ControlClient) Prepare(ctx context.Context, req PrepareRequest) (PrepareResponse, error) {
+	var out PrepareResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/prepare", req, &out)
+	return out, err
+}
+
+// Commit writes the frozen cut to req.Location.
+func (cc *ControlClient) Commit(ctx context.Context, req CommitRequest) (CommitResponse, error) {
+	var out CommitResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/commit", req, &out)
+	return out, err
+}
+
+// Restore validates the checkpoint at req.Location and installs it as the
+// new attempts; admission stays closed until Resume.
+func (cc *ControlClient) Restore(ctx context.Context, req RestoreRequest) (RestoreResponse, error) {
+	var out RestoreResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/restore", req, &out)
+	return out, err
+}
+
+// Resume reopens admission and retires the checkpoint id; it is also the
+// abort.
+func (cc *ControlClient) Resume(ctx context.Context, checkpointID string) (ResumeResponse, error) {
+	var out ResumeResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/resume", ResumeRequest{CheckpointID: checkpointID}, &out)
+	return out, err
+}
+
+// Retire ends attempt of rolloutID: its session is dropped and it is fenced
+// out.
+func (cc *ControlClient) Retire(ctx context.Context, rolloutID string, attempt int) (RetireResponse, error) {
+	var out RetireResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/retire", RetireRequest{RolloutID: rolloutID, Attempt: attempt}, &out)
+	return out, err
+}
+
+// Do sends a JSON request with the token to path and decodes the answer
+// into out (when not nil), for routes and bodies the typed methods do not
+// cover.
+func (cc *ControlClient) Do(ctx context.Context, method, path string, in, out any) error {
+	return cc.c.Do(ctx, method, path, in, out)
+}
