@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/turnstile-rl/turnstile/envs/workplace"
+)
+
+const (
+	// WorkplaceModel is the model name of the workplace policy.
+	WorkplaceModel = "scripted-workplace"
+	// WorkplaceDone is the workplace policy's final answer.
+	WorkplaceDone = "done"
+	// workplaceSalt separates this policy's episode draws from other
+	// policies' given the same seed and task.
+	workplaceSalt = "workplace"
+	// workplaceAlteration is appended to a text argument to spoil a step.
+	workplaceAlteration = " (draft)"
+)
+
+// Workplace is the scripted policy of the workplace environment. It
+// regenerates the task from the TASK line of the first user message, asks the
+// environment package for the plan that reaches the ground truth, and emits
+// one planned tool call per turn; the number of tool messages so far is its
+// position in the plan, so it needs no memory and a restored conversation
+// resumes at the right step. After the last step it answers "done".
+//
+// With probability Request.Imperfection (drawn once per episode) it skips or
+// alters one state-changing step, so the episode ends with reward 0. Reads are
+// never chosen: spoiling one would not change the outcome.
+type Workplace struct{}
+
+// Respond returns the next assistant message. It depends only on req.
+func (Workplace) Respond(req Request) (Response, error) {
+	plan, err := WorkplacePlan(req)
+	if err != nil {
+		return Response{}, err
+	}
+	step := 0
+	for _, m := range req.Messages {
+		if m.Role == "tool" {
+			step++
+		}
+	}
+	if step >= len(plan) {
+		return Response{Content: WorkplaceDone}, nil
+	}
+	c := plan[step]
+	if len(req.Tools) > 0 && !slices.Contains(req.Tools, c.Tool) {
+		return Response{}, fmt.Errorf("workplace policy: tool %q is not among the offered tools %v", c.Tool, req.Tools)
+	}
+	return Response{ToolCalls: []ToolCall{{
+		ID:        CallID(req.Messages, 0),
+		Name:      c.Tool,
+		Arguments: string(c.Arguments),
+	}}}, nil
+}
+
+// WorkplacePlan is the sequence of tool calls the policy makes for req's
+// episode, after any deliberate mistake.
+func WorkplacePlan(req Request) ([]workplace.Call, error) {
+	i := slices.IndexFunc(req.Messages, func(m Message) bool { return m.Role == "user" })
+	if i < 0 {
+		return nil, errors.New("workplace policy: no user message holding the TASK line")
+	}
+	task, ok := workplace.TaskFromObservation(req.Messages[i].Content)
+	if !ok {
+		return nil, fmt.Errorf("workplace policy: first user message has no %s{...} line", workplace.TaskLinePrefix)
+	}
+	plan, err := workplace.Plan(task)
+	if err != nil {
+		return nil, fmt.Errorf("workplace policy: %w", err)
+	}
+	r := EpisodeRand(req.Seed, req.Messages, workplaceSalt)
+	if r.Float64() >= req.Imperfection {
+		return plan, nil
+	}
+	var mutations []int
+	for j, c := range plan {
+		if workplace.IsMutation(c.Tool) {
+			mutations = append(mutations, j)
+		}
+	}
+	if len(mutations) == 0 {
+		return plan, nil // nothing to spoil; every generated task has a mutation
+	}
+	at := mutations[r.IntN(len(mutations))]
+	if r.IntN(2) == 0 {
+		if altered, ok := alterText(plan[at].Arguments); ok {
+			plan[at].Arguments = altered
+			return plan, nil
+		}
+	}
+	return slices.Delete(plan, at, at+1), nil
+}
+
+// alterText appends a marker to the "body" or "title" argument, if there is
+// one, so the step still succeeds but writes the wrong text.
+func alterText(args json.RawMessage) (json.RawMessage, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return nil, false
+	}
+	for _, key := range []string{"body", "title"} {
+		var s string
+		if err := json.Unmarshal(m[key], &s); err != nil {
+			continue
+		}
+		v, err := json.Marshal(s + workplaceAlteration)
+		if err != nil {
+			return nil, false
+		}
+		m[key] = v
+		b, err := json.Marshal(m)
+		if err != nil {
+			return nil, false
+		}
+		return b, true
+	}
+	return nil, false
+}

@@ -1,0 +1,162 @@
+package policy_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/workplace"
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+type workplaceEpisode struct {
+	reward float64
+	turns  int
+	msgs   []policy.Message
+}
+
+// driveWorkplace runs one episode: policy → env.Apply → observation appended
+// → policy …, until the policy answers without tool calls. When cut >= 0 the
+// session is exported after that many turns and continued in a restored one.
+func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection float64, cut int) workplaceEpisode {
+	t.Helper()
+	env := workplace.New()
+	sess, start, err := env.Start(seed, task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []string
+	for _, tool := range env.Spec().Tools {
+		tools = append(tools, tool.Name)
+	}
+	msgs := []policy.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
+	var p policy.Workplace
+	for turn := 0; ; turn++ {
+		if turn > 50 {
+			t.Fatal("episode does not end")
+		}
+		if turn == cut {
+			state, err := sess.Export()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sess, err = env.Restore(state); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := p.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		if err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		if len(resp.ToolCalls) == 0 {
+			if resp.Content != policy.WorkplaceDone {
+				t.Fatalf("final answer %q", resp.Content)
+			}
+			v, err := sess.Verify()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return workplaceEpisode{reward: v.Reward, turns: turn + 1, msgs: msgs}
+		}
+		if len(resp.ToolCalls) != 1 {
+			t.Fatalf("turn %d: %d tool calls, want one per turn", turn, len(resp.ToolCalls))
+		}
+		call := resp.ToolCalls[0]
+		out, err := sess.Apply(call.Name, json.RawMessage(call.Arguments))
+		content := out.Observation
+		if err != nil {
+			content = "error: " + err.Error()
+		}
+		msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: content})
+	}
+}
+
+func TestWorkplaceEpisodeReachesRewardOne(t *testing.T) {
+	for i := 0; i < 2*workplace.TemplateCount(); i++ {
+		task := workplace.GenerateTask(3, i)
+		plan, err := workplace.Plan(task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep := driveWorkplace(t, task, int64(100+i), 0, -1)
+		if ep.reward != 1 {
+			t.Fatalf("task %s: reward %v", task, ep.reward)
+		}
+		if ep.turns != len(plan)+1 {
+			t.Fatalf("task %s: %d turns, want %d plan steps and done", task, ep.turns, len(plan))
+		}
+		for _, m := range ep.msgs {
+			if m.Role == "tool" && strings.HasPrefix(m.Content, "error:") {
+				t.Fatalf("task %s: a planned call failed: %s", task, m.Content)
+			}
+		}
+	}
+}
+
+// TestWorkplaceEpisodeSurvivesRestore: cutting the environment at any turn
+// changes neither the conversation nor the reward.
+func TestWorkplaceEpisodeSurvivesRestore(t *testing.T) {
+	task := workplace.GenerateTask(3, 6) // several steps
+	ref := driveWorkplace(t, task, 1, 0, -1)
+	for cut := 0; cut < ref.turns; cut++ {
+		got := driveWorkplace(t, task, 1, 0, cut)
+		if got.reward != ref.reward || !reflect.DeepEqual(got.msgs, ref.msgs) {
+			t.Fatalf("cut %d: episode differs from the uninterrupted one", cut)
+		}
+	}
+}
+
+func TestWorkplaceImperfectionSpoilsTheEpisode(t *testing.T) {
+	for i := 0; i < 2*workplace.TemplateCount(); i++ {
+		task := workplace.GenerateTask(4, i)
+		if ep := driveWorkplace(t, task, int64(i), 1, -1); ep.reward != 0 {
+			t.Fatalf("task %s with imperfection 1: reward %v", task, ep.reward)
+		}
+	}
+	rewards := map[float64]int{}
+	for seed := int64(0); seed < 24; seed++ {
+		rewards[driveWorkplace(t, workplace.GenerateTask(4, int(seed)), seed, 0.5, -1).reward]++
+	}
+	if rewards[0] == 0 || rewards[1] == 0 {
+		t.Fatalf("imperfection 0.5 gave rewards %v, want both 0 and 1", rewards)
+	}
+}
+
+func TestWorkplaceRespondIsPure(t *testing.T) {
+	ep := driveWorkplace(t, workplace.GenerateTask(8, 2), 5, 0.5, -1)
+	var p policy.Workplace
+	for n := 2; n <= len(ep.msgs); n++ {
+		req := policy.Request{Messages: ep.msgs[:n], Seed: 5, Imperfection: 0.5}
+		a, errA := p.Respond(req)
+		b, errB := p.Respond(req)
+		if !reflect.DeepEqual(a, b) || (errA == nil) != (errB == nil) {
+			t.Fatalf("prefix %d: %+v / %+v", n, a, b)
+		}
+	}
+}
+
+func TestWorkplaceRespondRefusesBadRequests(t *testing.T) {
+	task := "Do it.\nTASK " + string(workplace.GenerateTask(1, 3))
+	cases := []struct {
+		name    string
+		msgs    []policy.Message
+		tools   []string
+		wantErr string
+	}{
+		{"no user message", []policy.Message{{Role: "system", Content: "x"}}, nil, "no user message"},
+		{"no task line", []policy.Message{{Role: "user", Content: "hello"}}, nil, "no TASK"},
+		{"bad task", []policy.Message{{Role: "user", Content: `TASK {"task_id":"x","seed":1,"index":0}`}}, nil, envs.CodeBadTask},
+		{"tool not offered", []policy.Message{{Role: "user", Content: task}}, []string{"email_read"}, "not among the offered tools"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policy.Workplace{}.Respond(policy.Request{Messages: tc.msgs, Tools: tc.tools})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.wantErr)
+			}
+		})
+	}
+}
