@@ -1,0 +1,582 @@
+package participants_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// armed returns a failpoint set whose point name counts its passes instead
+// of killing the process.
+func armed(t *testing.T, name string, hits *int) func(*participants.ServerConfig) {
+	t.Helper()
+	fps, err := failpoint.Parse(name + "=kill@1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fps.SetKill(func() { *hits++ })
+	return func(c *participants.ServerConfig) { c.Failpoints = fps }
+}
+
+// source is a committed checkpoint and what the test needs to know of it.
+type source struct {
+	dir    string
+	id     string
+	commit participants.CommitResponse
+	// lastA is the stored response of rollout a's last mutation before the
+	// cut.
+	lastA participants.OperateResponse
+	// verdict of the verified rollout "done".
+	verdict participants.VerifyResponse
+}
+
+// committedCheckpoint runs rollouts on a server and commits checkpoint
+// "ck": a (counter, two mutations, attempt 0), done (counter, verified) and r
+// (restart-only, one mutation).
+func committedCheckpoint(t *testing.T) source {
+	t.Helper()
+	ctx := context.Background()
+	var hits int
+	f := newCtlFixture(t, armed(t, failpoint.CheckpointBetweenFiles, &hits))
+	src := source{dir: filepath.Join(t.TempDir(), "ckpt"), id: "ck"}
+	f.startEnv(t, counter.Name, "a", 0)
+	f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
+	src.lastA = f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
+	f.startEnv(t, counter.Name, "done", 0)
+	f.operate(t, inc("done", 0, "done/t0/c0", 0, 1))
+	v, err := f.c.Verify(ctx, participants.VerifyRequest{Identity: id("done", 0, participants.VerifyRequestID("done")), ExpectedRevision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.verdict = v
+	f.startEnv(t, "restart", "r", 0)
+	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+
+	prep := f.prepare(t, src.id)
+	want := []participants.SessionSummary{
+		{RolloutID: "a", Attempt: 0, Revision: 2, Env: counter.Name, Mode: "export_restore"},
+		{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
+		{RolloutID: "r", Attempt: 0, Revision: 1, Env: "restart", Mode: "restart_only"},
+	}
+	if !reflect.DeepEqual(prep.Sessions, want) {
+		t.Fatalf("prepared membership = %+v, want %+v", prep.Sessions, want)
+	}
+	src.commit, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: src.dir})
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if src.commit.Phase != participants.PhaseCommitted || src.commit.Sessions != 3 || src.commit.ManifestDigest == "" || src.commit.Bytes <= 0 {
+		t.Fatalf("commit = %+v", src.commit)
+	}
+	if hits != 1 {
+		t.Fatalf("the %s failpoint was passed %d times before firing once; want the commit to pass it", failpoint.CheckpointBetweenFiles, hits)
+	}
+	// A retried commit validates and answers the same.
+	again, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: src.dir + "/"})
+	if err != nil || again != src.commit {
+		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, src.commit)
+	}
+	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: t.TempDir()})
+	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, src.dir)
+	f.resume(t, src.id)
+	return src
+}
+
+func TestCommitIsIdempotentAndFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, counter.Name, "a", 0)
+	f.prepare(t, "c1")
+	// A location holding something else is refused and the cut stays
+	// prepared, so the commit can go elsewhere.
+	busy := t.TempDir()
+	if err := os.WriteFile(filepath.Join(busy, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: busy})
+	wantRemote(t, err, http.StatusConflict, participants.CodeLocationConflict, "notes.txt")
+	if st := f.status(t); st.Phase != participants.PhasePrepared {
+		t.Fatalf("phase after a failed commit = %s", st.Phase)
+	}
+	dir := t.TempDir()
+	first, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	if err != nil || again != first {
+		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, first)
+	}
+	// The retry validates: damage since the commit is reported, not hidden.
+	flipByte(t, filepath.Join(dir, artifact.ShardName(participants.SectionSessions, 0)))
+	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	wantRemote(t, err, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "sha256")
+}
+
+func TestCommitRestoreCycle(t *testing.T) {
+	ctx := context.Background()
+	src := committedCheckpoint(t)
+	var hits int
+	b := newCtlFixture(t, armed(t, failpoint.RestoreAfterValidate, &hits))
+	req := participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}
+	res, err := b.cc.Restore(ctx, req)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if hits != 1 {
+		t.Fatalf("the %s failpoint was not passed", failpoint.RestoreAfterValidate)
+	}
+	want := participants.RestoreResponse{
+		Phase: participants.PhaseRestored, CheckpointID: src.id, ManifestDigest: src.commit.ManifestDigest,
+		Restored: []participants.SessionSummary{
+			{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"},
+			{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
+		},
+		Restarted: []participants.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
+	}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("restore = %+v\nwant %+v", res, want)
+	}
+	// Replayed with the same arguments, refused with others.
+	if again, err := b.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
+		t.Fatalf("retried restore = %+v, %v", again, err)
+	}
+	_, err = b.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 2, "r": 1}})
+	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict)
+
+	// Paused until resume, even for the new attempt.
+	if st := b.status(t); st.Phase != participants.PhaseRestored || st.Admission != participants.AdmissionClosed || st.Sessions != 1 {
+		t.Fatalf("status after restore = %+v", st)
+	}
+	_, err = b.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
+	wantRemote(t, err, http.StatusServiceUnavailable, participants.CodeParked)
+	b.resume(t, src.id)
+
+	// Attempt 0 is fenced out, for every rollout of the checkpoint.
+	_, err = b.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	_, err = b.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	// Attempt 1 re-sending a mutation applied before the cut gets the stored
+	// response, not a second application.
+	replayed := b.operate(t, inc("a", 1, "a/t1/c0", 1, 2))
+	if !replayed.Replayed || replayed.Revision != src.lastA.Revision || replayed.Outcome != src.lastA.Outcome {
+		t.Fatalf("replay after restore = %+v, want %+v", replayed, src.lastA)
+	}
+	// A changed re-send is a conflict, not an application.
+	_, err = b.c.Operate(ctx, inc("a", 1, "a/t1/c0", 1, 3))
+	wantRemote(t, err, http.StatusConflict, participants.CodeRequestConflict)
+	// A new mutation continues the restored state.
+	next := b.operate(t, inc("a", 1, "a/t2/c0", 2, 1))
+	if next.Replayed || next.Revision != 3 {
+		t.Fatalf("new mutation after restore = %+v", next)
+	}
+	// The restart-only rollout has no session: attempt 1 starts over.
+	_, err = b.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	b.startEnv(t, "restart", "r", 1)
+	if info := b.info(t, "r"); info.Attempt != 1 || info.Revision != 0 {
+		t.Fatalf("restarted rollout = %+v", info)
+	}
+	// The verified rollout's verdict survives.
+	v, err := b.c.Verify(ctx, participants.VerifyRequest{Identity: id("done", 0, participants.VerifyRequestID("done")), ExpectedRevision: 1})
+	if err != nil || !v.Replayed || v.Verdict.Reward != src.verdict.Verdict.Reward || string(v.Verdict.Details) != string(src.verdict.Verdict.Details) {
+		t.Fatalf("verdict after restore = %+v, %v", v, err)
+	}
+	// Applied: only the new mutation and the start-over.
+	if st := b.stats(t); st.Applied != 2 {
+		t.Fatalf("stats after restore = %+v", st)
+	}
+}
+
+// --- checkpoint surgery ---
+
+func copyDir(t *testing.T, from string) string {
+	t.Helper()
+	to := filepath.Join(t.TempDir(), "ckpt")
+	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+func flipByte(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x20
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type member struct {
+	hdr  *tar.Header
+	data []byte
+}
+
+// rewriteShard edits a shard's members and reseals the manifest, so the
+// check reached is the one about the members.
+func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member) {
+	t.Helper()
+	path := filepath.Join(dir, shard)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []member
+	tr := tar.NewReader(bytes.NewReader(raw))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(tr); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, member{hdr, buf.Bytes()})
+	}
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, m := range edit(ms) {
+		m.hdr.Format = tar.FormatUSTAR
+		if err := tw.WriteHeader(m.hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(m.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(out.Bytes())
+	editManifest(t, dir, func(m *artifact.Manifest) {
+		for i := range m.Sections {
+			for j := range m.Sections[i].Shards {
+				if m.Sections[i].Shards[j].Name == shard {
+					m.Sections[i].Shards[j].Size = int64(out.Len())
+					m.Sections[i].Shards[j].SHA256 = hex.EncodeToString(sum[:])
+				}
+			}
+		}
+	})
+}
+
+// editManifest edits manifest.json and seals it again the way package
+// artifact encodes it (indented JSON, digest over the encoding without it).
+func editManifest(t *testing.T, dir string, edit func(*artifact.Manifest)) {
+	t.Helper()
+	path := filepath.Join(dir, artifact.ManifestName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m artifact.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(&m)
+	m.Digest = ""
+	unsealed := must(json.MarshalIndent(m, "", "  "))
+	sum := sha256.Sum256(append(unsealed, '\n'))
+	m.Digest = hex.EncodeToString(sum[:])
+	if err := os.WriteFile(path, append(must(json.MarshalIndent(m, "", "  ")), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rewriteRecords writes a new, well-formed checkpoint whose records are
+// edit's output (nil drops the section), so the check reached is the
+// server's own.
+func rewriteRecords(t *testing.T, from, id string, edit func(section string, recs []artifact.Record) []artifact.Record) string {
+	t.Helper()
+	ctx := context.Background()
+	cp, err := artifact.Open(ctx, from, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secs []artifact.Section
+	for _, name := range cp.Sections() {
+		recs, err := cp.Section(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := edit(name, recs); out != nil { // nil drops the section
+			secs = append(secs, artifact.Section{Name: name, Records: out})
+		}
+	}
+	to := filepath.Join(t.TempDir(), "ckpt")
+	if _, err := artifact.Write(ctx, to, artifact.Meta{CheckpointID: id, Labels: cp.Manifest().Labels}, secs, artifact.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// editJSON rewrites the record with key in section with fn over its JSON.
+func editJSON(section, key string, fn func(map[string]any)) func(string, []artifact.Record) []artifact.Record {
+	return func(name string, recs []artifact.Record) []artifact.Record {
+		if name != section {
+			return recs
+		}
+		for i, r := range recs {
+			if r.Key == key {
+				var v map[string]any
+				if err := json.Unmarshal(r.Data, &v); err != nil {
+					panic(err)
+				}
+				fn(v)
+				recs[i].Data = must(json.Marshal(v))
+			}
+		}
+		return recs
+	}
+}
+
+// serverView is what a failed restore must leave exactly as it was.
+type serverView struct {
+	Status   participants.ControlStatus
+	Sessions map[string]participants.SessionInfo
+	Applied  int64
+}
+
+func viewOf(t *testing.T, f *ctlFixture, rollouts ...string) serverView {
+	t.Helper()
+	v := serverView{Status: f.status(t), Sessions: map[string]participants.SessionInfo{}, Applied: f.stats(t).Applied}
+	for _, r := range rollouts {
+		info, err := f.c.Session(context.Background(), r)
+		var re *participants.RemoteError
+		if errors.As(err, &re) && re.Code == participants.CodeUnknownSession {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Sessions[r] = info
+	}
+	return v
+}
+
+// TestFailedRestoreInstallsNothing: every kind of bad checkpoint or request
+// is refused with an error naming the problem, and the server is left
+// exactly as before; the good checkpoint then restores on the same server.
+func TestFailedRestoreInstallsNothing(t *testing.T) {
+	src := committedCheckpoint(t)
+	sessions0 := artifact.ShardName(participants.SectionSessions, 0)
+	good := map[string]int{"a": 1, "r": 1}
+	cases := []struct {
+		name     string
+		dir      func(t *testing.T) string // the checkpoint to restore
+		id       string                    // "" means src.id
+		attempts map[string]int            // nil means good
+		status   int
+		code     string
+		contains string
+	}{
+		{"corrupt shard", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			flipByte(t, filepath.Join(d, sessions0))
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "sha256"},
+		{"truncated shard", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			if err := os.Truncate(filepath.Join(d, sessions0), 512); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, sessions0},
+		{"torn commit without manifest", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			if err := os.Remove(filepath.Join(d, artifact.ManifestName)); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "manifest"},
+		{"extra file", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			if err := os.WriteFile(filepath.Join(d, artifact.ShardName(participants.SectionSessions, 1)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, artifact.ShardName(participants.SectionSessions, 1)},
+		{"extra member", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			rewriteShard(t, d, sessions0, func(ms []member) []member {
+				extra := *ms[0].hdr
+				extra.Name = artifact.MemberName("intruder")
+				return append(ms, member{&extra, ms[0].data})
+			})
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "extra member"},
+		{"symlink member", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			rewriteShard(t, d, sessions0, func(ms []member) []member {
+				ms[0].hdr.Typeflag = tar.TypeSymlink
+				ms[0].hdr.Linkname = "/etc/passwd"
+				ms[0].hdr.Size = 0
+				ms[0].data = nil
+				return ms
+			})
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "symlink"},
+		{"path-escape member", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			rewriteShard(t, d, sessions0, func(ms []member) []member {
+				ms[0].hdr.Name = "../" + ms[0].hdr.Name
+				return ms
+			})
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "path escape"},
+		{"symlinked shard file", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			elsewhere := filepath.Join(t.TempDir(), "shard.tar")
+			if err := os.Rename(filepath.Join(d, sessions0), elsewhere); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(elsewhere, filepath.Join(d, sessions0)); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "not a regular file"},
+		{"wrong checkpoint id", func(*testing.T) string { return src.dir }, "other", nil,
+			http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "other"},
+		{"unknown artifact schema", func(t *testing.T) string {
+			d := copyDir(t, src.dir)
+			editManifest(t, d, func(m *artifact.Manifest) { m.Schema = artifact.SchemaVersion + 1 })
+			return d
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "schema"},
+		{"unknown record schema", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionServer, participants.ServerRecordKey,
+				func(v map[string]any) { v["schema"] = participants.ControlSchemaVersion + 1 }))
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "unknown record schema 2"},
+		{"unknown record field", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+				func(v map[string]any) { v["surprise"] = true }))
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "surprise"},
+		{"environment refuses the state", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+				func(v map[string]any) { v["state"].(map[string]any)["start"] = -1 }))
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, `rollout "a"`},
+		{"record under another key", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+				func(v map[string]any) { v["rollout_id"] = "done" }))
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "holds rollout"},
+		{"receipt of no session", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record {
+				if name != participants.SectionReceipts {
+					return recs
+				}
+				var v map[string]any
+				_ = json.Unmarshal(recs[0].Data, &v)
+				v["rollout_id"] = "ghost"
+				return append(recs, artifact.Record{Key: `["ghost","` + v["request_id"].(string) + `"]`, Data: must(json.Marshal(v))})
+			})
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "belongs to no session"},
+		{"missing section", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record {
+				if name == participants.SectionFences {
+					return nil
+				}
+				return recs
+			})
+		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "want exactly"},
+		{"identical rewrite (control case)", func(t *testing.T) string {
+			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record { return recs })
+		}, "", nil, 0, "", ""},
+		{"new attempt not above the saved one", func(*testing.T) string { return src.dir }, "", map[string]int{"a": 0, "r": 1},
+			http.StatusConflict, participants.CodeStaleAttempt, `rollout "a"`},
+		{"no new attempt for a live session", func(*testing.T) string { return src.dir }, "", map[string]int{"r": 1},
+			http.StatusBadRequest, participants.CodeMalformed, `rollout "a"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCtlFixture(t)
+			// The target already holds state: a diverged attempt 0 of "a"
+			// and an unrelated rollout.
+			f.startEnv(t, counter.Name, "a", 0)
+			f.operate(t, inc("a", 0, "a/t0/c0", 0, 5))
+			f.startEnv(t, counter.Name, "x", 0)
+			before := viewOf(t, f, "a", "x", "done", "r")
+
+			id, attempts := tc.id, tc.attempts
+			if id == "" {
+				id = src.id
+			}
+			if attempts == nil {
+				attempts = good
+			}
+			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: id, Location: tc.dir(t), Attempts: attempts})
+			if tc.code == "" {
+				if err != nil {
+					t.Fatalf("identical rewrite: %v", err)
+				}
+				return
+			}
+			wantRemote(t, err, tc.status, tc.code, tc.contains)
+			if after := viewOf(t, f, "a", "x", "done", "r"); !reflect.DeepEqual(after, before) {
+				t.Fatalf("server changed by a failed restore:\nbefore %+v\nafter  %+v", before, after)
+			}
+			// Nothing was fenced: attempt 0 still works.
+			if r := f.operate(t, inc("a", 0, "a/t1/c0", 1, 1)); r.Revision != 2 {
+				t.Fatalf("attempt 0 after a failed restore = %+v", r)
+			}
+			// The failed restore recorded nothing: the good one goes through.
+			res, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: good})
+			if err != nil || len(res.Restored) != 2 {
+				t.Fatalf("restore after a failed one = %+v, %v", res, err)
+			}
+			f.resume(t, src.id)
+			_, err = f.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
+			wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+			if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
+				t.Fatalf("a after restore = %+v", info)
+			}
+		})
+	}
+}
+
+// TestRestoreWaitsForQuiescence: a restore cannot install while a mutation
+// runs; with a deadline it gives up, installs nothing and reopens admission.
+func TestRestoreWaitsForQuiescence(t *testing.T) {
+	ctx := context.Background()
+	src := committedCheckpoint(t)
+	f := newCtlFixture(t)
+	f.startEnv(t, "block", "slow", 0)
+	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
+	past := time.Now().Add(-time.Second)
+	_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir,
+		Attempts: map[string]int{"a": 1, "r": 1}, Deadline: &past})
+	wantRemote(t, err, http.StatusConflict, participants.CodePrepareTimeout, "slow (attempt 0)")
+	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen || st.Sessions != 1 {
+		t.Fatalf("status after the refused restore = %+v", st)
+	}
+	close(f.block.release)
+	if err := <-stuck; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}); err != nil {
+		t.Fatalf("restore once idle: %v", err)
+	}
+}
