@@ -14,9 +14,9 @@ func counterTask(start, target int) string {
 	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
 }
 
-// conversation builds system, user task and then, per observation, one
+// counterConversation builds system, user task and then, per observation, one
 // assistant increment call followed by the tool message showing obs.
-func conversation(task string, observations ...string) []policy.Message {
+func counterConversation(task string, observations ...string) []policy.Message {
 	msgs := []policy.Message{
 		{Role: "system", Content: "You operate a counter."},
 		{Role: "user", Content: task},
@@ -31,11 +31,11 @@ func conversation(task string, observations ...string) []policy.Message {
 	return msgs
 }
 
-func increment(msgs []policy.Message) policy.Response {
+func counterIncrement(msgs []policy.Message) policy.Response {
 	return policy.Response{ToolCalls: []policy.ToolCall{{ID: policy.CallID(msgs, 0), Name: policy.CounterTool, Arguments: `{"amount":1}`}}}
 }
 
-var done = policy.Response{Content: policy.CounterDone}
+var counterDoneResponse = policy.Response{Content: policy.CounterDone}
 
 func TestCounterRespond(t *testing.T) {
 	tests := []struct {
@@ -46,28 +46,28 @@ func TestCounterRespond(t *testing.T) {
 		want         *policy.Response // nil: want the increment call for msgs
 		wantErr      string
 	}{
-		{name: "first turn increments", msgs: conversation(counterTask(0, 3))},
-		{name: "below target increments", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2")},
-		{name: "at target is done", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2", "counter=3"), want: &done},
-		{name: "start at target is done", msgs: conversation(counterTask(4, 4)), want: &done},
-		{name: "past target is done", msgs: conversation(counterTask(5, 2)), want: &done},
-		{name: "only the first line counts", msgs: conversation(counterTask(0, 3), "counter=3\ncounter=0"), want: &done},
-		{name: "error observation retries", msgs: conversation(counterTask(0, 3), "counter=1", "error: environment parked")},
-		{name: "error on the first call retries", msgs: conversation(counterTask(2, 3), "error: busy")},
-		{name: "error after reaching target stays done", msgs: conversation(counterTask(0, 1), "counter=1", "error: x"), want: &done},
-		{name: "offered tools include increment", msgs: conversation(counterTask(0, 3)), tools: []string{"reset", "increment"}},
-		{name: "always missing stops one short", msgs: conversation(counterTask(0, 3), "counter=1", "counter=2"), imperfection: 1, want: &done},
-		{name: "always missing still increments below", msgs: conversation(counterTask(0, 3), "counter=1"), imperfection: 1},
-		{name: "miss with target 0 overshoots", msgs: conversation(counterTask(0, 0)), imperfection: 1},
-		{name: "miss with target 0 stops at 1", msgs: conversation(counterTask(0, 0), "counter=1"), imperfection: 1, want: &done},
-		{name: "miss with start at target overshoots", msgs: conversation(counterTask(7, 7)), imperfection: 1},
+		{name: "first turn increments", msgs: counterConversation(counterTask(0, 3))},
+		{name: "below target increments", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2")},
+		{name: "at target is done", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2", "counter=3"), want: &counterDoneResponse},
+		{name: "start at target is done", msgs: counterConversation(counterTask(4, 4)), want: &counterDoneResponse},
+		{name: "past target is done", msgs: counterConversation(counterTask(5, 2)), want: &counterDoneResponse},
+		{name: "only the first line counts", msgs: counterConversation(counterTask(0, 3), "counter=3\ncounter=0"), want: &counterDoneResponse},
+		{name: "error observation retries", msgs: counterConversation(counterTask(0, 3), "counter=1", "error: environment parked")},
+		{name: "error on the first call retries", msgs: counterConversation(counterTask(2, 3), "error: busy")},
+		{name: "error after reaching target stays done", msgs: counterConversation(counterTask(0, 1), "counter=1", "error: x"), want: &counterDoneResponse},
+		{name: "offered tools include increment", msgs: counterConversation(counterTask(0, 3)), tools: []string{"reset", "increment"}},
+		{name: "always missing stops one short", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2"), imperfection: 1, want: &counterDoneResponse},
+		{name: "always missing still increments below", msgs: counterConversation(counterTask(0, 3), "counter=1"), imperfection: 1},
+		{name: "miss with target 0 overshoots", msgs: counterConversation(counterTask(0, 0)), imperfection: 1},
+		{name: "miss with target 0 stops at 1", msgs: counterConversation(counterTask(0, 0), "counter=1"), imperfection: 1, want: &counterDoneResponse},
+		{name: "miss with start at target overshoots", msgs: counterConversation(counterTask(7, 7)), imperfection: 1},
 		{name: "no messages", msgs: nil, wantErr: "no user message"},
 		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "Increase the counter."}}, wantErr: "no TASK line"},
 		{name: "TASK only in a later user message", msgs: []policy.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: counterTask(0, 1)}}, wantErr: "no TASK line"},
 		{name: "malformed TASK", msgs: []policy.Message{{Role: "user", Content: "TASK {start:1}"}}, wantErr: "malformed TASK line"},
 		{name: "TASK without target", msgs: []policy.Message{{Role: "user", Content: `TASK {"start":1}`}}, wantErr: "lacks start or target"},
-		{name: "malformed counter line", msgs: conversation(counterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
-		{name: "increment not offered", msgs: conversation(counterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
+		{name: "malformed counter line", msgs: counterConversation(counterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
+		{name: "increment not offered", msgs: counterConversation(counterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestCounterRespond(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Respond: %v", err)
 			}
-			want := increment(tt.msgs)
+			want := counterIncrement(tt.msgs)
 			if tt.want != nil {
 				want = *tt.want
 			}
@@ -101,7 +101,7 @@ func TestCounterRespond(t *testing.T) {
 // returns the final counter value.
 func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection float64) int {
 	t.Helper()
-	msgs := conversation(counterTask(start, target))
+	msgs := counterConversation(counterTask(start, target))
 	value := start
 	for turn := 0; turn < 100; turn++ {
 		resp, err := policy.Counter{}.Respond(policy.Request{Messages: msgs, Seed: seed, Imperfection: imperfection})

@@ -1,0 +1,178 @@
+// Command policyserver serves the scripted policies behind an
+// OpenAI-compatible Chat Completions endpoint, with optional latency and
+// injected errors, so rollouts can be run, interrupted and compared without a
+// real model.
+//
+//	policyserver --listen 127.0.0.1:0 --ready-file /tmp/policy.url --latency 200ms --jitter 50ms --error-rate 0.05
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+const (
+	// ListenEnv overrides the default listen address.
+	ListenEnv     = "TURNSTILE_POLICY_LISTEN"
+	defaultListen = "127.0.0.1:8092"
+	// shutdownGrace bounds how long in-flight requests may finish on exit.
+	shutdownGrace = 10 * time.Second
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "policyserver: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// options are the parsed command line.
+type options struct {
+	listen    string
+	readyFile string
+	faultSeed uint64
+	server    policy.ServerConfig
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("policyserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := defaultListen
+	if v := os.Getenv(ListenEnv); v != "" {
+		listen = v
+	}
+	fs.StringVar(&o.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnv)
+	fs.StringVar(&o.readyFile, "ready-file", "", "once listening, atomically write the base URL (http://host:port/v1) to this file")
+	fs.DurationVar(&o.server.Latency, "latency", 0, "mean delay of a chat completion, e.g. 200ms")
+	fs.DurationVar(&o.server.Jitter, "jitter", 0, "uniform spread of the delay around --latency, e.g. 50ms")
+	fs.Float64Var(&o.server.ErrorRate, "error-rate", 0, "probability of an injected 503")
+	fs.Float64Var(&o.server.RateLimitRate, "rate-limit-rate", 0, "probability of an injected 429")
+	fs.DurationVar(&o.server.RetryAfter, "retry-after", time.Second, "Retry-After of injected errors")
+	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
+	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.server.Policies = policies()
+	if err := o.server.Validate(); err != nil {
+		return options{}, fmt.Errorf("invalid flags: %w", err)
+	}
+	return o, nil
+}
+
+// run serves until ctx is done, then shuts down gracefully. ready, if not
+// nil, is called with the base URL once the server is listening and the
+// ready file is written.
+func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseURL string)) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	o.server.Logger = log
+	if o.faultSeed != 0 {
+		o.server.Rand = rand.New(rand.NewPCG(o.faultSeed, 0))
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	srv := &http.Server{
+		Handler:           policy.NewServer(o.server),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	baseURL := baseURL(ln.Addr())
+	if o.readyFile != "" {
+		if err := writeAtomically(o.readyFile, baseURL+"\n"); err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("write ready file: %w", err)
+		}
+	}
+	log.Info("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
+		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
+		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection)
+	if ready != nil {
+		ready(baseURL)
+	}
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// baseURL is the OpenAI base URL of a listener; an unspecified address
+// (0.0.0.0, ::) is reported as loopback, which is where local clients reach it.
+func baseURL(addr net.Addr) string {
+	host, port := "127.0.0.1", ""
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		port = fmt.Sprint(tcp.Port)
+		switch {
+		case tcp.IP.IsUnspecified() && tcp.IP.To4() == nil:
+			host = "::1"
+		case !tcp.IP.IsUnspecified():
+			host = tcp.IP.String()
+		}
+	} else {
+		_, port, _ = net.SplitHostPort(addr.String())
+	}
+	return "http://" + net.JoinHostPort(host, port) + policy.BasePath
+}
+
+// writeAtomically writes content to path through a temporary file in the
+// same directory, so a reader never sees a partial URL.
+func writeAtomically(path, content string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.WriteString(content); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	readyFile := filepath.Join(t.TempDir(), "policy.url")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--ready-file", readyFile, "--imperfection", "0.2"}, io.Discard, func(u string) { ready <- u })
+	}()
+	var base string
+	select {
+	case base = <-ready:
+	case err := <-done:
+		t.Fatalf("run ended before listening: %v", err)
+	}
+	content, err := os.ReadFile(readyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(content)); got != base || !strings.HasPrefix(got, "http://127.0.0.1:") || !strings.HasSuffix(got, "/v1") {
+		t.Fatalf("ready file %q, callback %q, want http://127.0.0.1:PORT/v1", got, base)
+	}
+
+	res, err := http.Get(base + "/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if err != nil || len(list.Data) != 1 || list.Data[0].ID != policy.CounterModel {
+		t.Fatalf("models %+v (%v), want only %q", list, err, policy.CounterModel)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run after cancel: %v", err)
+	}
+	if _, err := http.Get(strings.TrimSuffix(base, "/v1") + policy.HealthPath); err == nil {
+		t.Fatal("server still answers after shutdown")
+	}
+}
+
+func TestParseFlagsRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "error rate above 1", args: []string{"--error-rate", "2"}, wantErr: "error rate"},
+		{name: "rates sum above 1", args: []string{"--error-rate", "0.7", "--rate-limit-rate", "0.7"}, wantErr: "exceed 1"},
+		{name: "negative latency", args: []string{"--latency", "-1s"}, wantErr: "latency"},
+		{name: "imperfection above 1", args: []string{"--imperfection", "1.1"}, wantErr: "imperfection"},
+		{name: "bad duration", args: []string{"--jitter", "soon"}, wantErr: "jitter"},
+		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseFlags(tt.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("parseFlags(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestListenDefaultFromEnvironment(t *testing.T) {
+	t.Setenv(ListenEnv, "127.0.0.1:9999")
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil || o.listen != "127.0.0.1:9999" {
+		t.Fatalf("listen %q (%v), want the environment's", o.listen, err)
+	}
+	t.Setenv(ListenEnv, "")
+	if o, _ := parseFlags(nil, io.Discard); o.listen != defaultListen {
+		t.Fatalf("listen %q, want %q", o.listen, defaultListen)
+	}
+}
+
+func TestBaseURL(t *testing.T) {
+	tests := []struct {
+		addr net.Addr
+		want string
+	}{
+		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8092}, "http://127.0.0.1:8092/v1"},
+		{&net.TCPAddr{IP: net.IPv4zero, Port: 80}, "http://127.0.0.1:80/v1"},
+		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 81}, "http://[::1]:81/v1"},
+	}
+	for _, tt := range tests {
+		if got := baseURL(tt.addr); got != tt.want {
+			t.Errorf("baseURL(%v) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}
