@@ -6,7 +6,10 @@
 //
 // With --ready-file it writes its base URL (http://HOST:PORT) to that file
 // once it is listening, so a test harness can use port 0 and learn the port.
-// Failpoints are armed through TURNSTILE_FAILPOINTS.
+// Failpoints are armed through TURNSTILE_FAILPOINTS. The checkpoint control
+// plane (/v1/control/…) is on only with a bearer token, from
+// TURNSTILE_CONTROL_TOKEN or --control-token (the variable keeps the token out
+// of the process list); --name is the participant name it reports.
 package main
 
 import (
@@ -50,9 +53,11 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	listen    string
-	readyFile string
-	envs      []envs.Environment
+	listen       string
+	readyFile    string
+	name         string
+	controlToken string
+	envs         []envs.Environment
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -72,6 +77,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
+	fs.StringVar(&cfg.name, "name", participants.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
+	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(participants.ControlTokenEnvVar),
+		"bearer token of the checkpoint control plane; empty turns it off; default from $"+participants.ControlTokenEnvVar)
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -95,6 +103,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if len(cfg.envs) == 0 {
 		return config{}, errors.New("--envs: no environment selected")
 	}
+	if strings.TrimSpace(cfg.name) == "" {
+		return config{}, errors.New("--name: empty participant name")
+	}
+	if cfg.controlToken != strings.TrimSpace(cfg.controlToken) {
+		// A token with stray whitespace (a trailing newline from a file)
+		// would never match what a client sends.
+		return config{}, errors.New("--control-token: leading or trailing whitespace")
+	}
 	return cfg, nil
 }
 
@@ -114,7 +130,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	srv, err := participants.NewServer(participants.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log})
+	srv, err := participants.NewServer(participants.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
+		Name: cfg.name, ControlToken: cfg.controlToken})
 	if err != nil {
 		return err
 	}
@@ -137,7 +154,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, e := range cfg.envs {
 		names = append(names, e.Spec().Name)
 	}
-	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names))
+	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
+		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""))
 
 	select {
 	case err := <-served:

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// startRun runs the command in the background and returns its base URL once
+// the ready file appears; the command stops at cleanup.
+func startRun(t *testing.T, args ...string) string {
+	t.Helper()
+	ready := filepath.Join(t.TempDir(), "env.url")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--envs", "counter"}, args...), io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before ready: %v", err)
+		case <-deadline:
+			t.Fatal("no ready file")
+		case <-tick.C:
+			if b, err := os.ReadFile(ready); err == nil {
+				return string(b)
+			}
+		}
+	}
+}
+
+func TestControlTokenAndName(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		envToken string
+		args     []string
+		token    string // the token that works; "" means the control plane is off
+		wantName string
+	}{
+		{"off by default", "", nil, "", participants.DefaultServerName},
+		{"token from the environment", "env-token", []string{"--name", "env-7"}, "env-token", "env-7"},
+		{"flag overrides the environment", "env-token", []string{"--control-token", "flag-token"}, "flag-token", participants.DefaultServerName},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(participants.ControlTokenEnvVar, tc.envToken)
+			base := startRun(t, tc.args...)
+			_, err := participants.NewControlClient(base, "wrong", nil).Status(ctx)
+			var re *participants.RemoteError
+			if tc.token == "" {
+				if !asRemote(err, &re) || re.Status != http.StatusNotFound || re.Code != participants.CodeControlDisabled {
+					t.Fatalf("status without a configured token = %v", err)
+				}
+				return
+			}
+			if !asRemote(err, &re) || re.Status != http.StatusUnauthorized {
+				t.Fatalf("status with a wrong token = %v", err)
+			}
+			caps, err := participants.NewControlClient(base, tc.token, nil).Capabilities(ctx)
+			if err != nil || caps.Name != tc.wantName || caps.Component != participants.ComponentEnvironmentServer {
+				t.Fatalf("capabilities = %+v, %v", caps, err)
+			}
+		})
+	}
+}
+
+func asRemote(err error, re **participants.RemoteError) bool { return errors.As(err, re) }
+
+func TestControlSettingsRefused(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	for _, tc := range []struct {
+		name, envToken string
+		args           []string
+		want           string
+	}{
+		{"empty name", "", []string{"--name", " "}, "--name"},
+		{"token with a newline", "tok\n", nil, "--control-token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(participants.ControlTokenEnvVar, tc.envToken)
+			err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, tc.args...), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
