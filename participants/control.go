@@ -348,7 +348,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 		return nil, aerr
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
-		op: opCommit, id: req.CheckpointID, key: "location " + loc, allowed: []Phase{PhasePrepared}, during: PhasePrepared,
+		op: opCommit, id: req.CheckpointID, key: "location " + loc, allowed: []Phase{PhasePrepared}, during: PhaseCommitting,
 	})
 	if aerr != nil {
 		return nil, aerr

@@ -60,12 +60,13 @@ type Phase string
 // Phases. Resume (which is also the abort) returns to PhaseIdle from any of
 // them.
 const (
-	PhaseIdle      Phase = "idle"
-	PhasePreparing Phase = "preparing" // admission closed, draining in-flight mutations
-	PhasePrepared  Phase = "prepared"  // the cut is frozen
-	PhaseCommitted Phase = "committed" // the cut is written
-	PhaseRestoring Phase = "restoring"
-	PhaseRestored  Phase = "restored" // installed as the new attempts, paused until resume
+	PhaseIdle       Phase = "idle"
+	PhasePreparing  Phase = "preparing"  // admission closed, draining in-flight mutations
+	PhasePrepared   Phase = "prepared"   // the cut is frozen
+	PhaseCommitting Phase = "committing" // the frozen cut is being written
+	PhaseCommitted  Phase = "committed"  // the cut is written
+	PhaseRestoring  Phase = "restoring"
+	PhaseRestored   Phase = "restored" // installed as the new attempts, paused until resume
 )
 
 // Admission states reported by status.
@@ -199,9 +200,10 @@ type RestoreRequest struct {
 	CheckpointID string `json:"checkpoint_id"`
 	Location     string `json:"location"`
 	// Attempts maps rollout ids to their new attempt. Every unfinished
-	// session of the checkpoint needs one above its saved attempt; verified
-	// sessions may have one; a rollout absent from the checkpoint only has
-	// its fence raised.
+	// session of the checkpoint needs one above its saved attempt and above
+	// any attempt this server has seen; verified sessions may have one; a
+	// rollout absent from the checkpoint only has its fence raised. Rollouts
+	// in neither are left as they are.
 	Attempts map[string]int `json:"attempts"`
 	// Deadline optionally bounds the wait for in-flight mutations (absolute,
 	// RFC 3339); without it the request's own lifetime bounds it.

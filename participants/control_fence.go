@@ -44,7 +44,10 @@ type phaseFence struct {
 	done    chan struct{}
 	abort   context.CancelFunc // aborts a running prepare
 	results map[string]recorded
-	retired map[string]ResumeResponse // checkpoint ids retired by resume
+	// retired holds every checkpoint id retired by resume, for the life of
+	// the process: one short string per checkpoint taken, and forgetting one
+	// would let a delayed prepare from a stale coordinator close admission.
+	retired map[string]ResumeResponse
 
 	frozen *serverState // the cut, prepared → resume
 	// cutRetires are retirements made while the cut was being taken or

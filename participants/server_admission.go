@@ -135,6 +135,7 @@ func (a *admission) hold(rollout string, attempt int) (release func()) {
 		a.holds = map[holdKey]int{}
 	}
 	a.holds[k]++
+	a.wakeLocked() // a mutation of a retired attempt stops counting once identified
 	a.mu.Unlock()
 	return func() {
 		a.mu.Lock()
