@@ -1,0 +1,92 @@
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
+)
+
+const (
+	// SandboxModel is the model name of the sandbox policy.
+	SandboxModel = "scripted-sandbox"
+	// SandboxDone is the sandbox policy's final answer.
+	SandboxDone = "done"
+	// sandboxSalt separates this policy's episode draws from other policies'
+	// given the same seed and task.
+	sandboxSalt = "sandbox"
+	// sandboxAlteration is appended to a file's content to spoil it.
+	sandboxAlteration = "draft\n"
+)
+
+// Sandbox is the scripted policy of the sandbox environment. It reads the
+// expected files from the TASK line of the first user message and writes one
+// file per turn, in sorted name order; the number of tool messages so far is
+// its position, so it needs no memory and a restarted conversation resumes at
+// the right file. After the last file it answers "done".
+//
+// With probability Request.Imperfection (drawn once per episode) it writes one
+// file, chosen by the same draw, with wrong content, so the episode ends with
+// reward 0.
+type Sandbox struct{}
+
+// SandboxWrite is the arguments of one write_file call.
+type SandboxWrite struct {
+	Path    string `json:"path"`
+	Content string `json:"content"`
+}
+
+// Respond returns the next assistant message. It depends only on req.
+func (Sandbox) Respond(req Request) (Response, error) {
+	writes, err := SandboxPlan(req)
+	if err != nil {
+		return Response{}, err
+	}
+	step := 0
+	for _, m := range req.Messages {
+		if m.Role == "tool" {
+			step++
+		}
+	}
+	if step >= len(writes) {
+		return Response{Content: SandboxDone}, nil
+	}
+	if len(req.Tools) > 0 && !slices.Contains(req.Tools, sandbox.ToolWriteFile) {
+		return Response{}, fmt.Errorf("sandbox policy: tool %q is not among the offered tools %v", sandbox.ToolWriteFile, req.Tools)
+	}
+	args, err := json.Marshal(writes[step])
+	if err != nil {
+		return Response{}, fmt.Errorf("sandbox policy: encode write_file arguments: %w", err)
+	}
+	return Response{ToolCalls: []ToolCall{{
+		ID:        CallID(req.Messages, 0),
+		Name:      sandbox.ToolWriteFile,
+		Arguments: string(args),
+	}}}, nil
+}
+
+// SandboxPlan is the write_file arguments the policy sends for req's episode,
+// in order, after any deliberate mistake.
+func SandboxPlan(req Request) ([]SandboxWrite, error) {
+	i := slices.IndexFunc(req.Messages, func(m Message) bool { return m.Role == "user" })
+	if i < 0 {
+		return nil, errors.New("sandbox policy: no user message holding the TASK line")
+	}
+	task, err := sandbox.TaskFromObservation(req.Messages[i].Content)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox policy: first user message: %w", err)
+	}
+	names := task.Names()
+	writes := make([]SandboxWrite, len(names))
+	for j, name := range names {
+		writes[j] = SandboxWrite{Path: name, Content: task.Files[name]}
+	}
+	r := EpisodeRand(req.Seed, req.Messages, sandboxSalt)
+	if r.Float64() < req.Imperfection {
+		at := r.IntN(len(writes)) // a parsed task has at least one file
+		writes[at].Content += sandboxAlteration
+	}
+	return writes, nil
+}

@@ -1,0 +1,233 @@
+package policy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+// sandboxTaskText is a start observation with the given TASK JSON.
+func sandboxTaskText(taskJSON string) string {
+	return "Make the sandbox hold exactly these files.\nTASK " + taskJSON
+}
+
+// sandboxConversation builds system, user task and then, per observation, one
+// assistant write_file call followed by the tool message showing obs.
+func sandboxConversation(taskJSON string, observations ...string) []policy.Message {
+	msgs := []policy.Message{
+		{Role: "system", Content: sandbox.Instructions},
+		{Role: "user", Content: sandboxTaskText(taskJSON)},
+	}
+	for i, obs := range observations {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: id, Name: sandbox.ToolWriteFile, Arguments: `{}`}}},
+			policy.Message{Role: "tool", ToolCallID: id, Content: obs},
+		)
+	}
+	return msgs
+}
+
+func TestSandboxRespond(t *testing.T) {
+	const task = `{"files":{"b.txt":"bee\n","a.txt":"ay\n"}}`
+	writeCall := func(msgs []policy.Message, path, content string) *policy.Response {
+		return &policy.Response{ToolCalls: []policy.ToolCall{{
+			ID:        policy.CallID(msgs, 0),
+			Name:      sandbox.ToolWriteFile,
+			Arguments: fmt.Sprintf(`{"path":%q,"content":%q}`, path, content),
+		}}}
+	}
+	done := &policy.Response{Content: policy.SandboxDone}
+	first := sandboxConversation(task)
+	second := sandboxConversation(task, "wrote a.txt (3 bytes)")
+	afterError := sandboxConversation(task, "error: illegal_action")
+	tests := []struct {
+		name    string
+		msgs    []policy.Message
+		tools   []string
+		want    *policy.Response
+		wantErr string
+	}{
+		{name: "first file in sorted order", msgs: first, want: writeCall(first, "a.txt", "ay\n")},
+		{name: "second file", msgs: second, want: writeCall(second, "b.txt", "bee\n")},
+		{name: "an error observation still advances", msgs: afterError, want: writeCall(afterError, "b.txt", "bee\n")},
+		{name: "done after the last file", msgs: sandboxConversation(task, "wrote a.txt", "wrote b.txt"), want: done},
+		{name: "offered tools include write_file", msgs: first, tools: []string{"list_files", "write_file"}, want: writeCall(first, "a.txt", "ay\n")},
+		{name: "done needs no tool", msgs: sandboxConversation(task, "x", "y"), tools: []string{"list_files"}, want: done},
+		{name: "write_file not offered", msgs: first, tools: []string{"list_files"}, wantErr: `tool "write_file" is not among`},
+		{name: "no messages", wantErr: "no user message"},
+		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "Write files."}}, wantErr: "no TASK"},
+		{name: "malformed TASK", msgs: []policy.Message{{Role: "user", Content: "TASK {files}"}}, wantErr: "invalid character"},
+		{name: "invalid TASK", msgs: []policy.Message{{Role: "user", Content: `TASK {"files":{"/etc/passwd":"x"}}`}}, wantErr: "absolute"},
+		{name: "TASK only in a later user message", msgs: []policy.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: sandboxTaskText(task)}}, wantErr: "no TASK"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := policy.Request{Messages: tt.msgs, Tools: tt.tools, Seed: 3}
+			got, err := policy.Sandbox{}.Respond(req)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Respond: %v", err)
+			}
+			if !reflect.DeepEqual(got, *tt.want) {
+				t.Fatalf("Respond = %+v, want %+v", got, *tt.want)
+			}
+			again, err := policy.Sandbox{}.Respond(req)
+			if err != nil || !reflect.DeepEqual(again, got) {
+				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			}
+		})
+	}
+}
+
+// sandboxEpisode plays the real sandbox environment against the policy on the
+// generated task (seed, index) and returns the transcript and the verdict.
+func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) ([]policy.Message, float64, sandbox.Differences) {
+	t.Helper()
+	task := sandbox.GenerateTask(seed, index)
+	s, st, err := sandbox.New().Start(seed, task)
+	if err != nil {
+		t.Fatalf("Start(%s): %v", task, err)
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	var tools []string
+	for _, tool := range sandbox.New().Spec().Tools {
+		tools = append(tools, tool.Name)
+	}
+	msgs := []policy.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
+	for turn := 0; turn < 10; turn++ {
+		resp, err := policy.Sandbox{}.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		if err != nil {
+			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
+		}
+		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		if len(resp.ToolCalls) == 0 {
+			if resp.Content != policy.SandboxDone {
+				t.Fatalf("seed %d: final answer %q, want %q", seed, resp.Content, policy.SandboxDone)
+			}
+			v, err := s.Verify()
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			var d sandbox.Differences
+			if err := json.Unmarshal(v.Details, &d); err != nil {
+				t.Fatalf("details %s: %v", v.Details, err)
+			}
+			return msgs, v.Reward, d
+		}
+		for _, call := range resp.ToolCalls {
+			out, err := s.Apply(call.Name, json.RawMessage(call.Arguments))
+			if err != nil {
+				t.Fatalf("seed %d turn %d: Apply(%s, %s): %v", seed, turn, call.Name, call.Arguments, err)
+			}
+			msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
+		}
+	}
+	t.Fatalf("seed %d: episode did not end in 10 turns", seed)
+	return nil, 0, sandbox.Differences{}
+}
+
+func TestSandboxEpisodeReachesReward(t *testing.T) {
+	for seed := int64(0); seed < 6; seed++ {
+		msgs, reward, d := sandboxEpisode(t, seed, int(seed), 0)
+		if reward != 1 {
+			t.Fatalf("seed %d: reward %v, differences %+v; want 1", seed, reward, d)
+		}
+		// One write per expected file, then done.
+		if calls := (len(msgs) - 3) / 2; calls != len(d.Expected) {
+			t.Fatalf("seed %d: %d tool calls for %d files", seed, calls, len(d.Expected))
+		}
+		// A restarted attempt replays the same episode exactly.
+		again, _, _ := sandboxEpisode(t, seed, int(seed), 0)
+		if !reflect.DeepEqual(again, msgs) {
+			t.Fatalf("seed %d: replay differs:\n%+v\n%+v", seed, again, msgs)
+		}
+	}
+}
+
+func TestSandboxImperfection(t *testing.T) {
+	const task = `{"files":{"a.txt":"1\n","b.txt":"2\n","c.txt":"3\n"}}`
+	want, err := sandbox.ParseTask(json.RawMessage(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		imperfection float64
+		wantClean    bool
+		wantSpoiled  bool
+	}{
+		{name: "perfect", imperfection: 0, wantClean: true},
+		{name: "sometimes", imperfection: 0.3, wantClean: true, wantSpoiled: true},
+		{name: "always", imperfection: 1, wantSpoiled: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clean, spoiled := 0, 0
+			spoiledFiles := map[string]bool{}
+			for seed := int64(0); seed < 200; seed++ {
+				req := policy.Request{Messages: sandboxConversation(task), Seed: seed, Imperfection: tt.imperfection}
+				plan, err := policy.SandboxPlan(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if again, _ := policy.SandboxPlan(req); !reflect.DeepEqual(again, plan) {
+					t.Fatalf("seed %d: plan not deterministic", seed)
+				}
+				// The per-episode draw does not depend on how far the episode got.
+				later := req
+				later.Messages = sandboxConversation(task, "wrote a.txt", "wrote b.txt")
+				if laterPlan, _ := policy.SandboxPlan(later); !reflect.DeepEqual(laterPlan, plan) {
+					t.Fatalf("seed %d: plan changed mid-episode", seed)
+				}
+				wrong := 0
+				for i, w := range plan {
+					if w.Path != want.Names()[i] {
+						t.Fatalf("seed %d: write %d is %q, want %q", seed, i, w.Path, want.Names()[i])
+					}
+					if w.Content != want.Files[w.Path] {
+						wrong++
+						spoiledFiles[w.Path] = true
+					}
+				}
+				switch wrong {
+				case 0:
+					clean++
+				case 1:
+					spoiled++
+				default:
+					t.Fatalf("seed %d: %d files spoiled, want at most 1", seed, wrong)
+				}
+			}
+			if (clean > 0) != tt.wantClean || (spoiled > 0) != tt.wantSpoiled {
+				t.Fatalf("clean=%d spoiled=%d, want clean>0 %v, spoiled>0 %v", clean, spoiled, tt.wantClean, tt.wantSpoiled)
+			}
+			if tt.imperfection == 1 && len(spoiledFiles) != 3 {
+				t.Fatalf("spoiled files %v, want each of the 3 chosen by some seed", spoiledFiles)
+			}
+		})
+	}
+}
+
+func TestSandboxEpisodeWithMistakeScoresZero(t *testing.T) {
+	for seed := int64(0); seed < 4; seed++ {
+		_, reward, d := sandboxEpisode(t, seed, 0, 1)
+		if reward != 0 || len(d.WrongContent) != 1 || len(d.Missing) != 0 || len(d.Unexpected) != 0 {
+			t.Fatalf("seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
+		}
+	}
+}
