@@ -225,7 +225,7 @@ func TestCorruptStateIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sess, err := workplace.New().Restore(json.RawMessage(tc.state))
 			if envs.CodeOf(err) != envs.CodeBadState || sess != nil {
-				t.Fatalf("Restore = %v, %v; want %s", sess, err, envs.CodeBadState)
+				t.Fatalf("Restore: session installed = %v, err = %v; want %s", sess != nil, err, envs.CodeBadState)
 			}
 			if !strings.Contains(err.Error(), tc.names) {
 				t.Fatalf("error %q does not name %q", err, tc.names)
