@@ -5,6 +5,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
@@ -80,6 +81,13 @@ type RolloutInput struct {
 	// Resume continues from a boundary (continue-as-new inside an attempt, or a
 	// restored attempt); nil starts from the seed.
 	Resume *Boundary `json:"resume,omitempty"`
+	// HoldFor starts the run parked for this checkpoint id, until a resume
+	// with the same id: a restore installs every attempt before any moves.
+	HoldFor string `json:"hold_for,omitempty"`
+	// Completed is a result completed by an earlier attempt and not yet
+	// acknowledged when a checkpoint was cut: a restored run offers it again,
+	// receipt unchanged, instead of running the rollout a second time.
+	Completed *RolloutResult `json:"completed,omitempty"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool
@@ -143,4 +151,45 @@ type Status struct {
 	Phase    Phase          `json:"phase"`
 	Boundary Boundary       `json:"boundary"`
 	Result   *RolloutResult `json:"result,omitempty"`
+}
+
+// Update names of the Rollout workflow (the agent side of the checkpoint
+// protocol).
+const (
+	// UpdatePark stops the rollout at its next boundary and returns its
+	// ParkRecord. A model call still running at the deadline is cancelled and
+	// the rollout parks at its previous boundary.
+	UpdatePark = "park"
+	// UpdateResume releases a parked rollout.
+	UpdateResume = "resume"
+	// UpdateAcknowledge releases a completed result held for acknowledgement.
+	UpdateAcknowledge = "acknowledge"
+)
+
+// ParkRequest asks a rollout to park for a checkpoint.
+type ParkRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Deadline is absolute: a model call still running then is cancelled.
+	Deadline time.Time `json:"deadline"`
+}
+
+// ParkRecord is a parked rollout's boundary record: everything a replacement
+// attempt needs to continue, or the completed result still held.
+type ParkRecord struct {
+	CheckpointID string         `json:"checkpoint_id"`
+	Set          string         `json:"set"`
+	Input        RolloutInput   `json:"input"` // Resume is nil here; Boundary is the state
+	Boundary     Boundary       `json:"boundary"`
+	Phase        Phase          `json:"phase"`
+	Result       *RolloutResult `json:"result,omitempty"` // completed, not yet acknowledged
+}
+
+// ResumeRequest releases a rollout parked for CheckpointID.
+type ResumeRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+// AckRequest acknowledges a completed result by its receipt.
+type AckRequest struct {
+	Receipt Receipt `json:"receipt"`
 }

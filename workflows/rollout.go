@@ -1,0 +1,586 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// Defaults and bounds of a rollout.
+const (
+	DefaultMaxTurns = 16
+	MaxMaxTurns     = 10000
+)
+
+// Error types a Rollout fails with.
+const (
+	// ErrInvalidInput: the input cannot start a rollout.
+	ErrInvalidInput = "InvalidRolloutInput"
+	// ErrFenced: a higher attempt of this rollout is installed; this one stops.
+	ErrFenced = "AttemptFenced"
+)
+
+// Activity timeouts. A worker that dies mid-activity is detected by the
+// heartbeat timeout (model calls) or the start-to-close timeout (environment
+// calls), after which Temporal retries the activity on another worker.
+var (
+	modelOptions = workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        30 * time.Second,
+			NonRetryableErrorTypes: []string{activities.ErrModelRequest},
+		},
+	}
+	envOptions = workflow.ActivityOptions{
+		StartToCloseTimeout: 15 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    500 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    10 * time.Second,
+			NonRetryableErrorTypes: []string{
+				activities.ErrStaleAttempt, activities.ErrParked, activities.ErrEnvironment,
+			},
+		},
+	}
+	// parkedRetry is how long a rollout waits before re-sending a request the
+	// environment answered "parked" (admission closed for a checkpoint).
+	parkedRetry = time.Second
+)
+
+// Rollout runs one attempt of a rollout: seed the environment, then model call
+// → one environment operation per tool call (or one step, gym style), until
+// the model answers without tool calls, the episode terminates or the turn
+// limit; then verify. Each completed activity leaves a boundary where the
+// rollout may park for a checkpoint or continue as new.
+func Rollout(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
+	r, err := setupRollout(ctx, in)
+	if err != nil {
+		return RolloutResult{}, err
+	}
+	return r.run(ctx)
+}
+
+// rollout is the state of one run.
+type rollout struct {
+	in     RolloutInput
+	b      Boundary
+	phase  Phase
+	logger log.Logger
+
+	park   *ParkRequest // a checkpoint asked to park; nil when none
+	parked bool         // the main loop is parked at a boundary
+	result *RolloutResult
+	acked  bool
+	// saPhase/saTurn are the search attribute values last upserted.
+	saPhase Phase
+	saTurn  int
+}
+
+// validate checks the input; a bad input fails the run before any side effect.
+func (in *RolloutInput) validate() error {
+	switch {
+	case in.RolloutID == "":
+		return errors.New("rollout_id is required")
+	case in.Attempt < 0:
+		return fmt.Errorf("attempt %d is negative", in.Attempt)
+	case in.Env.Name == "":
+		return errors.New("env.name is required")
+	case in.Policy.Model == "":
+		return errors.New("policy.model is required")
+	case in.Limits.MaxTurns < 0 || in.Limits.MaxTurns > MaxMaxTurns:
+		return fmt.Errorf("limits.max_turns %d is outside 0..%d", in.Limits.MaxTurns, MaxMaxTurns)
+	}
+	if b := in.Resume; b != nil {
+		switch {
+		case b.RolloutID != in.RolloutID:
+			return fmt.Errorf("resume boundary is of rollout %q, not %q", b.RolloutID, in.RolloutID)
+		case b.Attempt > in.Attempt:
+			return fmt.Errorf("resume boundary is of attempt %d, after attempt %d", b.Attempt, in.Attempt)
+		case !b.Seeded:
+			return errors.New("resume boundary was never seeded")
+		case b.Pending != nil && (b.Cursor < 0 || b.Cursor > len(b.Pending.ToolCalls)):
+			return fmt.Errorf("resume boundary cursor %d is outside its %d tool calls", b.Cursor, len(b.Pending.ToolCalls))
+		}
+	}
+	if c := in.Completed; c != nil {
+		if c.RolloutID != in.RolloutID || c.Receipt == nil {
+			return errors.New("completed result must be of this rollout and carry its receipt")
+		}
+		want, err := NewReceipt(*c)
+		if err != nil || want != *c.Receipt {
+			return errors.New("completed result does not match its receipt")
+		}
+	}
+	return nil
+}
+
+func setupRollout(ctx workflow.Context, in RolloutInput) (*rollout, error) {
+	if err := in.validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError("invalid rollout input: "+err.Error(), ErrInvalidInput, nil)
+	}
+	if in.Limits.MaxTurns == 0 {
+		in.Limits.MaxTurns = DefaultMaxTurns
+	}
+	r := &rollout{in: in, phase: PhaseSeeding}
+	if in.Resume != nil {
+		r.b = *in.Resume
+		r.in.Resume = nil
+	}
+	r.b.RolloutID, r.b.Attempt = in.RolloutID, in.Attempt
+	if in.HoldFor != "" {
+		r.park = &ParkRequest{CheckpointID: in.HoldFor}
+	}
+	r.logger = log.With(workflow.GetLogger(ctx), "rollout", in.RolloutID, "attempt", in.Attempt)
+	if err := r.registerHandlers(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rollout) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryBoundary, func() (Boundary, error) { return r.b, nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		return Status{Phase: r.phase, Boundary: r.b, Result: r.result}, nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdatePark, r.onPark, workflow.UpdateHandlerOptions{
+		Validator:   r.validatePark,
+		Description: "park at the next boundary and return the boundary record",
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateResume, r.onResume, workflow.UpdateHandlerOptions{
+		Validator:   r.validateResume,
+		Description: "release a rollout parked for a checkpoint",
+	}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcknowledge, r.onAck, workflow.UpdateHandlerOptions{
+		Validator:   r.validateAck,
+		Description: "release a completed result held for acknowledgement",
+	})
+}
+
+// validatePark rejects (without writing history) a park for a second
+// checkpoint while one holds the rollout.
+func (r *rollout) validatePark(req ParkRequest) error {
+	if req.CheckpointID == "" {
+		return errors.New("checkpoint_id is required")
+	}
+	if r.park != nil && r.park.CheckpointID != req.CheckpointID {
+		return fmt.Errorf("rollout is held for checkpoint %q", r.park.CheckpointID)
+	}
+	return nil
+}
+
+func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, error) {
+	if r.park == nil {
+		r.park = &req
+	} else if r.park.Deadline.IsZero() {
+		r.park.Deadline = req.Deadline // a held restore run learns its deadline
+	}
+	// A completed rollout has no next boundary: its held result is its record.
+	if err := workflow.Await(ctx, func() bool { return r.parked || r.result != nil }); err != nil {
+		return ParkRecord{}, err
+	}
+	return r.record(req.CheckpointID), nil
+}
+
+func (r *rollout) record(checkpointID string) ParkRecord {
+	in := r.in
+	in.Resume, in.HoldFor = nil, ""
+	return ParkRecord{
+		CheckpointID: checkpointID, Set: r.in.Set, Input: in,
+		Boundary: r.b, Phase: r.phase, Result: r.result,
+	}
+}
+
+func (r *rollout) validateResume(req ResumeRequest) error {
+	if req.CheckpointID == "" {
+		return errors.New("checkpoint_id is required")
+	}
+	if r.park != nil && r.park.CheckpointID != req.CheckpointID {
+		return fmt.Errorf("rollout is held for checkpoint %q, not %q", r.park.CheckpointID, req.CheckpointID)
+	}
+	return nil
+}
+
+// onResume releases the rollout; resuming a rollout that is not held is a
+// no-op, so a retried resume is harmless.
+func (r *rollout) onResume(_ workflow.Context, _ ResumeRequest) error {
+	r.park = nil
+	return nil
+}
+
+func (r *rollout) validateAck(req AckRequest) error {
+	if r.result == nil || r.result.Receipt == nil {
+		return errors.New("rollout has no completed result to acknowledge")
+	}
+	if *r.result.Receipt != req.Receipt {
+		return fmt.Errorf("receipt %+v does not match the result's %+v", req.Receipt, *r.result.Receipt)
+	}
+	return nil
+}
+
+func (r *rollout) onAck(_ workflow.Context, _ AckRequest) error {
+	r.acked = true
+	return nil
+}
+
+func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	if r.in.Completed != nil {
+		return r.offer(ctx, *r.in.Completed)
+	}
+	if err := r.boundary(ctx); err != nil {
+		return RolloutResult{}, err
+	}
+	if !r.b.Seeded {
+		if err := r.seed(ctx); err != nil {
+			return RolloutResult{}, err
+		}
+	}
+	for !r.b.Done {
+		var err error
+		switch {
+		case r.b.Pending != nil && r.b.Cursor < len(r.b.Pending.ToolCalls):
+			err = r.operate(ctx)
+		case r.b.Turn >= r.in.Limits.MaxTurns:
+			// At the limit: stop without generating an extra action.
+			r.b.Truncated, r.b.Done = true, true
+		default:
+			err = r.callModel(ctx)
+		}
+		if err != nil {
+			return RolloutResult{}, err
+		}
+		if err := r.boundary(ctx); err != nil {
+			return RolloutResult{}, err
+		}
+		if !r.b.Done && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return RolloutResult{}, r.continueAsNew(ctx)
+		}
+	}
+	return r.finish(ctx)
+}
+
+// boundary is where the rollout may park: it publishes its position and, when
+// a checkpoint asked, waits here until resumed.
+func (r *rollout) boundary(ctx workflow.Context) error {
+	r.setPhase(ctx, r.nextPhase())
+	if r.park == nil {
+		return nil
+	}
+	r.parked = true
+	r.setPhase(ctx, PhaseParked)
+	r.logger.Info("parked", "checkpoint", r.park.CheckpointID, "turn", r.b.Turn)
+	if err := workflow.Await(ctx, func() bool { return r.park == nil }); err != nil {
+		return err
+	}
+	r.parked = false
+	r.logger.Info("resumed", "turn", r.b.Turn)
+	r.setPhase(ctx, r.nextPhase())
+	return nil
+}
+
+func (r *rollout) nextPhase() Phase {
+	switch {
+	case !r.b.Seeded:
+		return PhaseSeeding
+	case r.b.Done:
+		return PhaseVerifying
+	case r.b.Pending != nil:
+		return PhaseEnvironment
+	default:
+		return PhaseModel
+	}
+}
+
+// setPhase records the phase and upserts the search attributes when they
+// changed; each upsert costs a history event, so unchanged values are skipped.
+func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
+	r.phase = p
+	if p == r.saPhase && r.b.Turn == r.saTurn {
+		return
+	}
+	err := workflow.UpsertTypedSearchAttributes(ctx,
+		rolloutIDKey.ValueSet(r.in.RolloutID),
+		rolloutSetKey.ValueSet(r.in.Set),
+		rolloutAttemptKey.ValueSet(int64(r.in.Attempt)),
+		rolloutTurnKey.ValueSet(int64(r.b.Turn)),
+		rolloutPhaseKey.ValueSet(string(p)),
+	)
+	if err != nil {
+		r.logger.Warn("search attribute upsert failed", "error", err)
+		return
+	}
+	r.saPhase, r.saTurn = p, r.b.Turn
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — turn %d, attempt %d, revision %d", p, r.b.Turn, r.in.Attempt, r.b.Revision))
+}
+
+func (r *rollout) seed(ctx workflow.Context) error {
+	in := activities.StartEnvironmentInput{
+		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Env: r.in.Env, Seed: r.in.Seed, Task: r.in.Task,
+	}
+	var res activities.StartEnvironmentResult
+	err := r.retryParked(ctx, func() error {
+		return workflow.ExecuteActivity(r.envCtx(ctx, "seed "+r.in.Env.Name), activities.StartEnvironmentName, in).Get(ctx, &res)
+	})
+	if err != nil {
+		return r.fail(err, "seed environment")
+	}
+	r.b.Head, r.b.Tools, r.b.Revision = res.Head, res.Tools, res.Revision
+	r.b.Style, r.b.EnvMode, r.b.Seeded = res.Style, res.Mode, true
+	return r.boundary(ctx)
+}
+
+// callModel asks the policy for the next message. When a checkpoint's
+// deadline passes while the model is still answering, the call is cancelled
+// and the rollout parks at its previous boundary: a slow model never fails a
+// checkpoint. The call is then made again, with the same id, after resume.
+func (r *rollout) callModel(ctx workflow.Context) error {
+	turn := r.b.Turn + 1
+	in := activities.CallModelInput{
+		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Turn: turn,
+		Head: r.b.Head, Tools: r.b.Tools, Style: r.b.Style,
+		Policy: r.in.Policy, Seed: r.in.Seed, Parent: r.b.LastCall,
+	}
+	for {
+		callCtx, cancel := workflow.WithCancel(ctx)
+		opts := modelOptions
+		opts.Summary = fmt.Sprintf("model turn %d", turn)
+		fut := workflow.ExecuteActivity(workflow.WithActivityOptions(callCtx, opts), activities.CallModelName, in)
+
+		expired, err := r.awaitAnswerOrDeadline(ctx, fut)
+		if err != nil {
+			cancel()
+			return err
+		}
+		if !expired {
+			var res activities.CallModelResult
+			err := fut.Get(ctx, &res)
+			cancel()
+			if err != nil {
+				return r.fail(err, fmt.Sprintf("model call of turn %d", turn))
+			}
+			r.b.Turn = turn
+			r.b.Head = res.Head
+			r.b.Usage = r.b.Usage.Add(res.Usage)
+			r.b.Lineage = append(r.b.Lineage, LineageEntry{CallID: res.CallID, Parent: res.Parent})
+			r.b.LastCall = res.CallID
+			if len(res.ToolCalls) == 0 {
+				r.b.Done = true
+			} else {
+				r.b.Pending, r.b.Cursor = &res, 0
+			}
+			return nil
+		}
+		// The deadline passed: cancel the call, let it settle, and park at
+		// the previous boundary; nothing of the answer is kept.
+		cancel()
+		_ = fut.Get(ctx, nil)
+		r.logger.Info("model call cancelled at the park deadline", "turn", turn)
+		if err := r.boundary(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitAnswerOrDeadline waits for the model's answer; when a park request
+// with a deadline arrives meanwhile, it also waits for that deadline and
+// reports whether the deadline came first.
+func (r *rollout) awaitAnswerOrDeadline(ctx workflow.Context, answer workflow.Future) (expired bool, err error) {
+	var deadline workflow.Future
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	defer cancelTimer()
+	for {
+		err := workflow.Await(ctx, func() bool {
+			return answer.IsReady() ||
+				(deadline == nil && r.park != nil && !r.park.Deadline.IsZero()) ||
+				(deadline != nil && deadline.IsReady())
+		})
+		switch {
+		case err != nil:
+			return false, err
+		case answer.IsReady():
+			return false, nil
+		case deadline == nil:
+			wait := r.park.Deadline.Sub(workflow.Now(ctx))
+			if wait < 0 {
+				wait = 0
+			}
+			deadline = workflow.NewTimerWithOptions(timerCtx, wait, workflow.TimerOptions{Summary: "park deadline"})
+		default:
+			return true, nil
+		}
+	}
+}
+
+// operate applies the pending tool call at the cursor.
+func (r *rollout) operate(ctx workflow.Context) error {
+	call := r.b.Pending.ToolCalls[r.b.Cursor]
+	in := activities.OperateEnvironmentInput{
+		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
+		RequestID:        participants.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
+		ExpectedRevision: r.b.Revision, Env: r.in.Env, Style: r.b.Style, Head: r.b.Head, Call: call,
+	}
+	var res activities.OperateEnvironmentResult
+	err := r.retryParked(ctx, func() error {
+		summary := fmt.Sprintf("%s turn %d call %d", call.Name, r.b.Turn, r.b.Cursor)
+		return workflow.ExecuteActivity(r.envCtx(ctx, summary), activities.OperateEnvironmentName, in).Get(ctx, &res)
+	})
+	if err != nil {
+		return r.fail(err, fmt.Sprintf("environment call %s", in.RequestID))
+	}
+	r.b.Head, r.b.Revision = res.Head, res.Revision
+	r.b.Reward += res.Reward
+	r.b.Cursor++
+	if r.b.Cursor == len(r.b.Pending.ToolCalls) {
+		r.b.Pending, r.b.Cursor = nil, 0
+	}
+	if res.Terminated || res.Truncated {
+		r.b.Terminated, r.b.Truncated, r.b.Done = res.Terminated, res.Truncated, true
+		r.b.Pending, r.b.Cursor = nil, 0
+	}
+	return nil
+}
+
+// retryParked runs call until the environment stops answering "parked". The
+// refused request changed nothing, so the rollout is still at its boundary:
+// it may park there for the checkpoint that closed admission, and re-sends
+// the same request (same request id) afterwards. No failure is counted.
+func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
+	for {
+		err := call()
+		if !isType(err, activities.ErrParked) {
+			return err
+		}
+		r.logger.Info("environment parked the request; waiting")
+		if _, werr := workflow.AwaitWithTimeout(ctx, parkedRetry, func() bool { return r.park != nil }); werr != nil {
+			return werr
+		}
+		if err := r.boundary(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *rollout) envCtx(ctx workflow.Context, summary string) workflow.Context {
+	opts := envOptions
+	opts.Summary = summary
+	return workflow.WithActivityOptions(ctx, opts)
+}
+
+// fail turns an activity error into the rollout's failure; a stale attempt
+// becomes a fencing failure that says so.
+func (r *rollout) fail(err error, what string) error {
+	r.phase = PhaseFailed
+	if isType(err, activities.ErrStaleAttempt) {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("attempt %d of %s is fenced off by a newer attempt: %v", r.in.Attempt, r.in.RolloutID, err),
+			ErrFenced, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
+	in := activities.VerifyInput{
+		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
+		RequestID: participants.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
+	}
+	var v activities.VerifyResult
+	err := r.retryParked(ctx, func() error {
+		return workflow.ExecuteActivity(r.envCtx(ctx, "verify"), activities.VerifyName, in).Get(ctx, &v)
+	})
+	if err != nil {
+		return RolloutResult{}, r.fail(err, "verify")
+	}
+	reward := v.Reward
+	if r.b.Style == envs.StyleGym {
+		// Gym episodes score by their accumulated dense reward.
+		reward = r.b.Reward
+	}
+	res := RolloutResult{
+		RolloutID: r.in.RolloutID, Set: r.in.Set, Attempt: r.in.Attempt,
+		Reward: reward, Turns: r.b.Turn, Usage: r.b.Usage, Head: r.b.Head, Lineage: r.b.Lineage,
+		Terminated: r.b.Terminated, Truncated: r.b.Truncated,
+	}
+	receipt, err := NewReceipt(res)
+	if err != nil {
+		return RolloutResult{}, err
+	}
+	res.Receipt = &receipt
+	return r.offer(ctx, res)
+}
+
+// offer holds the result until acknowledged (when the set asks for that) and
+// completes the run with it.
+func (r *rollout) offer(ctx workflow.Context, res RolloutResult) (RolloutResult, error) {
+	r.result = &res
+	r.b.Done = true
+	if r.in.RequireAck {
+		r.setPhase(ctx, PhaseAwaitingAck)
+		if err := workflow.Await(ctx, func() bool { return r.acked }); err != nil {
+			return RolloutResult{}, err
+		}
+	}
+	r.setPhase(ctx, PhaseCompleted)
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return RolloutResult{}, err
+	}
+	return res, nil
+}
+
+// continueAsNew starts a fresh run of the same attempt from this boundary,
+// keeping the history of each run bounded.
+func (r *rollout) continueAsNew(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	next := r.in
+	b := r.b
+	next.Resume = &b
+	r.logger.Info("continuing as new", "turn", r.b.Turn)
+	return workflow.NewContinueAsNewError(ctx, RolloutWorkflowName, next)
+}
+
+// NewReceipt computes the receipt of a result: the SHA-256 of its canonical
+// JSON without the receipt.
+func NewReceipt(res RolloutResult) (Receipt, error) {
+	res.Receipt = nil
+	data, err := json.Marshal(res)
+	if err != nil {
+		return Receipt{}, fmt.Errorf("encode result: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	return Receipt{RolloutID: res.RolloutID, Attempt: res.Attempt, SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+func isType(err error, typ string) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == typ
+}
+
+var (
+	rolloutIDKey      = temporal.NewSearchAttributeKeyKeyword(SARolloutID)
+	rolloutSetKey     = temporal.NewSearchAttributeKeyKeyword(SARolloutSet)
+	rolloutAttemptKey = temporal.NewSearchAttributeKeyInt64(SARolloutAttempt)
+	rolloutTurnKey    = temporal.NewSearchAttributeKeyInt64(SARolloutTurn)
+	rolloutPhaseKey   = temporal.NewSearchAttributeKeyKeyword(SARolloutPhase)
+)
