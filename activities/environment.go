@@ -1,0 +1,247 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// StartEnvironment seeds the rollout's session at the environment server and
+// stores the beginning of the conversation (instructions, first observation)
+// and the tool schema in the transcript store.
+func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentInput) (StartEnvironmentResult, error) {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return StartEnvironmentResult{}, err
+	}
+	if in.Env.Name == "" {
+		return StartEnvironmentResult{}, badInput("rollout %s: empty environment name", in.RolloutID)
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return StartEnvironmentResult{}, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return StartEnvironmentResult{}, err
+	}
+
+	resp, err := participants.NewClient(base, a.HTTPClient).Start(ctx, participants.StartRequest{
+		Identity: participants.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: participants.SeedRequestID(in.RolloutID),
+		},
+		Env:  in.Env.Name,
+		Seed: in.Seed,
+		Task: in.Task,
+	})
+	if err != nil {
+		return StartEnvironmentResult{}, envError("start "+in.RolloutID, err)
+	}
+
+	style := resp.Spec.Style
+	if style == "" {
+		// An environment that declares no style is driven with tools, the
+		// common case; the tool list tells the model what it may do.
+		style = envs.StyleTools
+	}
+	if err := checkStyle(style); err != nil {
+		return StartEnvironmentResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("environment %s declares an unknown style %q", in.Env.Name, resp.Spec.Style), ErrEnvironment, nil)
+	}
+
+	var items []transcript.Item
+	if resp.Start.Instructions != "" {
+		items = append(items, transcript.Item{Role: "system", Content: resp.Start.Instructions})
+	}
+	items = append(items, transcript.Item{Role: "user", Content: resp.Start.Observation})
+	head, err := store.AppendAll(ctx, "", items...)
+	if err != nil {
+		return StartEnvironmentResult{}, storeError("store start of "+in.RolloutID, err)
+	}
+	tools := resp.Spec.Tools
+	if tools == nil {
+		tools = []envs.Tool{} // "[]", not "null": equal specs, equal digests
+	}
+	toolsDigest, err := store.PutJSON(ctx, tools)
+	if err != nil {
+		return StartEnvironmentResult{}, storeError("store tools of "+in.RolloutID, err)
+	}
+	return StartEnvironmentResult{
+		Head:     head,
+		Tools:    toolsDigest,
+		Revision: resp.Revision,
+		Style:    style,
+		Mode:     envs.EffectiveMode(resp.Spec.Mode),
+	}, nil
+}
+
+// OperateEnvironment applies one tool call (or gym step) at the environment
+// server and appends what the model should see next to the transcript: the
+// observation, or the environment's refusal.
+func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironmentInput) (OperateEnvironmentResult, error) {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	if in.RequestID == "" {
+		return OperateEnvironmentResult{}, badInput("rollout %s: empty request id", in.RolloutID)
+	}
+	if err := checkStyle(in.Style); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	if err := checkDigest("operate "+in.RequestID+": head", in.Head); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+
+	args := strings.TrimSpace(in.Call.Arguments)
+	if args == "" {
+		// Models commonly send no arguments at all for a tool without
+		// parameters; that means the empty object.
+		args = "{}"
+	}
+	if !json.Valid([]byte(args)) {
+		// The model's mistake, not the environment's: show it to the model
+		// like any refusal, and do not bother the server with it.
+		return a.refuse(ctx, store, in, envs.CodeBadArguments,
+			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
+	}
+
+	resp, err := participants.NewClient(base, a.HTTPClient).Operate(ctx, participants.OperateRequest{
+		Identity: participants.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: in.RequestID,
+		},
+		ExpectedRevision: in.ExpectedRevision,
+		Tool:             in.Call.Name,
+		Arguments:        json.RawMessage(args),
+	})
+	if err != nil {
+		var re *participants.RemoteError
+		if errors.As(err, &re) && re.Status == http.StatusUnprocessableEntity {
+			res, err := a.refuse(ctx, store, in, re.Code, re.Message)
+			if err == nil {
+				a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
+			}
+			return res, err
+		}
+		return OperateEnvironmentResult{}, envError("operate "+in.RequestID, err)
+	}
+
+	head, err := store.Append(ctx, in.Head, observationItem(in, resp.Outcome.Observation))
+	if err != nil {
+		return OperateEnvironmentResult{}, storeError("store observation of "+in.RequestID, err)
+	}
+	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
+	return OperateEnvironmentResult{
+		Head:       head,
+		Revision:   resp.Revision,
+		Reward:     resp.Outcome.Reward,
+		Terminated: resp.Outcome.Terminated,
+		Truncated:  resp.Outcome.Truncated,
+		Replayed:   resp.Replayed,
+	}, nil
+}
+
+// refuse records a refusal as what the model sees next; the environment's
+// state, and so the revision, is unchanged.
+func (a *Activities) refuse(ctx context.Context, store *transcript.Store, in OperateEnvironmentInput, code, message string) (OperateEnvironmentResult, error) {
+	refusal := code + ": " + message
+	head, err := store.Append(ctx, in.Head, observationItem(in, "error: "+refusal))
+	if err != nil {
+		return OperateEnvironmentResult{}, storeError("store refusal of "+in.RequestID, err)
+	}
+	return OperateEnvironmentResult{
+		Head:     head,
+		Revision: in.ExpectedRevision,
+		Refusal:  refusal,
+	}, nil
+}
+
+// observationItem is how the model sees an operation's output: the answer to
+// its tool call, or (gym style) the next user message.
+func observationItem(in OperateEnvironmentInput, content string) transcript.Item {
+	if in.Style == envs.StyleGym {
+		return transcript.Item{Role: "user", Content: content}
+	}
+	return transcript.Item{Role: "tool", ToolCallID: in.Call.ID, Content: content}
+}
+
+// Verify scores the finished episode; the server retires the session.
+func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return VerifyResult{}, err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	requestID := in.RequestID
+	if requestID == "" {
+		requestID = participants.VerifyRequestID(in.RolloutID)
+	}
+	resp, err := participants.NewClient(base, a.HTTPClient).Verify(ctx, participants.VerifyRequest{
+		Identity: participants.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: requestID,
+		},
+		ExpectedRevision: in.ExpectedRevision,
+	})
+	if err != nil {
+		return VerifyResult{}, envError("verify "+in.RolloutID, err)
+	}
+	return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+}
+
+// envError maps an environment server failure to what the workflow must do:
+// stop (stale attempt), wait and re-send (parked), give up (a refusal no
+// retry can fix), or let Temporal retry (5xx, network).
+func envError(op string, err error) error {
+	var re *participants.RemoteError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("environment %s: %w", op, err)
+	}
+	msg := fmt.Sprintf("environment %s: %d %s: %s", op, re.Status, re.Code, re.Message)
+	switch {
+	case re.Status == http.StatusConflict && re.Code == participants.CodeStaleAttempt:
+		return temporal.NewNonRetryableApplicationError(msg, ErrStaleAttempt, nil)
+	case re.Status == http.StatusServiceUnavailable && re.Code == participants.CodeParked:
+		// The workflow, not Temporal, waits and re-sends the same request id,
+		// so the rollout can park at its boundary meanwhile.
+		return temporal.NewNonRetryableApplicationError(msg, ErrParked, nil)
+	case re.Status == http.StatusRequestTimeout || re.Status == http.StatusTooManyRequests || re.Status >= 500:
+		return fmt.Errorf("environment %s: %w", op, err)
+	default:
+		return temporal.NewNonRetryableApplicationError(msg, ErrEnvironment, nil)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // never cut a character in half
+	}
+	return s[:n] + "…"
+}

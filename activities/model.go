@@ -1,0 +1,338 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// ErrModelUnavailable is the type of a retryable model failure (429, 5xx)
+// that carries the server's Retry-After as the next retry delay.
+const ErrModelUnavailable = "ModelUnavailable"
+
+// CallModel asks the policy for the next message of the conversation at
+// in.Head, stores the answer and returns the new head and the tool calls (in
+// gym style, the action as one step call).
+func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallModelResult, error) {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return CallModelResult{}, err
+	}
+	if in.Turn < 0 {
+		return CallModelResult{}, badInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
+	}
+	if err := checkStyle(in.Style); err != nil {
+		return CallModelResult{}, err
+	}
+	if err := checkDigest("call model: head", in.Head); err != nil {
+		return CallModelResult{}, err
+	}
+	if in.Policy.Model == "" {
+		return CallModelResult{}, badInput("rollout %s: empty policy model name", in.RolloutID)
+	}
+	store, err := a.store()
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	callID := ModelCallID(in.RolloutID, in.Attempt, in.Turn)
+
+	items, err := store.Load(ctx, in.Head)
+	if err != nil {
+		return CallModelResult{}, storeError("load conversation of "+callID, err)
+	}
+	messages, err := chatMessages(items)
+	if err != nil {
+		return CallModelResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), ErrTranscript, nil)
+	}
+	params := openai.ChatCompletionNewParams{
+		Model:    in.Policy.Model,
+		Messages: messages,
+		Seed:     openai.Int(in.Seed),
+	}
+	if in.Style == envs.StyleTools {
+		if err := checkDigest("call model: tools", in.Tools); err != nil {
+			return CallModelResult{}, err
+		}
+		var tools []envs.Tool
+		if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
+			return CallModelResult{}, storeError("load tools of "+callID, err)
+		}
+		if params.Tools, err = chatTools(tools); err != nil {
+			return CallModelResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), ErrTranscript, nil)
+		}
+	}
+
+	baseURL := in.Policy.BaseURL
+	if baseURL == "" {
+		baseURL = a.ModelBaseURL
+	}
+	if baseURL == "" {
+		return CallModelResult{}, badInput("%s: no model base URL in the policy and no worker default", callID)
+	}
+	client := a.modelClient(baseURL)
+
+	stop := a.heartbeatWhile(ctx, callID)
+	completion, err := client.Chat.Completions.New(ctx, params)
+	stop()
+	if err != nil {
+		return CallModelResult{}, modelError(ctx, callID, in.Policy.Model, baseURL, err)
+	}
+	if len(completion.Choices) == 0 {
+		return CallModelResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, in.Policy.Model, baseURL), ErrModelEmpty, nil)
+	}
+	choice := completion.Choices[0]
+
+	answer := transcript.Item{Role: "assistant", Content: choice.Message.Content}
+	var calls []transcript.ToolCall
+	switch in.Style {
+	case envs.StyleTools:
+		for i, tc := range choice.Message.ToolCalls {
+			id := tc.ID
+			if id == "" {
+				// Some OpenAI-compatible servers send no ids; the tool answer
+				// must name one, and it must not depend on the run.
+				id = fmt.Sprintf("call_t%d_%d", in.Turn, i)
+			}
+			calls = append(calls, transcript.ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		answer.ToolCalls = calls
+	case envs.StyleGym:
+		// The text is the action. The assistant item keeps only the text: no
+		// tools were offered, and the observation comes back as a user message.
+		args, err := json.Marshal(struct {
+			Action string `json:"action"`
+		}{choice.Message.Content})
+		if err != nil {
+			return CallModelResult{}, fmt.Errorf("%s: encode action: %w", callID, err)
+		}
+		calls = []transcript.ToolCall{{ID: "step-" + strconv.Itoa(in.Turn), Name: envs.StepTool, Arguments: string(args)}}
+	}
+
+	head, err := store.Append(ctx, in.Head, answer)
+	if err != nil {
+		return CallModelResult{}, storeError("store answer of "+callID, err)
+	}
+	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
+	return CallModelResult{
+		CallID:       callID,
+		Parent:       in.Parent,
+		Head:         head,
+		ToolCalls:    calls,
+		FinishReason: choice.FinishReason,
+		Usage: Usage{
+			PromptTokens:     completion.Usage.PromptTokens,
+			CompletionTokens: completion.Usage.CompletionTokens,
+			TotalTokens:      completion.Usage.TotalTokens,
+			Calls:            1,
+		},
+	}, nil
+}
+
+// modelClient returns the cached client for baseURL. The SDK does not retry
+// (Temporal owns retries, so each attempt is visible and bounded by the
+// activity's timeouts).
+func (a *Activities) modelClient(baseURL string) *openai.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[baseURL]; ok {
+		return c
+	}
+	key := a.ModelAPIKey
+	if key == "" {
+		key = placeholderAPIKey
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(baseURL),
+		option.WithAPIKey(key),
+		option.WithMaxRetries(0),
+	}
+	if a.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(a.HTTPClient))
+	}
+	c := openai.NewClient(opts...)
+	if a.clients == nil {
+		a.clients = map[string]*openai.Client{}
+	}
+	a.clients[baseURL] = &c
+	return &c
+}
+
+// heartbeatWhile heartbeats every HeartbeatEvery until the returned stop is
+// called, so a slow model call stays alive and can be cancelled (Temporal
+// delivers cancellation to an activity through its heartbeats).
+func (a *Activities) heartbeatWhile(ctx context.Context, details ...any) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(a.heartbeatEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, details...)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// chatMessages maps transcript items to Chat Completions messages.
+func chatMessages(items []transcript.Item) ([]openai.ChatCompletionMessageParamUnion, error) {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(items))
+	for i, it := range items {
+		switch it.Role {
+		case "system":
+			out = append(out, openai.SystemMessage(it.Content))
+		case "user":
+			out = append(out, openai.UserMessage(it.Content))
+		case "assistant":
+			var m openai.ChatCompletionAssistantMessageParam
+			if it.Content != "" || len(it.ToolCalls) == 0 {
+				m.Content.OfString = openai.String(it.Content)
+			}
+			for _, tc := range it.ToolCalls {
+				m.ToolCalls = append(m.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID: tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+							Name:      tc.Name,
+							Arguments: tc.Arguments,
+						},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &m})
+		case "tool":
+			if it.ToolCallID == "" {
+				return nil, fmt.Errorf("item %d: tool message without tool_call_id", i)
+			}
+			out = append(out, openai.ToolMessage(it.Content, it.ToolCallID))
+		default:
+			return nil, fmt.Errorf("item %d: unknown role %q", i, it.Role)
+		}
+	}
+	return out, nil
+}
+
+// chatTools maps environment tools to function tools.
+func chatTools(tools []envs.Tool) ([]openai.ChatCompletionToolUnionParam, error) {
+	out := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	for _, t := range tools {
+		if t.Name == "" {
+			return nil, errors.New("tool without a name")
+		}
+		fn := openai.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fn.Description = openai.String(t.Description)
+		}
+		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+			dec := json.NewDecoder(bytes.NewReader(p))
+			dec.UseNumber() // keep the schema's numbers exactly as written
+			var schema map[string]any
+			if err := dec.Decode(&schema); err != nil {
+				return nil, fmt.Errorf("tool %s: parameters are not a JSON object: %w", t.Name, err)
+			}
+			fn.Parameters = schema
+		}
+		out = append(out, openai.ChatCompletionFunctionTool(fn))
+	}
+	if len(out) == 0 {
+		return nil, nil // no tools: omit the field rather than send []
+	}
+	return out, nil
+}
+
+// modelError maps a failed model call: 429 and 5xx are retried by Temporal
+// after the server's Retry-After; any other 4xx cannot be fixed by retrying;
+// a network failure is retried.
+func modelError(ctx context.Context, callID, model, baseURL string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: model call cancelled: %w", callID, ctx.Err())
+	}
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		return fmt.Errorf("%s: call model %s at %s: %w", callID, model, baseURL, err)
+	}
+	status := apiErr.StatusCode
+	msg := fmt.Sprintf("%s: model %s at %s answered %d %s: %s",
+		callID, model, baseURL, status, http.StatusText(status), apiErrorText(apiErr))
+	if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500 {
+		var delay time.Duration
+		if apiErr.Response != nil {
+			delay = retryAfter(apiErr.Response.Header, time.Now())
+		}
+		return temporal.NewApplicationErrorWithOptions(msg, ErrModelUnavailable, temporal.ApplicationErrorOptions{
+			NextRetryDelay: delay,
+		})
+	}
+	return temporal.NewNonRetryableApplicationError(msg, ErrModelRequest, nil)
+}
+
+// apiErrorText is what the server said: its error message, or the body.
+func apiErrorText(e *openai.Error) string {
+	if e.Message != "" {
+		return e.Message
+	}
+	if e.Response != nil && e.Response.Body != nil {
+		// The SDK re-fills the body with what it read.
+		b, _ := io.ReadAll(io.LimitReader(e.Response.Body, 4096))
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return truncate(s, 500)
+		}
+	}
+	return "(no message)"
+}
+
+// retryAfter reads the delay a server asks for: OpenAI's retry-after-ms, or
+// Retry-After as seconds or an HTTP date. Zero means none given.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs > 0 {
+			return time.Duration(secs * float64(time.Second))
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
