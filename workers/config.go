@@ -1,0 +1,160 @@
+// Package workers builds a turnstile worker: configuration from the
+// environment, the Temporal client options, logging (zap behind the SDK's
+// logger interface) and the registrations of workflows and activities.
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// Environment variables a worker reads. Temporal's own connection settings
+// (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, temporal.toml …) are read by
+// envconfig in ClientOptions.
+const (
+	EnvTranscriptDir = "TURNSTILE_TRANSCRIPT_DIR"
+	EnvEnvURL        = "TURNSTILE_ENV_URL"
+	EnvModelBaseURL  = "TURNSTILE_MODEL_BASE_URL"
+	EnvModelAPIKey   = "TURNSTILE_MODEL_API_KEY"
+	EnvOpenAIAPIKey  = "OPENAI_API_KEY" // fallback for EnvModelAPIKey
+	EnvTaskQueue     = "TURNSTILE_TASK_QUEUE"
+	EnvLogLevel      = "TURNSTILE_LOG_LEVEL"
+)
+
+// Defaults, chosen so a worker started beside `make devserver` and the local
+// environment and policy servers needs no settings at all.
+const (
+	DefaultTranscriptDir = ".turnstile/transcripts"
+	DefaultEnvURL        = "http://127.0.0.1:8091"
+	DefaultModelBaseURL  = "http://127.0.0.1:8092/v1"
+	DefaultTaskQueue     = workflows.TaskQueue
+	DefaultLogLevel      = "info"
+)
+
+// Config is what a worker needs besides the Temporal connection.
+type Config struct {
+	TranscriptDir string
+	EnvURL        string
+	ModelBaseURL  string
+	// ModelAPIKey is held by the worker only; it never travels in workflow
+	// input. Local OpenAI-compatible servers accept any key.
+	ModelAPIKey string
+	TaskQueue   string
+	LogLevel    string
+}
+
+// ConfigFromEnv reads the configuration from the process environment.
+func ConfigFromEnv() (Config, error) {
+	return ConfigFromLookup(os.LookupEnv)
+}
+
+// ConfigFromLookup reads the configuration through lookup (os.LookupEnv in
+// production, a map in tests). Unset or blank variables take their defaults.
+func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
+	get := func(key, def string) string {
+		if v, ok := lookup(key); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		return def
+	}
+	cfg := Config{
+		TranscriptDir: get(EnvTranscriptDir, DefaultTranscriptDir),
+		EnvURL:        get(EnvEnvURL, DefaultEnvURL),
+		ModelBaseURL:  get(EnvModelBaseURL, DefaultModelBaseURL),
+		ModelAPIKey:   get(EnvModelAPIKey, get(EnvOpenAIAPIKey, "")),
+		TaskQueue:     get(EnvTaskQueue, DefaultTaskQueue),
+		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	if c.TranscriptDir == "" {
+		return fmt.Errorf("%s: empty transcript directory", EnvTranscriptDir)
+	}
+	for _, u := range []struct{ name, value string }{
+		{EnvEnvURL, c.EnvURL},
+		{EnvModelBaseURL, c.ModelBaseURL},
+	} {
+		if !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
+			return fmt.Errorf("%s=%q: want an http:// or https:// URL", u.name, u.value)
+		}
+	}
+	if c.TaskQueue == "" {
+		return fmt.Errorf("%s: empty task queue", EnvTaskQueue)
+	}
+	if _, err := zap.ParseAtomicLevel(c.LogLevel); err != nil {
+		return fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, c.LogLevel)
+	}
+	return nil
+}
+
+// ClientOptions loads the Temporal client options the way the Temporal CLI
+// does (temporal.toml profile, then TEMPORAL_* environment variables) and
+// routes the SDK's logs through logger.
+func ClientOptions(logger *zap.Logger) (client.Options, error) {
+	opts, err := envconfig.LoadDefaultClientOptions()
+	if err != nil {
+		return client.Options{}, fmt.Errorf("load Temporal client config (temporal.toml / TEMPORAL_* env): %w", err)
+	}
+	opts.Logger = NewLogger(logger)
+	return opts, nil
+}
+
+// HostPort is the address opts dial: the configured one or the SDK default.
+func HostPort(opts client.Options) string {
+	if opts.HostPort == "" {
+		return client.DefaultHostPort
+	}
+	return opts.HostPort
+}
+
+// Namespace is the namespace opts use: the configured one or the SDK default.
+func Namespace(opts client.Options) string {
+	if opts.Namespace == "" {
+		return client.DefaultNamespace
+	}
+	return opts.Namespace
+}
+
+// DevServerHint tells an operator how to get a Temporal server.
+const DevServerHint = "start a dev server with `make devserver`, or point TEMPORAL_ADDRESS at a running one"
+
+// Dial connects to Temporal within timeout and checks that the frontend
+// answers, so an unreachable server is a clear error at start-up rather than
+// a worker that silently retries its polls.
+func Dial(ctx context.Context, opts client.Options, timeout time.Duration) (client.Client, error) {
+	addr := HostPort(opts)
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := client.DialContext(dctx, opts)
+	if err != nil {
+		return nil, unreachable(addr, Namespace(opts), err)
+	}
+	if _, err := c.CheckHealth(dctx, &client.CheckHealthRequest{}); err != nil {
+		c.Close()
+		return nil, unreachable(addr, Namespace(opts), err)
+	}
+	return c, nil
+}
+
+func unreachable(addr, namespace string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("connect to Temporal at %s (namespace %s): %w", addr, namespace, err)
+	}
+	return fmt.Errorf("cannot reach Temporal at %s (namespace %s): %w; %s", addr, namespace, err, DevServerHint)
+}

@@ -1,0 +1,127 @@
+package workers_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	}
+}
+
+func TestConfigFromLookup(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want workers.Config
+	}{
+		{
+			name: "defaults",
+			env:  nil,
+			want: workers.Config{
+				TranscriptDir: ".turnstile/transcripts",
+				EnvURL:        "http://127.0.0.1:8091",
+				ModelBaseURL:  "http://127.0.0.1:8092/v1",
+				TaskQueue:     workflows.TaskQueue,
+				LogLevel:      "info",
+			},
+		},
+		{
+			name: "overrides",
+			env: map[string]string{
+				workers.EnvTranscriptDir: "/data/t",
+				workers.EnvEnvURL:        "https://env.example",
+				workers.EnvModelBaseURL:  "https://api.example/v1",
+				workers.EnvModelAPIKey:   "k1",
+				workers.EnvOpenAIAPIKey:  "k2",
+				workers.EnvTaskQueue:     "q",
+				workers.EnvLogLevel:      "DEBUG",
+			},
+			want: workers.Config{
+				TranscriptDir: "/data/t",
+				EnvURL:        "https://env.example",
+				ModelBaseURL:  "https://api.example/v1",
+				ModelAPIKey:   "k1",
+				TaskQueue:     "q",
+				LogLevel:      "debug",
+			},
+		},
+		{
+			name: "OPENAI_API_KEY fallback, blank values take defaults",
+			env: map[string]string{
+				workers.EnvModelAPIKey:  "  ",
+				workers.EnvOpenAIAPIKey: "sk-x",
+				workers.EnvTaskQueue:    "",
+			},
+			want: workers.Config{
+				TranscriptDir: ".turnstile/transcripts",
+				EnvURL:        "http://127.0.0.1:8091",
+				ModelBaseURL:  "http://127.0.0.1:8092/v1",
+				ModelAPIKey:   "sk-x",
+				TaskQueue:     workflows.TaskQueue,
+				LogLevel:      "info",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := workers.ConfigFromLookup(lookup(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigFromLookupRejects(t *testing.T) {
+	tests := []struct {
+		name, key, value string
+	}{
+		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091"},
+		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1"},
+		{"log level", workers.EnvLogLevel, "loud"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := workers.ConfigFromLookup(lookup(map[string]string{tt.key: tt.value}))
+			if err == nil {
+				t.Fatalf("%s=%q accepted", tt.key, tt.value)
+			}
+			if !strings.Contains(err.Error(), tt.key) {
+				t.Errorf("error %q does not name %s", err, tt.key)
+			}
+		})
+	}
+}
+
+func TestHostPortAndUnreachableMessage(t *testing.T) {
+	// Nothing listens on port 1 of loopback: the dial must fail fast with an
+	// error that names the address and how to start a server.
+	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+	t.Setenv("TEMPORAL_CONFIG_FILE", t.TempDir()+"/none.toml")
+	opts, err := workers.ClientOptions(zaptestLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := workers.HostPort(opts); got != "127.0.0.1:1" {
+		t.Fatalf("HostPort = %q", got)
+	}
+	_, err = workers.Dial(t.Context(), opts, 3e9)
+	if err == nil {
+		t.Fatal("dial to a closed port succeeded")
+	}
+	for _, want := range []string{"127.0.0.1:1", "make devserver"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package workers
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// Registry is the part of worker.Worker that registrations need; a test can
+// record them without a server.
+type Registry interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+	RegisterActivity(a any)
+}
+
+// New builds a worker on cfg.TaskQueue with every turnstile workflow and
+// activity registered. It does not start it.
+func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error) {
+	acts, err := NewActivities(cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := worker.New(c, cfg.TaskQueue, worker.Options{})
+	Register(w, acts)
+	logger.Info("worker built",
+		zap.String("task_queue", cfg.TaskQueue),
+		zap.String("transcript_dir", cfg.TranscriptDir),
+		zap.String("env_url", cfg.EnvURL),
+		zap.String("model_base_url", cfg.ModelBaseURL),
+		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
+		zap.Bool("failpoints_armed", os.Getenv(failpoint.EnvVar) != ""),
+	)
+	return w, nil
+}
+
+// NewActivities builds the activities a worker hosts: the transcript store it
+// opens (creating the directory), the default endpoints, and the failpoints
+// armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
+// worker polls anything.
+func NewActivities(cfg Config) (*activities.Activities, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	store, err := transcript.Open(cfg.TranscriptDir)
+	if err != nil {
+		return nil, fmt.Errorf("open transcript store %s: %w", cfg.TranscriptDir, err)
+	}
+	fps, err := failpoint.FromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", failpoint.EnvVar, err)
+	}
+	return &activities.Activities{
+		Store:        store,
+		EnvURL:       cfg.EnvURL,
+		ModelBaseURL: cfg.ModelBaseURL,
+		ModelAPIKey:  cfg.ModelAPIKey,
+		// No client-wide timeout: a model call may legitimately take
+		// minutes; the activity's context bounds each call.
+		HTTPClient: &http.Client{},
+		Failpoints: fps,
+	}, nil
+}
+
+// Register registers the workflows and activities on r.
+func Register(r Registry, acts *activities.Activities) {
+	r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
+	// The struct's methods become the activities, named after the methods
+	// (activities.StartEnvironmentName, CallModelName, …).
+	r.RegisterActivity(acts)
+
+	// ---- Checkpoint / Restore ------------------------------------------
+	// Register the Checkpoint and Restore workflows (with their
+	// workflows.*WorkflowName constants) and their coordinator activities
+	// here when they land.
+	// ---------------------------------------------------------------------
+}

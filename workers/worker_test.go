@@ -1,0 +1,122 @@
+package workers_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+type recordingRegistry struct {
+	workflows  []string
+	activities []any
+}
+
+func (r *recordingRegistry) RegisterWorkflowWithOptions(_ any, o workflow.RegisterOptions) {
+	r.workflows = append(r.workflows, o.Name)
+}
+
+func (r *recordingRegistry) RegisterActivity(a any) { r.activities = append(r.activities, a) }
+
+func testConfig(t *testing.T) workers.Config {
+	t.Helper()
+	cfg, err := workers.ConfigFromLookup(func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TranscriptDir = filepath.Join(t.TempDir(), "transcripts")
+	return cfg
+}
+
+func TestRegister(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	acts, err := workers.NewActivities(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recordingRegistry
+	workers.Register(&r, acts)
+	if len(r.workflows) != 1 || r.workflows[0] != workflows.RolloutWorkflowName {
+		t.Errorf("workflows registered: %v", r.workflows)
+	}
+	if len(r.activities) != 1 || r.activities[0] != any(acts) {
+		t.Errorf("activities registered: %v", r.activities)
+	}
+}
+
+func TestNewActivities(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	cfg := testConfig(t)
+	cfg.ModelAPIKey = "k"
+	acts, err := workers.NewActivities(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acts.Store == nil || acts.Store.Dir() != cfg.TranscriptDir {
+		t.Errorf("store not opened in %s", cfg.TranscriptDir)
+	}
+	if _, err := os.Stat(cfg.TranscriptDir); err != nil {
+		t.Errorf("transcript dir not created: %v", err)
+	}
+	want := activities.Activities{EnvURL: cfg.EnvURL, ModelBaseURL: cfg.ModelBaseURL, ModelAPIKey: "k"}
+	if acts.EnvURL != want.EnvURL || acts.ModelBaseURL != want.ModelBaseURL || acts.ModelAPIKey != want.ModelAPIKey {
+		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
+	}
+	if acts.HTTPClient == nil {
+		t.Error("no HTTP client")
+	}
+}
+
+func TestNewActivitiesRejects(t *testing.T) {
+	tests := []struct {
+		name       string
+		failpoints string
+		mutate     func(t *testing.T, c *workers.Config)
+		want       string
+	}{
+		{
+			name: "transcript dir under a file",
+			mutate: func(t *testing.T, c *workers.Config) {
+				f := filepath.Join(t.TempDir(), "file")
+				if err := os.WriteFile(f, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				c.TranscriptDir = filepath.Join(f, "sub")
+			},
+			want: "transcript store",
+		},
+		{
+			name:       "bad failpoint spec",
+			failpoints: "no.such.place=kill@1",
+			want:       failpoint.EnvVar,
+		},
+		{
+			name:   "invalid config",
+			mutate: func(_ *testing.T, c *workers.Config) { c.TaskQueue = "" },
+			want:   "task queue",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(failpoint.EnvVar, tt.failpoints)
+			cfg := testConfig(t)
+			if tt.mutate != nil {
+				tt.mutate(t, &cfg)
+			}
+			_, err := workers.NewActivities(cfg)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
