@@ -1,0 +1,82 @@
+// Command starter is the pipeline/operator CLI of turnstile: it submits sets of
+// rollouts and reports on them through Temporal visibility.
+//
+//	starter submit --set s1 --count 64 --env counter --policy scripted-counter --seed 7 --wait
+//	starter status --set s1 --verbose
+//	starter summary --set s1
+//	starter results --set s1 > s1.jsonl
+//
+// The Temporal connection is configured like the Temporal CLI's
+// (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, temporal.toml profiles).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// dialTimeout bounds connecting to Temporal, so an unreachable server is a
+// prompt error, not a hang.
+const dialTimeout = 10 * time.Second
+
+// globals are the flags every command shares.
+type globals struct {
+	taskQueue string
+	logLevel  string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starter:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "starter",
+		Short:         "Submit and inspect sets of turnstile rollouts",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	defaultQueue := os.Getenv(workers.EnvTaskQueue)
+	if defaultQueue == "" {
+		defaultQueue = workflows.TaskQueue
+	}
+	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr")
+	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g))
+	return root
+}
+
+// dial connects to Temporal as configured by temporal.toml / TEMPORAL_* and
+// returns the address it dialled, for messages.
+func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
+	logger, err := workers.NewZapLogger(g.logLevel)
+	if err != nil {
+		return nil, "", err
+	}
+	opts, err := workers.ClientOptions(logger)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := workers.Dial(ctx, opts, dialTimeout)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, workers.HostPort(opts), nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+// StatusCounts counts the latest runs of a set by phase and by execution
+// status.
+type StatusCounts struct {
+	Phases   map[string]int
+	Statuses map[string]int
+}
+
+// CountStatus counts recs by RolloutPhase and execution status. A run that
+// never set its phase counts as "(none)".
+func CountStatus(recs []RolloutRecord) StatusCounts {
+	c := StatusCounts{Phases: map[string]int{}, Statuses: map[string]int{}}
+	for _, r := range recs {
+		phase := r.Phase
+		if phase == "" {
+			phase = "(none)"
+		}
+		c.Phases[phase]++
+		c.Statuses[statusName(r.Status)]++
+	}
+	return c
+}
+
+// writeStatus prints the counts (sorted by name) and, when verbose, one line
+// per rollout.
+func writeStatus(w io.Writer, set string, recs []RolloutRecord, verbose bool) error {
+	counts := CountStatus(recs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "set %s\t%d rollouts\n\n", set, len(recs))
+	writeCounts(tw, "PHASE", counts.Phases)
+	fmt.Fprintln(tw)
+	writeCounts(tw, "STATUS", counts.Statuses)
+	if verbose {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "ROLLOUT\tATTEMPT\tTURN\tPHASE\tSTATUS\tRUN")
+		for _, r := range recs {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", r.RolloutID, r.Attempt, r.Turn, r.Phase, statusName(r.Status), r.RunID)
+		}
+	}
+	return tw.Flush()
+}
+
+func writeCounts(w io.Writer, title string, counts map[string]int) {
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "%s\tCOUNT\n", title)
+	for _, n := range names {
+		fmt.Fprintf(w, "%s\t%d\n", n, counts[n])
+	}
+}
+
+func newStatusCmd(g *globals) *cobra.Command {
+	var (
+		set     string
+		verbose bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Count a set's rollouts by phase and execution status",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateSet(set); err != nil {
+				return err
+			}
+			c, _, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			recs, err := collectSet(cmd.Context(), c, set, false)
+			if err != nil {
+				return err
+			}
+			return writeStatus(cmd.OutOrStdout(), set, recs, verbose)
+		},
+	}
+	cmd.Flags().StringVar(&set, "set", "", "name of the set")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "one line per rollout")
+	_ = cmd.MarkFlagRequired("set")
+	return cmd
+}

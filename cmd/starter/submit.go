@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// Bounds of a submission.
+const (
+	// maxCount bounds a set: rollout seeds are seed*seedStride+index, so
+	// indexes below seedStride keep every rollout's seed distinct.
+	maxCount   = 1_000_000
+	seedStride = 1_000_000
+	// defaultMaxTurns matches the workflow's own default.
+	defaultMaxTurns = 16
+	// startConcurrency and waitConcurrency bound concurrent StartWorkflow
+	// calls and result long-polls.
+	startConcurrency = 16
+	waitConcurrency  = 128
+)
+
+// SubmitRequest is one `starter submit`.
+type SubmitRequest struct {
+	Set        string
+	Count      int
+	Env        string
+	EnvURL     string
+	Policy     string
+	ModelURL   string
+	Seed       int64
+	MaxTurns   int
+	RequireAck bool
+}
+
+// Validate reports the first field that cannot work, before anything is
+// started.
+func (r SubmitRequest) Validate() error {
+	if err := validateSet(r.Set); err != nil {
+		return err
+	}
+	if r.Count < 1 || r.Count > maxCount {
+		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
+	}
+	if r.Env == "" {
+		return fmt.Errorf("--env is required (known: %s)", strings.Join(tasks.Envs(), ", "))
+	}
+	if r.Policy == "" {
+		return errors.New("--policy is required (the model name, e.g. scripted-counter)")
+	}
+	if r.MaxTurns < 1 {
+		return fmt.Errorf("--max-turns %d: want at least 1", r.MaxTurns)
+	}
+	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
+		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
+			return fmt.Errorf("%s %q: want an http:// or https:// URL", u.flag, u.value)
+		}
+	}
+	return nil
+}
+
+// RolloutID is the id of rollout i of set: "<set>-0007". Zero-padding keeps
+// ids sorted in index order for sets below 10,000.
+func RolloutID(set string, i int) string { return fmt.Sprintf("%s-%04d", set, i) }
+
+// RolloutSeed is the seed of rollout i of a set seeded with seed.
+func RolloutSeed(seed int64, i int) int64 { return seed*seedStride + int64(i) }
+
+// BuildInputs returns the attempt-0 input of every rollout of r, in index
+// order. Equal requests give equal inputs.
+func BuildInputs(r SubmitRequest) ([]workflows.RolloutInput, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	out := make([]workflows.RolloutInput, r.Count)
+	for i := range out {
+		task, err := tasks.Generate(r.Env, r.Seed, i)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = workflows.RolloutInput{
+			RolloutID:  RolloutID(r.Set, i),
+			Set:        r.Set,
+			Attempt:    0,
+			Task:       task,
+			Env:        activities.EnvRef{Name: r.Env, URL: r.EnvURL},
+			Policy:     activities.PolicyRef{Model: r.Policy, BaseURL: r.ModelURL},
+			Seed:       RolloutSeed(r.Seed, i),
+			Limits:     workflows.Limits{MaxTurns: r.MaxTurns},
+			RequireAck: r.RequireAck,
+		}
+	}
+	return out, nil
+}
+
+// StartOptions are the options of attempt 0 of in. The ID policies make a
+// second submit of the same set fail instead of running rollouts twice; there
+// is no workflow retry policy, because a new attempt is a decision of the
+// recovery machinery, not of the server.
+func StartOptions(in workflows.RolloutInput, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       workflows.RolloutWorkflowID(in.RolloutID),
+		TaskQueue:                                taskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutID).ValueSet(in.RolloutID),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutSet).ValueSet(in.Set),
+			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutAttempt).ValueSet(int64(in.Attempt)),
+			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutTurn).ValueSet(0),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutPhase).ValueSet(string(workflows.PhaseSeeding)),
+		),
+		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
+	}
+}
+
+// workflowStarter is the part of client.Client that starts workflows.
+type workflowStarter interface {
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+}
+
+// searchAttributeHint tells what to do when the server does not know the
+// rollout search attributes.
+const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase (Keyword) and RolloutAttempt, RolloutTurn (Int) — `make devserver` does"
+
+// startAll starts every input with bounded concurrency and returns how many
+// started. The first failure stops the starts not yet begun.
+func startAll(ctx context.Context, c workflowStarter, inputs []workflows.RolloutInput, taskQueue string, limit int) (int, error) {
+	started := make([]bool, len(inputs))
+	err := forEach(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
+		in := inputs[i]
+		opts := StartOptions(in, taskQueue)
+		if _, err := c.ExecuteWorkflow(ctx, opts, workflows.RolloutWorkflowName, in); err != nil {
+			return startError(in, opts.ID, err)
+		}
+		started[i] = true
+		return nil
+	})
+	n := 0
+	for _, ok := range started {
+		if ok {
+			n++
+		}
+	}
+	return n, err
+}
+
+func startError(in workflows.RolloutInput, workflowID string, err error) error {
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case errors.As(err, &already):
+		return fmt.Errorf("set %q already exists: workflow %s was started before; submit under a new --set name: %w", in.Set, workflowID, err)
+	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
+		return fmt.Errorf("start rollout %s: %w; %s", in.RolloutID, err, searchAttributeHint)
+	default:
+		return fmt.Errorf("start rollout %s: %w", in.RolloutID, err)
+	}
+}
+
+// preflight checks, before anything starts, that a worker polls the task
+// queue and that the set does not exist yet.
+func preflight(ctx context.Context, c client.Client, set, taskQueue string) error {
+	resp, err := c.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return fmt.Errorf("describe task queue %s: %w", taskQueue, err)
+	}
+	if len(resp.GetPollers()) == 0 {
+		return fmt.Errorf("no worker polls task queue %q: start one with `bin/worker` (same TEMPORAL_ADDRESS and %s), then submit again", taskQueue, "TURNSTILE_TASK_QUEUE")
+	}
+	count, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: setQuery(set)})
+	if err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "search attribute") {
+			return fmt.Errorf("look up set %q: %w; %s", set, err, searchAttributeHint)
+		}
+		return fmt.Errorf("look up set %q: %w", set, err)
+	}
+	if count.GetCount() > 0 {
+		return fmt.Errorf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())
+	}
+	return nil
+}
+
+func newSubmitCmd(g *globals) *cobra.Command {
+	var (
+		req     SubmitRequest
+		wait    bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "submit",
+		Short: "Start a set of rollouts (attempt 0 each)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inputs, err := BuildInputs(req)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, addr, err := g.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := preflight(ctx, c, req.Set, g.taskQueue); err != nil {
+				return err
+			}
+			n, err := startAll(ctx, c, inputs, g.taskQueue, startConcurrency)
+			if err != nil {
+				return fmt.Errorf("%w (started %d of %d)", err, n, len(inputs))
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "started %d rollouts of set %s on task queue %s at %s\n", n, req.Set, g.taskQueue, addr)
+			if !wait {
+				return nil
+			}
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if err := waitAll(wctx, c, inputs, cmd.ErrOrStderr()); err != nil {
+				return fmt.Errorf("wait for set %s: %w", req.Set, err)
+			}
+			if err := awaitVisibility(wctx, c, req.Set); err != nil {
+				return fmt.Errorf("wait for set %s in visibility: %w", req.Set, err)
+			}
+			recs, err := collectSet(wctx, c, req.Set, true)
+			if err != nil {
+				return err
+			}
+			return writeSummary(out, req.Set, Summarize(recs))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Set, "set", "", "name of the set (rollout ids are <set>-0000, <set>-0001, …)")
+	f.IntVar(&req.Count, "count", 1, "number of rollouts")
+	f.StringVar(&req.Env, "env", "", "environment name (known task generators: "+strings.Join(tasks.Envs(), ", ")+")")
+	f.StringVar(&req.EnvURL, "env-url", "", "environment server URL (default: the worker's)")
+	f.StringVar(&req.Policy, "policy", "", "policy model name, e.g. scripted-counter")
+	f.StringVar(&req.ModelURL, "model-url", "", "OpenAI-compatible base URL of the policy (default: the worker's)")
+	f.Int64Var(&req.Seed, "seed", 0, "set seed; tasks and rollout seeds derive from it")
+	f.IntVar(&req.MaxTurns, "max-turns", defaultMaxTurns, "model calls per rollout at most")
+	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
+	f.BoolVar(&wait, "wait", false, "wait for every rollout to close, with a progress bar, then print the summary")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
+	_ = cmd.MarkFlagRequired("set")
+	_ = cmd.MarkFlagRequired("env")
+	_ = cmd.MarkFlagRequired("policy")
+	return cmd
+}
+
+// waitAll waits until every rollout's workflow ID has closed (following new
+// runs and attempts), showing progress on w.
+func waitAll(ctx context.Context, c client.Client, inputs []workflows.RolloutInput, w io.Writer) error {
+	p := mpb.NewWithContext(ctx, mpb.WithOutput(w), mpb.WithWidth(40))
+	bar := p.AddBar(int64(len(inputs)),
+		mpb.PrependDecorators(decor.Name("rollouts "), decor.CountersNoUnit("%d/%d")),
+		mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Elapsed(decor.ET_STYLE_GO, decor.WCSyncSpace)),
+	)
+	err := forEach(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
+		err := c.GetWorkflow(ctx, workflows.RolloutWorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
+		var wee *temporal.WorkflowExecutionError
+		if err != nil && !errors.As(err, &wee) {
+			return fmt.Errorf("rollout %s: %w", inputs[i].RolloutID, err)
+		}
+		bar.Increment() // completed or failed: closed either way
+		return nil
+	})
+	if err != nil {
+		bar.Abort(false)
+	}
+	p.Wait()
+	return err
+}
+
+// visibilityPoll is how often awaitVisibility asks again.
+const visibilityPoll = 200 * time.Millisecond
+
+// awaitVisibility waits until visibility, which lags the workflows, no longer
+// lists a running rollout of set, so the summary that follows counts them all.
+func awaitVisibility(ctx context.Context, c client.Client, set string) error {
+	q := setQuery(set) + ` AND ExecutionStatus="Running"`
+	t := time.NewTicker(visibilityPoll)
+	defer t.Stop()
+	for {
+		resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
+		if err != nil {
+			return err
+		}
+		if resp.GetCount() == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+func TestRolloutID(t *testing.T) {
+	tests := []struct {
+		set  string
+		i    int
+		want string
+	}{
+		{"s1", 0, "s1-0000"},
+		{"s1", 7, "s1-0007"},
+		{"run.a_b", 1234, "run.a_b-1234"},
+		{"s1", 12345, "s1-12345"},
+	}
+	for _, tt := range tests {
+		if got := RolloutID(tt.set, tt.i); got != tt.want {
+			t.Errorf("RolloutID(%q, %d) = %q, want %q", tt.set, tt.i, got, tt.want)
+		}
+	}
+}
+
+func validRequest() SubmitRequest {
+	return SubmitRequest{Set: "s1", Count: 5, Env: "counter", Policy: "scripted-counter", Seed: 7, MaxTurns: 16}
+}
+
+func TestBuildInputs(t *testing.T) {
+	req := validRequest()
+	req.EnvURL = "http://127.0.0.1:9000"
+	req.ModelURL = "http://127.0.0.1:9001/v1"
+	req.RequireAck = true
+	inputs, err := BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inputs) != req.Count {
+		t.Fatalf("got %d inputs", len(inputs))
+	}
+	seeds := map[int64]bool{}
+	for i, in := range inputs {
+		task, err := tasks.Generate("counter", 7, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.RolloutID != RolloutID("s1", i) || in.Set != "s1" || in.Attempt != 0 {
+			t.Errorf("input %d identity: %+v", i, in)
+		}
+		if string(in.Task) != string(task) {
+			t.Errorf("input %d task %s, want %s", i, in.Task, task)
+		}
+		if in.Env.Name != "counter" || in.Env.URL != req.EnvURL || in.Policy.Model != "scripted-counter" || in.Policy.BaseURL != req.ModelURL {
+			t.Errorf("input %d refs: %+v %+v", i, in.Env, in.Policy)
+		}
+		if in.Seed != 7*seedStride+int64(i) {
+			t.Errorf("input %d seed %d", i, in.Seed)
+		}
+		seeds[in.Seed] = true
+		if in.Limits.MaxTurns != 16 || !in.RequireAck || in.Resume != nil {
+			t.Errorf("input %d limits/ack/resume: %+v", i, in)
+		}
+	}
+	if len(seeds) != req.Count {
+		t.Errorf("rollout seeds not distinct: %v", seeds)
+	}
+	again, err := BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(inputs)
+	b, _ := json.Marshal(again)
+	if string(a) != string(b) {
+		t.Error("BuildInputs is not deterministic")
+	}
+}
+
+func TestBuildInputsRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*SubmitRequest)
+		want   string
+	}{
+		{"empty set", func(r *SubmitRequest) { r.Set = "" }, "set name"},
+		{"quote in set", func(r *SubmitRequest) { r.Set = `a"b` }, "set name"},
+		{"slash in set", func(r *SubmitRequest) { r.Set = "a/b" }, "set name"},
+		{"zero count", func(r *SubmitRequest) { r.Count = 0 }, "--count"},
+		{"huge count", func(r *SubmitRequest) { r.Count = maxCount + 1 }, "--count"},
+		{"unknown env", func(r *SubmitRequest) { r.Env = "chess" }, "counter"},
+		{"no policy", func(r *SubmitRequest) { r.Policy = "" }, "--policy"},
+		{"zero max turns", func(r *SubmitRequest) { r.MaxTurns = 0 }, "--max-turns"},
+		{"env url without scheme", func(r *SubmitRequest) { r.EnvURL = "localhost:1" }, "--env-url"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := validRequest()
+			tt.mutate(&req)
+			_, err := BuildInputs(req)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestStartOptions(t *testing.T) {
+	inputs, err := BuildInputs(validRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inputs[3]
+	o := StartOptions(in, "q1")
+	if o.ID != "rollout/s1-0003" || o.TaskQueue != "q1" {
+		t.Errorf("ID %q queue %q", o.ID, o.TaskQueue)
+	}
+	if o.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL ||
+		o.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE ||
+		!o.WorkflowExecutionErrorWhenAlreadyStarted {
+		t.Errorf("ID policies: %v %v %v", o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy, o.WorkflowExecutionErrorWhenAlreadyStarted)
+	}
+	if o.RetryPolicy != nil {
+		t.Error("a workflow retry policy is set")
+	}
+	if !strings.Contains(o.StaticSummary, "s1-0003") {
+		t.Errorf("summary %q", o.StaticSummary)
+	}
+	sa := o.TypedSearchAttributes
+	kw := func(name string) string {
+		v, _ := sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(name))
+		return v
+	}
+	i64 := func(name string) int64 {
+		v, ok := sa.GetInt64(temporal.NewSearchAttributeKeyInt64(name))
+		if !ok {
+			t.Errorf("search attribute %s unset", name)
+		}
+		return v
+	}
+	if kw(workflows.SARolloutID) != "s1-0003" || kw(workflows.SARolloutSet) != "s1" || kw(workflows.SARolloutPhase) != "seeding" {
+		t.Errorf("keyword search attributes: %v", sa)
+	}
+	if i64(workflows.SARolloutAttempt) != 0 || i64(workflows.SARolloutTurn) != 0 {
+		t.Errorf("int search attributes: %v", sa)
+	}
+}
+
+// fakeStarter records starts; failAt makes one rollout's start fail.
+type fakeStarter struct {
+	mu       sync.Mutex
+	ids      []string
+	inFlight atomic.Int32
+	maxSeen  atomic.Int32
+	failAt   string
+	failWith error
+}
+
+func (f *fakeStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for {
+		m := f.maxSeen.Load()
+		if n <= m || f.maxSeen.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if wf != workflows.RolloutWorkflowName || len(args) != 1 {
+		return nil, errors.New("wrong workflow or args")
+	}
+	if in, ok := args[0].(workflows.RolloutInput); !ok || workflows.RolloutWorkflowID(in.RolloutID) != o.ID {
+		return nil, errors.New("input does not match ID")
+	}
+	if o.ID == f.failAt {
+		return nil, f.failWith
+	}
+	f.mu.Lock()
+	f.ids = append(f.ids, o.ID)
+	f.mu.Unlock()
+	return nil, nil
+}
+
+func TestStartAll(t *testing.T) {
+	req := validRequest()
+	req.Count = 40
+	inputs, err := BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f fakeStarter
+	n, err := startAll(t.Context(), &f, inputs, "q", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 40 || len(f.ids) != 40 {
+		t.Fatalf("started %d (recorded %d), want 40", n, len(f.ids))
+	}
+	if m := f.maxSeen.Load(); m > 4 {
+		t.Errorf("%d starts in flight, limit 4", m)
+	}
+}
+
+func TestStartAllErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"already started", serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "run"), `set "s1" already exists`},
+		{"unknown search attribute", errors.New("search attribute RolloutSet is not defined"), "make devserver"},
+		{"other", errors.New("boom"), "start rollout s1-0002: boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inputs, err := BuildInputs(validRequest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := fakeStarter{failAt: "rollout/s1-0002", failWith: tt.err}
+			n, err := startAll(t.Context(), &f, inputs, "q", 1)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+			// One start at a time: the failure stops the ones after it.
+			if n != 2 {
+				t.Errorf("started %d, want 2", n)
+			}
+		})
+	}
+}
+
+func TestForEachStopsAtFirstError(t *testing.T) {
+	var calls atomic.Int32
+	boom := errors.New("boom")
+	err := forEach(t.Context(), 100, 1, func(_ context.Context, i int) error {
+		calls.Add(1)
+		if i == 3 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	if c := calls.Load(); c != 4 {
+		t.Errorf("%d calls after a failure at index 3 with limit 1", c)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := forEach(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled context: err = %v", err)
+	}
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+const (
+	running   = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	completed = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	failed    = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	canAsNew  = enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
+	term      = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		ds   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", ms(5), 50, 5 * time.Millisecond},
+		{"one p95", ms(5), 95, 5 * time.Millisecond},
+		{"p50 of 4 is the 2nd", ms(40, 10, 30, 20), 50, 20 * time.Millisecond},
+		{"p50 of 5 is the 3rd", ms(5, 1, 4, 2, 3), 50, 3 * time.Millisecond},
+		{"p95 of 20 is the 19th", ms(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1), 95, 19 * time.Millisecond},
+		{"p95 of 21 is the 20th", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21), 95, 20 * time.Millisecond},
+		{"p100 is the max", ms(3, 9, 1), 100, 9 * time.Millisecond},
+		{"tiny p is the min", ms(3, 9, 1), 0.1, 1 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orig := fmt.Sprint(tt.ds)
+			if got := Percentile(tt.ds, tt.p); got != tt.want {
+				t.Errorf("Percentile(%v, %v) = %v, want %v", tt.ds, tt.p, got, tt.want)
+			}
+			if fmt.Sprint(tt.ds) != orig {
+				t.Errorf("input reordered: %v", tt.ds)
+			}
+		})
+	}
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *workflows.RolloutResult) RolloutRecord {
+	r := RolloutRecord{RolloutID: id, WorkflowID: workflows.RolloutWorkflowID(id), Status: st, Start: t0, Result: res}
+	if r.Closed() {
+		r.Close = t0.Add(dur)
+	}
+	return r
+}
+
+func TestSummarize(t *testing.T) {
+	recs := []RolloutRecord{
+		rec("a", completed, 1*time.Second, &workflows.RolloutResult{Reward: 1, Turns: 3}),
+		rec("b", completed, 3*time.Second, &workflows.RolloutResult{Reward: 0, Turns: 5}),
+		rec("c", completed, 2*time.Second, &workflows.RolloutResult{Reward: 0.5, Turns: 7}),
+		rec("d", failed, 9*time.Second, nil),
+		rec("e", term, 9*time.Second, nil),
+		rec("f", running, 0, nil),
+		rec("g", canAsNew, 0, nil),
+	}
+	got := Summarize(recs)
+	want := Summary{
+		Rollouts: 7, Completed: 3, Failed: 2, Running: 2,
+		MeanReward: 0.5, MeanTurns: 5,
+		P50: 2 * time.Second, P95: 3 * time.Second,
+	}
+	if got != want {
+		t.Fatalf("Summarize = %+v\nwant        %+v", got, want)
+	}
+	if z := Summarize(nil); z != (Summary{}) {
+		t.Errorf("empty set: %+v", z)
+	}
+
+	var buf bytes.Buffer
+	if err := writeSummary(&buf, "s1", got); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range []string{
+		"completed         3",
+		"mean reward       0.5000",
+		"mean turns        5.00",
+		"p50 rollout time  2s",
+		"p95 rollout time  3s",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("summary lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+func payload(t *testing.T, v any) *commonpb.Payload {
+	t.Helper()
+	p, err := converter.GetDefaultDataConverter().ToPayload(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func info(t *testing.T, id, run string, st enumspb.WorkflowExecutionStatus, start time.Time, attempt int64, phase string) *workflowpb.WorkflowExecutionInfo {
+	i := &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.RolloutWorkflowID(id), RunId: run},
+		Status:    st,
+		StartTime: timestamppb.New(start),
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+			workflows.SARolloutID:      payload(t, id),
+			workflows.SARolloutSet:     payload(t, "s1"),
+			workflows.SARolloutAttempt: payload(t, attempt),
+			workflows.SARolloutTurn:    payload(t, int64(4)),
+			workflows.SARolloutPhase:   payload(t, phase),
+		}},
+	}
+	if st != running {
+		i.CloseTime = timestamppb.New(start.Add(time.Second))
+	}
+	return i
+}
+
+func TestLatestRuns(t *testing.T) {
+	infos := []*workflowpb.WorkflowExecutionInfo{
+		info(t, "s1-0001", "r1b", running, t0.Add(time.Minute), 1, "model"),
+		info(t, "s1-0001", "r1a", term, t0, 0, "environment"),
+		info(t, "s1-0000", "r0a", canAsNew, t0, 0, "model"),
+		info(t, "s1-0000", "r0b", completed, t0.Add(time.Second), 0, "completed"),
+		// A tie on start time: the open run is the successor.
+		info(t, "s1-0002", "r2x", canAsNew, t0, 0, "model"),
+		info(t, "s1-0002", "r2y", running, t0, 0, "verifying"),
+	}
+	got := latestRuns(infos)
+	want := []struct {
+		id, run, phase string
+		attempt        int64
+	}{
+		{"s1-0000", "r0b", "completed", 0},
+		{"s1-0001", "r1b", "model", 1},
+		{"s1-0002", "r2y", "verifying", 0},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records: %+v", len(got), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.RolloutID != w.id || g.RunID != w.run || g.Phase != w.phase || g.Attempt != w.attempt || g.Turn != 4 {
+			t.Errorf("record %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if !got[0].Close.Equal(t0.Add(2*time.Second)) || !got[1].Close.IsZero() {
+		t.Errorf("close times: %v %v", got[0].Close, got[1].Close)
+	}
+
+	counts := CountStatus(got)
+	if counts.Phases["completed"] != 1 || counts.Phases["model"] != 1 || counts.Statuses["Running"] != 2 || counts.Statuses["Completed"] != 1 {
+		t.Errorf("CountStatus = %+v", counts)
+	}
+	var buf bytes.Buffer
+	if err := writeStatus(&buf, "s1", got, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Running    2", "s1-0001  1        4     model"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestRecordWithoutSearchAttributes(t *testing.T) {
+	r := recordFromInfo(&workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: "rollout/x-0001", RunId: "r"},
+		Status:    running,
+	})
+	if r.RolloutID != "x-0001" || r.Phase != "" || r.Attempt != 0 {
+		t.Errorf("record = %+v", r)
+	}
+}
+
+// pagedLister serves pages and checks the tokens it gets back.
+type pagedLister struct {
+	pages [][]*workflowpb.WorkflowExecutionInfo
+	calls int
+	query string
+}
+
+func (p *pagedLister) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	if want := fmt.Sprint(p.calls); p.calls > 0 && string(req.NextPageToken) != want {
+		return nil, fmt.Errorf("token %q, want %q", req.NextPageToken, want)
+	}
+	p.query = req.Query
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: p.pages[p.calls]}
+	p.calls++
+	if p.calls < len(p.pages) {
+		resp.NextPageToken = []byte(fmt.Sprint(p.calls))
+	}
+	return resp, nil
+}
+
+func TestListSetPagesThroughAll(t *testing.T) {
+	var pages [][]*workflowpb.WorkflowExecutionInfo
+	for p := 0; p < 3; p++ {
+		var page []*workflowpb.WorkflowExecutionInfo
+		for i := 0; i < 2; i++ {
+			page = append(page, info(t, RolloutID("s1", p*2+i), "r", running, t0, 0, "model"))
+		}
+		pages = append(pages, page)
+	}
+	pages = append(pages, nil) // an empty last page with no token
+	l := &pagedLister{pages: pages}
+	got, err := listSet(t.Context(), l, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 || l.calls != 4 {
+		t.Fatalf("got %d runs in %d calls", len(got), l.calls)
+	}
+	if l.query != `RolloutSet="s1"` {
+		t.Errorf("query %q", l.query)
+	}
+}
+
+func TestWriteResults(t *testing.T) {
+	recs := []RolloutRecord{
+		rec("a", completed, time.Second, &workflows.RolloutResult{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
+		{RolloutID: "b", Status: failed, Err: "environment refused"},
+		rec("c", running, 0, nil),
+		{RolloutID: "d", Status: term, Err: "terminated"},
+	}
+	var buf bytes.Buffer
+	open, err := writeResults(&buf, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open != 1 {
+		t.Errorf("open = %d", open)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("lines: %q", lines)
+	}
+	var res workflows.RolloutResult
+	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
+		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
+	}
+	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
+		t.Errorf("failure lines: %q", lines[1:])
+	}
+}
+
+func TestValidateSet(t *testing.T) {
+	for _, ok := range []string{"s1", "A.b_c-9", strings.Repeat("x", maxSetName)} {
+		if err := validateSet(ok); err != nil {
+			t.Errorf("%q rejected: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-a", ".a", "a b", `a"`, "a/b", "é", strings.Repeat("x", maxSetName+1)} {
+		if err := validateSet(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
