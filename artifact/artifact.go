@@ -171,8 +171,7 @@ type IndexEntry struct {
 var sectionNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
 var (
-	shardNumRE = regexp.MustCompile(`^[0-9]{5}$`)
-	hexRE      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // ShardName is the file name of a section's n-th shard.

@@ -214,14 +214,14 @@ func (a *admission) drained() (bool, []InFlight) {
 func (s *Server) waitDrained(ctx context.Context) ([]InFlight, error) {
 	for {
 		ch := s.gate.watch()
-		ok, list := s.gate.drained()
-		if ok {
+		if ok, _ := s.gate.drained(); ok {
 			return nil, nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			if ok, list = s.gate.drained(); ok {
+			ok, list := s.gate.drained()
+			if ok {
 				return nil, nil
 			}
 			return list, ctx.Err()

@@ -6,6 +6,10 @@ import "github.com/turnstile-rl/turnstile/policy"
 // one line here.
 func policies() policy.Registry {
 	return policy.Registry{
-		policy.CounterModel: policy.Counter{},
+		policy.CounterModel:    policy.Counter{},
+		policy.BlackjackModel:  policy.Blackjack{},
+		policy.WorkplaceModel:  policy.Workplace{},
+		policy.SandboxModel:    policy.Sandbox{},
+		policy.ArithmeticModel: policy.Arithmetic{},
 	}
 }
