@@ -1,0 +1,421 @@
+// Package integration_test runs turnstile on real processes: the Temporal dev
+// server (the official CLI), the environment server, the scripted policy
+// server and workers, on loopback ports. Crash tests SIGKILL them at named
+// failpoints and check the invariants of ARCHITECTURE.md.
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// bins holds the binaries built once for the whole package.
+var bins struct {
+	dir      string
+	temporal string
+	root     string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	bins.root = root
+	dir, err := os.MkdirTemp("", "turnstile-bins-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins.dir = dir
+	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/envserver", "./cmd/policyserver", "./cmd/worker", "./cmd/starter")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+		return 1
+	}
+	bins.temporal = os.Getenv("TURNSTILE_TEMPORAL_BIN")
+	if bins.temporal == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		bins.temporal, err = devenv.EnsureCLI(ctx, root)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "the Temporal CLI is needed for integration tests:", err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// proc is a process a test started; it is killed by PID at cleanup.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func (p *proc) tail(n int) string {
+	data, _ := os.ReadFile(p.log)
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// exited reports whether the process has ended, and how.
+func (p *proc) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// cluster is one set of real processes.
+type cluster struct {
+	t        *testing.T
+	dir      string
+	mu       sync.Mutex
+	procs    []*proc
+	hostPort string
+	client   client.Client
+	envURL   string
+	modelURL string
+	token    string
+	store    string
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token"}
+	c.store = filepath.Join(c.dir, "transcripts")
+	t.Cleanup(func() {
+		if c.client != nil {
+			c.client.Close()
+		}
+		c.mu.Lock()
+		procs := append([]*proc(nil), c.procs...)
+		c.mu.Unlock()
+		for _, p := range procs {
+			p.kill()
+		}
+		if t.Failed() {
+			for _, p := range procs {
+				t.Logf("---- %s log tail ----\n%s", p.name, p.tail(40))
+			}
+		}
+	})
+	return c
+}
+
+func (c *cluster) start(name, bin string, args []string, env ...string) *proc {
+	c.t.Helper()
+	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
+	f, err := os.Create(logPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p
+}
+
+// waitFor polls cond until it holds, the process dies, or the timeout.
+func (c *cluster) waitFor(what string, p *proc, timeout time.Duration, cond func() bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if p != nil {
+			if done, err := p.exited(); done {
+				c.t.Fatalf("%s: %s exited (%v) before it was ready:\n%s", what, p.name, err, p.tail(30))
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: not ready after %s", what, timeout)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval of a readiness probe, not a wait for an event
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startTemporal starts an in-memory dev server with the settings of
+// temporal-dev.yaml on free ports, and connects a client.
+func (c *cluster) startTemporal() *proc {
+	c.t.Helper()
+	cfg, err := devenv.Load(filepath.Join(bins.root, "temporal-dev.yaml"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	headless := true
+	port := freePort(c.t)
+	args, err := cfg.StartDevArgs("dev", devenv.Overrides{Port: port, Headless: &headless, LogLevel: "error"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p := c.start("temporal", bins.temporal, args)
+	c.hostPort = fmt.Sprintf("127.0.0.1:%d", port)
+	if c.client != nil {
+		c.client.Close()
+		c.client = nil
+	}
+	c.waitFor("temporal dev server", p, 90*time.Second, func() bool {
+		cl, err := client.Dial(client.Options{HostPort: c.hostPort, Logger: quietLogger{}})
+		if err != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := cl.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+			cl.Close()
+			return false
+		}
+		c.client = cl
+		return true
+	})
+	return p
+}
+
+// startEnvServer starts an environment server on a free port; its address is
+// kept across restarts so rollouts find it again.
+func (c *cluster) startEnvServer(extraEnv ...string) *proc {
+	c.t.Helper()
+	listen := "127.0.0.1:0"
+	if c.envURL != "" {
+		listen = strings.TrimPrefix(c.envURL, "http://")
+	}
+	ready := filepath.Join(c.dir, fmt.Sprintf("env-ready-%d", time.Now().UnixNano()))
+	p := c.start("envserver", filepath.Join(bins.dir, "envserver"),
+		[]string{"--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"}, extraEnv...)
+	c.waitFor("environment server", p, 30*time.Second, func() bool {
+		data, err := os.ReadFile(ready)
+		if err != nil || len(data) == 0 {
+			return false
+		}
+		c.envURL = strings.TrimSpace(string(data))
+		return healthy(c.envURL + "/healthz")
+	})
+	return p
+}
+
+func (c *cluster) startPolicyServer(args ...string) *proc {
+	c.t.Helper()
+	ready := filepath.Join(c.dir, fmt.Sprintf("policy-ready-%d", time.Now().UnixNano()))
+	p := c.start("policyserver", filepath.Join(bins.dir, "policyserver"),
+		append([]string{"--listen", "127.0.0.1:0", "--ready-file", ready}, args...))
+	c.waitFor("policy server", p, 30*time.Second, func() bool {
+		data, err := os.ReadFile(ready)
+		if err != nil || len(data) == 0 {
+			return false
+		}
+		c.modelURL = strings.TrimSpace(string(data))
+		return healthy(strings.TrimSuffix(c.modelURL, "/v1") + "/healthz")
+	})
+	return p
+}
+
+// startWorker starts a worker process; extra environment entries arm
+// failpoints.
+func (c *cluster) startWorker(extraEnv ...string) *proc {
+	c.t.Helper()
+	env := append([]string{
+		"TEMPORAL_ADDRESS=" + c.hostPort,
+		"TEMPORAL_NAMESPACE=default",
+		"TURNSTILE_ENV_URL=" + c.envURL,
+		"TURNSTILE_MODEL_BASE_URL=" + c.modelURL,
+		"TURNSTILE_TRANSCRIPT_DIR=" + c.store,
+		"TURNSTILE_CONTROL_TOKEN=" + c.token,
+		"TURNSTILE_LOG_LEVEL=warn",
+	}, extraEnv...)
+	p := c.start("worker", filepath.Join(bins.dir, "worker"), nil, env...)
+	c.waitFor("worker polling", p, 60*time.Second, func() bool { return c.hasPoller() })
+	return p
+}
+
+func (c *cluster) hasPoller() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.client.DescribeTaskQueue(ctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	return err == nil && len(resp.GetPollers()) > 0
+}
+
+func healthy(url string) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// rolloutSpec builds the input of rollout i of a set: the task and seed
+// depend only on i, so two sets with the same specs are comparable.
+func counterInput(set string, i int, target int) workflows.RolloutInput {
+	return workflows.RolloutInput{
+		RolloutID: fmt.Sprintf("%s-%04d", set, i),
+		Set:       set,
+		Task:      json.RawMessage(fmt.Sprintf(`{"target":%d}`, target)),
+		Env:       activities.EnvRef{Name: "counter"},
+		Policy:    activities.PolicyRef{Model: "scripted-counter"},
+		Seed:      int64(1000 + i),
+		Limits:    workflows.Limits{MaxTurns: 24},
+	}
+}
+
+func (c *cluster) submit(ctx context.Context, in workflows.RolloutInput) client.WorkflowRun {
+	c.t.Helper()
+	run, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       workflows.RolloutWorkflowID(in.RolloutID),
+		TaskQueue:                workflows.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutID).ValueSet(in.RolloutID),
+			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutSet).ValueSet(in.Set),
+			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutAttempt).ValueSet(int64(in.Attempt)),
+		),
+	}, workflows.RolloutWorkflowName, in)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", in.RolloutID, err)
+	}
+	return run
+}
+
+// results waits for every run and returns the results by rollout id.
+func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[string]workflows.RolloutResult {
+	c.t.Helper()
+	out := map[string]workflows.RolloutResult{}
+	for _, run := range runs {
+		var res workflows.RolloutResult
+		if err := run.Get(ctx, &res); err != nil {
+			c.t.Fatalf("rollout %s: %v", run.GetID(), err)
+		}
+		out[res.RolloutID] = res
+	}
+	return out
+}
+
+func (c *cluster) envStats(ctx context.Context) participants.Stats {
+	c.t.Helper()
+	st, err := participants.NewClient(c.envURL, nil).Stats(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return st
+}
+
+// history returns the raw events of a workflow run.
+func (c *cluster) historySizes(ctx context.Context, workflowID, runID string) ([]int, []enums.EventType, [][]byte) {
+	c.t.Helper()
+	iter := c.client.GetWorkflowHistory(ctx, workflowID, runID, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var sizes []int
+	var types []enums.EventType
+	var inputs [][]byte
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		sizes = append(sizes, protoSize(ev))
+		types = append(types, ev.GetEventType())
+		var in []byte
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.CallModelName {
+			if p := a.GetInput().GetPayloads(); len(p) > 0 {
+				in = p[0].GetData()
+			}
+		}
+		inputs = append(inputs, in)
+	}
+	return sizes, types, inputs
+}
+
+// quietLogger drops the SDK's client logs in readiness probes.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
+
+// describeAttempt returns the RolloutAttempt search attribute of the current
+// run of a rollout.
+func (c *cluster) describe(ctx context.Context, rolloutID string) *workflowservice.DescribeWorkflowExecutionResponse {
+	c.t.Helper()
+	d, err := c.client.DescribeWorkflowExecution(ctx, workflows.RolloutWorkflowID(rolloutID), "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+// temporalCLI runs the official CLI against the test server.
+func (c *cluster) temporalCLI(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bins.temporal, append(args, "--address", c.hostPort, "--namespace", "default")...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+var errNotYet = errors.New("not yet")
