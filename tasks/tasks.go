@@ -10,6 +10,11 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/envs/blackjack"
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
+	"github.com/turnstile-rl/turnstile/envs/workplace"
 )
 
 // Generator builds the task of one rollout from its own random source.
@@ -18,7 +23,11 @@ type Generator func(r *rand.Rand) (any, error)
 // generators is the table of environments that have a task generator. Adding
 // an environment (blackjack, workplace, sandbox, arithmetic) is one entry.
 var generators = map[string]Generator{
-	"counter": counterTask,
+	"counter":    counterTask,
+	"blackjack":  func(r *rand.Rand) (any, error) { return blackjack.GenerateTask(r.Int64(), 0), nil },
+	"workplace":  func(r *rand.Rand) (any, error) { return workplace.GenerateTask(r.Int64(), r.IntN(1_000_000)), nil },
+	"sandbox":    func(r *rand.Rand) (any, error) { return sandbox.GenerateTask(r.Int64(), 0), nil },
+	"arithmetic": func(r *rand.Rand) (any, error) { return arithmetic.GenerateTask(r.Int64(), 0), nil },
 }
 
 // CounterTask is the task of the counter environment: count up to Target.
