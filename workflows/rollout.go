@@ -517,7 +517,7 @@ func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
 		reward = r.b.Reward
 	}
 	res := RolloutResult{
-		RolloutID: r.in.RolloutID, Set: r.in.Set, Attempt: r.in.Attempt,
+		RolloutID: r.in.RolloutID, Set: r.in.Set, Env: r.in.Env.Name, Attempt: r.in.Attempt,
 		Reward: reward, Turns: r.b.Turn, Usage: r.b.Usage, Head: r.b.Head, Lineage: r.b.Lineage,
 		Terminated: r.b.Terminated, Truncated: r.b.Truncated,
 	}
