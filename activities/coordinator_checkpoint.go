@@ -1,0 +1,784 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// abortedMarker in the staging directory tells a late commit that the
+// checkpoint was aborted: it must not write a manifest.
+const abortedMarker = StagingDir + "/ABORTED"
+
+// PrepareParticipantsInput closes admission at every environment server.
+type PrepareParticipantsInput struct {
+	CheckpointID string    `json:"checkpoint_id"`
+	Set          string    `json:"set"`
+	Root         string    `json:"root"`
+	Participants []string  `json:"participants"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// PrepareParticipantsResult counts the prepared servers and the sessions
+// they reported (the reports are staged in staging/participants.json).
+type PrepareParticipantsResult struct {
+	Participants int    `json:"participants"`
+	Sessions     int    `json:"sessions"`
+	Digest       string `json:"digest"`
+}
+
+// stagedParticipants is staging/participants.json.
+type stagedParticipants struct {
+	CheckpointID string              `json:"checkpoint_id"`
+	Set          string              `json:"set"`
+	Participants []participantReport `json:"participants"`
+}
+
+// PrepareParticipants checks every environment server's capabilities, then
+// prepares it: admission closes, in-flight mutations drain by the deadline
+// and the cut freezes. The reports (live sessions by rollout and attempt) go
+// to the staging directory.
+func (c *Coordinator) PrepareParticipants(ctx context.Context, in PrepareParticipantsInput) (PrepareParticipantsResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return PrepareParticipantsResult{}, err
+	}
+	if err := ValidateName("set", in.Set); err != nil {
+		return PrepareParticipantsResult{}, badInput("%v", err)
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return PrepareParticipantsResult{}, err
+	}
+	if in.Deadline.IsZero() {
+		return PrepareParticipantsResult{}, badInput("prepare of checkpoint %s: no deadline", in.CheckpointID)
+	}
+	for _, name := range []string{AggregateManifestName, abortedMarker} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return PrepareParticipantsResult{}, badInput("checkpoint %s: %s already exists: a checkpoint id is used once; take a new one", in.CheckpointID, filepath.Join(dir, name))
+		}
+	}
+	reports := make([]participantReport, len(in.Participants))
+	prog := newProgress(ctx, "prepare", len(in.Participants))
+	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+		url := in.Participants[i]
+		cc := c.control(url)
+		caps, err := cc.Capabilities(ctx)
+		if err != nil {
+			return controlError(url, "capabilities", err)
+		}
+		if caps.Component != participants.ComponentEnvironmentServer || caps.SchemaVersion != participants.ControlSchemaVersion ||
+			!slices.Contains(caps.Features, participants.FeatureAbsoluteDeadline) {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"participant %s is %s schema %d with features %v; this coordinator needs %s schema %d with %s",
+				url, caps.Component, caps.SchemaVersion, caps.Features, participants.ComponentEnvironmentServer,
+				participants.ControlSchemaVersion, participants.FeatureAbsoluteDeadline), ErrParticipantRefused, nil)
+		}
+		prep, err := cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
+		if err != nil {
+			return controlError(url, "prepare", err)
+		}
+		reports[i] = participantReport{Index: i, URL: url, Name: caps.Name, Envs: caps.Envs, Sessions: prep.Sessions}
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return PrepareParticipantsResult{}, fmt.Errorf("prepare checkpoint %s: %w", in.CheckpointID, err)
+	}
+	sessions := 0
+	for _, r := range reports {
+		sessions += len(r.Sessions)
+	}
+	digest, err := writeJSONAtomic(filepath.Join(dir, stagingParticipants), stagedParticipants{
+		CheckpointID: in.CheckpointID, Set: in.Set, Participants: reports,
+	})
+	if err != nil {
+		return PrepareParticipantsResult{}, err
+	}
+	return PrepareParticipantsResult{Participants: len(reports), Sessions: sessions, Digest: digest}, nil
+}
+
+func readStagedParticipants(dir, checkpointID string) (stagedParticipants, error) {
+	var sp stagedParticipants
+	if _, err := readJSONStrict(filepath.Join(dir, stagingParticipants), &sp); err != nil {
+		return stagedParticipants{}, fmt.Errorf("read staged participant reports: %w", err)
+	}
+	if sp.CheckpointID != checkpointID {
+		return stagedParticipants{}, fmt.Errorf("staged participant reports are of checkpoint %q, not %q", sp.CheckpointID, checkpointID)
+	}
+	return sp, nil
+}
+
+// FreezeMembershipInput freezes the exact membership of a checkpoint.
+type FreezeMembershipInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Set          string `json:"set"`
+	Root         string `json:"root"`
+}
+
+// FreezeMembershipResult counts the members (listed in staging/members.json).
+type FreezeMembershipResult struct {
+	Members int `json:"members"`
+	// FromVisibility are the running rollouts of the set Temporal listed;
+	// FromParticipants the ones only an environment server reported
+	// (visibility lags behind a rollout that just started).
+	FromVisibility   int `json:"from_visibility"`
+	FromParticipants int `json:"from_participants"`
+	// Foreign are sessions an environment server reported for rollouts of
+	// another set: not members.
+	Foreign int    `json:"foreign"`
+	Digest  string `json:"digest"`
+}
+
+// FreezeMembership lists every running rollout of the set through
+// visibility and adds the rollouts the environment servers reported live
+// sessions for, so a rollout started while the checkpoint began is a member
+// too. The list goes to staging/members.json.
+func (c *Coordinator) FreezeMembership(ctx context.Context, in FreezeMembershipInput) (FreezeMembershipResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	if err := ValidateName("set", in.Set); err != nil {
+		return FreezeMembershipResult{}, badInput("%v", err)
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	sp, err := readStagedParticipants(dir, in.CheckpointID)
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	visible := map[string]bool{}
+	prog := newProgress(ctx, "list", 0)
+	err = listSet(ctx, tc, in.Set, `ExecutionStatus = "Running"`, func(r visibleRun) {
+		visible[r.RolloutID] = true
+		prog.add()
+	})
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	// Sessions visibility did not list: a verified (retired) session holds
+	// only receipts of a finished rollout; the others are described, which
+	// reads the run itself rather than the lagging index.
+	var extra []string
+	for _, p := range sp.Participants {
+		for _, s := range p.Sessions {
+			if !s.Retired && !visible[s.RolloutID] {
+				extra = append(extra, s.RolloutID)
+			}
+		}
+	}
+	extra = sortedUnique(extra)
+	member := make([]bool, len(extra))
+	prog = newProgress(ctx, "describe", len(extra))
+	err = forEach(ctx, len(extra), c.limit(), func(ctx context.Context, i int) error {
+		ri, err := describeRollout(ctx, tc, extra[i])
+		if err != nil {
+			return err
+		}
+		// A missing workflow stays a member: the park names it.
+		member[i] = !ri.Exists || ri.Set == "" || ri.Set == in.Set
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	res := FreezeMembershipResult{FromVisibility: len(visible)}
+	ids := make([]string, 0, len(visible)+len(extra))
+	for id := range visible {
+		ids = append(ids, id)
+	}
+	for i, id := range extra {
+		if member[i] {
+			ids = append(ids, id)
+			res.FromParticipants++
+		} else {
+			res.Foreign++
+		}
+	}
+	ids = sortedUnique(ids)
+	res.Members = len(ids)
+	res.Digest, err = writeJSONAtomic(filepath.Join(dir, ListMembers), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: ids})
+	if err != nil {
+		return FreezeMembershipResult{}, err
+	}
+	return res, nil
+}
+
+// ParkMembersInput parks every member of a checkpoint.
+type ParkMembersInput struct {
+	CheckpointID string    `json:"checkpoint_id"`
+	Set          string    `json:"set"`
+	Root         string    `json:"root"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// ParkMembersResult counts the parks; the records are staged in
+// staging/records.jsonl and the parked rollouts in staging/parked.json.
+type ParkMembersResult struct {
+	Members          int    `json:"members"`
+	Parked           int    `json:"parked"`
+	CompletedUnacked int    `json:"completed_unacked"`
+	Closed           int    `json:"closed"`
+	RecordsDigest    string `json:"records_digest"`
+}
+
+// parkRequest is workflows.ParkRequest on the wire.
+type parkRequest struct {
+	CheckpointID string    `json:"checkpoint_id"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// resumeRequest is workflows.ResumeRequest on the wire.
+type resumeRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+// ParkMembers asks every member to park at its next boundary and keeps its
+// park record. Every rollout is asked first (the update is accepted at
+// once), then the answers are collected, so the rollouts park concurrently
+// however many there are. A member that already completed and closed is
+// skipped: its result was delivered. A member with no workflow is an error
+// naming it. The update id is <checkpoint_id>/park, so a retried activity
+// gets the same records back.
+func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (ParkMembersResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return ParkMembersResult{}, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return ParkMembersResult{}, err
+	}
+	members, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	if err != nil {
+		return ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
+	}
+	ids := members.Rollouts
+	handles := make([]client.WorkflowUpdateHandle, len(ids))
+	closed := make([]bool, len(ids))
+	req := parkRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline}
+
+	prog := newProgress(ctx, "ask to park", len(ids))
+	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: RolloutIDPrefix + ids[i], UpdateName: RolloutParkUpdate, UpdateID: in.CheckpointID + "/park",
+			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
+		})
+		if err != nil {
+			gone, gerr := c.closedOrMissing(ctx, tc, ids[i], err)
+			if gerr != nil {
+				return gerr
+			}
+			closed[i] = gone
+		}
+		handles[i] = h
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+	}
+
+	var mu sync.Mutex
+	records := map[string][]byte{}
+	res := ParkMembersResult{Members: len(ids)}
+	prog = newProgress(ctx, "parked", len(ids))
+	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		if closed[i] {
+			return nil
+		}
+		var raw json.RawMessage
+		if err := handles[i].Get(ctx, &raw); err != nil {
+			gone, gerr := c.closedOrMissing(ctx, tc, ids[i], err)
+			if gerr != nil {
+				return gerr
+			}
+			closed[i] = gone
+			return nil
+		}
+		rec, err := decodeRecord(raw)
+		if err == nil {
+			err = checkRecord(rec, in.CheckpointID, in.Set, ids[i])
+		}
+		if err != nil {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", ids[i], err), ErrCheckpointInvalid, nil)
+		}
+		mu.Lock()
+		records[ids[i]] = raw
+		if rec.Result != nil {
+			res.CompletedUnacked++
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	for _, g := range closed {
+		if g {
+			res.Closed++
+		}
+	}
+	res.Parked = len(records)
+	if res.RecordsDigest, err = writeRecords(filepath.Join(dir, stagingRecords), records); err != nil {
+		return ParkMembersResult{}, err
+	}
+	parked := make([]string, 0, len(records))
+	for id := range records {
+		parked = append(parked, id)
+	}
+	sort.Strings(parked)
+	if _, err := writeJSONAtomic(filepath.Join(dir, ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
+		return ParkMembersResult{}, err
+	}
+	return res, nil
+}
+
+// closedOrMissing explains a failed update to rollout id: closed (true, nil)
+// when its workflow has completed; an error naming it when it has no
+// workflow; otherwise the update's own error.
+func (c *Coordinator) closedOrMissing(ctx context.Context, tc client.Client, id string, updateErr error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	ri, err := describeRollout(ctx, tc, id)
+	if err != nil {
+		return false, fmt.Errorf("rollout %s: %v (and then: %w)", id, updateErr, err)
+	}
+	switch {
+	case !ri.Exists:
+		return false, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("rollout %s is a member but workflow %s%s does not exist", id, RolloutIDPrefix, id), ErrMemberMissing, nil)
+	case !ri.Running:
+		return true, nil
+	}
+	return false, fmt.Errorf("rollout %s: %w", id, updateErr)
+}
+
+// CommitCheckpointInput writes a checkpoint whose cut is frozen.
+type CommitCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Set          string   `json:"set"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// CommitCheckpointResult describes the committed checkpoint.
+type CommitCheckpointResult struct {
+	Dir              string `json:"dir"`
+	ManifestDigest   string `json:"manifest_digest"`
+	Bytes            int64  `json:"bytes"`
+	Members          int    `json:"members"`
+	Parked           int    `json:"parked"`
+	CompletedUnacked int    `json:"completed_unacked"`
+	Transcripts      int    `json:"transcripts"`
+}
+
+// CommitCheckpoint commits every environment server into
+// participants/<n>/, then the agent records and the transcript blobs they
+// reference into agents/, then, last, MANIFEST.json. A retried commit finds
+// the same files, validates them and returns the same answer.
+func (c *Coordinator) CommitCheckpoint(ctx context.Context, in CommitCheckpointInput) (CommitCheckpointResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return CommitCheckpointResult{}, err
+	}
+	if err := ValidateName("set", in.Set); err != nil {
+		return CommitCheckpointResult{}, badInput("%v", err)
+	}
+	sp, err := readStagedParticipants(dir, in.CheckpointID)
+	if err != nil {
+		return CommitCheckpointResult{}, err
+	}
+	if len(sp.Participants) != len(in.Participants) {
+		return CommitCheckpointResult{}, badInput("commit names %d participants, prepare had %d", len(in.Participants), len(sp.Participants))
+	}
+	for i, p := range sp.Participants {
+		if p.URL != in.Participants[i] {
+			return CommitCheckpointResult{}, badInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
+		}
+	}
+	members, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	if err != nil {
+		return CommitCheckpointResult{}, fmt.Errorf("read membership: %w", err)
+	}
+	records, err := readRecords(filepath.Join(dir, stagingRecords))
+	if err != nil {
+		return CommitCheckpointResult{}, fmt.Errorf("read park records: %w", err)
+	}
+
+	// 1. The environment servers, each into its own directory.
+	entries := make([]ParticipantEntry, len(sp.Participants))
+	prog := newProgress(ctx, "commit participants", len(sp.Participants))
+	err = forEach(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
+		p := sp.Participants[i]
+		loc := ParticipantLocation(dir, i)
+		resp, err := c.control(p.URL).Commit(ctx, participants.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
+		if err != nil {
+			return controlError(p.URL, "commit", err)
+		}
+		// What the coordinator cannot read, a restore cannot either.
+		cp, err := artifact.Open(ctx, loc, in.CheckpointID)
+		if err != nil {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s committed to %s, which does not validate here: %v", p.URL, loc, err), ErrCheckpointInvalid, nil)
+		}
+		if d := cp.Manifest().Digest; d != resp.ManifestDigest {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s reports manifest %s, %s holds %s", p.URL, resp.ManifestDigest, loc, d), ErrCheckpointInvalid, nil)
+		}
+		entries[i] = ParticipantEntry{Index: i, URL: p.URL, Name: p.Name, Location: ParticipantsDir + "/" + fmt.Sprint(i),
+			Envs: p.Envs, ManifestDigest: resp.ManifestDigest, Sessions: resp.Sessions, Bytes: resp.Bytes}
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+	}
+
+	// 2. The agent records and their transcripts.
+	agents, err := c.writeAgents(ctx, dir, in.CheckpointID, in.Set, records)
+	if err != nil {
+		return CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+	}
+
+	// 3. The aggregate manifest, last.
+	m := AggregateManifest{
+		Schema: AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
+		Participants: entries, Agents: agents, Members: len(members.Rollouts), Parked: len(records),
+		Closed: len(members.Rollouts) - len(records),
+	}
+	for _, raw := range records {
+		if rec, err := decodeRecord(raw); err == nil && rec.Result != nil {
+			m.CompletedUnacked++
+		}
+	}
+	b, err := encodeAggregate(&m)
+	if err != nil {
+		return CommitCheckpointResult{}, err
+	}
+	path := filepath.Join(dir, AggregateManifestName)
+	existing, err := os.ReadFile(path)
+	switch {
+	case err == nil && string(existing) != string(b):
+		return CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), ErrCheckpointInvalid, nil)
+	case err == nil:
+		// A retried commit: the manifest is ours; make its rename durable.
+		if err := syncDir(dir); err != nil {
+			return CommitCheckpointResult{}, err
+		}
+	case errors.Is(err, os.ErrNotExist):
+		if _, err := os.Lstat(filepath.Join(dir, abortedMarker)); err == nil {
+			return CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", in.CheckpointID), ErrCheckpointInvalid, nil)
+		}
+		c.Failpoints.Hit(failpoint.CheckpointBetweenFiles)
+		if err := writeFileAtomic(path, b); err != nil {
+			return CommitCheckpointResult{}, fmt.Errorf("write %s: %w", path, err)
+		}
+	default:
+		return CommitCheckpointResult{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	total := int64(len(b)) + agents.Bytes
+	for _, e := range entries {
+		total += e.Bytes
+	}
+	return CommitCheckpointResult{
+		Dir: dir, ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
+		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
+	}, nil
+}
+
+// writeAgents writes the agents artifact: every park record, and every
+// transcript blob the records reference (conversations walked to their
+// root, the tool schemas), keyed by digest.
+func (c *Coordinator) writeAgents(ctx context.Context, dir, checkpointID, set string, records map[string][]byte) (AgentsEntry, error) {
+	sections, blobs, err := c.agentSections(ctx, records)
+	if err != nil {
+		return AgentsEntry{}, err
+	}
+	loc := filepath.Join(dir, AgentsDir)
+	m, err := artifact.Write(ctx, loc, artifact.Meta{
+		CheckpointID: checkpointID,
+		Labels:       map[string]string{"component": "coordinator", "set": set},
+	}, sections, artifact.Options{BetweenFiles: func() { c.Failpoints.Hit(failpoint.CheckpointBetweenFiles) }})
+	if err != nil {
+		return AgentsEntry{}, fmt.Errorf("write agents artifact: %w", err)
+	}
+	size, err := artifactBytes(loc, m)
+	if err != nil {
+		return AgentsEntry{}, err
+	}
+	return AgentsEntry{Location: AgentsDir, ManifestDigest: m.Digest, Records: len(records), Transcripts: blobs, Bytes: size}, nil
+}
+
+// agentSections lays the records and their transcript blobs out as the two
+// sections of the agents artifact.
+func (c *Coordinator) agentSections(ctx context.Context, records map[string][]byte) ([]artifact.Section, int, error) {
+	agents := artifact.Section{Name: SectionAgents, Records: make([]artifact.Record, 0, len(records))}
+	want := map[transcript.Digest]bool{}
+	ids := make([]string, 0, len(records))
+	for id := range records {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	prog := newProgress(ctx, "collect transcripts", len(ids))
+	for _, id := range ids {
+		raw := records[id]
+		agents.Records = append(agents.Records, artifact.Record{Key: id, Data: raw})
+		rec, err := decodeRecord(raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		heads, singles := rec.references()
+		if len(heads)+len(singles) > 0 && c.Store == nil {
+			return nil, 0, temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", ErrBadInput, nil)
+		}
+		for _, h := range heads {
+			list, err := c.Store.Blobs(ctx, h)
+			if err != nil {
+				return nil, 0, storeError(fmt.Sprintf("transcript of %s at %s", id, h), err)
+			}
+			for _, d := range list {
+				want[d] = true
+			}
+		}
+		for _, d := range singles {
+			want[d] = true
+		}
+		prog.add()
+	}
+	digests := make([]string, 0, len(want))
+	for d := range want {
+		digests = append(digests, string(d))
+	}
+	sort.Strings(digests)
+	tr := artifact.Section{Name: SectionTranscripts, Records: make([]artifact.Record, 0, len(digests))}
+	for _, d := range digests {
+		data, err := c.Store.Get(ctx, transcript.Digest(d))
+		if err != nil {
+			return nil, 0, storeError("transcript blob "+d, err)
+		}
+		tr.Records = append(tr.Records, artifact.Record{Key: d, Data: data})
+	}
+	return []artifact.Section{agents, tr}, len(digests), nil
+}
+
+// artifactBytes is the size of every file of an artifact.
+func artifactBytes(dir string, m artifact.Manifest) (int64, error) {
+	fi, err := os.Stat(filepath.Join(dir, artifact.ManifestName))
+	if err != nil {
+		return 0, err
+	}
+	n := fi.Size()
+	for _, sm := range m.Sections {
+		n += sm.Index.Size
+		for _, sh := range sm.Shards {
+			n += sh.Size
+		}
+	}
+	return n, nil
+}
+
+// ResumeParticipantsInput resumes environment servers.
+type ResumeParticipantsInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Participants []string `json:"participants"`
+}
+
+// ResumeParticipantsResult counts the resumed servers.
+type ResumeParticipantsResult struct {
+	Resumed int `json:"resumed"`
+}
+
+// ResumeParticipants reopens admission at every environment server and
+// retires the checkpoint id there. Resume is idempotent and is also the
+// abort of a prepare, commit or restore.
+func (c *Coordinator) ResumeParticipants(ctx context.Context, in ResumeParticipantsInput) (ResumeParticipantsResult, error) {
+	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return ResumeParticipantsResult{}, badInput("%v", err)
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return ResumeParticipantsResult{}, err
+	}
+	prog := newProgress(ctx, "resume participants", len(in.Participants))
+	err := forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+		if _, err := c.control(in.Participants[i]).Resume(ctx, in.CheckpointID); err != nil {
+			return controlError(in.Participants[i], "resume", err)
+		}
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return ResumeParticipantsResult{}, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	return ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
+}
+
+// ResumeRolloutsInput releases the rollouts of a list file (ListParked,
+// ListMembers or ListStarted) held for a checkpoint.
+type ResumeRolloutsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Root         string `json:"root"`
+	List         string `json:"list"`
+}
+
+// ResumeRolloutsResult counts the releases.
+type ResumeRolloutsResult struct {
+	Resumed int `json:"resumed"`
+	// Gone are rollouts whose workflow closed or no longer exists: nothing
+	// to release.
+	Gone int `json:"gone"`
+}
+
+// ResumeRollouts sends the resume update to every rollout of the list. A
+// rollout that is not held is unaffected, so a retry is harmless; one held
+// for another checkpoint refuses, and the error names it.
+func (c *Coordinator) ResumeRollouts(ctx context.Context, in ResumeRolloutsInput) (ResumeRolloutsResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return ResumeRolloutsResult{}, err
+	}
+	if !slices.Contains([]string{ListParked, ListMembers, ListStarted}, in.List) {
+		return ResumeRolloutsResult{}, badInput("list %q: want one of %s, %s, %s", in.List, ListParked, ListMembers, ListStarted)
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return ResumeRolloutsResult{}, err
+	}
+	l, err := readRolloutList(filepath.Join(dir, in.List), in.CheckpointID)
+	if err != nil {
+		return ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
+	}
+	resumed, gone, err := c.resumeRollouts(ctx, tc, in.CheckpointID, in.List, l.Rollouts)
+	if err != nil {
+		return ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	return ResumeRolloutsResult{Resumed: resumed, Gone: gone}, nil
+}
+
+func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, checkpointID, list string, ids []string) (int, int, error) {
+	var mu sync.Mutex
+	resumed, gone := 0, 0
+	// The update id names the list: a restored run is a new run, and the
+	// resume of attempt N must not be taken for the one of N+1.
+	updateID := checkpointID + "/resume"
+	if list == ListStarted {
+		updateID = checkpointID + "/restore-resume"
+	}
+	prog := newProgress(ctx, "resume rollouts", len(ids))
+	err := forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: RolloutIDPrefix + ids[i], UpdateName: RolloutResumeUpdate, UpdateID: updateID,
+			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: checkpointID}},
+		})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		if err != nil {
+			ri, derr := describeRollout(ctx, tc, ids[i])
+			if derr != nil || (ri.Exists && ri.Running) {
+				return fmt.Errorf("resume %s: %w", ids[i], err)
+			}
+			mu.Lock()
+			gone++
+			mu.Unlock()
+			return nil
+		}
+		mu.Lock()
+		resumed++
+		mu.Unlock()
+		return nil
+	})
+	return resumed, gone, err
+}
+
+// AbortCheckpointInput cleans up after a failed checkpoint.
+type AbortCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// AbortCheckpointResult counts what the abort resumed.
+type AbortCheckpointResult struct {
+	Participants    int  `json:"participants"`
+	Rollouts        int  `json:"rollouts"`
+	ManifestRemoved bool `json:"manifest_removed"`
+}
+
+// AbortCheckpoint makes a failed checkpoint harmless: it marks the staging
+// directory aborted (a late commit then writes no manifest), removes any
+// aggregate manifest, resumes every participant (resume is the abort) and
+// releases every member that may have parked. It tries every step even when
+// one fails, and reports all failures.
+func (c *Coordinator) AbortCheckpoint(ctx context.Context, in AbortCheckpointInput) (AbortCheckpointResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return AbortCheckpointResult{}, err
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return AbortCheckpointResult{}, err
+	}
+	var res AbortCheckpointResult
+	var errs []error
+	if err := writeFileAtomic(filepath.Join(dir, abortedMarker), []byte(in.CheckpointID+"\n")); err != nil {
+		errs = append(errs, fmt.Errorf("mark aborted: %w", err))
+	}
+	switch err := os.Remove(filepath.Join(dir, AggregateManifestName)); {
+	case err == nil:
+		res.ManifestRemoved = true
+		if err := syncDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		errs = append(errs, fmt.Errorf("remove manifest: %w", err))
+	}
+	if _, err := c.ResumeParticipants(ctx, ResumeParticipantsInput{CheckpointID: in.CheckpointID, Participants: in.Participants}); err != nil {
+		errs = append(errs, err)
+	} else {
+		res.Participants = len(in.Participants)
+	}
+	// Every member, not only those known parked: a park may have been
+	// accepted without its answer reaching the coordinator.
+	l, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Membership never frozen: no rollout was asked to park.
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		tc, err := c.temporal()
+		if err != nil {
+			return res, err
+		}
+		n, _, err := c.resumeRollouts(ctx, tc, in.CheckpointID, ListMembers, l.Rollouts)
+		res.Rollouts = n
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
+	}
+	return res, nil
+}

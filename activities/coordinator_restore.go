@@ -1,0 +1,706 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// ValidateCheckpointInput names a checkpoint to restore.
+type ValidateCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// ValidateCheckpointResult describes a checkpoint that validated.
+type ValidateCheckpointResult struct {
+	Set            string `json:"set"`
+	ManifestDigest string `json:"manifest_digest"`
+	Records        int    `json:"records"`
+	Continue       int    `json:"continue"`
+	StartOver      int    `json:"start_over"`
+	OfferAgain     int    `json:"offer_again"`
+	Transcripts    int    `json:"transcripts"`
+}
+
+// loadedCheckpoint is a validated checkpoint, read whole.
+type loadedCheckpoint struct {
+	dir      string
+	manifest AggregateManifest
+	records  map[string][]byte // rollout id → park record
+	views    map[string]recordView
+	blobs    map[transcript.Digest][]byte
+	// sessions are the unfinished sessions of every participant, by rollout:
+	// the highest attempt saved.
+	sessions map[string]int
+	// fences are the participants' saved fences, by rollout: the highest.
+	fences map[string]int
+}
+
+// ValidateCheckpoint reads and checks the whole checkpoint before a restore
+// touches anything: the aggregate manifest, the agents artifact, every
+// participant's artifact, every record (it decodes and names a rollout of
+// the set) and every transcript blob a record references. It also checks,
+// read-only, that each participant answers as the server it replaces.
+func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in ValidateCheckpointInput) (ValidateCheckpointResult, error) {
+	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
+	if err != nil {
+		return ValidateCheckpointResult{}, err
+	}
+	if err := c.checkParticipantsLive(ctx, lc, in.Participants); err != nil {
+		return ValidateCheckpointResult{}, err
+	}
+	res := ValidateCheckpointResult{Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Records: len(lc.records), Transcripts: len(lc.blobs)}
+	for _, v := range lc.views {
+		switch v.restoreKind() {
+		case RestoreContinue:
+			res.Continue++
+		case RestoreStartOver:
+			res.StartOver++
+		case RestoreOfferAgain:
+			res.OfferAgain++
+		}
+	}
+	c.Failpoints.Hit(failpoint.RestoreAfterValidate)
+	return res, nil
+}
+
+// loadCheckpoint validates and reads a checkpoint; any problem is a
+// non-retryable ErrCheckpointInvalid naming it.
+func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID string, urls []string) (*loadedCheckpoint, error) {
+	dir, err := checkDir(root, checkpointID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkParticipants(urls); err != nil {
+		return nil, err
+	}
+	m, err := ReadAggregateManifest(dir, checkpointID)
+	if err != nil {
+		return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+	}
+	if len(m.Participants) != len(urls) {
+		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
+	}
+	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, views: map[string]recordView{},
+		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}}
+
+	// The agents artifact.
+	agents, err := artifact.Open(ctx, filepath.Join(dir, AgentsDir), checkpointID)
+	if err != nil {
+		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
+	}
+	if d := agents.Manifest().Digest; d != m.Agents.ManifestDigest {
+		return nil, invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
+	}
+	if got := agents.Sections(); len(got) != 2 || got[0] != SectionAgents || got[1] != SectionTranscripts {
+		return nil, invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, SectionAgents, SectionTranscripts)
+	}
+	recs, err := agents.Section(ctx, SectionAgents)
+	if err != nil {
+		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
+	}
+	for _, r := range recs {
+		v, err := decodeRecord(r.Data)
+		if err == nil {
+			err = checkRecord(v, checkpointID, m.Set, r.Key)
+		}
+		if err != nil {
+			return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+		}
+		lc.records[r.Key], lc.views[r.Key] = r.Data, v
+	}
+	if len(recs) != m.Agents.Records || len(recs) != m.Parked {
+		return nil, invalidCheckpoint("checkpoint %s: %d agent records, MANIFEST.json counts %d", checkpointID, len(recs), m.Parked)
+	}
+	blobs, err := agents.Section(ctx, SectionTranscripts)
+	if err != nil {
+		return nil, invalidCheckpoint("checkpoint %s: transcripts: %v", checkpointID, err)
+	}
+	for _, b := range blobs {
+		if transcript.DigestOf(b.Data) != transcript.Digest(b.Key) {
+			return nil, invalidCheckpoint("checkpoint %s: transcript blob %s does not match its content", checkpointID, b.Key)
+		}
+		lc.blobs[transcript.Digest(b.Key)] = b.Data
+	}
+	if err := lc.checkTranscripts(); err != nil {
+		return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+	}
+
+	// Every participant's artifact, and its unfinished sessions.
+	for i, p := range m.Participants {
+		loc := ParticipantLocation(dir, i)
+		cp, err := artifact.Open(ctx, loc, checkpointID)
+		if err != nil {
+			return nil, invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
+		}
+		if d := cp.Manifest().Digest; d != p.ManifestDigest {
+			return nil, invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
+		}
+		sessions, err := cp.Section(ctx, participants.SectionSessions)
+		if err != nil {
+			return nil, invalidCheckpoint("checkpoint %s: participant %d sessions: %v", checkpointID, i, err)
+		}
+		for _, s := range sessions {
+			var sv struct {
+				RolloutID string `json:"rollout_id"`
+				Attempt   int    `json:"attempt"`
+				Retired   bool   `json:"retired"`
+			}
+			if err := json.Unmarshal(s.Data, &sv); err != nil || sv.RolloutID != s.Key || sv.Attempt < 0 {
+				return nil, invalidCheckpoint("checkpoint %s: participant %d session %q does not decode as its own", checkpointID, i, s.Key)
+			}
+			if !sv.Retired {
+				lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
+			}
+		}
+		fences, err := cp.Section(ctx, participants.SectionFences)
+		if err != nil {
+			return nil, invalidCheckpoint("checkpoint %s: participant %d fences: %v", checkpointID, i, err)
+		}
+		for _, f := range fences {
+			var fv struct {
+				RolloutID string `json:"rollout_id"`
+				Fence     int    `json:"fence"`
+			}
+			if err := json.Unmarshal(f.Data, &fv); err != nil || fv.RolloutID != f.Key || fv.Fence < 0 {
+				return nil, invalidCheckpoint("checkpoint %s: participant %d fence %q does not decode as its own", checkpointID, i, f.Key)
+			}
+			lc.fences[fv.RolloutID] = max(lc.fences[fv.RolloutID], fv.Fence)
+		}
+	}
+	return lc, nil
+}
+
+// checkTranscripts checks that every blob the records reference is in the
+// checkpoint: each conversation walks to its root within it.
+func (lc *loadedCheckpoint) checkTranscripts() error {
+	ids := make([]string, 0, len(lc.views))
+	for id := range lc.views {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		heads, singles := lc.views[id].references()
+		for _, d := range singles {
+			if _, ok := lc.blobs[d]; !ok {
+				return fmt.Errorf("rollout %s: blob %s is not in the checkpoint", id, d)
+			}
+		}
+		for _, h := range heads {
+			seen := map[transcript.Digest]bool{}
+			for d := h; d != ""; {
+				if seen[d] {
+					return fmt.Errorf("rollout %s: transcript cycle at %s", id, d)
+				}
+				seen[d] = true
+				data, ok := lc.blobs[d]
+				if !ok {
+					return fmt.Errorf("rollout %s: transcript node %s is not in the checkpoint", id, d)
+				}
+				var n struct {
+					Parent transcript.Digest `json:"parent"`
+					Item   transcript.Digest `json:"item"`
+				}
+				if err := json.Unmarshal(data, &n); err != nil || n.Item.Validate() != nil {
+					return fmt.Errorf("rollout %s: %s is not a transcript node", id, d)
+				}
+				if _, ok := lc.blobs[n.Item]; !ok {
+					return fmt.Errorf("rollout %s: transcript item %s is not in the checkpoint", id, n.Item)
+				}
+				d = n.Parent
+			}
+		}
+	}
+	return nil
+}
+
+// checkParticipantsLive asks each participant, read-only, who it is: the
+// server at participant n must carry the name participant n had and be
+// idle or already restoring this checkpoint.
+func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheckpoint, urls []string) error {
+	return forEach(ctx, len(urls), c.limit(), func(ctx context.Context, i int) error {
+		caps, err := c.control(urls[i]).Capabilities(ctx)
+		if err != nil {
+			return controlError(urls[i], "capabilities", err)
+		}
+		want := lc.manifest.Participants[i]
+		if caps.Component != participants.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != participants.ControlSchemaVersion {
+			return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
+				i, urls[i], caps.Component, caps.Name, caps.SchemaVersion, want.Name)
+		}
+		return nil
+	})
+}
+
+// attemptsFile is restore/attempts.json: the attempt map of a restore,
+// computed once and reused by every re-run.
+type attemptsFile struct {
+	CheckpointID   string `json:"checkpoint_id"`
+	ManifestDigest string `json:"manifest_digest"`
+	// Attempts maps every rollout of the checkpoint (records and unfinished
+	// environment sessions) to its new attempt.
+	Attempts map[string]int `json:"attempts"`
+	// Start are the rollouts that get a new run (those with a record);
+	// the others only have their fence raised.
+	Start []string `json:"start"`
+}
+
+// PlanAttemptsInput computes (or reads back) a restore's attempt map.
+type PlanAttemptsInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// PlanAttemptsResult summarizes the attempt map in restore/attempts.json.
+type PlanAttemptsResult struct {
+	Rollouts int    `json:"rollouts"`
+	Start    int    `json:"start"`
+	Reused   bool   `json:"reused"`
+	Digest   string `json:"digest"`
+}
+
+// PlanAttempts gives every rollout one more attempt than the highest ever
+// issued for it: above its record's and its saved sessions' attempt, and
+// above every run of it Temporal shows. The map is persisted on first
+// computation and read back by any re-run, so running the same restore
+// twice never starts a second run of one attempt.
+func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (PlanAttemptsResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return PlanAttemptsResult{}, err
+	}
+	path := filepath.Join(dir, restoreAttempts)
+	m, err := ReadAggregateManifest(dir, in.CheckpointID)
+	if err != nil {
+		return PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
+	}
+	if af, b, err := readAttempts(path, in.CheckpointID); err == nil {
+		if af.ManifestDigest != m.Digest {
+			return PlanAttemptsResult{}, invalidCheckpoint("%s was planned for manifest %s, the checkpoint is now %s", path, af.ManifestDigest, m.Digest)
+		}
+		return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Reused: true, Digest: sha256Hex(b)}, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return PlanAttemptsResult{}, invalidCheckpoint("%v", err)
+	}
+	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
+	if err != nil {
+		return PlanAttemptsResult{}, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return PlanAttemptsResult{}, err
+	}
+	af, err := c.planAttempts(ctx, tc, lc)
+	if err != nil {
+		return PlanAttemptsResult{}, err
+	}
+	digest, err := writeJSONAtomic(path, af)
+	if err != nil {
+		return PlanAttemptsResult{}, err
+	}
+	return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Digest: digest}, nil
+}
+
+// planAttempts computes the attempt map of a loaded checkpoint.
+func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *loadedCheckpoint) (attemptsFile, error) {
+	highest := map[string]int{}
+	for id, v := range lc.views {
+		highest[id] = v.Input.Attempt
+		if v.Result != nil {
+			highest[id] = max(highest[id], v.Result.Attempt)
+		}
+	}
+	for id, a := range lc.sessions {
+		if cur, ok := highest[id]; !ok || a > cur {
+			highest[id] = a
+		}
+	}
+	for id := range highest {
+		if f, ok := lc.fences[id]; ok {
+			highest[id] = max(highest[id], f)
+		}
+	}
+	// Every run of the set that visibility shows…
+	err := listSet(ctx, tc, lc.manifest.Set, "", func(r visibleRun) {
+		if cur, ok := highest[r.RolloutID]; ok && r.HasAttempt && int(r.Attempt) > cur {
+			highest[r.RolloutID] = int(r.Attempt)
+		}
+	})
+	if err != nil {
+		return attemptsFile{}, err
+	}
+	// …and the current run of each, read from the run itself (visibility
+	// may lag behind a run that just started).
+	ids := make([]string, 0, len(highest))
+	for id := range highest {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	current := make([]int, len(ids))
+	prog := newProgress(ctx, "describe", len(ids))
+	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		ri, err := describeRollout(ctx, tc, ids[i])
+		if err != nil {
+			return err
+		}
+		current[i] = -1
+		if ri.Exists && ri.HasAttempt {
+			current[i] = int(ri.Attempt)
+		}
+		return nil
+	})
+	if err != nil {
+		return attemptsFile{}, err
+	}
+	af := attemptsFile{CheckpointID: lc.manifest.CheckpointID, ManifestDigest: lc.manifest.Digest, Attempts: map[string]int{}, Start: []string{}}
+	for i, id := range ids {
+		af.Attempts[id] = max(highest[id], current[i]) + 1
+		if _, ok := lc.records[id]; ok {
+			af.Start = append(af.Start, id)
+		}
+	}
+	return af, nil
+}
+
+func readAttempts(path, checkpointID string) (attemptsFile, []byte, error) {
+	var af attemptsFile
+	b, err := readJSONStrict(path, &af)
+	if err != nil {
+		return attemptsFile{}, nil, err
+	}
+	if af.CheckpointID != checkpointID {
+		return attemptsFile{}, nil, fmt.Errorf("%s is of checkpoint %q, not %q", path, af.CheckpointID, checkpointID)
+	}
+	for _, id := range af.Start {
+		if _, ok := af.Attempts[id]; !ok {
+			return attemptsFile{}, nil, fmt.Errorf("%s: rollout %q to start has no attempt", path, id)
+		}
+	}
+	return af, b, nil
+}
+
+// RestoreParticipantsInput installs the checkpoint at every participant.
+type RestoreParticipantsInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// RestoreParticipantsResult counts the installed sessions.
+type RestoreParticipantsResult struct {
+	Participants int `json:"participants"`
+	Restored     int `json:"restored"`
+	Restarted    int `json:"restarted"`
+	// AlreadyResumed counts participants that had restored and resumed this
+	// checkpoint in an earlier run of the same restore.
+	AlreadyResumed int `json:"already_resumed"`
+}
+
+// RestoreParticipants asks every environment server to install its
+// artifact with the attempt map: export_restore sessions become the new
+// attempt, restart-only ones only have their fence raised, and the server
+// stays paused until resumed. A server that answers the checkpoint id is
+// retired already resumed it in an earlier run of this restore.
+func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestoreParticipantsInput) (RestoreParticipantsResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return RestoreParticipantsResult{}, err
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return RestoreParticipantsResult{}, err
+	}
+	af, _, err := readAttempts(filepath.Join(dir, restoreAttempts), in.CheckpointID)
+	if err != nil {
+		return RestoreParticipantsResult{}, invalidCheckpoint("read the attempt map: %v", err)
+	}
+	var mu sync.Mutex
+	res := RestoreParticipantsResult{Participants: len(in.Participants)}
+	prog := newProgress(ctx, "restore participants", len(in.Participants))
+	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		url := in.Participants[i]
+		resp, err := c.control(url).Restore(ctx, participants.RestoreRequest{
+			CheckpointID: in.CheckpointID, Location: ParticipantLocation(dir, i), Attempts: af.Attempts,
+		})
+		if remoteCode(err) == participants.CodeStaleCheckpoint {
+			mu.Lock()
+			res.AlreadyResumed++
+			mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return controlError(url, "restore", err)
+		}
+		mu.Lock()
+		res.Restored += len(resp.Restored)
+		res.Restarted += len(resp.Restarted)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	return res, nil
+}
+
+// TerminateStaleInput ends the runs a restore replaces.
+type TerminateStaleInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Root         string `json:"root"`
+}
+
+// TerminateStaleResult counts the terminated runs.
+type TerminateStaleResult struct {
+	Terminated int `json:"terminated"`
+}
+
+// TerminateStale terminates every running run of a rollout of the attempt
+// map whose attempt is below its new attempt. The environment servers
+// already refuse that attempt; this stops its workflow code too.
+func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput) (TerminateStaleResult, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return TerminateStaleResult{}, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return TerminateStaleResult{}, err
+	}
+	af, _, err := readAttempts(filepath.Join(dir, restoreAttempts), in.CheckpointID)
+	if err != nil {
+		return TerminateStaleResult{}, invalidCheckpoint("read the attempt map: %v", err)
+	}
+	ids := sortedKeys(af.Attempts)
+	var mu sync.Mutex
+	n := 0
+	prog := newProgress(ctx, "terminate", len(ids))
+	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		id, attempt := ids[i], af.Attempts[ids[i]]
+		ri, err := describeRollout(ctx, tc, id)
+		if err != nil {
+			return err
+		}
+		if !ri.Running || (ri.HasAttempt && int(ri.Attempt) >= attempt) {
+			return nil
+		}
+		reason := fmt.Sprintf("superseded by the restore of checkpoint %s: attempt %d replaces attempt %d", in.CheckpointID, attempt, ri.Attempt)
+		err = tc.TerminateWorkflow(ctx, RolloutIDPrefix+id, ri.RunID, reason)
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) { // NotFound: it closed meanwhile
+			return fmt.Errorf("terminate %s%s run %s: %w", RolloutIDPrefix, id, ri.RunID, err)
+		}
+		if err == nil {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return TerminateStaleResult{}, fmt.Errorf("terminate stale runs of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	return TerminateStaleResult{Terminated: n}, nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// StartRestoredInput starts the new attempts.
+type StartRestoredInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+	TaskQueue    string   `json:"task_queue,omitempty"`
+}
+
+// StartRestoredResult counts the new attempts by kind. The kind counts
+// follow from the checkpoint; Started and Existing tell what this run did.
+type StartRestoredResult struct {
+	Continue   int `json:"continue"`
+	StartOver  int `json:"start_over"`
+	OfferAgain int `json:"offer_again"`
+	Started    int `json:"started"`
+	Existing   int `json:"existing"`
+}
+
+// StartRestored puts the checkpoint's transcript blobs back into the store,
+// then starts the new attempt of every rollout with a record, held for the
+// checkpoint until resumed. A run of exactly that attempt that already
+// exists (running or closed) is left as it is. The list of rollouts goes to
+// restore/started.json for the resume.
+func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) (StartRestoredResult, error) {
+	tc, err := c.temporal()
+	if err != nil {
+		return StartRestoredResult{}, err
+	}
+	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
+	if err != nil {
+		return StartRestoredResult{}, err
+	}
+	af, _, err := readAttempts(filepath.Join(lc.dir, restoreAttempts), in.CheckpointID)
+	if err != nil {
+		return StartRestoredResult{}, invalidCheckpoint("read the attempt map: %v", err)
+	}
+	if af.ManifestDigest != lc.manifest.Digest {
+		return StartRestoredResult{}, invalidCheckpoint("the attempt map was planned for manifest %s, the checkpoint is %s", af.ManifestDigest, lc.manifest.Digest)
+	}
+	taskQueue := in.TaskQueue
+	if taskQueue == "" {
+		taskQueue = c.TaskQueue
+	}
+	if taskQueue == "" {
+		return StartRestoredResult{}, badInput("no task queue for the restored rollouts")
+	}
+	if err := c.installTranscripts(ctx, lc); err != nil {
+		return StartRestoredResult{}, err
+	}
+	if _, err := writeJSONAtomic(filepath.Join(lc.dir, ListStarted), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
+		return StartRestoredResult{}, err
+	}
+
+	var mu sync.Mutex
+	var res StartRestoredResult
+	prog := newProgress(ctx, "start", len(af.Start))
+	err = forEach(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		id := af.Start[i]
+		raw, ok := lc.records[id]
+		if !ok {
+			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
+		}
+		attempt := af.Attempts[id]
+		input, kind, err := BuildRestoredInput(raw, in.CheckpointID, attempt)
+		if err != nil {
+			return invalidCheckpoint("%v", err)
+		}
+		started, err := c.startRestored(ctx, tc, lc, id, attempt, kind, input, taskQueue, in.CheckpointID)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch kind {
+		case RestoreContinue:
+			res.Continue++
+		case RestoreStartOver:
+			res.StartOver++
+		case RestoreOfferAgain:
+			res.OfferAgain++
+		}
+		if started {
+			res.Started++
+		} else {
+			res.Existing++
+		}
+		return nil
+	})
+	if err != nil {
+		return StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	return res, nil
+}
+
+// startRestored starts one new attempt unless a run of it exists; it says
+// whether it started one.
+func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *loadedCheckpoint, id string, attempt int, kind string, input json.RawMessage, taskQueue, checkpointID string) (bool, error) {
+	exists := func() (bool, error) {
+		ri, err := describeRollout(ctx, tc, id)
+		if err != nil || !ri.Exists || !ri.HasAttempt {
+			return false, err
+		}
+		switch a := int(ri.Attempt); {
+		case a == attempt:
+			return true, nil
+		case a > attempt:
+			return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"rollout %s already runs attempt %d, above the %d this restore would start: a later restore superseded this one", id, a, attempt),
+				ErrAttemptConflict, nil)
+		}
+		return false, nil
+	}
+	if ok, err := exists(); ok || err != nil {
+		return false, err
+	}
+	v := lc.views[id]
+	turn := int64(v.Boundary.Turn)
+	if kind == RestoreStartOver {
+		turn = 0
+	}
+	opts := client.StartWorkflowOptions{
+		ID:                                       RolloutIDPrefix + id,
+		TaskQueue:                                taskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(SARolloutID).ValueSet(id),
+			temporal.NewSearchAttributeKeyKeyword(SARolloutSet).ValueSet(lc.manifest.Set),
+			temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(attempt)),
+			temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(turn),
+			temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(rolloutPhaseParked),
+		),
+		StaticSummary: fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s (%s)", id, attempt, checkpointID, kind),
+	}
+	_, err := tc.ExecuteWorkflow(ctx, opts, RolloutWorkflowType, input)
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &already) {
+		// Started meanwhile (a retried activity): fine if it is this attempt.
+		if ok, xerr := exists(); ok || xerr != nil {
+			return false, xerr
+		}
+		return false, fmt.Errorf("start %s%s attempt %d: a run of an older attempt is still running: %w", RolloutIDPrefix, id, attempt, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("start %s%s attempt %d: %w", RolloutIDPrefix, id, attempt, err)
+	}
+	return true, nil
+}
+
+// installTranscripts puts every blob of the checkpoint into the transcript
+// store (content-addressed: a blob already there is left as it is).
+func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoint) error {
+	if len(lc.blobs) == 0 {
+		return nil
+	}
+	if c.Store == nil {
+		return temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", ErrBadInput, nil)
+	}
+	prog := newProgress(ctx, "transcripts", len(lc.blobs))
+	for d, data := range lc.blobs {
+		got, err := c.Store.Put(ctx, data)
+		if err != nil {
+			return fmt.Errorf("install transcript blob %s: %w", d, err)
+		}
+		if got != d {
+			return invalidCheckpoint("transcript blob %s stored as %s", d, got)
+		}
+		prog.add()
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/activities"
+)
+
+// Bounds of a checkpoint.
+const (
+	// CheckpointSettle is how long past its deadline the cut may take: a
+	// rollout whose model call is cancelled at the deadline needs a moment
+	// to report its park. Past deadline+settle the checkpoint aborts.
+	CheckpointSettle = 30 * time.Second
+	// MaxCheckpointTimeout bounds the deadline, so a typo cannot hold a set
+	// parked for days.
+	MaxCheckpointTimeout = 24 * time.Hour
+)
+
+// coordinatorRetry retries transient failures (a participant restarting,
+// Temporal unavailable); the activities mark what a retry cannot fix.
+var coordinatorRetry = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    30 * time.Second,
+	NonRetryableErrorTypes: []string{
+		activities.ErrBadInput, activities.ErrCheckpointInvalid, activities.ErrMemberMissing,
+		activities.ErrParticipantRefused, activities.ErrAttemptConflict,
+	},
+}
+
+// coordinatorHeartbeat is how soon a dead coordinator worker is noticed, and
+// how soon a cancelled fan-out stops.
+const coordinatorHeartbeat = 20 * time.Second
+
+// stepOptions are the options of one coordinator step. WaitForCancellation:
+// a cancelled park must have stopped sending parks before the abort resumes
+// everyone, or a late park would hold a rollout for a dead checkpoint.
+func stepOptions(summary string, timeout time.Duration) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout:    timeout,
+		ScheduleToCloseTimeout: 4 * timeout,
+		HeartbeatTimeout:       coordinatorHeartbeat,
+		WaitForCancellation:    true,
+		RetryPolicy:            coordinatorRetry,
+		Summary:                summary,
+	}
+}
+
+// validate checks a checkpoint input and returns its absolute deadline
+// (Timeout is turned into one once, from the workflow's start time).
+func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
+	if err := activities.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return time.Time{}, err
+	}
+	if err := activities.ValidateName("set", in.Set); err != nil {
+		return time.Time{}, err
+	}
+	if !filepath.IsAbs(in.Root) {
+		return time.Time{}, fmt.Errorf("root %q is not an absolute path", in.Root)
+	}
+	if err := validateParticipants(in.Participants); err != nil {
+		return time.Time{}, err
+	}
+	deadline := in.Deadline
+	switch {
+	case !deadline.IsZero() && in.Timeout != "":
+		return time.Time{}, errors.New("give deadline or timeout, not both")
+	case in.Timeout != "":
+		d, err := time.ParseDuration(in.Timeout)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("timeout %q: want a positive duration such as 90s or 2m", in.Timeout)
+		}
+		deadline = now.Add(d)
+	case deadline.IsZero():
+		return time.Time{}, errors.New("deadline (RFC 3339) or timeout (duration) is required")
+	}
+	if !deadline.After(now) {
+		return time.Time{}, fmt.Errorf("deadline %s is not after the checkpoint's start %s", deadline.Format(time.RFC3339), now.Format(time.RFC3339))
+	}
+	if deadline.Sub(now) > MaxCheckpointTimeout {
+		return time.Time{}, fmt.Errorf("deadline %s is more than %s away", deadline.Format(time.RFC3339), MaxCheckpointTimeout)
+	}
+	return deadline, nil
+}
+
+func validateParticipants(urls []string) error {
+	seen := map[string]bool{}
+	for i, u := range urls {
+		if u == "" {
+			return fmt.Errorf("participant %d has an empty URL", i)
+		}
+		if seen[u] {
+			return fmt.Errorf("participant %s is listed twice", u)
+		}
+		seen[u] = true
+	}
+	return nil
+}
+
+// checkpointRun is the state of one Checkpoint execution.
+type checkpointRun struct {
+	in       CheckpointInput
+	deadline time.Time
+	dir      string
+	phase    string
+	logger   log.Logger
+}
+
+// Checkpoint takes a coordinated cut of one set: close admission at the
+// environment servers, freeze the membership, park every member at a
+// boundary, commit the servers' state, then the agent records, then the
+// aggregate manifest (last), and resume — or stay paused. Any failure, or
+// the deadline passing before the cut is frozen, aborts cleanly: everything
+// is resumed and no manifest exists.
+func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, error) {
+	start := workflow.Now(ctx)
+	deadline, err := in.validate(start)
+	if err != nil {
+		return CheckpointResult{}, temporal.NewNonRetryableApplicationError("invalid checkpoint input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
+	}
+	c := &checkpointRun{
+		in: in, deadline: deadline, dir: activities.CheckpointDir(filepath.Clean(in.Root), in.CheckpointID),
+		logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "set", in.Set),
+	}
+	res := CheckpointResult{CheckpointID: in.CheckpointID, Dir: c.dir}
+
+	// The cut runs under the deadline: a timer cancels it at deadline+settle.
+	cutCtx, cancelCut := workflow.WithCancel(ctx)
+	timerCtx, cancelTimer := workflow.WithCancel(ctx)
+	expired := false
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		t := workflow.NewTimerWithOptions(timerCtx, deadline.Add(CheckpointSettle).Sub(workflow.Now(gctx)),
+			workflow.TimerOptions{Summary: "checkpoint deadline"})
+		if t.Get(gctx, nil) == nil {
+			expired = true
+			cancelCut()
+		}
+	})
+	err = c.cut(cutCtx, &res)
+	cancelTimer()
+	res.CutMillis = workflow.Now(ctx).Sub(start).Milliseconds()
+	if err != nil && expired {
+		err = fmt.Errorf("deadline %s (+%s settle) passed during %s: %w", deadline.Format(time.RFC3339), CheckpointSettle, c.phase, err)
+	}
+	if err == nil {
+		// The cut is frozen: the commit is no longer bound by the deadline.
+		err = c.commit(ctx, &res)
+	}
+	if err != nil {
+		return CheckpointResult{}, c.abort(ctx, err)
+	}
+	if in.StayPaused {
+		c.setPhase(ctx, "paused", fmt.Sprintf("committed %d rollouts; staying paused", res.Parked))
+	} else if err := c.resume(ctx); err != nil {
+		// The checkpoint is committed and valid; only the resume failed.
+		return CheckpointResult{}, fmt.Errorf("checkpoint %s is committed at %s, but resuming failed: %w", in.CheckpointID, c.dir, err)
+	} else {
+		res.Resumed = true
+	}
+	res.TotalMillis = workflow.Now(ctx).Sub(start).Milliseconds()
+	c.setPhase(ctx, "done", fmt.Sprintf("%d members, %d parked, %d completed-unacknowledged, %d bytes", res.Members, res.Parked, res.CompletedUnacked, res.Bytes))
+	return res, nil
+}
+
+func (c *checkpointRun) setPhase(ctx workflow.Context, phase, detail string) {
+	c.phase = phase
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — checkpoint %s of set %s: %s", phase, c.in.CheckpointID, c.in.Set, detail))
+	c.logger.Info("checkpoint phase", "phase", phase, "detail", detail)
+}
+
+// cutTimeout is what is left of the cut's time budget.
+func (c *checkpointRun) cutTimeout(ctx workflow.Context) time.Duration {
+	left := c.deadline.Add(CheckpointSettle).Sub(workflow.Now(ctx))
+	return max(left, time.Second)
+}
+
+// cut closes admission, freezes the membership and parks every member.
+func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
+	c.setPhase(ctx, "prepare", fmt.Sprintf("closing admission at %d environment servers", len(c.in.Participants)))
+	var prep activities.PrepareParticipantsResult
+	err := c.step(ctx, "prepare participants", c.cutTimeout(ctx), activities.PrepareParticipantsName, activities.PrepareParticipantsInput{
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants, Deadline: c.deadline,
+	}, &prep)
+	if err != nil {
+		return err
+	}
+
+	c.setPhase(ctx, "membership", fmt.Sprintf("%d live sessions at the environment servers; listing the set", prep.Sessions))
+	var mem activities.FreezeMembershipResult
+	err = c.step(ctx, "freeze membership", c.cutTimeout(ctx), activities.FreezeMembershipName, activities.FreezeMembershipInput{
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root,
+	}, &mem)
+	if err != nil {
+		return err
+	}
+	res.Members = mem.Members
+
+	c.setPhase(ctx, "park", fmt.Sprintf("parking %d members", mem.Members))
+	var park activities.ParkMembersResult
+	err = c.step(ctx, fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), activities.ParkMembersName, activities.ParkMembersInput{
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Deadline: c.deadline,
+	}, &park)
+	if err != nil {
+		return err
+	}
+	res.Parked, res.CompletedUnacked, res.Closed = park.Parked, park.CompletedUnacked, park.Closed
+	return nil
+}
+
+// commit writes the environment servers' artifacts, the agents artifact and
+// the aggregate manifest, last.
+func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) error {
+	c.setPhase(ctx, "commit", fmt.Sprintf("writing %d records and %d environment servers to %s", res.Parked, len(c.in.Participants), c.dir))
+	var out activities.CommitCheckpointResult
+	err := c.step(ctx, "commit checkpoint", 30*time.Minute, activities.CommitCheckpointName, activities.CommitCheckpointInput{
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
+	}, &out)
+	if err != nil {
+		return err
+	}
+	res.Bytes, res.ManifestDigest = out.Bytes, out.ManifestDigest
+	return nil
+}
+
+// resume reopens the environment servers, then releases the rollouts.
+func (c *checkpointRun) resume(ctx workflow.Context) error {
+	c.setPhase(ctx, "resume", fmt.Sprintf("resuming %d environment servers, then the parked rollouts", len(c.in.Participants)))
+	var rp activities.ResumeParticipantsResult
+	if err := c.step(ctx, "resume participants", 10*time.Minute, activities.ResumeParticipantsName, activities.ResumeParticipantsInput{
+		CheckpointID: c.in.CheckpointID, Participants: c.in.Participants,
+	}, &rp); err != nil {
+		return err
+	}
+	var rr activities.ResumeRolloutsResult
+	return c.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRolloutsName, activities.ResumeRolloutsInput{
+		CheckpointID: c.in.CheckpointID, Root: c.in.Root, List: activities.ListParked,
+	}, &rr)
+}
+
+// abort resumes every participant and every member (resume is the abort),
+// removes any aggregate manifest, and fails with cause. It runs on a
+// disconnected context, so a cancelled checkpoint still cleans up.
+func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
+	failedPhase := c.phase
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	c.setPhase(dctx, "abort", fmt.Sprintf("%s failed: resuming everything", failedPhase))
+	opts := stepOptions("abort checkpoint: resume everything", 5*time.Minute)
+	opts.WaitForCancellation = false
+	var out activities.AbortCheckpointResult
+	aerr := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.AbortCheckpointName, activities.AbortCheckpointInput{
+		CheckpointID: c.in.CheckpointID, Root: c.in.Root, Participants: c.in.Participants,
+	}).Get(dctx, &out)
+	msg := fmt.Sprintf("checkpoint %s of set %s aborted in phase %s: %v", c.in.CheckpointID, c.in.Set, failedPhase, cause)
+	if aerr != nil {
+		msg += fmt.Sprintf("; CLEANUP FAILED, participants or rollouts may still be parked (resume them with checkpoint id %s): %v", c.in.CheckpointID, aerr)
+	} else {
+		msg += fmt.Sprintf("; resumed %d environment servers and %d rollouts; no manifest was written", out.Participants, out.Rollouts)
+	}
+	c.logger.Error("checkpoint aborted", "phase", failedPhase, "error", cause, "cleanup_error", aerr)
+	return temporal.NewNonRetryableApplicationError(msg, ErrCheckpointAborted, cause)
+}
+
+// step runs one coordinator activity.
+func (c *checkpointRun) step(ctx workflow.Context, summary string, timeout time.Duration, name string, in, out any) error {
+	actx := workflow.WithActivityOptions(ctx, stepOptions(summary, timeout))
+	if err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out); err != nil {
+		return fmt.Errorf("%s: %w", summary, err)
+	}
+	return nil
+}

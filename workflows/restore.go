@@ -1,0 +1,138 @@
+package workflows
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/activities"
+)
+
+func (in RestoreInput) validate() error {
+	if err := activities.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(in.Root) {
+		return fmt.Errorf("root %q is not an absolute path", in.Root)
+	}
+	return validateParticipants(in.Participants)
+}
+
+// restoreRun is the state of one Restore execution.
+type restoreRun struct {
+	in     RestoreInput
+	phase  string
+	logger log.Logger
+}
+
+// Restore installs a committed checkpoint as new attempts: it validates the
+// whole checkpoint before touching anything, fixes the attempt map (one
+// above the highest attempt ever issued, persisted so a re-run reuses it),
+// restores the environment servers as those attempts (the old ones are
+// refused from then on), ends any old run still alive, starts the new runs
+// held for the checkpoint, and only when all of it is installed resumes the
+// environment servers, then the rollouts. Running the same restore again
+// finishes an interrupted one and never starts a second run of one attempt.
+func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
+	if err := in.validate(); err != nil {
+		return RestoreResult{}, temporal.NewNonRetryableApplicationError("invalid restore input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
+	}
+	if in.TaskQueue == "" {
+		in.TaskQueue = TaskQueue
+	}
+	r := &restoreRun{in: in, logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID)}
+	res := RestoreResult{CheckpointID: in.CheckpointID}
+
+	r.setPhase(ctx, "validate", "reading and checking the whole checkpoint")
+	var val activities.ValidateCheckpointResult
+	if err := r.step(ctx, "validate checkpoint", 30*time.Minute, activities.ValidateCheckpointName, activities.ValidateCheckpointInput{
+		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
+	}, &val); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+
+	r.setPhase(ctx, "attempts", fmt.Sprintf("set %s: %d records", val.Set, val.Records))
+	var plan activities.PlanAttemptsResult
+	if err := r.step(ctx, "plan attempts", 30*time.Minute, activities.PlanAttemptsName, activities.PlanAttemptsInput{
+		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
+	}, &plan); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+	res.AttemptsDigest = plan.Digest
+
+	r.setPhase(ctx, "participants", fmt.Sprintf("installing %d environment servers as the new attempts", len(in.Participants)))
+	var rp activities.RestoreParticipantsResult
+	if err := r.step(ctx, "restore participants", 30*time.Minute, activities.RestoreParticipantsName, activities.RestoreParticipantsInput{
+		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
+	}, &rp); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+
+	r.setPhase(ctx, "terminate", "ending runs of the replaced attempts")
+	var term activities.TerminateStaleResult
+	if err := r.step(ctx, "terminate replaced runs", 30*time.Minute, activities.TerminateStaleName, activities.TerminateStaleInput{
+		CheckpointID: in.CheckpointID, Root: in.Root,
+	}, &term); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+	res.Terminated = term.Terminated
+
+	r.setPhase(ctx, "start", fmt.Sprintf("starting %d new attempts, held until everything is installed", plan.Start))
+	var st activities.StartRestoredResult
+	if err := r.step(ctx, fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, activities.StartRestoredName, activities.StartRestoredInput{
+		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
+	}, &st); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+	res.Restored, res.StartedOver, res.OfferedAgain, res.Started = st.Continue, st.StartOver, st.OfferAgain, st.Started
+
+	// Environment servers first: a rollout released before its server
+	// would only be answered "parked".
+	r.setPhase(ctx, "resume", "resuming environment servers, then rollouts")
+	var resP activities.ResumeParticipantsResult
+	if err := r.step(ctx, "resume participants", 10*time.Minute, activities.ResumeParticipantsName, activities.ResumeParticipantsInput{
+		CheckpointID: in.CheckpointID, Participants: in.Participants,
+	}, &resP); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+	var resR activities.ResumeRolloutsResult
+	if err := r.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRolloutsName, activities.ResumeRolloutsInput{
+		CheckpointID: in.CheckpointID, Root: in.Root, List: activities.ListStarted,
+	}, &resR); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
+	r.setPhase(ctx, "done", fmt.Sprintf("%d continue, %d start over, %d offer their result again", res.Restored, res.StartedOver, res.OfferedAgain))
+	return res, nil
+}
+
+func (r *restoreRun) setPhase(ctx workflow.Context, phase, detail string) {
+	r.phase = phase
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — restore of checkpoint %s: %s", phase, r.in.CheckpointID, detail))
+	r.logger.Info("restore phase", "phase", phase, "detail", detail)
+}
+
+// fail names the step that failed. Nothing is rolled back: a failure
+// before the participants step touched nothing, and after it every step is
+// idempotent, so running the same restore again finishes it.
+func (r *restoreRun) fail(err error) error {
+	hint := "nothing was touched"
+	switch r.phase {
+	case "validate", "attempts":
+	default:
+		hint = "environment servers and rollouts stay paused; run the same restore again to finish it"
+	}
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("restore of checkpoint %s failed in phase %s: %v (%s)", r.in.CheckpointID, r.phase, err, hint), ErrRestoreFailed, err)
+}
+
+func (r *restoreRun) step(ctx workflow.Context, summary string, timeout time.Duration, name string, in, out any) error {
+	actx := workflow.WithActivityOptions(ctx, stepOptions(summary, timeout))
+	if err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out); err != nil {
+		return fmt.Errorf("%s: %w", summary, err)
+	}
+	return nil
+}
