@@ -56,6 +56,9 @@ type RolloutRecord struct {
 	Turn       int64
 	Start      time.Time
 	Close      time.Time // zero while running
+	// Env is the rollout's environment: from its result, its memo
+	// (MemoEnv), or its start input.
+	Env string
 	// Result is set for a completed run once fetched; Err for a run that
 	// closed any other way.
 	Result *workflows.RolloutResult
@@ -171,6 +174,9 @@ func recordFromInfo(info *workflowpb.WorkflowExecutionInfo) RolloutRecord {
 	if rec.RolloutID == "" {
 		rec.RolloutID = strings.TrimPrefix(rec.WorkflowID, workflows.RolloutWorkflowID(""))
 	}
+	if p, ok := info.GetMemo().GetFields()[MemoEnv]; ok {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &rec.Env)
+	}
 	rec.Phase = keyword(fields, workflows.SARolloutPhase)
 	rec.Attempt = integer(fields, workflows.SARolloutAttempt)
 	rec.Turn = integer(fields, workflows.SARolloutTurn)
@@ -216,9 +222,52 @@ func collectSet(ctx context.Context, c client.Client, set string, withResults bo
 // fetchConcurrency bounds concurrent result fetches.
 const fetchConcurrency = 16
 
-// fetchOutcome fills rec.Result or rec.Err from a closed run; an open run is
-// left alone (Get would block until it ends).
+// fetchOutcome fills rec.Result or rec.Err from a closed run (an open run
+// is left alone: Get would block until it ends), and rec.Env when neither
+// the result nor the memo named it.
 func fetchOutcome(ctx context.Context, c client.Client, rec *RolloutRecord) error {
+	if err := fetchResult(ctx, c, rec); err != nil {
+		return err
+	}
+	if rec.Result != nil && rec.Result.Env != "" {
+		rec.Env = rec.Result.Env
+	}
+	if rec.Env != "" {
+		return nil
+	}
+	in, err := startInput(ctx, c, rec.WorkflowID, rec.RunID)
+	if err != nil {
+		return fmt.Errorf("environment of rollout %s (run %s): %w", rec.RolloutID, rec.RunID, err)
+	}
+	rec.Env = in.Env.Name
+	return nil
+}
+
+// startInput reads the RolloutInput a run was started with from the first
+// event of its history. Runs started outside the starter (a restore, the
+// Temporal CLI) carry no memo; their input still names the environment.
+func startInput(ctx context.Context, c client.Client, workflowID, runID string) (workflows.RolloutInput, error) {
+	var in workflows.RolloutInput
+	iter := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !iter.HasNext() {
+		return in, errors.New("empty history")
+	}
+	ev, err := iter.Next()
+	if err != nil {
+		return in, err
+	}
+	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+	if attrs == nil || len(attrs.GetInput().GetPayloads()) == 0 {
+		return in, fmt.Errorf("first event %s carries no start input", ev.GetEventType())
+	}
+	if err := converter.GetDefaultDataConverter().FromPayload(attrs.GetInput().GetPayloads()[0], &in); err != nil {
+		return in, fmt.Errorf("decode start input: %w", err)
+	}
+	return in, nil
+}
+
+// fetchResult fills rec.Result or rec.Err from a closed run.
+func fetchResult(ctx context.Context, c client.Client, rec *RolloutRecord) error {
 	if !rec.Closed() {
 		return nil
 	}

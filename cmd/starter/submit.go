@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,8 +30,6 @@ const (
 	// indexes below seedStride keep every rollout's seed distinct.
 	maxCount   = 1_000_000
 	seedStride = 1_000_000
-	// defaultMaxTurns matches the workflow's own default.
-	defaultMaxTurns = 16
 	// startConcurrency and waitConcurrency bound concurrent StartWorkflow
 	// calls and result long-polls.
 	startConcurrency = 16
@@ -38,13 +38,19 @@ const (
 
 // SubmitRequest is one `starter submit`.
 type SubmitRequest struct {
-	Set        string
-	Count      int
-	Env        string
-	EnvURL     string
-	Policy     string
-	ModelURL   string
-	Seed       int64
+	Set   string
+	Count int
+	// Envs are the environments of the set; rollout i runs in
+	// Envs[i % len(Envs)].
+	Envs   []string
+	EnvURL string
+	// Policy is the model of every rollout; empty means each rollout's
+	// environment's scripted policy ("scripted-<env>").
+	Policy   string
+	ModelURL string
+	Seed     int64
+	// MaxTurns limits every rollout; 0 means each environment's default
+	// (DefaultMaxTurns).
 	MaxTurns   int
 	RequireAck bool
 }
@@ -58,14 +64,14 @@ func (r SubmitRequest) Validate() error {
 	if r.Count < 1 || r.Count > maxCount {
 		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
 	}
-	if r.Env == "" {
-		return fmt.Errorf("--env is required (known: %s)", strings.Join(tasks.Envs(), ", "))
+	if _, err := ParseEnvs(strings.Join(r.Envs, ",")); err != nil {
+		return err
 	}
-	if r.Policy == "" {
-		return errors.New("--policy is required (the model name, e.g. scripted-counter)")
+	if r.Policy != strings.TrimSpace(r.Policy) {
+		return fmt.Errorf("--policy %q: surrounding spaces", r.Policy)
 	}
-	if r.MaxTurns < 1 {
-		return fmt.Errorf("--max-turns %d: want at least 1", r.MaxTurns)
+	if r.MaxTurns < 0 || r.MaxTurns > workflows.MaxMaxTurns {
+		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, workflows.MaxMaxTurns)
 	}
 	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
 		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
@@ -83,31 +89,45 @@ func RolloutID(set string, i int) string { return fmt.Sprintf("%s-%04d", set, i)
 func RolloutSeed(seed int64, i int) int64 { return seed*seedStride + int64(i) }
 
 // BuildInputs returns the attempt-0 input of every rollout of r, in index
-// order. Equal requests give equal inputs.
+// order: rollout i runs in r.Envs[i % len(r.Envs)], with that environment's
+// scripted policy and turn limit unless r sets them. Equal requests give
+// equal inputs.
 func BuildInputs(r SubmitRequest) ([]workflows.RolloutInput, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
 	out := make([]workflows.RolloutInput, r.Count)
 	for i := range out {
-		task, err := tasks.Generate(r.Env, r.Seed, i)
+		env := r.Envs[i%len(r.Envs)]
+		task, err := tasks.Generate(env, r.Seed, i)
 		if err != nil {
 			return nil, err
+		}
+		model := r.Policy
+		if model == "" {
+			model = ScriptedPolicy(env)
+		}
+		maxTurns := r.MaxTurns
+		if maxTurns == 0 {
+			maxTurns = DefaultMaxTurns(env)
 		}
 		out[i] = workflows.RolloutInput{
 			RolloutID:  RolloutID(r.Set, i),
 			Set:        r.Set,
 			Attempt:    0,
 			Task:       task,
-			Env:        activities.EnvRef{Name: r.Env, URL: r.EnvURL},
-			Policy:     activities.PolicyRef{Model: r.Policy, BaseURL: r.ModelURL},
+			Env:        activities.EnvRef{Name: env, URL: r.EnvURL},
+			Policy:     activities.PolicyRef{Model: model, BaseURL: r.ModelURL},
 			Seed:       RolloutSeed(r.Seed, i),
-			Limits:     workflows.Limits{MaxTurns: r.MaxTurns},
+			Limits:     workflows.Limits{MaxTurns: maxTurns},
 			RequireAck: r.RequireAck,
 		}
 	}
 	return out, nil
 }
+
+// MemoEnv is the memo field holding a rollout's environment name.
+const MemoEnv = "env"
 
 // StartOptions are the options of attempt 0 of in. The ID policies make a
 // second submit of the same set fail instead of running rollouts twice; there
@@ -127,6 +147,9 @@ func StartOptions(in workflows.RolloutInput, taskQueue string) client.StartWorkf
 			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutTurn).ValueSet(0),
 			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutPhase).ValueSet(string(workflows.PhaseSeeding)),
 		),
+		// The memo names the environment, so summaries can group rollouts
+		// that failed without a result by environment from the listing alone.
+		Memo:          map[string]any{MemoEnv: in.Env.Name},
 		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
 	}
 }
@@ -200,6 +223,7 @@ func preflight(ctx context.Context, c client.Client, set, taskQueue string) erro
 func newSubmitCmd(g *globals) *cobra.Command {
 	var (
 		req     SubmitRequest
+		envList string
 		wait    bool
 		timeout time.Duration
 	)
@@ -208,6 +232,11 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Short: "Start a set of rollouts (attempt 0 each)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			envNames, err := ParseEnvs(envList)
+			if err != nil {
+				return err
+			}
+			req.Envs = envNames
 			inputs, err := BuildInputs(req)
 			if err != nil {
 				return err
@@ -226,7 +255,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("%w (started %d of %d)", err, n, len(inputs))
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "started %d rollouts of set %s on task queue %s at %s\n", n, req.Set, g.taskQueue, addr)
+			fmt.Fprintf(out, "started %d rollouts of set %s (%s) on task queue %s at %s\n", n, req.Set, strings.Join(req.Envs, ", "), g.taskQueue, addr)
 			if !wait {
 				return nil
 			}
@@ -242,35 +271,90 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return writeSummary(out, req.Set, Summarize(recs))
+			return writeSummary(out, req.Set, recs)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set (rollout ids are <set>-0000, <set>-0001, …)")
 	f.IntVar(&req.Count, "count", 1, "number of rollouts")
-	f.StringVar(&req.Env, "env", "", "environment name (known task generators: "+strings.Join(tasks.Envs(), ", ")+")")
+	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(tasks.Envs(), ", ")+")")
 	f.StringVar(&req.EnvURL, "env-url", "", "environment server URL (default: the worker's)")
-	f.StringVar(&req.Policy, "policy", "", "policy model name, e.g. scripted-counter")
+	f.StringVar(&req.Policy, "policy", "", "policy model name of every rollout (default: scripted-<env> of each rollout's environment)")
 	f.StringVar(&req.ModelURL, "model-url", "", "OpenAI-compatible base URL of the policy (default: the worker's)")
 	f.Int64Var(&req.Seed, "seed", 0, "set seed; tasks and rollout seeds derive from it")
-	f.IntVar(&req.MaxTurns, "max-turns", defaultMaxTurns, "model calls per rollout at most")
+	f.IntVar(&req.MaxTurns, "max-turns", 0, "model calls per rollout at most (default: per environment, "+maxTurnsDefaults()+")")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close, with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	_ = cmd.MarkFlagRequired("set")
 	_ = cmd.MarkFlagRequired("env")
-	_ = cmd.MarkFlagRequired("policy")
 	return cmd
 }
+
+// progress counts closed rollouts for a reader.
+type progress interface {
+	Increment()
+	// Finish ends the display; ok is false when the wait failed.
+	Finish(ok bool)
+}
+
+// newProgress is a progress bar on a terminal, and plain lines elsewhere (a
+// log file, a pipe), where a bar would print nothing until the end.
+func newProgress(ctx context.Context, w io.Writer, total int) progress {
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p := mpb.NewWithContext(ctx, mpb.WithOutput(w), mpb.WithWidth(40))
+			bar := p.AddBar(int64(total),
+				mpb.PrependDecorators(decor.Name("rollouts "), decor.CountersNoUnit("%d/%d")),
+				mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Elapsed(decor.ET_STYLE_GO, decor.WCSyncSpace)),
+			)
+			return &barProgress{p: p, bar: bar}
+		}
+	}
+	return &lineProgress{w: w, total: total}
+}
+
+type barProgress struct {
+	p   *mpb.Progress
+	bar *mpb.Bar
+}
+
+func (b *barProgress) Increment() { b.bar.Increment() }
+
+func (b *barProgress) Finish(ok bool) {
+	if !ok {
+		b.bar.Abort(false)
+	}
+	b.p.Wait()
+}
+
+// lineProgress prints "closed k/N rollouts" each time another tenth of the
+// set has closed, so a log shows progress without a line per rollout.
+type lineProgress struct {
+	w      io.Writer
+	total  int
+	mu     sync.Mutex
+	closed int
+}
+
+// lineSteps is how many lines a full lineProgress prints.
+const lineSteps = 10
+
+func (l *lineProgress) Increment() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed++
+	if l.closed*lineSteps/l.total != (l.closed-1)*lineSteps/l.total {
+		fmt.Fprintf(l.w, "closed %d/%d rollouts\n", l.closed, l.total)
+	}
+}
+
+func (l *lineProgress) Finish(bool) {}
 
 // waitAll waits until every rollout's workflow ID has closed (following new
 // runs and attempts), showing progress on w.
 func waitAll(ctx context.Context, c client.Client, inputs []workflows.RolloutInput, w io.Writer) error {
-	p := mpb.NewWithContext(ctx, mpb.WithOutput(w), mpb.WithWidth(40))
-	bar := p.AddBar(int64(len(inputs)),
-		mpb.PrependDecorators(decor.Name("rollouts "), decor.CountersNoUnit("%d/%d")),
-		mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Elapsed(decor.ET_STYLE_GO, decor.WCSyncSpace)),
-	)
+	bar := newProgress(ctx, w, len(inputs))
 	err := forEach(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
 		err := c.GetWorkflow(ctx, workflows.RolloutWorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
 		var wee *temporal.WorkflowExecutionError
@@ -280,10 +364,7 @@ func waitAll(ctx context.Context, c client.Client, inputs []workflows.RolloutInp
 		bar.Increment() // completed or failed: closed either way
 		return nil
 	})
-	if err != nil {
-		bar.Abort(false)
-	}
-	p.Wait()
+	bar.Finish(err == nil)
 	return err
 }
 

@@ -37,7 +37,7 @@ func TestRolloutID(t *testing.T) {
 }
 
 func validRequest() SubmitRequest {
-	return SubmitRequest{Set: "s1", Count: 5, Env: "counter", Policy: "scripted-counter", Seed: 7, MaxTurns: 16}
+	return SubmitRequest{Set: "s1", Count: 5, Envs: []string{"counter"}, Policy: "scripted-counter", Seed: 7, MaxTurns: 16}
 }
 
 func TestBuildInputs(t *testing.T) {
@@ -100,9 +100,13 @@ func TestBuildInputsRejects(t *testing.T) {
 		{"slash in set", func(r *SubmitRequest) { r.Set = "a/b" }, "set name"},
 		{"zero count", func(r *SubmitRequest) { r.Count = 0 }, "--count"},
 		{"huge count", func(r *SubmitRequest) { r.Count = maxCount + 1 }, "--count"},
-		{"unknown env", func(r *SubmitRequest) { r.Env = "chess" }, "counter"},
-		{"no policy", func(r *SubmitRequest) { r.Policy = "" }, "--policy"},
-		{"zero max turns", func(r *SubmitRequest) { r.MaxTurns = 0 }, "--max-turns"},
+		{"no env", func(r *SubmitRequest) { r.Envs = nil }, "--env is required"},
+		{"unknown env", func(r *SubmitRequest) { r.Envs = []string{"chess"} }, "counter"},
+		{"unknown env in a list", func(r *SubmitRequest) { r.Envs = []string{"counter", "chess"} }, `"chess"`},
+		{"repeated env", func(r *SubmitRequest) { r.Envs = []string{"counter", "counter"} }, "twice"},
+		{"policy with spaces", func(r *SubmitRequest) { r.Policy = " scripted-counter" }, "--policy"},
+		{"negative max turns", func(r *SubmitRequest) { r.MaxTurns = -1 }, "--max-turns"},
+		{"huge max turns", func(r *SubmitRequest) { r.MaxTurns = workflows.MaxMaxTurns + 1 }, "--max-turns"},
 		{"env url without scheme", func(r *SubmitRequest) { r.EnvURL = "localhost:1" }, "--env-url"},
 	}
 	for _, tt := range tests {
@@ -267,5 +271,100 @@ func TestForEachStopsAtFirstError(t *testing.T) {
 	cancel()
 	if err := forEach(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: err = %v", err)
+	}
+}
+
+func TestBuildInputsMixedSet(t *testing.T) {
+	req := SubmitRequest{Set: "mix", Count: 10, Envs: []string{"counter", "blackjack", "workplace", "sandbox"}, Seed: 3}
+	inputs, err := BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEnv := []string{"counter", "blackjack", "workplace", "sandbox", "counter", "blackjack", "workplace", "sandbox", "counter", "blackjack"}
+	wantTurns := map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12}
+	for i, in := range inputs {
+		env := wantEnv[i]
+		if in.Env.Name != env {
+			t.Errorf("rollout %d env %q, want %q", i, in.Env.Name, env)
+		}
+		if in.Policy.Model != "scripted-"+env {
+			t.Errorf("rollout %d policy %q, want scripted-%s", i, in.Policy.Model, env)
+		}
+		if in.Limits.MaxTurns != wantTurns[env] {
+			t.Errorf("rollout %d (%s) max turns %d, want %d", i, env, in.Limits.MaxTurns, wantTurns[env])
+		}
+		task, err := tasks.Generate(env, 3, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(in.Task) != string(task) {
+			t.Errorf("rollout %d task %s, want %s", i, in.Task, task)
+		}
+		if o := StartOptions(in, "q"); o.Memo[MemoEnv] != env {
+			t.Errorf("rollout %d memo %v", i, o.Memo)
+		}
+	}
+
+	// An explicit policy and limit apply to every rollout.
+	req.Policy, req.MaxTurns = "gpt-x", 5
+	inputs, err = BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range inputs {
+		if in.Policy.Model != "gpt-x" || in.Limits.MaxTurns != 5 {
+			t.Errorf("rollout %d: policy %q max turns %d", i, in.Policy.Model, in.Limits.MaxTurns)
+		}
+	}
+}
+
+func TestParseEnvs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{"counter", []string{"counter"}, ""},
+		{"counter,blackjack,workplace,sandbox", []string{"counter", "blackjack", "workplace", "sandbox"}, ""},
+		{" sandbox , arithmetic ", []string{"sandbox", "arithmetic"}, ""},
+		{"", nil, "--env is required"},
+		{"counter,", nil, "name 2 is empty"},
+		{"counter,chess", nil, `"chess"`},
+		{"counter,counter", nil, "twice"},
+	}
+	for _, tt := range tests {
+		got, err := ParseEnvs(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseEnvs(%q) error %v, want one containing %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, ",") != strings.Join(tt.want, ",") {
+			t.Errorf("ParseEnvs(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestLineProgress(t *testing.T) {
+	tests := []struct {
+		total int
+		want  []string
+	}{
+		{1, []string{"closed 1/1 rollouts"}},
+		{3, []string{"closed 1/3 rollouts", "closed 2/3 rollouts", "closed 3/3 rollouts"}},
+		{20, []string{"closed 2/20 rollouts", "closed 4/20 rollouts", "closed 6/20 rollouts", "closed 8/20 rollouts", "closed 10/20 rollouts",
+			"closed 12/20 rollouts", "closed 14/20 rollouts", "closed 16/20 rollouts", "closed 18/20 rollouts", "closed 20/20 rollouts"}},
+	}
+	for _, tt := range tests {
+		var buf strings.Builder
+		p := newProgress(t.Context(), &buf, tt.total)
+		for range tt.total {
+			p.Increment()
+		}
+		p.Finish(true)
+		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("total %d: lines %q, want %q", tt.total, got, tt.want)
+		}
 	}
 }
