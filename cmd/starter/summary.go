@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -76,8 +77,122 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return sorted[rank-1]
 }
 
-// writeSummary prints s as a small aligned table.
-func writeSummary(w io.Writer, set string, s Summary) error {
+// EnvSummary condenses the rollouts of one environment of a set.
+type EnvSummary struct {
+	Env       string
+	Rollouts  int
+	Completed int
+	Failed    int
+	Running   int
+	// Passed counts completed rollouts whose reward passes (see Passed).
+	Passed int
+	// Means over completed rollouts whose result was read.
+	MeanReward float64
+	MeanTurns  float64
+}
+
+// UnknownEnv groups rollouts whose environment could not be read.
+const UnknownEnv = "(unknown)"
+
+// denseRewardEnvs are the environments scored by a sum of per-step rewards
+// (gym style) rather than a verdict of 1 for success: a blackjack episode
+// that wins more hands than it loses has reward > 0, and that is its pass.
+var denseRewardEnvs = map[string]bool{"blackjack": true}
+
+// Passed reports whether a completed rollout of env with reward counts as a
+// pass: reward > 0 for dense-reward environments, reward >= 1 for the rest.
+func Passed(env string, reward float64) bool {
+	if denseRewardEnvs[env] {
+		return reward > 0
+	}
+	return reward >= 1
+}
+
+// SummarizeByEnv condenses the latest runs of a set per environment, sorted
+// by environment name; a record without an environment counts under
+// UnknownEnv.
+func SummarizeByEnv(recs []RolloutRecord) []EnvSummary {
+	type acc struct {
+		s             EnvSummary
+		reward, turns float64
+		withResult    int
+	}
+	byEnv := map[string]*acc{}
+	for _, r := range recs {
+		env := r.Env
+		if env == "" {
+			env = UnknownEnv
+		}
+		a := byEnv[env]
+		if a == nil {
+			a = &acc{s: EnvSummary{Env: env}}
+			byEnv[env] = a
+		}
+		a.s.Rollouts++
+		switch {
+		case r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+			a.s.Completed++
+			if r.Result != nil {
+				a.withResult++
+				a.reward += r.Result.Reward
+				a.turns += float64(r.Result.Turns)
+				if Passed(env, r.Result.Reward) {
+					a.s.Passed++
+				}
+			}
+		case r.Closed():
+			a.s.Failed++
+		default:
+			a.s.Running++
+		}
+	}
+	out := make([]EnvSummary, 0, len(byEnv))
+	for _, a := range byEnv {
+		if a.withResult > 0 {
+			a.s.MeanReward = a.reward / float64(a.withResult)
+			a.s.MeanTurns = a.turns / float64(a.withResult)
+		}
+		out = append(out, a.s)
+	}
+	slices.SortFunc(out, func(a, b EnvSummary) int { return strings.Compare(a.Env, b.Env) })
+	return out
+}
+
+// writeSummary prints the summary of a set's records: the overall lines,
+// then one line per environment.
+func writeSummary(w io.Writer, set string, recs []RolloutRecord) error {
+	if err := writeOverall(w, set, Summarize(recs)); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return writeEnvTable(w, SummarizeByEnv(recs))
+}
+
+// writeEnvTable prints one line per environment and how "passed" is counted.
+func writeEnvTable(w io.Writer, rows []EnvSummary) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENV\tROLLOUTS\tCOMPLETED\tFAILED\tRUNNING\tPASSED\tMEAN REWARD\tMEAN TURNS")
+	var dense []string
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.2f\n",
+			r.Env, r.Rollouts, r.Completed, r.Failed, r.Running, r.Passed, r.MeanReward, r.MeanTurns)
+		if denseRewardEnvs[r.Env] {
+			dense = append(dense, r.Env)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rule := "passed: completed with reward >= 1"
+	if len(dense) > 0 {
+		rule += "; " + strings.Join(dense, ", ") + " (summed step rewards): reward > 0"
+	}
+	_, err := fmt.Fprintln(w, rule)
+	return err
+}
+
+// writeOverall prints s as a small aligned table.
+func writeOverall(w io.Writer, set string, s Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rows := [][2]string{
 		{"set", set},
@@ -112,7 +227,7 @@ func newSummaryCmd(g *globals) *cobra.Command {
 	var set string
 	cmd := &cobra.Command{
 		Use:   "summary",
-		Short: "Completed, failed, running, mean reward and turns, p50/p95 rollout time of a set",
+		Short: "Completed, failed, running, mean reward and turns, p50/p95 rollout time of a set, overall and per environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateSet(set); err != nil {
@@ -130,7 +245,7 @@ func newSummaryCmd(g *globals) *cobra.Command {
 			if len(recs) == 0 {
 				return fmt.Errorf("set %q has no rollouts in visibility", set)
 			}
-			return writeSummary(cmd.OutOrStdout(), set, Summarize(recs))
+			return writeSummary(cmd.OutOrStdout(), set, recs)
 		},
 	}
 	cmd.Flags().StringVar(&set, "set", "", "name of the set")

@@ -98,7 +98,7 @@ func TestSummarize(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := writeSummary(&buf, "s1", got); err != nil {
+	if err := writeOverall(&buf, "s1", got); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -281,5 +281,95 @@ func TestValidateSet(t *testing.T) {
 		if err := validateSet(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+func withEnv(r RolloutRecord, env string) RolloutRecord {
+	r.Env = env
+	return r
+}
+
+func TestSummarizeByEnv(t *testing.T) {
+	res := func(reward float64, turns int) *workflows.RolloutResult {
+		return &workflows.RolloutResult{Reward: reward, Turns: turns}
+	}
+	recs := []RolloutRecord{
+		withEnv(rec("c0", completed, time.Second, res(1, 4)), "counter"),
+		withEnv(rec("c1", completed, time.Second, res(0, 6)), "counter"),
+		withEnv(rec("c2", failed, time.Second, nil), "counter"),
+		withEnv(rec("b0", completed, time.Second, res(2, 10)), "blackjack"),
+		withEnv(rec("b1", completed, time.Second, res(-1, 4)), "blackjack"),
+		withEnv(rec("b2", completed, time.Second, res(0, 7)), "blackjack"),
+		withEnv(rec("b3", running, 0, nil), "blackjack"),
+		withEnv(rec("w0", completed, time.Second, res(0.5, 9)), "workplace"),
+		withEnv(rec("w1", canAsNew, 0, nil), "workplace"),
+		withEnv(rec("w2", term, time.Second, nil), "workplace"),
+		rec("x0", failed, time.Second, nil),
+	}
+	got := SummarizeByEnv(recs)
+	want := []EnvSummary{
+		{Env: UnknownEnv, Rollouts: 1, Failed: 1},
+		{Env: "blackjack", Rollouts: 4, Completed: 3, Running: 1, Passed: 1, MeanReward: 1.0 / 3, MeanTurns: 7},
+		{Env: "counter", Rollouts: 3, Completed: 2, Failed: 1, Passed: 1, MeanReward: 0.5, MeanTurns: 5},
+		{Env: "workplace", Rollouts: 3, Completed: 1, Failed: 1, Running: 1, MeanReward: 0.5, MeanTurns: 9},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("SummarizeByEnv = %+v\nwant %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d = %+v\nwant   %+v", i, got[i], want[i])
+		}
+	}
+	if z := SummarizeByEnv(nil); len(z) != 0 {
+		t.Errorf("empty set: %+v", z)
+	}
+
+	var buf bytes.Buffer
+	if err := writeSummary(&buf, "s1", recs); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range []string{
+		"rollouts          11\n",
+		"ENV        ROLLOUTS  COMPLETED  FAILED  RUNNING  PASSED  MEAN REWARD  MEAN TURNS\n",
+		"blackjack  4         3          0       1        1       0.3333       7.00\n",
+		"counter    3         2          1       0        1       0.5000       5.00\n",
+		"passed: completed with reward >= 1; blackjack (summed step rewards): reward > 0\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("summary lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+func TestPassed(t *testing.T) {
+	tests := []struct {
+		env    string
+		reward float64
+		want   bool
+	}{
+		{"counter", 1, true},
+		{"counter", 0.99, false},
+		{"workplace", 1, true},
+		{"sandbox", 0, false},
+		{"arithmetic", 1, true},
+		{"blackjack", 1, true},
+		{"blackjack", 0.5, true},
+		{"blackjack", 0, false},
+		{"blackjack", -2, false},
+	}
+	for _, tt := range tests {
+		if got := Passed(tt.env, tt.reward); got != tt.want {
+			t.Errorf("Passed(%q, %v) = %v, want %v", tt.env, tt.reward, got, tt.want)
+		}
+	}
+}
+
+func TestRecordEnvFromMemo(t *testing.T) {
+	i := info(t, "s1-0003", "r", running, t0, 0, "model")
+	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{MemoEnv: payload(t, "sandbox")}}
+	if r := recordFromInfo(i); r.Env != "sandbox" {
+		t.Errorf("env %q, want sandbox", r.Env)
 	}
 }
