@@ -122,10 +122,10 @@ func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) 
 		return AggregateManifest{}, err
 	}
 	switch {
-	case !bytes.Equal(canon, b):
-		return AggregateManifest{}, fmt.Errorf("%s is not in canonical form (edited or corrupt)", path)
 	case m.Digest != stated:
 		return AggregateManifest{}, fmt.Errorf("%s: digest %s does not match its content (%s)", path, stated, m.Digest)
+	case !bytes.Equal(canon, b):
+		return AggregateManifest{}, fmt.Errorf("%s is not in canonical form (edited or corrupt)", path)
 	case m.Schema != AggregateSchemaVersion:
 		return AggregateManifest{}, fmt.Errorf("%s: schema %d, this coordinator reads %d", path, m.Schema, AggregateSchemaVersion)
 	case m.CheckpointID != checkpointID:

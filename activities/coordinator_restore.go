@@ -253,6 +253,7 @@ func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheck
 // computed once and reused by every re-run.
 type attemptsFile struct {
 	CheckpointID   string `json:"checkpoint_id"`
+	Set            string `json:"set"`
 	ManifestDigest string `json:"manifest_digest"`
 	// Attempts maps every rollout of the checkpoint (records and unfinished
 	// environment sessions) to its new attempt.
@@ -371,7 +372,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 	if err != nil {
 		return attemptsFile{}, err
 	}
-	af := attemptsFile{CheckpointID: lc.manifest.CheckpointID, ManifestDigest: lc.manifest.Digest, Attempts: map[string]int{}, Start: []string{}}
+	af := attemptsFile{CheckpointID: lc.manifest.CheckpointID, Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Attempts: map[string]int{}, Start: []string{}}
 	for i, id := range ids {
 		af.Attempts[id] = max(highest[id], current[i]) + 1
 		if _, ok := lc.records[id]; ok {
@@ -473,8 +474,8 @@ type TerminateStaleResult struct {
 	Terminated int `json:"terminated"`
 }
 
-// TerminateStale terminates every running run of a rollout of the attempt
-// map whose attempt is below its new attempt. The environment servers
+// TerminateStale terminates every running run of a rollout of the set in
+// the attempt map whose attempt is below its new attempt. The environment servers
 // already refuse that attempt; this stops its workflow code too.
 func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput) (TerminateStaleResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
@@ -500,7 +501,9 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput
 		if err != nil {
 			return err
 		}
-		if !ri.Running || (ri.HasAttempt && int(ri.Attempt) >= attempt) {
+		// A rollout of another set whose session shared a server is only
+		// fenced there; its workflow is not this restore's to end.
+		if !ri.Running || ri.Set != af.Set || (ri.HasAttempt && int(ri.Attempt) >= attempt) {
 			return nil
 		}
 		reason := fmt.Sprintf("superseded by the restore of checkpoint %s: attempt %d replaces attempt %d", in.CheckpointID, attempt, ri.Attempt)

@@ -1,0 +1,267 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// fakeRun is the current run of one rollout workflow in fakeTemporal.
+type fakeRun struct {
+	set     string
+	attempt int64
+	running bool
+	runID   string
+	// hidden: visibility has not indexed it yet; listedRunning: visibility
+	// still lists it running although it closed.
+	hidden, listedRunning bool
+	// record is what the park update answers.
+	record []byte
+	input  json.RawMessage // the input it was started with (restores)
+}
+
+// fakeTemporal is the part of a Temporal client the coordinator uses, over
+// an in-memory table of rollout runs. Other methods panic (nil embedded).
+type fakeTemporal struct {
+	client.Client
+	mu         sync.Mutex
+	runs       map[string]*fakeRun // by workflow ID
+	updates    map[string]int      // "workflowID update updateID" → calls
+	starts     []client.StartWorkflowOptions
+	terminated []string
+	lists      int
+}
+
+func newFakeTemporal() *fakeTemporal {
+	return &fakeTemporal{runs: map[string]*fakeRun{}, updates: map[string]int{}}
+}
+
+func (f *fakeTemporal) add(id string, r *fakeRun) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r.runID == "" {
+		r.runID = fmt.Sprintf("run-%s-%d", id, r.attempt)
+	}
+	f.runs["rollout/"+id] = r
+}
+
+func payload(v any) *commonpb.Payload {
+	p, err := converter.GetDefaultDataConverter().ToPayload(v)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.WorkflowExecutionInfo {
+	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	if r.running || (listing && r.listedRunning) {
+		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	return &workflowpb.WorkflowExecutionInfo{
+		Execution: &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
+		Status:    status,
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt),
+		}},
+	}
+}
+
+// ListWorkflow understands the two queries the coordinator sends, and
+// answers two executions per page, so paging is exercised.
+func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	var all []*workflowpb.WorkflowExecutionInfo
+	ids := make([]string, 0, len(f.runs))
+	for id := range f.runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := f.runs[id]
+		info := f.info(id, r, true)
+		if r.hidden || !strings.Contains(req.Query, strconv.Quote(r.set)) {
+			continue
+		}
+		if strings.Contains(req.Query, "Running") && info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
+		}
+		all = append(all, info)
+	}
+	start := 0
+	if len(req.NextPageToken) > 0 {
+		start, _ = strconv.Atoi(string(req.NextPageToken))
+	}
+	end := min(start+2, len(all))
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: all[start:end]}
+	if end < len(all) {
+		resp.NextPageToken = []byte(strconv.Itoa(end))
+	}
+	return resp, nil
+}
+
+func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, wid, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[wid]
+	if !ok {
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + wid)
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(wid, r, false)}, nil
+}
+
+type fakeHandle struct {
+	wid, uid string
+	value    []byte
+}
+
+func (h fakeHandle) WorkflowID() string { return h.wid }
+func (h fakeHandle) RunID() string      { return "" }
+func (h fakeHandle) UpdateID() string   { return h.uid }
+func (h fakeHandle) Get(_ context.Context, ptr any) error {
+	if ptr == nil || h.value == nil {
+		return nil
+	}
+	return json.Unmarshal(h.value, ptr)
+}
+
+func (f *fakeTemporal) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates[o.WorkflowID+" "+o.UpdateName+" "+o.UpdateID]++
+	r, ok := f.runs[o.WorkflowID]
+	if !ok {
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + o.WorkflowID)
+	}
+	if !r.running {
+		return nil, serviceerror.NewNotFound("workflow execution already completed")
+	}
+	h := fakeHandle{wid: o.WorkflowID, uid: o.UpdateID}
+	if o.UpdateName == "park" {
+		h.value = r.record
+	}
+	return h, nil
+}
+
+func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.runs[o.ID]; ok && r.running {
+		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("already started", "", r.runID)
+	}
+	if wf != "Rollout" || len(args) != 1 {
+		return nil, fmt.Errorf("fake: unexpected start of %v with %d args", wf, len(args))
+	}
+	in := args[0].(json.RawMessage)
+	var head struct {
+		Set     string `json:"set"`
+		Attempt int64  `json:"attempt"`
+	}
+	if err := json.Unmarshal(in, &head); err != nil {
+		return nil, err
+	}
+	f.starts = append(f.starts, o)
+	f.runs[o.ID] = &fakeRun{set: head.Set, attempt: head.Attempt, running: true, runID: fmt.Sprintf("%s-a%d", o.ID, head.Attempt), input: in}
+	return nil, nil
+}
+
+func (f *fakeTemporal) TerminateWorkflow(_ context.Context, wid, runID, reason string, _ ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[wid]
+	if !ok || r.runID != runID || !r.running {
+		return serviceerror.NewNotFound("no such running run")
+	}
+	r.running = false
+	f.terminated = append(f.terminated, wid+": "+reason)
+	return nil
+}
+
+const testToken = "test-token"
+
+// envServer is a real environment server hosting the counter, with its
+// control plane on.
+type envServer struct {
+	url string
+	c   *participants.Client
+	cc  *participants.ControlClient
+}
+
+func newEnvServer(t *testing.T, name string) *envServer {
+	t.Helper()
+	srv, err := participants.NewServer(participants.ServerConfig{
+		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return &envServer{url: hs.URL, c: participants.NewClient(hs.URL, hs.Client()), cc: participants.NewControlClient(hs.URL, testToken, hs.Client())}
+}
+
+func (e *envServer) start(t *testing.T, rollout string, attempt int) {
+	t.Helper()
+	_, err := e.c.Start(context.Background(), participants.StartRequest{
+		Identity: participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.SeedRequestID(rollout)},
+		Env:      counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
+	})
+	if err != nil {
+		t.Fatalf("start %s: %v", rollout, err)
+	}
+}
+
+func (e *envServer) inc(t *testing.T, rollout string, attempt, turn int, rev int64) {
+	t.Helper()
+	_, err := e.c.Operate(context.Background(), participants.OperateRequest{
+		Identity:         participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.OperateRequestID(rollout, turn, 0)},
+		ExpectedRevision: rev, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
+	})
+	if err != nil {
+		t.Fatalf("operate %s: %v", rollout, err)
+	}
+}
+
+func (e *envServer) verify(t *testing.T, rollout string, attempt int, rev int64) {
+	t.Helper()
+	_, err := e.c.Verify(context.Background(), participants.VerifyRequest{
+		Identity:         participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.VerifyRequestID(rollout)},
+		ExpectedRevision: rev,
+	})
+	if err != nil {
+		t.Fatalf("verify %s: %v", rollout, err)
+	}
+}
+
+func (e *envServer) status(t *testing.T) participants.ControlStatus {
+	t.Helper()
+	st, err := e.cc.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
