@@ -225,6 +225,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		req     SubmitRequest
 		envList string
 		wait    bool
+		dryRun  bool
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
@@ -240,6 +241,9 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			inputs, err := BuildInputs(req)
 			if err != nil {
 				return err
+			}
+			if dryRun {
+				return writePlan(cmd.OutOrStdout(), req.Set, inputs)
 			}
 			ctx := cmd.Context()
 			c, addr, err := g.dial(ctx)
@@ -284,11 +288,40 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.Int64Var(&req.Seed, "seed", 0, "set seed; tasks and rollout seeds derive from it")
 	f.IntVar(&req.MaxTurns, "max-turns", 0, "model calls per rollout at most (default: per environment, "+maxTurnsDefaults()+")")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
+	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close, with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	_ = cmd.MarkFlagRequired("set")
 	_ = cmd.MarkFlagRequired("env")
 	return cmd
+}
+
+// writePlan prints what a submit of inputs would start: one line per
+// environment with its rollout count, policy and turn limit, in first-use
+// order.
+func writePlan(w io.Writer, set string, inputs []workflows.RolloutInput) error {
+	type group struct {
+		env, model string
+		maxTurns   int
+		count      int
+	}
+	var groups []*group
+	index := map[[2]string]*group{}
+	for _, in := range inputs {
+		key := [2]string{in.Env.Name, in.Policy.Model}
+		g := index[key]
+		if g == nil {
+			g = &group{env: in.Env.Name, model: in.Policy.Model, maxTurns: in.Limits.MaxTurns}
+			index[key] = g
+			groups = append(groups, g)
+		}
+		g.count++
+	}
+	fmt.Fprintf(w, "would start %d rollouts of set %s:\n", len(inputs), set)
+	for _, g := range groups {
+		fmt.Fprintf(w, "  %d × %s, policy %s, max turns %d\n", g.count, g.env, g.model, g.maxTurns)
+	}
+	return nil
 }
 
 // progress counts closed rollouts for a reader.

@@ -368,3 +368,20 @@ func TestLineProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestWritePlan(t *testing.T) {
+	inputs, err := BuildInputs(SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	if err := writePlan(&buf, "mix", inputs); err != nil {
+		t.Fatal(err)
+	}
+	want := "would start 5 rollouts of set mix:\n" +
+		"  3 × sandbox, policy scripted-sandbox, max turns 12\n" +
+		"  2 × blackjack, policy scripted-blackjack, max turns 64\n"
+	if buf.String() != want {
+		t.Errorf("plan:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
