@@ -89,9 +89,14 @@ $(WORKFLOWCHECK_CONFIG): Makefile
 temporal:
 	scripts/ensure-temporal.sh
 
-## demo: run a small rollout set end to end against a local dev server
+# The demo's set: DEMO_COUNT rollouts over the comma-separated DEMO_ENVS,
+# assigned round-robin (make demo DEMO_ENVS=counter,blackjack DEMO_COUNT=40).
+DEMO_ENVS ?= counter
+DEMO_COUNT ?= 24
+
+## demo: run a rollout set end to end against a local dev server (DEMO_ENVS, DEMO_COUNT)
 demo:
-	scripts/demo.sh
+	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' scripts/demo.sh
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # End-to-end demo on one machine (`make demo`):
 #   Temporal dev server (UI on, in-memory) + environment server + scripted
-#   policy server + worker, then a set of 24 counter rollouts submitted with
-#   the starter, waited for and summarised.
+#   policy server + worker, then a set of rollouts submitted with the starter,
+#   waited for and summarised (overall and per environment).
+#
+# The set: DEMO_COUNT rollouts (default 24) over DEMO_ENVS (default
+# "counter"; a comma-separated list is assigned round-robin), each with its
+# environment's scripted policy and default turn limit, e.g.
+#   make demo DEMO_ENVS=counter,blackjack,workplace,sandbox DEMO_COUNT=40
 #
 # Every process logs to a file under a fresh run directory (printed at the
 # start and kept afterwards). Readiness is awaited by polling health checks,
@@ -10,7 +15,7 @@
 # the script exits non-zero, printing the tail of each log, if a step fails.
 #
 # Ports: Temporal from temporal-dev.yaml (7233, UI 8233), environment server
-# 8091, policy server 8092. They must be free. The dev server is in-memory, so
+# 8091, policy server 8092. They must be free (checked first). The dev server is in-memory, so
 # the Web UI shows the set only while the demo runs; TURNSTILE_DEMO_KEEP=1
 # keeps everything up until Ctrl-C.
 set -euo pipefail
@@ -23,6 +28,8 @@ readonly DEV_ENV="dev"
 readonly ENV_LISTEN="127.0.0.1:8091"
 readonly POLICY_LISTEN="127.0.0.1:8092"
 readonly TASK_QUEUE="${TURNSTILE_TASK_QUEUE:-turnstile-rollouts}"
+readonly DEMO_ENVS="${DEMO_ENVS:-counter}"
+readonly DEMO_COUNT="${DEMO_COUNT:-24}"
 SET_ID="demo-$(date -u +%Y%m%d-%H%M%S)"
 readonly SET_ID
 # How long each component may take to become ready (the dev server starts in
@@ -55,24 +62,38 @@ fail() {
   exit 1
 }
 
-# stop_all stops what this script started, newest first, by PID: SIGTERM,
-# then SIGKILL for anything still running after a grace period.
+# children PID prints the PIDs of PID's child processes (the dev server
+# wrapper runs `temporal server start-dev` as one).
+children() { pgrep -P "$1" 2>/dev/null || true; }
+
+# stop_pid NAME PID: SIGTERM, then SIGKILL after a grace period.
+stop_pid() {
+  local name="$1" pid="$2" deadline
+  kill -0 "$pid" 2>/dev/null || return 0
+  log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + 15))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+    sleep 0.2
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) did not stop; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
+# stop_all stops what this script started, newest first, by PID, and then
+# any child of those a killed parent left behind.
 stop_all() {
-  local i pid deadline
+  local i pid child kids
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
     pid="${pids[$i]}"
-    kill -0 "$pid" 2>/dev/null || continue
-    log "stopping ${names[$i]} (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + 15))
-    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
-      sleep 0.2
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "${names[$i]} (pid $pid) did not stop; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+    kids="$(children "$pid")"
+    stop_pid "${names[$i]}" "$pid"
     wait "$pid" 2>/dev/null || true
+    for child in $kids; do
+      stop_pid "child $child of ${names[$i]}" "$child"
+    done
   done
 }
 
@@ -122,6 +143,25 @@ wait_until() {
 
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
 
+# port_in_use HOST PORT: something accepts connections there.
+port_in_use() { (exec 4<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# require_free_ports HOST:PORT=WHAT... fails, naming every busy port and what
+# the demo wanted it for, before anything is started.
+require_free_ports() {
+  local spec addr what busy=()
+  for spec in "$@"; do
+    addr="${spec%%=*}"
+    what="${spec#*=}"
+    if port_in_use "${addr%:*}" "${addr##*:}"; then
+      busy+=("$addr ($what)")
+    fi
+  done
+  if ((${#busy[@]})); then
+    fail "port(s) already in use: ${busy[*]}. Stop whatever listens there (another demo, a dev server: see \`ss -ltnp\`) and run the demo again."
+  fi
+}
+
 # worker_polling: the worker has at least one poller on the task queue.
 worker_polling() {
   "$temporal" task-queue describe --address "$TEMPORAL_ADDRESS" --namespace "$TEMPORAL_NAMESPACE" \
@@ -153,6 +193,10 @@ go build -o "$root/bin/" ./cmd/... >"$run_dir/build.log" 2>&1 || {
   names+=("build")
   fail "go build ./cmd/..."
 }
+# Check the set before starting anything: a bad DEMO_ENVS fails here.
+"$root/bin/starter" submit --dry-run --set "$SET_ID" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 2>&1 |
+  while IFS= read -r line; do log "$line"; done ||
+  fail "DEMO_ENVS=$DEMO_ENVS DEMO_COUNT=$DEMO_COUNT: the starter refuses this set (message above)"
 temporal="$(scripts/ensure-temporal.sh)" || fail "no Temporal CLI"
 
 # The dev server's address, namespace and UI port, all from temporal-dev.yaml.
@@ -164,6 +208,9 @@ ui_port="$(flag_value --ui-port "${devserver_cmd[@]}" || echo $((port + 1000)))"
 export TEMPORAL_ADDRESS="$ip:$port"
 TEMPORAL_NAMESPACE="$(flag_value --namespace "${devserver_cmd[@]}")"
 export TEMPORAL_NAMESPACE
+
+require_free_ports "$TEMPORAL_ADDRESS=Temporal frontend" "$ip:$ui_port=Temporal Web UI" \
+  "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server"
 
 # ---- Temporal dev server ---------------------------------------------------
 start devserver "$root/bin/devserver" --config "$CONFIG" --env "$DEV_ENV" --headless=false
@@ -205,14 +252,25 @@ ui_url="http://$ui_host:$ui_port/namespaces/$TEMPORAL_NAMESPACE/workflows?query=
 log "Web UI for this set (live while the demo runs): $ui_url"
 
 # ---- a set of rollouts -----------------------------------------------------
-log "submitting set $SET_ID (24 counter rollouts, scripted-counter policy, seed 7)"
-"$root/bin/starter" submit --set "$SET_ID" --count 24 --env counter --policy scripted-counter --seed 7 --wait \
-  2>&1 | tee "$run_dir/starter-submit.log" ||
-  {
-    logs+=("$run_dir/starter-submit.log")
-    names+=("starter submit")
-    fail "starter submit"
-  }
+# Each rollout uses its environment's scripted policy (scripted-<env>) and
+# default turn limit; the starter assigns DEMO_ENVS round-robin.
+log "submitting set $SET_ID ($DEMO_COUNT rollouts over $DEMO_ENVS, scripted policies, seed 7)"
+# Progress (stderr) shows here; the submit's own output goes to its log. It
+# runs in the background so that a SIGTERM or Ctrl-C reaches the traps at
+# once (bash defers traps until a foreground command ends) and stop_all
+# stops it with the rest.
+"$root/bin/starter" submit --set "$SET_ID" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 --wait \
+  </dev/null >"$run_dir/starter-submit.log" 2> >(tee "$run_dir/starter-progress.log" >&3) &
+pids+=("$!")
+names+=("starter submit")
+logs+=("$run_dir/starter-submit.log")
+wait "${pids[-1]}" || {
+  logs+=("$run_dir/starter-progress.log")
+  names+=("starter submit (stderr)")
+  fail "starter submit"
+}
+log "$(head -n 1 "$run_dir/starter-submit.log")"
+log "every rollout closed; summary:"
 "$root/bin/starter" summary --set "$SET_ID" 2>&1 | tee "$run_dir/starter-summary.log" ||
   {
     logs+=("$run_dir/starter-summary.log")
