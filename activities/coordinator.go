@@ -46,6 +46,9 @@ const (
 	ErrCheckpointInvalid = "CheckpointInvalid"
 	// ErrMemberMissing: a member of the set has no workflow.
 	ErrMemberMissing = "MemberMissing"
+	// ErrMemberRefused: a rollout refused the park or resume (its update
+	// validator rejected it, e.g. it is held for another checkpoint).
+	ErrMemberRefused = "MemberRefused"
 	// ErrParticipantRefused: an environment server refused a control call in
 	// a way a retry cannot change.
 	ErrParticipantRefused = "ParticipantRefused"

@@ -371,6 +371,11 @@ func (c *Coordinator) closedOrMissing(ctx context.Context, tc client.Client, id 
 	case !ri.Running:
 		return true, nil
 	}
+	var ae *temporal.ApplicationError
+	if errors.As(updateErr, &ae) {
+		// The rollout itself answered no: asking again will not change it.
+		return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf("rollout %s refused: %v", id, updateErr), ErrMemberRefused, nil)
+	}
 	return false, fmt.Errorf("rollout %s: %w", id, updateErr)
 }
 

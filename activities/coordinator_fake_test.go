@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -38,6 +39,8 @@ type fakeRun struct {
 	// record is what the park update answers.
 	record []byte
 	input  json.RawMessage // the input it was started with (restores)
+	// refuse: the update validator rejects every update with this message.
+	refuse string
 }
 
 // fakeTemporal is the part of a Temporal client the coordinator uses, over
@@ -122,14 +125,16 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 	return resp, nil
 }
 
-func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, wid, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+func (f *fakeTemporal) DescribeWorkflow(_ context.Context, wid, _ string) (*client.WorkflowExecutionDescription, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.runs[wid]
 	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found for ID: " + wid)
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(wid, r, false)}, nil
+	return &client.WorkflowExecutionDescription{
+		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(wid, r, false)},
+	}, nil
 }
 
 type fakeHandle struct {
@@ -157,6 +162,9 @@ func (f *fakeTemporal) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 	}
 	if !r.running {
 		return nil, serviceerror.NewNotFound("workflow execution already completed")
+	}
+	if r.refuse != "" {
+		return nil, temporal.NewApplicationError(r.refuse, "")
 	}
 	h := fakeHandle{wid: o.WorkflowID, uid: o.UpdateID}
 	if o.UpdateName == "park" {

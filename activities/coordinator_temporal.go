@@ -27,7 +27,7 @@ type runInfo struct {
 // describeRollout describes the current run of rollout id. A workflow that
 // does not exist is not an error: Exists is false.
 func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, error) {
-	resp, err := c.DescribeWorkflowExecution(ctx, RolloutIDPrefix+id, "")
+	desc, err := c.DescribeWorkflow(ctx, RolloutIDPrefix+id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return runInfo{}, nil
@@ -35,7 +35,7 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 	if err != nil {
 		return runInfo{}, fmt.Errorf("describe %s%s: %w", RolloutIDPrefix, id, err)
 	}
-	info := resp.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	ri := runInfo{
 		Exists:  true,
 		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,

@@ -241,6 +241,24 @@ func TestParkOfAMissingMemberNamesIt(t *testing.T) {
 	require.True(t, errors.Is(err, os.ErrNotExist))
 }
 
+func TestParkRefusedByARolloutFailsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.tc.mu.Lock()
+	w.tc.runs["rollout/s1-0001"].refuse = `rollout is held for checkpoint "other"`
+	w.tc.mu.Unlock()
+	_, err := w.coord.PrepareParticipants(ctx, activities.PrepareParticipantsInput{
+		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
+	})
+	require.NoError(t, err)
+	_, err = w.coord.FreezeMembership(ctx, activities.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	require.NoError(t, err)
+	_, err = w.coord.ParkMembers(ctx, activities.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	requireType(t, err, activities.ErrMemberRefused)
+	require.ErrorContains(t, err, "s1-0001")
+	require.ErrorContains(t, err, "other")
+}
+
 func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)

@@ -32,7 +32,7 @@ var coordinatorRetry = &temporal.RetryPolicy{
 	MaximumInterval:    30 * time.Second,
 	NonRetryableErrorTypes: []string{
 		activities.ErrBadInput, activities.ErrCheckpointInvalid, activities.ErrMemberMissing,
-		activities.ErrParticipantRefused, activities.ErrAttemptConflict,
+		activities.ErrParticipantRefused, activities.ErrAttemptConflict, activities.ErrMemberRefused,
 	},
 }
 
