@@ -4,6 +4,8 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/participants"
+
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +31,10 @@ const (
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY" // fallback for EnvModelAPIKey
 	EnvTaskQueue     = "TURNSTILE_TASK_QUEUE"
 	EnvLogLevel      = "TURNSTILE_LOG_LEVEL"
+	// EnvControlToken is the bearer token of the environment servers'
+	// checkpoint control plane, used by the Checkpoint and Restore
+	// coordinator activities.
+	EnvControlToken = participants.ControlTokenEnvVar
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local
@@ -51,6 +57,9 @@ type Config struct {
 	ModelAPIKey string
 	TaskQueue   string
 	LogLevel    string
+	// ControlToken authorises checkpoint control calls to environment
+	// servers; like the API key, it never travels in workflow input.
+	ControlToken string
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -74,6 +83,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		ModelAPIKey:   get(EnvModelAPIKey, get(EnvOpenAIAPIKey, "")),
 		TaskQueue:     get(EnvTaskQueue, DefaultTaskQueue),
 		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
+		ControlToken:  get(EnvControlToken, ""),
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

@@ -31,7 +31,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error)
 		return nil, err
 	}
 	w := worker.New(c, cfg.TaskQueue, worker.Options{})
-	Register(w, acts)
+	Register(w, acts, NewCoordinator(c, cfg, acts))
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
 		zap.String("transcript_dir", cfg.TranscriptDir),
@@ -71,16 +71,30 @@ func NewActivities(cfg Config) (*activities.Activities, error) {
 	}, nil
 }
 
-// Register registers the workflows and activities on r.
-func Register(r Registry, acts *activities.Activities) {
-	r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
-	// The struct's methods become the activities, named after the methods
-	// (activities.StartEnvironmentName, CallModelName, …).
-	r.RegisterActivity(acts)
+// NewCoordinator builds the activities of the Checkpoint and Restore
+// workflows; they share the rollout activities' transcript store and
+// failpoints.
+func NewCoordinator(c client.Client, cfg Config, acts *activities.Activities) *activities.Coordinator {
+	return &activities.Coordinator{
+		Client:       c,
+		Store:        acts.Store,
+		ControlToken: cfg.ControlToken,
+		// No client-wide timeout: a prepare waits up to its absolute
+		// deadline, which the activity's context bounds.
+		HTTPClient: &http.Client{},
+		TaskQueue:  cfg.TaskQueue,
+		Failpoints: acts.Failpoints,
+	}
+}
 
-	// ---- Checkpoint / Restore ------------------------------------------
-	// Register the Checkpoint and Restore workflows (with their
-	// workflows.*WorkflowName constants) and their coordinator activities
-	// here when they land.
-	// ---------------------------------------------------------------------
+// Register registers the workflows and activities on r.
+func Register(r Registry, acts *activities.Activities, coord *activities.Coordinator) {
+	r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.Checkpoint, workflow.RegisterOptions{Name: workflows.CheckpointWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.Restore, workflow.RegisterOptions{Name: workflows.RestoreWorkflowName})
+	// The structs' methods become the activities, named after the methods
+	// (activities.StartEnvironmentName, CallModelName, …; the coordinator's
+	// PrepareParticipants, ParkMembers, …).
+	r.RegisterActivity(acts)
+	r.RegisterActivity(coord)
 }

@@ -42,12 +42,17 @@ func TestRegister(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r recordingRegistry
-	workers.Register(&r, acts)
-	if len(r.workflows) != 1 || r.workflows[0] != workflows.RolloutWorkflowName {
-		t.Errorf("workflows registered: %v", r.workflows)
+	coord := workers.NewCoordinator(nil, testConfig(t), acts)
+	workers.Register(&r, acts, coord)
+	want := []string{workflows.RolloutWorkflowName, workflows.CheckpointWorkflowName, workflows.RestoreWorkflowName}
+	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
+		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
-	if len(r.activities) != 1 || r.activities[0] != any(acts) {
+	if len(r.activities) != 2 || r.activities[0] != any(acts) || r.activities[1] != any(coord) {
 		t.Errorf("activities registered: %v", r.activities)
+	}
+	if coord.Store != acts.Store {
+		t.Error("the coordinator does not share the rollout activities' transcript store")
 	}
 }
 

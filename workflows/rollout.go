@@ -29,6 +29,9 @@ const (
 	ErrInvalidInput = "InvalidRolloutInput"
 	// ErrFenced: a higher attempt of this rollout is installed; this one stops.
 	ErrFenced = "AttemptFenced"
+	// ErrNotParked: a park update ended because its checkpoint was resumed
+	// (aborted) before the rollout reached a boundary.
+	ErrNotParked = "NotParked"
 )
 
 // Activity timeouts. A worker that dies mid-activity is detected by the
@@ -197,8 +200,14 @@ func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, err
 		r.park.Deadline = req.Deadline // a held restore run learns its deadline
 	}
 	// A completed rollout has no next boundary: its held result is its record.
-	if err := workflow.Await(ctx, func() bool { return r.parked || r.result != nil }); err != nil {
+	// A resume (the abort of a checkpoint) that comes before the rollout
+	// reached a boundary ends the wait too, so the update never dangles.
+	if err := workflow.Await(ctx, func() bool { return r.parked || r.result != nil || r.park == nil }); err != nil {
 		return ParkRecord{}, err
+	}
+	if !r.parked && r.result == nil {
+		return ParkRecord{}, temporal.NewApplicationError(
+			fmt.Sprintf("checkpoint %s was resumed before the rollout reached a boundary", req.CheckpointID), ErrNotParked)
 	}
 	return r.record(req.CheckpointID), nil
 }

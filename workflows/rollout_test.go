@@ -476,3 +476,36 @@ func TestRolloutOffersCompletedResultAgain(t *testing.T) {
 	env.ExecuteWorkflow(workflows.Rollout, in)
 	require.Error(t, env.GetWorkflowError())
 }
+
+func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
+	w := newWorld(1)
+	w.modelBlock = make(chan struct{}) // the model is still answering when the abort comes
+	env := newEnv(t, w)
+	env.SetTestTimeout(30 * time.Second)
+	var parkErr error
+	parkDone := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(workflows.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { t.Errorf("park rejected: %v", err) },
+			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
+		}, workflows.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+		env.UpdateWorkflow(workflows.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+			OnComplete: func(any, error) {
+				w.mu.Lock()
+				close(w.modelBlock)
+				w.modelBlock = nil
+				w.mu.Unlock()
+			},
+		}, workflows.ResumeRequest{CheckpointID: "cp-1"})
+	}, 10*time.Millisecond)
+	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	res := result(t, env)
+
+	require.True(t, parkDone, "the park update returned instead of dangling")
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, parkErr, &ae)
+	require.Equal(t, workflows.ErrNotParked, ae.Type())
+	require.Equal(t, 1.0, res.Reward, "the rollout went on after the abort")
+}
