@@ -1,10 +1,15 @@
 // Command starter is the pipeline/operator CLI of turnstile: it submits sets of
-// rollouts and reports on them through Temporal visibility.
+// rollouts, reports on them through Temporal visibility, acknowledges their
+// results, and checkpoints and restores a set.
 //
 //	starter submit --set s1 --count 64 --env counter --policy scripted-counter --seed 7 --wait
 //	starter status --set s1 --verbose
 //	starter summary --set s1
 //	starter results --set s1 > s1.jsonl
+//	starter checkpoint --set s1 --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
+//	starter restore --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
+//	starter resume --set s1 --id ck1 --participants http://127.0.0.1:8091
+//	starter acknowledge --set s1 --receipts s1.jsonl
 //
 // The Temporal connection is configured like the Temporal CLI's
 // (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, temporal.toml profiles).
@@ -59,7 +64,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr")
-	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g))
+	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
+		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g))
 	return root
 }
 

@@ -14,9 +14,10 @@ type failedResult struct {
 	Error     string `json:"error"`
 }
 
-// writeResults prints one JSON line per closed rollout, in rollout id order:
-// its RolloutResult, or {"rollout_id","error"}. It returns how many rollouts
-// are still open and were left out.
+// writeResults prints one JSON line per rollout with an outcome, in rollout
+// id order: its RolloutResult with its receipt (closed, or held for
+// acknowledgement), or {"rollout_id","error"}. It returns how many rollouts
+// are still open without a result and were left out.
 func writeResults(w io.Writer, recs []RolloutRecord) (open int, err error) {
 	enc := json.NewEncoder(w)
 	for _, r := range recs {
@@ -41,8 +42,11 @@ func newResultsCmd(g *globals) *cobra.Command {
 	var set string
 	cmd := &cobra.Command{
 		Use:   "results",
-		Short: "Print one JSON line per closed rollout of a set (its result, or its error)",
-		Args:  cobra.NoArgs,
+		Short: "Print one JSON line per finished rollout of a set (its result with its receipt, or its error)",
+		Long: "Print one JSON line per rollout that completed (its result, with the receipt to acknowledge it by),\n" +
+			"holds its result for acknowledgement, or failed ({\"rollout_id\",\"error\"}). The output feeds\n" +
+			"`starter acknowledge --receipts`.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := validateSet(set); err != nil {
 				return err
@@ -54,6 +58,9 @@ func newResultsCmd(g *globals) *cobra.Command {
 			defer c.Close()
 			recs, err := collectSet(cmd.Context(), c, set, true)
 			if err != nil {
+				return err
+			}
+			if err := fillHeld(cmd.Context(), c, recs); err != nil {
 				return err
 			}
 			open, err := writeResults(cmd.OutOrStdout(), recs)

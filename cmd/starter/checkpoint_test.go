@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+func validCheckpoint() CheckpointRequest {
+	return CheckpointRequest{
+		Set: "s1", CheckpointID: "ck1", Root: "ckpt", Participants: []string{"http://127.0.0.1:8091/"},
+		Timeout: 90 * time.Second,
+	}
+}
+
+func TestCheckpointInput(t *testing.T) {
+	deadline := time.Date(2030, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	tests := []struct {
+		name string
+		edit func(*CheckpointRequest)
+		want workflows.CheckpointInput
+	}{
+		{"relative root, timeout", func(*CheckpointRequest) {}, workflows.CheckpointInput{
+			CheckpointID: "ck1", Set: "s1", Root: "/work/dir/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: "1m30s",
+		}},
+		{"absolute root, deadline, stay paused", func(r *CheckpointRequest) {
+			r.Root, r.Timeout, r.Deadline, r.StayPaused = "/data/../ck/", 0, deadline, true
+			r.Participants = []string{"http://a:1", "https://b:2"}
+		}, workflows.CheckpointInput{
+			CheckpointID: "ck1", Set: "s1", Root: "/ck", Participants: []string{"http://a:1", "https://b:2"},
+			Deadline: deadline.UTC(), StayPaused: true,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := validCheckpoint()
+			tt.edit(&r)
+			got, err := r.CheckpointInput("/work/dir")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.CheckpointID != tt.want.CheckpointID || got.Set != tt.want.Set || got.Root != tt.want.Root ||
+				strings.Join(got.Participants, " ") != strings.Join(tt.want.Participants, " ") ||
+				got.Timeout != tt.want.Timeout || !got.Deadline.Equal(tt.want.Deadline) || got.StayPaused != tt.want.StayPaused {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckpointInputRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*CheckpointRequest)
+		cwd  string
+		want string
+	}{
+		{"bad set", func(r *CheckpointRequest) { r.Set = "a b" }, "/w", "set name"},
+		{"empty id", func(r *CheckpointRequest) { r.CheckpointID = "" }, "/w", "--id"},
+		{"id with a slash", func(r *CheckpointRequest) { r.CheckpointID = "a/b" }, "/w", "--id"},
+		{"empty root", func(r *CheckpointRequest) { r.Root = " " }, "/w", "--root"},
+		{"relative cwd", func(*CheckpointRequest) {}, "w", "not absolute"},
+		{"no participants", func(r *CheckpointRequest) { r.Participants = nil }, "/w", "at least one"},
+		{"not a URL", func(r *CheckpointRequest) { r.Participants = []string{"127.0.0.1:8091"} }, "/w", "not an http"},
+		{"listed twice", func(r *CheckpointRequest) { r.Participants = []string{"http://a:1", "http://a:1/"} }, "/w", "listed twice"},
+		{"timeout and deadline", func(r *CheckpointRequest) { r.Deadline = time.Now() }, "/w", "not both"},
+		{"no timeout", func(r *CheckpointRequest) { r.Timeout = 0 }, "/w", "--timeout"},
+		{"negative timeout", func(r *CheckpointRequest) { r.Timeout = -time.Second }, "/w", "--timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := validCheckpoint()
+			tt.edit(&r)
+			_, err := r.CheckpointInput(tt.cwd)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCoordinatorStartOptions(t *testing.T) {
+	ck := CheckpointStartOptions("ck1", "q")
+	if ck.ID != "checkpoint/ck1" || ck.TaskQueue != "q" || ck.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL ||
+		ck.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY || !ck.WorkflowExecutionErrorWhenAlreadyStarted {
+		t.Errorf("checkpoint options %+v", ck)
+	}
+	rs := RestoreStartOptions("ck1", "q")
+	if rs.ID != "restore/ck1" || rs.TaskQueue != "q" || rs.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL {
+		t.Errorf("restore options %+v", rs)
+	}
+}
+
+func TestRestoreInput(t *testing.T) {
+	r := RestoreRequest{CheckpointID: "ck1", Root: "ckpt", Participants: []string{"http://a:1"}}
+	got, err := r.RestoreInput("/w", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CheckpointID != "ck1" || got.Root != "/w/ckpt" || got.TaskQueue != "q" || len(got.Participants) != 1 {
+		t.Errorf("got %+v", got)
+	}
+	for _, bad := range []RestoreRequest{
+		{CheckpointID: "", Root: "x", Participants: []string{"http://a:1"}},
+		{CheckpointID: "ck1", Root: "", Participants: []string{"http://a:1"}},
+		{CheckpointID: "ck1", Root: "x", Participants: []string{"ftp://a"}},
+	} {
+		if _, err := bad.RestoreInput("/w", "q"); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// valueColumn is where the second column starts on each line of a table.
+func valueColumn(t *testing.T, out string) map[int]int {
+	t.Helper()
+	cols := map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fields := strings.Fields(line)
+		cols[strings.LastIndex(line, fields[len(fields)-1])]++
+	}
+	return cols
+}
+
+func TestWriteCoordinatorResults(t *testing.T) {
+	var ck bytes.Buffer
+	if err := writeCheckpointResult(&ck, workflows.CheckpointResult{
+		CheckpointID: "ck1", Dir: "/r/ck1", Members: 24, Parked: 20, CompletedUnacked: 3, Closed: 1,
+		Bytes: 123456, ManifestDigest: "abc", CutMillis: 812, TotalMillis: 1500,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"members ", " 24\n", "completed_unacked  3\n", "bytes ", " 123456\n", "manifest digest ", " abc\n", "cut_ms ", " 812\n", "total_ms ", " 1500\n"} {
+		if !strings.Contains(ck.String(), want) {
+			t.Errorf("checkpoint table lacks %q:\n%s", want, ck.String())
+		}
+	}
+	if cols := valueColumn(t, ck.String()); len(cols) != 1 {
+		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
+	}
+	var rs bytes.Buffer
+	if err := writeRestoreResult(&rs, workflows.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {
+		if !strings.Contains(rs.String(), want) {
+			t.Errorf("restore table lacks %q:\n%s", want, rs.String())
+		}
+	}
+	if cols := valueColumn(t, rs.String()); len(cols) != 1 {
+		t.Errorf("values not aligned (%v):\n%s", cols, rs.String())
+	}
+}
+
+// fakeRun is a started workflow whose result is res or err.
+type fakeRun struct {
+	client.WorkflowRun
+	res workflows.CheckpointResult
+	err error
+}
+
+func (r fakeRun) GetRunID() string { return "run-1" }
+
+func (r fakeRun) Get(_ context.Context, out any) error {
+	if r.err != nil {
+		return r.err
+	}
+	*out.(*workflows.CheckpointResult) = r.res
+	return nil
+}
+
+// coordinatorStarter checks what a coordinator start sends.
+type coordinatorStarter struct {
+	run      fakeRun
+	startErr error
+	got      []any
+}
+
+func (s *coordinatorStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	s.got = append([]any{o.ID, wf}, args...)
+	if s.startErr != nil {
+		return nil, s.startErr
+	}
+	return s.run, nil
+}
+
+func TestStartCoordinator(t *testing.T) {
+	in := workflows.CheckpointInput{CheckpointID: "ck1"}
+	opts := CheckpointStartOptions("ck1", "q")
+	tests := []struct {
+		name    string
+		s       coordinatorStarter
+		wait    bool
+		wantErr string
+		want    int
+	}{
+		{"no wait", coordinatorStarter{run: fakeRun{err: errors.New("must not be awaited")}}, false, "", 0},
+		{"wait", coordinatorStarter{run: fakeRun{res: workflows.CheckpointResult{Members: 7}}}, true, "", 7},
+		{"wait fails", coordinatorStarter{run: fakeRun{err: errors.New("connection lost")}}, true, "wait for checkpoint/ck1: connection lost", 0},
+		{"already started", coordinatorStarter{startErr: serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "r")}, true, "already running or was already completed", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var (
+				res workflows.CheckpointResult
+				log bytes.Buffer
+			)
+			err := startCoordinator(t.Context(), &tt.s, opts, workflows.CheckpointWorkflowName, in, &res, tt.wait, &log)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Members != tt.want {
+				t.Errorf("members = %d, want %d", res.Members, tt.want)
+			}
+			if tt.s.got[0] != "checkpoint/ck1" || tt.s.got[1] != workflows.CheckpointWorkflowName || tt.s.got[2].(workflows.CheckpointInput).CheckpointID != "ck1" {
+				t.Errorf("started %v", tt.s.got)
+			}
+			if !strings.Contains(log.String(), "started checkpoint/ck1 (run run-1)") {
+				t.Errorf("log %q", log.String())
+			}
+		})
+	}
+}

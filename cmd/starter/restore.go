@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// RestoreRequest is one `starter restore`.
+type RestoreRequest struct {
+	CheckpointID string
+	Root         string
+	Participants []string
+}
+
+// RestoreInput turns r into the workflow's input (root made absolute
+// against cwd); the rollouts go to taskQueue.
+func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (workflows.RestoreInput, error) {
+	if err := activities.ValidateName("--id", r.CheckpointID); err != nil {
+		return workflows.RestoreInput{}, err
+	}
+	root, err := absRoot(r.Root, cwd)
+	if err != nil {
+		return workflows.RestoreInput{}, err
+	}
+	parts, err := validateParticipantURLs(r.Participants)
+	if err != nil {
+		return workflows.RestoreInput{}, err
+	}
+	return workflows.RestoreInput{CheckpointID: r.CheckpointID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
+}
+
+// RestoreStartOptions start the restore of a checkpoint. A restore may be
+// run again once it has closed (a re-run finishes an interrupted one and
+// never starts an attempt twice), but not while one is running.
+func RestoreStartOptions(checkpointID, taskQueue string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       workflows.RestoreWorkflowID(checkpointID),
+		TaskQueue:                                taskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            "restore of checkpoint " + checkpointID,
+	}
+}
+
+// writeRestoreResult prints res as an aligned two-column table.
+func writeRestoreResult(w io.Writer, res workflows.RestoreResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rows := [][2]string{
+		{"checkpoint", res.CheckpointID},
+		{"restored", fmt.Sprint(res.Restored)},
+		{"started_over", fmt.Sprint(res.StartedOver)},
+		{"offered_again", fmt.Sprint(res.OfferedAgain)},
+		{"started", fmt.Sprint(res.Started)},
+		{"terminated", fmt.Sprint(res.Terminated)},
+		{"attempts digest", res.AttemptsDigest},
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], orDash(r[1]))
+	}
+	return tw.Flush()
+}
+
+func newRestoreCmd(g *globals) *cobra.Command {
+	var (
+		req  RestoreRequest
+		wait bool
+	)
+	cmd := &cobra.Command{
+		Use:   "restore",
+		Short: "Restore a committed checkpoint as new attempts (Restore workflow)",
+		Long: "Start the Restore workflow: validate the whole checkpoint under <root>/<id>/, install the environment\n" +
+			"servers as the new attempts, start every unfinished rollout from its boundary, then resume.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cwd, err := os.Getwd()
+			if err != nil {
+				return err
+			}
+			in, err := req.RestoreInput(cwd, g.taskQueue)
+			if err != nil {
+				return err
+			}
+			c, _, err := g.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var res workflows.RestoreResult
+			opts := RestoreStartOptions(in.CheckpointID, g.taskQueue)
+			if err := startCoordinator(cmd.Context(), c, opts, workflows.RestoreWorkflowName, in, &res, wait, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			if !wait {
+				return nil
+			}
+			return writeRestoreResult(cmd.OutOrStdout(), res)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.CheckpointID, "id", "", "checkpoint id to restore")
+	f.StringVar(&req.Root, "root", "", "directory the checkpoint is under (made absolute)")
+	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in the order they had at checkpoint time")
+	f.BoolVar(&wait, "wait", false, "wait for the restore and print its result")
+	for _, name := range []string{"id", "root", "participants"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
