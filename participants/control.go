@@ -130,24 +130,26 @@ func (s *Server) modeOf(env string) envs.Mode {
 }
 
 func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, *apiError) {
-	phase, active, _ := s.ctl.fence.snapshot()
+	v := s.ctl.fence.snapshot()
 	return Capabilities{
 		Component:     ComponentEnvironmentServer,
 		Name:          s.ctl.name,
 		SchemaVersion: ControlSchemaVersion,
 		Envs:          s.envCapabilities(),
-		Features:      []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint, FeatureRestartOnlyDiscard},
-		Phase:         phase,
-		CheckpointID:  active,
+		Features: []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint,
+			FeatureRestartOnlyDiscard, FeatureRestoreSessions},
+		Phase:        v.phase,
+		CheckpointID: v.checkpoint,
+		RestoreID:    v.restoreID,
 	}, nil
 }
 
 func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, *apiError) {
-	phase, active, cut := s.ctl.fence.snapshot()
+	v := s.ctl.fence.snapshot()
 	_, inflight := s.gate.drained()
 	st := ControlStatus{
-		Phase: phase, CheckpointID: active, Admission: AdmissionOpen,
-		Sessions: s.store.live(), CutSessions: cut, InFlight: inflight,
+		Phase: v.phase, CheckpointID: v.checkpoint, RestoreID: v.restoreID, Admission: AdmissionOpen,
+		Sessions: s.store.live(), CutSessions: v.cut, InFlight: inflight,
 	}
 	if s.admissionClosed() {
 		st.Admission = AdmissionClosed
@@ -166,7 +168,7 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
 		return nil, refuse(http.StatusBadRequest, CodeMalformed, "deadline is the zero time")
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
-		op: opPrepare, id: req.CheckpointID, allowed: []Phase{PhaseIdle}, during: PhasePreparing,
+		op: opPrepare, id: req.CheckpointID, checkpoint: req.CheckpointID, allowed: []Phase{PhaseIdle}, during: PhasePreparing,
 	})
 	if aerr != nil || replay != nil {
 		return replay, aerr
@@ -348,7 +350,8 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 		return nil, aerr
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
-		op: opCommit, id: req.CheckpointID, key: "location " + loc, allowed: []Phase{PhasePrepared}, during: PhaseCommitting,
+		op: opCommit, id: req.CheckpointID, checkpoint: req.CheckpointID, key: "location " + loc,
+		allowed: []Phase{PhasePrepared}, during: PhaseCommitting,
 	})
 	if aerr != nil {
 		return nil, aerr
@@ -479,6 +482,17 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	if req.CheckpointID == "" {
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field checkpoint_id")
+	}
+	if req.RestoreID == "" {
+		req.RestoreID = req.CheckpointID
+	}
+	if len(req.Attempts) == 0 {
+		// Only the rollouts named are touched: an empty map would restore
+		// nothing and still retire the restore id.
+		return nil, refuse(http.StatusBadRequest, CodeMalformed, "attempts names no rollout: a restore touches only the rollouts it names")
+	}
 	for id, a := range req.Attempts {
 		if id == "" || a < 0 {
 			return nil, refuse(http.StatusBadRequest, CodeMalformed, "attempts: bad entry %q: %d", id, a)
@@ -486,7 +500,8 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	}
 	attemptsJSON, _ := json.Marshal(req.Attempts) // sorted keys: a canonical key
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
-		op: opRestore, id: req.CheckpointID, key: "location " + loc + " attempts " + string(attemptsJSON),
+		op: opRestore, id: req.RestoreID, checkpoint: req.CheckpointID,
+		key:     "checkpoint " + req.CheckpointID + " location " + loc + " attempts " + string(attemptsJSON),
 		allowed: []Phase{PhaseIdle}, during: PhaseRestoring,
 	})
 	if aerr != nil || replay != nil {
@@ -533,11 +548,22 @@ func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (R
 		return RestoreResponse{}, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint,
 			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
 	}
+	// Rollouts that start over or are only fenced hold no session in the
+	// restored world: a live server drops what they hold now (a session of
+	// the old attempt, or one started after the cut).
+	for _, sum := range ans.Restarted {
+		s.dropBelow(sum.RolloutID, sum.Attempt)
+	}
+	for i, f := range ans.Fenced {
+		ans.Fenced[i].Dropped = s.dropBelow(f.RolloutID, f.Attempt)
+	}
 	ans.Phase = PhaseRestored
 	ans.CheckpointID = req.CheckpointID
+	ans.RestoreID = req.RestoreID
 	ans.ManifestDigest = cp.Manifest().Digest
-	s.log.Info("restored checkpoint", zap.String("checkpoint_id", req.CheckpointID),
-		zap.Int("restored", len(ans.Restored)), zap.Int("restarted", len(ans.Restarted)))
+	s.log.Info("restored checkpoint", zap.String("checkpoint_id", req.CheckpointID), zap.String("restore_id", req.RestoreID),
+		zap.Int("restored", len(ans.Restored)), zap.Int("restarted", len(ans.Restarted)),
+		zap.Int("fenced", len(ans.Fenced)), zap.Int("untouched", len(ans.Untouched)))
 	return ans, nil
 }
 
@@ -651,7 +677,6 @@ func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, at
 	// Map onto the new attempts: each must be above everything the
 	// checkpoint and this server have seen of the rollout, so attempt N is
 	// refused from now on and no attempt runs twice.
-	ans := RestoreResponse{Restored: []SessionSummary{}, Restarted: []SessionSummary{}}
 	ids := make([]string, 0, len(attempts))
 	for rid := range attempts {
 		ids = append(ids, rid)
@@ -670,18 +695,30 @@ func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, at
 			return serverState{}, RestoreResponse{}, refuse(http.StatusConflict, CodeStaleAttempt,
 				"restore of checkpoint %q: new attempt %d of rollout %q is not above attempt %d already saved or seen", id, newA, rid, floor)
 		}
-		fences[rid] = max(fences[rid], newA)
 	}
-	st := serverState{Sessions: make([]sessionRecord, 0, len(order)), Fences: fences}
+	// Only the named rollouts' fences are installed: the checkpoint's other
+	// fences belong to rollouts this restore does not own.
+	ans := RestoreResponse{Restored: []SessionSummary{}, Restarted: []SessionSummary{}}
+	st := serverState{Sessions: make([]sessionRecord, 0, len(order)), Fences: map[string]int{}}
+	for _, rid := range ids {
+		st.Fences[rid] = attempts[rid]
+	}
 	for _, rid := range order {
 		rec := *byID[rid]
-		newA, ok := attempts[rid]
+		newA, named := attempts[rid]
 		switch {
-		case ok:
+		case named:
 			rec.Attempt = newA
-		case !rec.Retired:
-			return serverState{}, RestoreResponse{}, refuse(http.StatusBadRequest, CodeMalformed,
-				"restore of checkpoint %q: attempts has no new attempt for rollout %q (saved at attempt %d)", id, rid, rec.Attempt)
+		case rec.Retired && !s.knows(rid):
+			// A verdict the server lost with its process: installed as
+			// saved, so a retried verify still gets it. A server that
+			// knows the rollout keeps what it holds.
+			if f, ok := fences[rid]; ok {
+				st.Fences[rid] = f
+			}
+		default:
+			ans.Untouched = append(ans.Untouched, rid)
+			continue
 		}
 		sum := SessionSummary{RolloutID: rid, Attempt: rec.Attempt, Revision: rec.Revision, Env: rec.Env, Mode: s.modeOf(rec.Env), Retired: rec.Retired}
 		if !rec.Retired && len(rec.State) == 0 {
@@ -693,7 +730,43 @@ func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, at
 		}
 		st.Sessions = append(st.Sessions, rec)
 	}
+	for _, rid := range ids {
+		if _, ok := byID[rid]; !ok {
+			ans.Fenced = append(ans.Fenced, FenceSummary{RolloutID: rid, Attempt: attempts[rid]})
+		}
+	}
 	return st, ans, nil
+}
+
+// knows says whether this server has seen rollout id (it has a slot or a
+// pending retirement for it). It changes nothing.
+func (s *Server) knows(id string) bool {
+	if s.store.lookup(id) != nil {
+		return true
+	}
+	_, pending := s.gate.floor(id)
+	return pending
+}
+
+// dropBelow raises the fence of rollout id to floor and drops any session
+// of an older attempt (live, verified or evicted), as a restore leaves a
+// rollout that starts over or was only fenced. It says whether a session
+// was dropped. Call it with admission closed and waitIdle done.
+func (s *Server) dropBelow(id string, floor int) bool {
+	sl := s.store.slotFor(id)
+	sl.mu.Lock()
+	s.settle(sl)
+	sl.fence = max(sl.fence, floor)
+	sess, evicted := s.store.current(sl)
+	dropped := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
+	old := s.store.drop(sl, floor)
+	sl.mu.Unlock()
+	if old != nil {
+		if err := old.Close(); err != nil {
+			s.log.Warn("close dropped session", zap.String("rollout_id", id), zap.Error(err))
+		}
+	}
+	return dropped
 }
 
 // currentFence is the highest attempt this server has accepted for id,
@@ -727,13 +800,19 @@ func (s *Server) handleResume(r *http.Request, body []byte) (any, *apiError) {
 	if aerr := decodeRequest(body, &req, "checkpoint_id"); aerr != nil {
 		return nil, aerr
 	}
-	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{op: opResume, id: req.CheckpointID})
+	spec := opSpec{op: opResume, id: req.CheckpointID}
+	if req.RestoreID != "" {
+		// A restore's resume names its session and the checkpoint it
+		// restores, which must agree.
+		spec.id, spec.checkpoint = req.RestoreID, req.CheckpointID
+	}
+	run, replay, aerr := s.ctl.fence.begin(r.Context(), spec)
 	if aerr != nil || replay != nil {
 		return replay, aerr
 	}
 	s.openAdmission()
-	ans := ResumeResponse{Phase: PhaseIdle, CheckpointID: req.CheckpointID}
+	ans := ResumeResponse{Phase: PhaseIdle, CheckpointID: req.CheckpointID, RestoreID: req.RestoreID}
 	s.ctl.fence.succeed(run, PhaseIdle, ans)
-	s.log.Info("resumed", zap.String("checkpoint_id", req.CheckpointID))
+	s.log.Info("resumed", zap.String("checkpoint_id", req.CheckpointID), zap.String("restore_id", req.RestoreID))
 	return ans, nil
 }

@@ -52,6 +52,11 @@ const (
 	// FeatureRestartOnlyDiscard: restart-only sessions are not restored;
 	// their rollouts start over as the new attempt.
 	FeatureRestartOnlyDiscard = "restart_only_discard_v1"
+	// FeatureRestoreSessions: a restore is a control session of its own,
+	// named by RestoreRequest.RestoreID, so a live server can restore a
+	// checkpoint it took, and the same checkpoint more than once; only
+	// the rollouts the attempt map names are touched.
+	FeatureRestoreSessions = "restore_sessions_v1"
 )
 
 // Phase is where the server is in the checkpoint protocol.
@@ -96,8 +101,8 @@ const (
 const (
 	CodeControlDisabled    = "control_disabled"    // 404: no control token configured
 	CodeUnauthorized       = "unauthorized"        // 401: missing or wrong bearer token
-	CodeCheckpointConflict = "checkpoint_conflict" // 409: another checkpoint is active, or a replay with different arguments
-	CodeStaleCheckpoint    = "stale_checkpoint"    // 409: the checkpoint id was retired by a resume
+	CodeCheckpointConflict = "checkpoint_conflict" // 409: another checkpoint or restore is active, or a replay with different arguments
+	CodeStaleCheckpoint    = "stale_checkpoint"    // 409: the checkpoint (or restore) id was retired by a resume
 	CodeInvalidPhase       = "invalid_phase"       // 409: the operation is not allowed in this phase
 	CodePrepareTimeout     = "prepare_timeout"     // 409: in-flight mutations did not finish by the deadline
 	CodeInvalidCheckpoint  = "invalid_checkpoint"  // 422: the checkpoint is corrupt, torn, foreign or refused by an environment
@@ -122,6 +127,9 @@ type Capabilities struct {
 	Features      []string        `json:"features"`
 	Phase         Phase           `json:"phase"`
 	CheckpointID  string          `json:"checkpoint_id,omitempty"`
+	// RestoreID names the active restore session (CheckpointID is then the
+	// checkpoint it restores).
+	RestoreID string `json:"restore_id,omitempty"`
 }
 
 // InFlight is one mutation running on the server.
@@ -139,8 +147,11 @@ type InFlight struct {
 type ControlStatus struct {
 	Phase        Phase  `json:"phase"`
 	CheckpointID string `json:"checkpoint_id,omitempty"`
-	Admission    string `json:"admission"` // AdmissionOpen or AdmissionClosed
-	Sessions     int    `json:"sessions"`  // live sessions
+	// RestoreID names the active restore session (CheckpointID is then the
+	// checkpoint it restores).
+	RestoreID string `json:"restore_id,omitempty"`
+	Admission string `json:"admission"` // AdmissionOpen or AdmissionClosed
+	Sessions  int    `json:"sessions"`  // live sessions
 	// CutSessions is the number of sessions in the frozen cut (prepared and
 	// committed phases).
 	CutSessions int `json:"cut_sessions,omitempty"`
@@ -197,13 +208,27 @@ type CommitResponse struct {
 
 // RestoreRequest installs a committed checkpoint as new attempts.
 type RestoreRequest struct {
+	// CheckpointID is the checkpoint to read at Location.
 	CheckpointID string `json:"checkpoint_id"`
-	Location     string `json:"location"`
-	// Attempts maps rollout ids to their new attempt. Every unfinished
-	// session of the checkpoint needs one above its saved attempt and above
-	// any attempt this server has seen; verified sessions may have one; a
-	// rollout absent from the checkpoint only has its fence raised. Rollouts
-	// in neither are left as they are.
+	// RestoreID names this restore's control session, the key of the phase
+	// fence (empty means CheckpointID): the same restore id replays, a
+	// resumed one is retired (stale_checkpoint), and a new restore id
+	// restores the same checkpoint again on the same live server.
+	RestoreID string `json:"restore_id,omitempty"`
+	Location  string `json:"location"`
+	// Attempts maps the rollouts this restore owns to their new attempt,
+	// each above its saved attempt and above any attempt this server has
+	// seen. Only these rollouts are touched:
+	//   - in the checkpoint with state (or verified): installed as the new
+	//     attempt, replacing whatever the server holds now;
+	//   - in the checkpoint without state (restart-only, stateless): fence
+	//     raised, any session they hold now dropped; they start over;
+	//   - absent from the checkpoint (e.g. started after the cut): fence
+	//     raised, any session they hold now dropped (Fenced).
+	// Unfinished sessions of the checkpoint it does not name (another set's
+	// rollouts on the same server) are left as the server holds them now
+	// (Untouched); a verified one is installed only on a server that never
+	// saw the rollout, so its verdict survives a server that died.
 	Attempts map[string]int `json:"attempts"`
 	// Deadline optionally bounds the wait for in-flight mutations (absolute,
 	// RFC 3339); without it the request's own lifetime bounds it.
@@ -214,6 +239,7 @@ type RestoreRequest struct {
 type RestoreResponse struct {
 	Phase          Phase  `json:"phase"`
 	CheckpointID   string `json:"checkpoint_id"`
+	RestoreID      string `json:"restore_id,omitempty"`
 	ManifestDigest string `json:"manifest_digest"`
 	// Restored are the sessions installed with their state (export_restore)
 	// or their receipts (verified), at their new attempt.
@@ -221,18 +247,36 @@ type RestoreResponse struct {
 	// Restarted are the rollouts whose environment cannot export state: only
 	// their fence was raised, and they start over as the new attempt.
 	Restarted []SessionSummary `json:"restarted"`
+	// Fenced are the rollouts of the attempt map absent from the checkpoint:
+	// their fence was raised and any session of an older attempt dropped.
+	Fenced []FenceSummary `json:"fenced,omitempty"`
+	// Untouched are the sessions of the checkpoint the attempt map does not
+	// name and that were not installed: left as the server holds them.
+	Untouched []string `json:"untouched,omitempty"`
+}
+
+// FenceSummary is one rollout a restore only fenced.
+type FenceSummary struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"` // the lowest attempt accepted from now on
+	// Dropped: the server held a session of an older attempt (live or
+	// verified); it was dropped with its receipts.
+	Dropped bool `json:"dropped,omitempty"`
 }
 
 // ResumeRequest reopens admission; it is also the abort of a checkpoint or
-// restore in any phase. After it, the checkpoint id is retired.
+// restore in any phase. It ends the session named RestoreID, or
+// CheckpointID when RestoreID is empty; after it, that id is retired.
 type ResumeRequest struct {
 	CheckpointID string `json:"checkpoint_id"`
+	RestoreID    string `json:"restore_id,omitempty"`
 }
 
 // ResumeResponse is the answer to resume.
 type ResumeResponse struct {
 	Phase        Phase  `json:"phase"`
 	CheckpointID string `json:"checkpoint_id"`
+	RestoreID    string `json:"restore_id,omitempty"`
 }
 
 // RetireRequest ends one execution: attempt Attempt of RolloutID is done,

@@ -75,11 +75,19 @@ func (cc *ControlClient) Restore(ctx context.Context, req RestoreRequest) (Resto
 	return out, err
 }
 
-// Resume reopens admission and retires the checkpoint id; it is also the
-// abort.
+// Resume reopens admission and retires the checkpoint id (or the restore
+// session of that id); it is also the abort.
 func (cc *ControlClient) Resume(ctx context.Context, checkpointID string) (ResumeResponse, error) {
 	var out ResumeResponse
 	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/resume", ResumeRequest{CheckpointID: checkpointID}, &out)
+	return out, err
+}
+
+// ResumeRestore ends restore session restoreID of checkpointID: admission
+// reopens and the restore id is retired.
+func (cc *ControlClient) ResumeRestore(ctx context.Context, checkpointID, restoreID string) (ResumeResponse, error) {
+	var out ResumeResponse
+	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/resume", ResumeRequest{CheckpointID: checkpointID, RestoreID: restoreID}, &out)
 	return out, err
 }
 

@@ -15,6 +15,19 @@ const (
 	opResume  = "resume"
 )
 
+// Kinds of control session, as the fence remembers them once retired.
+const (
+	sessionNone       = ""           // a resume alone (an abort before anything ran)
+	sessionCheckpoint = "checkpoint" // a prepare succeeded: this server took (or began) the cut
+	sessionRestore    = "restore"
+)
+
+// retiredSession is what the fence keeps of a session resume ended.
+type retiredSession struct {
+	answer ResumeResponse
+	kind   string
+}
+
 // recorded is the answer of a successful operation, with the arguments it
 // must be repeated with to be replayed.
 type recorded struct {
@@ -22,13 +35,23 @@ type recorded struct {
 	answer any
 }
 
-// phaseFence is the checkpoint state machine every control operation passes:
+// phaseFence is the checkpoint state machine every control operation passes.
+// It is keyed by the control session's id: the checkpoint id for a
+// checkpoint (prepare, commit), the restore id for a restore (which
+// defaults to the id of the checkpoint it restores); both share one
+// namespace.
 //
-//   - the same (checkpoint id, operation) replays its recorded answer;
-//   - another checkpoint id while one is active → checkpoint_conflict;
+//   - the same (session id, operation) replays its recorded answer;
+//   - another session id while one is active → checkpoint_conflict;
 //   - after resume the id is retired: any operation with it but resume →
 //     stale_checkpoint (a delayed prepare from a stale coordinator must not
-//     close admission again); resume replays;
+//     close admission again; a re-run of a finished restore must not install
+//     again); resume replays;
+//   - one exception: the id of a checkpoint this process took may open one
+//     restore session of that same checkpoint (the trainer rolling back to
+//     checkpoint k on a live server, under the default restore id k); once
+//     that restore is resumed the id is retired as a restore. Restoring the
+//     same checkpoint again takes a new restore id;
 //   - an operation not allowed in the phase → invalid_phase;
 //   - a failed operation returns to the phase (and active id) it started
 //     from and records nothing, so it can be tried again;
@@ -37,17 +60,23 @@ type recorded struct {
 //
 // It also holds the frozen cut, from prepare to resume.
 type phaseFence struct {
-	mu      sync.Mutex
-	phase   Phase
-	active  string // checkpoint id of the run in progress; "" when idle
-	running string // operation in progress, "" if none
-	done    chan struct{}
-	abort   context.CancelFunc // aborts a running prepare
-	results map[string]recorded
-	// retired holds every checkpoint id retired by resume, for the life of
-	// the process: one short string per checkpoint taken, and forgetting one
-	// would let a delayed prepare from a stale coordinator close admission.
-	retired map[string]ResumeResponse
+	mu     sync.Mutex
+	phase  Phase
+	active string // session id of the run in progress; "" when idle
+	// activeKind is sessionCheckpoint or sessionRestore once a prepare or
+	// a restore began in the active session; activeCheckpoint is the
+	// checkpoint it is about.
+	activeKind       string
+	activeCheckpoint string
+	running          string // operation in progress, "" if none
+	done             chan struct{}
+	abort            context.CancelFunc // aborts a running prepare
+	results          map[string]recorded
+	// retired holds every session id retired by resume, for the life of
+	// the process: one short string per checkpoint taken or restore run,
+	// and forgetting one would let a delayed prepare from a stale
+	// coordinator close admission, or a re-run restore install twice.
+	retired map[string]retiredSession
 
 	frozen *serverState // the cut, prepared → resume
 	// cutRetires are retirements made while the cut was being taken or
@@ -56,14 +85,17 @@ type phaseFence struct {
 }
 
 func newPhaseFence() *phaseFence {
-	return &phaseFence{phase: PhaseIdle, results: map[string]recorded{}, retired: map[string]ResumeResponse{}}
+	return &phaseFence{phase: PhaseIdle, results: map[string]recorded{}, retired: map[string]retiredSession{}}
 }
 
 // opSpec describes one call of an operation.
 type opSpec struct {
-	op  string
-	id  string
-	key string // arguments a replay must repeat (e.g. the commit location)
+	op string
+	id string // the session id: checkpoint id, or restore id
+	// checkpoint is the checkpoint the operation is about (a restore's
+	// differs from id when it runs under its own restore id).
+	checkpoint string
+	key        string // arguments a replay must repeat (e.g. the commit location)
 	// allowed are the phases the operation may start from; nil means any.
 	allowed []Phase
 	// during is the phase while it runs; "" keeps the current one.
@@ -75,6 +107,8 @@ type opRun struct {
 	spec        opSpec
 	entryPhase  Phase
 	entryActive string
+	entryKind   string
+	entryCkpt   string
 	ctx         context.Context // cancelled when resume aborts the operation
 	cancel      context.CancelFunc
 }
@@ -88,13 +122,24 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 	}
 	f.mu.Lock()
 	for {
-		if ans, ok := f.retired[spec.id]; ok {
-			f.mu.Unlock()
-			if spec.op == opResume {
-				return nil, ans, nil
+		if ret, ok := f.retired[spec.id]; ok {
+			reusing := f.active == spec.id && f.activeKind == sessionRestore
+			switch {
+			case reusing && (spec.op == opRestore || spec.op == opResume):
+				// The restore session that reuses the id of a checkpoint
+				// this process took: its own operations go on below.
+			case !reusing && spec.op == opResume:
+				f.mu.Unlock()
+				return nil, ret.answer, nil
+			case !reusing && spec.op == opRestore && ret.kind == sessionCheckpoint && spec.checkpoint == spec.id:
+				// The first restore of a checkpoint this process took,
+				// under the checkpoint's own id: a new restore session.
+			default:
+				f.mu.Unlock()
+				return nil, nil, refuse(http.StatusConflict, CodeStaleCheckpoint,
+					"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
+						"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
 			}
-			return nil, nil, refuse(http.StatusConflict, CodeStaleCheckpoint,
-				"checkpoint %q was resumed and is retired; this %s is from a stale coordinator", spec.id, spec.op)
 		}
 		if f.active != "" && f.active != spec.id {
 			active := f.active
@@ -131,9 +176,25 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 			return nil, nil, refuse(http.StatusConflict, CodeInvalidPhase,
 				"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, phase, spec.allowed)
 		}
-		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active}
+		if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
+			spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
+			ckpt := f.activeCheckpoint
+			f.mu.Unlock()
+			return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
+				"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, ckpt, spec.checkpoint)
+		}
+		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
 		run.ctx, run.cancel = context.WithCancel(ctx)
+		if f.active != spec.id {
+			f.activeCheckpoint = spec.checkpoint
+		}
 		f.active = spec.id
+		switch spec.op {
+		case opPrepare:
+			f.activeKind = sessionCheckpoint
+		case opRestore:
+			f.activeKind = sessionRestore
+		}
 		if spec.during != "" {
 			f.phase = spec.during
 		}
@@ -169,8 +230,9 @@ func (f *phaseFence) fail(run *opRun) {
 	defer f.mu.Unlock()
 	f.phase = run.entryPhase
 	f.active = run.entryActive
+	f.activeKind, f.activeCheckpoint = run.entryKind, run.entryCkpt
 	if f.phase == PhaseIdle {
-		f.active = ""
+		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.frozen = nil
 		f.cutRetires = nil
 	}
@@ -178,14 +240,14 @@ func (f *phaseFence) fail(run *opRun) {
 }
 
 // succeed ends run in phase after and records its answer. A resume retires
-// the checkpoint id and forgets the run.
+// the session id, with the kind of session it ended, and forgets the run.
 func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.phase = after
 	if run.spec.op == opResume {
-		f.retired[run.spec.id] = answer.(ResumeResponse)
-		f.active = ""
+		f.retired[run.spec.id] = retiredSession{answer: answer.(ResumeResponse), kind: f.activeKind}
+		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.results = map[string]recorded{}
 		f.frozen = nil
 		f.cutRetires = nil
@@ -195,14 +257,32 @@ func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
 	f.endLocked(run)
 }
 
-// snapshot returns the phase, the active checkpoint id and the size of the
+// fenceView is what status and capabilities report of the fence.
+type fenceView struct {
+	phase      Phase
+	checkpoint string // the checkpoint the active session is about
+	restoreID  string // the active restore session's id, if any
+	cut        int    // sessions in the frozen cut
+}
+
+// snapshot returns the phase, the active session and the size of the
 // frozen cut.
-func (f *phaseFence) snapshot() (Phase, string, int) {
+func (f *phaseFence) snapshot() fenceView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
-	if f.frozen != nil {
-		n = len(f.frozen.Sessions)
+	v := fenceView{phase: f.phase, checkpoint: f.activeCheckpoint}
+	if f.activeKind == sessionRestore {
+		v.restoreID = f.active
 	}
-	return f.phase, f.active, n
+	if f.frozen != nil {
+		v.cut = len(f.frozen.Sessions)
+	}
+	return v
+}
+
+func kindName(kind string) string {
+	if kind == sessionNone {
+		return "control"
+	}
+	return kind
 }

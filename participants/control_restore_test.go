@@ -142,7 +142,7 @@ func TestCommitRestoreCycle(t *testing.T) {
 		t.Fatalf("the %s failpoint was not passed", failpoint.RestoreAfterValidate)
 	}
 	want := participants.RestoreResponse{
-		Phase: participants.PhaseRestored, CheckpointID: src.id, ManifestDigest: src.commit.ManifestDigest,
+		Phase: participants.PhaseRestored, CheckpointID: src.id, RestoreID: src.id, ManifestDigest: src.commit.ManifestDigest,
 		Restored: []participants.SessionSummary{
 			{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"},
 			{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
@@ -506,8 +506,10 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 		}, "", nil, 0, "", ""},
 		{"new attempt not above the saved one", func(*testing.T) string { return src.dir }, "", map[string]int{"a": 0, "r": 1},
 			http.StatusConflict, participants.CodeStaleAttempt, `rollout "a"`},
-		{"no new attempt for a live session", func(*testing.T) string { return src.dir }, "", map[string]int{"r": 1},
-			http.StatusBadRequest, participants.CodeMalformed, `rollout "a"`},
+		{"attempts name no rollout", func(*testing.T) string { return src.dir }, "", map[string]int{},
+			http.StatusBadRequest, participants.CodeMalformed, "names no rollout"},
+		{"a fenced rollout's attempt not above the one seen", func(*testing.T) string { return src.dir }, "", map[string]int{"a": 1, "r": 1, "x": 0},
+			http.StatusConflict, participants.CodeStaleAttempt, `rollout "x"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -578,5 +580,205 @@ func TestRestoreWaitsForQuiescence(t *testing.T) {
 	}
 	if _, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}); err != nil {
 		t.Fatalf("restore once idle: %v", err)
+	}
+}
+
+// liveCut takes checkpoint "k" on f (prepare, commit, resume) with:
+// a (counter, two mutations, attempt 0), r (restart-only, one mutation)
+// other (another set's counter, one mutation) and v (another set's,
+// verified). It returns the
+// checkpoint's location and a's last response before the cut.
+func liveCut(t *testing.T, f *ctlFixture) (string, participants.OperateResponse) {
+	t.Helper()
+	ctx := context.Background()
+	f.startEnv(t, counter.Name, "a", 0)
+	f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
+	lastA := f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
+	f.startEnv(t, "restart", "r", 0)
+	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.startEnv(t, counter.Name, "other", 0)
+	f.operate(t, inc("other", 0, "other/t0/c0", 0, 1))
+	f.startEnv(t, counter.Name, "v", 0)
+	if _, err := f.c.Verify(ctx, participants.VerifyRequest{Identity: id("v", 0, participants.VerifyRequestID("v"))}); err != nil {
+		t.Fatalf("verify v: %v", err)
+	}
+	f.prepare(t, "k")
+	dir := filepath.Join(t.TempDir(), "k")
+	if _, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	f.resume(t, "k")
+	return dir, lastA
+}
+
+// TestRestoreOnTheLiveServerThatTookIt: the trainer rolls back to checkpoint
+// k while the server that took k is still alive. Each restore of k runs
+// under its own restore id, installs k's sessions as attempts above
+// everything issued, fences the rollouts the coordinator names (one started
+// after the cut), leaves another set's session alone, and stays paused
+// until resumed; a re-run of a resumed restore installs nothing.
+func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	dir, lastA := liveCut(t, f)
+
+	// Progress after the cut: a and other move on, r too, and "late"
+	// starts.
+	f.operate(t, inc("a", 0, "a/t2/c0", 2, 1))
+	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, inc("other", 0, "other/t1/c0", 1, 1))
+	f.startEnv(t, counter.Name, "late", 0)
+	f.operate(t, inc("late", 0, "late/t0/c0", 0, 1))
+	f.startEnv(t, counter.Name, "v", 1) // its set re-issued it
+
+	// The checkpoint's own id is spent as a checkpoint: a prepare or
+	// commit of it is stale.
+	_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "k", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+
+	r1 := participants.RestoreRequest{CheckpointID: "k", RestoreID: "r1", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}}
+	res, err := f.cc.Restore(ctx, r1)
+	if err != nil {
+		t.Fatalf("restore r1: %v", err)
+	}
+	want := participants.RestoreResponse{
+		Phase: participants.PhaseRestored, CheckpointID: "k", RestoreID: "r1", ManifestDigest: res.ManifestDigest,
+		Restored:  []participants.SessionSummary{{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"}},
+		Restarted: []participants.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
+		Fenced:    []participants.FenceSummary{{RolloutID: "late", Attempt: 1, Dropped: true}},
+		Untouched: []string{"other", "v"},
+	}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("restore r1 = %+v\nwant %+v", res, want)
+	}
+	// Paused, and observable as restore r1 of k; other sessions wait.
+	if st := f.status(t); st.Phase != participants.PhaseRestored || st.CheckpointID != "k" || st.RestoreID != "r1" || st.Admission != participants.AdmissionClosed {
+		t.Fatalf("status after restore r1 = %+v", st)
+	}
+	_, err = f.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
+	wantRemote(t, err, http.StatusServiceUnavailable, participants.CodeParked)
+	// A retry replays; another restore or another id waits its turn.
+	if again, err := f.cc.Restore(ctx, r1); err != nil || !reflect.DeepEqual(again, res) {
+		t.Fatalf("retried restore r1 = %+v, %v", again, err)
+	}
+	_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2}})
+	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, "r1")
+	_, err = f.cc.ResumeRestore(ctx, "elsewhere", "r1")
+	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, "elsewhere")
+	if _, err := f.cc.ResumeRestore(ctx, "k", "r1"); err != nil {
+		t.Fatalf("resume r1: %v", err)
+	}
+	applied := f.stats(t).Applied
+
+	// a is back at the cut as attempt 1; attempt 0 is refused.
+	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
+		t.Fatalf("a after restore r1 = %+v", info)
+	}
+	_, err = f.c.Operate(ctx, inc("a", 0, "a/t3/c0", 3, 1))
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	if got := f.operate(t, inc("a", 1, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
+		t.Fatalf("a's last mutation before the cut = %+v, want the stored %+v", got, lastA)
+	}
+	// The mutation applied after the cut is not in this lineage: attempt 1
+	// applies it anew.
+	if got := f.operate(t, inc("a", 1, "a/t2/c0", 2, 1)); got.Replayed || got.Revision != 3 {
+		t.Fatalf("a's first mutation after the cut = %+v", got)
+	}
+	// r starts over: no session, attempt 0 refused.
+	_, err = f.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	_, err = f.c.Session(ctx, "r")
+	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	// late, started after the cut, is fenced off and holds nothing.
+	_, err = f.c.Operate(ctx, inc("late", 0, "late/t1/c0", 1, 1))
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	_, err = f.c.Session(ctx, "late")
+	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	// Another set's rollout was not named: it goes on where it was.
+	if info := f.info(t, "other"); info.Attempt != 0 || info.Revision != 2 {
+		t.Fatalf("other after restore r1 = %+v", info)
+	}
+	f.operate(t, inc("other", 0, "other/t2/c0", 2, 1))
+	applied += 2
+	if info := f.info(t, "v"); info.Attempt != 1 || info.Retired {
+		t.Fatalf("v after restore r1 = %+v, want its attempt 1 as it was", info)
+	}
+
+	// A re-run of r1 installs nothing: stale, and a keeps its progress.
+	_, err = f.cc.Restore(ctx, r1)
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint, "r1")
+	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 3 {
+		t.Fatalf("a after a re-run of r1 = %+v", info)
+	}
+	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+		t.Fatalf("status after a re-run of r1 = %+v", st)
+	}
+
+	// Restoring k again takes a new restore id and higher attempts.
+	_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt, `rollout "a"`)
+	res2, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2, "r": 2, "late": 2}})
+	if err != nil {
+		t.Fatalf("restore r2: %v", err)
+	}
+	if len(res2.Restored) != 1 || res2.Restored[0].Attempt != 2 || res2.Restored[0].Revision != 2 || res2.RestoreID != "r2" ||
+		!reflect.DeepEqual(res2.Fenced, []participants.FenceSummary{{RolloutID: "late", Attempt: 2}}) {
+		t.Fatalf("restore r2 = %+v", res2)
+	}
+	if _, err := f.cc.ResumeRestore(ctx, "k", "r2"); err != nil {
+		t.Fatalf("resume r2: %v", err)
+	}
+	_, err = f.c.Operate(ctx, inc("a", 1, "a/t3/c0", 3, 1))
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	if got := f.operate(t, inc("a", 2, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
+		t.Fatalf("a's last mutation before the cut, as attempt 2 = %+v", got)
+	}
+	if info := f.info(t, "a"); info.Attempt != 2 || info.Revision != 2 {
+		t.Fatalf("a after restore r2 = %+v", info)
+	}
+	// Nothing was applied by the restores themselves.
+	if got := f.stats(t).Applied; got != applied {
+		t.Fatalf("applied %d, want %d", got, applied)
+	}
+	// Both restore ids are spent now.
+	for _, rid := range []string{"r1", "r2"} {
+		_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: rid, Location: dir, Attempts: map[string]int{"a": 3}})
+		wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	}
+}
+
+// TestRestoreUnderTheCheckpointIDOnce: without a restore id, the server that
+// took k restores it once under k's own id; a re-run is stale, and so is a
+// delayed prepare of k.
+func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	dir, _ := liveCut(t, f)
+	f.operate(t, inc("a", 0, "a/t2/c0", 2, 1))
+
+	req := participants.RestoreRequest{CheckpointID: "k", Location: dir, Attempts: map[string]int{"a": 1, "r": 1}}
+	res, err := f.cc.Restore(ctx, req)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if res.RestoreID != "k" || len(res.Restored) != 1 || res.Restored[0].Revision != 2 || !reflect.DeepEqual(res.Untouched, []string{"other", "v"}) {
+		t.Fatalf("restore = %+v", res)
+	}
+	// The checkpoint's own operations stay refused during the restore.
+	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "k", Location: dir})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	if again, err := f.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
+		t.Fatalf("retried restore = %+v, %v", again, err)
+	}
+	f.resume(t, "k")
+	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+		t.Fatalf("status after resume = %+v", st)
+	}
+	_, err = f.cc.Restore(ctx, req)
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint, "restore session")
+	_, err = f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "k", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
+		t.Fatalf("a after the restore = %+v", info)
 	}
 }

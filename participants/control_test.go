@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -300,7 +301,8 @@ func TestCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	if caps.Component != participants.ComponentEnvironmentServer || caps.Name != "env-a" ||
-		caps.SchemaVersion != participants.ControlSchemaVersion || caps.Phase != participants.PhaseIdle || len(caps.Features) == 0 {
+		caps.SchemaVersion != participants.ControlSchemaVersion || caps.Phase != participants.PhaseIdle ||
+		!slices.Contains(caps.Features, participants.FeatureRestoreSessions) {
 		t.Fatalf("capabilities = %+v", caps)
 	}
 	want := []participants.EnvCapability{
@@ -463,7 +465,13 @@ func TestPhaseFence(t *testing.T) {
 	}
 	restore := func(id string) func(*ctlFixture, string) error {
 		return func(f *ctlFixture, dir string) error {
-			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: id, Location: dir, Attempts: map[string]int{}})
+			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: id, Location: dir, Attempts: map[string]int{"x": 1}})
+			return err
+		}
+	}
+	restoreAs := func(restoreID, ckpt string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, dir string) error {
+			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: ckpt, RestoreID: restoreID, Location: dir, Attempts: map[string]int{"x": 1}})
 			return err
 		}
 	}
@@ -488,12 +496,17 @@ func TestPhaseFence(t *testing.T) {
 			ok("resume", resume("c1")),
 			bad("prepare again", prepare("c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
 			bad("commit", commit("c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
-			bad("restore", restore("c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
+			// Only a restore of c1 itself may reuse its id (and fails
+			// here on the empty location, recording nothing).
+			bad("restore of another checkpoint under its id", restoreAs("c1", "c0"), http.StatusConflict, participants.CodeStaleCheckpoint),
+			bad("restore of c1 under its id", restore("c1"), http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint),
 			ok("resume replays", resume("c1")),
 		}, participants.PhaseIdle, true},
 		{"resume of an unknown id retires it", []step{
 			ok("resume", resume("c9")),
 			bad("a delayed prepare", prepare("c9"), http.StatusConflict, participants.CodeStaleCheckpoint),
+			bad("a delayed restore", restore("c9"), http.StatusConflict, participants.CodeStaleCheckpoint),
+			bad("a delayed restore session", restoreAs("c9", "c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
 		}, participants.PhaseIdle, true},
 		{"conflicting checkpoint id", []step{
 			ok("prepare", prepare("c1")),
@@ -501,6 +514,7 @@ func TestPhaseFence(t *testing.T) {
 			bad("commit other", commit("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
 			bad("resume other", resume("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
 			bad("restore other", restore("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
+			bad("restore of it under a restore id", restoreAs("r1", "c1"), http.StatusConflict, participants.CodeCheckpointConflict),
 			ok("prepare replays", prepare("c1")),
 		}, participants.PhasePrepared, false},
 		{"invalid phases", []step{
