@@ -91,12 +91,14 @@ temporal:
 
 # The demo's set: DEMO_COUNT rollouts over the comma-separated DEMO_ENVS,
 # assigned round-robin (make demo DEMO_ENVS=counter,blackjack DEMO_COUNT=40).
+# DEMO_CRASH=0 skips the checkpoint → simulated crash → restore part.
 DEMO_ENVS ?= counter
 DEMO_COUNT ?= 24
+DEMO_CRASH ?= 1
 
-## demo: run a rollout set end to end against a local dev server (DEMO_ENVS, DEMO_COUNT)
+## demo: run a rollout set end to end, then checkpoint, crash and restore it (DEMO_ENVS, DEMO_COUNT, DEMO_CRASH)
 demo:
-	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' scripts/demo.sh
+	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' DEMO_CRASH='$(DEMO_CRASH)' scripts/demo.sh
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:
