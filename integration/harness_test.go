@@ -261,9 +261,14 @@ func (c *cluster) startEnvServer(extraEnv ...string) *proc {
 
 func (c *cluster) startPolicyServer(args ...string) *proc {
 	c.t.Helper()
+	listen := "127.0.0.1:0"
+	if c.modelURL != "" {
+		// A restarted policy server keeps its address: workers know it.
+		listen = strings.TrimSuffix(strings.TrimPrefix(c.modelURL, "http://"), "/v1")
+	}
 	ready := filepath.Join(c.dir, fmt.Sprintf("policy-ready-%d", time.Now().UnixNano()))
 	p := c.start("policyserver", filepath.Join(bins.dir, "policyserver"),
-		append([]string{"--listen", "127.0.0.1:0", "--ready-file", ready}, args...))
+		append([]string{"--listen", listen, "--ready-file", ready}, args...))
 	c.waitFor("policy server", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
 		if err != nil || len(data) == 0 {

@@ -1,0 +1,333 @@
+package integration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/workflows"
+)
+
+// maxTurns per environment: enough for a perfect scripted policy to finish.
+var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12}
+
+// setInput builds rollout i of a set over envList (round-robin); tasks and
+// seeds depend only on i, so two sets are comparable rollout by rollout.
+func setInput(t *testing.T, set string, envList []string, i int) workflows.RolloutInput {
+	env := envList[i%len(envList)]
+	task, err := tasks.Generate(env, 7, i)
+	require.NoError(t, err)
+	return workflows.RolloutInput{
+		RolloutID: fmt.Sprintf("%s-%04d", set, i),
+		Set:       set,
+		Task:      task,
+		Env:       activities.EnvRef{Name: env},
+		Policy:    activities.PolicyRef{Model: "scripted-" + env},
+		Seed:      int64(7000 + i),
+		Limits:    workflows.Limits{MaxTurns: maxTurns[env]},
+	}
+}
+
+// TestCheckpointKillEverythingRestore is the whole recovery story on real
+// processes: a set is mid-flight, a checkpoint is cut, then the worker, the
+// environment server and the in-memory Temporal dev server are SIGKILLed and
+// the transcript store is deleted. Fresh processes restore the checkpoint;
+// every rollout must end with the trajectory and reward of an uninterrupted
+// run of the same seeds, with no mutation applied twice, no result lost or
+// duplicated, and attempt N refused.
+func TestCheckpointKillEverythingRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	cases := []struct {
+		name  string
+		envs  []string
+		count int
+	}{
+		{"counter", []string{"counter"}, 20},
+		{"mixed", []string{"counter", "blackjack", "workplace", "sandbox"}, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			recoverSet(t, tc.envs, tc.count)
+		})
+	}
+}
+
+func recoverSet(t *testing.T, envList []string, count int) {
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	policy := c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
+	c.startWorker()
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+
+	// 1. The uninterrupted baseline.
+	var baseRuns []client.WorkflowRun
+	for i := range count {
+		baseRuns = append(baseRuns, c.submit(ctx, setInput(t, "base", envList, i)))
+	}
+	baseline := c.results(ctx, baseRuns)
+	baseRevisions := c.revisions(ctx, "base", count)
+	stats := c.envStats(ctx)
+
+	// 2. The same set, held for acknowledgement, checkpointed mid-flight. A
+	// slower model (same answers: they depend only on the messages and the
+	// seed) keeps most rollouts between turns at the cut.
+	policy.kill()
+	c.startPolicyServer("--latency", "400ms", "--jitter", "100ms", "--imperfection", "0.2")
+	for i := range count {
+		in := setInput(t, "rec", envList, i)
+		in.RequireAck = true
+		c.submit(ctx, in)
+	}
+	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
+		return c.envStats(ctx).Applied-stats.Applied >= int64(count)*3/2
+	})
+	root := filepath.Join(c.dir, "checkpoints")
+	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.CheckpointWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
+	}, workflows.CheckpointWorkflowName, workflows.CheckpointInput{
+		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: []string{c.envURL}, Timeout: "60s",
+	})
+	require.NoError(t, err)
+	var cp workflows.CheckpointResult
+	require.NoError(t, cpRun.Get(ctx, &cp))
+	t.Logf("checkpoint: %d members, %d parked, %d completed unacknowledged, %d bytes, cut %d ms, total %d ms",
+		cp.Members, cp.Parked, cp.CompletedUnacked, cp.Bytes, cp.CutMillis, cp.TotalMillis)
+	require.Equal(t, count, cp.Members+cp.Closed)
+	records := readRecords(t, root, "cp-1")
+	require.Len(t, records, cp.Members)
+
+	// 3. Everything dies; only the checkpoint directory survives.
+	c.killAll()
+	require.NoError(t, os.RemoveAll(c.store))
+
+	// 4. Fresh processes, then the restore.
+	c.startTemporal()
+	c.startEnvServer()
+	c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
+	c.startWorker()
+	restoreStart := time.Now()
+	rsRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.RestoreWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
+	}, workflows.RestoreWorkflowName, workflows.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: []string{c.envURL}})
+	require.NoError(t, err)
+	var rs workflows.RestoreResult
+	require.NoError(t, rsRun.Get(ctx, &rs))
+	t.Logf("restore: %d restored from their boundary, %d started over, %d offered again, in %s",
+		rs.Restored, rs.StartedOver, rs.OfferedAgain, time.Since(restoreStart).Round(time.Millisecond))
+	require.Equal(t, cp.Members, rs.Restored+rs.StartedOver+rs.OfferedAgain)
+
+	// Fencing: attempt 0 is refused once attempt 1 is installed.
+	env := participants.NewClient(c.envURL, nil)
+	for id, rec := range records {
+		if rec.Result != nil || envs.EffectiveMode(rec.Boundary.EnvMode) != envs.ModeExportRestore {
+			continue
+		}
+		_, err := env.Operate(ctx, participants.OperateRequest{
+			Identity:         participants.Identity{RolloutID: id, Attempt: rec.Boundary.Attempt, RequestID: id + "/stale-probe"},
+			ExpectedRevision: rec.Boundary.Revision, Tool: "step", Arguments: json.RawMessage(`{}`),
+		})
+		var re *participants.RemoteError
+		require.ErrorAs(t, err, &re, "rollout %s", id)
+		require.Equal(t, participants.CodeStaleAttempt, re.Code, "rollout %s: %v", id, err)
+	}
+
+	// 5. Every rollout completes once; acknowledge each result.
+	recovered := c.acknowledgeAll(ctx, "rec", count)
+
+	want := outcomes("base", baseline)
+	got := outcomes("rec", recovered)
+	require.Equal(t, want, got, "same trajectories, rewards and turns as the uninterrupted run")
+	recRevisions := c.revisions(ctx, "rec", count)
+	for i, rev := range recRevisions {
+		require.Equal(t, baseRevisions[i], rev, "rollout %d: final environment revision (a mutation applied twice would raise it)", i)
+	}
+	for id, res := range recovered {
+		rec, inCut := records[id]
+		checkLineage(t, res)
+		switch {
+		case inCut && rec.Result != nil:
+			require.Equal(t, *rec.Result.Receipt, *res.Receipt, "%s: the completed result is offered again with its receipt", id)
+		case inCut:
+			require.Greater(t, res.Attempt, rec.Boundary.Attempt, "%s: continued as a new attempt", id)
+			newCalls := 0
+			for _, e := range res.Lineage {
+				if strings.Contains(e.CallID, fmt.Sprintf("/a%d/", res.Attempt)) {
+					newCalls++
+				}
+			}
+			if envs.EffectiveMode(rec.Boundary.EnvMode) == envs.ModeRestartOnly || !rec.Boundary.Seeded {
+				require.Equal(t, len(res.Lineage), newCalls, "%s: a restart-only rollout starts over with no state", id)
+			} else {
+				require.Equal(t, len(res.Lineage)-rec.Boundary.Turn, newCalls, "%s: the calls before the cut are kept, none repeated", id)
+			}
+		}
+	}
+	logPassCounts(t, recovered, records)
+	// Exactly one completed run per rollout in the new Temporal.
+	for id := range recovered {
+		n := c.completedRuns(ctx, id)
+		require.Equal(t, 1, n, "rollout %s: completed runs", id)
+	}
+}
+
+// logPassCounts reports, per environment, how the rollouts came through.
+func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records map[string]workflows.ParkRecord) {
+	type counts struct{ total, passed, restored, startedOver, offered int }
+	by := map[string]*counts{}
+	for id, r := range res {
+		c := by[r.Env]
+		if c == nil {
+			c = &counts{}
+			by[r.Env] = c
+		}
+		c.total++
+		if r.Reward > 0 {
+			c.passed++
+		}
+		rec, ok := records[id]
+		switch {
+		case !ok:
+		case rec.Result != nil:
+			c.offered++
+		case envs.EffectiveMode(rec.Boundary.EnvMode) == envs.ModeRestartOnly || !rec.Boundary.Seeded:
+			c.startedOver++
+		default:
+			c.restored++
+		}
+	}
+	names := make([]string, 0, len(by))
+	for n := range by {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := by[n]
+		t.Logf("%-9s %2d rollouts, %2d with reward > 0, identical to the uninterrupted run; %2d restored from their boundary, %2d started over, %2d offered again",
+			n, c.total, c.passed, c.restored, c.startedOver, c.offered)
+	}
+}
+
+// checkLineage: each model call names the previous call as its parent, so the
+// first call of a new attempt links to the saved last call exactly once.
+func checkLineage(t *testing.T, res workflows.RolloutResult) {
+	require.Len(t, res.Lineage, res.Turns, "%s lineage", res.RolloutID)
+	seen := map[string]bool{}
+	for i, e := range res.Lineage {
+		require.False(t, seen[e.CallID], "%s: call %s twice in the lineage", res.RolloutID, e.CallID)
+		seen[e.CallID] = true
+		if i == 0 {
+			require.Empty(t, e.Parent, "%s: first call has no parent", res.RolloutID)
+			continue
+		}
+		require.Equal(t, res.Lineage[i-1].CallID, e.Parent, "%s: call %d's parent", res.RolloutID, i)
+	}
+}
+
+// readRecords opens the checkpoint's agents artifact (fully validated) and
+// decodes its boundary records.
+func readRecords(t *testing.T, root, id string) map[string]workflows.ParkRecord {
+	ctx := context.Background()
+	cp, err := artifact.Open(ctx, filepath.Join(root, id, "agents"), id)
+	require.NoError(t, err)
+	recs, err := cp.Section(ctx, "agents")
+	require.NoError(t, err)
+	out := map[string]workflows.ParkRecord{}
+	for _, r := range recs {
+		var rec workflows.ParkRecord
+		require.NoError(t, json.Unmarshal(r.Data, &rec))
+		out[rec.Input.RolloutID] = rec
+	}
+	return out
+}
+
+// killAll SIGKILLs every process the cluster started.
+func (c *cluster) killAll() {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	c.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	if c.client != nil {
+		c.client.Close()
+		c.client = nil
+	}
+}
+
+// revisions returns the final environment revision of each rollout of a set.
+func (c *cluster) revisions(ctx context.Context, set string, count int) map[int]int64 {
+	c.t.Helper()
+	out := map[int]int64{}
+	env := participants.NewClient(c.envURL, nil)
+	for i := range count {
+		info, err := env.Session(ctx, fmt.Sprintf("%s-%04d", set, i))
+		require.NoError(c.t, err)
+		out[i] = info.Revision
+	}
+	return out
+}
+
+// acknowledgeAll waits for every rollout of a set to hold its result,
+// acknowledges it by receipt, and returns the results.
+func (c *cluster) acknowledgeAll(ctx context.Context, set string, count int) map[string]workflows.RolloutResult {
+	c.t.Helper()
+	out := map[string]workflows.RolloutResult{}
+	for i := range count {
+		id := fmt.Sprintf("%s-%04d", set, i)
+		var st workflows.Status
+		c.waitFor("result of "+id, nil, 5*time.Minute, func() bool {
+			v, err := c.client.QueryWorkflow(ctx, workflows.RolloutWorkflowID(id), "", workflows.QueryStatus)
+			if err != nil {
+				return false
+			}
+			return v.Get(&st) == nil && st.Phase == workflows.PhaseAwaitingAck
+		})
+		h, err := c.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: workflows.RolloutWorkflowID(id), UpdateName: workflows.UpdateAcknowledge,
+			UpdateID: "ack/" + id, Args: []any{workflows.AckRequest{Receipt: *st.Result.Receipt}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		require.NoError(c.t, err)
+		require.NoError(c.t, h.Get(ctx, nil))
+		var res workflows.RolloutResult
+		require.NoError(c.t, c.client.GetWorkflow(ctx, workflows.RolloutWorkflowID(id), "").Get(ctx, &res))
+		require.Equal(c.t, *st.Result.Receipt, *res.Receipt)
+		out[id] = res
+	}
+	return out
+}
+
+// completedRuns counts the completed runs of a rollout's workflow ID.
+func (c *cluster) completedRuns(ctx context.Context, rolloutID string) int {
+	c.t.Helper()
+	q := fmt.Sprintf(`WorkflowId=%q AND ExecutionStatus="Completed"`, workflows.RolloutWorkflowID(rolloutID))
+	n := 0
+	c.waitFor("visibility of "+rolloutID, nil, time.Minute, func() bool {
+		resp, err := c.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: q})
+		if err != nil {
+			return false
+		}
+		n = int(resp.GetCount())
+		return n > 0
+	})
+	return n
+}
