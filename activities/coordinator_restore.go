@@ -21,6 +21,13 @@ import (
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
+// Names of the activities that end a restore (the Checkpoint workflow's
+// resume activities do not know restore ids).
+const (
+	ResumeRestoredParticipantsName = "ResumeRestoredParticipants"
+	ResumeRestoredRolloutsName     = "ResumeRestoredRollouts"
+)
+
 // ValidateCheckpointInput names a checkpoint to restore.
 type ValidateCheckpointInput struct {
 	CheckpointID string   `json:"checkpoint_id"`
@@ -249,55 +256,104 @@ func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheck
 	})
 }
 
-// attemptsFile is restore/attempts.json: the attempt map of a restore,
-// computed once and reused by every re-run.
+// A restore is named by its restore id, which defaults to the id of the
+// checkpoint it restores. Each restore keeps its working files in
+// <checkpoint>/restore/<restore_id>/ (attempts.json, started.json), so the
+// same checkpoint can be restored more than once (the trainer rolling back
+// to it again), each restore with its own attempt map, while a re-run of
+// one restore reuses its own.
+
+// restoreIDOf validates a restore id; empty means the checkpoint id.
+func restoreIDOf(checkpointID, restoreID string) (string, error) {
+	if restoreID == "" {
+		return checkpointID, nil
+	}
+	if err := ValidateName("restore_id", restoreID); err != nil {
+		return "", badInput("%v", err)
+	}
+	return restoreID, nil
+}
+
+// restoreFiles validates a checkpoint id, root and restore id and returns
+// the checkpoint directory, the restore id and the restore's directory.
+func restoreFiles(root, checkpointID, restoreID string) (dir, rid, rdir string, err error) {
+	if dir, err = checkDir(root, checkpointID); err != nil {
+		return "", "", "", err
+	}
+	if rid, err = restoreIDOf(checkpointID, restoreID); err != nil {
+		return "", "", "", err
+	}
+	return dir, rid, filepath.Join(dir, RestoreDir, rid), nil
+}
+
+// attemptsPath and startedPath are a restore's attempt map and started
+// list; the files keep the names restoreAttempts and ListStarted give them.
+func attemptsPath(rdir string) string { return filepath.Join(rdir, filepath.Base(restoreAttempts)) }
+func startedPath(rdir string) string  { return filepath.Join(rdir, filepath.Base(ListStarted)) }
+
+// attemptsFile is restore/<restore_id>/attempts.json: the attempt map of a
+// restore, computed once and reused by every re-run.
 type attemptsFile struct {
 	CheckpointID   string `json:"checkpoint_id"`
+	RestoreID      string `json:"restore_id"`
 	Set            string `json:"set"`
 	ManifestDigest string `json:"manifest_digest"`
-	// Attempts maps every rollout of the checkpoint (records and unfinished
-	// environment sessions) to its new attempt.
+	// Attempts maps every rollout of the set this restore owns to its new
+	// attempt: those with a record, the set's unfinished environment
+	// sessions of the checkpoint, and the set's rollouts running now that
+	// the checkpoint does not hold (Fence). Only these are touched: another
+	// set's sessions on the same servers are not named.
 	Attempts map[string]int `json:"attempts"`
 	// Start are the rollouts that get a new run (those with a record);
 	// the others only have their fence raised.
 	Start []string `json:"start"`
+	// Fence are the set's rollouts started after the cut: in the rolled
+	// back world they do not exist, so their sessions are dropped, their
+	// runs ended, and any later run of them must come above their attempt.
+	Fence []string `json:"fence,omitempty"`
 }
 
 // PlanAttemptsInput computes (or reads back) a restore's attempt map.
 type PlanAttemptsInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
 	Root         string   `json:"root"`
 	Participants []string `json:"participants"`
 }
 
-// PlanAttemptsResult summarizes the attempt map in restore/attempts.json.
+// PlanAttemptsResult summarizes the attempt map in
+// restore/<restore_id>/attempts.json.
 type PlanAttemptsResult struct {
-	Rollouts int    `json:"rollouts"`
-	Start    int    `json:"start"`
-	Reused   bool   `json:"reused"`
-	Digest   string `json:"digest"`
+	Rollouts int `json:"rollouts"`
+	Start    int `json:"start"`
+	// Fence counts the set's rollouts started after the cut.
+	Fence  int    `json:"fence"`
+	Reused bool   `json:"reused"`
+	Digest string `json:"digest"`
 }
 
-// PlanAttempts gives every rollout one more attempt than the highest ever
-// issued for it: above its record's and its saved sessions' attempt, and
-// above every run of it Temporal shows. The map is persisted on first
-// computation and read back by any re-run, so running the same restore
-// twice never starts a second run of one attempt.
+// PlanAttempts gives every rollout of the set one more attempt than the
+// highest ever issued for it: above its record's and its saved sessions'
+// attempt, and above every run of it Temporal shows (so a second restore of
+// the same checkpoint comes above the first). The map is persisted on first
+// computation and read back by any re-run of the same restore, so running
+// it twice never starts a second run of one attempt.
 func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (PlanAttemptsResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
 	if err != nil {
 		return PlanAttemptsResult{}, err
 	}
-	path := filepath.Join(dir, restoreAttempts)
+	path := attemptsPath(rdir)
 	m, err := ReadAggregateManifest(dir, in.CheckpointID)
 	if err != nil {
 		return PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
 	}
-	if af, b, err := readAttempts(path, in.CheckpointID); err == nil {
+	if af, b, err := readAttempts(path, in.CheckpointID, rid); err == nil {
 		if af.ManifestDigest != m.Digest {
 			return PlanAttemptsResult{}, invalidCheckpoint("%s was planned for manifest %s, the checkpoint is now %s", path, af.ManifestDigest, m.Digest)
 		}
-		return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Reused: true, Digest: sha256Hex(b)}, nil
+		return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Reused: true, Digest: sha256Hex(b)}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return PlanAttemptsResult{}, invalidCheckpoint("%v", err)
 	}
@@ -313,49 +369,70 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (P
 	if err != nil {
 		return PlanAttemptsResult{}, err
 	}
+	af.RestoreID = rid
 	digest, err := writeJSONAtomic(path, af)
 	if err != nil {
 		return PlanAttemptsResult{}, err
 	}
-	return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Digest: digest}, nil
+	return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Digest: digest}, nil
 }
 
-// planAttempts computes the attempt map of a loaded checkpoint.
+// planAttempts computes the attempt map of a loaded checkpoint. It names
+// the set's rollouts only:
+//   - every rollout with a record;
+//   - every unfinished session of the participants' cut whose rollout
+//     belongs to the set (visibility lists it under the set, or its run
+//     says so); another set's sessions, and sessions no run claims, are
+//     left to their owners;
+//   - every rollout of the set running now that the checkpoint does not
+//     know at all (no record, no session, no fence): it started after the
+//     cut, and in the rolled-back world it does not exist, so it is fenced
+//     (Fence) and its run ended, but not started.
 func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *loadedCheckpoint) (attemptsFile, error) {
-	highest := map[string]int{}
-	for id, v := range lc.views {
-		highest[id] = v.Input.Attempt
-		if v.Result != nil {
-			highest[id] = max(highest[id], v.Result.Attempt)
-		}
+	set := lc.manifest.Set
+	// Every run of the set that visibility shows, by rollout: its highest
+	// attempt and whether one is running.
+	type seen struct {
+		attempt int
+		running bool
 	}
-	for id, a := range lc.sessions {
-		if cur, ok := highest[id]; !ok || a > cur {
-			highest[id] = a
+	visible := map[string]seen{}
+	err := listSet(ctx, tc, set, "", func(r visibleRun) {
+		v, ok := visible[r.RolloutID]
+		if !ok {
+			v.attempt = -1
 		}
-	}
-	for id := range highest {
-		if f, ok := lc.fences[id]; ok {
-			highest[id] = max(highest[id], f)
+		if r.HasAttempt {
+			v.attempt = max(v.attempt, int(r.Attempt))
 		}
-	}
-	// Every run of the set that visibility shows…
-	err := listSet(ctx, tc, lc.manifest.Set, "", func(r visibleRun) {
-		if cur, ok := highest[r.RolloutID]; ok && r.HasAttempt && int(r.Attempt) > cur {
-			highest[r.RolloutID] = int(r.Attempt)
-		}
+		v.running = v.running || r.Running
+		visible[r.RolloutID] = v
 	})
 	if err != nil {
 		return attemptsFile{}, err
 	}
-	// …and the current run of each, read from the run itself (visibility
-	// may lag behind a run that just started).
-	ids := make([]string, 0, len(highest))
-	for id := range highest {
+	candidates := map[string]bool{}
+	for id := range lc.views {
+		candidates[id] = true
+	}
+	for id := range lc.sessions {
+		candidates[id] = true
+	}
+	for id, v := range visible {
+		_, session := lc.sessions[id]
+		_, fence := lc.fences[id]
+		if _, rec := lc.views[id]; v.running && !rec && !session && !fence {
+			candidates[id] = true
+		}
+	}
+	ids := make([]string, 0, len(candidates))
+	for id := range candidates {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	current := make([]int, len(ids))
+	// The current run of each, read from the run itself (visibility may
+	// lag behind a run that just started).
+	runs := make([]runInfo, len(ids))
 	prog := newProgress(ctx, "describe", len(ids))
 	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
@@ -363,37 +440,69 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		if err != nil {
 			return err
 		}
-		current[i] = -1
-		if ri.Exists && ri.HasAttempt {
-			current[i] = int(ri.Attempt)
-		}
+		runs[i] = ri
 		return nil
 	})
 	if err != nil {
 		return attemptsFile{}, err
 	}
-	af := attemptsFile{CheckpointID: lc.manifest.CheckpointID, Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Attempts: map[string]int{}, Start: []string{}}
+	af := attemptsFile{CheckpointID: lc.manifest.CheckpointID, Set: set, ManifestDigest: lc.manifest.Digest, Attempts: map[string]int{}, Start: []string{}}
 	for i, id := range ids {
-		af.Attempts[id] = max(highest[id], current[i]) + 1
-		if _, ok := lc.records[id]; ok {
+		ri := runs[i]
+		v, listed := visible[id]
+		ofSet := listed || (ri.Exists && ri.Set == set)
+		_, rec := lc.views[id]
+		_, session := lc.sessions[id]
+		switch {
+		case rec:
+		case session && !ofSet:
+			continue // another set's session, or one no run claims
+		case !session && !(ri.Running && ri.Set == set):
+			continue // listed running by a lagging index, closed since
+		}
+		highest := -1
+		if view, ok := lc.views[id]; ok {
+			highest = view.Input.Attempt
+			if view.Result != nil {
+				highest = max(highest, view.Result.Attempt)
+			}
+		}
+		if a, ok := lc.sessions[id]; ok {
+			highest = max(highest, a)
+		}
+		if f, ok := lc.fences[id]; ok {
+			highest = max(highest, f)
+		}
+		if listed {
+			highest = max(highest, v.attempt)
+		}
+		if ri.Exists && ri.HasAttempt {
+			highest = max(highest, int(ri.Attempt))
+		}
+		af.Attempts[id] = highest + 1
+		switch {
+		case rec:
 			af.Start = append(af.Start, id)
+		case !session:
+			af.Fence = append(af.Fence, id)
 		}
 	}
 	return af, nil
 }
 
-func readAttempts(path, checkpointID string) (attemptsFile, []byte, error) {
+func readAttempts(path, checkpointID, restoreID string) (attemptsFile, []byte, error) {
 	var af attemptsFile
 	b, err := readJSONStrict(path, &af)
 	if err != nil {
 		return attemptsFile{}, nil, err
 	}
-	if af.CheckpointID != checkpointID {
-		return attemptsFile{}, nil, fmt.Errorf("%s is of checkpoint %q, not %q", path, af.CheckpointID, checkpointID)
+	if af.CheckpointID != checkpointID || af.RestoreID != restoreID {
+		return attemptsFile{}, nil, fmt.Errorf("%s is of restore %q of checkpoint %q, not restore %q of %q",
+			path, af.RestoreID, af.CheckpointID, restoreID, checkpointID)
 	}
-	for _, id := range af.Start {
+	for _, id := range append(append([]string(nil), af.Start...), af.Fence...) {
 		if _, ok := af.Attempts[id]; !ok {
-			return attemptsFile{}, nil, fmt.Errorf("%s: rollout %q to start has no attempt", path, id)
+			return attemptsFile{}, nil, fmt.Errorf("%s: rollout %q to start or fence has no attempt", path, id)
 		}
 	}
 	return af, b, nil
@@ -401,7 +510,9 @@ func readAttempts(path, checkpointID string) (attemptsFile, []byte, error) {
 
 // RestoreParticipantsInput installs the checkpoint at every participant.
 type RestoreParticipantsInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
 	Root         string   `json:"root"`
 	Participants []string `json:"participants"`
 }
@@ -411,25 +522,32 @@ type RestoreParticipantsResult struct {
 	Participants int `json:"participants"`
 	Restored     int `json:"restored"`
 	Restarted    int `json:"restarted"`
-	// AlreadyResumed counts participants that had restored and resumed this
-	// checkpoint in an earlier run of the same restore.
+	// Fenced counts rollouts a server only fenced (absent from its cut);
+	// Untouched its sessions of other sets, left as they were.
+	Fenced    int `json:"fenced"`
+	Untouched int `json:"untouched"`
+	// AlreadyResumed counts participants that had restored and resumed in
+	// an earlier run of the same restore.
 	AlreadyResumed int `json:"already_resumed"`
 }
 
 // RestoreParticipants asks every environment server to install its
-// artifact with the attempt map: export_restore sessions become the new
-// attempt, restart-only ones only have their fence raised, and the server
-// stays paused until resumed. A server that answers the checkpoint id is
-// retired already resumed it in an earlier run of this restore.
+// artifact with the attempt map, in a control session named by the restore
+// id: export_restore sessions become the new attempt, restart-only ones and
+// the set's rollouts started after the cut only have their fence raised
+// (what they hold now is dropped), another set's sessions are left alone,
+// and the server stays paused until resumed. A server that answers the
+// restore id is retired already resumed it in an earlier run of this
+// restore.
 func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestoreParticipantsInput) (RestoreParticipantsResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
 	if err != nil {
 		return RestoreParticipantsResult{}, err
 	}
 	if err := checkParticipants(in.Participants); err != nil {
 		return RestoreParticipantsResult{}, err
 	}
-	af, _, err := readAttempts(filepath.Join(dir, restoreAttempts), in.CheckpointID)
+	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
 	if err != nil {
 		return RestoreParticipantsResult{}, invalidCheckpoint("read the attempt map: %v", err)
 	}
@@ -440,7 +558,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 		defer prog.add()
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, participants.RestoreRequest{
-			CheckpointID: in.CheckpointID, Location: ParticipantLocation(dir, i), Attempts: af.Attempts,
+			CheckpointID: in.CheckpointID, RestoreID: rid, Location: ParticipantLocation(dir, i), Attempts: af.Attempts,
 		})
 		if remoteCode(err) == participants.CodeStaleCheckpoint {
 			mu.Lock()
@@ -454,11 +572,13 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 		mu.Lock()
 		res.Restored += len(resp.Restored)
 		res.Restarted += len(resp.Restarted)
+		res.Fenced += len(resp.Fenced)
+		res.Untouched += len(resp.Untouched)
 		mu.Unlock()
 		return nil
 	})
 	if err != nil {
-		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s: %w", in.CheckpointID, err)
+		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rid, err)
 	}
 	return res, nil
 }
@@ -466,7 +586,9 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 // TerminateStaleInput ends the runs a restore replaces.
 type TerminateStaleInput struct {
 	CheckpointID string `json:"checkpoint_id"`
-	Root         string `json:"root"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
 }
 
 // TerminateStaleResult counts the terminated runs.
@@ -475,10 +597,12 @@ type TerminateStaleResult struct {
 }
 
 // TerminateStale terminates every running run of a rollout of the set in
-// the attempt map whose attempt is below its new attempt. The environment servers
-// already refuse that attempt; this stops its workflow code too.
+// the attempt map whose attempt is below its new attempt (runs of the
+// replaced attempts, and of rollouts started after the cut). The
+// environment servers already refuse that attempt; this stops its workflow
+// code too.
 func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput) (TerminateStaleResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
 	if err != nil {
 		return TerminateStaleResult{}, err
 	}
@@ -486,7 +610,7 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput
 	if err != nil {
 		return TerminateStaleResult{}, err
 	}
-	af, _, err := readAttempts(filepath.Join(dir, restoreAttempts), in.CheckpointID)
+	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
 	if err != nil {
 		return TerminateStaleResult{}, invalidCheckpoint("read the attempt map: %v", err)
 	}
@@ -507,6 +631,9 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput
 			return nil
 		}
 		reason := fmt.Sprintf("superseded by the restore of checkpoint %s: attempt %d replaces attempt %d", in.CheckpointID, attempt, ri.Attempt)
+		if rid != in.CheckpointID {
+			reason = fmt.Sprintf("superseded by restore %s of checkpoint %s: attempt %d replaces attempt %d", rid, in.CheckpointID, attempt, ri.Attempt)
+		}
 		err = tc.TerminateWorkflow(ctx, RolloutIDPrefix+id, ri.RunID, reason)
 		var nf *serviceerror.NotFound
 		if err != nil && !errors.As(err, &nf) { // NotFound: it closed meanwhile
@@ -536,7 +663,9 @@ func sortedKeys(m map[string]int) []string {
 
 // StartRestoredInput starts the new attempts.
 type StartRestoredInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
 	Root         string   `json:"root"`
 	Participants []string `json:"participants"`
 	TaskQueue    string   `json:"task_queue,omitempty"`
@@ -556,8 +685,12 @@ type StartRestoredResult struct {
 // then starts the new attempt of every rollout with a record, held for the
 // checkpoint until resumed. A run of exactly that attempt that already
 // exists (running or closed) is left as it is. The list of rollouts goes to
-// restore/started.json for the resume.
+// restore/<restore_id>/started.json for the resume.
 func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) (StartRestoredResult, error) {
+	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	if err != nil {
+		return StartRestoredResult{}, err
+	}
 	tc, err := c.temporal()
 	if err != nil {
 		return StartRestoredResult{}, err
@@ -566,7 +699,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 	if err != nil {
 		return StartRestoredResult{}, err
 	}
-	af, _, err := readAttempts(filepath.Join(lc.dir, restoreAttempts), in.CheckpointID)
+	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
 	if err != nil {
 		return StartRestoredResult{}, invalidCheckpoint("read the attempt map: %v", err)
 	}
@@ -583,7 +716,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 	if err := c.installTranscripts(ctx, lc); err != nil {
 		return StartRestoredResult{}, err
 	}
-	if _, err := writeJSONAtomic(filepath.Join(lc.dir, ListStarted), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
+	if _, err := writeJSONAtomic(startedPath(rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
 		return StartRestoredResult{}, err
 	}
 
@@ -602,7 +735,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		if err != nil {
 			return invalidCheckpoint("%v", err)
 		}
-		started, err := c.startRestored(ctx, tc, lc, id, attempt, kind, input, taskQueue, in.CheckpointID)
+		started, err := c.startRestored(ctx, tc, lc, id, attempt, kind, input, taskQueue, in.CheckpointID, rid)
 		if err != nil {
 			return err
 		}
@@ -631,7 +764,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 
 // startRestored starts one new attempt unless a run of it exists; it says
 // whether it started one.
-func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *loadedCheckpoint, id string, attempt int, kind string, input json.RawMessage, taskQueue, checkpointID string) (bool, error) {
+func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *loadedCheckpoint, id string, attempt int, kind string, input json.RawMessage, taskQueue, checkpointID, restoreID string) (bool, error) {
 	exists := func() (bool, error) {
 		ri, err := describeRollout(ctx, tc, id)
 		if err != nil || !ri.Exists || !ri.HasAttempt {
@@ -670,6 +803,9 @@ func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *l
 		),
 		StaticSummary: fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s (%s)", id, attempt, checkpointID, kind),
 	}
+	if restoreID != checkpointID {
+		opts.StaticSummary = fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s by restore %s (%s)", id, attempt, checkpointID, restoreID, kind)
+	}
 	_, err := tc.ExecuteWorkflow(ctx, opts, RolloutWorkflowType, input)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
@@ -706,4 +842,105 @@ func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoi
 		prog.add()
 	}
 	return nil
+}
+
+// ResumeRestoredParticipantsInput ends a restore's control session at
+// every environment server.
+type ResumeRestoredParticipantsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Participants []string `json:"participants"`
+}
+
+// ResumeRestoredParticipants reopens admission at every environment server
+// and retires the restore id there, so a re-run of this restore installs
+// nothing twice. Resume is idempotent.
+func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in ResumeRestoredParticipantsInput) (ResumeParticipantsResult, error) {
+	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return ResumeParticipantsResult{}, badInput("%v", err)
+	}
+	rid, err := restoreIDOf(in.CheckpointID, in.RestoreID)
+	if err != nil {
+		return ResumeParticipantsResult{}, err
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return ResumeParticipantsResult{}, err
+	}
+	prog := newProgress(ctx, "resume participants", len(in.Participants))
+	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+		if _, err := c.control(in.Participants[i]).ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
+			return controlError(in.Participants[i], "resume", err)
+		}
+		prog.add()
+		return nil
+	})
+	if err != nil {
+		return ResumeParticipantsResult{}, fmt.Errorf("resume participants of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
+	}
+	return ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
+}
+
+// ResumeRestoredRolloutsInput releases the runs a restore started.
+type ResumeRestoredRolloutsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
+}
+
+// ResumeRestoredRollouts sends the resume update to every rollout of
+// restore/<restore_id>/started.json. A rollout that is not held is
+// unaffected, so a retry is harmless.
+func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in ResumeRestoredRolloutsInput) (ResumeRolloutsResult, error) {
+	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	if err != nil {
+		return ResumeRolloutsResult{}, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return ResumeRolloutsResult{}, err
+	}
+	l, err := readRolloutList(startedPath(rdir), in.CheckpointID)
+	if err != nil {
+		return ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
+	}
+	// The update id names the restore: each restore of a checkpoint starts
+	// new runs, and the resume of one must never be taken for another's.
+	updateID := in.CheckpointID + "/restore-resume"
+	if rid != in.CheckpointID {
+		updateID += "/" + rid
+	}
+	var mu sync.Mutex
+	res := ResumeRolloutsResult{}
+	prog := newProgress(ctx, "resume rollouts", len(l.Rollouts))
+	err = forEach(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		id := l.Rollouts[i]
+		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: RolloutIDPrefix + id, UpdateName: RolloutResumeUpdate, UpdateID: updateID,
+			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: in.CheckpointID}},
+		})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		if err != nil {
+			ri, derr := describeRollout(ctx, tc, id)
+			if derr != nil || (ri.Exists && ri.Running) {
+				return fmt.Errorf("resume %s: %w", id, err)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			res.Gone++ // closed or gone: nothing to release
+		} else {
+			res.Resumed++
+		}
+		return nil
+	})
+	if err != nil {
+		return ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
+	}
+	return res, nil
 }
