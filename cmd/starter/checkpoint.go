@@ -160,9 +160,9 @@ func startCoordinator(ctx context.Context, c workflowStarter, opts client.StartW
 	if err != nil {
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &already) {
-			return fmt.Errorf("%s %s is already running or was already completed: %w", strings.ToLower(name), opts.ID, err)
+			return fmt.Errorf("%s is already running or was already completed: %w", opts.ID, err)
 		}
-		return fmt.Errorf("start %s %s: %w", strings.ToLower(name), opts.ID, err)
+		return fmt.Errorf("start %s: %w", opts.ID, err)
 	}
 	fmt.Fprintf(w, "started %s (run %s) on task queue %s\n", opts.ID, run.GetRunID(), opts.TaskQueue)
 	if !wait {

@@ -265,17 +265,31 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			}
 			wctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if err := waitAll(wctx, c, inputs, cmd.ErrOrStderr()); err != nil {
-				return fmt.Errorf("wait for set %s: %w", req.Set, err)
-			}
-			if err := awaitVisibility(wctx, c, req.Set); err != nil {
-				return fmt.Errorf("wait for set %s in visibility: %w", req.Set, err)
+			if req.RequireAck {
+				// Held results keep their runs open: wait until every
+				// rollout holds one (or has closed), not until all close.
+				if err := awaitHeld(wctx, c, req.Set, len(inputs), newProgress(wctx, cmd.ErrOrStderr(), len(inputs))); err != nil {
+					return fmt.Errorf("wait for set %s: %w", req.Set, err)
+				}
+			} else {
+				if err := waitAll(wctx, c, inputs, cmd.ErrOrStderr()); err != nil {
+					return fmt.Errorf("wait for set %s: %w", req.Set, err)
+				}
+				if err := awaitVisibility(wctx, c, req.Set); err != nil {
+					return fmt.Errorf("wait for set %s in visibility: %w", req.Set, err)
+				}
 			}
 			recs, err := collectSet(wctx, c, req.Set, true)
 			if err != nil {
 				return err
 			}
-			return writeSummary(out, req.Set, recs)
+			if err := writeSummary(out, req.Set, recs); err != nil {
+				return err
+			}
+			if req.RequireAck {
+				fmt.Fprintf(out, "results are held until acknowledged: starter acknowledge --set %s --all-completed (or --receipts FILE)\n", req.Set)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -289,7 +303,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.MaxTurns, "max-turns", 0, "model calls per rollout at most (default: per environment, "+maxTurnsDefaults()+")")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
 	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
-	f.BoolVar(&wait, "wait", false, "wait for every rollout to close, with a progress bar, then print the summary")
+	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	_ = cmd.MarkFlagRequired("set")
 	_ = cmd.MarkFlagRequired("env")
@@ -420,6 +434,58 @@ func awaitVisibility(ctx context.Context, c client.Client, set string) error {
 		}
 		select {
 		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// workflowCounter is the counting part of client.Client.
+type workflowCounter interface {
+	CountWorkflow(ctx context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
+}
+
+// heldQuery matches the rollouts of set still working towards a result: open
+// and not holding one for acknowledgement.
+func heldQuery(set string) string {
+	return fmt.Sprintf(`%s AND ExecutionStatus="Running" AND %s!=%q`, setQuery(set), workflows.SARolloutPhase, workflows.PhaseAwaitingAck)
+}
+
+// awaitHeld waits (polling visibility) until none of the total rollouts of
+// set is still working: each holds its result for acknowledgement or has
+// closed. Visibility lags the starts, so a count is trusted only once the
+// set is listed whole. Progress counts the rollouts done.
+func awaitHeld(ctx context.Context, c workflowCounter, set string, total int, bar progress) error {
+	count := func(q string) (int, error) {
+		resp, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
+		return int(resp.GetCount()), err
+	}
+	t := time.NewTicker(visibilityPoll)
+	defer t.Stop()
+	shown := 0
+	for {
+		listed, err := count(setQuery(set))
+		if err != nil {
+			bar.Finish(false)
+			return err
+		}
+		working, err := count(heldQuery(set))
+		if err != nil {
+			bar.Finish(false)
+			return err
+		}
+		if listed >= total {
+			for ; shown < total-working; shown++ {
+				bar.Increment()
+			}
+			if working == 0 {
+				bar.Finish(true)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			bar.Finish(false)
 			return ctx.Err()
 		case <-t.C:
 		}

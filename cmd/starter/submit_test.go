@@ -11,6 +11,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -383,5 +384,61 @@ func TestWritePlan(t *testing.T) {
 		"  2 × blackjack, policy scripted-blackjack, max turns 64\n"
 	if buf.String() != want {
 		t.Errorf("plan:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+// scriptedCounter answers counts from a script: listed[i] and working[i]
+// on the i-th poll (the last entry repeats).
+type scriptedCounter struct {
+	mu              sync.Mutex
+	listed, working []int64
+	pollsL, pollsW  int
+	queries         map[string]bool
+}
+
+func (s *scriptedCounter) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queries == nil {
+		s.queries = map[string]bool{}
+	}
+	s.queries[req.Query] = true
+	next := func(list []int64, n *int) int64 {
+		v := list[min(*n, len(list)-1)]
+		*n++
+		return v
+	}
+	if req.Query == setQuery("s1") {
+		return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.listed, &s.pollsL)}, nil
+	}
+	return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.working, &s.pollsW)}, nil
+}
+
+type countingProgress struct {
+	n  int
+	ok *bool
+}
+
+func (p *countingProgress) Increment()     { p.n++ }
+func (p *countingProgress) Finish(ok bool) { p.ok = &ok }
+
+func TestAwaitHeld(t *testing.T) {
+	// Visibility lists nothing at first (working 0 must not count), then
+	// part of the set, then all of it working, then rollouts come to hold
+	// their results.
+	c := &scriptedCounter{listed: []int64{0, 3, 5}, working: []int64{0, 3, 5, 2, 0}}
+	var bar countingProgress
+	if err := awaitHeld(t.Context(), c, "s1", 5, &bar); err != nil {
+		t.Fatal(err)
+	}
+	if bar.n != 5 || bar.ok == nil || !*bar.ok {
+		t.Errorf("progress %d, finished %v", bar.n, bar.ok)
+	}
+	if c.pollsW != 5 {
+		t.Errorf("%d polls, want 5: zero working counts only once the set is listed whole", c.pollsW)
+	}
+	want := `RolloutSet="s1" AND ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`
+	if !c.queries[want] {
+		t.Errorf("queries %v lack %s", c.queries, want)
 	}
 }
