@@ -16,10 +16,24 @@ func (in RestoreInput) validate() error {
 	if err := activities.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
 		return err
 	}
+	if in.RestoreID != "" {
+		if err := activities.ValidateName("restore_id", in.RestoreID); err != nil {
+			return err
+		}
+	}
 	if !filepath.IsAbs(in.Root) {
 		return fmt.Errorf("root %q is not an absolute path", in.Root)
 	}
 	return validateParticipants(in.Participants)
+}
+
+// EffectiveRestoreID is the restore's id: RestoreID, or the checkpoint id
+// when it is empty. Start the workflow as RestoreWorkflowID of it.
+func (in RestoreInput) EffectiveRestoreID() string {
+	if in.RestoreID != "" {
+		return in.RestoreID
+	}
+	return in.CheckpointID
 }
 
 // restoreRun is the state of one Restore execution.
@@ -35,8 +49,10 @@ type restoreRun struct {
 // restores the environment servers as those attempts (the old ones are
 // refused from then on), ends any old run still alive, starts the new runs
 // held for the checkpoint, and only when all of it is installed resumes the
-// environment servers, then the rollouts. Running the same restore again
-// finishes an interrupted one and never starts a second run of one attempt.
+// environment servers, then the rollouts. Running the same restore (same
+// restore id) again finishes an interrupted one and never starts a second
+// run of one attempt; a restore under a new restore id restores the same
+// checkpoint again, also on environment servers that are still alive.
 func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	if err := in.validate(); err != nil {
 		return RestoreResult{}, temporal.NewNonRetryableApplicationError("invalid restore input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
@@ -44,7 +60,8 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	if in.TaskQueue == "" {
 		in.TaskQueue = TaskQueue
 	}
-	r := &restoreRun{in: in, logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID)}
+	in.RestoreID = in.EffectiveRestoreID()
+	r := &restoreRun{in: in, logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "restore", in.RestoreID)}
 	res := RestoreResult{CheckpointID: in.CheckpointID}
 
 	r.setPhase(ctx, "validate", "reading and checking the whole checkpoint")
@@ -58,7 +75,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	r.setPhase(ctx, "attempts", fmt.Sprintf("set %s: %d records", val.Set, val.Records))
 	var plan activities.PlanAttemptsResult
 	if err := r.step(ctx, "plan attempts", 30*time.Minute, activities.PlanAttemptsName, activities.PlanAttemptsInput{
-		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &plan); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
@@ -67,15 +84,15 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	r.setPhase(ctx, "participants", fmt.Sprintf("installing %d environment servers as the new attempts", len(in.Participants)))
 	var rp activities.RestoreParticipantsResult
 	if err := r.step(ctx, "restore participants", 30*time.Minute, activities.RestoreParticipantsName, activities.RestoreParticipantsInput{
-		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &rp); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
 
-	r.setPhase(ctx, "terminate", "ending runs of the replaced attempts")
+	r.setPhase(ctx, "terminate", fmt.Sprintf("ending runs of the replaced attempts and of %d rollouts started after the cut", plan.Fence))
 	var term activities.TerminateStaleResult
 	if err := r.step(ctx, "terminate replaced runs", 30*time.Minute, activities.TerminateStaleName, activities.TerminateStaleInput{
-		CheckpointID: in.CheckpointID, Root: in.Root,
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &term); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
@@ -84,7 +101,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	r.setPhase(ctx, "start", fmt.Sprintf("starting %d new attempts, held until everything is installed", plan.Start))
 	var st activities.StartRestoredResult
 	if err := r.step(ctx, fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, activities.StartRestoredName, activities.StartRestoredInput{
-		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
 	}, &st); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
@@ -94,14 +111,14 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	// would only be answered "parked".
 	r.setPhase(ctx, "resume", "resuming environment servers, then rollouts")
 	var resP activities.ResumeParticipantsResult
-	if err := r.step(ctx, "resume participants", 10*time.Minute, activities.ResumeParticipantsName, activities.ResumeParticipantsInput{
-		CheckpointID: in.CheckpointID, Participants: in.Participants,
+	if err := r.step(ctx, "resume participants", 10*time.Minute, activities.ResumeRestoredParticipantsName, activities.ResumeRestoredParticipantsInput{
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Participants: in.Participants,
 	}, &resP); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
 	var resR activities.ResumeRolloutsResult
-	if err := r.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRolloutsName, activities.ResumeRolloutsInput{
-		CheckpointID: in.CheckpointID, Root: in.Root, List: activities.ListStarted,
+	if err := r.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRestoredRolloutsName, activities.ResumeRestoredRolloutsInput{
+		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &resR); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
@@ -111,7 +128,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 func (r *restoreRun) setPhase(ctx workflow.Context, phase, detail string) {
 	r.phase = phase
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — restore of checkpoint %s: %s", phase, r.in.CheckpointID, detail))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — %s: %s", phase, r.what(), detail))
 	r.logger.Info("restore phase", "phase", phase, "detail", detail)
 }
 
@@ -123,10 +140,18 @@ func (r *restoreRun) fail(err error) error {
 	switch r.phase {
 	case "validate", "attempts":
 	default:
-		hint = "environment servers and rollouts stay paused; run the same restore again to finish it"
+		hint = "environment servers and rollouts stay paused; run the same restore again (same restore id) to finish it"
 	}
 	return temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("restore of checkpoint %s failed in phase %s: %v (%s)", r.in.CheckpointID, r.phase, err, hint), ErrRestoreFailed, err)
+		fmt.Sprintf("%s failed in phase %s: %v (%s)", r.what(), r.phase, err, hint), ErrRestoreFailed, err)
+}
+
+// what names the restore in details and errors.
+func (r *restoreRun) what() string {
+	if r.in.RestoreID == r.in.CheckpointID {
+		return "restore of checkpoint " + r.in.CheckpointID
+	}
+	return fmt.Sprintf("restore %s of checkpoint %s", r.in.RestoreID, r.in.CheckpointID)
 }
 
 func (r *restoreRun) step(ctx workflow.Context, summary string, timeout time.Duration, name string, in, out any) error {

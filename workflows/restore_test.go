@@ -2,12 +2,14 @@ package workflows_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -27,6 +29,13 @@ func runRestore(t *testing.T, c *coord, in workflows.RestoreInput) (workflows.Re
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	c.register(env)
+	// The activities that end a restore session.
+	env.RegisterActivityWithOptions(func(_ context.Context, in activities.ResumeRestoredParticipantsInput) (activities.ResumeParticipantsResult, error) {
+		return activities.ResumeParticipantsResult{Resumed: len(in.Participants)}, c.record(activities.ResumeRestoredParticipantsName, in)
+	}, activity.RegisterOptions{Name: activities.ResumeRestoredParticipantsName})
+	env.RegisterActivityWithOptions(func(_ context.Context, in activities.ResumeRestoredRolloutsInput) (activities.ResumeRolloutsResult, error) {
+		return activities.ResumeRolloutsResult{Resumed: 3}, c.record(activities.ResumeRestoredRolloutsName, in)
+	}, activity.RegisterOptions{Name: activities.ResumeRestoredRolloutsName})
 	env.ExecuteWorkflow(workflows.Restore, in)
 	require.True(t, env.IsWorkflowCompleted())
 	var res workflows.RestoreResult
@@ -46,7 +55,7 @@ func TestRestoreInstallsEverythingBeforeResuming(t *testing.T) {
 	require.Equal(t, []string{
 		activities.ValidateCheckpointName, activities.PlanAttemptsName, activities.RestoreParticipantsName,
 		activities.TerminateStaleName, activities.StartRestoredName,
-		activities.ResumeParticipantsName, activities.ResumeRolloutsName,
+		activities.ResumeRestoredParticipantsName, activities.ResumeRestoredRolloutsName,
 	}, c.called())
 	require.Equal(t, workflows.RestoreResult{
 		CheckpointID: "ck1", Restored: 1, StartedOver: 1, OfferedAgain: 1, Started: 3, Terminated: 2, AttemptsDigest: "a1",
@@ -54,7 +63,60 @@ func TestRestoreInstallsEverythingBeforeResuming(t *testing.T) {
 	start := c.inputs[activities.StartRestoredName].(activities.StartRestoredInput)
 	require.Equal(t, workflows.TaskQueue, start.TaskQueue, "an empty task queue means the rollouts' default")
 	require.Equal(t, restoreInput().Participants, start.Participants)
-	require.Equal(t, activities.ListStarted, c.inputs[activities.ResumeRolloutsName].(activities.ResumeRolloutsInput).List)
+	// Without a restore id, the restore is named by its checkpoint.
+	require.Equal(t, restoreIDs{"ck1", "ck1", "ck1", "ck1", "ck1", "ck1"}, c.restoreIDs())
+}
+
+// restoreIDs are the restore ids the restore's activities got, in order:
+// plan, participants, terminate, start, resume participants, resume
+// rollouts.
+type restoreIDs [6]string
+
+func (c *coord) restoreIDs() restoreIDs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	get := func(name string) string {
+		switch in := c.inputs[name].(type) {
+		case activities.PlanAttemptsInput:
+			return in.RestoreID
+		case activities.RestoreParticipantsInput:
+			return in.RestoreID
+		case activities.TerminateStaleInput:
+			return in.RestoreID
+		case activities.StartRestoredInput:
+			return in.RestoreID
+		case activities.ResumeRestoredParticipantsInput:
+			return in.RestoreID
+		case activities.ResumeRestoredRolloutsInput:
+			return in.RestoreID
+		}
+		return "<not called>"
+	}
+	return restoreIDs{get(activities.PlanAttemptsName), get(activities.RestoreParticipantsName), get(activities.TerminateStaleName),
+		get(activities.StartRestoredName), get(activities.ResumeRestoredParticipantsName), get(activities.ResumeRestoredRolloutsName)}
+}
+
+// A restore under its own restore id (the trainer rolling back to the same
+// checkpoint again) hands that id to every step that installs or resumes,
+// so it gets its own attempt map and its own control session at the
+// servers; the checkpoint it reads stays the same.
+func TestRestoreRunsUnderItsRestoreID(t *testing.T) {
+	c := newCoord()
+	in := restoreInput()
+	in.RestoreID = "ck1-rollback-2"
+	_, err := runRestore(t, c, in)
+	require.NoError(t, err)
+	require.Equal(t, restoreIDs{"ck1-rollback-2", "ck1-rollback-2", "ck1-rollback-2", "ck1-rollback-2", "ck1-rollback-2", "ck1-rollback-2"}, c.restoreIDs())
+	require.Equal(t, "ck1", c.inputs[activities.ValidateCheckpointName].(activities.ValidateCheckpointInput).CheckpointID)
+	require.Equal(t, "ck1", c.inputs[activities.StartRestoredName].(activities.StartRestoredInput).CheckpointID)
+	require.Equal(t, "restore/ck1-rollback-2", workflows.RestoreWorkflowID(in.EffectiveRestoreID()))
+	require.Equal(t, "restore/ck1", workflows.RestoreWorkflowID(restoreInput().EffectiveRestoreID()))
+
+	// A failure names the restore, so the operator re-runs the same one.
+	c = newCoord()
+	c.fail[activities.StartRestoredName] = temporal.NewNonRetryableApplicationError("attempt conflict", activities.ErrAttemptConflict, nil)
+	_, err = runRestore(t, c, in)
+	require.ErrorContains(t, err, "restore ck1-rollback-2 of checkpoint ck1 failed in phase start")
 }
 
 func TestRestoreValidationFailureTouchesNothing(t *testing.T) {
@@ -83,9 +145,10 @@ func TestRestoreStopsPausedWhenStartFails(t *testing.T) {
 
 func TestRestoreRefusesBadInput(t *testing.T) {
 	for name, mod := range map[string]func(*workflows.RestoreInput){
-		"bad id":        func(in *workflows.RestoreInput) { in.CheckpointID = "../x" },
-		"relative root": func(in *workflows.RestoreInput) { in.Root = "x" },
-		"empty url":     func(in *workflows.RestoreInput) { in.Participants = []string{""} },
+		"bad id":         func(in *workflows.RestoreInput) { in.CheckpointID = "../x" },
+		"relative root":  func(in *workflows.RestoreInput) { in.Root = "x" },
+		"empty url":      func(in *workflows.RestoreInput) { in.Participants = []string{""} },
+		"bad restore id": func(in *workflows.RestoreInput) { in.RestoreID = "a/b" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := newCoord()

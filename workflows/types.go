@@ -207,8 +207,10 @@ const (
 // id, so a second start of the same checkpoint is refused by Temporal.
 func CheckpointWorkflowID(checkpointID string) string { return "checkpoint/" + checkpointID }
 
-// RestoreWorkflowID is the workflow ID of a restore of a checkpoint.
-func RestoreWorkflowID(checkpointID string) string { return "restore/" + checkpointID }
+// RestoreWorkflowID is the workflow ID of a restore: "restore/<restore_id>".
+// The restore id defaults to the checkpoint id, so the first restore of
+// checkpoint k is restore/k; restoring k again takes a new restore id.
+func RestoreWorkflowID(restoreID string) string { return "restore/" + restoreID }
 
 // Error types the coordinator workflows fail with.
 const (
@@ -271,7 +273,12 @@ type CheckpointResult struct {
 // RestoreInput starts a Restore of a committed checkpoint.
 type RestoreInput struct {
 	CheckpointID string `json:"checkpoint_id"`
-	Root         string `json:"root"`
+	// RestoreID names this restore (empty: CheckpointID). A re-run of the
+	// same restore id finishes it and installs nothing twice; a new one
+	// restores the checkpoint again (the trainer rolling back to it once
+	// more) with attempts above everything issued so far.
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
 	// Participants are the environment servers' base URLs in the order they
 	// had at checkpoint time (their addresses may be new).
 	Participants []string `json:"participants"`
