@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -403,17 +401,6 @@ func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
 
-// describeAttempt returns the RolloutAttempt search attribute of the current
-// run of a rollout.
-func (c *cluster) describe(ctx context.Context, rolloutID string) *workflowservice.DescribeWorkflowExecutionResponse {
-	c.t.Helper()
-	d, err := c.client.DescribeWorkflowExecution(ctx, workflows.RolloutWorkflowID(rolloutID), "")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return d
-}
-
 // temporalCLI runs the official CLI against the test server.
 func (c *cluster) temporalCLI(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bins.temporal, append(args, "--address", c.hostPort, "--namespace", "default")...)
@@ -423,4 +410,3 @@ func (c *cluster) temporalCLI(ctx context.Context, args ...string) (string, erro
 	return out.String(), err
 }
 
-var errNotYet = errors.New("not yet")
