@@ -409,4 +409,3 @@ func (c *cluster) temporalCLI(ctx context.Context, args ...string) (string, erro
 	err := cmd.Run()
 	return out.String(), err
 }
-
