@@ -123,10 +123,10 @@ func checkStyle(s envs.Style) error {
 	}
 }
 
-// storeError classifies a transcript-store failure: a missing blob will not
-// appear by retrying, so it stops the rollout; other I/O errors may pass.
+// storeError classifies a transcript-store failure: a missing or corrupt blob
+// does not heal by retrying, so it stops the rollout; other I/O errors may pass.
 func storeError(what string, err error) error {
-	if errors.Is(err, transcript.ErrNotFound) {
+	if errors.Is(err, transcript.ErrNotFound) || errors.Is(err, transcript.ErrCorrupt) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", what, err), ErrTranscript, nil)
 	}
 	return fmt.Errorf("%s: %w", what, err)

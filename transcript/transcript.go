@@ -60,8 +60,13 @@ type node struct {
 	Item   Digest `json:"item"`
 }
 
-// ErrNotFound is returned for a digest the store does not hold.
-var ErrNotFound = errors.New("transcript: not found")
+// Errors a caller can tell apart: a missing blob, and a blob or chain whose
+// content does not match its name or does not decode. Neither heals by
+// retrying.
+var (
+	ErrNotFound = errors.New("transcript: not found")
+	ErrCorrupt  = errors.New("transcript: corrupt")
+)
 
 // Store is a directory of blobs named by digest. Several processes may share
 // one directory: writes go to a temporary name and are renamed into place, and
@@ -124,7 +129,7 @@ func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
 		return nil, fmt.Errorf("transcript: get %s: %w", d, err)
 	}
 	if got := DigestOf(data); got != d {
-		return nil, fmt.Errorf("transcript: blob %s is corrupt (content digest %s)", d, got)
+		return nil, fmt.Errorf("%w: blob %s has content digest %s", ErrCorrupt, d, got)
 	}
 	return data, nil
 }
@@ -145,7 +150,7 @@ func (s *Store) GetJSON(ctx context.Context, d Digest, v any) error {
 		return err
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("transcript: decode %s: %w", d, err)
+		return fmt.Errorf("%w: decode %s: %v", ErrCorrupt, d, err)
 	}
 	return nil
 }
@@ -210,7 +215,7 @@ func (s *Store) walk(ctx context.Context, head Digest, fn func(Digest, node) err
 	seen := map[Digest]bool{}
 	for d := head; d != ""; {
 		if seen[d] {
-			return fmt.Errorf("transcript: cycle at %s", d)
+			return fmt.Errorf("%w: cycle at %s", ErrCorrupt, d)
 		}
 		seen[d] = true
 		var n node
@@ -218,7 +223,7 @@ func (s *Store) walk(ctx context.Context, head Digest, fn func(Digest, node) err
 			return err
 		}
 		if err := n.Item.Validate(); err != nil {
-			return fmt.Errorf("transcript: node %s: %w", d, err)
+			return fmt.Errorf("%w: node %s: %v", ErrCorrupt, d, err)
 		}
 		if err := fn(d, n); err != nil {
 			return err

@@ -48,8 +48,13 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	}
 	err = json.NewDecoder(res.Body).Decode(&list)
 	res.Body.Close()
-	if err != nil || len(list.Data) != 1 || list.Data[0].ID != policy.CounterModel {
-		t.Fatalf("models %+v (%v), want only %q", list, err, policy.CounterModel)
+	var got []string
+	for _, m := range list.Data {
+		got = append(got, m.ID)
+	}
+	want := []string{policy.ArithmeticModel, policy.BlackjackModel, policy.CounterModel, policy.SandboxModel, policy.WorkplaceModel}
+	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("models %v (%v), want %v", got, err, want)
 	}
 
 	cancel()
