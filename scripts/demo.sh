@@ -343,6 +343,21 @@ count_runs() {
   echo "${n:-0}"
 }
 
+# run_step NAME LOGFILE COMMAND... runs a starter step to its end, logging
+# to LOGFILE, bounded by SET_TIMEOUT_SECONDS. It runs in the background, so a
+# SIGTERM or Ctrl-C reaches the traps at once (bash defers traps until a
+# foreground command ends) and stop_all stops it with the rest.
+run_step() {
+  local name="$1" logfile="$2"
+  shift 2
+  timeout "$SET_TIMEOUT_SECONDS" "$@" </dev/null >"$logfile" 2>&1 3>&- &
+  pids+=("$!")
+  names+=("$name")
+  logs+=("$logfile")
+  wait "${pids[-1]}" || fail "$name (exit status $?; a status of 124 is the ${SET_TIMEOUT_SECONDS}s bound)"
+  pids[-1]="" # ended
+}
+
 # ms_since START_NS prints the milliseconds since START_NS (date +%s%N).
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
@@ -451,13 +466,9 @@ if [[ "$DEMO_CRASH" != "0" ]]; then
 
   log "checkpoint $CHECKPOINT_ID of set $REC_SET into $CHECKPOINT_ROOT (--stay-paused)"
   t0="$(date +%s%N)"
-  "$root/bin/starter" checkpoint --set "$REC_SET" --id "$CHECKPOINT_ID" --root "$CHECKPOINT_ROOT" \
-    --participants "$env_url" --timeout 60s --stay-paused --wait \
-    </dev/null >"$run_dir/starter-checkpoint.log" 2>&1 || {
-    logs+=("$run_dir/starter-checkpoint.log")
-    names+=("starter checkpoint")
-    fail "starter checkpoint"
-  }
+  run_step "starter checkpoint" "$run_dir/starter-checkpoint.log" \
+    "$root/bin/starter" checkpoint --set "$REC_SET" --id "$CHECKPOINT_ID" --root "$CHECKPOINT_ROOT" \
+    --participants "$env_url" --timeout 60s --stay-paused --wait
   checkpoint_ms="$(ms_since "$t0")"
   while IFS= read -r line; do log "  $line"; done <"$run_dir/starter-checkpoint.log"
   checkpoint_bytes="$(du -sb "$CHECKPOINT_ROOT/$CHECKPOINT_ID" | cut -f1)"
@@ -475,12 +486,8 @@ if [[ "$DEMO_CRASH" != "0" ]]; then
 
   log "restore $CHECKPOINT_ID"
   t0="$(date +%s%N)"
-  "$root/bin/starter" restore --id "$CHECKPOINT_ID" --root "$CHECKPOINT_ROOT" --participants "$env_url" --wait \
-    </dev/null >"$run_dir/starter-restore.log" 2>&1 || {
-    logs+=("$run_dir/starter-restore.log")
-    names+=("starter restore")
-    fail "starter restore"
-  }
+  run_step "starter restore" "$run_dir/starter-restore.log" \
+    "$root/bin/starter" restore --id "$CHECKPOINT_ID" --root "$CHECKPOINT_ROOT" --participants "$env_url" --wait
   restore_ms="$(ms_since "$t0")"
   while IFS= read -r line; do log "  $line"; done <"$run_dir/starter-restore.log"
   log "restore time: ${restore_ms} ms (starter restore --wait, wall clock)"

@@ -94,25 +94,29 @@ func TestCoordinatorStartOptions(t *testing.T) {
 		ck.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY || !ck.WorkflowExecutionErrorWhenAlreadyStarted {
 		t.Errorf("checkpoint options %+v", ck)
 	}
-	rs := RestoreStartOptions("ck1", "q")
+	rs := RestoreStartOptions(workflows.RestoreInput{CheckpointID: "ck1"}, "q")
 	if rs.ID != "restore/ck1" || rs.TaskQueue != "q" || rs.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL {
 		t.Errorf("restore options %+v", rs)
+	}
+	if rs := RestoreStartOptions(workflows.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
+		t.Errorf("restore with an id: %s", rs.ID)
 	}
 }
 
 func TestRestoreInput(t *testing.T) {
-	r := RestoreRequest{CheckpointID: "ck1", Root: "ckpt", Participants: []string{"http://a:1"}}
+	r := RestoreRequest{CheckpointID: "ck1", RestoreID: "r2", Root: "ckpt", Participants: []string{"http://a:1"}}
 	got, err := r.RestoreInput("/w", "q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.CheckpointID != "ck1" || got.Root != "/w/ckpt" || got.TaskQueue != "q" || len(got.Participants) != 1 {
+	if got.CheckpointID != "ck1" || got.RestoreID != "r2" || got.Root != "/w/ckpt" || got.TaskQueue != "q" || len(got.Participants) != 1 {
 		t.Errorf("got %+v", got)
 	}
 	for _, bad := range []RestoreRequest{
 		{CheckpointID: "", Root: "x", Participants: []string{"http://a:1"}},
 		{CheckpointID: "ck1", Root: "", Participants: []string{"http://a:1"}},
 		{CheckpointID: "ck1", Root: "x", Participants: []string{"ftp://a"}},
+		{CheckpointID: "ck1", RestoreID: "a/b", Root: "x", Participants: []string{"http://a:1"}},
 	} {
 		if _, err := bad.RestoreInput("/w", "q"); err == nil {
 			t.Errorf("%+v accepted", bad)

@@ -17,6 +17,9 @@ import (
 // RestoreRequest is one `starter restore`.
 type RestoreRequest struct {
 	CheckpointID string
+	// RestoreID names the restore (empty: the checkpoint id); restoring a
+	// checkpoint a second time takes a new one.
+	RestoreID    string
 	Root         string
 	Participants []string
 }
@@ -27,6 +30,11 @@ func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (workflows.RestoreIn
 	if err := activities.ValidateName("--id", r.CheckpointID); err != nil {
 		return workflows.RestoreInput{}, err
 	}
+	if r.RestoreID != "" {
+		if err := activities.ValidateName("--restore-id", r.RestoreID); err != nil {
+			return workflows.RestoreInput{}, err
+		}
+	}
 	root, err := absRoot(r.Root, cwd)
 	if err != nil {
 		return workflows.RestoreInput{}, err
@@ -35,20 +43,26 @@ func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (workflows.RestoreIn
 	if err != nil {
 		return workflows.RestoreInput{}, err
 	}
-	return workflows.RestoreInput{CheckpointID: r.CheckpointID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
+	return workflows.RestoreInput{CheckpointID: r.CheckpointID, RestoreID: r.RestoreID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
 }
 
-// RestoreStartOptions start the restore of a checkpoint. A restore may be
-// run again once it has closed (a re-run finishes an interrupted one and
-// never starts an attempt twice), but not while one is running.
-func RestoreStartOptions(checkpointID, taskQueue string) client.StartWorkflowOptions {
+// RestoreStartOptions start the restore of in (workflow ID
+// restore/<restore_id>, the restore id defaulting to the checkpoint id). A
+// restore may be run again once it has closed (a re-run finishes an
+// interrupted one and never starts an attempt twice), but not while one is
+// running.
+func RestoreStartOptions(in workflows.RestoreInput, taskQueue string) client.StartWorkflowOptions {
+	restoreID := in.RestoreID
+	if restoreID == "" {
+		restoreID = in.CheckpointID
+	}
 	return client.StartWorkflowOptions{
-		ID:                                       workflows.RestoreWorkflowID(checkpointID),
+		ID:                                       workflows.RestoreWorkflowID(restoreID),
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            "restore of checkpoint " + checkpointID,
+		StaticSummary:                            "restore " + restoreID + " of checkpoint " + in.CheckpointID,
 	}
 }
 
@@ -96,7 +110,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			}
 			defer c.Close()
 			var res workflows.RestoreResult
-			opts := RestoreStartOptions(in.CheckpointID, g.taskQueue)
+			opts := RestoreStartOptions(in, g.taskQueue)
 			if err := startCoordinator(cmd.Context(), c, opts, workflows.RestoreWorkflowName, in, &res, wait, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
@@ -108,6 +122,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.CheckpointID, "id", "", "checkpoint id to restore")
+	f.StringVar(&req.RestoreID, "restore-id", "", "name of this restore (default: the checkpoint id); restoring the same checkpoint again takes a new one")
 	f.StringVar(&req.Root, "root", "", "directory the checkpoint is under (made absolute)")
 	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in the order they had at checkpoint time")
 	f.BoolVar(&wait, "wait", false, "wait for the restore and print its result")
