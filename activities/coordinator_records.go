@@ -190,3 +190,35 @@ func BuildRestoredInput(raw []byte, checkpointID string, attempt int) (json.RawM
 	}
 	return out, kind, nil
 }
+
+// RemapEnvURL rewrites a rollout input's env.url when the environment server
+// it names has moved (old URL → new URL). An input without an env.url (the
+// worker's default server) or with an unmoved one is returned unchanged.
+func RemapEnvURL(input json.RawMessage, moved map[string]string) (json.RawMessage, error) {
+	if len(moved) == 0 {
+		return input, nil
+	}
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, fmt.Errorf("decode restored input: %w", err)
+	}
+	var env map[string]json.RawMessage
+	if raw, ok := in["env"]; ok {
+		if err := json.Unmarshal(raw, &env); err != nil {
+			return nil, fmt.Errorf("decode restored input env: %w", err)
+		}
+	}
+	var url string
+	if raw, ok := env["url"]; ok {
+		if err := json.Unmarshal(raw, &url); err != nil {
+			return nil, fmt.Errorf("decode restored input env.url: %w", err)
+		}
+	}
+	to, ok := moved[url]
+	if url == "" || !ok {
+		return input, nil
+	}
+	env["url"], _ = json.Marshal(to)
+	in["env"], _ = json.Marshal(env)
+	return json.Marshal(in)
+}

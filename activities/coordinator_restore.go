@@ -720,6 +720,15 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		return StartRestoredResult{}, err
 	}
 
+	// Environment servers may come back on new addresses: the restore names
+	// them in the checkpoint's order, so a rollout pinned to participant i's
+	// old URL continues against its new one.
+	moved := map[string]string{}
+	for i, p := range lc.manifest.Participants {
+		if p.URL != in.Participants[i] {
+			moved[p.URL] = in.Participants[i]
+		}
+	}
 	var mu sync.Mutex
 	var res StartRestoredResult
 	prog := newProgress(ctx, "start", len(af.Start))
@@ -734,6 +743,9 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		input, kind, err := BuildRestoredInput(raw, in.CheckpointID, attempt)
 		if err != nil {
 			return invalidCheckpoint("%v", err)
+		}
+		if input, err = RemapEnvURL(input, moved); err != nil {
+			return invalidCheckpoint("rollout %s: %v", id, err)
 		}
 		started, err := c.startRestored(ctx, tc, lc, id, attempt, kind, input, taskQueue, in.CheckpointID, rid)
 		if err != nil {

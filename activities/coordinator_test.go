@@ -515,3 +515,26 @@ func copyDir(t *testing.T, from, to string) {
 		require.NoError(t, os.WriteFile(filepath.Join(to, rel), b, 0o644))
 	}
 }
+
+func TestRemapEnvURL(t *testing.T) {
+	moved := map[string]string{"http://old:1": "http://new:2"}
+	tests := []struct{ name, in, want string }{
+		{"moved", `{"attempt":1,"env":{"name":"counter","url":"http://old:1"}}`, `{"attempt":1,"env":{"name":"counter","url":"http://new:2"}}`},
+		{"other server", `{"env":{"name":"counter","url":"http://else:3"}}`, `{"env":{"name":"counter","url":"http://else:3"}}`},
+		{"default server", `{"env":{"name":"counter"}}`, `{"env":{"name":"counter"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := activities.RemapEnvURL(json.RawMessage(tt.in), moved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+	if _, err := activities.RemapEnvURL(json.RawMessage(`{"env":"nope"}`), moved); err == nil {
+		t.Fatal("a malformed env was accepted")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -58,21 +59,81 @@ func TestCheckpointKillEverythingRestore(t *testing.T) {
 		name  string
 		envs  []string
 		count int
+		// twoServers spreads the set over two environment servers; the
+		// second comes back on a new address, which the restore maps.
+		twoServers bool
 	}{
-		{"counter", []string{"counter"}, 20},
-		{"mixed", []string{"counter", "blackjack", "workplace", "sandbox"}, 40},
+		{"counter", []string{"counter"}, 20, false},
+		{"mixed", []string{"counter", "blackjack", "workplace", "sandbox"}, 40, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			recoverSet(t, tc.envs, tc.count)
+			recoverSet(t, tc.envs, tc.count, tc.twoServers)
 		})
 	}
 }
 
-func recoverSet(t *testing.T, envList []string, count int) {
+// startSecondEnvServer starts another environment server on a free port and
+// returns its base URL.
+func (c *cluster) startSecondEnvServer() string {
+	c.t.Helper()
+	ready := filepath.Join(c.dir, fmt.Sprintf("env2-ready-%d", time.Now().UnixNano()))
+	p := c.start("envserver-2", filepath.Join(bins.dir, "envserver"),
+		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", "env-1"})
+	var url string
+	c.waitFor("second environment server", p, 30*time.Second, func() bool {
+		data, err := os.ReadFile(ready)
+		if err != nil || len(data) == 0 {
+			return false
+		}
+		url = strings.TrimSpace(string(data))
+		return healthy(url + "/healthz")
+	})
+	return url
+}
+
+func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
+	// server gives each rollout its environment server: "" is the worker's
+	// default (the first server).
+	second := ""
+	if twoServers {
+		second = c.startSecondEnvServer()
+	}
+	server := func(i int) string {
+		if twoServers && i%2 == 1 {
+			return second
+		}
+		return ""
+	}
+	input := func(set string, i int) workflows.RolloutInput {
+		in := setInput(t, set, envList, i)
+		in.Env.URL = server(i)
+		return in
+	}
+	participantURLs := func() []string {
+		if twoServers {
+			return []string{c.envURL, second}
+		}
+		return []string{c.envURL}
+	}
+	applied := func() int64 {
+		var n int64
+		for _, u := range participantURLs() {
+			st, err := participants.NewClient(u, nil).Stats(context.Background())
+			require.NoError(t, err)
+			n += st.Applied
+		}
+		return n
+	}
+	urlOf := func(i int) string {
+		if u := server(i); u != "" {
+			return u
+		}
+		return c.envURL
+	}
 	policy := c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
 	c.startWorker()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -81,30 +142,38 @@ func recoverSet(t *testing.T, envList []string, count int) {
 	// 1. The uninterrupted baseline.
 	var baseRuns []client.WorkflowRun
 	for i := range count {
-		baseRuns = append(baseRuns, c.submit(ctx, setInput(t, "base", envList, i)))
+		baseRuns = append(baseRuns, c.submit(ctx, input("base", i)))
 	}
 	baseline := c.results(ctx, baseRuns)
-	baseRevisions := c.revisions(ctx, "base", count)
-	stats := c.envStats(ctx)
+	baseRevisions := c.revisions(ctx, "base", count, urlOf)
+	before := applied()
 
 	// 2. The same set, held for acknowledgement, checkpointed mid-flight. A
 	// slower model (same answers: they depend only on the messages and the
 	// seed) keeps most rollouts between turns at the cut.
 	policy.kill()
-	c.startPolicyServer("--latency", "400ms", "--jitter", "100ms", "--imperfection", "0.2")
+	c.startPolicyServer("--latency", "1s", "--jitter", "100ms", "--imperfection", "0.2")
 	for i := range count {
-		in := setInput(t, "rec", envList, i)
+		in := input("rec", i)
 		in.RequireAck = true
 		c.submit(ctx, in)
 	}
+	// Mid-flight: every rollout has applied its first operation.
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
-		return c.envStats(ctx).Applied-stats.Applied >= int64(count)*3/2
+		for i := range count {
+			info, err := participants.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("rec-%04d", i))
+			if err != nil || (info.Revision < 1 && !info.Retired) {
+				return false
+			}
+		}
+		return true
 	})
+	t.Logf("cut after %d mutations of the set", applied()-before)
 	root := filepath.Join(c.dir, "checkpoints")
 	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.CheckpointWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
 	}, workflows.CheckpointWorkflowName, workflows.CheckpointInput{
-		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: []string{c.envURL}, Timeout: "60s",
+		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: participantURLs(), Timeout: "60s",
 	})
 	require.NoError(t, err)
 	var cp workflows.CheckpointResult
@@ -122,12 +191,17 @@ func recoverSet(t *testing.T, envList []string, count int) {
 	// 4. Fresh processes, then the restore.
 	c.startTemporal()
 	c.startEnvServer()
+	old := second
+	if twoServers {
+		second = c.startSecondEnvServer() // a new address
+		require.NotEqual(t, old, second)
+	}
 	c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
 	c.startWorker()
 	restoreStart := time.Now()
 	rsRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.RestoreWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
-	}, workflows.RestoreWorkflowName, workflows.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: []string{c.envURL}})
+	}, workflows.RestoreWorkflowName, workflows.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: participantURLs()})
 	require.NoError(t, err)
 	var rs workflows.RestoreResult
 	require.NoError(t, rsRun.Get(ctx, &rs))
@@ -136,11 +210,13 @@ func recoverSet(t *testing.T, envList []string, count int) {
 	require.Equal(t, cp.Members, rs.Restored+rs.StartedOver+rs.OfferedAgain)
 
 	// Fencing: attempt 0 is refused once attempt 1 is installed.
-	env := participants.NewClient(c.envURL, nil)
 	for id, rec := range records {
 		if rec.Result != nil || envs.EffectiveMode(rec.Boundary.EnvMode) != envs.ModeExportRestore {
 			continue
 		}
+		var i int
+		fmt.Sscanf(strings.TrimPrefix(id, "rec-"), "%d", &i)
+		env := participants.NewClient(urlOf(i), nil)
 		_, err := env.Operate(ctx, participants.OperateRequest{
 			Identity:         participants.Identity{RolloutID: id, Attempt: rec.Boundary.Attempt, RequestID: id + "/stale-probe"},
 			ExpectedRevision: rec.Boundary.Revision, Tool: "step", Arguments: json.RawMessage(`{}`),
@@ -156,7 +232,7 @@ func recoverSet(t *testing.T, envList []string, count int) {
 	want := outcomes("base", baseline)
 	got := outcomes("rec", recovered)
 	require.Equal(t, want, got, "same trajectories, rewards and turns as the uninterrupted run")
-	recRevisions := c.revisions(ctx, "rec", count)
+	recRevisions := c.revisions(ctx, "rec", count, urlOf)
 	for i, rev := range recRevisions {
 		require.Equal(t, baseRevisions[i], rev, "rollout %d: final environment revision (a mutation applied twice would raise it)", i)
 	}
@@ -181,7 +257,11 @@ func recoverSet(t *testing.T, envList []string, count int) {
 			}
 		}
 	}
-	logPassCounts(t, recovered, records)
+	restored, startedOver := logPassCounts(t, recovered, records)
+	require.Positive(t, restored, "some rollouts continue from their boundary")
+	if slices.Contains(envList, "sandbox") {
+		require.Positive(t, startedOver["sandbox"], "restart-only rollouts start over")
+	}
 	// Exactly one completed run per rollout in the new Temporal.
 	for id := range recovered {
 		n := c.completedRuns(ctx, id)
@@ -190,7 +270,7 @@ func recoverSet(t *testing.T, envList []string, count int) {
 }
 
 // logPassCounts reports, per environment, how the rollouts came through.
-func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records map[string]workflows.ParkRecord) {
+func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records map[string]workflows.ParkRecord) (restored int, startedOver map[string]int) {
 	type counts struct{ total, passed, restored, startedOver, offered int }
 	by := map[string]*counts{}
 	for id, r := range res {
@@ -219,11 +299,15 @@ func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	startedOver = map[string]int{}
 	for _, n := range names {
 		c := by[n]
+		restored += c.restored
+		startedOver[n] = c.startedOver
 		t.Logf("%-9s %2d rollouts, %2d with reward > 0, identical to the uninterrupted run; %2d restored from their boundary, %2d started over, %2d offered again",
 			n, c.total, c.passed, c.restored, c.startedOver, c.offered)
 	}
+	return restored, startedOver
 }
 
 // checkLineage: each model call names the previous call as its parent, so the
@@ -273,13 +357,13 @@ func (c *cluster) killAll() {
 	}
 }
 
-// revisions returns the final environment revision of each rollout of a set.
-func (c *cluster) revisions(ctx context.Context, set string, count int) map[int]int64 {
+// revisions returns the final environment revision of each rollout of a set,
+// asking each rollout's environment server.
+func (c *cluster) revisions(ctx context.Context, set string, count int, urlOf func(int) string) map[int]int64 {
 	c.t.Helper()
 	out := map[int]int64{}
-	env := participants.NewClient(c.envURL, nil)
 	for i := range count {
-		info, err := env.Session(ctx, fmt.Sprintf("%s-%04d", set, i))
+		info, err := participants.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("%s-%04d", set, i))
 		require.NoError(c.t, err)
 		out[i] = info.Revision
 	}
