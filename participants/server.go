@@ -349,16 +349,21 @@ func (s *Server) replay(r receipt) ([]byte, *apiError) {
 
 // lookupReceipt decides a request that has a receipt: the same digest
 // replays, a different one conflicts. ok is false when there is no receipt.
-func (s *Server) lookupReceipt(sess *session, requestID, dg string) (out []byte, ok bool, aerr *apiError) {
-	r, found := sess.Receipts[requestID]
+// A replay accepts the request's attempt, so it raises the slot's fence as
+// the first answer did. Callers hold sl.mu.
+func (s *Server) lookupReceipt(sl *slot, sess *session, id Identity, dg string) (out []byte, ok bool, aerr *apiError) {
+	r, found := sess.Receipts[id.RequestID]
 	if !found {
 		return nil, false, nil
 	}
 	if r.Digest != dg {
 		return nil, true, refuse(http.StatusConflict, CodeRequestConflict,
-			"request id %q was already used for a different %s request", requestID, r.Kind)
+			"request id %q was already used for a different %s request", id.RequestID, r.Kind)
 	}
 	out, aerr = s.replay(r)
+	if aerr == nil {
+		sl.fence = max(sl.fence, id.Attempt)
+	}
 	return out, true, aerr
 }
 
@@ -416,10 +421,7 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 	sess, evicted := s.store.current(sl)
 	switch {
 	case sess != nil && req.Attempt <= sess.Attempt:
-		if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
-			if aerr == nil {
-				sl.fence = max(sl.fence, req.Attempt)
-			}
+		if out, ok, aerr := s.lookupReceipt(sl, sess, req.Identity, dg); ok {
 			return out, aerr
 		}
 		if sess.Retired {
@@ -490,6 +492,37 @@ func checkMutable(sess *session, id Identity, expected int64) *apiError {
 	return nil
 }
 
+// mutateSession runs apply on the live session an operate or verify request
+// addresses, holding the request's admission hold and the slot lock for the
+// whole of it. Before apply runs it does what both mutations share: the
+// phase and fence checks, answering a request that has a receipt from it
+// (apply does not run), and refusing a retired session or a stale expected
+// revision.
+func (s *Server) mutateSession(id Identity, expected int64, dg string,
+	apply func(sl *slot, sess *session) ([]byte, *apiError)) ([]byte, *apiError) {
+	defer s.gate.hold(id.RolloutID, id.Attempt)()
+	sl := s.store.lookup(id.RolloutID)
+	if sl == nil {
+		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if aerr := s.lockedChecks(sl); aerr != nil {
+		return nil, aerr
+	}
+	sess, aerr := s.liveSession(sl, id)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if out, ok, aerr := s.lookupReceipt(sl, sess, id, dg); ok {
+		return out, aerr
+	}
+	if aerr := checkMutable(sess, id, expected); aerr != nil {
+		return nil, aerr
+	}
+	return apply(sl, sess)
+}
+
 func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
 	var req OperateRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "expected_revision", "tool")...); aerr != nil {
@@ -513,47 +546,26 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
 	}
 
-	defer s.gate.hold(req.RolloutID, req.Attempt)()
-	sl := s.store.lookup(req.RolloutID)
-	if sl == nil {
-		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
-	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if aerr := s.lockedChecks(sl); aerr != nil {
-		return nil, aerr
-	}
-	sess, aerr := s.liveSession(sl, req.Identity)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
-		if aerr == nil {
-			sl.fence = max(sl.fence, req.Attempt)
+	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, *apiError) {
+		outcome, err := sess.live.Apply(req.Tool, req.Arguments)
+		if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
+			return nil, aerr
 		}
-		return out, aerr
-	}
-	if aerr := checkMutable(sess, req.Identity, req.ExpectedRevision); aerr != nil {
-		return nil, aerr
-	}
-	outcome, err := sess.live.Apply(req.Tool, req.Arguments)
-	if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
-		return nil, aerr
-	}
-	if err != nil {
-		return nil, envRefusal("apply "+req.Tool, err)
-	}
-	out, err := json.Marshal(OperateResponse{Revision: sess.Revision + 1, Outcome: outcome})
-	if err != nil {
-		// The environment has applied the operation but it cannot be
-		// answered: fail closed rather than pretend it did not happen.
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode operate response: %v", err)
-	}
-	sess.Revision++
-	sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
-	sl.fence = max(sl.fence, req.Attempt)
-	s.recordApplied(kindOperate, req.Identity)
-	return out, nil
+		if err != nil {
+			return nil, envRefusal("apply "+req.Tool, err)
+		}
+		out, err := json.Marshal(OperateResponse{Revision: sess.Revision + 1, Outcome: outcome})
+		if err != nil {
+			// The environment has applied the operation but it cannot be
+			// answered: fail closed rather than pretend it did not happen.
+			return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode operate response: %v", err)
+		}
+		sess.Revision++
+		sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
+		sl.fence = max(sl.fence, req.Attempt)
+		s.recordApplied(kindOperate, req.Identity)
+		return out, nil
+	})
 }
 
 func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
@@ -571,46 +583,25 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
 	}
 
-	defer s.gate.hold(req.RolloutID, req.Attempt)()
-	sl := s.store.lookup(req.RolloutID)
-	if sl == nil {
-		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", req.RolloutID)
-	}
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if aerr := s.lockedChecks(sl); aerr != nil {
-		return nil, aerr
-	}
-	sess, aerr := s.liveSession(sl, req.Identity)
-	if aerr != nil {
-		return nil, aerr
-	}
-	if out, ok, aerr := s.lookupReceipt(sess, req.RequestID, dg); ok {
-		if aerr == nil {
-			sl.fence = max(sl.fence, req.Attempt)
+	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, *apiError) {
+		verdict, err := sess.live.Verify()
+		if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
+			return nil, aerr
 		}
-		return out, aerr
-	}
-	if aerr := checkMutable(sess, req.Identity, req.ExpectedRevision); aerr != nil {
-		return nil, aerr
-	}
-	verdict, err := sess.live.Verify()
-	if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
-		return nil, aerr
-	}
-	if err != nil {
-		return nil, envRefusal("verify", err)
-	}
-	out, err := json.Marshal(VerifyResponse{Revision: sess.Revision, Verdict: verdict})
-	if err != nil {
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode verify response: %v", err)
-	}
-	sess.Receipts[req.RequestID] = receipt{Kind: kindVerify, Digest: dg, Response: out}
-	if err := sess.live.Close(); err != nil {
-		s.log.Warn("close verified session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
-	}
-	sl.fence = max(sl.fence, req.Attempt)
-	s.store.retire(sl)
-	s.recordApplied(kindVerify, req.Identity)
-	return out, nil
+		if err != nil {
+			return nil, envRefusal("verify", err)
+		}
+		out, err := json.Marshal(VerifyResponse{Revision: sess.Revision, Verdict: verdict})
+		if err != nil {
+			return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode verify response: %v", err)
+		}
+		sess.Receipts[req.RequestID] = receipt{Kind: kindVerify, Digest: dg, Response: out}
+		if err := sess.live.Close(); err != nil {
+			s.log.Warn("close verified session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
+		}
+		sl.fence = max(sl.fence, req.Attempt)
+		s.store.retire(sl)
+		s.recordApplied(kindVerify, req.Identity)
+		return out, nil
+	})
 }
