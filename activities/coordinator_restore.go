@@ -291,6 +291,73 @@ func restoreFiles(root, checkpointID, restoreID string) (dir, rid, rdir string, 
 func attemptsPath(rdir string) string { return filepath.Join(rdir, filepath.Base(restoreAttempts)) }
 func startedPath(rdir string) string  { return filepath.Join(rdir, filepath.Base(ListStarted)) }
 
+// restoreSetUp names what a restore step needs before its work. The
+// checkpoint and restore ids and the root are always checked; the rest only
+// when asked for.
+type restoreSetUp struct {
+	root, checkpointID, restoreID string
+	// participants are the environment servers the restore names.
+	participants []string
+	// checkParticipants checks the participant list on its own (loading the
+	// checkpoint checks it too, against the manifest).
+	checkParticipants bool
+	// temporal asks for the Temporal client.
+	temporal bool
+	// checkpoint asks for the whole checkpoint, loaded and validated.
+	checkpoint bool
+	// attempts asks for the restore's attempt map; with checkpoint, the map
+	// must have been planned for the checkpoint's manifest.
+	attempts bool
+}
+
+// restoreStep is the set-up a restore step shares with the others.
+type restoreStep struct {
+	dir  string // the checkpoint's directory
+	rid  string // the restore id
+	rdir string // the restore's working directory, restore/<restore_id>/
+	tc   client.Client
+	lc   *loadedCheckpoint
+	af   attemptsFile
+}
+
+// setUpRestore does the set-up every restore step shares, always in the
+// same order (ids and files, participants, Temporal client, checkpoint,
+// attempt map), so that a problem fails each step the same way.
+func (c *Coordinator) setUpRestore(ctx context.Context, in restoreSetUp) (restoreStep, error) {
+	var rs restoreStep
+	var err error
+	if rs.dir, rs.rid, rs.rdir, err = restoreFiles(in.root, in.checkpointID, in.restoreID); err != nil {
+		return restoreStep{}, err
+	}
+	if in.checkParticipants {
+		if err := checkParticipants(in.participants); err != nil {
+			return restoreStep{}, err
+		}
+	}
+	if in.temporal {
+		if rs.tc, err = c.temporal(); err != nil {
+			return restoreStep{}, err
+		}
+	}
+	if in.checkpoint {
+		if rs.lc, err = c.loadCheckpoint(ctx, in.root, in.checkpointID, in.participants); err != nil {
+			return restoreStep{}, err
+		}
+	}
+	if in.attempts {
+		path := attemptsPath(rs.rdir)
+		if rs.af, _, err = readAttempts(path, in.checkpointID, rs.rid); err != nil {
+			return restoreStep{}, invalidCheckpoint("read the attempt map: %v", err)
+		}
+		if rs.lc != nil {
+			if err := rs.af.plannedFor(path, rs.lc.manifest.Digest); err != nil {
+				return restoreStep{}, err
+			}
+		}
+	}
+	return rs, nil
+}
+
 // attemptsFile is restore/<restore_id>/attempts.json: the attempt map of a
 // restore, computed once and reused by every re-run.
 type attemptsFile struct {
@@ -340,18 +407,20 @@ type PlanAttemptsResult struct {
 // computation and read back by any re-run of the same restore, so running
 // it twice never starts a second run of one attempt.
 func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (PlanAttemptsResult, error) {
-	dir, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID})
 	if err != nil {
 		return PlanAttemptsResult{}, err
 	}
-	path := attemptsPath(rdir)
-	m, err := ReadAggregateManifest(dir, in.CheckpointID)
+	path := attemptsPath(rs.rdir)
+	m, err := ReadAggregateManifest(rs.dir, in.CheckpointID)
 	if err != nil {
 		return PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
 	}
-	if af, b, err := readAttempts(path, in.CheckpointID, rid); err == nil {
-		if af.ManifestDigest != m.Digest {
-			return PlanAttemptsResult{}, invalidCheckpoint("%s was planned for manifest %s, the checkpoint is now %s", path, af.ManifestDigest, m.Digest)
+	// A re-run reuses the map it planned, and needs neither the whole
+	// checkpoint nor Temporal for that.
+	if af, b, err := readAttempts(path, in.CheckpointID, rs.rid); err == nil {
+		if err := af.plannedFor(path, m.Digest); err != nil {
+			return PlanAttemptsResult{}, err
 		}
 		return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Reused: true, Digest: sha256Hex(b)}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -369,7 +438,7 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (P
 	if err != nil {
 		return PlanAttemptsResult{}, err
 	}
-	af.RestoreID = rid
+	af.RestoreID = rs.rid
 	digest, err := writeJSONAtomic(path, af)
 	if err != nil {
 		return PlanAttemptsResult{}, err
@@ -508,6 +577,15 @@ func readAttempts(path, checkpointID, restoreID string) (attemptsFile, []byte, e
 	return af, b, nil
 }
 
+// plannedFor checks that the attempt map at path was planned for the
+// checkpoint manifest of digest: a checkpoint rewritten since fails closed.
+func (af attemptsFile) plannedFor(path, digest string) error {
+	if af.ManifestDigest != digest {
+		return invalidCheckpoint("%s was planned for manifest %s, the checkpoint is now %s", path, af.ManifestDigest, digest)
+	}
+	return nil
+}
+
 // RestoreParticipantsInput installs the checkpoint at every participant.
 type RestoreParticipantsInput struct {
 	CheckpointID string `json:"checkpoint_id"`
@@ -540,16 +618,10 @@ type RestoreParticipantsResult struct {
 // restore id is retired already resumed it in an earlier run of this
 // restore.
 func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestoreParticipantsInput) (RestoreParticipantsResult, error) {
-	dir, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
+		participants: in.Participants, checkParticipants: true, attempts: true})
 	if err != nil {
 		return RestoreParticipantsResult{}, err
-	}
-	if err := checkParticipants(in.Participants); err != nil {
-		return RestoreParticipantsResult{}, err
-	}
-	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
-	if err != nil {
-		return RestoreParticipantsResult{}, invalidCheckpoint("read the attempt map: %v", err)
 	}
 	var mu sync.Mutex
 	res := RestoreParticipantsResult{Participants: len(in.Participants)}
@@ -558,7 +630,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 		defer prog.add()
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, participants.RestoreRequest{
-			CheckpointID: in.CheckpointID, RestoreID: rid, Location: ParticipantLocation(dir, i), Attempts: af.Attempts,
+			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: ParticipantLocation(rs.dir, i), Attempts: rs.af.Attempts,
 		})
 		if remoteCode(err) == participants.CodeStaleCheckpoint {
 			mu.Lock()
@@ -578,7 +650,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 		return nil
 	})
 	if err != nil {
-		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rid, err)
+		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
 	return res, nil
 }
@@ -602,18 +674,12 @@ type TerminateStaleResult struct {
 // environment servers already refuse that attempt; this stops its workflow
 // code too.
 func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput) (TerminateStaleResult, error) {
-	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
+		temporal: true, attempts: true})
 	if err != nil {
 		return TerminateStaleResult{}, err
 	}
-	tc, err := c.temporal()
-	if err != nil {
-		return TerminateStaleResult{}, err
-	}
-	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
-	if err != nil {
-		return TerminateStaleResult{}, invalidCheckpoint("read the attempt map: %v", err)
-	}
+	tc, rid, af := rs.tc, rs.rid, rs.af
 	ids := sortedKeys(af.Attempts)
 	var mu sync.Mutex
 	n := 0
@@ -687,25 +753,12 @@ type StartRestoredResult struct {
 // exists (running or closed) is left as it is. The list of rollouts goes to
 // restore/<restore_id>/started.json for the resume.
 func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) (StartRestoredResult, error) {
-	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
+		participants: in.Participants, temporal: true, checkpoint: true, attempts: true})
 	if err != nil {
 		return StartRestoredResult{}, err
 	}
-	tc, err := c.temporal()
-	if err != nil {
-		return StartRestoredResult{}, err
-	}
-	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
-	if err != nil {
-		return StartRestoredResult{}, err
-	}
-	af, _, err := readAttempts(attemptsPath(rdir), in.CheckpointID, rid)
-	if err != nil {
-		return StartRestoredResult{}, invalidCheckpoint("read the attempt map: %v", err)
-	}
-	if af.ManifestDigest != lc.manifest.Digest {
-		return StartRestoredResult{}, invalidCheckpoint("the attempt map was planned for manifest %s, the checkpoint is %s", af.ManifestDigest, lc.manifest.Digest)
-	}
+	tc, rid, lc, af := rs.tc, rs.rid, rs.lc, rs.af
 	taskQueue := in.TaskQueue
 	if taskQueue == "" {
 		taskQueue = c.TaskQueue
@@ -716,7 +769,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 	if err := c.installTranscripts(ctx, lc); err != nil {
 		return StartRestoredResult{}, err
 	}
-	if _, err := writeJSONAtomic(startedPath(rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
+	if _, err := writeJSONAtomic(startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
 		return StartRestoredResult{}, err
 	}
 
@@ -905,15 +958,13 @@ type ResumeRestoredRolloutsInput struct {
 // restore/<restore_id>/started.json. A rollout that is not held is
 // unaffected, so a retry is harmless.
 func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in ResumeRestoredRolloutsInput) (ResumeRolloutsResult, error) {
-	_, rid, rdir, err := restoreFiles(in.Root, in.CheckpointID, in.RestoreID)
+	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
+		temporal: true})
 	if err != nil {
 		return ResumeRolloutsResult{}, err
 	}
-	tc, err := c.temporal()
-	if err != nil {
-		return ResumeRolloutsResult{}, err
-	}
-	l, err := readRolloutList(startedPath(rdir), in.CheckpointID)
+	tc, rid := rs.tc, rs.rid
+	l, err := readRolloutList(startedPath(rs.rdir), in.CheckpointID)
 	if err != nil {
 		return ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}

@@ -178,6 +178,25 @@ func startCoordinator(ctx context.Context, c workflowStarter, opts client.StartW
 	return nil
 }
 
+// runCoordinator is the body of `starter checkpoint` and `starter restore`:
+// connect, start the coordinator workflow, and, when wait, print its result
+// of type R with write.
+func runCoordinator[R any](cmd *cobra.Command, g *globals, opts client.StartWorkflowOptions, name string, in any, wait bool, write func(io.Writer, R) error) error {
+	c, _, err := g.dial(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var res R
+	if err := startCoordinator(cmd.Context(), c, opts, name, in, &res, wait, cmd.ErrOrStderr()); err != nil {
+		return err
+	}
+	if !wait {
+		return nil
+	}
+	return write(cmd.OutOrStdout(), res)
+}
+
 func newCheckpointCmd(g *globals) *cobra.Command {
 	var (
 		req      CheckpointRequest
@@ -207,20 +226,8 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var res workflows.CheckpointResult
 			opts := CheckpointStartOptions(in.CheckpointID, g.taskQueue)
-			if err := startCoordinator(cmd.Context(), c, opts, workflows.CheckpointWorkflowName, in, &res, wait, cmd.ErrOrStderr()); err != nil {
-				return err
-			}
-			if !wait {
-				return nil
-			}
-			return writeCheckpointResult(cmd.OutOrStdout(), res)
+			return runCoordinator(cmd, g, opts, workflows.CheckpointWorkflowName, in, wait, writeCheckpointResult)
 		},
 	}
 	f := cmd.Flags()

@@ -104,20 +104,8 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var res workflows.RestoreResult
 			opts := RestoreStartOptions(in, g.taskQueue)
-			if err := startCoordinator(cmd.Context(), c, opts, workflows.RestoreWorkflowName, in, &res, wait, cmd.ErrOrStderr()); err != nil {
-				return err
-			}
-			if !wait {
-				return nil
-			}
-			return writeRestoreResult(cmd.OutOrStdout(), res)
+			return runCoordinator(cmd, g, opts, workflows.RestoreWorkflowName, in, wait, writeRestoreResult)
 		},
 	}
 	f := cmd.Flags()
