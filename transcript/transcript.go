@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/atomicfile"
 )
 
 // Digest names a stored blob: "sha256:" followed by 64 hex digits. The empty
@@ -107,7 +109,8 @@ func (s *Store) Put(ctx context.Context, data []byte) (Digest, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return "", fmt.Errorf("transcript: put %s: %w", d, err)
 	}
-	if err := writeFileAtomic(p, data); err != nil {
+	// Atomic, so that a reader never sees a partial blob.
+	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
 		return "", fmt.Errorf("transcript: put %s: %w", d, err)
 	}
 	return d, nil
@@ -231,27 +234,4 @@ func (s *Store) walk(ctx context.Context, head Digest, fn func(Digest, node) err
 		d = n.Parent
 	}
 	return nil
-}
-
-// writeFileAtomic writes data to a temporary file beside path, fsyncs it and
-// renames it into place, so a reader never sees a partial blob.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
