@@ -124,22 +124,26 @@ func CheckpointStartOptions(checkpointID, taskQueue string) client.StartWorkflow
 
 // writeCheckpointResult prints res as an aligned two-column table.
 func writeCheckpointResult(w io.Writer, res workflows.CheckpointResult) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	rows := [][2]string{
-		{"checkpoint", res.CheckpointID},
-		{"dir", res.Dir},
+	return writeTable(w, [][2]string{
+		{"checkpoint", orDash(res.CheckpointID)},
+		{"dir", orDash(res.Dir)},
 		{"members", fmt.Sprint(res.Members)},
 		{"parked", fmt.Sprint(res.Parked)},
 		{"completed_unacked", fmt.Sprint(res.CompletedUnacked)},
 		{"closed", fmt.Sprint(res.Closed)},
 		{"bytes", fmt.Sprint(res.Bytes)},
-		{"manifest digest", res.ManifestDigest},
+		{"manifest digest", orDash(res.ManifestDigest)},
 		{"resumed", fmt.Sprint(res.Resumed)},
 		{"cut_ms", fmt.Sprint(res.CutMillis)},
 		{"total_ms", fmt.Sprint(res.TotalMillis)},
-	}
+	})
+}
+
+// writeTable prints rows of name and value as an aligned two-column table.
+func writeTable(w io.Writer, rows [][2]string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], orDash(r[1]))
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -68,20 +67,15 @@ func RestoreStartOptions(in workflows.RestoreInput, taskQueue string) client.Sta
 
 // writeRestoreResult prints res as an aligned two-column table.
 func writeRestoreResult(w io.Writer, res workflows.RestoreResult) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	rows := [][2]string{
-		{"checkpoint", res.CheckpointID},
+	return writeTable(w, [][2]string{
+		{"checkpoint", orDash(res.CheckpointID)},
 		{"restored", fmt.Sprint(res.Restored)},
 		{"started_over", fmt.Sprint(res.StartedOver)},
 		{"offered_again", fmt.Sprint(res.OfferedAgain)},
 		{"started", fmt.Sprint(res.Started)},
 		{"terminated", fmt.Sprint(res.Terminated)},
-		{"attempts digest", res.AttemptsDigest},
-	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], orDash(r[1]))
-	}
-	return tw.Flush()
+		{"attempts digest", orDash(res.AttemptsDigest)},
+	})
 }
 
 func newRestoreCmd(g *globals) *cobra.Command {

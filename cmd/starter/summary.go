@@ -193,8 +193,7 @@ func writeEnvTable(w io.Writer, rows []EnvSummary) error {
 
 // writeOverall prints s as a small aligned table.
 func writeOverall(w io.Writer, set string, s Summary) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	rows := [][2]string{
+	return writeTable(w, [][2]string{
 		{"set", set},
 		{"rollouts", fmt.Sprint(s.Rollouts)},
 		{"completed", fmt.Sprint(s.Completed)},
@@ -204,11 +203,7 @@ func writeOverall(w io.Writer, set string, s Summary) error {
 		{"mean turns", fmt.Sprintf("%.2f", s.MeanTurns)},
 		{"p50 rollout time", roundDuration(s.P50).String()},
 		{"p95 rollout time", roundDuration(s.P95).String()},
-	}
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
-	}
-	return tw.Flush()
+	})
 }
 
 // roundDuration keeps three significant places for a reader.
