@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/participants"
 	"github.com/turnstile-rl/turnstile/transcript"
@@ -487,7 +488,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in CommitCheckpointI
 			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), ErrCheckpointInvalid, nil)
 	case err == nil:
 		// A retried commit: the manifest is ours; make its rename durable.
-		if err := syncDir(dir); err != nil {
+		if err := atomicfile.SyncDir(dir); err != nil {
 			return CommitCheckpointResult{}, err
 		}
 	case errors.Is(err, os.ErrNotExist):
@@ -752,7 +753,7 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in AbortCheckpointInp
 	switch err := os.Remove(filepath.Join(dir, AggregateManifestName)); {
 	case err == nil:
 		res.ManifestRemoved = true
-		if err := syncDir(dir); err != nil {
+		if err := atomicfile.SyncDir(dir); err != nil {
 			errs = append(errs, err)
 		}
 	case !errors.Is(err, os.ErrNotExist):

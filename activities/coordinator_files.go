@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/participants"
 )
 
@@ -143,44 +144,14 @@ func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) 
 	return m, nil
 }
 
-// writeFileAtomic writes data to a temporary file in path's directory,
-// fsyncs it, renames it into place and fsyncs the directory, so a crash
-// leaves either the old file, or none, or the whole new one.
+// writeFileAtomic writes data atomically and durably (atomicfile), creating
+// path's directory if need be, so a crash leaves either the old file, or
+// none, or the whole new one.
 func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // writeJSONAtomic writes v as indented JSON, atomically, and returns the
