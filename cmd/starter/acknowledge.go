@@ -285,12 +285,12 @@ func queryStatus(ctx context.Context, q statusQuerier, workflowID string) (workf
 // in want, or all when want is nil): a running one by its status query, a
 // closed one by its result.
 func fetchStates(ctx context.Context, c client.Client, set string, want map[string]bool) (map[string]HeldState, error) {
-	infos, err := listSet(ctx, c, set)
+	latest, err := listLatest(ctx, c, set)
 	if err != nil {
 		return nil, err
 	}
 	var recs []RolloutRecord
-	for _, r := range latestRuns(infos) {
+	for _, r := range latest {
 		if want == nil || want[r.RolloutID] {
 			recs = append(recs, r)
 		}

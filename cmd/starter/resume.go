@@ -67,12 +67,12 @@ func resumeSet(ctx context.Context, servers map[string]controlResumer, order []s
 		}
 		sum.Participants++
 	}
-	infos, err := listSet(ctx, lister, set)
+	recs, err := listLatest(ctx, lister, set)
 	if err != nil {
 		return sum, err
 	}
 	var ids []string
-	for _, r := range latestRuns(infos) {
+	for _, r := range recs {
 		if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			ids = append(ids, r.WorkflowID)
 		}

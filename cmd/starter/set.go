@@ -117,6 +117,16 @@ func listSet(ctx context.Context, c workflowLister, set string) ([]*workflowpb.W
 	}
 }
 
+// listLatest lists set and returns the latest run of each of its rollouts,
+// sorted by rollout id.
+func listLatest(ctx context.Context, c workflowLister, set string) ([]RolloutRecord, error) {
+	infos, err := listSet(ctx, c, set)
+	if err != nil {
+		return nil, err
+	}
+	return latestRuns(infos), nil
+}
+
 // latestRuns keeps, for every workflow ID, the run that started last (a
 // restored attempt or a continue-as-new segment replaces its predecessor),
 // and returns them as records sorted by rollout id.
@@ -202,11 +212,10 @@ func integer(fields map[string]*commonpb.Payload, name string) int64 {
 // collectSet lists the latest run of every rollout of set and, when
 // withResults, fetches the result or failure of each closed one.
 func collectSet(ctx context.Context, c client.Client, set string, withResults bool) ([]RolloutRecord, error) {
-	infos, err := listSet(ctx, c, set)
+	recs, err := listLatest(ctx, c, set)
 	if err != nil {
 		return nil, err
 	}
-	recs := latestRuns(infos)
 	if !withResults {
 		return recs, nil
 	}
