@@ -19,6 +19,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/atomicfile"
 )
 
 // plannedSection is a validated, sorted section cut into shards.
@@ -281,66 +283,32 @@ type fileWriter struct {
 	between func()
 }
 
-// write writes one file: temp name, fsync, rename, fsync dir; then, if
+// write writes one file atomically and durably (atomicfile); then, if
 // between is set, calls the BetweenFiles hook.
 func (fw *fileWriter) write(name string, between bool, fill func(io.Writer) error) (FileRef, error) {
 	if err := fw.ctx.Err(); err != nil {
 		return FileRef{}, fmt.Errorf("%s: %w", name, err)
 	}
-	f, err := os.CreateTemp(fw.dir, tempPrefix+name+"-*")
-	if err != nil {
-		return FileRef{}, fmt.Errorf("%s: %w", name, err)
-	}
-	tmp := f.Name()
-	ref, err := func() (FileRef, error) {
+	var ref FileRef
+	err := atomicfile.Write(filepath.Join(fw.dir, name), 0o644, func(w io.Writer) error {
 		ch := &countingHash{h: sha256.New()}
-		bw := bufio.NewWriterSize(io.MultiWriter(f, ch), 256<<10)
+		bw := bufio.NewWriterSize(io.MultiWriter(w, ch), 256<<10)
 		if err := fill(bw); err != nil {
-			return FileRef{}, err
+			return err
 		}
 		if err := bw.Flush(); err != nil {
-			return FileRef{}, err
+			return err
 		}
-		if err := f.Chmod(0o644); err != nil {
-			return FileRef{}, err
-		}
-		if err := f.Sync(); err != nil {
-			return FileRef{}, err
-		}
-		return ch.ref(name), nil
-	}()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(fw.dir, name))
-	}
+		ref = ch.ref(name)
+		return nil
+	})
 	if err != nil {
-		_ = os.Remove(tmp)
-		return FileRef{}, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := syncDir(fw.dir); err != nil {
 		return FileRef{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if between && fw.between != nil {
 		fw.between()
 	}
 	return ref, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync directory %q: %w", dir, err)
-	}
-	return nil
 }
 
 // leftoverRE matches what a torn commit can leave behind: temporary files,
@@ -354,7 +322,7 @@ func prepareDir(dir string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
 			return err
 		}
 	} else if err != nil {
@@ -375,7 +343,7 @@ func prepareDir(dir string) error {
 		}
 	}
 	if len(entries) > 0 {
-		return syncDir(dir)
+		return atomicfile.SyncDir(dir)
 	}
 	return nil
 }
@@ -410,7 +378,7 @@ func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSec
 	}
 	// A previous attempt may have renamed the manifest and then failed
 	// before its directory fsync.
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
 	}
 	return want, nil
