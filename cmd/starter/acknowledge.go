@@ -11,7 +11,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -233,32 +232,20 @@ type AckSummary struct {
 // sendAcks acknowledges every receipt of plan with bounded concurrency and
 // reports every failure, not only the first.
 func sendAcks(ctx context.Context, upd workflowUpdater, plan AckPlan) (AckSummary, error) {
-	sum := AckSummary{Already: len(plan.Already)}
-	var (
-		mu   sync.Mutex
-		errs []string
-	)
-	err := forEach(ctx, len(plan.Send), updateConcurrency, func(ctx context.Context, i int) error {
-		rc := plan.Send[i]
-		closed, err := sendUpdate(ctx, upd, workflows.RolloutWorkflowID(rc.RolloutID), AckUpdateID(rc), workflows.UpdateAcknowledge, workflows.AckRequest{Receipt: rc})
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Sprintf("%s: %v", rc.RolloutID, err))
-		case closed:
-			sum.Closed++
-		default:
-			sum.Acknowledged++
+	ups := make([]rolloutUpdate, len(plan.Send))
+	for i, rc := range plan.Send {
+		ups[i] = rolloutUpdate{
+			Label: rc.RolloutID, WorkflowID: workflows.RolloutWorkflowID(rc.RolloutID), UpdateID: AckUpdateID(rc),
+			Name: workflows.UpdateAcknowledge, Arg: workflows.AckRequest{Receipt: rc},
 		}
-		return nil
-	})
+	}
+	out, err := sendUpdates(ctx, upd, ups)
+	sum := AckSummary{Acknowledged: out.Accepted, Already: len(plan.Already), Closed: out.Closed}
 	if err != nil {
 		return sum, err
 	}
-	if len(errs) > 0 {
-		sort.Strings(errs)
-		return sum, fmt.Errorf("acknowledging %d of %d rollouts failed (running the same acknowledgement again is safe):\n  %s", len(errs), len(plan.Send), strings.Join(errs, "\n  "))
+	if len(out.Failed) > 0 {
+		return sum, fmt.Errorf("acknowledging %d of %d rollouts failed (running the same acknowledgement again is safe):\n  %s", len(out.Failed), len(plan.Send), strings.Join(out.Failed, "\n  "))
 	}
 	return sum, nil
 }

@@ -71,38 +71,67 @@ func resumeSet(ctx context.Context, servers map[string]controlResumer, order []s
 	if err != nil {
 		return sum, err
 	}
-	var ids []string
+	var ups []rolloutUpdate
 	for _, r := range recs {
 		if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			ids = append(ids, r.WorkflowID)
+			ups = append(ups, rolloutUpdate{
+				Label: r.WorkflowID, WorkflowID: r.WorkflowID, UpdateID: "resume/" + checkpointID,
+				Name: workflows.UpdateResume, Arg: workflows.ResumeRequest{CheckpointID: checkpointID},
+			})
 		}
 	}
+	out, err := sendUpdates(ctx, upd, ups)
+	sum.Rollouts, sum.Closed = out.Accepted, out.Closed
+	if err != nil {
+		return sum, err
+	}
+	if len(out.Failed) > 0 {
+		return sum, fmt.Errorf("resume of %d rollouts failed (the others were resumed; running the same resume again is safe):\n  %s", len(out.Failed), strings.Join(out.Failed, "\n  "))
+	}
+	return sum, nil
+}
+
+// rolloutUpdate is one update for sendUpdates.
+type rolloutUpdate struct {
+	Label      string // names the rollout in a failure
+	WorkflowID string
+	UpdateID   string
+	Name       string
+	Arg        any
+}
+
+// updateOutcome counts what sendUpdates did.
+type updateOutcome struct {
+	Accepted int      // updates the rollout accepted
+	Closed   int      // rollouts that closed before the update reached them
+	Failed   []string // "<label>: <error>" of every failed update, sorted
+}
+
+// sendUpdates sends every update with bounded concurrency and collects
+// every failure, not only the first. The error is the context's: the
+// outcome then counts only the updates sent before it ended.
+func sendUpdates(ctx context.Context, upd workflowUpdater, ups []rolloutUpdate) (updateOutcome, error) {
 	var (
-		mu   sync.Mutex
-		errs []string
+		mu  sync.Mutex
+		out updateOutcome
 	)
-	err = forEach(ctx, len(ids), updateConcurrency, func(ctx context.Context, i int) error {
-		closed, err := sendUpdate(ctx, upd, ids[i], "resume/"+checkpointID, workflows.UpdateResume, workflows.ResumeRequest{CheckpointID: checkpointID})
+	err := forEach(ctx, len(ups), updateConcurrency, func(ctx context.Context, i int) error {
+		u := ups[i]
+		closed, err := sendUpdate(ctx, upd, u.WorkflowID, u.UpdateID, u.Name, u.Arg)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Sprintf("%s: %v", ids[i], err))
+			out.Failed = append(out.Failed, fmt.Sprintf("%s: %v", u.Label, err))
 		case closed:
-			sum.Closed++
+			out.Closed++
 		default:
-			sum.Rollouts++
+			out.Accepted++
 		}
 		return nil
 	})
-	if err != nil {
-		return sum, err
-	}
-	if len(errs) > 0 {
-		sort.Strings(errs)
-		return sum, fmt.Errorf("resume of %d rollouts failed (the others were resumed; running the same resume again is safe):\n  %s", len(errs), strings.Join(errs, "\n  "))
-	}
-	return sum, nil
+	sort.Strings(out.Failed)
+	return out, err
 }
 
 // sendUpdate sends update name to the current run of workflowID and waits
