@@ -529,7 +529,7 @@ func (c *Coordinator) writeAgents(ctx context.Context, dir, checkpointID, set st
 	if err != nil {
 		return AgentsEntry{}, fmt.Errorf("write agents artifact: %w", err)
 	}
-	size, err := artifactBytes(loc, m)
+	size, err := artifact.Size(loc, m)
 	if err != nil {
 		return AgentsEntry{}, err
 	}
@@ -586,22 +586,6 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 		tr.Records = append(tr.Records, artifact.Record{Key: d, Data: data})
 	}
 	return []artifact.Section{agents, tr}, len(digests), nil
-}
-
-// artifactBytes is the size of every file of an artifact.
-func artifactBytes(dir string, m artifact.Manifest) (int64, error) {
-	fi, err := os.Stat(filepath.Join(dir, artifact.ManifestName))
-	if err != nil {
-		return 0, err
-	}
-	n := fi.Size()
-	for _, sm := range m.Sections {
-		n += sm.Index.Size
-		for _, sh := range sm.Shards {
-			n += sh.Size
-		}
-	}
-	return n, nil
 }
 
 // ResumeParticipantsInput resumes environment servers.

@@ -383,3 +383,21 @@ func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSec
 	}
 	return want, nil
 }
+
+// Size is the number of bytes the checkpoint m describes takes in dir: its
+// manifest file and every shard and index m names. The sizes of shards and
+// indexes come from m; only the manifest file is looked at.
+func Size(dir string, m Manifest) (int64, error) {
+	fi, err := os.Stat(filepath.Join(dir, ManifestName))
+	if err != nil {
+		return 0, fmt.Errorf("size of checkpoint %q: %w", dir, err)
+	}
+	n := fi.Size()
+	for _, sm := range m.Sections {
+		n += sm.Index.Size
+		for _, sh := range sm.Shards {
+			n += sh.Size
+		}
+	}
+	return n, nil
+}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -392,7 +391,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 		}
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
-	size, err := checkpointBytes(loc, m)
+	size, err := artifact.Size(loc, m)
 	if err != nil {
 		s.ctl.fence.fail(run)
 		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
@@ -401,22 +400,6 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 		ManifestDigest: m.Digest, Sessions: len(frozen.Sessions), Records: m.Records, Bytes: size}
 	s.ctl.fence.succeed(run, PhaseCommitted, ans)
 	return ans, nil
-}
-
-// checkpointBytes is the size of every file of the checkpoint.
-func checkpointBytes(dir string, m artifact.Manifest) (int64, error) {
-	fi, err := os.Stat(filepath.Join(dir, artifact.ManifestName))
-	if err != nil {
-		return 0, err
-	}
-	n := fi.Size()
-	for _, sm := range m.Sections {
-		n += sm.Index.Size
-		for _, sh := range sm.Shards {
-			n += sh.Size
-		}
-	}
-	return n, nil
 }
 
 // checkpointSections lays a cut out as artifact sections.
