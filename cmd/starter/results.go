@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 )
 
 // failedResult is the line of a rollout that closed without a result.
@@ -48,29 +49,19 @@ func newResultsCmd(g *globals) *cobra.Command {
 			"`starter acknowledge --receipts`.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := validateSet(set); err != nil {
-				return err
-			}
-			c, _, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			recs, err := collectSet(cmd.Context(), c, set, true)
-			if err != nil {
-				return err
-			}
-			if err := fillHeld(cmd.Context(), c, recs); err != nil {
-				return err
-			}
-			open, err := writeResults(cmd.OutOrStdout(), recs)
-			if err != nil {
-				return err
-			}
-			if open > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d rollouts of set %s are still running and not listed\n", open, set)
-			}
-			return nil
+			return g.withSet(cmd.Context(), set, true, func(c client.Client, recs []RolloutRecord) error {
+				if err := fillHeld(cmd.Context(), c, recs); err != nil {
+					return err
+				}
+				open, err := writeResults(cmd.OutOrStdout(), recs)
+				if err != nil {
+					return err
+				}
+				if open > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%d rollouts of set %s are still running and not listed\n", open, set)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&set, "set", "", "name of the set")

@@ -228,6 +228,26 @@ func collectSet(ctx context.Context, c client.Client, set string, withResults bo
 	return recs, nil
 }
 
+// withSet is how the commands that report on a set (status, summary,
+// results) begin: check the set name, connect, collect the set (with
+// results when withResults), and hand the client and records to use. The
+// client is closed when use returns.
+func (g *globals) withSet(ctx context.Context, set string, withResults bool, use func(c client.Client, recs []RolloutRecord) error) error {
+	if err := validateSet(set); err != nil {
+		return err
+	}
+	c, _, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	recs, err := collectSet(ctx, c, set, withResults)
+	if err != nil {
+		return err
+	}
+	return use(c, recs)
+}
+
 // fetchConcurrency bounds concurrent result fetches.
 const fetchConcurrency = 16
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 )
 
 // StatusCounts counts the latest runs of a set by phase and by execution
@@ -72,19 +73,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Count a set's rollouts by phase and execution status",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := validateSet(set); err != nil {
-				return err
-			}
-			c, _, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			recs, err := collectSet(cmd.Context(), c, set, false)
-			if err != nil {
-				return err
-			}
-			return writeStatus(cmd.OutOrStdout(), set, recs, verbose)
+			return g.withSet(cmd.Context(), set, false, func(_ client.Client, recs []RolloutRecord) error {
+				return writeStatus(cmd.OutOrStdout(), set, recs, verbose)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&set, "set", "", "name of the set")

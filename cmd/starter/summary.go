@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 )
 
 // Summary condenses a set.
@@ -225,22 +226,12 @@ func newSummaryCmd(g *globals) *cobra.Command {
 		Short: "Completed, failed, running, mean reward and turns, p50/p95 rollout time of a set, overall and per environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := validateSet(set); err != nil {
-				return err
-			}
-			c, _, err := g.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			recs, err := collectSet(cmd.Context(), c, set, true)
-			if err != nil {
-				return err
-			}
-			if len(recs) == 0 {
-				return fmt.Errorf("set %q has no rollouts in visibility", set)
-			}
-			return writeSummary(cmd.OutOrStdout(), set, recs)
+			return g.withSet(cmd.Context(), set, true, func(_ client.Client, recs []RolloutRecord) error {
+				if len(recs) == 0 {
+					return fmt.Errorf("set %q has no rollouts in visibility", set)
+				}
+				return writeSummary(cmd.OutOrStdout(), set, recs)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&set, "set", "", "name of the set")
