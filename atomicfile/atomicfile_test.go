@@ -26,6 +26,20 @@ func entries(t *testing.T, dir string) []string {
 	return names
 }
 
+// target makes a fresh directory and the path of file.json in it, which
+// holds existing if that is not nil.
+func target(t *testing.T, existing []byte) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "file.json")
+	if existing != nil {
+		if err := os.WriteFile(path, existing, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, path
+}
+
 func TestWriteFile(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: more than one write
 	tests := []struct {
@@ -41,13 +55,7 @@ func TestWriteFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "file.json")
-			if tt.existing != nil {
-				if err := os.WriteFile(path, tt.existing, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			dir, path := target(t, tt.existing)
 			if err := atomicfile.WriteFile(path, tt.data, tt.perm); err != nil {
 				t.Fatalf("WriteFile: %v", err)
 			}
@@ -83,13 +91,7 @@ func TestWriteFailedFillLeavesNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "file.json")
-			if tt.existing != nil {
-				if err := os.WriteFile(path, tt.existing, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+			dir, path := target(t, tt.existing)
 			err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
 				if _, err := w.Write([]byte("partial")); err != nil {
 					return err
@@ -120,11 +122,7 @@ func TestWriteFailedFillLeavesNothing(t *testing.T) {
 // While the new content is being written, path still holds the old one and
 // the new one sits in a temporary file named for it.
 func TestWriteInvisibleUntilRenamed(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "file.json")
-	if err := os.WriteFile(path, []byte("old\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, path := target(t, []byte("old\n"))
 	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		if _, err := w.Write([]byte("new\n")); err != nil {
 			return err
