@@ -158,15 +158,20 @@ func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
 		in.RequireAck = true
 		c.submit(ctx, in)
 	}
-	// Mid-flight: every rollout has applied its first operation.
+	// Cut when the set is mid-flight: at least half of its rollouts, and at
+	// least one of every environment, have applied an operation and are not
+	// finished. Asking for a state rather than a time keeps the test
+	// meaningful on a loaded machine, where starts spread out.
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
+		busy, busyEnv := 0, map[string]bool{}
 		for i := range count {
 			info, err := participants.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("rec-%04d", i))
-			if err != nil || (info.Revision < 1 && !info.Retired) {
-				return false
+			if err == nil && info.Revision >= 1 && !info.Retired {
+				busy++
+				busyEnv[info.Env] = true
 			}
 		}
-		return true
+		return 2*busy >= count && len(busyEnv) == len(envList)
 	})
 	t.Logf("cut after %d mutations of the set", applied()-before)
 	root := filepath.Join(c.dir, "checkpoints")
