@@ -13,6 +13,8 @@
 package main
 
 import (
+	"github.com/turnstile-rl/turnstile/atomicfile"
+
 	"context"
 	"errors"
 	"flag"
@@ -22,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -145,7 +146,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { served <- hs.Serve(ln) }()
 
 	if cfg.readyFile != "" {
-		if err := writeAtomic(cfg.readyFile, []byte(base)); err != nil {
+		if err := atomicfile.WriteFile(cfg.readyFile, []byte(base), 0o644); err != nil {
 			_ = hs.Close()
 			return fmt.Errorf("write ready file: %w", err)
 		}
@@ -167,35 +168,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
-}
-
-// writeAtomic writes data to a temporary file beside path and renames it
-// over path, so a reader never sees a partial URL.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
 	}
 	return nil
 }

@@ -7,6 +7,8 @@
 package main
 
 import (
+	"github.com/turnstile-rl/turnstile/atomicfile"
+
 	"context"
 	"errors"
 	"flag"
@@ -18,7 +20,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -108,7 +109,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 
 	baseURL := baseURL(ln.Addr())
 	if o.readyFile != "" {
-		if err := writeAtomically(o.readyFile, baseURL+"\n"); err != nil {
+		if err := atomicfile.WriteFile(o.readyFile, []byte(baseURL+"\n"), 0o644); err != nil {
 			_ = srv.Close()
 			return fmt.Errorf("write ready file: %w", err)
 		}
@@ -153,26 +154,4 @@ func baseURL(addr net.Addr) string {
 		_, port, _ = net.SplitHostPort(addr.String())
 	}
 	return "http://" + net.JoinHostPort(host, port) + policy.BasePath
-}
-
-// writeAtomically writes content to path through a temporary file in the
-// same directory, so a reader never sees a partial URL.
-func writeAtomically(path, content string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.WriteString(content); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
