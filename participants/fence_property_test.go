@@ -1,0 +1,575 @@
+package participants_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants"
+)
+
+// TestPhaseFenceProperty drives a real server through random sequences of
+// control operations (prepare, commit, resume, retire, with checkpoint ids
+// from a small pool) interleaved with data-plane mutations on a few
+// rollouts, and compares every answer with a model of the phase fence and
+// of the sessions. After every step the server's status, counters and
+// sessions must match the model: a parked mutation changes nothing, and a
+// replayed control operation answers what it answered the first time.
+func TestPhaseFenceProperty(t *testing.T) {
+	base := t.TempDir()
+	rapid.Check(t, func(rt *rapid.T) {
+		h := newFenceHarness(rt, base)
+		actions := map[string]func(*rapid.T){
+			"prepare": h.prepare,
+			"commit":  h.commit,
+			"resume":  h.resume,
+			"retire":  h.retire,
+			"start":   h.start,
+			"operate": h.operate,
+			"replay":  h.replayOperate,
+			"verify":  h.verify,
+		}
+		names := slices.Sorted(maps.Keys(actions))
+		// Short sequences (rather than rt.Repeat's ~30 steps) keep the
+		// 100 checks quick enough for every test run; a cut, its commit
+		// and a resume still fit several times over.
+		steps := rapid.IntRange(1, fenceMaxSteps).Draw(rt, "steps")
+		h.check(rt)
+		for range steps {
+			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
+			h.check(rt)
+		}
+	})
+}
+
+const (
+	fenceToken  = "fence-property-token"
+	fenceTarget = 3 // the counter task's target: verify rewards 1 after exactly 3 increments
+	// fenceMaxSteps bounds the actions of one check.
+	fenceMaxSteps = 24
+)
+
+// fenceRollouts are the rollouts the mutations address.
+var fenceRollouts = []string{"r0", "r1", "r2"}
+
+// fenceRollout is the model of one rollout's slot.
+type fenceRollout struct {
+	fence    int  // highest attempt accepted
+	started  bool // a session exists, live or verified
+	attempt  int
+	revision int64 // also the counter's value: every increment adds 1
+	verified bool
+	nextOp   int
+	last     *fenceOperate // last applied operate of the session, for replays
+}
+
+type fenceOperate struct {
+	req  participants.OperateRequest
+	resp participants.OperateResponse
+}
+
+// fenceModel is what the server should hold.
+type fenceModel struct {
+	phase  participants.Phase // idle, prepared or committed
+	active string             // the active checkpoint id; "" when idle
+	ids    []string           // checkpoint ids drawn so far, ck0, ck1, ...
+	// retired maps every resumed id to the first answer of its resume.
+	retired map[string][]byte
+	// The active checkpoint: its first prepare answer, the expected cut
+	// (edited by retires while prepared) and its commit.
+	prepareBody []byte
+	cut         []participants.SessionSummary
+	cutEdited   bool
+	commitLoc   string
+	commitBody  []byte
+	usedLocs    []string // locations holding a committed checkpoint
+	applied     int64
+	parked      int64
+	rollouts    map[string]*fenceRollout
+}
+
+type fenceHarness struct {
+	url     string
+	hc      *http.Client
+	dir     string // commit locations live here
+	foreign string // a directory holding a file that is no checkpoint
+	nloc    int
+	m       fenceModel
+}
+
+func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
+	srv, err := participants.NewServer(participants.ServerConfig{
+		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken,
+	})
+	if err != nil {
+		rt.Fatalf("NewServer: %v", err)
+	}
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.Start()
+	rt.Cleanup(hs.Close)
+	dir, err := os.MkdirTemp(base, "check-")
+	if err != nil {
+		rt.Fatalf("temp dir: %v", err)
+	}
+	foreign := filepath.Join(dir, "foreign")
+	if err := os.MkdirAll(foreign, 0o755); err != nil {
+		rt.Fatalf("foreign dir: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("not a checkpoint"), 0o644); err != nil {
+		rt.Fatalf("foreign file: %v", err)
+	}
+	h := &fenceHarness{url: hs.URL, hc: hs.Client(), dir: dir, foreign: foreign,
+		m: fenceModel{phase: participants.PhaseIdle, retired: map[string][]byte{}, rollouts: map[string]*fenceRollout{}}}
+	for _, r := range fenceRollouts {
+		h.m.rollouts[r] = &fenceRollout{}
+	}
+	return h
+}
+
+// --- HTTP ---
+
+func routePath(route string) string {
+	_, p, _ := strings.Cut(route, " ")
+	return p
+}
+
+func sessionPath(route, rollout string) string {
+	return strings.Replace(routePath(route), "{rollout_id}", rollout, 1)
+}
+
+func (h *fenceHarness) call(rt *rapid.T, method, path string, in any) (int, []byte) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			rt.Fatalf("encode %s body: %v", path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, h.url+path, body)
+	if err != nil {
+		rt.Fatalf("request %s: %v", path, err)
+	}
+	if strings.HasPrefix(path, participants.ControlPrefix) {
+		req.Header.Set("Authorization", "Bearer "+fenceToken)
+	}
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		rt.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		rt.Fatalf("%s %s: read answer: %v", method, path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// wantOK checks a 200 and decodes its body into out (when not nil).
+func wantOK(rt *rapid.T, what string, status int, body []byte, out any) {
+	rt.Helper()
+	if status != http.StatusOK {
+		rt.Fatalf("%s: answered %d %s, want 200", what, status, body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			rt.Fatalf("%s: decode %s: %v", what, body, err)
+		}
+	}
+}
+
+// wantRefusal checks an error answer's status and code.
+func wantRefusal(rt *rapid.T, what string, status int, body []byte, wantStatus int, wantCode string) {
+	rt.Helper()
+	var eb participants.ErrorBody
+	if err := json.Unmarshal(body, &eb); err != nil {
+		rt.Fatalf("%s: answered %d %s, want %d %s (no error envelope: %v)", what, status, body, wantStatus, wantCode, err)
+	}
+	if status != wantStatus || eb.Error.Code != wantCode {
+		rt.Fatalf("%s: answered %d %s (%s), want %d %s", what, status, eb.Error.Code, eb.Error.Message, wantStatus, wantCode)
+	}
+}
+
+// --- drawing ---
+
+// drawID draws a checkpoint id: one already used (often the active one) or
+// a fresh one.
+func (h *fenceHarness) drawID(rt *rapid.T) string {
+	pool := slices.Clone(h.m.ids)
+	pool = append(pool, fmt.Sprintf("ck%d", len(h.m.ids)))
+	if h.m.active != "" {
+		pool = append(pool, h.m.active, h.m.active)
+	}
+	id := rapid.SampledFrom(pool).Draw(rt, "checkpoint_id")
+	if !slices.Contains(h.m.ids, id) {
+		h.m.ids = append(h.m.ids, id)
+	}
+	return id
+}
+
+func (h *fenceHarness) drawRollout(rt *rapid.T) (string, *fenceRollout) {
+	r := rapid.SampledFrom(fenceRollouts).Draw(rt, "rollout")
+	return r, h.m.rollouts[r]
+}
+
+func (h *fenceHarness) closed() bool { return h.m.phase != participants.PhaseIdle }
+
+// parked checks that a mutation sent while admission is closed is parked.
+// The model does not change, so the check after the step proves it changed
+// nothing.
+func (h *fenceHarness) parked(rt *rapid.T, what string, status int, body []byte) {
+	rt.Helper()
+	wantRefusal(rt, what+" while admission is closed", status, body, http.StatusServiceUnavailable, participants.CodeParked)
+	h.m.parked++
+}
+
+// --- control actions ---
+
+func (h *fenceHarness) expectedCut() []participants.SessionSummary {
+	cut := []participants.SessionSummary{}
+	for _, id := range fenceRollouts { // already sorted
+		r := h.m.rollouts[id]
+		if r.started {
+			cut = append(cut, participants.SessionSummary{RolloutID: id, Attempt: r.attempt, Revision: r.revision,
+				Env: counter.Name, Mode: envs.ModeExportRestore, Retired: r.verified})
+		}
+	}
+	return cut
+}
+
+func (h *fenceHarness) prepare(rt *rapid.T) {
+	id := h.drawID(rt)
+	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlPrepare),
+		participants.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(time.Minute)})
+	what := fmt.Sprintf("prepare %s in phase %s (active %q)", id, h.m.phase, h.m.active)
+	switch {
+	case h.m.retired[id] != nil:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleCheckpoint)
+	case h.m.active != "" && h.m.active != id:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+	case h.m.active == id:
+		// A replay: the first answer, less what retires took out of the cut.
+		h.checkPrepare(rt, what+" (replay)", status, body, id)
+		if !h.m.cutEdited && !bytes.Equal(body, h.m.prepareBody) {
+			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.prepareBody)
+		}
+	default:
+		h.m.cut = h.expectedCut()
+		h.checkPrepare(rt, what, status, body, id)
+		h.m.phase, h.m.active, h.m.prepareBody, h.m.cutEdited = participants.PhasePrepared, id, body, false
+	}
+}
+
+func (h *fenceHarness) checkPrepare(rt *rapid.T, what string, status int, body []byte, id string) {
+	rt.Helper()
+	var got participants.PrepareResponse
+	wantOK(rt, what, status, body, &got)
+	want := participants.PrepareResponse{Phase: participants.PhasePrepared, CheckpointID: id, Sessions: h.m.cut}
+	if !reflect.DeepEqual(got, want) {
+		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+	}
+}
+
+// drawLocation draws a commit location and says what the server should
+// make of it: "fresh" (never written), "same" (the active checkpoint's
+// commit), "used" (another checkpoint's commit), "foreign" (holds a file
+// that is no checkpoint) or "relative" (not an absolute path).
+func (h *fenceHarness) drawLocation(rt *rapid.T) (string, string) {
+	kinds := []string{"fresh", "fresh", "foreign", "relative"}
+	if h.m.commitLoc != "" {
+		kinds = append(kinds, "same", "same")
+	}
+	if len(h.m.usedLocs) > 0 {
+		kinds = append(kinds, "used")
+	}
+	switch kind := rapid.SampledFrom(kinds).Draw(rt, "location"); kind {
+	case "same":
+		return h.m.commitLoc, kind
+	case "used":
+		return rapid.SampledFrom(h.m.usedLocs).Draw(rt, "used_location"), kind
+	case "foreign":
+		return h.foreign, kind
+	case "relative":
+		return "checkpoints/relative", kind
+	default:
+		h.nloc++
+		return filepath.Join(h.dir, fmt.Sprintf("loc%d", h.nloc)), kind
+	}
+}
+
+func (h *fenceHarness) commit(rt *rapid.T) {
+	id := h.drawID(rt)
+	loc, kind := h.drawLocation(rt)
+	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlCommit),
+		participants.CommitRequest{CheckpointID: id, Location: loc})
+	what := fmt.Sprintf("commit %s to a %s location in phase %s (active %q)", id, kind, h.m.phase, h.m.active)
+	switch {
+	case kind == "relative":
+		wantRefusal(rt, what, status, body, http.StatusBadRequest, participants.CodeMalformed)
+	case h.m.retired[id] != nil:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleCheckpoint)
+	case h.m.active != "" && h.m.active != id:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+	case h.m.active == "":
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeInvalidPhase)
+	case h.m.phase == participants.PhaseCommitted && kind == "same":
+		wantOK(rt, what, status, body, nil)
+		if !bytes.Equal(body, h.m.commitBody) {
+			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.commitBody)
+		}
+	case h.m.phase == participants.PhaseCommitted:
+		// Committed elsewhere already: other arguments.
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+	case kind == "used" || kind == "foreign":
+		// Refused without writing; the phase stays prepared.
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeLocationConflict)
+	default:
+		var got participants.CommitResponse
+		wantOK(rt, what, status, body, &got)
+		if got.Phase != participants.PhaseCommitted || got.CheckpointID != id || got.Location != loc ||
+			got.Sessions != len(h.m.cut) || got.ManifestDigest == "" || got.Bytes <= 0 {
+			rt.Fatalf("%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		}
+		h.m.phase, h.m.commitLoc, h.m.commitBody = participants.PhaseCommitted, loc, body
+	}
+}
+
+func (h *fenceHarness) resume(rt *rapid.T) {
+	id := h.drawID(rt)
+	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlResume),
+		participants.ResumeRequest{CheckpointID: id})
+	what := fmt.Sprintf("resume %s in phase %s (active %q)", id, h.m.phase, h.m.active)
+	switch first := h.m.retired[id]; {
+	case first != nil:
+		wantOK(rt, what, status, body, nil)
+		if !bytes.Equal(body, first) {
+			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, first)
+		}
+	case h.m.active != "" && h.m.active != id:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+	default:
+		var got participants.ResumeResponse
+		wantOK(rt, what, status, body, &got)
+		if want := (participants.ResumeResponse{Phase: participants.PhaseIdle, CheckpointID: id}); got != want {
+			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+		}
+		h.m.retired[id] = body
+		if h.m.commitLoc != "" {
+			h.m.usedLocs = append(h.m.usedLocs, h.m.commitLoc)
+		}
+		h.m.phase, h.m.active = participants.PhaseIdle, ""
+		h.m.prepareBody, h.m.cut, h.m.cutEdited, h.m.commitLoc, h.m.commitBody = nil, nil, false, "", nil
+	}
+}
+
+func (h *fenceHarness) retire(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	attempt := rapid.IntRange(max(r.fence-1, 0), r.fence+1).Draw(rt, "attempt")
+	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlRetire),
+		participants.RetireRequest{RolloutID: rid, Attempt: attempt})
+	what := fmt.Sprintf("retire %s attempt %d in phase %s", rid, attempt, h.m.phase)
+	if h.m.phase == participants.PhaseCommitted {
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeInvalidPhase)
+		return
+	}
+	floor := attempt + 1
+	want := participants.RetireResponse{RolloutID: rid, Fence: max(r.fence, floor), Discarded: r.started && r.attempt < floor}
+	var got participants.RetireResponse
+	wantOK(rt, what, status, body, &got)
+	if got != want {
+		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+	}
+	r.fence = want.Fence
+	if want.Discarded {
+		*r = fenceRollout{fence: r.fence, nextOp: r.nextOp}
+	}
+	if h.m.phase == participants.PhasePrepared {
+		cut := slices.DeleteFunc(slices.Clone(h.m.cut), func(s participants.SessionSummary) bool {
+			return s.RolloutID == rid && s.Attempt < floor
+		})
+		if len(cut) != len(h.m.cut) {
+			h.m.cut, h.m.cutEdited = cut, true
+		}
+	}
+}
+
+// --- data-plane actions ---
+
+func (h *fenceHarness) start(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	attempt := r.fence
+	if r.started {
+		attempt = r.attempt + 1 // a start-over
+	}
+	stale := r.fence > 0 && rapid.Bool().Draw(rt, "stale_attempt")
+	if stale {
+		attempt = r.fence - 1
+	}
+	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteStart), participants.StartRequest{
+		Identity: participants.Identity{RolloutID: rid, Attempt: attempt, RequestID: participants.SeedRequestID(rid)},
+		Env:      counter.Name, Seed: 1, Task: json.RawMessage(fmt.Sprintf(`{"target":%d}`, fenceTarget)),
+	})
+	what := fmt.Sprintf("start %s attempt %d", rid, attempt)
+	switch {
+	case h.closed():
+		h.parked(rt, what, status, body)
+	case stale:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleAttempt)
+	default:
+		var got participants.StartResponse
+		wantOK(rt, what, status, body, &got)
+		if got.Revision != 0 || got.Replayed {
+			rt.Fatalf("%s: answered %+v, want a fresh episode at revision 0", what, got)
+		}
+		*r = fenceRollout{fence: attempt, started: true, attempt: attempt, nextOp: r.nextOp}
+		h.m.applied++
+	}
+}
+
+func (h *fenceHarness) operate(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	attempt := r.fence
+	req := participants.OperateRequest{
+		Identity:         participants.Identity{RolloutID: rid, Attempt: attempt, RequestID: participants.OperateRequestID(rid, r.nextOp, 0)},
+		ExpectedRevision: r.revision, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
+	}
+	r.nextOp++
+	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteOperate, rid), req)
+	what := fmt.Sprintf("operate %s attempt %d at revision %d", rid, attempt, r.revision)
+	switch {
+	case h.closed():
+		h.parked(rt, what, status, body)
+	case !r.started:
+		wantRefusal(rt, what, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+	case r.verified:
+		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeSessionRetired)
+	default:
+		var got participants.OperateResponse
+		wantOK(rt, what, status, body, &got)
+		want := participants.OperateResponse{Revision: r.revision + 1,
+			Outcome: envs.Outcome{Observation: fmt.Sprintf("counter=%d", r.revision+1)}}
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+		}
+		r.revision++
+		r.last = &fenceOperate{req: req, resp: got}
+		h.m.applied++
+	}
+}
+
+// replayOperate re-sends the last applied operate of a session: the stored
+// answer comes back marked replayed and nothing is applied.
+func (h *fenceHarness) replayOperate(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	if r.last == nil {
+		return // nothing applied yet in this session
+	}
+	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteOperate, rid), r.last.req)
+	what := fmt.Sprintf("replay of operate %s", r.last.req.RequestID)
+	if h.closed() {
+		h.parked(rt, what, status, body)
+		return
+	}
+	var got participants.OperateResponse
+	wantOK(rt, what, status, body, &got)
+	want := r.last.resp
+	want.Replayed = true
+	if !reflect.DeepEqual(got, want) {
+		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+	}
+}
+
+func (h *fenceHarness) verify(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	req := participants.VerifyRequest{
+		Identity:         participants.Identity{RolloutID: rid, Attempt: r.fence, RequestID: participants.VerifyRequestID(rid)},
+		ExpectedRevision: r.revision,
+	}
+	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteVerify, rid), req)
+	what := fmt.Sprintf("verify %s at revision %d", rid, r.revision)
+	switch {
+	case h.closed():
+		h.parked(rt, what, status, body)
+	case !r.started:
+		wantRefusal(rt, what, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+	default:
+		var got participants.VerifyResponse
+		wantOK(rt, what, status, body, &got)
+		reward := 0.0
+		if r.revision == fenceTarget {
+			reward = 1
+		}
+		if got.Revision != r.revision || got.Verdict.Reward != reward || got.Replayed != r.verified {
+			rt.Fatalf("%s: answered %+v, want revision %d, reward %v, replayed %v", what, got, r.revision, reward, r.verified)
+		}
+		if !r.verified {
+			r.verified = true
+			h.m.applied++
+		}
+	}
+}
+
+// --- invariants ---
+
+// check compares the server's status, counters and sessions with the model.
+func (h *fenceHarness) check(rt *rapid.T) {
+	live := 0
+	for _, r := range h.m.rollouts {
+		if r.started && !r.verified {
+			live++
+		}
+	}
+
+	var st participants.ControlStatus
+	status, body := h.call(rt, http.MethodGet, routePath(participants.RouteControlStatus), nil)
+	wantOK(rt, "status", status, body, &st)
+	admission, cut := participants.AdmissionOpen, 0
+	if h.closed() {
+		admission, cut = participants.AdmissionClosed, len(h.m.cut)
+	}
+	if st.Phase != h.m.phase || st.CheckpointID != h.m.active || st.RestoreID != "" || st.Admission != admission ||
+		st.Sessions != live || st.CutSessions != cut || len(st.InFlight) != 0 {
+		rt.Fatalf("status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight",
+			st, h.m.phase, h.m.active, admission, live, cut)
+	}
+
+	var stats participants.Stats
+	status, body = h.call(rt, http.MethodGet, routePath(participants.RouteStats), nil)
+	wantOK(rt, "stats", status, body, &stats)
+	if stats.Applied != h.m.applied || stats.Parked != h.m.parked || stats.Sessions != live {
+		rt.Fatalf("stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
+	}
+
+	for _, rid := range fenceRollouts {
+		r := h.m.rollouts[rid]
+		status, body := h.call(rt, http.MethodGet, sessionPath(participants.RouteSessions, rid), nil)
+		if !r.started {
+			wantRefusal(rt, "session "+rid, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+			continue
+		}
+		var info participants.SessionInfo
+		wantOK(rt, "session "+rid, status, body, &info)
+		want := participants.SessionInfo{RolloutID: rid, Env: counter.Name, Attempt: r.attempt, Revision: r.revision, Retired: r.verified}
+		if info != want {
+			rt.Fatalf("session %s is %+v, want %+v", rid, info, want)
+		}
+	}
+}
