@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/participants"
 	"github.com/turnstile-rl/turnstile/tasks"
 	"github.com/turnstile-rl/turnstile/workflows"
@@ -59,18 +60,44 @@ func TestCheckpointKillEverythingRestore(t *testing.T) {
 		name  string
 		envs  []string
 		count int
-		// twoServers spreads the set over two environment servers; the
-		// second comes back on a new address, which the restore maps.
-		twoServers bool
+		opts  recoverOptions
 	}{
-		{"counter", []string{"counter"}, 20, false},
-		{"mixed", []string{"counter", "blackjack", "workplace", "sandbox"}, 40, true},
+		{"counter", []string{"counter"}, 20, recoverOptions{}},
+		{"mixed", []string{"counter", "blackjack", "workplace", "sandbox"}, 40, recoverOptions{twoServers: true}},
+		// The crash matrix of the coordinator: the worker running the
+		// checkpoint or the restore dies at its failpoint; a fresh worker
+		// finishes the same workflow.
+		{"worker-dies-between-checkpoint-files", []string{"counter"}, 20, recoverOptions{checkpointKill: failpoint.CheckpointBetweenFiles + "=kill@3"}},
+		{"worker-dies-after-restore-validated", []string{"counter"}, 20, recoverOptions{restoreKill: failpoint.RestoreAfterValidate + "=kill@1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			recoverSet(t, tc.envs, tc.count, tc.twoServers)
+			recoverSet(t, tc.envs, tc.count, tc.opts)
 		})
 	}
+}
+
+// recoverOptions vary the recovery scenario.
+type recoverOptions struct {
+	// twoServers spreads the set over two environment servers; the second
+	// comes back on a new address, which the restore maps.
+	twoServers bool
+	// checkpointKill / restoreKill arm the worker that runs the checkpoint /
+	// the restore with a failpoint spec; the test then starts a fresh worker.
+	checkpointKill, restoreKill string
+}
+
+// replaceWhenDead waits until p dies at its failpoint (SIGKILL) and starts a
+// fresh worker in its place.
+func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
+	c.t.Helper()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		c.t.Fatal("the armed worker never reached its failpoint")
+	}
+	require.ErrorContains(c.t, p.err, "killed", "the worker died by SIGKILL at its failpoint")
+	c.startWorker()
 }
 
 // startSecondEnvServer starts another environment server on a free port and
@@ -92,7 +119,8 @@ func (c *cluster) startSecondEnvServer() string {
 	return url
 }
 
-func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
+func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) {
+	twoServers := opts.twoServers
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
@@ -153,6 +181,10 @@ func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
 	// seed) keeps most rollouts between turns at the cut.
 	policy.kill()
 	c.startPolicyServer("--latency", "1s", "--jitter", "100ms", "--imperfection", "0.2")
+	var armed *proc
+	if opts.checkpointKill != "" {
+		armed = c.startWorker("TURNSTILE_FAILPOINTS=" + opts.checkpointKill)
+	}
 	for i := range count {
 		in := input("rec", i)
 		in.RequireAck = true
@@ -181,6 +213,9 @@ func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
 		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: participantURLs(), Timeout: "60s",
 	})
 	require.NoError(t, err)
+	if armed != nil {
+		c.replaceWhenDead(ctx, armed)
+	}
 	var cp workflows.CheckpointResult
 	require.NoError(t, cpRun.Get(ctx, &cp))
 	t.Logf("checkpoint: %d members, %d parked, %d completed unacknowledged, %d bytes, cut %d ms, total %d ms",
@@ -202,12 +237,20 @@ func recoverSet(t *testing.T, envList []string, count int, twoServers bool) {
 		require.NotEqual(t, old, second)
 	}
 	c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
-	c.startWorker()
+	armed = nil
+	if opts.restoreKill != "" {
+		armed = c.startWorker("TURNSTILE_FAILPOINTS=" + opts.restoreKill)
+	} else {
+		c.startWorker()
+	}
 	restoreStart := time.Now()
 	rsRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.RestoreWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
 	}, workflows.RestoreWorkflowName, workflows.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: participantURLs()})
 	require.NoError(t, err)
+	if armed != nil {
+		c.replaceWhenDead(ctx, armed)
+	}
 	var rs workflows.RestoreResult
 	require.NoError(t, rsRun.Get(ctx, &rs))
 	t.Logf("restore: %d restored from their boundary, %d started over, %d offered again, in %s",
@@ -419,4 +462,54 @@ func (c *cluster) completedRuns(ctx context.Context, rolloutID string) int {
 		return n > 0
 	})
 	return n
+}
+
+// TestCheckpointThatCannotFinishAborts: one participant is unreachable, so the
+// checkpoint cannot commit. It aborts cleanly: the reachable environment
+// server and every parked rollout resume, no aggregate manifest is written,
+// and the set finishes as if nothing had happened.
+func TestCheckpointThatCannotFinishAborts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	c.startPolicyServer("--latency", "200ms", "--jitter", "50ms")
+	c.startWorker()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	var runs []client.WorkflowRun
+	for i := range 10 {
+		runs = append(runs, c.submit(ctx, counterInput("abort", i, target(i))))
+	}
+	c.waitFor("set mid-flight", nil, time.Minute, func() bool { return c.envStats(ctx).Applied >= 15 })
+
+	root := filepath.Join(c.dir, "checkpoints")
+	unreachable := fmt.Sprintf("http://127.0.0.1:%d", freePort(t)) // nothing listens there
+	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.CheckpointWorkflowID("cp-abort"), TaskQueue: workflows.TaskQueue,
+	}, workflows.CheckpointWorkflowName, workflows.CheckpointInput{
+		CheckpointID: "cp-abort", Set: "abort", Root: root, Participants: []string{c.envURL, unreachable}, Timeout: "3s",
+	})
+	require.NoError(t, err)
+	err = cpRun.Get(ctx, nil)
+	require.Error(t, err, "a checkpoint with an unreachable participant must fail")
+	require.ErrorContains(t, err, "aborted", "the failure says the checkpoint was aborted")
+	require.ErrorContains(t, err, unreachable, "and names the participant it could not reach")
+	t.Logf("checkpoint failed as expected: %v", err)
+
+	_, statErr := os.Stat(filepath.Join(root, "cp-abort", "MANIFEST.json"))
+	require.ErrorIs(t, statErr, os.ErrNotExist, "nothing half-written looks valid")
+	st, err := participants.NewControlClient(c.envURL, c.token, nil).Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, participants.AdmissionOpen, st.Admission, "the environment server resumed")
+
+	res := c.results(ctx, runs)
+	require.Len(t, res, 10)
+	for _, r := range res {
+		require.Equal(t, 0, r.Attempt)
+		require.Equal(t, 1.0, r.Reward, "%s", r.RolloutID)
+	}
 }

@@ -90,14 +90,30 @@ func TestRolloutSetEndToEnd(t *testing.T) {
 	require.Len(t, listed, setSize)
 }
 
-// TestWorkerCrash kills the worker with SIGKILL right after an environment
-// mutation was applied and before its activity reported; a fresh worker takes
-// over and every rollout ends as in an uninterrupted run, with every mutation
-// applied exactly once.
+// TestWorkerCrash kills the worker with SIGKILL at a named failpoint: right
+// after an environment mutation was applied and before its activity reported,
+// or right after the model answered and before its activity reported. A fresh
+// worker takes over and every rollout ends as in an uninterrupted run, with
+// every mutation applied exactly once.
 func TestWorkerCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
+	tests := []struct {
+		failpoint string
+		// replays: the killed activity had applied a mutation, so its retry
+		// must be answered from the stored response.
+		replays bool
+	}{
+		{failpoint.WorkerEnvAppliedBeforeReport, true},
+		{failpoint.WorkerModelAnsweredBeforeReport, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.failpoint, func(t *testing.T) { workerCrash(t, tt.failpoint, tt.replays) })
+	}
+}
+
+func workerCrash(t *testing.T, fp string, replays bool) {
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
@@ -114,7 +130,7 @@ func TestWorkerCrash(t *testing.T) {
 	base.kill()
 
 	// The same set, with a worker armed to die at its 15th applied mutation.
-	doomed := c.startWorker("TURNSTILE_FAILPOINTS=" + failpoint.WorkerEnvAppliedBeforeReport + "=kill@15")
+	doomed := c.startWorker("TURNSTILE_FAILPOINTS=" + fp + "=kill@15")
 	var runs []client.WorkflowRun
 	for i := range setSize {
 		runs = append(runs, c.submit(ctx, counterInput("crash", i, target(i))))
@@ -131,7 +147,9 @@ func TestWorkerCrash(t *testing.T) {
 
 	require.Equal(t, outcomes("base", baseline), outcomes("crash", crashed), "same trajectories and rewards as the uninterrupted run")
 	require.Equal(t, baseApplied, after.Applied-mid.Applied, "every mutation applied exactly once")
-	require.Greater(t, after.Replayed-mid.Replayed, int64(0), "the retried mutation was replayed, not re-applied")
+	if replays {
+		require.Greater(t, after.Replayed-mid.Replayed, int64(0), "the retried mutation was replayed, not re-applied")
+	}
 	for _, r := range crashed {
 		require.Equal(t, 0, r.Attempt, "a worker crash needs no new attempt")
 	}

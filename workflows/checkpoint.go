@@ -36,6 +36,9 @@ var coordinatorRetry = &temporal.RetryPolicy{
 	},
 }
 
+// abortAttempts bounds the tries of a checkpoint's abort.
+const abortAttempts = 4
+
 // coordinatorHeartbeat is how soon a dead coordinator worker is noticed, and
 // how soon a cancelled fan-out stops.
 const coordinatorHeartbeat = 20 * time.Second
@@ -252,8 +255,19 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	failedPhase := c.phase
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	c.setPhase(dctx, "abort", fmt.Sprintf("%s failed: resuming everything", failedPhase))
-	opts := stepOptions("abort checkpoint: resume everything", 5*time.Minute)
+	opts := stepOptions("abort checkpoint: resume everything", time.Minute)
 	opts.WaitForCancellation = false
+	// Each try resumes everything it can reach; a participant that stays
+	// unreachable must not hold the abort (and the pipeline) for long: after a
+	// few tries the failure names it, and a dead server holds no admission.
+	opts.ScheduleToCloseTimeout = 0
+	opts.RetryPolicy = &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        10 * time.Second,
+		MaximumAttempts:        abortAttempts,
+		NonRetryableErrorTypes: coordinatorRetry.NonRetryableErrorTypes,
+	}
 	var out activities.AbortCheckpointResult
 	aerr := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.AbortCheckpointName, activities.AbortCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Root: c.in.Root, Participants: c.in.Participants,
@@ -265,7 +279,10 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 		msg += fmt.Sprintf("; resumed %d environment servers and %d rollouts; no manifest was written", out.Participants, out.Rollouts)
 	}
 	c.logger.Error("checkpoint aborted", "phase", failedPhase, "error", cause, "cleanup_error", aerr)
-	return temporal.NewNonRetryableApplicationError(msg, ErrCheckpointAborted, cause)
+	// The cause's text is in msg; it is not chained, because a cut cancelled
+	// at its deadline would make the SDK report the whole checkpoint as
+	// "canceled" instead of failing it with this message.
+	return temporal.NewNonRetryableApplicationError(msg, ErrCheckpointAborted, nil)
 }
 
 // step runs one coordinator activity.
