@@ -163,7 +163,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 		return c.envURL
 	}
 	policy := c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
-	c.startWorker()
+	first := c.startWorker()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 
@@ -183,6 +183,9 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	c.startPolicyServer("--latency", "1s", "--jitter", "100ms", "--imperfection", "0.2")
 	var armed *proc
 	if opts.checkpointKill != "" {
+		// The armed worker must be the only one, or the commit may run
+		// elsewhere and the failpoint never be reached.
+		first.kill()
 		armed = c.startWorker("TURNSTILE_FAILPOINTS=" + opts.checkpointKill)
 	}
 	for i := range count {
