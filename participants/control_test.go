@@ -25,34 +25,17 @@ const testToken = "test-control-token"
 // until the test releases it, so a test can hold a mutation in flight (or
 // leave it stuck for good).
 type blockEnv struct {
+	wrappedCounter
 	entered chan string // receives the tool name when a "block" call starts
 	release chan struct{}
 }
 
 func newBlockEnv() *blockEnv {
-	return &blockEnv{entered: make(chan string, 16), release: make(chan struct{})}
-}
-
-func (b *blockEnv) Spec() envs.Spec {
-	sp := counter.New().Spec()
-	sp.Name = "block"
-	return sp
-}
-
-func (b *blockEnv) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
-	s, st, err := counter.New().Start(seed, task)
-	if err != nil {
-		return nil, st, err
-	}
-	return &blockSession{Session: s, env: b}, st, nil
-}
-
-func (b *blockEnv) Restore(state json.RawMessage) (envs.Session, error) {
-	s, err := counter.New().Restore(state)
-	if err != nil {
-		return nil, err
-	}
-	return &blockSession{Session: s, env: b}, nil
+	b := &blockEnv{entered: make(chan string, 16), release: make(chan struct{})}
+	b.wrappedCounter = wrappedCounter{name: "block", wrap: func(s envs.Session) envs.Session {
+		return &blockSession{Session: s, env: b}
+	}}
+	return b
 }
 
 type blockSession struct {

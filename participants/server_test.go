@@ -21,32 +21,49 @@ import (
 	"github.com/turnstile-rl/turnstile/participants"
 )
 
-// probeEnv wraps the counter and counts Close calls; tool "explode" fails
-// with a plain (non-refusal) error.
-type probeEnv struct {
-	closed atomic.Int64
+// wrappedCounter is the counter environment under another name, with every
+// session, started or restored, passed through wrap: the base of the test
+// environments that watch or steer what a session does.
+type wrappedCounter struct {
+	name string
+	wrap func(envs.Session) envs.Session
 }
 
-func (p *probeEnv) Spec() envs.Spec {
+func (w wrappedCounter) Spec() envs.Spec {
 	sp := counter.New().Spec()
-	sp.Name = "probe"
+	sp.Name = w.name
 	return sp
 }
 
-func (p *probeEnv) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
+func (w wrappedCounter) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
 	s, st, err := counter.New().Start(seed, task)
 	if err != nil {
 		return nil, st, err
 	}
-	return &probeSession{Session: s, env: p}, st, nil
+	return w.wrap(s), st, nil
 }
 
-func (p *probeEnv) Restore(state json.RawMessage) (envs.Session, error) {
+func (w wrappedCounter) Restore(state json.RawMessage) (envs.Session, error) {
 	s, err := counter.New().Restore(state)
 	if err != nil {
 		return nil, err
 	}
-	return &probeSession{Session: s, env: p}, nil
+	return w.wrap(s), nil
+}
+
+// probeEnv wraps the counter and counts Close calls; tool "explode" fails
+// with a plain (non-refusal) error.
+type probeEnv struct {
+	wrappedCounter
+	closed atomic.Int64
+}
+
+func newProbeEnv() *probeEnv {
+	p := &probeEnv{}
+	p.wrappedCounter = wrappedCounter{name: "probe", wrap: func(s envs.Session) envs.Session {
+		return &probeSession{Session: s, env: p}
+	}}
+	return p
 }
 
 type probeSession struct {
@@ -75,7 +92,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *fixture {
 	t.Helper()
-	probe := &probeEnv{}
+	probe := newProbeEnv()
 	cfg := participants.ServerConfig{Envs: []envs.Environment{counter.New(), probe}}
 	for _, m := range mod {
 		m(&cfg)
