@@ -24,7 +24,7 @@ WORKFLOWCHECK_STAMP := $(BIN)/.workflowcheck-$(WORKFLOWCHECK_VERSION)
 # json.Marshal and friends would all be reported as non-deterministic.
 WORKFLOWCHECK_CONFIG := $(BIN)/workflowcheck.yaml
 # Packages holding workflow code (deterministic code only).
-WORKFLOW_PKGS := ./workflows/...
+WORKFLOW_PKGS := ./rollout ./checkpoint
 
 TEST_TIMEOUT := 25m
 # Packages `make test` runs (e.g. make test PKGS=./devenv/...).

@@ -16,13 +16,13 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // maxTurns per environment: enough for a perfect scripted policy to finish.
@@ -30,18 +30,18 @@ var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "
 
 // setInput builds rollout i of a set over envList (round-robin); tasks and
 // seeds depend only on i, so two sets are comparable rollout by rollout.
-func setInput(t *testing.T, set string, envList []string, i int) workflows.RolloutInput {
+func setInput(t *testing.T, set string, envList []string, i int) rollout.Input {
 	env := envList[i%len(envList)]
 	task, err := tasks.Generate(env, 7, i)
 	require.NoError(t, err)
-	return workflows.RolloutInput{
+	return rollout.Input{
 		RolloutID: fmt.Sprintf("%s-%04d", set, i),
 		Set:       set,
 		Task:      task,
-		Env:       activities.EnvRef{Name: env},
-		Policy:    activities.PolicyRef{Model: "scripted-" + env},
+		Env:       rollout.EnvRef{Name: env},
+		Policy:    rollout.PolicyRef{Model: "scripted-" + env},
 		Seed:      int64(7000 + i),
-		Limits:    workflows.Limits{MaxTurns: maxTurns[env]},
+		Limits:    rollout.Limits{MaxTurns: maxTurns[env]},
 	}
 }
 
@@ -136,7 +136,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 		}
 		return ""
 	}
-	input := func(set string, i int) workflows.RolloutInput {
+	input := func(set string, i int) rollout.Input {
 		in := setInput(t, set, envList, i)
 		in.Env.URL = server(i)
 		return in
@@ -211,15 +211,15 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	t.Logf("cut after %d mutations of the set", applied()-before)
 	root := filepath.Join(c.dir, "checkpoints")
 	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.CheckpointWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
-	}, workflows.CheckpointWorkflowName, workflows.CheckpointInput{
+		ID: checkpoint.CheckpointWorkflowID("cp-1"), TaskQueue: rollout.TaskQueue,
+	}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
 		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: participantURLs(), Timeout: "60s",
 	})
 	require.NoError(t, err)
 	if armed != nil {
 		c.replaceWhenDead(ctx, armed)
 	}
-	var cp workflows.CheckpointResult
+	var cp checkpoint.CheckpointResult
 	require.NoError(t, cpRun.Get(ctx, &cp))
 	t.Logf("checkpoint: %d members, %d parked, %d completed unacknowledged, %d bytes, cut %d ms, total %d ms",
 		cp.Members, cp.Parked, cp.CompletedUnacked, cp.Bytes, cp.CutMillis, cp.TotalMillis)
@@ -248,13 +248,13 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	}
 	restoreStart := time.Now()
 	rsRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.RestoreWorkflowID("cp-1"), TaskQueue: workflows.TaskQueue,
-	}, workflows.RestoreWorkflowName, workflows.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: participantURLs()})
+		ID: checkpoint.RestoreWorkflowID("cp-1"), TaskQueue: rollout.TaskQueue,
+	}, checkpoint.RestoreWorkflowName, checkpoint.RestoreInput{CheckpointID: "cp-1", Root: root, Participants: participantURLs()})
 	require.NoError(t, err)
 	if armed != nil {
 		c.replaceWhenDead(ctx, armed)
 	}
-	var rs workflows.RestoreResult
+	var rs checkpoint.RestoreResult
 	require.NoError(t, rsRun.Get(ctx, &rs))
 	t.Logf("restore: %d restored from their boundary, %d started over, %d offered again, in %s",
 		rs.Restored, rs.StartedOver, rs.OfferedAgain, time.Since(restoreStart).Round(time.Millisecond))
@@ -321,7 +321,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 }
 
 // logPassCounts reports, per environment, how the rollouts came through.
-func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records map[string]workflows.ParkRecord) (restored int, startedOver map[string]int) {
+func logPassCounts(t *testing.T, res map[string]rollout.Result, records map[string]rollout.ParkRecord) (restored int, startedOver map[string]int) {
 	type counts struct{ total, passed, restored, startedOver, offered int }
 	by := map[string]*counts{}
 	for id, r := range res {
@@ -363,7 +363,7 @@ func logPassCounts(t *testing.T, res map[string]workflows.RolloutResult, records
 
 // checkLineage: each model call names the previous call as its parent, so the
 // first call of a new attempt links to the saved last call exactly once.
-func checkLineage(t *testing.T, res workflows.RolloutResult) {
+func checkLineage(t *testing.T, res rollout.Result) {
 	require.Len(t, res.Lineage, res.Turns, "%s lineage", res.RolloutID)
 	seen := map[string]bool{}
 	for i, e := range res.Lineage {
@@ -379,15 +379,15 @@ func checkLineage(t *testing.T, res workflows.RolloutResult) {
 
 // readRecords opens the checkpoint's agents artifact (fully validated) and
 // decodes its boundary records.
-func readRecords(t *testing.T, root, id string) map[string]workflows.ParkRecord {
+func readRecords(t *testing.T, root, id string) map[string]rollout.ParkRecord {
 	ctx := context.Background()
 	cp, err := artifact.Open(ctx, filepath.Join(root, id, "agents"), id)
 	require.NoError(t, err)
 	recs, err := cp.Section(ctx, "agents")
 	require.NoError(t, err)
-	out := map[string]workflows.ParkRecord{}
+	out := map[string]rollout.ParkRecord{}
 	for _, r := range recs {
-		var rec workflows.ParkRecord
+		var rec rollout.ParkRecord
 		require.NoError(t, json.Unmarshal(r.Data, &rec))
 		out[rec.Input.RolloutID] = rec
 	}
@@ -423,28 +423,28 @@ func (c *cluster) revisions(ctx context.Context, set string, count int, urlOf fu
 
 // acknowledgeAll waits for every rollout of a set to hold its result,
 // acknowledges it by receipt, and returns the results.
-func (c *cluster) acknowledgeAll(ctx context.Context, set string, count int) map[string]workflows.RolloutResult {
+func (c *cluster) acknowledgeAll(ctx context.Context, set string, count int) map[string]rollout.Result {
 	c.t.Helper()
-	out := map[string]workflows.RolloutResult{}
+	out := map[string]rollout.Result{}
 	for i := range count {
 		id := fmt.Sprintf("%s-%04d", set, i)
-		var st workflows.Status
+		var st rollout.Status
 		c.waitFor("result of "+id, nil, 5*time.Minute, func() bool {
-			v, err := c.client.QueryWorkflow(ctx, workflows.RolloutWorkflowID(id), "", workflows.QueryStatus)
+			v, err := c.client.QueryWorkflow(ctx, rollout.WorkflowID(id), "", rollout.QueryStatus)
 			if err != nil {
 				return false
 			}
-			return v.Get(&st) == nil && st.Phase == workflows.PhaseAwaitingAck
+			return v.Get(&st) == nil && st.Phase == rollout.PhaseAwaitingAck
 		})
 		h, err := c.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: workflows.RolloutWorkflowID(id), UpdateName: workflows.UpdateAcknowledge,
-			UpdateID: "ack/" + id, Args: []any{workflows.AckRequest{Receipt: *st.Result.Receipt}},
+			WorkflowID: rollout.WorkflowID(id), UpdateName: rollout.UpdateAcknowledge,
+			UpdateID: "ack/" + id, Args: []any{rollout.AckRequest{Receipt: *st.Result.Receipt}},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		require.NoError(c.t, err)
 		require.NoError(c.t, h.Get(ctx, nil))
-		var res workflows.RolloutResult
-		require.NoError(c.t, c.client.GetWorkflow(ctx, workflows.RolloutWorkflowID(id), "").Get(ctx, &res))
+		var res rollout.Result
+		require.NoError(c.t, c.client.GetWorkflow(ctx, rollout.WorkflowID(id), "").Get(ctx, &res))
 		require.Equal(c.t, *st.Result.Receipt, *res.Receipt)
 		out[id] = res
 	}
@@ -454,7 +454,7 @@ func (c *cluster) acknowledgeAll(ctx context.Context, set string, count int) map
 // completedRuns counts the completed runs of a rollout's workflow ID.
 func (c *cluster) completedRuns(ctx context.Context, rolloutID string) int {
 	c.t.Helper()
-	q := fmt.Sprintf(`WorkflowId=%q AND ExecutionStatus="Completed"`, workflows.RolloutWorkflowID(rolloutID))
+	q := fmt.Sprintf(`WorkflowId=%q AND ExecutionStatus="Completed"`, rollout.WorkflowID(rolloutID))
 	n := 0
 	c.waitFor("visibility of "+rolloutID, nil, time.Minute, func() bool {
 		resp, err := c.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: "default", Query: q})
@@ -492,8 +492,8 @@ func TestCheckpointThatCannotFinishAborts(t *testing.T) {
 	root := filepath.Join(c.dir, "checkpoints")
 	unreachable := fmt.Sprintf("http://127.0.0.1:%d", freePort(t)) // nothing listens there
 	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.CheckpointWorkflowID("cp-abort"), TaskQueue: workflows.TaskQueue,
-	}, workflows.CheckpointWorkflowName, workflows.CheckpointInput{
+		ID: checkpoint.CheckpointWorkflowID("cp-abort"), TaskQueue: rollout.TaskQueue,
+	}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
 		CheckpointID: "cp-abort", Set: "abort", Root: root, Participants: []string{c.envURL, unreachable}, Timeout: "3s",
 	})
 	require.NoError(t, err)

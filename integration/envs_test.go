@@ -151,7 +151,7 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 		b.next(ctx, t, srv)
 	}
 
-	loc, ckpt := checkpoint(ctx, t, c, srv, b)
+	loc, ckpt := takeServerCheckpoint(ctx, t, c, srv, b)
 	srv = srv.replace(t)
 	res, err := srv.ctl.Restore(ctx, participants.RestoreRequest{
 		CheckpointID: ckpt, Location: loc, Attempts: map[string]int{b.rollout: 1},
@@ -223,7 +223,7 @@ func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, 
 		b.next(ctx, t, srv)
 	}
 
-	loc, ckpt := checkpoint(ctx, t, c, srv, b)
+	loc, ckpt := takeServerCheckpoint(ctx, t, c, srv, b)
 	srv = srv.replace(t)
 	res, err := srv.ctl.Restore(ctx, participants.RestoreRequest{
 		CheckpointID: ckpt, Location: loc, Attempts: map[string]int{rollout: 1},
@@ -272,9 +272,9 @@ func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, 
 	return srv
 }
 
-// checkpoint prepares and commits a cut holding b's session at its current
+// takeServerCheckpoint prepares and commits a cut holding b's session at its current
 // revision, and returns the checkpoint's location and id.
-func checkpoint(ctx context.Context, t *testing.T, c *cluster, srv *envProc, b *episodeDriver) (string, string) {
+func takeServerCheckpoint(ctx context.Context, t *testing.T, c *cluster, srv *envProc, b *episodeDriver) (string, string) {
 	t.Helper()
 	id := "ckpt-" + b.rollout
 	prep, err := srv.ctl.Prepare(ctx, participants.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(30 * time.Second)})

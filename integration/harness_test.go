@@ -24,10 +24,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/devenv"
 	"github.com/turnstile-rl/turnstile/participants"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // bins holds the binaries built once for the whole package.
@@ -299,7 +298,7 @@ func (c *cluster) startWorker(extraEnv ...string) *proc {
 func (c *cluster) hasPoller() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp, err := c.client.DescribeTaskQueue(ctx, workflows.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
+	resp, err := c.client.DescribeTaskQueue(ctx, rollout.TaskQueue, enums.TASK_QUEUE_TYPE_WORKFLOW)
 	return err == nil && len(resp.GetPollers()) > 0
 }
 
@@ -314,31 +313,31 @@ func healthy(url string) bool {
 
 // rolloutSpec builds the input of rollout i of a set: the task and seed
 // depend only on i, so two sets with the same specs are comparable.
-func counterInput(set string, i int, target int) workflows.RolloutInput {
-	return workflows.RolloutInput{
+func counterInput(set string, i int, target int) rollout.Input {
+	return rollout.Input{
 		RolloutID: fmt.Sprintf("%s-%04d", set, i),
 		Set:       set,
 		Task:      json.RawMessage(fmt.Sprintf(`{"target":%d}`, target)),
-		Env:       activities.EnvRef{Name: "counter"},
-		Policy:    activities.PolicyRef{Model: "scripted-counter"},
+		Env:       rollout.EnvRef{Name: "counter"},
+		Policy:    rollout.PolicyRef{Model: "scripted-counter"},
 		Seed:      int64(1000 + i),
-		Limits:    workflows.Limits{MaxTurns: 24},
+		Limits:    rollout.Limits{MaxTurns: 24},
 	}
 }
 
-func (c *cluster) submit(ctx context.Context, in workflows.RolloutInput) client.WorkflowRun {
+func (c *cluster) submit(ctx context.Context, in rollout.Input) client.WorkflowRun {
 	c.t.Helper()
 	run, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflows.RolloutWorkflowID(in.RolloutID),
-		TaskQueue:                workflows.TaskQueue,
+		ID:                       rollout.WorkflowID(in.RolloutID),
+		TaskQueue:                rollout.TaskQueue,
 		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutID).ValueSet(in.RolloutID),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutSet).ValueSet(in.Set),
-			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutAttempt).ValueSet(int64(in.Attempt)),
+			temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutID).ValueSet(in.RolloutID),
+			temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutSet).ValueSet(in.Set),
+			temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt).ValueSet(int64(in.Attempt)),
 		),
-	}, workflows.RolloutWorkflowName, in)
+	}, rollout.WorkflowName, in)
 	if err != nil {
 		c.t.Fatalf("start %s: %v", in.RolloutID, err)
 	}
@@ -346,11 +345,11 @@ func (c *cluster) submit(ctx context.Context, in workflows.RolloutInput) client.
 }
 
 // results waits for every run and returns the results by rollout id.
-func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[string]workflows.RolloutResult {
+func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[string]rollout.Result {
 	c.t.Helper()
-	out := map[string]workflows.RolloutResult{}
+	out := map[string]rollout.Result{}
 	for _, run := range runs {
-		var res workflows.RolloutResult
+		var res rollout.Result
 		if err := run.Get(ctx, &res); err != nil {
 			c.t.Fatalf("rollout %s: %v", run.GetID(), err)
 		}
@@ -383,7 +382,7 @@ func (c *cluster) historySizes(ctx context.Context, workflowID, runID string) ([
 		sizes = append(sizes, protoSize(ev))
 		types = append(types, ev.GetEventType())
 		var in []byte
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activities.CallModelName {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == rollout.CallModelName {
 			if p := a.GetInput().GetPayloads(); len(p) > 0 {
 				in = p[0].GetData()
 			}

@@ -12,13 +12,13 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // TestRecordedHistoryReplays records a real Rollout history that includes a
 // park and a resume, exports it with the Temporal CLI as JSON, and replays it
 // against the current workflow code. With TURNSTILE_UPDATE_REPLAY=1 it also
-// refreshes the fixture workflows/testdata/rollout-park-resume.json that the
+// refreshes the fixture rollout/testdata/rollout-park-resume.json that the
 // workflows package replays without a server.
 func TestRecordedHistoryReplays(t *testing.T) {
 	if testing.Short() {
@@ -35,21 +35,21 @@ func TestRecordedHistoryReplays(t *testing.T) {
 	in := counterInput("replay", 0, 4)
 	run := c.submit(ctx, in)
 	park, err := c.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: run.GetID(), UpdateID: "cp-replay/park", UpdateName: workflows.UpdatePark,
-		Args:         []any{workflows.ParkRequest{CheckpointID: "cp-replay", Deadline: time.Now().Add(time.Minute)}},
+		WorkflowID: run.GetID(), UpdateID: "cp-replay/park", UpdateName: rollout.UpdatePark,
+		Args:         []any{rollout.ParkRequest{CheckpointID: "cp-replay", Deadline: time.Now().Add(time.Minute)}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(t, err)
-	var rec workflows.ParkRecord
+	var rec rollout.ParkRecord
 	require.NoError(t, park.Get(ctx, &rec))
-	require.Equal(t, workflows.PhaseParked, rec.Phase)
+	require.Equal(t, rollout.PhaseParked, rec.Phase)
 	resume, err := c.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: run.GetID(), UpdateID: "cp-replay/resume", UpdateName: workflows.UpdateResume,
-		Args: []any{workflows.ResumeRequest{CheckpointID: "cp-replay"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID: run.GetID(), UpdateID: "cp-replay/resume", UpdateName: rollout.UpdateResume,
+		Args: []any{rollout.ResumeRequest{CheckpointID: "cp-replay"}}, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	require.NoError(t, err)
 	require.NoError(t, resume.Get(ctx, nil))
-	var res workflows.RolloutResult
+	var res rollout.Result
 	require.NoError(t, run.Get(ctx, &res))
 	require.Equal(t, 1.0, res.Reward)
 
@@ -59,11 +59,11 @@ func TestRecordedHistoryReplays(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
 
 	r := worker.NewWorkflowReplayer()
-	r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
+	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, path))
 
 	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {
-		fixture := filepath.Join(bins.root, "workflows", "testdata", "rollout-park-resume.json")
+		fixture := filepath.Join(bins.root, "rollout", "testdata", "rollout-park-resume.json")
 		require.NoError(t, os.MkdirAll(filepath.Dir(fixture), 0o755))
 		require.NoError(t, os.WriteFile(fixture, []byte(out), 0o644))
 	}

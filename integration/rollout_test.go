@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 func protoSize(m proto.Message) int { return proto.Size(m) }
@@ -25,7 +25,7 @@ const setSize = 20
 func target(i int) int { return 2 + i%5 }
 
 // runSet submits a counter set and waits for all of it.
-func runSet(ctx context.Context, c *cluster, set string) map[string]workflows.RolloutResult {
+func runSet(ctx context.Context, c *cluster, set string) map[string]rollout.Result {
 	var runs []client.WorkflowRun
 	for i := range setSize {
 		runs = append(runs, c.submit(ctx, counterInput(set, i, target(i))))
@@ -41,7 +41,7 @@ type outcome struct {
 	Calls  int64
 }
 
-func outcomes(set string, res map[string]workflows.RolloutResult) map[int]outcome {
+func outcomes(set string, res map[string]rollout.Result) map[int]outcome {
 	out := map[int]outcome{}
 	for id, r := range res {
 		var i int
@@ -75,8 +75,8 @@ func TestRolloutSetEndToEnd(t *testing.T) {
 	require.Greater(t, rewards[0], 0, "seeded imperfection makes some miss")
 
 	// One rollout started from the Temporal CLI with typed JSON input.
-	out, err := c.temporalCLI(ctx, "workflow", "execute", "--type", workflows.RolloutWorkflowName,
-		"--task-queue", workflows.TaskQueue, "--workflow-id", workflows.RolloutWorkflowID("cli-1"),
+	out, err := c.temporalCLI(ctx, "workflow", "execute", "--type", rollout.WorkflowName,
+		"--task-queue", rollout.TaskQueue, "--workflow-id", rollout.WorkflowID("cli-1"),
 		"--input", `{"rollout_id":"cli-1","set":"cli","task":{"target":3},"env":{"name":"counter"},"policy":{"model":"scripted-counter"},"seed":5}`,
 		"--output", "json")
 	require.NoError(t, err, out)
@@ -173,7 +173,7 @@ func TestHistoryBytesPerTurnStayFlat(t *testing.T) {
 	in.Task = json.RawMessage(`{"target":100,"padding":10240}`)
 	in.Limits.MaxTurns = 120
 	run := c.submit(ctx, in)
-	var res workflows.RolloutResult
+	var res rollout.Result
 	require.NoError(t, run.Get(ctx, &res))
 	require.Equal(t, 101, res.Turns)
 	require.Equal(t, 1.0, res.Reward)

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // Environment variables a worker reads. Temporal's own connection settings
@@ -43,7 +43,7 @@ const (
 	DefaultTranscriptDir = ".turnstile/transcripts"
 	DefaultEnvURL        = "http://127.0.0.1:8091"
 	DefaultModelBaseURL  = "http://127.0.0.1:8092/v1"
-	DefaultTaskQueue     = workflows.TaskQueue
+	DefaultTaskQueue     = rollout.TaskQueue
 	DefaultLogLevel      = "info"
 )
 

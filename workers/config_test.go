@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 func lookup(env map[string]string) func(string) (string, bool) {
@@ -28,7 +28,7 @@ func TestConfigFromLookup(t *testing.T) {
 				TranscriptDir: ".turnstile/transcripts",
 				EnvURL:        "http://127.0.0.1:8091",
 				ModelBaseURL:  "http://127.0.0.1:8092/v1",
-				TaskQueue:     workflows.TaskQueue,
+				TaskQueue:     rollout.TaskQueue,
 				LogLevel:      "info",
 			},
 		},
@@ -64,7 +64,7 @@ func TestConfigFromLookup(t *testing.T) {
 				EnvURL:        "http://127.0.0.1:8091",
 				ModelBaseURL:  "http://127.0.0.1:8092/v1",
 				ModelAPIKey:   "sk-x",
-				TaskQueue:     workflows.TaskQueue,
+				TaskQueue:     rollout.TaskQueue,
 				LogLevel:      "info",
 			},
 		},

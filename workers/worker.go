@@ -10,10 +10,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // Registry is the part of worker.Worker that registrations need; a test can
@@ -47,7 +48,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error)
 // opens (creating the directory), the default endpoints, and the failpoints
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
-func NewActivities(cfg Config) (*activities.Activities, error) {
+func NewActivities(cfg Config) (*rollout.Activities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func NewActivities(cfg Config) (*activities.Activities, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", failpoint.EnvVar, err)
 	}
-	return &activities.Activities{
+	return &rollout.Activities{
 		Store:        store,
 		EnvURL:       cfg.EnvURL,
 		ModelBaseURL: cfg.ModelBaseURL,
@@ -74,8 +75,8 @@ func NewActivities(cfg Config) (*activities.Activities, error) {
 // NewCoordinator builds the activities of the Checkpoint and Restore
 // workflows; they share the rollout activities' transcript store and
 // failpoints.
-func NewCoordinator(c client.Client, cfg Config, acts *activities.Activities) *activities.Coordinator {
-	return &activities.Coordinator{
+func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coordinator.Coordinator {
+	return &coordinator.Coordinator{
 		Client:       c,
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
@@ -88,12 +89,12 @@ func NewCoordinator(c client.Client, cfg Config, acts *activities.Activities) *a
 }
 
 // Register registers the workflows and activities on r.
-func Register(r Registry, acts *activities.Activities, coord *activities.Coordinator) {
-	r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
-	r.RegisterWorkflowWithOptions(workflows.Checkpoint, workflow.RegisterOptions{Name: workflows.CheckpointWorkflowName})
-	r.RegisterWorkflowWithOptions(workflows.Restore, workflow.RegisterOptions{Name: workflows.RestoreWorkflowName})
+func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinator) {
+	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
+	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
+	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
 	// The structs' methods become the activities, named after the methods
-	// (activities.StartEnvironmentName, CallModelName, …; the coordinator's
+	// (rollout.StartEnvironmentName, CallModelName, …; the coordinator's
 	// PrepareParticipants, ParkMembers, …).
 	r.RegisterActivity(acts)
 	r.RegisterActivity(coord)

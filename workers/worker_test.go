@@ -8,10 +8,10 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 type recordingRegistry struct {
@@ -44,7 +44,7 @@ func TestRegister(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
-	want := []string{workflows.RolloutWorkflowName, workflows.CheckpointWorkflowName, workflows.RestoreWorkflowName}
+	want := []string{rollout.WorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
@@ -70,7 +70,7 @@ func TestNewActivities(t *testing.T) {
 	if _, err := os.Stat(cfg.TranscriptDir); err != nil {
 		t.Errorf("transcript dir not created: %v", err)
 	}
-	want := activities.Activities{EnvURL: cfg.EnvURL, ModelBaseURL: cfg.ModelBaseURL, ModelAPIKey: "k"}
+	want := rollout.Activities{EnvURL: cfg.EnvURL, ModelBaseURL: cfg.ModelBaseURL, ModelAPIKey: "k"}
 	if acts.EnvURL != want.EnvURL || acts.ModelBaseURL != want.ModelBaseURL || acts.ModelAPIKey != want.ModelAPIKey {
 		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
 	}

@@ -17,21 +17,21 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // ReceiptLine is one receipt read from a receipts file, with its line
 // number for messages.
 type ReceiptLine struct {
 	Line    int
-	Receipt workflows.Receipt
+	Receipt rollout.Receipt
 }
 
 // maxReceiptLine bounds one line of a receipts file (a result line carries
 // its lineage, so it may be long).
 const maxReceiptLine = 16 << 20
 
-// ParseReceipts reads JSON lines, each a workflows.Receipt or a result
+// ParseReceipts reads JSON lines, each a rollout.Receipt or a result
 // carrying one under "receipt" (as `starter results` prints them). A line
 // of a rollout that failed ({"rollout_id","error"}, also printed by
 // `starter results`) has nothing to acknowledge and is returned in skipped.
@@ -48,17 +48,17 @@ func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err erro
 			continue
 		}
 		var v struct {
-			RolloutID string             `json:"rollout_id"`
-			Attempt   *int               `json:"attempt"`
-			SHA256    string             `json:"sha256"`
-			Receipt   *workflows.Receipt `json:"receipt"`
-			Error     *string            `json:"error"`
+			RolloutID string           `json:"rollout_id"`
+			Attempt   *int             `json:"attempt"`
+			SHA256    string           `json:"sha256"`
+			Receipt   *rollout.Receipt `json:"receipt"`
+			Error     *string          `json:"error"`
 		}
 		if err := json.Unmarshal(raw, &v); err != nil {
 			bad = append(bad, fmt.Sprintf("line %d: not a JSON object: %v", n, err))
 			continue
 		}
-		var rc workflows.Receipt
+		var rc rollout.Receipt
 		switch {
 		case v.Receipt != nil:
 			rc = *v.Receipt
@@ -71,7 +71,7 @@ func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err erro
 				bad = append(bad, fmt.Sprintf("line %d: receipt of rollout %s has no attempt", n, v.RolloutID))
 				continue
 			}
-			rc = workflows.Receipt{RolloutID: v.RolloutID, Attempt: *v.Attempt, SHA256: v.SHA256}
+			rc = rollout.Receipt{RolloutID: v.RolloutID, Attempt: *v.Attempt, SHA256: v.SHA256}
 		case v.Error != nil && v.RolloutID != "":
 			skipped = append(skipped, fmt.Sprintf("line %d: rollout %s failed, nothing to acknowledge", n, v.RolloutID))
 			continue
@@ -95,7 +95,7 @@ func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err erro
 }
 
 // receiptProblem names what makes rc unusable, or returns "".
-func receiptProblem(rc workflows.Receipt) string {
+func receiptProblem(rc rollout.Receipt) string {
 	switch {
 	case rc.RolloutID == "":
 		return "receipt without rollout_id"
@@ -113,21 +113,21 @@ func receiptProblem(rc workflows.Receipt) string {
 type HeldState struct {
 	WorkflowID string
 	Running    bool
-	Phase      workflows.Phase
-	Result     *workflows.RolloutResult
+	Phase      rollout.Phase
+	Result     *rollout.Result
 	// Err is why a closed run has no result.
 	Err string
 }
 
 // awaiting reports a running rollout holding a result for acknowledgement.
 func (s HeldState) awaiting() bool {
-	return s.Running && s.Phase == workflows.PhaseAwaitingAck && s.Result != nil && s.Result.Receipt != nil
+	return s.Running && s.Phase == rollout.PhaseAwaitingAck && s.Result != nil && s.Result.Receipt != nil
 }
 
 // AckPlan is a validated batch.
 type AckPlan struct {
 	// Send are the receipts to acknowledge, in rollout id order.
-	Send []workflows.Receipt
+	Send []rollout.Receipt
 	// Already are rollouts whose result with that receipt was accepted
 	// before (acknowledged, or never held): nothing to send.
 	Already []string
@@ -177,7 +177,7 @@ func PlanAcks(set string, lines []ReceiptLine, states map[string]HeldState) (Ack
 }
 
 // heldProblem compares a receipt with the result st holds.
-func heldProblem(st HeldState, rc workflows.Receipt) string {
+func heldProblem(st HeldState, rc rollout.Receipt) string {
 	switch {
 	case st.Result == nil && st.Running:
 		return fmt.Sprintf("holds no completed result yet (phase %s)", phaseName(st.Phase))
@@ -198,7 +198,7 @@ func heldProblem(st HeldState, rc workflows.Receipt) string {
 	return ""
 }
 
-func phaseName(p workflows.Phase) string {
+func phaseName(p rollout.Phase) string {
 	if p == "" {
 		return "(none)"
 	}
@@ -220,7 +220,7 @@ func PlanAllCompleted(states map[string]HeldState) AckPlan {
 
 // AckUpdateID is the update id of acknowledging rc: the same receipt gives
 // the same id, so a retried acknowledgement is a no-op.
-func AckUpdateID(rc workflows.Receipt) string { return "ack/" + rc.RolloutID + "/" + rc.SHA256 }
+func AckUpdateID(rc rollout.Receipt) string { return "ack/" + rc.RolloutID + "/" + rc.SHA256 }
 
 // AckSummary counts what an acknowledgement did.
 type AckSummary struct {
@@ -235,8 +235,8 @@ func sendAcks(ctx context.Context, upd workflowUpdater, plan AckPlan) (AckSummar
 	ups := make([]rolloutUpdate, len(plan.Send))
 	for i, rc := range plan.Send {
 		ups[i] = rolloutUpdate{
-			Label: rc.RolloutID, WorkflowID: workflows.RolloutWorkflowID(rc.RolloutID), UpdateID: AckUpdateID(rc),
-			Name: workflows.UpdateAcknowledge, Arg: workflows.AckRequest{Receipt: rc},
+			Label: rc.RolloutID, WorkflowID: rollout.WorkflowID(rc.RolloutID), UpdateID: AckUpdateID(rc),
+			Name: rollout.UpdateAcknowledge, Arg: rollout.AckRequest{Receipt: rc},
 		}
 	}
 	out, err := sendUpdates(ctx, upd, ups)
@@ -256,9 +256,9 @@ type statusQuerier interface {
 }
 
 // queryStatus asks the current run of workflowID for its Status.
-func queryStatus(ctx context.Context, q statusQuerier, workflowID string) (workflows.Status, error) {
-	var st workflows.Status
-	v, err := q.QueryWorkflow(ctx, workflowID, "", workflows.QueryStatus)
+func queryStatus(ctx context.Context, q statusQuerier, workflowID string) (rollout.Status, error) {
+	var st rollout.Status
+	v, err := q.QueryWorkflow(ctx, workflowID, "", rollout.QueryStatus)
 	if err != nil {
 		return st, fmt.Errorf("query status of %s: %w", workflowID, err)
 	}
@@ -285,7 +285,7 @@ func fetchStates(ctx context.Context, c client.Client, set string, want map[stri
 	states := make([]HeldState, len(recs))
 	err = forEach(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
 		rec := &recs[i]
-		st := HeldState{WorkflowID: rec.WorkflowID, Running: !rec.Closed(), Phase: workflows.Phase(rec.Phase)}
+		st := HeldState{WorkflowID: rec.WorkflowID, Running: !rec.Closed(), Phase: rollout.Phase(rec.Phase)}
 		if st.Running {
 			s, err := queryStatus(ctx, c, rec.WorkflowID)
 			if err != nil {
@@ -393,14 +393,14 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 func fillHeld(ctx context.Context, q statusQuerier, recs []RolloutRecord) error {
 	return forEach(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
 		r := &recs[i]
-		if r.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || r.Phase != string(workflows.PhaseAwaitingAck) || r.Result != nil {
+		if r.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || r.Phase != string(rollout.PhaseAwaitingAck) || r.Result != nil {
 			return nil
 		}
 		st, err := queryStatus(ctx, q, r.WorkflowID)
 		if err != nil {
 			return err
 		}
-		if st.Phase == workflows.PhaseAwaitingAck {
+		if st.Phase == rollout.PhaseAwaitingAck {
 			r.Result = st.Result
 		}
 		return nil

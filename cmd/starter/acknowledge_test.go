@@ -14,19 +14,19 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 func sha(c byte) string { return strings.Repeat(string(c), 64) }
 
-func receipt(id string, attempt int, c byte) workflows.Receipt {
-	return workflows.Receipt{RolloutID: id, Attempt: attempt, SHA256: sha(c)}
+func receipt(id string, attempt int, c byte) rollout.Receipt {
+	return rollout.Receipt{RolloutID: id, Attempt: attempt, SHA256: sha(c)}
 }
 
 // held is a running rollout holding a result with receipt rc.
-func held(rc workflows.Receipt) HeldState {
-	return HeldState{WorkflowID: workflows.RolloutWorkflowID(rc.RolloutID), Running: true, Phase: workflows.PhaseAwaitingAck,
-		Result: &workflows.RolloutResult{RolloutID: rc.RolloutID, Attempt: rc.Attempt, Receipt: &rc}}
+func held(rc rollout.Receipt) HeldState {
+	return HeldState{WorkflowID: rollout.WorkflowID(rc.RolloutID), Running: true, Phase: rollout.PhaseAwaitingAck,
+		Result: &rollout.Result{RolloutID: rc.RolloutID, Attempt: rc.Attempt, Receipt: &rc}}
 }
 
 func jsonLine(t *testing.T, v any) string {
@@ -40,7 +40,7 @@ func jsonLine(t *testing.T, v any) string {
 
 func TestParseReceipts(t *testing.T) {
 	a, b := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b')
-	res := workflows.RolloutResult{RolloutID: "s1-0001", Attempt: 1, Reward: 1, Receipt: &b}
+	res := rollout.Result{RolloutID: "s1-0001", Attempt: 1, Reward: 1, Receipt: &b}
 	in := strings.Join([]string{
 		jsonLine(t, a),
 		"",
@@ -85,7 +85,7 @@ func TestParseReceiptsListsEveryBadLine(t *testing.T) {
 
 func TestPlanAcks(t *testing.T) {
 	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
-	done := HeldState{WorkflowID: "rollout/s1-0002", Result: &workflows.RolloutResult{RolloutID: "s1-0002", Receipt: &c}}
+	done := HeldState{WorkflowID: "rollout/s1-0002", Result: &rollout.Result{RolloutID: "s1-0002", Receipt: &c}}
 	states := map[string]HeldState{"s1-0000": held(a), "s1-0001": held(b), "s1-0002": done}
 	plan, err := PlanAcks("s1", []ReceiptLine{{1, b}, {2, a}, {3, c}, {4, a}}, states)
 	if err != nil {
@@ -101,7 +101,7 @@ func TestPlanAcks(t *testing.T) {
 
 func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
 	a, b := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b')
-	running := HeldState{Running: true, Phase: workflows.PhaseModel}
+	running := HeldState{Running: true, Phase: rollout.PhaseModel}
 	failedRun := HeldState{Err: "environment refused"}
 	states := map[string]HeldState{"s1-0000": held(a), "s1-0001": held(b), "s1-0003": running, "s1-0004": failedRun}
 	lines := []ReceiptLine{
@@ -143,10 +143,10 @@ func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
 func TestPlanAllCompleted(t *testing.T) {
 	a, b, c := receipt("s1-0002", 0, 'a'), receipt("s1-0000", 1, 'b'), receipt("s1-0001", 0, 'c')
 	done := held(c)
-	done.Running, done.Phase = false, workflows.PhaseCompleted
+	done.Running, done.Phase = false, rollout.PhaseCompleted
 	states := map[string]HeldState{
 		"s1-0002": held(a), "s1-0000": held(b), "s1-0001": done,
-		"s1-0003": {Running: true, Phase: workflows.PhaseModel},
+		"s1-0003": {Running: true, Phase: rollout.PhaseModel},
 	}
 	plan := PlanAllCompleted(states)
 	if len(plan.Send) != 2 || plan.Send[0] != b || plan.Send[1] != a {
@@ -191,7 +191,7 @@ func (f *fakeUpdater) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowO
 func TestSendAcks(t *testing.T) {
 	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
 	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0002": true}}
-	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []workflows.Receipt{a, b, c}, Already: []string{"s1-0009"}})
+	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,13 +199,13 @@ func TestSendAcks(t *testing.T) {
 		t.Errorf("summary %+v", sum)
 	}
 	o := f.got["rollout/s1-0001"]
-	if o.UpdateName != workflows.UpdateAcknowledge || o.UpdateID != "ack/s1-0001/"+sha('b') ||
-		o.WaitForStage != client.WorkflowUpdateStageCompleted || o.Args[0].(workflows.AckRequest).Receipt != b {
+	if o.UpdateName != rollout.UpdateAcknowledge || o.UpdateID != "ack/s1-0001/"+sha('b') ||
+		o.WaitForStage != client.WorkflowUpdateStageCompleted || o.Args[0].(rollout.AckRequest).Receipt != b {
 		t.Errorf("update %+v", o)
 	}
 
 	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}}
-	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []workflows.Receipt{a, b, c}})
+	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}})
 	if err == nil || !strings.Contains(err.Error(), "2 of 3") || !strings.Contains(err.Error(), "s1-0000: rejected") || !strings.Contains(err.Error(), "s1-0002: rejected") {
 		t.Errorf("err = %v", err)
 	}
@@ -216,7 +216,7 @@ func TestSendAcks(t *testing.T) {
 
 // fakeQuerier answers status queries from a table.
 type fakeQuerier struct {
-	status  map[string]workflows.Status
+	status  map[string]rollout.Status
 	queried []string
 	mu      sync.Mutex
 }
@@ -237,7 +237,7 @@ func (q *fakeQuerier) QueryWorkflow(_ context.Context, workflowID, runID, queryT
 	defer q.mu.Unlock()
 	q.queried = append(q.queried, workflowID)
 	st, ok := q.status[workflowID]
-	if !ok || queryType != workflows.QueryStatus || runID != "" {
+	if !ok || queryType != rollout.QueryStatus || runID != "" {
 		return nil, fmt.Errorf("unexpected query %s %q %s", workflowID, runID, queryType)
 	}
 	return encoded{st}, nil
@@ -248,10 +248,10 @@ func TestResultsListHeldResultsWithReceipts(t *testing.T) {
 	recs := []RolloutRecord{
 		{RolloutID: "s1-0000", WorkflowID: "rollout/s1-0000", Status: running, Phase: "awaiting_ack"},
 		{RolloutID: "s1-0001", WorkflowID: "rollout/s1-0001", Status: running, Phase: "model"},
-		{RolloutID: "s1-0002", WorkflowID: "rollout/s1-0002", Status: completed, Result: &workflows.RolloutResult{RolloutID: "s1-0002", Attempt: 1, Receipt: &c}},
+		{RolloutID: "s1-0002", WorkflowID: "rollout/s1-0002", Status: completed, Result: &rollout.Result{RolloutID: "s1-0002", Attempt: 1, Receipt: &c}},
 	}
-	q := &fakeQuerier{status: map[string]workflows.Status{
-		"rollout/s1-0000": {Phase: workflows.PhaseAwaitingAck, Result: &workflows.RolloutResult{RolloutID: "s1-0000", Reward: 1, Receipt: &a}},
+	q := &fakeQuerier{status: map[string]rollout.Status{
+		"rollout/s1-0000": {Phase: rollout.PhaseAwaitingAck, Result: &rollout.Result{RolloutID: "s1-0000", Reward: 1, Receipt: &a}},
 	}}
 	if err := fillHeld(t.Context(), q, recs); err != nil {
 		t.Fatal(err)

@@ -18,8 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/activities"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 )
 
 // CheckpointRequest is one `starter checkpoint`.
@@ -38,33 +37,33 @@ type CheckpointRequest struct {
 // CheckpointInput turns r into the workflow's input: the root made absolute
 // against cwd, the participants checked. Bad input is an error naming the
 // flag; nothing is started.
-func (r CheckpointRequest) CheckpointInput(cwd string) (workflows.CheckpointInput, error) {
+func (r CheckpointRequest) CheckpointInput(cwd string) (checkpoint.CheckpointInput, error) {
 	if err := validateSet(r.Set); err != nil {
-		return workflows.CheckpointInput{}, err
+		return checkpoint.CheckpointInput{}, err
 	}
-	if err := activities.ValidateName("--id", r.CheckpointID); err != nil {
-		return workflows.CheckpointInput{}, err
+	if err := checkpoint.ValidateName("--id", r.CheckpointID); err != nil {
+		return checkpoint.CheckpointInput{}, err
 	}
 	root, err := absRoot(r.Root, cwd)
 	if err != nil {
-		return workflows.CheckpointInput{}, err
+		return checkpoint.CheckpointInput{}, err
 	}
 	parts, err := validateParticipantURLs(r.Participants)
 	if err != nil {
-		return workflows.CheckpointInput{}, err
+		return checkpoint.CheckpointInput{}, err
 	}
-	in := workflows.CheckpointInput{
+	in := checkpoint.CheckpointInput{
 		CheckpointID: r.CheckpointID, Set: r.Set, Root: root, Participants: parts, StayPaused: r.StayPaused,
 	}
 	switch {
 	case !r.Deadline.IsZero() && r.Timeout != 0:
-		return workflows.CheckpointInput{}, errors.New("give --timeout or --deadline, not both")
+		return checkpoint.CheckpointInput{}, errors.New("give --timeout or --deadline, not both")
 	case !r.Deadline.IsZero():
 		in.Deadline = r.Deadline.UTC()
 	case r.Timeout > 0:
 		in.Timeout = r.Timeout.String()
 	default:
-		return workflows.CheckpointInput{}, fmt.Errorf("--timeout %s: want a positive duration such as 60s", r.Timeout)
+		return checkpoint.CheckpointInput{}, fmt.Errorf("--timeout %s: want a positive duration such as 60s", r.Timeout)
 	}
 	return in, nil
 }
@@ -113,7 +112,7 @@ func validateParticipantURLs(urls []string) ([]string, error) {
 // aborted one may be retried under the same id.
 func CheckpointStartOptions(checkpointID, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
-		ID:                                       workflows.CheckpointWorkflowID(checkpointID),
+		ID:                                       checkpoint.CheckpointWorkflowID(checkpointID),
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
@@ -123,7 +122,7 @@ func CheckpointStartOptions(checkpointID, taskQueue string) client.StartWorkflow
 }
 
 // writeCheckpointResult prints res as an aligned two-column table.
-func writeCheckpointResult(w io.Writer, res workflows.CheckpointResult) error {
+func writeCheckpointResult(w io.Writer, res checkpoint.CheckpointResult) error {
 	return writeTable(w, [][2]string{
 		{"checkpoint", orDash(res.CheckpointID)},
 		{"dir", orDash(res.Dir)},
@@ -231,7 +230,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				return err
 			}
 			opts := CheckpointStartOptions(in.CheckpointID, g.taskQueue)
-			return runCoordinator(cmd, g, opts, workflows.CheckpointWorkflowName, in, wait, writeCheckpointResult)
+			return runCoordinator(cmd, g, opts, checkpoint.CheckpointWorkflowName, in, wait, writeCheckpointResult)
 		},
 	}
 	f := cmd.Flags()

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 )
 
 func validCheckpoint() CheckpointRequest {
@@ -27,15 +27,15 @@ func TestCheckpointInput(t *testing.T) {
 	tests := []struct {
 		name string
 		edit func(*CheckpointRequest)
-		want workflows.CheckpointInput
+		want checkpoint.CheckpointInput
 	}{
-		{"relative root, timeout", func(*CheckpointRequest) {}, workflows.CheckpointInput{
+		{"relative root, timeout", func(*CheckpointRequest) {}, checkpoint.CheckpointInput{
 			CheckpointID: "ck1", Set: "s1", Root: "/work/dir/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: "1m30s",
 		}},
 		{"absolute root, deadline, stay paused", func(r *CheckpointRequest) {
 			r.Root, r.Timeout, r.Deadline, r.StayPaused = "/data/../ck/", 0, deadline, true
 			r.Participants = []string{"http://a:1", "https://b:2"}
-		}, workflows.CheckpointInput{
+		}, checkpoint.CheckpointInput{
 			CheckpointID: "ck1", Set: "s1", Root: "/ck", Participants: []string{"http://a:1", "https://b:2"},
 			Deadline: deadline.UTC(), StayPaused: true,
 		}},
@@ -94,11 +94,11 @@ func TestCoordinatorStartOptions(t *testing.T) {
 		ck.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY || !ck.WorkflowExecutionErrorWhenAlreadyStarted {
 		t.Errorf("checkpoint options %+v", ck)
 	}
-	rs := RestoreStartOptions(workflows.RestoreInput{CheckpointID: "ck1"}, "q")
+	rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1"}, "q")
 	if rs.ID != "restore/ck1" || rs.TaskQueue != "q" || rs.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL {
 		t.Errorf("restore options %+v", rs)
 	}
-	if rs := RestoreStartOptions(workflows.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
+	if rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
 		t.Errorf("restore with an id: %s", rs.ID)
 	}
 }
@@ -137,7 +137,7 @@ func valueColumn(t *testing.T, out string) map[int]int {
 
 func TestWriteCoordinatorResults(t *testing.T) {
 	var ck bytes.Buffer
-	if err := writeCheckpointResult(&ck, workflows.CheckpointResult{
+	if err := writeCheckpointResult(&ck, checkpoint.CheckpointResult{
 		CheckpointID: "ck1", Dir: "/r/ck1", Members: 24, Parked: 20, CompletedUnacked: 3, Closed: 1,
 		Bytes: 123456, ManifestDigest: "abc", CutMillis: 812, TotalMillis: 1500,
 	}); err != nil {
@@ -152,7 +152,7 @@ func TestWriteCoordinatorResults(t *testing.T) {
 		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
 	}
 	var rs bytes.Buffer
-	if err := writeRestoreResult(&rs, workflows.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
+	if err := writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {
@@ -168,7 +168,7 @@ func TestWriteCoordinatorResults(t *testing.T) {
 // fakeRun is a started workflow whose result is res or err.
 type fakeRun struct {
 	client.WorkflowRun
-	res workflows.CheckpointResult
+	res checkpoint.CheckpointResult
 	err error
 }
 
@@ -178,7 +178,7 @@ func (r fakeRun) Get(_ context.Context, out any) error {
 	if r.err != nil {
 		return r.err
 	}
-	*out.(*workflows.CheckpointResult) = r.res
+	*out.(*checkpoint.CheckpointResult) = r.res
 	return nil
 }
 
@@ -198,7 +198,7 @@ func (s *coordinatorStarter) ExecuteWorkflow(_ context.Context, o client.StartWo
 }
 
 func TestStartCoordinator(t *testing.T) {
-	in := workflows.CheckpointInput{CheckpointID: "ck1"}
+	in := checkpoint.CheckpointInput{CheckpointID: "ck1"}
 	opts := CheckpointStartOptions("ck1", "q")
 	tests := []struct {
 		name    string
@@ -208,17 +208,17 @@ func TestStartCoordinator(t *testing.T) {
 		want    int
 	}{
 		{"no wait", coordinatorStarter{run: fakeRun{err: errors.New("must not be awaited")}}, false, "", 0},
-		{"wait", coordinatorStarter{run: fakeRun{res: workflows.CheckpointResult{Members: 7}}}, true, "", 7},
+		{"wait", coordinatorStarter{run: fakeRun{res: checkpoint.CheckpointResult{Members: 7}}}, true, "", 7},
 		{"wait fails", coordinatorStarter{run: fakeRun{err: errors.New("connection lost")}}, true, "wait for checkpoint/ck1: connection lost", 0},
 		{"already started", coordinatorStarter{startErr: serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "r")}, true, "already running or was already completed", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var (
-				res workflows.CheckpointResult
+				res checkpoint.CheckpointResult
 				log bytes.Buffer
 			)
-			err := startCoordinator(t.Context(), &tt.s, opts, workflows.CheckpointWorkflowName, in, &res, tt.wait, &log)
+			err := startCoordinator(t.Context(), &tt.s, opts, checkpoint.CheckpointWorkflowName, in, &res, tt.wait, &log)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -231,7 +231,7 @@ func TestStartCoordinator(t *testing.T) {
 			if res.Members != tt.want {
 				t.Errorf("members = %d, want %d", res.Members, tt.want)
 			}
-			if tt.s.got[0] != "checkpoint/ck1" || tt.s.got[1] != workflows.CheckpointWorkflowName || tt.s.got[2].(workflows.CheckpointInput).CheckpointID != "ck1" {
+			if tt.s.got[0] != "checkpoint/ck1" || tt.s.got[1] != checkpoint.CheckpointWorkflowName || tt.s.got[2].(checkpoint.CheckpointInput).CheckpointID != "ck1" {
 				t.Errorf("started %v", tt.s.got)
 			}
 			if !strings.Contains(log.String(), "started checkpoint/ck1 (run run-1)") {

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // envMaxTurns is the model-call limit of a rollout when --max-turns is not
@@ -34,7 +34,7 @@ func DefaultMaxTurns(env string) int {
 	if n, ok := envMaxTurns[env]; ok {
 		return n
 	}
-	return workflows.DefaultMaxTurns
+	return rollout.DefaultMaxTurns
 }
 
 // scriptedPolicyPrefix + env is the scripted policy of env on the policy

@@ -26,8 +26,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // dialTimeout bounds connecting to Temporal, so an unreachable server is a
@@ -60,7 +60,7 @@ func newRootCmd() *cobra.Command {
 	}
 	defaultQueue := os.Getenv(workers.EnvTaskQueue)
 	if defaultQueue == "" {
-		defaultQueue = workflows.TaskQueue
+		defaultQueue = rollout.TaskQueue
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr")

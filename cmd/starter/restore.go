@@ -9,8 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/activities"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 )
 
 // RestoreRequest is one `starter restore`.
@@ -25,24 +24,24 @@ type RestoreRequest struct {
 
 // RestoreInput turns r into the workflow's input (root made absolute
 // against cwd); the rollouts go to taskQueue.
-func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (workflows.RestoreInput, error) {
-	if err := activities.ValidateName("--id", r.CheckpointID); err != nil {
-		return workflows.RestoreInput{}, err
+func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (checkpoint.RestoreInput, error) {
+	if err := checkpoint.ValidateName("--id", r.CheckpointID); err != nil {
+		return checkpoint.RestoreInput{}, err
 	}
 	if r.RestoreID != "" {
-		if err := activities.ValidateName("--restore-id", r.RestoreID); err != nil {
-			return workflows.RestoreInput{}, err
+		if err := checkpoint.ValidateName("--restore-id", r.RestoreID); err != nil {
+			return checkpoint.RestoreInput{}, err
 		}
 	}
 	root, err := absRoot(r.Root, cwd)
 	if err != nil {
-		return workflows.RestoreInput{}, err
+		return checkpoint.RestoreInput{}, err
 	}
 	parts, err := validateParticipantURLs(r.Participants)
 	if err != nil {
-		return workflows.RestoreInput{}, err
+		return checkpoint.RestoreInput{}, err
 	}
-	return workflows.RestoreInput{CheckpointID: r.CheckpointID, RestoreID: r.RestoreID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
+	return checkpoint.RestoreInput{CheckpointID: r.CheckpointID, RestoreID: r.RestoreID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
 }
 
 // RestoreStartOptions start the restore of in (workflow ID
@@ -50,13 +49,13 @@ func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (workflows.RestoreIn
 // restore may be run again once it has closed (a re-run finishes an
 // interrupted one and never starts an attempt twice), but not while one is
 // running.
-func RestoreStartOptions(in workflows.RestoreInput, taskQueue string) client.StartWorkflowOptions {
+func RestoreStartOptions(in checkpoint.RestoreInput, taskQueue string) client.StartWorkflowOptions {
 	restoreID := in.RestoreID
 	if restoreID == "" {
 		restoreID = in.CheckpointID
 	}
 	return client.StartWorkflowOptions{
-		ID:                                       workflows.RestoreWorkflowID(restoreID),
+		ID:                                       checkpoint.RestoreWorkflowID(restoreID),
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -66,7 +65,7 @@ func RestoreStartOptions(in workflows.RestoreInput, taskQueue string) client.Sta
 }
 
 // writeRestoreResult prints res as an aligned two-column table.
-func writeRestoreResult(w io.Writer, res workflows.RestoreResult) error {
+func writeRestoreResult(w io.Writer, res checkpoint.RestoreResult) error {
 	return writeTable(w, [][2]string{
 		{"checkpoint", orDash(res.CheckpointID)},
 		{"restored", fmt.Sprint(res.Restored)},
@@ -99,7 +98,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 				return err
 			}
 			opts := RestoreStartOptions(in, g.taskQueue)
-			return runCoordinator(cmd, g, opts, workflows.RestoreWorkflowName, in, wait, writeRestoreResult)
+			return runCoordinator(cmd, g, opts, checkpoint.RestoreWorkflowName, in, wait, writeRestoreResult)
 		},
 	}
 	f := cmd.Flags()

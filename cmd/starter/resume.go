@@ -15,9 +15,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/participants"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // updateConcurrency bounds concurrent updates (resume, acknowledge) and
@@ -76,7 +76,7 @@ func resumeSet(ctx context.Context, servers map[string]controlResumer, order []s
 		if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			ups = append(ups, rolloutUpdate{
 				Label: r.WorkflowID, WorkflowID: r.WorkflowID, UpdateID: "resume/" + checkpointID,
-				Name: workflows.UpdateResume, Arg: workflows.ResumeRequest{CheckpointID: checkpointID},
+				Name: rollout.UpdateResume, Arg: rollout.ResumeRequest{CheckpointID: checkpointID},
 			})
 		}
 	}
@@ -168,7 +168,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 			if err := validateSet(set); err != nil {
 				return err
 			}
-			if err := activities.ValidateName("--id", id); err != nil {
+			if err := checkpoint.ValidateName("--id", id); err != nil {
 				return err
 			}
 			parts, err := validateParticipantURLs(urls)

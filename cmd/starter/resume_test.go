@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/participants"
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 func TestControlToken(t *testing.T) {
@@ -100,7 +100,7 @@ func TestResumeSet(t *testing.T) {
 		t.Error("a closed rollout was sent a resume")
 	}
 	o := f.got["rollout/s1-0002"]
-	if o.UpdateName != workflows.UpdateResume || o.UpdateID != "resume/ck1" || o.Args[0].(workflows.ResumeRequest).CheckpointID != "ck1" {
+	if o.UpdateName != rollout.UpdateResume || o.UpdateID != "resume/ck1" || o.Args[0].(rollout.ResumeRequest).CheckpointID != "ck1" {
 		t.Errorf("update %+v", o)
 	}
 

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // maxSetName bounds a set name; rollout ids and workflow IDs grow from it.
@@ -41,7 +41,7 @@ func validateSet(set string) error {
 
 // setQuery is the visibility query for every run of every rollout of set.
 func setQuery(set string) string {
-	return fmt.Sprintf("%s=%q", workflows.SARolloutSet, set)
+	return fmt.Sprintf("%s=%q", rollout.SARolloutSet, set)
 }
 
 // RolloutRecord is what visibility (and, for closed runs, the run's result)
@@ -61,7 +61,7 @@ type RolloutRecord struct {
 	Env string
 	// Result is set for a completed run once fetched; Err for a run that
 	// closed any other way.
-	Result *workflows.RolloutResult
+	Result *rollout.Result
 	Err    string
 }
 
@@ -180,16 +180,16 @@ func recordFromInfo(info *workflowpb.WorkflowExecutionInfo) RolloutRecord {
 		rec.Close = ts.AsTime()
 	}
 	fields := info.GetSearchAttributes().GetIndexedFields()
-	rec.RolloutID = keyword(fields, workflows.SARolloutID)
+	rec.RolloutID = keyword(fields, rollout.SARolloutID)
 	if rec.RolloutID == "" {
-		rec.RolloutID = strings.TrimPrefix(rec.WorkflowID, workflows.RolloutWorkflowID(""))
+		rec.RolloutID = strings.TrimPrefix(rec.WorkflowID, rollout.WorkflowID(""))
 	}
 	if p, ok := info.GetMemo().GetFields()[MemoEnv]; ok {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &rec.Env)
 	}
-	rec.Phase = keyword(fields, workflows.SARolloutPhase)
-	rec.Attempt = integer(fields, workflows.SARolloutAttempt)
-	rec.Turn = integer(fields, workflows.SARolloutTurn)
+	rec.Phase = keyword(fields, rollout.SARolloutPhase)
+	rec.Attempt = integer(fields, rollout.SARolloutAttempt)
+	rec.Turn = integer(fields, rollout.SARolloutTurn)
 	return rec
 }
 
@@ -275,8 +275,8 @@ func fetchOutcome(ctx context.Context, c client.Client, rec *RolloutRecord) erro
 // startInput reads the RolloutInput a run was started with from the first
 // event of its history. Runs started outside the starter (a restore, the
 // Temporal CLI) carry no memo; their input still names the environment.
-func startInput(ctx context.Context, c client.Client, workflowID, runID string) (workflows.RolloutInput, error) {
-	var in workflows.RolloutInput
+func startInput(ctx context.Context, c client.Client, workflowID, runID string) (rollout.Input, error) {
+	var in rollout.Input
 	iter := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !iter.HasNext() {
 		return in, errors.New("empty history")
@@ -300,7 +300,7 @@ func fetchResult(ctx context.Context, c client.Client, rec *RolloutRecord) error
 	if !rec.Closed() {
 		return nil
 	}
-	var res workflows.RolloutResult
+	var res rollout.Result
 	err := c.GetWorkflow(ctx, rec.WorkflowID, rec.RunID).Get(ctx, &res)
 	if err == nil {
 		rec.Result = &res

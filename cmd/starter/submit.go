@@ -19,9 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // Bounds of a submission.
@@ -70,8 +69,8 @@ func (r SubmitRequest) Validate() error {
 	if r.Policy != strings.TrimSpace(r.Policy) {
 		return fmt.Errorf("--policy %q: surrounding spaces", r.Policy)
 	}
-	if r.MaxTurns < 0 || r.MaxTurns > workflows.MaxMaxTurns {
-		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, workflows.MaxMaxTurns)
+	if r.MaxTurns < 0 || r.MaxTurns > rollout.MaxMaxTurns {
+		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, rollout.MaxMaxTurns)
 	}
 	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
 		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
@@ -92,11 +91,11 @@ func RolloutSeed(seed int64, i int) int64 { return seed*seedStride + int64(i) }
 // order: rollout i runs in r.Envs[i % len(r.Envs)], with that environment's
 // scripted policy and turn limit unless r sets them. Equal requests give
 // equal inputs.
-func BuildInputs(r SubmitRequest) ([]workflows.RolloutInput, error) {
+func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	out := make([]workflows.RolloutInput, r.Count)
+	out := make([]rollout.Input, r.Count)
 	for i := range out {
 		env := r.Envs[i%len(r.Envs)]
 		task, err := tasks.Generate(env, r.Seed, i)
@@ -111,15 +110,15 @@ func BuildInputs(r SubmitRequest) ([]workflows.RolloutInput, error) {
 		if maxTurns == 0 {
 			maxTurns = DefaultMaxTurns(env)
 		}
-		out[i] = workflows.RolloutInput{
+		out[i] = rollout.Input{
 			RolloutID:  RolloutID(r.Set, i),
 			Set:        r.Set,
 			Attempt:    0,
 			Task:       task,
-			Env:        activities.EnvRef{Name: env, URL: r.EnvURL},
-			Policy:     activities.PolicyRef{Model: model, BaseURL: r.ModelURL},
+			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL},
+			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL},
 			Seed:       RolloutSeed(r.Seed, i),
-			Limits:     workflows.Limits{MaxTurns: maxTurns},
+			Limits:     rollout.Limits{MaxTurns: maxTurns},
 			RequireAck: r.RequireAck,
 		}
 	}
@@ -133,19 +132,19 @@ const MemoEnv = "env"
 // second submit of the same set fail instead of running rollouts twice; there
 // is no workflow retry policy, because a new attempt is a decision of the
 // recovery machinery, not of the server.
-func StartOptions(in workflows.RolloutInput, taskQueue string) client.StartWorkflowOptions {
+func StartOptions(in rollout.Input, taskQueue string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
-		ID:                                       workflows.RolloutWorkflowID(in.RolloutID),
+		ID:                                       rollout.WorkflowID(in.RolloutID),
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutID).ValueSet(in.RolloutID),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutSet).ValueSet(in.Set),
-			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutAttempt).ValueSet(int64(in.Attempt)),
-			temporal.NewSearchAttributeKeyInt64(workflows.SARolloutTurn).ValueSet(0),
-			temporal.NewSearchAttributeKeyKeyword(workflows.SARolloutPhase).ValueSet(string(workflows.PhaseSeeding)),
+			temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutID).ValueSet(in.RolloutID),
+			temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutSet).ValueSet(in.Set),
+			temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt).ValueSet(int64(in.Attempt)),
+			temporal.NewSearchAttributeKeyInt64(rollout.SARolloutTurn).ValueSet(0),
+			temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase).ValueSet(string(rollout.PhaseSeeding)),
 		),
 		// The memo names the environment, so summaries can group rollouts
 		// that failed without a result by environment from the listing alone.
@@ -165,12 +164,12 @@ const searchAttributeHint = "register the search attributes RolloutId, RolloutSe
 
 // startAll starts every input with bounded concurrency and returns how many
 // started. The first failure stops the starts not yet begun.
-func startAll(ctx context.Context, c workflowStarter, inputs []workflows.RolloutInput, taskQueue string, limit int) (int, error) {
+func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, taskQueue string, limit int) (int, error) {
 	started := make([]bool, len(inputs))
 	err := forEach(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
 		in := inputs[i]
 		opts := StartOptions(in, taskQueue)
-		if _, err := c.ExecuteWorkflow(ctx, opts, workflows.RolloutWorkflowName, in); err != nil {
+		if _, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in); err != nil {
 			return startError(in, opts.ID, err)
 		}
 		started[i] = true
@@ -185,7 +184,7 @@ func startAll(ctx context.Context, c workflowStarter, inputs []workflows.Rollout
 	return n, err
 }
 
-func startError(in workflows.RolloutInput, workflowID string, err error) error {
+func startError(in rollout.Input, workflowID string, err error) error {
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case errors.As(err, &already):
@@ -313,7 +312,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 // writePlan prints what a submit of inputs would start: one line per
 // environment with its rollout count, policy and turn limit, in first-use
 // order.
-func writePlan(w io.Writer, set string, inputs []workflows.RolloutInput) error {
+func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
 	type group struct {
 		env, model string
 		maxTurns   int
@@ -400,10 +399,10 @@ func (l *lineProgress) Finish(bool) {}
 
 // waitAll waits until every rollout's workflow ID has closed (following new
 // runs and attempts), showing progress on w.
-func waitAll(ctx context.Context, c client.Client, inputs []workflows.RolloutInput, w io.Writer) error {
+func waitAll(ctx context.Context, c client.Client, inputs []rollout.Input, w io.Writer) error {
 	bar := newProgress(ctx, w, len(inputs))
 	err := forEach(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
-		err := c.GetWorkflow(ctx, workflows.RolloutWorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
+		err := c.GetWorkflow(ctx, rollout.WorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
 		var wee *temporal.WorkflowExecutionError
 		if err != nil && !errors.As(err, &wee) {
 			return fmt.Errorf("rollout %s: %w", inputs[i].RolloutID, err)
@@ -448,7 +447,7 @@ type workflowCounter interface {
 // heldQuery matches the rollouts of set still working towards a result: open
 // and not holding one for acknowledgement.
 func heldQuery(set string) string {
-	return fmt.Sprintf(`%s AND ExecutionStatus="Running" AND %s!=%q`, setQuery(set), workflows.SARolloutPhase, workflows.PhaseAwaitingAck)
+	return fmt.Sprintf(`%s AND ExecutionStatus="Running" AND %s!=%q`, setQuery(set), rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
 }
 
 // awaitHeld waits (polling visibility) until none of the total rollouts of

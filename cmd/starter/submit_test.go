@@ -15,8 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 func TestRolloutID(t *testing.T) {
@@ -107,7 +107,7 @@ func TestBuildInputsRejects(t *testing.T) {
 		{"repeated env", func(r *SubmitRequest) { r.Envs = []string{"counter", "counter"} }, "twice"},
 		{"policy with spaces", func(r *SubmitRequest) { r.Policy = " scripted-counter" }, "--policy"},
 		{"negative max turns", func(r *SubmitRequest) { r.MaxTurns = -1 }, "--max-turns"},
-		{"huge max turns", func(r *SubmitRequest) { r.MaxTurns = workflows.MaxMaxTurns + 1 }, "--max-turns"},
+		{"huge max turns", func(r *SubmitRequest) { r.MaxTurns = rollout.MaxMaxTurns + 1 }, "--max-turns"},
 		{"env url without scheme", func(r *SubmitRequest) { r.EnvURL = "localhost:1" }, "--env-url"},
 	}
 	for _, tt := range tests {
@@ -158,10 +158,10 @@ func TestStartOptions(t *testing.T) {
 		}
 		return v
 	}
-	if kw(workflows.SARolloutID) != "s1-0003" || kw(workflows.SARolloutSet) != "s1" || kw(workflows.SARolloutPhase) != "seeding" {
+	if kw(rollout.SARolloutID) != "s1-0003" || kw(rollout.SARolloutSet) != "s1" || kw(rollout.SARolloutPhase) != "seeding" {
 		t.Errorf("keyword search attributes: %v", sa)
 	}
-	if i64(workflows.SARolloutAttempt) != 0 || i64(workflows.SARolloutTurn) != 0 {
+	if i64(rollout.SARolloutAttempt) != 0 || i64(rollout.SARolloutTurn) != 0 {
 		t.Errorf("int search attributes: %v", sa)
 	}
 }
@@ -185,10 +185,10 @@ func (f *fakeStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowO
 			break
 		}
 	}
-	if wf != workflows.RolloutWorkflowName || len(args) != 1 {
+	if wf != rollout.WorkflowName || len(args) != 1 {
 		return nil, errors.New("wrong workflow or args")
 	}
-	if in, ok := args[0].(workflows.RolloutInput); !ok || workflows.RolloutWorkflowID(in.RolloutID) != o.ID {
+	if in, ok := args[0].(rollout.Input); !ok || rollout.WorkflowID(in.RolloutID) != o.ID {
 		return nil, errors.New("input does not match ID")
 	}
 	if o.ID == f.failAt {

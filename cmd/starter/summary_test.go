@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 const (
@@ -66,8 +66,8 @@ func TestPercentile(t *testing.T) {
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *workflows.RolloutResult) RolloutRecord {
-	r := RolloutRecord{RolloutID: id, WorkflowID: workflows.RolloutWorkflowID(id), Status: st, Start: t0, Result: res}
+func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *rollout.Result) RolloutRecord {
+	r := RolloutRecord{RolloutID: id, WorkflowID: rollout.WorkflowID(id), Status: st, Start: t0, Result: res}
 	if r.Closed() {
 		r.Close = t0.Add(dur)
 	}
@@ -76,9 +76,9 @@ func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *
 
 func TestSummarize(t *testing.T) {
 	recs := []RolloutRecord{
-		rec("a", completed, 1*time.Second, &workflows.RolloutResult{Reward: 1, Turns: 3}),
-		rec("b", completed, 3*time.Second, &workflows.RolloutResult{Reward: 0, Turns: 5}),
-		rec("c", completed, 2*time.Second, &workflows.RolloutResult{Reward: 0.5, Turns: 7}),
+		rec("a", completed, 1*time.Second, &rollout.Result{Reward: 1, Turns: 3}),
+		rec("b", completed, 3*time.Second, &rollout.Result{Reward: 0, Turns: 5}),
+		rec("c", completed, 2*time.Second, &rollout.Result{Reward: 0.5, Turns: 7}),
 		rec("d", failed, 9*time.Second, nil),
 		rec("e", term, 9*time.Second, nil),
 		rec("f", running, 0, nil),
@@ -126,15 +126,15 @@ func payload(t *testing.T, v any) *commonpb.Payload {
 
 func info(t *testing.T, id, run string, st enumspb.WorkflowExecutionStatus, start time.Time, attempt int64, phase string) *workflowpb.WorkflowExecutionInfo {
 	i := &workflowpb.WorkflowExecutionInfo{
-		Execution: &commonpb.WorkflowExecution{WorkflowId: workflows.RolloutWorkflowID(id), RunId: run},
+		Execution: &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(id), RunId: run},
 		Status:    st,
 		StartTime: timestamppb.New(start),
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			workflows.SARolloutID:      payload(t, id),
-			workflows.SARolloutSet:     payload(t, "s1"),
-			workflows.SARolloutAttempt: payload(t, attempt),
-			workflows.SARolloutTurn:    payload(t, int64(4)),
-			workflows.SARolloutPhase:   payload(t, phase),
+			rollout.SARolloutID:      payload(t, id),
+			rollout.SARolloutSet:     payload(t, "s1"),
+			rollout.SARolloutAttempt: payload(t, attempt),
+			rollout.SARolloutTurn:    payload(t, int64(4)),
+			rollout.SARolloutPhase:   payload(t, phase),
 		}},
 	}
 	if st != running {
@@ -245,7 +245,7 @@ func TestListSetPagesThroughAll(t *testing.T) {
 
 func TestWriteResults(t *testing.T) {
 	recs := []RolloutRecord{
-		rec("a", completed, time.Second, &workflows.RolloutResult{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
+		rec("a", completed, time.Second, &rollout.Result{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
 		{RolloutID: "b", Status: failed, Err: "environment refused"},
 		rec("c", running, 0, nil),
 		{RolloutID: "d", Status: term, Err: "terminated"},
@@ -262,7 +262,7 @@ func TestWriteResults(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("lines: %q", lines)
 	}
-	var res workflows.RolloutResult
+	var res rollout.Result
 	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
 		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
 	}
@@ -290,8 +290,8 @@ func withEnv(r RolloutRecord, env string) RolloutRecord {
 }
 
 func TestSummarizeByEnv(t *testing.T) {
-	res := func(reward float64, turns int) *workflows.RolloutResult {
-		return &workflows.RolloutResult{Reward: reward, Turns: turns}
+	res := func(reward float64, turns int) *rollout.Result {
+		return &rollout.Result{Reward: reward, Turns: turns}
 	}
 	recs := []RolloutRecord{
 		withEnv(rec("c0", completed, time.Second, res(1, 4)), "counter"),

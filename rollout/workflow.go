@@ -1,4 +1,4 @@
-package workflows
+package rollout
 
 import (
 	"crypto/sha256"
@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants"
 )
@@ -45,7 +44,7 @@ var (
 			InitialInterval:        time.Second,
 			BackoffCoefficient:     2,
 			MaximumInterval:        30 * time.Second,
-			NonRetryableErrorTypes: []string{activities.ErrModelRequest},
+			NonRetryableErrorTypes: []string{ErrModelRequest},
 		},
 	}
 	envOptions = workflow.ActivityOptions{
@@ -55,7 +54,7 @@ var (
 			BackoffCoefficient: 2,
 			MaximumInterval:    10 * time.Second,
 			NonRetryableErrorTypes: []string{
-				activities.ErrStaleAttempt, activities.ErrParked, activities.ErrEnvironment,
+				ErrStaleAttempt, ErrParked, ErrEnvironment,
 			},
 		},
 	}
@@ -69,24 +68,24 @@ var (
 // the model answers without tool calls, the episode terminates or the turn
 // limit; then verify. Each completed activity leaves a boundary where the
 // rollout may park for a checkpoint or continue as new.
-func Rollout(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
+func Rollout(ctx workflow.Context, in Input) (Result, error) {
 	r, err := setupRollout(ctx, in)
 	if err != nil {
-		return RolloutResult{}, err
+		return Result{}, err
 	}
 	return r.run(ctx)
 }
 
 // rollout is the state of one run.
 type rollout struct {
-	in     RolloutInput
+	in     Input
 	b      Boundary
 	phase  Phase
 	logger log.Logger
 
 	park   *ParkRequest // a checkpoint asked to park; nil when none
 	parked bool         // the main loop is parked at a boundary
-	result *RolloutResult
+	result *Result
 	acked  bool
 	// saPhase/saTurn are the search attribute values last upserted.
 	saPhase Phase
@@ -94,7 +93,7 @@ type rollout struct {
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
-func (in *RolloutInput) validate() error {
+func (in *Input) validate() error {
 	switch {
 	case in.RolloutID == "":
 		return errors.New("rollout_id is required")
@@ -131,7 +130,7 @@ func (in *RolloutInput) validate() error {
 	return nil
 }
 
-func setupRollout(ctx workflow.Context, in RolloutInput) (*rollout, error) {
+func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	if err := in.validate(); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError("invalid rollout input: "+err.Error(), ErrInvalidInput, nil)
 	}
@@ -253,16 +252,16 @@ func (r *rollout) onAck(_ workflow.Context, _ AckRequest) error {
 	return nil
 }
 
-func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	if r.in.Completed != nil {
 		return r.offer(ctx, *r.in.Completed)
 	}
 	if err := r.boundary(ctx); err != nil {
-		return RolloutResult{}, err
+		return Result{}, err
 	}
 	if !r.b.Seeded {
 		if err := r.seed(ctx); err != nil {
-			return RolloutResult{}, err
+			return Result{}, err
 		}
 	}
 	for !r.b.Done {
@@ -277,13 +276,13 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 			err = r.callModel(ctx)
 		}
 		if err != nil {
-			return RolloutResult{}, err
+			return Result{}, err
 		}
 		if err := r.boundary(ctx); err != nil {
-			return RolloutResult{}, err
+			return Result{}, err
 		}
 		if !r.b.Done && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return RolloutResult{}, r.continueAsNew(ctx)
+			return Result{}, r.continueAsNew(ctx)
 		}
 	}
 	return r.finish(ctx)
@@ -344,12 +343,12 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 }
 
 func (r *rollout) seed(ctx workflow.Context) error {
-	in := activities.StartEnvironmentInput{
+	in := StartEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Env: r.in.Env, Seed: r.in.Seed, Task: r.in.Task,
 	}
-	var res activities.StartEnvironmentResult
+	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
-		return workflow.ExecuteActivity(r.envCtx(ctx, "seed "+r.in.Env.Name), activities.StartEnvironmentName, in).Get(ctx, &res)
+		return workflow.ExecuteActivity(r.envCtx(ctx, "seed "+r.in.Env.Name), StartEnvironmentName, in).Get(ctx, &res)
 	})
 	if err != nil {
 		return r.fail(err, "seed environment")
@@ -365,7 +364,7 @@ func (r *rollout) seed(ctx workflow.Context) error {
 // checkpoint. The call is then made again, with the same id, after resume.
 func (r *rollout) callModel(ctx workflow.Context) error {
 	turn := r.b.Turn + 1
-	in := activities.CallModelInput{
+	in := CallModelInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Turn: turn,
 		Head: r.b.Head, Tools: r.b.Tools, Style: r.b.Style,
 		Policy: r.in.Policy, Seed: r.in.Seed, Parent: r.b.LastCall,
@@ -374,7 +373,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 		callCtx, cancel := workflow.WithCancel(ctx)
 		opts := modelOptions
 		opts.Summary = fmt.Sprintf("model turn %d", turn)
-		fut := workflow.ExecuteActivity(workflow.WithActivityOptions(callCtx, opts), activities.CallModelName, in)
+		fut := workflow.ExecuteActivity(workflow.WithActivityOptions(callCtx, opts), CallModelName, in)
 
 		expired, err := r.awaitAnswerOrDeadline(ctx, fut)
 		if err != nil {
@@ -382,7 +381,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			return err
 		}
 		if !expired {
-			var res activities.CallModelResult
+			var res CallModelResult
 			err := fut.Get(ctx, &res)
 			cancel()
 			if err != nil {
@@ -444,15 +443,15 @@ func (r *rollout) awaitAnswerOrDeadline(ctx workflow.Context, answer workflow.Fu
 // operate applies the pending tool call at the cursor.
 func (r *rollout) operate(ctx workflow.Context) error {
 	call := r.b.Pending.ToolCalls[r.b.Cursor]
-	in := activities.OperateEnvironmentInput{
+	in := OperateEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
 		RequestID:        participants.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
 		ExpectedRevision: r.b.Revision, Env: r.in.Env, Style: r.b.Style, Head: r.b.Head, Call: call,
 	}
-	var res activities.OperateEnvironmentResult
+	var res OperateEnvironmentResult
 	err := r.retryParked(ctx, func() error {
 		summary := fmt.Sprintf("%s turn %d call %d", call.Name, r.b.Turn, r.b.Cursor)
-		return workflow.ExecuteActivity(r.envCtx(ctx, summary), activities.OperateEnvironmentName, in).Get(ctx, &res)
+		return workflow.ExecuteActivity(r.envCtx(ctx, summary), OperateEnvironmentName, in).Get(ctx, &res)
 	})
 	if err != nil {
 		return r.fail(err, fmt.Sprintf("environment call %s", in.RequestID))
@@ -477,7 +476,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
 	for {
 		err := call()
-		if !isType(err, activities.ErrParked) {
+		if !isType(err, ErrParked) {
 			return err
 		}
 		r.logger.Info("environment parked the request; waiting")
@@ -500,7 +499,7 @@ func (r *rollout) envCtx(ctx workflow.Context, summary string) workflow.Context 
 // becomes a fencing failure that says so.
 func (r *rollout) fail(err error, what string) error {
 	r.phase = PhaseFailed
-	if isType(err, activities.ErrStaleAttempt) {
+	if isType(err, ErrStaleAttempt) {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("attempt %d of %s is fenced off by a newer attempt: %v", r.in.Attempt, r.in.RolloutID, err),
 			ErrFenced, err)
@@ -508,31 +507,31 @@ func (r *rollout) fail(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
-	in := activities.VerifyInput{
+func (r *rollout) finish(ctx workflow.Context) (Result, error) {
+	in := VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
 		RequestID: participants.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
 	}
-	var v activities.VerifyResult
+	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
-		return workflow.ExecuteActivity(r.envCtx(ctx, "verify"), activities.VerifyName, in).Get(ctx, &v)
+		return workflow.ExecuteActivity(r.envCtx(ctx, "verify"), VerifyName, in).Get(ctx, &v)
 	})
 	if err != nil {
-		return RolloutResult{}, r.fail(err, "verify")
+		return Result{}, r.fail(err, "verify")
 	}
 	reward := v.Reward
 	if r.b.Style == envs.StyleGym {
 		// Gym episodes score by their accumulated dense reward.
 		reward = r.b.Reward
 	}
-	res := RolloutResult{
+	res := Result{
 		RolloutID: r.in.RolloutID, Set: r.in.Set, Env: r.in.Env.Name, Attempt: r.in.Attempt,
 		Reward: reward, Turns: r.b.Turn, Usage: r.b.Usage, Head: r.b.Head, Lineage: r.b.Lineage,
 		Terminated: r.b.Terminated, Truncated: r.b.Truncated,
 	}
 	receipt, err := NewReceipt(res)
 	if err != nil {
-		return RolloutResult{}, err
+		return Result{}, err
 	}
 	res.Receipt = &receipt
 	return r.offer(ctx, res)
@@ -540,18 +539,18 @@ func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
 
 // offer holds the result until acknowledged (when the set asks for that) and
 // completes the run with it.
-func (r *rollout) offer(ctx workflow.Context, res RolloutResult) (RolloutResult, error) {
+func (r *rollout) offer(ctx workflow.Context, res Result) (Result, error) {
 	r.result = &res
 	r.b.Done = true
 	if r.in.RequireAck {
 		r.setPhase(ctx, PhaseAwaitingAck)
 		if err := workflow.Await(ctx, func() bool { return r.acked }); err != nil {
-			return RolloutResult{}, err
+			return Result{}, err
 		}
 	}
 	r.setPhase(ctx, PhaseCompleted)
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-		return RolloutResult{}, err
+		return Result{}, err
 	}
 	return res, nil
 }
@@ -566,12 +565,12 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	b := r.b
 	next.Resume = &b
 	r.logger.Info("continuing as new", "turn", r.b.Turn)
-	return workflow.NewContinueAsNewError(ctx, RolloutWorkflowName, next)
+	return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 }
 
 // NewReceipt computes the receipt of a result: the SHA-256 of its canonical
 // JSON without the receipt.
-func NewReceipt(res RolloutResult) (Receipt, error) {
+func NewReceipt(res Result) (Receipt, error) {
 	res.Receipt = nil
 	data, err := json.Marshal(res)
 	if err != nil {

@@ -2,7 +2,7 @@
 // the official openai-go SDK, environment calls, and transcript storage. The
 // inputs and results here are what workflow history records, so none of them
 // grows with the conversation: conversations travel as transcript heads.
-package activities
+package rollout
 
 import (
 	"encoding/json"

@@ -1,13 +1,14 @@
-package activities_test
+package rollout_test
 
 import (
 	"encoding/json"
 	"net/http"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/rollout"
+
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/participants"
@@ -55,16 +56,16 @@ func TestStartEnvironment(t *testing.T) {
 			env.start = func(req participants.StartRequest) answer {
 				return ok(participants.StartResponse{Revision: 1, Spec: tt.spec, Start: tt.start})
 			}
-			acts := &activities.Activities{Store: store, EnvURL: env.URL}
+			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
 			ae := newActivityEnv(acts)
 
-			in := activities.StartEnvironmentInput{
-				RolloutID: "r1", Attempt: 2, Env: activities.EnvRef{Name: tt.spec.Name},
+			in := rollout.StartEnvironmentInput{
+				RolloutID: "r1", Attempt: 2, Env: rollout.EnvRef{Name: tt.spec.Name},
 				Seed: 42, Task: json.RawMessage(`{"target":7}`),
 			}
 			val, err := ae.ExecuteActivity(acts.StartEnvironment, in)
 			require.NoError(t, err)
-			var res activities.StartEnvironmentResult
+			var res rollout.StartEnvironmentResult
 			require.NoError(t, val.Get(&res))
 
 			starts := env.startRequests()
@@ -86,7 +87,7 @@ func TestStartEnvironment(t *testing.T) {
 			// Same answer, same digests: a retried start is invisible.
 			val, err = ae.ExecuteActivity(acts.StartEnvironment, in)
 			require.NoError(t, err)
-			var again activities.StartEnvironmentResult
+			var again rollout.StartEnvironmentResult
 			require.NoError(t, val.Get(&again))
 			require.Equal(t, res, again)
 		})
@@ -96,43 +97,43 @@ func TestStartEnvironment(t *testing.T) {
 func TestStartEnvironmentErrors(t *testing.T) {
 	tests := []struct {
 		name  string
-		in    activities.StartEnvironmentInput
+		in    rollout.StartEnvironmentInput
 		reply answer
 		want  errorWant
 		calls int
 	}{
 		{
 			name:  "empty rollout id",
-			in:    activities.StartEnvironmentInput{Env: activities.EnvRef{Name: "counter"}},
-			want:  errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: "empty rollout id"},
+			in:    rollout.StartEnvironmentInput{Env: rollout.EnvRef{Name: "counter"}},
+			want:  errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "empty rollout id"},
 			calls: 0,
 		},
 		{
 			name:  "stale attempt",
-			in:    activities.StartEnvironmentInput{RolloutID: "r1", Env: activities.EnvRef{Name: "counter"}},
+			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
 			reply: envRefusal(http.StatusConflict, participants.CodeStaleAttempt, "attempt 0 < installed 1"),
-			want:  errorWant{typ: activities.ErrStaleAttempt, nonRetryable: true, contains: "attempt 0 < installed 1"},
+			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 0 < installed 1"},
 			calls: 1,
 		},
 		{
 			name:  "parked",
-			in:    activities.StartEnvironmentInput{RolloutID: "r1", Env: activities.EnvRef{Name: "counter"}},
+			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
 			reply: envRefusal(http.StatusServiceUnavailable, participants.CodeParked, "checkpoint c1 in progress"),
-			want:  errorWant{typ: activities.ErrParked, nonRetryable: true},
+			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
 			calls: 1,
 		},
 		{
 			name:  "unknown env",
-			in:    activities.StartEnvironmentInput{RolloutID: "r1", Env: activities.EnvRef{Name: "nope"}},
+			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "nope"}},
 			reply: envRefusal(http.StatusNotFound, participants.CodeUnknownEnv, `no environment "nope"`),
-			want:  errorWant{typ: activities.ErrEnvironment, nonRetryable: true, contains: `no environment "nope"`},
+			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: `no environment "nope"`},
 			calls: 1,
 		},
 		{
 			name:  "unknown style",
-			in:    activities.StartEnvironmentInput{RolloutID: "r1", Env: activities.EnvRef{Name: "odd"}},
+			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "odd"}},
 			reply: ok(participants.StartResponse{Spec: envs.Spec{Name: "odd", Style: "telepathy"}}),
-			want:  errorWant{typ: activities.ErrEnvironment, nonRetryable: true, contains: "telepathy"},
+			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "telepathy"},
 			calls: 1,
 		},
 	}
@@ -140,7 +141,7 @@ func TestStartEnvironmentErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newFakeEnv(t)
 			env.start = func(participants.StartRequest) answer { return tt.reply }
-			acts := &activities.Activities{Store: newStore(t), EnvURL: env.URL}
+			acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
 			_, err := newActivityEnv(acts).ExecuteActivity(acts.StartEnvironment, tt.in)
 			checkError(t, err, tt.want)
 			require.Len(t, env.startRequests(), tt.calls)
@@ -156,7 +157,7 @@ func TestOperateEnvironment(t *testing.T) {
 		style    envs.Style
 		call     transcript.ToolCall
 		reply    answer
-		want     activities.OperateEnvironmentResult // Head is checked through wantItem
+		want     rollout.OperateEnvironmentResult // Head is checked through wantItem
 		wantItem transcript.Item
 	}{
 		{
@@ -164,7 +165,7 @@ func TestOperateEnvironment(t *testing.T) {
 			style:    envs.StyleTools,
 			call:     call,
 			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3"}}),
-			want:     activities.OperateEnvironmentResult{Revision: 6},
+			want:     rollout.OperateEnvironmentResult{Revision: 6},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
 		{
@@ -172,7 +173,7 @@ func TestOperateEnvironment(t *testing.T) {
 			style:    envs.StyleTools,
 			call:     call,
 			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3", Terminated: true}, Replayed: true}),
-			want:     activities.OperateEnvironmentResult{Revision: 6, Terminated: true, Replayed: true},
+			want:     rollout.OperateEnvironmentResult{Revision: 6, Terminated: true, Replayed: true},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
 		{
@@ -180,7 +181,7 @@ func TestOperateEnvironment(t *testing.T) {
 			style:    envs.StyleGym,
 			call:     step,
 			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "position -1", Reward: 0.25, Truncated: true}}),
-			want:     activities.OperateEnvironmentResult{Revision: 6, Reward: 0.25, Truncated: true},
+			want:     rollout.OperateEnvironmentResult{Revision: 6, Reward: 0.25, Truncated: true},
 			wantItem: transcript.Item{Role: "user", Content: "position -1"},
 		},
 		{
@@ -188,7 +189,7 @@ func TestOperateEnvironment(t *testing.T) {
 			style:    envs.StyleTools,
 			call:     call,
 			reply:    envRefusal(http.StatusUnprocessableEntity, envs.CodeUnknownTool, `no tool "add"`),
-			want:     activities.OperateEnvironmentResult{Revision: 5, Refusal: `unknown_tool: no tool "add"`},
+			want:     rollout.OperateEnvironmentResult{Revision: 5, Refusal: `unknown_tool: no tool "add"`},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: `error: unknown_tool: no tool "add"`},
 		},
 		{
@@ -196,7 +197,7 @@ func TestOperateEnvironment(t *testing.T) {
 			style:    envs.StyleGym,
 			call:     step,
 			reply:    envRefusal(http.StatusUnprocessableEntity, envs.CodeIllegalAction, "left is a wall"),
-			want:     activities.OperateEnvironmentResult{Revision: 5, Refusal: "illegal_action: left is a wall"},
+			want:     rollout.OperateEnvironmentResult{Revision: 5, Refusal: "illegal_action: left is a wall"},
 			wantItem: transcript.Item{Role: "user", Content: "error: illegal_action: left is a wall"},
 		},
 	}
@@ -211,16 +212,16 @@ func TestOperateEnvironment(t *testing.T) {
 			require.NoError(t, err)
 			var kills int
 			fp.SetKill(func() { kills++ })
-			acts := &activities.Activities{Store: store, EnvURL: "http://unused.invalid", Failpoints: fp}
+			acts := &rollout.Activities{Store: store, EnvURL: "http://unused.invalid", Failpoints: fp}
 
-			in := activities.OperateEnvironmentInput{
+			in := rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: participants.OperateRequestID("r1", 0, 0),
-				ExpectedRevision: 5, Env: activities.EnvRef{Name: "counter", URL: env.URL},
+				ExpectedRevision: 5, Env: rollout.EnvRef{Name: "counter", URL: env.URL},
 				Style: tt.style, Head: head, Call: tt.call,
 			}
 			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
 			require.NoError(t, err)
-			var res activities.OperateEnvironmentResult
+			var res rollout.OperateEnvironmentResult
 			require.NoError(t, val.Get(&res))
 
 			reqs := env.operateRequests()
@@ -250,12 +251,12 @@ func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 				t.Error("the server must not be called with invalid arguments")
 				return ok(participants.OperateResponse{})
 			}
-			acts := &activities.Activities{Store: store, EnvURL: env.URL}
-			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, activities.OperateEnvironmentInput{
+			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
+			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 				RolloutID: "r1", RequestID: "r1/t3/c0", ExpectedRevision: 9, Style: style, Head: head, Call: call,
 			})
 			require.NoError(t, err)
-			var res activities.OperateEnvironmentResult
+			var res rollout.OperateEnvironmentResult
 			require.NoError(t, val.Get(&res))
 
 			require.Empty(t, env.operateRequests())
@@ -284,27 +285,27 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 		{
 			name:  "stale attempt",
 			reply: envRefusal(http.StatusConflict, participants.CodeStaleAttempt, "attempt 1 < installed 2"),
-			want:  errorWant{typ: activities.ErrStaleAttempt, nonRetryable: true, contains: "attempt 1 < installed 2"},
+			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 1 < installed 2"},
 		},
 		{
 			name:  "parked",
 			reply: envRefusal(http.StatusServiceUnavailable, participants.CodeParked, "admission closed"),
-			want:  errorWant{typ: activities.ErrParked, nonRetryable: true},
+			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
 		},
 		{
 			name:  "revision mismatch",
 			reply: envRefusal(http.StatusConflict, participants.CodeRevisionMismatch, "expected 5, session at 7"),
-			want:  errorWant{typ: activities.ErrEnvironment, nonRetryable: true, contains: "expected 5, session at 7"},
+			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "expected 5, session at 7"},
 		},
 		{
 			name:  "request id conflict",
 			reply: envRefusal(http.StatusConflict, participants.CodeRequestConflict, "same id, other body"),
-			want:  errorWant{typ: activities.ErrEnvironment, nonRetryable: true, contains: "same id, other body"},
+			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "same id, other body"},
 		},
 		{
 			name:  "unknown session",
 			reply: envRefusal(http.StatusNotFound, participants.CodeUnknownSession, "no session r1"),
-			want:  errorWant{typ: activities.ErrEnvironment, nonRetryable: true, contains: "no session r1"},
+			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "no session r1"},
 		},
 		{
 			name:  "server error is retried",
@@ -323,8 +324,8 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 			head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 			env := newFakeEnv(t)
 			env.operate = func(participants.OperateRequest) answer { return tt.reply }
-			acts := &activities.Activities{Store: store, EnvURL: env.URL}
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, activities.OperateEnvironmentInput{
+			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
+			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: "r1/t0/c0", ExpectedRevision: 5,
 				Style: envs.StyleTools, Head: head, Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
 			})
@@ -339,8 +340,8 @@ func TestOperateEnvironmentNetworkErrorIsRetryable(t *testing.T) {
 	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 	env := newFakeEnv(t)
 	env.Close() // nothing listens any more
-	acts := &activities.Activities{Store: store, EnvURL: env.URL}
-	_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, activities.OperateEnvironmentInput{
+	acts := &rollout.Activities{Store: store, EnvURL: env.URL}
+	_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 		RolloutID: "r1", RequestID: "r1/t0/c0", Style: envs.StyleTools, Head: head,
 		Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
 	})
@@ -350,29 +351,29 @@ func TestOperateEnvironmentNetworkErrorIsRetryable(t *testing.T) {
 func TestOperateEnvironmentBadInput(t *testing.T) {
 	store := newStore(t)
 	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
-	valid := activities.OperateEnvironmentInput{
+	valid := rollout.OperateEnvironmentInput{
 		RolloutID: "r1", RequestID: "r1/t0/c0", Style: envs.StyleTools, Head: head,
 		Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
 	}
 	tests := []struct {
 		name     string
-		mutate   func(*activities.OperateEnvironmentInput)
+		mutate   func(*rollout.OperateEnvironmentInput)
 		contains string
 	}{
-		{"empty rollout", func(in *activities.OperateEnvironmentInput) { in.RolloutID = "" }, "empty rollout id"},
-		{"negative attempt", func(in *activities.OperateEnvironmentInput) { in.Attempt = -1 }, "negative attempt"},
-		{"empty request id", func(in *activities.OperateEnvironmentInput) { in.RequestID = "" }, "empty request id"},
-		{"unknown style", func(in *activities.OperateEnvironmentInput) { in.Style = "chess" }, `unknown style "chess"`},
-		{"malformed head", func(in *activities.OperateEnvironmentInput) { in.Head = "sha256:xyz" }, "malformed digest"},
+		{"empty rollout", func(in *rollout.OperateEnvironmentInput) { in.RolloutID = "" }, "empty rollout id"},
+		{"negative attempt", func(in *rollout.OperateEnvironmentInput) { in.Attempt = -1 }, "negative attempt"},
+		{"empty request id", func(in *rollout.OperateEnvironmentInput) { in.RequestID = "" }, "empty request id"},
+		{"unknown style", func(in *rollout.OperateEnvironmentInput) { in.Style = "chess" }, `unknown style "chess"`},
+		{"malformed head", func(in *rollout.OperateEnvironmentInput) { in.Head = "sha256:xyz" }, "malformed digest"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newFakeEnv(t)
-			acts := &activities.Activities{Store: store, EnvURL: env.URL}
+			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
 			in := valid
 			tt.mutate(&in)
 			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
-			checkError(t, err, errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: tt.contains})
+			checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: tt.contains})
 			require.Empty(t, env.operateRequests())
 		})
 	}
@@ -386,12 +387,12 @@ func TestVerify(t *testing.T) {
 		}
 		return ok(participants.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: json.RawMessage(`{"reached":7}`)}})
 	}
-	acts := &activities.Activities{Store: newStore(t), EnvURL: env.URL}
+	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
 	ae := newActivityEnv(acts)
 
-	val, err := ae.ExecuteActivity(acts.Verify, activities.VerifyInput{RolloutID: "r1", Attempt: 2, ExpectedRevision: 8})
+	val, err := ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 2, ExpectedRevision: 8})
 	require.NoError(t, err)
-	var res activities.VerifyResult
+	var res rollout.VerifyResult
 	require.NoError(t, val.Get(&res))
 	require.Equal(t, 1.0, res.Reward)
 	require.JSONEq(t, `{"reached":7}`, string(res.Details))
@@ -400,6 +401,6 @@ func TestVerify(t *testing.T) {
 	require.Equal(t, participants.Identity{RolloutID: "r1", Attempt: 2, RequestID: participants.VerifyRequestID("r1")}, verifies[0].Identity)
 	require.Equal(t, int64(8), verifies[0].ExpectedRevision)
 
-	_, err = ae.ExecuteActivity(acts.Verify, activities.VerifyInput{RolloutID: "r1", Attempt: 1, ExpectedRevision: 8})
-	checkError(t, err, errorWant{typ: activities.ErrStaleAttempt, nonRetryable: true, contains: "attempt below 2"})
+	_, err = ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 1, ExpectedRevision: 8})
+	checkError(t, err, errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt below 2"})
 }

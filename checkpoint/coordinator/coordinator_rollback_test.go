@@ -1,4 +1,4 @@
-package activities_test
+package coordinator_test
 
 import (
 	"context"
@@ -10,18 +10,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // restoreRun runs a restore's activities in the workflow's order against
 // the live server of w, under restore id rid.
 type restoreRun struct {
-	plan  activities.PlanAttemptsResult
-	part  activities.RestoreParticipantsResult
-	term  activities.TerminateStaleResult
-	start activities.StartRestoredResult
-	roll  activities.ResumeRolloutsResult
+	plan  checkpoint.PlanAttemptsResult
+	part  checkpoint.RestoreParticipantsResult
+	term  checkpoint.TerminateStaleResult
+	start checkpoint.StartRestoredResult
+	roll  checkpoint.ResumeRolloutsResult
 }
 
 func runRestoreActivities(t *testing.T, w *world, rid string) restoreRun {
@@ -30,19 +31,19 @@ func runRestoreActivities(t *testing.T, w *world, rid string) restoreRun {
 	urls := []string{w.env.url}
 	var r restoreRun
 	var err error
-	_, err = w.coord.ValidateCheckpoint(ctx, activities.ValidateCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	_, err = w.coord.ValidateCheckpoint(ctx, checkpoint.ValidateCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	r.plan, err = w.coord.PlanAttempts(ctx, activities.PlanAttemptsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
+	r.plan, err = w.coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	r.part, err = w.coord.RestoreParticipants(ctx, activities.RestoreParticipantsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
+	r.part, err = w.coord.RestoreParticipants(ctx, checkpoint.RestoreParticipantsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	r.term, err = w.coord.TerminateStale(ctx, activities.TerminateStaleInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root})
+	r.term, err = w.coord.TerminateStale(ctx, checkpoint.TerminateStaleInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root})
 	require.NoError(t, err)
-	r.start, err = w.coord.StartRestored(ctx, activities.StartRestoredInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
+	r.start, err = w.coord.StartRestored(ctx, checkpoint.StartRestoredInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	_, err = w.coord.ResumeRestoredParticipants(ctx, activities.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: rid, Participants: urls})
+	_, err = w.coord.ResumeRestoredParticipants(ctx, checkpoint.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: rid, Participants: urls})
 	require.NoError(t, err)
-	r.roll, err = w.coord.ResumeRestoredRollouts(ctx, activities.ResumeRestoredRolloutsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root})
+	r.roll, err = w.coord.ResumeRestoredRollouts(ctx, checkpoint.ResumeRestoredRolloutsInput{CheckpointID: "ck1", RestoreID: rid, Root: w.root})
 	require.NoError(t, err)
 	return r
 }
@@ -74,7 +75,7 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	w := newWorld(t)
 	w.checkpoint(t)
 	urls := []string{w.env.url}
-	_, err := w.coord.ResumeParticipants(ctx, activities.ResumeParticipantsInput{CheckpointID: "ck1", Participants: urls})
+	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: urls})
 	require.NoError(t, err)
 
 	// Progress after the cut; s1-0005 starts.
@@ -91,10 +92,10 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	require.Equal(t, "r1", af["restore_id"])
 	require.Equal(t, map[string]any{"s1-0000": 1.0, "s1-0001": 2.0, "s1-0002": 1.0, "s1-0004": 1.0, "s1-0005": 1.0}, af["attempts"])
 	require.Equal(t, []any{"s1-0005"}, af["fence"])
-	require.Equal(t, activities.RestoreParticipantsResult{Participants: 1, Restored: 4, Fenced: 1, Untouched: 1}, r1.part,
+	require.Equal(t, checkpoint.RestoreParticipantsResult{Participants: 1, Restored: 4, Fenced: 1, Untouched: 1}, r1.part,
 		"the four sessions of the set installed (s1-0002 verified), s1-0005 fenced, s2-0000 untouched")
 	require.Equal(t, 5, r1.term.Terminated, "the four replaced runs and the one started after the cut")
-	require.Equal(t, activities.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Started: 4}, r1.start)
+	require.Equal(t, checkpoint.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Started: 4}, r1.start)
 	require.Equal(t, 4, r1.roll.Resumed)
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume/r1"])
 	w.tc.mu.Lock()
@@ -159,10 +160,10 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 func TestRestoreIDIsValidated(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	_, err := w.coord.PlanAttempts(ctx, activities.PlanAttemptsInput{CheckpointID: "ck1", RestoreID: "../x", Root: w.root, Participants: []string{w.env.url}})
-	requireType(t, err, activities.ErrBadInput)
+	_, err := w.coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", RestoreID: "../x", Root: w.root, Participants: []string{w.env.url}})
+	requireType(t, err, rollout.ErrBadInput)
 	require.ErrorContains(t, err, "restore_id")
-	_, err = w.coord.ResumeRestoredParticipants(ctx, activities.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: "a/b", Participants: []string{w.env.url}})
-	requireType(t, err, activities.ErrBadInput)
+	_, err = w.coord.ResumeRestoredParticipants(ctx, checkpoint.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: "a/b", Participants: []string{w.env.url}})
+	requireType(t, err, rollout.ErrBadInput)
 	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission, "bad input changes nothing")
 }

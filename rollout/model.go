@@ -1,4 +1,4 @@
-package activities
+package rollout
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		return CallModelResult{}, err
 	}
 	if in.Turn < 0 {
-		return CallModelResult{}, badInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
+		return CallModelResult{}, BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
 	}
 	if err := checkStyle(in.Style); err != nil {
 		return CallModelResult{}, err
@@ -44,7 +44,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		return CallModelResult{}, err
 	}
 	if in.Policy.Model == "" {
-		return CallModelResult{}, badInput("rollout %s: empty policy model name", in.RolloutID)
+		return CallModelResult{}, BadInput("rollout %s: empty policy model name", in.RolloutID)
 	}
 	store, err := a.store()
 	if err != nil {
@@ -54,7 +54,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 
 	items, err := store.Load(ctx, in.Head)
 	if err != nil {
-		return CallModelResult{}, storeError("load conversation of "+callID, err)
+		return CallModelResult{}, StoreError("load conversation of "+callID, err)
 	}
 	messages, err := chatMessages(items)
 	if err != nil {
@@ -72,7 +72,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		}
 		var tools []envs.Tool
 		if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
-			return CallModelResult{}, storeError("load tools of "+callID, err)
+			return CallModelResult{}, StoreError("load tools of "+callID, err)
 		}
 		if params.Tools, err = chatTools(tools); err != nil {
 			return CallModelResult{}, temporal.NewNonRetryableApplicationError(
@@ -85,7 +85,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		baseURL = a.ModelBaseURL
 	}
 	if baseURL == "" {
-		return CallModelResult{}, badInput("%s: no model base URL in the policy and no worker default", callID)
+		return CallModelResult{}, BadInput("%s: no model base URL in the policy and no worker default", callID)
 	}
 	client := a.modelClient(baseURL)
 
@@ -129,7 +129,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 
 	head, err := store.Append(ctx, in.Head, answer)
 	if err != nil {
-		return CallModelResult{}, storeError("store answer of "+callID, err)
+		return CallModelResult{}, StoreError("store answer of "+callID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
 	return CallModelResult{

@@ -1,4 +1,4 @@
-package workflows_test
+package rollout_test
 
 import (
 	"path/filepath"
@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/workflows"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // TestReplayRecordedHistories replays histories recorded on a real dev server
@@ -22,7 +22,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
+			r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 			require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, f))
 		})
 	}

@@ -1,4 +1,4 @@
-package activities
+package coordinator
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"sort"
 	"sync"
 
-	enumspb "go.temporal.io/api/enums/v1"
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
+
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -21,37 +23,12 @@ import (
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
-// Names of the activities that end a restore (the Checkpoint workflow's
-// resume activities do not know restore ids).
-const (
-	ResumeRestoredParticipantsName = "ResumeRestoredParticipants"
-	ResumeRestoredRolloutsName     = "ResumeRestoredRollouts"
-)
-
-// ValidateCheckpointInput names a checkpoint to restore.
-type ValidateCheckpointInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-}
-
-// ValidateCheckpointResult describes a checkpoint that validated.
-type ValidateCheckpointResult struct {
-	Set            string `json:"set"`
-	ManifestDigest string `json:"manifest_digest"`
-	Records        int    `json:"records"`
-	Continue       int    `json:"continue"`
-	StartOver      int    `json:"start_over"`
-	OfferAgain     int    `json:"offer_again"`
-	Transcripts    int    `json:"transcripts"`
-}
-
 // loadedCheckpoint is a validated checkpoint, read whole.
 type loadedCheckpoint struct {
 	dir      string
 	manifest AggregateManifest
 	records  map[string][]byte // rollout id → park record
-	views    map[string]recordView
+	views    map[string]rollout.ParkRecord
 	blobs    map[transcript.Digest][]byte
 	// sessions are the unfinished sessions of every participant, by rollout:
 	// the highest attempt saved.
@@ -65,22 +42,22 @@ type loadedCheckpoint struct {
 // participant's artifact, every record (it decodes and names a rollout of
 // the set) and every transcript blob a record references. It also checks,
 // read-only, that each participant answers as the server it replaces.
-func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in ValidateCheckpointInput) (ValidateCheckpointResult, error) {
+func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in checkpoint.ValidateCheckpointInput) (checkpoint.ValidateCheckpointResult, error) {
 	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
 	if err != nil {
-		return ValidateCheckpointResult{}, err
+		return checkpoint.ValidateCheckpointResult{}, err
 	}
 	if err := c.checkParticipantsLive(ctx, lc, in.Participants); err != nil {
-		return ValidateCheckpointResult{}, err
+		return checkpoint.ValidateCheckpointResult{}, err
 	}
-	res := ValidateCheckpointResult{Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Records: len(lc.records), Transcripts: len(lc.blobs)}
+	res := checkpoint.ValidateCheckpointResult{Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Records: len(lc.records), Transcripts: len(lc.blobs)}
 	for _, v := range lc.views {
-		switch v.restoreKind() {
-		case RestoreContinue:
+		switch restoreKind(v) {
+		case checkpoint.RestoreContinue:
 			res.Continue++
-		case RestoreStartOver:
+		case checkpoint.RestoreStartOver:
 			res.StartOver++
-		case RestoreOfferAgain:
+		case checkpoint.RestoreOfferAgain:
 			res.OfferAgain++
 		}
 	}
@@ -89,7 +66,7 @@ func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in ValidateCheckpo
 }
 
 // loadCheckpoint validates and reads a checkpoint; any problem is a
-// non-retryable ErrCheckpointInvalid naming it.
+// non-retryable checkpoint.ErrCheckpointInvalid naming it.
 func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID string, urls []string) (*loadedCheckpoint, error) {
 	dir, err := checkDir(root, checkpointID)
 	if err != nil {
@@ -105,26 +82,26 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 	if len(m.Participants) != len(urls) {
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
-	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, views: map[string]recordView{},
+	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, views: map[string]rollout.ParkRecord{},
 		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}}
 
 	// The agents artifact.
-	agents, err := artifact.Open(ctx, filepath.Join(dir, AgentsDir), checkpointID)
+	agents, err := artifact.Open(ctx, filepath.Join(dir, checkpoint.AgentsDir), checkpointID)
 	if err != nil {
 		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
 	}
 	if d := agents.Manifest().Digest; d != m.Agents.ManifestDigest {
 		return nil, invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
 	}
-	if got := agents.Sections(); len(got) != 2 || got[0] != SectionAgents || got[1] != SectionTranscripts {
-		return nil, invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, SectionAgents, SectionTranscripts)
+	if got := agents.Sections(); len(got) != 2 || got[0] != checkpoint.SectionAgents || got[1] != checkpoint.SectionTranscripts {
+		return nil, invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, checkpoint.SectionAgents, checkpoint.SectionTranscripts)
 	}
-	recs, err := agents.Section(ctx, SectionAgents)
+	recs, err := agents.Section(ctx, checkpoint.SectionAgents)
 	if err != nil {
 		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
 	}
 	for _, r := range recs {
-		v, err := decodeRecord(r.Data)
+		v, err := DecodeRecord(r.Data)
 		if err == nil {
 			err = checkRecord(v, checkpointID, m.Set, r.Key)
 		}
@@ -136,7 +113,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 	if len(recs) != m.Agents.Records || len(recs) != m.Parked {
 		return nil, invalidCheckpoint("checkpoint %s: %d agent records, MANIFEST.json counts %d", checkpointID, len(recs), m.Parked)
 	}
-	blobs, err := agents.Section(ctx, SectionTranscripts)
+	blobs, err := agents.Section(ctx, checkpoint.SectionTranscripts)
 	if err != nil {
 		return nil, invalidCheckpoint("checkpoint %s: transcripts: %v", checkpointID, err)
 	}
@@ -152,7 +129,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 
 	// Every participant's artifact, and its unfinished sessions.
 	for i, p := range m.Participants {
-		loc := ParticipantLocation(dir, i)
+		loc := checkpoint.ParticipantLocation(dir, i)
 		cp, err := artifact.Open(ctx, loc, checkpointID)
 		if err != nil {
 			return nil, invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
@@ -204,7 +181,7 @@ func (lc *loadedCheckpoint) checkTranscripts() error {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		heads, singles := lc.views[id].references()
+		heads, singles := references(lc.views[id])
 		for _, d := range singles {
 			if _, ok := lc.blobs[d]; !ok {
 				return fmt.Errorf("rollout %s: blob %s is not in the checkpoint", id, d)
@@ -268,8 +245,8 @@ func restoreIDOf(checkpointID, restoreID string) (string, error) {
 	if restoreID == "" {
 		return checkpointID, nil
 	}
-	if err := ValidateName("restore_id", restoreID); err != nil {
-		return "", badInput("%v", err)
+	if err := checkpoint.ValidateName("restore_id", restoreID); err != nil {
+		return "", rollout.BadInput("%v", err)
 	}
 	return restoreID, nil
 }
@@ -283,13 +260,17 @@ func restoreFiles(root, checkpointID, restoreID string) (dir, rid, rdir string, 
 	if rid, err = restoreIDOf(checkpointID, restoreID); err != nil {
 		return "", "", "", err
 	}
-	return dir, rid, filepath.Join(dir, RestoreDir, rid), nil
+	return dir, rid, filepath.Join(dir, checkpoint.RestoreDir, rid), nil
 }
 
 // attemptsPath and startedPath are a restore's attempt map and started
-// list; the files keep the names restoreAttempts and ListStarted give them.
-func attemptsPath(rdir string) string { return filepath.Join(rdir, filepath.Base(restoreAttempts)) }
-func startedPath(rdir string) string  { return filepath.Join(rdir, filepath.Base(ListStarted)) }
+// list; the files keep the names checkpoint.RestoreAttempts and checkpoint.ListStarted give them.
+func attemptsPath(rdir string) string {
+	return filepath.Join(rdir, filepath.Base(checkpoint.RestoreAttempts))
+}
+func startedPath(rdir string) string {
+	return filepath.Join(rdir, filepath.Base(checkpoint.ListStarted))
+}
 
 // restoreSetUp names what a restore step needs before its work. The
 // checkpoint and restore ids and the root are always checked; the rest only
@@ -380,70 +361,50 @@ type attemptsFile struct {
 	Fence []string `json:"fence,omitempty"`
 }
 
-// PlanAttemptsInput computes (or reads back) a restore's attempt map.
-type PlanAttemptsInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID    string   `json:"restore_id,omitempty"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-}
-
-// PlanAttemptsResult summarizes the attempt map in
-// restore/<restore_id>/attempts.json.
-type PlanAttemptsResult struct {
-	Rollouts int `json:"rollouts"`
-	Start    int `json:"start"`
-	// Fence counts the set's rollouts started after the cut.
-	Fence  int    `json:"fence"`
-	Reused bool   `json:"reused"`
-	Digest string `json:"digest"`
-}
-
 // PlanAttempts gives every rollout of the set one more attempt than the
 // highest ever issued for it: above its record's and its saved sessions'
 // attempt, and above every run of it Temporal shows (so a second restore of
 // the same checkpoint comes above the first). The map is persisted on first
 // computation and read back by any re-run of the same restore, so running
 // it twice never starts a second run of one attempt.
-func (c *Coordinator) PlanAttempts(ctx context.Context, in PlanAttemptsInput) (PlanAttemptsResult, error) {
+func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemptsInput) (checkpoint.PlanAttemptsResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID})
 	if err != nil {
-		return PlanAttemptsResult{}, err
+		return checkpoint.PlanAttemptsResult{}, err
 	}
 	path := attemptsPath(rs.rdir)
 	m, err := ReadAggregateManifest(rs.dir, in.CheckpointID)
 	if err != nil {
-		return PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
+		return checkpoint.PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
 	}
 	// A re-run reuses the map it planned, and needs neither the whole
 	// checkpoint nor Temporal for that.
 	if af, b, err := readAttempts(path, in.CheckpointID, rs.rid); err == nil {
 		if err := af.plannedFor(path, m.Digest); err != nil {
-			return PlanAttemptsResult{}, err
+			return checkpoint.PlanAttemptsResult{}, err
 		}
-		return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Reused: true, Digest: sha256Hex(b)}, nil
+		return checkpoint.PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Reused: true, Digest: sha256Hex(b)}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return PlanAttemptsResult{}, invalidCheckpoint("%v", err)
+		return checkpoint.PlanAttemptsResult{}, invalidCheckpoint("%v", err)
 	}
 	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
 	if err != nil {
-		return PlanAttemptsResult{}, err
+		return checkpoint.PlanAttemptsResult{}, err
 	}
 	tc, err := c.temporal()
 	if err != nil {
-		return PlanAttemptsResult{}, err
+		return checkpoint.PlanAttemptsResult{}, err
 	}
 	af, err := c.planAttempts(ctx, tc, lc)
 	if err != nil {
-		return PlanAttemptsResult{}, err
+		return checkpoint.PlanAttemptsResult{}, err
 	}
 	af.RestoreID = rs.rid
 	digest, err := writeJSONAtomic(path, af)
 	if err != nil {
-		return PlanAttemptsResult{}, err
+		return checkpoint.PlanAttemptsResult{}, err
 	}
-	return PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Digest: digest}, nil
+	return checkpoint.PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Digest: digest}, nil
 }
 
 // planAttempts computes the attempt map of a loaded checkpoint. It names
@@ -586,29 +547,6 @@ func (af attemptsFile) plannedFor(path, digest string) error {
 	return nil
 }
 
-// RestoreParticipantsInput installs the checkpoint at every participant.
-type RestoreParticipantsInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID    string   `json:"restore_id,omitempty"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-}
-
-// RestoreParticipantsResult counts the installed sessions.
-type RestoreParticipantsResult struct {
-	Participants int `json:"participants"`
-	Restored     int `json:"restored"`
-	Restarted    int `json:"restarted"`
-	// Fenced counts rollouts a server only fenced (absent from its cut);
-	// Untouched its sessions of other sets, left as they were.
-	Fenced    int `json:"fenced"`
-	Untouched int `json:"untouched"`
-	// AlreadyResumed counts participants that had restored and resumed in
-	// an earlier run of the same restore.
-	AlreadyResumed int `json:"already_resumed"`
-}
-
 // RestoreParticipants asks every environment server to install its
 // artifact with the attempt map, in a control session named by the restore
 // id: export_restore sessions become the new attempt, restart-only ones and
@@ -617,20 +555,20 @@ type RestoreParticipantsResult struct {
 // and the server stays paused until resumed. A server that answers the
 // restore id is retired already resumed it in an earlier run of this
 // restore.
-func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestoreParticipantsInput) (RestoreParticipantsResult, error) {
+func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.RestoreParticipantsInput) (checkpoint.RestoreParticipantsResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
 		participants: in.Participants, checkParticipants: true, attempts: true})
 	if err != nil {
-		return RestoreParticipantsResult{}, err
+		return checkpoint.RestoreParticipantsResult{}, err
 	}
 	var mu sync.Mutex
-	res := RestoreParticipantsResult{Participants: len(in.Participants)}
+	res := checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}
 	prog := newProgress(ctx, "restore participants", len(in.Participants))
 	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, participants.RestoreRequest{
-			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: ParticipantLocation(rs.dir, i), Attempts: rs.af.Attempts,
+			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir, i), Attempts: rs.af.Attempts,
 		})
 		if remoteCode(err) == participants.CodeStaleCheckpoint {
 			mu.Lock()
@@ -650,22 +588,9 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in RestorePartici
 		return nil
 	})
 	if err != nil {
-		return RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
+		return checkpoint.RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
 	return res, nil
-}
-
-// TerminateStaleInput ends the runs a restore replaces.
-type TerminateStaleInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID string `json:"restore_id,omitempty"`
-	Root      string `json:"root"`
-}
-
-// TerminateStaleResult counts the terminated runs.
-type TerminateStaleResult struct {
-	Terminated int `json:"terminated"`
 }
 
 // TerminateStale terminates every running run of a rollout of the set in
@@ -673,11 +598,11 @@ type TerminateStaleResult struct {
 // replaced attempts, and of rollouts started after the cut). The
 // environment servers already refuse that attempt; this stops its workflow
 // code too.
-func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput) (TerminateStaleResult, error) {
+func (c *Coordinator) TerminateStale(ctx context.Context, in checkpoint.TerminateStaleInput) (checkpoint.TerminateStaleResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
 		temporal: true, attempts: true})
 	if err != nil {
-		return TerminateStaleResult{}, err
+		return checkpoint.TerminateStaleResult{}, err
 	}
 	tc, rid, af := rs.tc, rs.rid, rs.af
 	ids := sortedKeys(af.Attempts)
@@ -700,10 +625,10 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput
 		if rid != in.CheckpointID {
 			reason = fmt.Sprintf("superseded by restore %s of checkpoint %s: attempt %d replaces attempt %d", rid, in.CheckpointID, attempt, ri.Attempt)
 		}
-		err = tc.TerminateWorkflow(ctx, RolloutIDPrefix+id, ri.RunID, reason)
+		err = tc.TerminateWorkflow(ctx, rollout.WorkflowID(id), ri.RunID, reason)
 		var nf *serviceerror.NotFound
 		if err != nil && !errors.As(err, &nf) { // NotFound: it closed meanwhile
-			return fmt.Errorf("terminate %s%s run %s: %w", RolloutIDPrefix, id, ri.RunID, err)
+			return fmt.Errorf("terminate %s run %s: %w", rollout.WorkflowID(id), ri.RunID, err)
 		}
 		if err == nil {
 			mu.Lock()
@@ -713,9 +638,9 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in TerminateStaleInput
 		return nil
 	})
 	if err != nil {
-		return TerminateStaleResult{}, fmt.Errorf("terminate stale runs of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.TerminateStaleResult{}, fmt.Errorf("terminate stale runs of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	return TerminateStaleResult{Terminated: n}, nil
+	return checkpoint.TerminateStaleResult{Terminated: n}, nil
 }
 
 func sortedKeys(m map[string]int) []string {
@@ -727,36 +652,16 @@ func sortedKeys(m map[string]int) []string {
 	return out
 }
 
-// StartRestoredInput starts the new attempts.
-type StartRestoredInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID    string   `json:"restore_id,omitempty"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-	TaskQueue    string   `json:"task_queue,omitempty"`
-}
-
-// StartRestoredResult counts the new attempts by kind. The kind counts
-// follow from the checkpoint; Started and Existing tell what this run did.
-type StartRestoredResult struct {
-	Continue   int `json:"continue"`
-	StartOver  int `json:"start_over"`
-	OfferAgain int `json:"offer_again"`
-	Started    int `json:"started"`
-	Existing   int `json:"existing"`
-}
-
 // StartRestored puts the checkpoint's transcript blobs back into the store,
 // then starts the new attempt of every rollout with a record, held for the
 // checkpoint until resumed. A run of exactly that attempt that already
 // exists (running or closed) is left as it is. The list of rollouts goes to
 // restore/<restore_id>/started.json for the resume.
-func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) (StartRestoredResult, error) {
+func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRestoredInput) (checkpoint.StartRestoredResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
 		participants: in.Participants, temporal: true, checkpoint: true, attempts: true})
 	if err != nil {
-		return StartRestoredResult{}, err
+		return checkpoint.StartRestoredResult{}, err
 	}
 	tc, rid, lc, af := rs.tc, rs.rid, rs.lc, rs.af
 	taskQueue := in.TaskQueue
@@ -764,13 +669,13 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		taskQueue = c.TaskQueue
 	}
 	if taskQueue == "" {
-		return StartRestoredResult{}, badInput("no task queue for the restored rollouts")
+		return checkpoint.StartRestoredResult{}, rollout.BadInput("no task queue for the restored rollouts")
 	}
 	if err := c.installTranscripts(ctx, lc); err != nil {
-		return StartRestoredResult{}, err
+		return checkpoint.StartRestoredResult{}, err
 	}
 	if _, err := writeJSONAtomic(startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
-		return StartRestoredResult{}, err
+		return checkpoint.StartRestoredResult{}, err
 	}
 
 	// Environment servers may come back on new addresses: the restore names
@@ -783,35 +688,33 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		}
 	}
 	var mu sync.Mutex
-	var res StartRestoredResult
+	var res checkpoint.StartRestoredResult
 	prog := newProgress(ctx, "start", len(af.Start))
 	err = forEach(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
-		raw, ok := lc.records[id]
+		rec, ok := lc.views[id]
 		if !ok {
 			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
 		}
-		attempt := af.Attempts[id]
-		input, kind, err := BuildRestoredInput(raw, in.CheckpointID, attempt)
+		input, kind, err := BuildRestoredInput(rec, in.CheckpointID, af.Attempts[id])
 		if err != nil {
 			return invalidCheckpoint("%v", err)
 		}
-		if input, err = RemapEnvURL(input, moved); err != nil {
-			return invalidCheckpoint("rollout %s: %v", id, err)
-		}
-		started, err := c.startRestored(ctx, tc, lc, id, attempt, kind, input, taskQueue, in.CheckpointID, rid)
+		opts := rollout.StartOptions(RemapEnvURL(input, moved), taskQueue)
+		opts.StaticSummary = restoredSummary(input, kind, rid)
+		started, err := c.startRestored(ctx, tc, opts, input)
 		if err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch kind {
-		case RestoreContinue:
+		case checkpoint.RestoreContinue:
 			res.Continue++
-		case RestoreStartOver:
+		case checkpoint.RestoreStartOver:
 			res.StartOver++
-		case RestoreOfferAgain:
+		case checkpoint.RestoreOfferAgain:
 			res.OfferAgain++
 		}
 		if started {
@@ -822,14 +725,23 @@ func (c *Coordinator) StartRestored(ctx context.Context, in StartRestoredInput) 
 		return nil
 	})
 	if err != nil {
-		return StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
 	return res, nil
 }
 
+// restoredSummary is the static summary of a restored run in the Web UI.
+func restoredSummary(in rollout.Input, kind, restoreID string) string {
+	if restoreID != in.HoldFor {
+		return fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s by restore %s (%s)", in.RolloutID, in.Attempt, in.HoldFor, restoreID, kind)
+	}
+	return fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s (%s)", in.RolloutID, in.Attempt, in.HoldFor, kind)
+}
+
 // startRestored starts one new attempt unless a run of it exists; it says
 // whether it started one.
-func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *loadedCheckpoint, id string, attempt int, kind string, input json.RawMessage, taskQueue, checkpointID, restoreID string) (bool, error) {
+func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, opts client.StartWorkflowOptions, in rollout.Input) (bool, error) {
+	id, attempt := in.RolloutID, in.Attempt
 	exists := func() (bool, error) {
 		ri, err := describeRollout(ctx, tc, id)
 		if err != nil || !ri.Exists || !ri.HasAttempt {
@@ -841,47 +753,24 @@ func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, lc *l
 		case a > attempt:
 			return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"rollout %s already runs attempt %d, above the %d this restore would start: a later restore superseded this one", id, a, attempt),
-				ErrAttemptConflict, nil)
+				checkpoint.ErrAttemptConflict, nil)
 		}
 		return false, nil
 	}
 	if ok, err := exists(); ok || err != nil {
 		return false, err
 	}
-	v := lc.views[id]
-	turn := int64(v.Boundary.Turn)
-	if kind == RestoreStartOver {
-		turn = 0
-	}
-	opts := client.StartWorkflowOptions{
-		ID:                                       RolloutIDPrefix + id,
-		TaskQueue:                                taskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(SARolloutID).ValueSet(id),
-			temporal.NewSearchAttributeKeyKeyword(SARolloutSet).ValueSet(lc.manifest.Set),
-			temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(attempt)),
-			temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(turn),
-			temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(rolloutPhaseParked),
-		),
-		StaticSummary: fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s (%s)", id, attempt, checkpointID, kind),
-	}
-	if restoreID != checkpointID {
-		opts.StaticSummary = fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s by restore %s (%s)", id, attempt, checkpointID, restoreID, kind)
-	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, RolloutWorkflowType, input)
+	_, err := tc.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		// Started meanwhile (a retried activity): fine if it is this attempt.
 		if ok, xerr := exists(); ok || xerr != nil {
 			return false, xerr
 		}
-		return false, fmt.Errorf("start %s%s attempt %d: a run of an older attempt is still running: %w", RolloutIDPrefix, id, attempt, err)
+		return false, fmt.Errorf("start %s attempt %d: a run of an older attempt is still running: %w", rollout.WorkflowID(id), attempt, err)
 	}
 	if err != nil {
-		return false, fmt.Errorf("start %s%s attempt %d: %w", RolloutIDPrefix, id, attempt, err)
+		return false, fmt.Errorf("start %s attempt %d: %w", rollout.WorkflowID(id), attempt, err)
 	}
 	return true, nil
 }
@@ -893,7 +782,7 @@ func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoi
 		return nil
 	}
 	if c.Store == nil {
-		return temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", ErrBadInput, nil)
+		return temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", rollout.ErrBadInput, nil)
 	}
 	prog := newProgress(ctx, "transcripts", len(lc.blobs))
 	for d, data := range lc.blobs {
@@ -909,28 +798,19 @@ func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoi
 	return nil
 }
 
-// ResumeRestoredParticipantsInput ends a restore's control session at
-// every environment server.
-type ResumeRestoredParticipantsInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID    string   `json:"restore_id,omitempty"`
-	Participants []string `json:"participants"`
-}
-
 // ResumeRestoredParticipants reopens admission at every environment server
 // and retires the restore id there, so a re-run of this restore installs
 // nothing twice. Resume is idempotent.
-func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in ResumeRestoredParticipantsInput) (ResumeParticipantsResult, error) {
-	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
-		return ResumeParticipantsResult{}, badInput("%v", err)
+func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpoint.ResumeRestoredParticipantsInput) (checkpoint.ResumeParticipantsResult, error) {
+	if err := checkpoint.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return checkpoint.ResumeParticipantsResult{}, rollout.BadInput("%v", err)
 	}
 	rid, err := restoreIDOf(in.CheckpointID, in.RestoreID)
 	if err != nil {
-		return ResumeParticipantsResult{}, err
+		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	if err := checkParticipants(in.Participants); err != nil {
-		return ResumeParticipantsResult{}, err
+		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
@@ -941,32 +821,24 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in ResumeR
 		return nil
 	})
 	if err != nil {
-		return ResumeParticipantsResult{}, fmt.Errorf("resume participants of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
+		return checkpoint.ResumeParticipantsResult{}, fmt.Errorf("resume participants of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
 	}
-	return ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
-}
-
-// ResumeRestoredRolloutsInput releases the runs a restore started.
-type ResumeRestoredRolloutsInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	// RestoreID names this restore (empty: the checkpoint id).
-	RestoreID string `json:"restore_id,omitempty"`
-	Root      string `json:"root"`
+	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 
 // ResumeRestoredRollouts sends the resume update to every rollout of
 // restore/<restore_id>/started.json. A rollout that is not held is
 // unaffected, so a retry is harmless.
-func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in ResumeRestoredRolloutsInput) (ResumeRolloutsResult, error) {
+func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.ResumeRestoredRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
 		temporal: true})
 	if err != nil {
-		return ResumeRolloutsResult{}, err
+		return checkpoint.ResumeRolloutsResult{}, err
 	}
 	tc, rid := rs.tc, rs.rid
 	l, err := readRolloutList(startedPath(rs.rdir), in.CheckpointID)
 	if err != nil {
-		return ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
+		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}
 	// The update id names the restore: each restore of a checkpoint starts
 	// new runs, and the resume of one must never be taken for another's.
@@ -975,13 +847,13 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in ResumeResto
 		updateID += "/" + rid
 	}
 	var mu sync.Mutex
-	res := ResumeRolloutsResult{}
+	res := checkpoint.ResumeRolloutsResult{}
 	prog := newProgress(ctx, "resume rollouts", len(l.Rollouts))
 	err = forEach(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := l.Rollouts[i]
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: RolloutIDPrefix + id, UpdateName: RolloutResumeUpdate, UpdateID: updateID,
+			WorkflowID: rollout.WorkflowID(id), UpdateName: rollout.UpdateResume, UpdateID: updateID,
 			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: in.CheckpointID}},
 		})
 		if err == nil {
@@ -1003,7 +875,7 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in ResumeResto
 		return nil
 	})
 	if err != nil {
-		return ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
+		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package activities_test
+package coordinator_test
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // fakeRun is the current run of one rollout workflow in fakeTemporal.
@@ -182,16 +183,16 @@ func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflow
 	if wf != "Rollout" || len(args) != 1 {
 		return nil, fmt.Errorf("fake: unexpected start of %v with %d args", wf, len(args))
 	}
-	in := args[0].(json.RawMessage)
-	var head struct {
-		Set     string `json:"set"`
-		Attempt int64  `json:"attempt"`
+	head, ok := args[0].(rollout.Input)
+	if !ok {
+		return nil, fmt.Errorf("fake: start of Rollout with a %T, not a rollout.Input", args[0])
 	}
-	if err := json.Unmarshal(in, &head); err != nil {
+	in, err := json.Marshal(head)
+	if err != nil {
 		return nil, err
 	}
 	f.starts = append(f.starts, o)
-	f.runs[o.ID] = &fakeRun{set: head.Set, attempt: head.Attempt, running: true, runID: fmt.Sprintf("%s-a%d", o.ID, head.Attempt), input: in}
+	f.runs[o.ID] = &fakeRun{set: head.Set, attempt: int64(head.Attempt), running: true, runID: fmt.Sprintf("%s-a%d", o.ID, head.Attempt), input: in}
 	return nil, nil
 }
 

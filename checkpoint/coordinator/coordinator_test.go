@@ -1,4 +1,4 @@
-package activities_test
+package coordinator_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/artifact"
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // world is one set "s1" in the middle of a run: an environment server, a
@@ -37,7 +38,7 @@ type world struct {
 	store  *transcript.Store
 	env    *envServer
 	tc     *fakeTemporal
-	coord  *activities.Coordinator
+	coord  *coordinator.Coordinator
 	wanted map[transcript.Digest]bool // every blob the records reference
 }
 
@@ -47,7 +48,7 @@ func newWorld(t *testing.T) *world {
 	store, err := transcript.Open(t.TempDir())
 	require.NoError(t, err)
 	w := &world{root: t.TempDir(), store: store, env: newEnvServer(t, "env-a"), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
-	w.coord = &activities.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3}
+	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3}
 
 	// A blob nobody references must not be copied.
 	_, err = store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})
@@ -80,7 +81,7 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 	require.NoError(t, err)
 	tools, err := w.store.PutJSON(ctx, []string{"increment", id})
 	require.NoError(t, err)
-	b := workflows.Boundary{RolloutID: id, Attempt: attempt, Turn: 1, Head: head, Tools: tools, Style: envs.StyleTools,
+	b := rollout.Boundary{RolloutID: id, Attempt: attempt, Turn: 1, Head: head, Tools: tools, Style: envs.StyleTools,
 		EnvMode: mode, Seeded: true, Revision: 1}
 	w.want(t, head)
 	w.wanted[tools] = true
@@ -89,23 +90,23 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 		require.NoError(t, err)
 		obs, err := w.store.Append(ctx, ans, transcript.Item{Role: "tool", ToolCallID: "c0", Content: "1"})
 		require.NoError(t, err)
-		b.Pending = &activities.CallModelResult{CallID: id + "/a0/t1", Head: ans, ToolCalls: []transcript.ToolCall{
+		b.Pending = &rollout.CallModelResult{CallID: id + "/a0/t1", Head: ans, ToolCalls: []transcript.ToolCall{
 			{ID: "c0", Name: "increment", Arguments: `{"amount":1}`}, {ID: "c1", Name: "increment", Arguments: `{"amount":1}`}}}
 		b.Cursor, b.Head = 1, obs
 		w.want(t, obs)
 	}
-	in := workflows.RolloutInput{RolloutID: id, Set: "s1", Attempt: attempt, Task: json.RawMessage(`{"target":9}`),
-		Env: activities.EnvRef{Name: "counter"}, Policy: activities.PolicyRef{Model: "scripted-counter"}, Seed: 1}
-	rec := workflows.ParkRecord{CheckpointID: "ck1", Set: "s1", Input: in, Boundary: b, Phase: workflows.PhaseParked}
+	in := rollout.Input{RolloutID: id, Set: "s1", Attempt: attempt, Task: json.RawMessage(`{"target":9}`),
+		Env: rollout.EnvRef{Name: "counter"}, Policy: rollout.PolicyRef{Model: "scripted-counter"}, Seed: 1}
+	rec := rollout.ParkRecord{CheckpointID: "ck1", Set: "s1", Input: in, Boundary: b, Phase: rollout.PhaseParked}
 	if completed {
 		final, err := w.store.Append(ctx, head, transcript.Item{Role: "assistant", Content: "done"})
 		require.NoError(t, err)
 		w.want(t, final)
-		res := workflows.RolloutResult{RolloutID: id, Set: "s1", Attempt: attempt, Reward: 1, Turns: 1, Head: final}
-		receipt, err := workflows.NewReceipt(res)
+		res := rollout.Result{RolloutID: id, Set: "s1", Attempt: attempt, Reward: 1, Turns: 1, Head: final}
+		receipt, err := rollout.NewReceipt(res)
 		require.NoError(t, err)
 		res.Receipt = &receipt
-		rec.Result, rec.Phase = &res, workflows.PhaseAwaitingAck
+		rec.Result, rec.Phase = &res, rollout.PhaseAwaitingAck
 	}
 	raw, err := json.Marshal(rec)
 	require.NoError(t, err)
@@ -123,21 +124,21 @@ func (w *world) want(t *testing.T, head transcript.Digest) {
 
 // checkpoint runs the checkpoint's activities in order, as the workflow
 // does.
-func (w *world) checkpoint(t *testing.T) activities.CommitCheckpointResult {
+func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	t.Helper()
 	ctx := context.Background()
-	prep, err := w.coord.PrepareParticipants(ctx, activities.PrepareParticipantsInput{
+	prep, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})
 	require.NoError(t, err)
 	require.Equal(t, 5, prep.Sessions)
 	require.Equal(t, participants.PhasePrepared, w.env.status(t).Phase)
 
-	mem, err := w.coord.FreezeMembership(ctx, activities.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	mem, err := w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
 	require.NoError(t, err)
-	require.Equal(t, activities.FreezeMembershipResult{Members: 5, FromVisibility: 4, FromParticipants: 1, Foreign: 1, Digest: mem.Digest}, mem)
+	require.Equal(t, checkpoint.FreezeMembershipResult{Members: 5, FromVisibility: 4, FromParticipants: 1, Foreign: 1, Digest: mem.Digest}, mem)
 
-	park, err := w.coord.ParkMembers(ctx, activities.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	park, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
 	require.NoError(t, err)
 	require.Equal(t, 5, park.Members)
 	require.Equal(t, 4, park.Parked)
@@ -145,7 +146,7 @@ func (w *world) checkpoint(t *testing.T) activities.CommitCheckpointResult {
 	require.Equal(t, 1, park.Closed)
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 park ck1/park"])
 
-	res, err := w.coord.CommitCheckpoint(ctx, activities.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
+	res, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
 	require.NoError(t, err)
 	return res
 }
@@ -167,10 +168,10 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	res := w.checkpoint(t)
 	dir := filepath.Join(w.root, "ck1")
 	require.Equal(t, dir, res.Dir)
-	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0003", "s1-0004"}, readList(t, filepath.Join(dir, activities.ListMembers)))
-	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, activities.ListParked)))
+	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0003", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListMembers)))
+	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListParked)))
 
-	m, err := activities.ReadAggregateManifest(dir, "ck1")
+	m, err := coordinator.ReadAggregateManifest(dir, "ck1")
 	require.NoError(t, err)
 	require.Equal(t, res.ManifestDigest, m.Digest)
 	require.Equal(t, "s1", m.Set)
@@ -187,17 +188,17 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 
 	// The agents artifact: one record per parked rollout, exactly the
 	// blobs they reference.
-	agents, err := artifact.Open(ctx, filepath.Join(dir, activities.AgentsDir), "ck1")
+	agents, err := artifact.Open(ctx, filepath.Join(dir, checkpoint.AgentsDir), "ck1")
 	require.NoError(t, err)
 	require.Equal(t, m.Agents.ManifestDigest, agents.Manifest().Digest)
-	recs, err := agents.Section(ctx, activities.SectionAgents)
+	recs, err := agents.Section(ctx, checkpoint.SectionAgents)
 	require.NoError(t, err)
 	var keys []string
 	for _, r := range recs {
 		keys = append(keys, r.Key)
 	}
 	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, keys)
-	blobs, err := agents.Section(ctx, activities.SectionTranscripts)
+	blobs, err := agents.Section(ctx, checkpoint.SectionTranscripts)
 	require.NoError(t, err)
 	got := map[transcript.Digest]bool{}
 	for _, b := range blobs {
@@ -208,17 +209,17 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	require.Equal(t, len(w.wanted), res.Transcripts)
 
 	// A retried commit validates and answers the same.
-	again, err := w.coord.CommitCheckpoint(ctx, activities.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
+	again, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
 	require.NoError(t, err)
 	require.Equal(t, res, again)
 
 	// Resume: the server opens, every parked rollout is released once.
-	_, err = w.coord.ResumeParticipants(ctx, activities.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
+	_, err = w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
 	require.NoError(t, err)
 	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission)
-	rr, err := w.coord.ResumeRollouts(ctx, activities.ResumeRolloutsInput{CheckpointID: "ck1", Root: w.root, List: activities.ListParked})
+	rr, err := w.coord.ResumeRollouts(ctx, checkpoint.ResumeRolloutsInput{CheckpointID: "ck1", Root: w.root, List: checkpoint.ListParked})
 	require.NoError(t, err)
-	require.Equal(t, activities.ResumeRolloutsResult{Resumed: 4}, rr)
+	require.Equal(t, checkpoint.ResumeRolloutsResult{Resumed: 4}, rr)
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0004 resume ck1/resume"])
 }
 
@@ -228,16 +229,16 @@ func TestParkOfAMissingMemberNamesIt(t *testing.T) {
 	w.tc.mu.Lock()
 	delete(w.tc.runs, "rollout/s1-0004") // the env server knows it, Temporal does not
 	w.tc.mu.Unlock()
-	_, err := w.coord.PrepareParticipants(ctx, activities.PrepareParticipantsInput{
+	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})
 	require.NoError(t, err)
-	_, err = w.coord.FreezeMembership(ctx, activities.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
 	require.NoError(t, err)
-	_, err = w.coord.ParkMembers(ctx, activities.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
-	requireType(t, err, activities.ErrMemberMissing)
+	_, err = w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	requireType(t, err, checkpoint.ErrMemberMissing)
 	require.ErrorContains(t, err, "s1-0004")
-	_, err = os.Stat(filepath.Join(w.root, "ck1", activities.AggregateManifestName))
+	_, err = os.Stat(filepath.Join(w.root, "ck1", checkpoint.AggregateManifestName))
 	require.True(t, errors.Is(err, os.ErrNotExist))
 }
 
@@ -247,14 +248,14 @@ func TestParkRefusedByARolloutFailsAtOnce(t *testing.T) {
 	w.tc.mu.Lock()
 	w.tc.runs["rollout/s1-0001"].refuse = `rollout is held for checkpoint "other"`
 	w.tc.mu.Unlock()
-	_, err := w.coord.PrepareParticipants(ctx, activities.PrepareParticipantsInput{
+	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})
 	require.NoError(t, err)
-	_, err = w.coord.FreezeMembership(ctx, activities.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
 	require.NoError(t, err)
-	_, err = w.coord.ParkMembers(ctx, activities.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
-	requireType(t, err, activities.ErrMemberRefused)
+	_, err = w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	requireType(t, err, checkpoint.ErrMemberRefused)
 	require.ErrorContains(t, err, "s1-0001")
 	require.ErrorContains(t, err, "other")
 }
@@ -264,7 +265,7 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	w := newWorld(t)
 	w.checkpoint(t)
 	dir := filepath.Join(w.root, "ck1")
-	res, err := w.coord.AbortCheckpoint(ctx, activities.AbortCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: []string{w.env.url}})
+	res, err := w.coord.AbortCheckpoint(ctx, checkpoint.AbortCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: []string{w.env.url}})
 	require.NoError(t, err)
 	require.True(t, res.ManifestRemoved)
 	require.Equal(t, 1, res.Participants)
@@ -272,13 +273,13 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	st := w.env.status(t)
 	require.Equal(t, participants.PhaseIdle, st.Phase)
 	require.Equal(t, participants.AdmissionOpen, st.Admission)
-	_, err = activities.ReadAggregateManifest(dir, "ck1")
+	_, err = coordinator.ReadAggregateManifest(dir, "ck1")
 	require.ErrorContains(t, err, "not a checkpoint")
 	// The id is spent: a second checkpoint under it is refused up front.
-	_, err = w.coord.PrepareParticipants(ctx, activities.PrepareParticipantsInput{
+	_, err = w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})
-	requireType(t, err, activities.ErrBadInput)
+	requireType(t, err, rollout.ErrBadInput)
 	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission)
 }
 
@@ -300,14 +301,14 @@ func TestRestoreActivities(t *testing.T) {
 	coord.Failpoints.SetKill(func() { hits++ })
 	urls := []string{b.url}
 
-	val, err := coord.ValidateCheckpoint(ctx, activities.ValidateCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	val, err := coord.ValidateCheckpoint(ctx, checkpoint.ValidateCheckpointInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	require.Equal(t, activities.ValidateCheckpointResult{Set: "s1", ManifestDigest: val.ManifestDigest, Records: 4,
+	require.Equal(t, checkpoint.ValidateCheckpointResult{Set: "s1", ManifestDigest: val.ManifestDigest, Records: 4,
 		Continue: 2, StartOver: 1, OfferAgain: 1, Transcripts: len(w.wanted)}, val)
 	require.Equal(t, 1, hits, "the restore.after-validate failpoint is passed once validation succeeded")
 	require.Equal(t, participants.PhaseIdle, b.status(t).Phase, "validation installs nothing")
 
-	plan, err := coord.PlanAttempts(ctx, activities.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	plan, err := coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.False(t, plan.Reused)
 	require.Equal(t, 4, plan.Start)
@@ -328,36 +329,36 @@ func TestRestoreActivities(t *testing.T) {
 	// A later run of the same restore reuses the map, whatever Temporal
 	// shows now.
 	w.tc.add("s1-0000", &fakeRun{set: "s1", attempt: 0, running: true})
-	again, err := coord.PlanAttempts(ctx, activities.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	again, err := coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.True(t, again.Reused)
 	require.Equal(t, plan.Digest, again.Digest)
 
-	rp, err := coord.RestoreParticipants(ctx, activities.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	rp, err := coord.RestoreParticipants(ctx, checkpoint.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.Equal(t, 1, rp.Participants)
 	require.Equal(t, participants.PhaseRestored, b.status(t).Phase)
 	require.Equal(t, participants.AdmissionClosed, b.status(t).Admission, "paused until everything is installed")
 
-	term, err := coord.TerminateStale(ctx, activities.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
+	term, err := coord.TerminateStale(ctx, checkpoint.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
 	require.Equal(t, 4, term.Terminated, "s1-0000, 0001, 0002 and 0004 run below their new attempt; s2-0000 is another set's")
 	for _, reason := range w.tc.terminated {
 		require.Contains(t, reason, "checkpoint ck1")
 	}
 
-	st, err := coord.StartRestored(ctx, activities.StartRestoredInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	st, err := coord.StartRestored(ctx, checkpoint.StartRestoredInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	require.Equal(t, activities.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Started: 4}, st)
+	require.Equal(t, checkpoint.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Started: 4}, st)
 	for _, o := range w.tc.starts {
 		require.Equal(t, "tq", o.TaskQueue)
 		require.Contains(t, o.StaticSummary, "checkpoint ck1")
 	}
-	inputs := map[string]workflows.RolloutInput{}
+	inputs := map[string]rollout.Input{}
 	w.tc.mu.Lock()
 	for wid, r := range w.tc.runs {
 		if r.input != nil {
-			var in workflows.RolloutInput
+			var in rollout.Input
 			require.NoError(t, json.Unmarshal(r.input, &in))
 			inputs[strings.TrimPrefix(wid, "rollout/")] = in
 		}
@@ -376,14 +377,14 @@ func TestRestoreActivities(t *testing.T) {
 	require.Len(t, items, 4)
 
 	// Running it again starts nothing twice.
-	st2, err := coord.StartRestored(ctx, activities.StartRestoredInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	st2, err := coord.StartRestored(ctx, checkpoint.StartRestoredInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
-	require.Equal(t, activities.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Existing: 4}, st2)
+	require.Equal(t, checkpoint.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Existing: 4}, st2)
 	require.Len(t, w.tc.starts, 4)
 
-	_, err = coord.ResumeRestoredParticipants(ctx, activities.ResumeRestoredParticipantsInput{CheckpointID: "ck1", Participants: urls})
+	_, err = coord.ResumeRestoredParticipants(ctx, checkpoint.ResumeRestoredParticipantsInput{CheckpointID: "ck1", Participants: urls})
 	require.NoError(t, err)
-	rr, err := coord.ResumeRestoredRollouts(ctx, activities.ResumeRestoredRolloutsInput{CheckpointID: "ck1", Root: w.root})
+	rr, err := coord.ResumeRestoredRollouts(ctx, checkpoint.ResumeRestoredRolloutsInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
 	require.Equal(t, 4, rr.Resumed)
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume"])
@@ -399,11 +400,11 @@ func TestRestoreActivities(t *testing.T) {
 
 	// A second run of the whole restore converges: the server already
 	// resumed this checkpoint, every run exists.
-	rp2, err := coord.RestoreParticipants(ctx, activities.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
+	rp2, err := coord.RestoreParticipants(ctx, checkpoint.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.Equal(t, 1, rp2.AlreadyResumed)
 	require.Equal(t, participants.PhaseIdle, b.status(t).Phase, "a re-run installs nothing")
-	term2, err := coord.TerminateStale(ctx, activities.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
+	term2, err := coord.TerminateStale(ctx, checkpoint.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
 	require.Zero(t, term2.Terminated)
 }
@@ -430,7 +431,7 @@ func TestValidateCheckpointFailsClosed(t *testing.T) {
 			require.NoError(t, os.WriteFile(p, []byte(strings.Replace(string(b), `"members": 5`, `"members": 6`, 1)), 0o644))
 		}, nil, "digest"},
 		{"flipped agents shard", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, "agents", artifact.ShardName(activities.SectionAgents, 0)))
+			flip(t, filepath.Join(dir, "agents", artifact.ShardName(checkpoint.SectionAgents, 0)))
 		}, nil, "agents"},
 		{"flipped participant shard", func(t *testing.T, dir string) {
 			flip(t, filepath.Join(dir, "participants", "0", artifact.ShardName(participants.SectionSessions, 0)))
@@ -453,8 +454,8 @@ func TestValidateCheckpointFailsClosed(t *testing.T) {
 			if tc.urls != nil {
 				urls = tc.urls(b)
 			}
-			_, err := w.coord.ValidateCheckpoint(ctx, activities.ValidateCheckpointInput{CheckpointID: "ck1", Root: root, Participants: urls})
-			requireType(t, err, activities.ErrCheckpointInvalid)
+			_, err := w.coord.ValidateCheckpoint(ctx, checkpoint.ValidateCheckpointInput{CheckpointID: "ck1", Root: root, Participants: urls})
+			requireType(t, err, checkpoint.ErrCheckpointInvalid)
 			require.ErrorContains(t, err, tc.want)
 			st := b.status(t)
 			require.Equal(t, participants.PhaseIdle, st.Phase)
@@ -465,7 +466,7 @@ func TestValidateCheckpointFailsClosed(t *testing.T) {
 	}
 }
 
-func TestBuildRestoredInputRefusesBadRecords(t *testing.T) {
+func TestDecodeRecordRefusesBadRecords(t *testing.T) {
 	for name, raw := range map[string]string{
 		"not json":         `{`,
 		"no rollout":       `{"checkpoint_id":"ck1","input":{},"boundary":{}}`,
@@ -474,7 +475,7 @@ func TestBuildRestoredInputRefusesBadRecords(t *testing.T) {
 			"result":{"rollout_id":"a"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := activities.BuildRestoredInput([]byte(raw), "ck1", 1)
+			_, err := coordinator.DecodeRecord([]byte(raw))
 			require.Error(t, err)
 		})
 	}
@@ -518,23 +519,18 @@ func copyDir(t *testing.T, from, to string) {
 
 func TestRemapEnvURL(t *testing.T) {
 	moved := map[string]string{"http://old:1": "http://new:2"}
-	tests := []struct{ name, in, want string }{
-		{"moved", `{"attempt":1,"env":{"name":"counter","url":"http://old:1"}}`, `{"attempt":1,"env":{"name":"counter","url":"http://new:2"}}`},
-		{"other server", `{"env":{"name":"counter","url":"http://else:3"}}`, `{"env":{"name":"counter","url":"http://else:3"}}`},
-		{"default server", `{"env":{"name":"counter"}}`, `{"env":{"name":"counter"}}`},
+	tests := []struct{ name, url, want string }{
+		{"moved", "http://old:1", "http://new:2"},
+		{"other server", "http://else:3", "http://else:3"},
+		{"default server", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := activities.RemapEnvURL(json.RawMessage(tt.in), moved)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tt.want {
-				t.Fatalf("got %s, want %s", got, tt.want)
-			}
+			in := rollout.Input{Attempt: 1, Env: rollout.EnvRef{Name: "counter", URL: tt.url}}
+			got := coordinator.RemapEnvURL(in, moved)
+			want := in
+			want.Env.URL = tt.want
+			require.Equal(t, want, got)
 		})
-	}
-	if _, err := activities.RemapEnvURL(json.RawMessage(`{"env":"nope"}`), moved); err == nil {
-		t.Fatal("a malformed env was accepted")
 	}
 }

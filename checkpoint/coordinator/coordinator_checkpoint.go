@@ -1,4 +1,4 @@
-package activities
+package coordinator
 
 import (
 	"context"
@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -24,24 +27,7 @@ import (
 
 // abortedMarker in the staging directory tells a late commit that the
 // checkpoint was aborted: it must not write a manifest.
-const abortedMarker = StagingDir + "/ABORTED"
-
-// PrepareParticipantsInput closes admission at every environment server.
-type PrepareParticipantsInput struct {
-	CheckpointID string    `json:"checkpoint_id"`
-	Set          string    `json:"set"`
-	Root         string    `json:"root"`
-	Participants []string  `json:"participants"`
-	Deadline     time.Time `json:"deadline"`
-}
-
-// PrepareParticipantsResult counts the prepared servers and the sessions
-// they reported (the reports are staged in staging/participants.json).
-type PrepareParticipantsResult struct {
-	Participants int    `json:"participants"`
-	Sessions     int    `json:"sessions"`
-	Digest       string `json:"digest"`
-}
+const abortedMarker = checkpoint.StagingDir + "/ABORTED"
 
 // stagedParticipants is staging/participants.json.
 type stagedParticipants struct {
@@ -54,23 +40,23 @@ type stagedParticipants struct {
 // prepares it: admission closes, in-flight mutations drain by the deadline
 // and the cut freezes. The reports (live sessions by rollout and attempt) go
 // to the staging directory.
-func (c *Coordinator) PrepareParticipants(ctx context.Context, in PrepareParticipantsInput) (PrepareParticipantsResult, error) {
+func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.PrepareParticipantsInput) (checkpoint.PrepareParticipantsResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return PrepareParticipantsResult{}, err
+		return checkpoint.PrepareParticipantsResult{}, err
 	}
-	if err := ValidateName("set", in.Set); err != nil {
-		return PrepareParticipantsResult{}, badInput("%v", err)
+	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+		return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("%v", err)
 	}
 	if err := checkParticipants(in.Participants); err != nil {
-		return PrepareParticipantsResult{}, err
+		return checkpoint.PrepareParticipantsResult{}, err
 	}
 	if in.Deadline.IsZero() {
-		return PrepareParticipantsResult{}, badInput("prepare of checkpoint %s: no deadline", in.CheckpointID)
+		return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("prepare of checkpoint %s: no deadline", in.CheckpointID)
 	}
-	for _, name := range []string{AggregateManifestName, abortedMarker} {
+	for _, name := range []string{checkpoint.AggregateManifestName, abortedMarker} {
 		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			return PrepareParticipantsResult{}, badInput("checkpoint %s: %s already exists: a checkpoint id is used once; take a new one", in.CheckpointID, filepath.Join(dir, name))
+			return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("checkpoint %s: %s already exists: a checkpoint id is used once; take a new one", in.CheckpointID, filepath.Join(dir, name))
 		}
 	}
 	reports := make([]participantReport, len(in.Participants))
@@ -87,7 +73,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in PreparePartici
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"participant %s is %s schema %d with features %v; this coordinator needs %s schema %d with %s",
 				url, caps.Component, caps.SchemaVersion, caps.Features, participants.ComponentEnvironmentServer,
-				participants.ControlSchemaVersion, participants.FeatureAbsoluteDeadline), ErrParticipantRefused, nil)
+				participants.ControlSchemaVersion, participants.FeatureAbsoluteDeadline), checkpoint.ErrParticipantRefused, nil)
 		}
 		prep, err := cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
 		if err != nil {
@@ -98,24 +84,24 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in PreparePartici
 		return nil
 	})
 	if err != nil {
-		return PrepareParticipantsResult{}, fmt.Errorf("prepare checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.PrepareParticipantsResult{}, fmt.Errorf("prepare checkpoint %s: %w", in.CheckpointID, err)
 	}
 	sessions := 0
 	for _, r := range reports {
 		sessions += len(r.Sessions)
 	}
-	digest, err := writeJSONAtomic(filepath.Join(dir, stagingParticipants), stagedParticipants{
+	digest, err := writeJSONAtomic(filepath.Join(dir, checkpoint.StagingParticipants), stagedParticipants{
 		CheckpointID: in.CheckpointID, Set: in.Set, Participants: reports,
 	})
 	if err != nil {
-		return PrepareParticipantsResult{}, err
+		return checkpoint.PrepareParticipantsResult{}, err
 	}
-	return PrepareParticipantsResult{Participants: len(reports), Sessions: sessions, Digest: digest}, nil
+	return checkpoint.PrepareParticipantsResult{Participants: len(reports), Sessions: sessions, Digest: digest}, nil
 }
 
 func readStagedParticipants(dir, checkpointID string) (stagedParticipants, error) {
 	var sp stagedParticipants
-	if _, err := readJSONStrict(filepath.Join(dir, stagingParticipants), &sp); err != nil {
+	if _, err := readJSONStrict(filepath.Join(dir, checkpoint.StagingParticipants), &sp); err != nil {
 		return stagedParticipants{}, fmt.Errorf("read staged participant reports: %w", err)
 	}
 	if sp.CheckpointID != checkpointID {
@@ -124,46 +110,25 @@ func readStagedParticipants(dir, checkpointID string) (stagedParticipants, error
 	return sp, nil
 }
 
-// FreezeMembershipInput freezes the exact membership of a checkpoint.
-type FreezeMembershipInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	Set          string `json:"set"`
-	Root         string `json:"root"`
-}
-
-// FreezeMembershipResult counts the members (listed in staging/members.json).
-type FreezeMembershipResult struct {
-	Members int `json:"members"`
-	// FromVisibility are the running rollouts of the set Temporal listed;
-	// FromParticipants the ones only an environment server reported
-	// (visibility lags behind a rollout that just started).
-	FromVisibility   int `json:"from_visibility"`
-	FromParticipants int `json:"from_participants"`
-	// Foreign are sessions an environment server reported for rollouts of
-	// another set: not members.
-	Foreign int    `json:"foreign"`
-	Digest  string `json:"digest"`
-}
-
 // FreezeMembership lists every running rollout of the set through
 // visibility and adds the rollouts the environment servers reported live
 // sessions for, so a rollout started while the checkpoint began is a member
 // too. The list goes to staging/members.json.
-func (c *Coordinator) FreezeMembership(ctx context.Context, in FreezeMembershipInput) (FreezeMembershipResult, error) {
+func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.FreezeMembershipInput) (checkpoint.FreezeMembershipResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
-	if err := ValidateName("set", in.Set); err != nil {
-		return FreezeMembershipResult{}, badInput("%v", err)
+	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+		return checkpoint.FreezeMembershipResult{}, rollout.BadInput("%v", err)
 	}
 	tc, err := c.temporal()
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
 	sp, err := readStagedParticipants(dir, in.CheckpointID)
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
 	visible := map[string]bool{}
 	prog := newProgress(ctx, "list", 0)
@@ -172,7 +137,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in FreezeMembershipI
 		prog.add()
 	})
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
 	// Sessions visibility did not list: a verified (retired) session holds
 	// only receipts of a finished rollout; the others are described, which
@@ -199,9 +164,9 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in FreezeMembershipI
 		return nil
 	})
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
-	res := FreezeMembershipResult{FromVisibility: len(visible)}
+	res := checkpoint.FreezeMembershipResult{FromVisibility: len(visible)}
 	ids := make([]string, 0, len(visible)+len(extra))
 	for id := range visible {
 		ids = append(ids, id)
@@ -216,38 +181,20 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in FreezeMembershipI
 	}
 	ids = sortedUnique(ids)
 	res.Members = len(ids)
-	res.Digest, err = writeJSONAtomic(filepath.Join(dir, ListMembers), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: ids})
+	res.Digest, err = writeJSONAtomic(filepath.Join(dir, checkpoint.ListMembers), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: ids})
 	if err != nil {
-		return FreezeMembershipResult{}, err
+		return checkpoint.FreezeMembershipResult{}, err
 	}
 	return res, nil
 }
 
-// ParkMembersInput parks every member of a checkpoint.
-type ParkMembersInput struct {
-	CheckpointID string    `json:"checkpoint_id"`
-	Set          string    `json:"set"`
-	Root         string    `json:"root"`
-	Deadline     time.Time `json:"deadline"`
-}
-
-// ParkMembersResult counts the parks; the records are staged in
-// staging/records.jsonl and the parked rollouts in staging/parked.json.
-type ParkMembersResult struct {
-	Members          int    `json:"members"`
-	Parked           int    `json:"parked"`
-	CompletedUnacked int    `json:"completed_unacked"`
-	Closed           int    `json:"closed"`
-	RecordsDigest    string `json:"records_digest"`
-}
-
-// parkRequest is workflows.ParkRequest on the wire.
+// parkRequest is rollout.ParkRequest on the wire.
 type parkRequest struct {
 	CheckpointID string    `json:"checkpoint_id"`
 	Deadline     time.Time `json:"deadline"`
 }
 
-// resumeRequest is workflows.ResumeRequest on the wire.
+// resumeRequest is rollout.ResumeRequest on the wire.
 type resumeRequest struct {
 	CheckpointID string `json:"checkpoint_id"`
 }
@@ -259,18 +206,18 @@ type resumeRequest struct {
 // skipped: its result was delivered. A member with no workflow is an error
 // naming it. The update id is <checkpoint_id>/park, so a retried activity
 // gets the same records back.
-func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (ParkMembersResult, error) {
+func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembersInput) (checkpoint.ParkMembersResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return ParkMembersResult{}, err
+		return checkpoint.ParkMembersResult{}, err
 	}
 	tc, err := c.temporal()
 	if err != nil {
-		return ParkMembersResult{}, err
+		return checkpoint.ParkMembersResult{}, err
 	}
-	members, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	members, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
 	if err != nil {
-		return ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
+		return checkpoint.ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
 	}
 	ids := members.Rollouts
 	handles := make([]client.WorkflowUpdateHandle, len(ids))
@@ -280,7 +227,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (Par
 	prog := newProgress(ctx, "ask to park", len(ids))
 	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: RolloutIDPrefix + ids[i], UpdateName: RolloutParkUpdate, UpdateID: in.CheckpointID + "/park",
+			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdatePark, UpdateID: in.CheckpointID + "/park",
 			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
 		})
 		if err != nil {
@@ -295,12 +242,12 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (Par
 		return nil
 	})
 	if err != nil {
-		return ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
 
 	var mu sync.Mutex
 	records := map[string][]byte{}
-	res := ParkMembersResult{Members: len(ids)}
+	res := checkpoint.ParkMembersResult{Members: len(ids)}
 	prog = newProgress(ctx, "parked", len(ids))
 	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
@@ -316,12 +263,12 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (Par
 			closed[i] = gone
 			return nil
 		}
-		rec, err := decodeRecord(raw)
+		rec, err := DecodeRecord(raw)
 		if err == nil {
 			err = checkRecord(rec, in.CheckpointID, in.Set, ids[i])
 		}
 		if err != nil {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", ids[i], err), ErrCheckpointInvalid, nil)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", ids[i], err), checkpoint.ErrCheckpointInvalid, nil)
 		}
 		mu.Lock()
 		records[ids[i]] = raw
@@ -332,7 +279,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (Par
 		return nil
 	})
 	if err != nil {
-		return ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
 	for _, g := range closed {
 		if g {
@@ -340,16 +287,16 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in ParkMembersInput) (Par
 		}
 	}
 	res.Parked = len(records)
-	if res.RecordsDigest, err = writeRecords(filepath.Join(dir, stagingRecords), records); err != nil {
-		return ParkMembersResult{}, err
+	if res.RecordsDigest, err = writeRecords(filepath.Join(dir, checkpoint.StagingRecords), records); err != nil {
+		return checkpoint.ParkMembersResult{}, err
 	}
 	parked := make([]string, 0, len(records))
 	for id := range records {
 		parked = append(parked, id)
 	}
 	sort.Strings(parked)
-	if _, err := writeJSONAtomic(filepath.Join(dir, ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
-		return ParkMembersResult{}, err
+	if _, err := writeJSONAtomic(filepath.Join(dir, checkpoint.ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
+		return checkpoint.ParkMembersResult{}, err
 	}
 	return res, nil
 }
@@ -368,68 +315,49 @@ func (c *Coordinator) closedOrMissing(ctx context.Context, tc client.Client, id 
 	switch {
 	case !ri.Exists:
 		return false, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("rollout %s is a member but workflow %s%s does not exist", id, RolloutIDPrefix, id), ErrMemberMissing, nil)
+			fmt.Sprintf("rollout %s is a member but workflow %s does not exist", id, rollout.WorkflowID(id)), checkpoint.ErrMemberMissing, nil)
 	case !ri.Running:
 		return true, nil
 	}
 	var ae *temporal.ApplicationError
 	if errors.As(updateErr, &ae) {
 		// The rollout itself answered no: asking again will not change it.
-		return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf("rollout %s refused: %v", id, updateErr), ErrMemberRefused, nil)
+		return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf("rollout %s refused: %v", id, updateErr), checkpoint.ErrMemberRefused, nil)
 	}
 	return false, fmt.Errorf("rollout %s: %w", id, updateErr)
-}
-
-// CommitCheckpointInput writes a checkpoint whose cut is frozen.
-type CommitCheckpointInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
-	Set          string   `json:"set"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-}
-
-// CommitCheckpointResult describes the committed checkpoint.
-type CommitCheckpointResult struct {
-	Dir              string `json:"dir"`
-	ManifestDigest   string `json:"manifest_digest"`
-	Bytes            int64  `json:"bytes"`
-	Members          int    `json:"members"`
-	Parked           int    `json:"parked"`
-	CompletedUnacked int    `json:"completed_unacked"`
-	Transcripts      int    `json:"transcripts"`
 }
 
 // CommitCheckpoint commits every environment server into
 // participants/<n>/, then the agent records and the transcript blobs they
 // reference into agents/, then, last, MANIFEST.json. A retried commit finds
 // the same files, validates them and returns the same answer.
-func (c *Coordinator) CommitCheckpoint(ctx context.Context, in CommitCheckpointInput) (CommitCheckpointResult, error) {
+func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.CommitCheckpointInput) (checkpoint.CommitCheckpointResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return CommitCheckpointResult{}, err
+		return checkpoint.CommitCheckpointResult{}, err
 	}
-	if err := ValidateName("set", in.Set); err != nil {
-		return CommitCheckpointResult{}, badInput("%v", err)
+	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+		return checkpoint.CommitCheckpointResult{}, rollout.BadInput("%v", err)
 	}
 	sp, err := readStagedParticipants(dir, in.CheckpointID)
 	if err != nil {
-		return CommitCheckpointResult{}, err
+		return checkpoint.CommitCheckpointResult{}, err
 	}
 	if len(sp.Participants) != len(in.Participants) {
-		return CommitCheckpointResult{}, badInput("commit names %d participants, prepare had %d", len(in.Participants), len(sp.Participants))
+		return checkpoint.CommitCheckpointResult{}, rollout.BadInput("commit names %d participants, prepare had %d", len(in.Participants), len(sp.Participants))
 	}
 	for i, p := range sp.Participants {
 		if p.URL != in.Participants[i] {
-			return CommitCheckpointResult{}, badInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
+			return checkpoint.CommitCheckpointResult{}, rollout.BadInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
 		}
 	}
-	members, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	members, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
 	if err != nil {
-		return CommitCheckpointResult{}, fmt.Errorf("read membership: %w", err)
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read membership: %w", err)
 	}
-	records, err := readRecords(filepath.Join(dir, stagingRecords))
+	records, err := readRecords(filepath.Join(dir, checkpoint.StagingRecords))
 	if err != nil {
-		return CommitCheckpointResult{}, fmt.Errorf("read park records: %w", err)
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read park records: %w", err)
 	}
 
 	// 1. The environment servers, each into its own directory.
@@ -437,7 +365,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in CommitCheckpointI
 	prog := newProgress(ctx, "commit participants", len(sp.Participants))
 	err = forEach(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
 		p := sp.Participants[i]
-		loc := ParticipantLocation(dir, i)
+		loc := checkpoint.ParticipantLocation(dir, i)
 		resp, err := c.control(p.URL).Commit(ctx, participants.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
 		if err != nil {
 			return controlError(p.URL, "commit", err)
@@ -445,69 +373,69 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in CommitCheckpointI
 		// What the coordinator cannot read, a restore cannot either.
 		cp, err := artifact.Open(ctx, loc, in.CheckpointID)
 		if err != nil {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s committed to %s, which does not validate here: %v", p.URL, loc, err), ErrCheckpointInvalid, nil)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s committed to %s, which does not validate here: %v", p.URL, loc, err), checkpoint.ErrCheckpointInvalid, nil)
 		}
 		if d := cp.Manifest().Digest; d != resp.ManifestDigest {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s reports manifest %s, %s holds %s", p.URL, resp.ManifestDigest, loc, d), ErrCheckpointInvalid, nil)
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s reports manifest %s, %s holds %s", p.URL, resp.ManifestDigest, loc, d), checkpoint.ErrCheckpointInvalid, nil)
 		}
-		entries[i] = ParticipantEntry{Index: i, URL: p.URL, Name: p.Name, Location: ParticipantsDir + "/" + fmt.Sprint(i),
+		entries[i] = ParticipantEntry{Index: i, URL: p.URL, Name: p.Name, Location: checkpoint.ParticipantsDir + "/" + fmt.Sprint(i),
 			Envs: p.Envs, ManifestDigest: resp.ManifestDigest, Sessions: resp.Sessions, Bytes: resp.Bytes}
 		prog.add()
 		return nil
 	})
 	if err != nil {
-		return CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
 	}
 
 	// 2. The agent records and their transcripts.
 	agents, err := c.writeAgents(ctx, dir, in.CheckpointID, in.Set, records)
 	if err != nil {
-		return CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
 	}
 
 	// 3. The aggregate manifest, last.
 	m := AggregateManifest{
-		Schema: AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
+		Schema: checkpoint.AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
 		Participants: entries, Agents: agents, Members: len(members.Rollouts), Parked: len(records),
 		Closed: len(members.Rollouts) - len(records),
 	}
 	for _, raw := range records {
-		if rec, err := decodeRecord(raw); err == nil && rec.Result != nil {
+		if rec, err := DecodeRecord(raw); err == nil && rec.Result != nil {
 			m.CompletedUnacked++
 		}
 	}
 	b, err := encodeAggregate(&m)
 	if err != nil {
-		return CommitCheckpointResult{}, err
+		return checkpoint.CommitCheckpointResult{}, err
 	}
-	path := filepath.Join(dir, AggregateManifestName)
+	path := filepath.Join(dir, checkpoint.AggregateManifestName)
 	existing, err := os.ReadFile(path)
 	switch {
 	case err == nil && string(existing) != string(b):
-		return CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), ErrCheckpointInvalid, nil)
+		return checkpoint.CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), checkpoint.ErrCheckpointInvalid, nil)
 	case err == nil:
 		// A retried commit: the manifest is ours; make its rename durable.
 		if err := atomicfile.SyncDir(dir); err != nil {
-			return CommitCheckpointResult{}, err
+			return checkpoint.CommitCheckpointResult{}, err
 		}
 	case errors.Is(err, os.ErrNotExist):
 		if _, err := os.Lstat(filepath.Join(dir, abortedMarker)); err == nil {
-			return CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", in.CheckpointID), ErrCheckpointInvalid, nil)
+			return checkpoint.CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", in.CheckpointID), checkpoint.ErrCheckpointInvalid, nil)
 		}
 		c.Failpoints.Hit(failpoint.CheckpointBetweenFiles)
 		if err := writeFileAtomic(path, b); err != nil {
-			return CommitCheckpointResult{}, fmt.Errorf("write %s: %w", path, err)
+			return checkpoint.CommitCheckpointResult{}, fmt.Errorf("write %s: %w", path, err)
 		}
 	default:
-		return CommitCheckpointResult{}, fmt.Errorf("read %s: %w", path, err)
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read %s: %w", path, err)
 	}
 	total := int64(len(b)) + agents.Bytes
 	for _, e := range entries {
 		total += e.Bytes
 	}
-	return CommitCheckpointResult{
+	return checkpoint.CommitCheckpointResult{
 		Dir: dir, ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
 		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
 	}, nil
@@ -521,7 +449,7 @@ func (c *Coordinator) writeAgents(ctx context.Context, dir, checkpointID, set st
 	if err != nil {
 		return AgentsEntry{}, err
 	}
-	loc := filepath.Join(dir, AgentsDir)
+	loc := filepath.Join(dir, checkpoint.AgentsDir)
 	m, err := artifact.Write(ctx, loc, artifact.Meta{
 		CheckpointID: checkpointID,
 		Labels:       map[string]string{"component": "coordinator", "set": set},
@@ -533,13 +461,13 @@ func (c *Coordinator) writeAgents(ctx context.Context, dir, checkpointID, set st
 	if err != nil {
 		return AgentsEntry{}, err
 	}
-	return AgentsEntry{Location: AgentsDir, ManifestDigest: m.Digest, Records: len(records), Transcripts: blobs, Bytes: size}, nil
+	return AgentsEntry{Location: checkpoint.AgentsDir, ManifestDigest: m.Digest, Records: len(records), Transcripts: blobs, Bytes: size}, nil
 }
 
 // agentSections lays the records and their transcript blobs out as the two
 // sections of the agents artifact.
 func (c *Coordinator) agentSections(ctx context.Context, records map[string][]byte) ([]artifact.Section, int, error) {
-	agents := artifact.Section{Name: SectionAgents, Records: make([]artifact.Record, 0, len(records))}
+	agents := artifact.Section{Name: checkpoint.SectionAgents, Records: make([]artifact.Record, 0, len(records))}
 	want := map[transcript.Digest]bool{}
 	ids := make([]string, 0, len(records))
 	for id := range records {
@@ -550,18 +478,18 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 	for _, id := range ids {
 		raw := records[id]
 		agents.Records = append(agents.Records, artifact.Record{Key: id, Data: raw})
-		rec, err := decodeRecord(raw)
+		rec, err := DecodeRecord(raw)
 		if err != nil {
 			return nil, 0, err
 		}
-		heads, singles := rec.references()
+		heads, singles := references(rec)
 		if len(heads)+len(singles) > 0 && c.Store == nil {
-			return nil, 0, temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", ErrBadInput, nil)
+			return nil, 0, temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", rollout.ErrBadInput, nil)
 		}
 		for _, h := range heads {
 			list, err := c.Store.Blobs(ctx, h)
 			if err != nil {
-				return nil, 0, storeError(fmt.Sprintf("transcript of %s at %s", id, h), err)
+				return nil, 0, rollout.StoreError(fmt.Sprintf("transcript of %s at %s", id, h), err)
 			}
 			for _, d := range list {
 				want[d] = true
@@ -577,37 +505,26 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 		digests = append(digests, string(d))
 	}
 	sort.Strings(digests)
-	tr := artifact.Section{Name: SectionTranscripts, Records: make([]artifact.Record, 0, len(digests))}
+	tr := artifact.Section{Name: checkpoint.SectionTranscripts, Records: make([]artifact.Record, 0, len(digests))}
 	for _, d := range digests {
 		data, err := c.Store.Get(ctx, transcript.Digest(d))
 		if err != nil {
-			return nil, 0, storeError("transcript blob "+d, err)
+			return nil, 0, rollout.StoreError("transcript blob "+d, err)
 		}
 		tr.Records = append(tr.Records, artifact.Record{Key: d, Data: data})
 	}
 	return []artifact.Section{agents, tr}, len(digests), nil
 }
 
-// ResumeParticipantsInput resumes environment servers.
-type ResumeParticipantsInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
-	Participants []string `json:"participants"`
-}
-
-// ResumeParticipantsResult counts the resumed servers.
-type ResumeParticipantsResult struct {
-	Resumed int `json:"resumed"`
-}
-
 // ResumeParticipants reopens admission at every environment server and
 // retires the checkpoint id there. Resume is idempotent and is also the
 // abort of a prepare, commit or restore.
-func (c *Coordinator) ResumeParticipants(ctx context.Context, in ResumeParticipantsInput) (ResumeParticipantsResult, error) {
-	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
-		return ResumeParticipantsResult{}, badInput("%v", err)
+func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.ResumeParticipantsInput) (checkpoint.ResumeParticipantsResult, error) {
+	if err := checkpoint.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return checkpoint.ResumeParticipantsResult{}, rollout.BadInput("%v", err)
 	}
 	if err := checkParticipants(in.Participants); err != nil {
-		return ResumeParticipantsResult{}, err
+		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	err := forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
@@ -618,51 +535,35 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in ResumeParticipa
 		return nil
 	})
 	if err != nil {
-		return ResumeParticipantsResult{}, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.ResumeParticipantsResult{}, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	return ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
-}
-
-// ResumeRolloutsInput releases the rollouts of a list file (ListParked,
-// ListMembers or ListStarted) held for a checkpoint.
-type ResumeRolloutsInput struct {
-	CheckpointID string `json:"checkpoint_id"`
-	Root         string `json:"root"`
-	List         string `json:"list"`
-}
-
-// ResumeRolloutsResult counts the releases.
-type ResumeRolloutsResult struct {
-	Resumed int `json:"resumed"`
-	// Gone are rollouts whose workflow closed or no longer exists: nothing
-	// to release.
-	Gone int `json:"gone"`
+	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 
 // ResumeRollouts sends the resume update to every rollout of the list. A
 // rollout that is not held is unaffected, so a retry is harmless; one held
 // for another checkpoint refuses, and the error names it.
-func (c *Coordinator) ResumeRollouts(ctx context.Context, in ResumeRolloutsInput) (ResumeRolloutsResult, error) {
+func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return ResumeRolloutsResult{}, err
+		return checkpoint.ResumeRolloutsResult{}, err
 	}
-	if !slices.Contains([]string{ListParked, ListMembers, ListStarted}, in.List) {
-		return ResumeRolloutsResult{}, badInput("list %q: want one of %s, %s, %s", in.List, ListParked, ListMembers, ListStarted)
+	if !slices.Contains([]string{checkpoint.ListParked, checkpoint.ListMembers, checkpoint.ListStarted}, in.List) {
+		return checkpoint.ResumeRolloutsResult{}, rollout.BadInput("list %q: want one of %s, %s, %s", in.List, checkpoint.ListParked, checkpoint.ListMembers, checkpoint.ListStarted)
 	}
 	tc, err := c.temporal()
 	if err != nil {
-		return ResumeRolloutsResult{}, err
+		return checkpoint.ResumeRolloutsResult{}, err
 	}
 	l, err := readRolloutList(filepath.Join(dir, in.List), in.CheckpointID)
 	if err != nil {
-		return ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
+		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}
 	resumed, gone, err := c.resumeRollouts(ctx, tc, in.CheckpointID, in.List, l.Rollouts)
 	if err != nil {
-		return ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of checkpoint %s: %w", in.CheckpointID, err)
+		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	return ResumeRolloutsResult{Resumed: resumed, Gone: gone}, nil
+	return checkpoint.ResumeRolloutsResult{Resumed: resumed, Gone: gone}, nil
 }
 
 func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, checkpointID, list string, ids []string) (int, int, error) {
@@ -671,14 +572,14 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 	// The update id names the list: a restored run is a new run, and the
 	// resume of attempt N must not be taken for the one of N+1.
 	updateID := checkpointID + "/resume"
-	if list == ListStarted {
+	if list == checkpoint.ListStarted {
 		updateID = checkpointID + "/restore-resume"
 	}
 	prog := newProgress(ctx, "resume rollouts", len(ids))
 	err := forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: RolloutIDPrefix + ids[i], UpdateName: RolloutResumeUpdate, UpdateID: updateID,
+			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdateResume, UpdateID: updateID,
 			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: checkpointID}},
 		})
 		if err == nil {
@@ -702,39 +603,25 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 	return resumed, gone, err
 }
 
-// AbortCheckpointInput cleans up after a failed checkpoint.
-type AbortCheckpointInput struct {
-	CheckpointID string   `json:"checkpoint_id"`
-	Root         string   `json:"root"`
-	Participants []string `json:"participants"`
-}
-
-// AbortCheckpointResult counts what the abort resumed.
-type AbortCheckpointResult struct {
-	Participants    int  `json:"participants"`
-	Rollouts        int  `json:"rollouts"`
-	ManifestRemoved bool `json:"manifest_removed"`
-}
-
 // AbortCheckpoint makes a failed checkpoint harmless: it marks the staging
 // directory aborted (a late commit then writes no manifest), removes any
 // aggregate manifest, resumes every participant (resume is the abort) and
 // releases every member that may have parked. It tries every step even when
 // one fails, and reports all failures.
-func (c *Coordinator) AbortCheckpoint(ctx context.Context, in AbortCheckpointInput) (AbortCheckpointResult, error) {
+func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
 	dir, err := checkDir(in.Root, in.CheckpointID)
 	if err != nil {
-		return AbortCheckpointResult{}, err
+		return checkpoint.AbortCheckpointResult{}, err
 	}
 	if err := checkParticipants(in.Participants); err != nil {
-		return AbortCheckpointResult{}, err
+		return checkpoint.AbortCheckpointResult{}, err
 	}
-	var res AbortCheckpointResult
+	var res checkpoint.AbortCheckpointResult
 	var errs []error
 	if err := writeFileAtomic(filepath.Join(dir, abortedMarker), []byte(in.CheckpointID+"\n")); err != nil {
 		errs = append(errs, fmt.Errorf("mark aborted: %w", err))
 	}
-	switch err := os.Remove(filepath.Join(dir, AggregateManifestName)); {
+	switch err := os.Remove(filepath.Join(dir, checkpoint.AggregateManifestName)); {
 	case err == nil:
 		res.ManifestRemoved = true
 		if err := atomicfile.SyncDir(dir); err != nil {
@@ -743,14 +630,14 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in AbortCheckpointInp
 	case !errors.Is(err, os.ErrNotExist):
 		errs = append(errs, fmt.Errorf("remove manifest: %w", err))
 	}
-	if _, err := c.ResumeParticipants(ctx, ResumeParticipantsInput{CheckpointID: in.CheckpointID, Participants: in.Participants}); err != nil {
+	if _, err := c.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: in.CheckpointID, Participants: in.Participants}); err != nil {
 		errs = append(errs, err)
 	} else {
 		res.Participants = len(in.Participants)
 	}
 	// Every member, not only those known parked: a park may have been
 	// accepted without its answer reaching the coordinator.
-	l, err := readRolloutList(filepath.Join(dir, ListMembers), in.CheckpointID)
+	l, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// Membership never frozen: no rollout was asked to park.
@@ -761,7 +648,7 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in AbortCheckpointInp
 		if err != nil {
 			return res, err
 		}
-		n, _, err := c.resumeRollouts(ctx, tc, in.CheckpointID, ListMembers, l.Rollouts)
+		n, _, err := c.resumeRollouts(ctx, tc, in.CheckpointID, checkpoint.ListMembers, l.Rollouts)
 		res.Rollouts = n
 		if err != nil {
 			errs = append(errs, err)

@@ -1,4 +1,4 @@
-package activities
+package rollout
 
 import (
 	"errors"
@@ -80,7 +80,7 @@ func (a *Activities) envURL(ref EnvRef) (string, error) {
 	if a.EnvURL != "" {
 		return a.EnvURL, nil
 	}
-	return "", badInput("environment %q has no server URL and the worker has no default", ref.Name)
+	return "", BadInput("environment %q has no server URL and the worker has no default", ref.Name)
 }
 
 func (a *Activities) store() (*transcript.Store, error) {
@@ -92,24 +92,24 @@ func (a *Activities) store() (*transcript.Store, error) {
 	return a.Store, nil
 }
 
-// badInput is a non-retryable error naming what is wrong with an input.
-func badInput(format string, args ...any) error {
+// BadInput is a non-retryable error naming what is wrong with an input.
+func BadInput(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrBadInput, nil)
 }
 
 func checkIdentity(rolloutID string, attempt int) error {
 	if strings.TrimSpace(rolloutID) == "" {
-		return badInput("empty rollout id")
+		return BadInput("empty rollout id")
 	}
 	if attempt < 0 {
-		return badInput("rollout %s: negative attempt %d", rolloutID, attempt)
+		return BadInput("rollout %s: negative attempt %d", rolloutID, attempt)
 	}
 	return nil
 }
 
 func checkDigest(what string, d transcript.Digest) error {
 	if err := d.Validate(); err != nil {
-		return badInput("%s: %v", what, err)
+		return BadInput("%s: %v", what, err)
 	}
 	return nil
 }
@@ -119,13 +119,13 @@ func checkStyle(s envs.Style) error {
 	case envs.StyleTools, envs.StyleGym:
 		return nil
 	default:
-		return badInput("unknown style %q (want %q or %q)", s, envs.StyleTools, envs.StyleGym)
+		return BadInput("unknown style %q (want %q or %q)", s, envs.StyleTools, envs.StyleGym)
 	}
 }
 
-// storeError classifies a transcript-store failure: a missing or corrupt blob
+// StoreError classifies a transcript-store failure: a missing or corrupt blob
 // does not heal by retrying, so it stops the rollout; other I/O errors may pass.
-func storeError(what string, err error) error {
+func StoreError(what string, err error) error {
 	if errors.Is(err, transcript.ErrNotFound) || errors.Is(err, transcript.ErrCorrupt) {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", what, err), ErrTranscript, nil)
 	}

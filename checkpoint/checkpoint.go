@@ -1,4 +1,4 @@
-package workflows
+package checkpoint
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // Bounds of a checkpoint.
@@ -31,8 +31,8 @@ var coordinatorRetry = &temporal.RetryPolicy{
 	BackoffCoefficient: 2,
 	MaximumInterval:    30 * time.Second,
 	NonRetryableErrorTypes: []string{
-		activities.ErrBadInput, activities.ErrCheckpointInvalid, activities.ErrMemberMissing,
-		activities.ErrParticipantRefused, activities.ErrAttemptConflict, activities.ErrMemberRefused,
+		rollout.ErrBadInput, ErrCheckpointInvalid, ErrMemberMissing,
+		ErrParticipantRefused, ErrAttemptConflict, ErrMemberRefused,
 	},
 }
 
@@ -60,10 +60,10 @@ func stepOptions(summary string, timeout time.Duration) workflow.ActivityOptions
 // validate checks a checkpoint input and returns its absolute deadline
 // (Timeout is turned into one once, from the workflow's start time).
 func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
-	if err := activities.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
 		return time.Time{}, err
 	}
-	if err := activities.ValidateName("set", in.Set); err != nil {
+	if err := ValidateName("set", in.Set); err != nil {
 		return time.Time{}, err
 	}
 	if !filepath.IsAbs(in.Root) {
@@ -130,7 +130,7 @@ func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, err
 		return CheckpointResult{}, temporal.NewNonRetryableApplicationError("invalid checkpoint input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
 	}
 	c := &checkpointRun{
-		in: in, deadline: deadline, dir: activities.CheckpointDir(filepath.Clean(in.Root), in.CheckpointID),
+		in: in, deadline: deadline, dir: CheckpointDir(filepath.Clean(in.Root), in.CheckpointID),
 		logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "set", in.Set),
 	}
 	res := CheckpointResult{CheckpointID: in.CheckpointID, Dir: c.dir}
@@ -188,8 +188,8 @@ func (c *checkpointRun) cutTimeout(ctx workflow.Context) time.Duration {
 // cut closes admission, freezes the membership and parks every member.
 func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "prepare", fmt.Sprintf("closing admission at %d environment servers", len(c.in.Participants)))
-	var prep activities.PrepareParticipantsResult
-	err := c.step(ctx, "prepare participants", c.cutTimeout(ctx), activities.PrepareParticipantsName, activities.PrepareParticipantsInput{
+	var prep PrepareParticipantsResult
+	err := c.step(ctx, "prepare participants", c.cutTimeout(ctx), PrepareParticipantsName, PrepareParticipantsInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants, Deadline: c.deadline,
 	}, &prep)
 	if err != nil {
@@ -197,8 +197,8 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	}
 
 	c.setPhase(ctx, "membership", fmt.Sprintf("%d live sessions at the environment servers; listing the set", prep.Sessions))
-	var mem activities.FreezeMembershipResult
-	err = c.step(ctx, "freeze membership", c.cutTimeout(ctx), activities.FreezeMembershipName, activities.FreezeMembershipInput{
+	var mem FreezeMembershipResult
+	err = c.step(ctx, "freeze membership", c.cutTimeout(ctx), FreezeMembershipName, FreezeMembershipInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root,
 	}, &mem)
 	if err != nil {
@@ -207,8 +207,8 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	res.Members = mem.Members
 
 	c.setPhase(ctx, "park", fmt.Sprintf("parking %d members", mem.Members))
-	var park activities.ParkMembersResult
-	err = c.step(ctx, fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), activities.ParkMembersName, activities.ParkMembersInput{
+	var park ParkMembersResult
+	err = c.step(ctx, fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), ParkMembersName, ParkMembersInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Deadline: c.deadline,
 	}, &park)
 	if err != nil {
@@ -222,8 +222,8 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 // the aggregate manifest, last.
 func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "commit", fmt.Sprintf("writing %d records and %d environment servers to %s", res.Parked, len(c.in.Participants), c.dir))
-	var out activities.CommitCheckpointResult
-	err := c.step(ctx, "commit checkpoint", 30*time.Minute, activities.CommitCheckpointName, activities.CommitCheckpointInput{
+	var out CommitCheckpointResult
+	err := c.step(ctx, "commit checkpoint", 30*time.Minute, CommitCheckpointName, CommitCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
 	}, &out)
 	if err != nil {
@@ -236,15 +236,15 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 // resume reopens the environment servers, then releases the rollouts.
 func (c *checkpointRun) resume(ctx workflow.Context) error {
 	c.setPhase(ctx, "resume", fmt.Sprintf("resuming %d environment servers, then the parked rollouts", len(c.in.Participants)))
-	var rp activities.ResumeParticipantsResult
-	if err := c.step(ctx, "resume participants", 10*time.Minute, activities.ResumeParticipantsName, activities.ResumeParticipantsInput{
+	var rp ResumeParticipantsResult
+	if err := c.step(ctx, "resume participants", 10*time.Minute, ResumeParticipantsName, ResumeParticipantsInput{
 		CheckpointID: c.in.CheckpointID, Participants: c.in.Participants,
 	}, &rp); err != nil {
 		return err
 	}
-	var rr activities.ResumeRolloutsResult
-	return c.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRolloutsName, activities.ResumeRolloutsInput{
-		CheckpointID: c.in.CheckpointID, Root: c.in.Root, List: activities.ListParked,
+	var rr ResumeRolloutsResult
+	return c.step(ctx, "resume rollouts", 30*time.Minute, ResumeRolloutsName, ResumeRolloutsInput{
+		CheckpointID: c.in.CheckpointID, Root: c.in.Root, List: ListParked,
 	}, &rr)
 }
 
@@ -268,8 +268,8 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 		MaximumAttempts:        abortAttempts,
 		NonRetryableErrorTypes: coordinatorRetry.NonRetryableErrorTypes,
 	}
-	var out activities.AbortCheckpointResult
-	aerr := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), activities.AbortCheckpointName, activities.AbortCheckpointInput{
+	var out AbortCheckpointResult
+	aerr := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, opts), AbortCheckpointName, AbortCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Root: c.in.Root, Participants: c.in.Participants,
 	}).Get(dctx, &out)
 	msg := fmt.Sprintf("checkpoint %s of set %s aborted in phase %s: %v", c.in.CheckpointID, c.in.Set, failedPhase, cause)

@@ -1,10 +1,11 @@
-package activities
+package coordinator
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/turnstile-rl/turnstile/rollout"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -27,13 +28,13 @@ type runInfo struct {
 // describeRollout describes the current run of rollout id. A workflow that
 // does not exist is not an error: Exists is false.
 func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, error) {
-	desc, err := c.DescribeWorkflow(ctx, RolloutIDPrefix+id, "")
+	desc, err := c.DescribeWorkflow(ctx, rollout.WorkflowID(id), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return runInfo{}, nil
 	}
 	if err != nil {
-		return runInfo{}, fmt.Errorf("describe %s%s: %w", RolloutIDPrefix, id, err)
+		return runInfo{}, fmt.Errorf("describe %s: %w", rollout.WorkflowID(id), err)
 	}
 	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	ri := runInfo{
@@ -41,8 +42,8 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		RunID:   info.GetExecution().GetRunId(),
 	}
-	ri.Attempt, ri.HasAttempt = saInt(info.GetSearchAttributes(), SARolloutAttempt)
-	ri.Set, _ = saString(info.GetSearchAttributes(), SARolloutSet)
+	ri.Attempt, ri.HasAttempt = saInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
+	ri.Set, _ = saString(info.GetSearchAttributes(), rollout.SARolloutSet)
 	return ri, nil
 }
 
@@ -83,7 +84,7 @@ type visibleRun struct {
 // listSet pages through every run of set's rollouts that query selects
 // (extra is ANDed to the set filter), calling fn for each.
 func listSet(ctx context.Context, c client.Client, set, extra string, fn func(visibleRun)) error {
-	query := fmt.Sprintf("%s = %q", SARolloutSet, set)
+	query := fmt.Sprintf("%s = %q", rollout.SARolloutSet, set)
 	if extra != "" {
 		query += " AND " + extra
 	}
@@ -94,12 +95,12 @@ func listSet(ctx context.Context, c client.Client, set, extra string, fn func(vi
 			return fmt.Errorf("list rollouts of set %s (%s): %w", set, query, err)
 		}
 		for _, e := range resp.GetExecutions() {
-			id, ok := strings.CutPrefix(e.GetExecution().GetWorkflowId(), RolloutIDPrefix)
+			id, ok := rollout.IDOf(e.GetExecution().GetWorkflowId())
 			if !ok || id == "" {
 				continue
 			}
 			r := visibleRun{RolloutID: id, Running: e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
-			r.Attempt, r.HasAttempt = saInt(e.GetSearchAttributes(), SARolloutAttempt)
+			r.Attempt, r.HasAttempt = saInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
 			fn(r)
 		}
 		token = resp.GetNextPageToken()

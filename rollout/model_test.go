@@ -1,4 +1,4 @@
-package activities_test
+package rollout_test
 
 import (
 	"encoding/json"
@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/rollout"
+
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/transcript"
@@ -90,16 +91,16 @@ func TestCallModelToolsStyle(t *testing.T) {
 	require.NoError(t, err)
 	var kills int
 	fp.SetKill(func() { kills++ })
-	acts := &activities.Activities{Store: store, ModelBaseURL: "http://unused.invalid/v1", ModelAPIKey: "k-123", Failpoints: fp}
+	acts := &rollout.Activities{Store: store, ModelBaseURL: "http://unused.invalid/v1", ModelAPIKey: "k-123", Failpoints: fp}
 
-	in := activities.CallModelInput{
+	in := rollout.CallModelInput{
 		RolloutID: "r1", Attempt: 1, Turn: 2, Head: head, Tools: toolsDigest, Style: envs.StyleTools,
-		Policy: activities.PolicyRef{Model: "scripted-counter", BaseURL: model.URL + "/v1"},
+		Policy: rollout.PolicyRef{Model: "scripted-counter", BaseURL: model.URL + "/v1"},
 		Seed:   42, Parent: "r1/a1/t1",
 	}
 	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
 	require.NoError(t, err)
-	var res activities.CallModelResult
+	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
 
 	req := model.lastRequest(t)
@@ -115,13 +116,13 @@ func TestCallModelToolsStyle(t *testing.T) {
 		{ID: "call_3", Name: "add", Arguments: `{"n":4}`},
 		{ID: "call_t2_1", Name: "read", Arguments: ``}, // the server sent no id: a stable one is made up
 	}
-	require.Equal(t, activities.CallModelResult{
-		CallID:       activities.ModelCallID("r1", 1, 2),
+	require.Equal(t, rollout.CallModelResult{
+		CallID:       rollout.ModelCallID("r1", 1, 2),
 		Parent:       "r1/a1/t1",
 		Head:         res.Head,
 		ToolCalls:    wantCalls,
 		FinishReason: "tool_calls",
-		Usage:        activities.Usage{PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18, Calls: 1},
+		Usage:        rollout.Usage{PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18, Calls: 1},
 	}, res)
 	require.Equal(t, "r1/a1/t2", res.CallID)
 	want := append(append([]transcript.Item(nil), conversation...),
@@ -142,14 +143,14 @@ func TestCallModelGymStyle(t *testing.T) {
 	model := newFakeModel(t, func(*http.Request, map[string]any) answer {
 		return completion(`right "again"`, "stop")
 	})
-	acts := &activities.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
 
-	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, activities.CallModelInput{
+	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
 		RolloutID: "g1", Turn: 1, Head: head, Style: envs.StyleGym,
-		Policy: activities.PolicyRef{Model: "scripted-walk"}, Seed: 7,
+		Policy: rollout.PolicyRef{Model: "scripted-walk"}, Seed: 7,
 	})
 	require.NoError(t, err)
-	var res activities.CallModelResult
+	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
 
 	req := model.lastRequest(t)
@@ -182,38 +183,38 @@ func TestCallModelErrors(t *testing.T) {
 		{
 			name:  "429 with Retry-After seconds",
 			reply: answer{status: 429, header: http.Header{"Retry-After": {"7"}}, body: map[string]any{"error": map[string]any{"message": "slow down"}}},
-			want:  errorWant{typ: activities.ErrModelUnavailable, delay: 7 * time.Second, contains: "slow down"},
+			want:  errorWant{typ: rollout.ErrModelUnavailable, delay: 7 * time.Second, contains: "slow down"},
 		},
 		{
 			name:  "429 without Retry-After",
 			reply: answer{status: 429, body: map[string]any{"error": map[string]any{"message": "slow down"}}},
-			want:  errorWant{typ: activities.ErrModelUnavailable},
+			want:  errorWant{typ: rollout.ErrModelUnavailable},
 		},
 		{
 			name:     "503 with Retry-After date",
 			reply:    answer{status: 503, header: http.Header{"Retry-After": {in1Hour}}, body: "overloaded"},
-			want:     errorWant{typ: activities.ErrModelUnavailable},
+			want:     errorWant{typ: rollout.ErrModelUnavailable},
 			minDelay: 50 * time.Minute,
 		},
 		{
 			name:  "500 is retried",
 			reply: answer{status: 500, body: map[string]any{"error": map[string]any{"message": "internal"}}},
-			want:  errorWant{typ: activities.ErrModelUnavailable, contains: "500"},
+			want:  errorWant{typ: rollout.ErrModelUnavailable, contains: "500"},
 		},
 		{
 			name:  "400 is not retried",
 			reply: answer{status: 400, body: map[string]any{"error": map[string]any{"message": "model scripted-x does not exist", "type": "invalid_request_error"}}},
-			want:  errorWant{typ: activities.ErrModelRequest, nonRetryable: true, contains: "model scripted-x does not exist"},
+			want:  errorWant{typ: rollout.ErrModelRequest, nonRetryable: true, contains: "model scripted-x does not exist"},
 		},
 		{
 			name:  "404 with a plain body",
 			reply: answer{status: 404, body: "no such route"},
-			want:  errorWant{typ: activities.ErrModelRequest, nonRetryable: true, contains: "404 Not Found: no such route"},
+			want:  errorWant{typ: rollout.ErrModelRequest, nonRetryable: true, contains: "404 Not Found: no such route"},
 		},
 		{
 			name:  "no choice",
 			reply: ok(map[string]any{"id": "x", "object": "chat.completion", "model": "m", "choices": []any{}}),
-			want:  errorWant{typ: activities.ErrModelEmpty, nonRetryable: true, contains: "without any choice"},
+			want:  errorWant{typ: rollout.ErrModelEmpty, nonRetryable: true, contains: "without any choice"},
 		},
 	}
 	for _, tt := range tests {
@@ -221,9 +222,9 @@ func TestCallModelErrors(t *testing.T) {
 			store := newStore(t)
 			head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 			model := newFakeModel(t, func(*http.Request, map[string]any) answer { return tt.reply })
-			acts := &activities.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, activities.CallModelInput{
-				RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: activities.PolicyRef{Model: "m"},
+			acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+			_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+				RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"},
 			})
 			if tt.minDelay > 0 {
 				ae := appError(t, err)
@@ -244,9 +245,9 @@ func TestCallModelNetworkErrorIsRetryable(t *testing.T) {
 	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 	model := newFakeModel(t, nil)
 	model.Close()
-	acts := &activities.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
-	_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, activities.CallModelInput{
-		RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: activities.PolicyRef{Model: "m"},
+	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+		RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"},
 	})
 	checkError(t, err, errorWant{nonRetryable: false, contains: "r1/a0/t0"})
 }
@@ -255,22 +256,22 @@ func TestCallModelBadInput(t *testing.T) {
 	store := newStore(t)
 	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 	missing := transcript.DigestOf([]byte("never stored"))
-	valid := activities.CallModelInput{RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: activities.PolicyRef{Model: "m"}}
+	valid := rollout.CallModelInput{RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"}}
 	tests := []struct {
 		name   string
-		mutate func(*activities.CallModelInput)
+		mutate func(*rollout.CallModelInput)
 		want   errorWant
 	}{
-		{"empty model", func(in *activities.CallModelInput) { in.Policy.Model = "" }, errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: "empty policy model"}},
-		{"negative turn", func(in *activities.CallModelInput) { in.Turn = -1 }, errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: "negative turn"}},
-		{"empty head", func(in *activities.CallModelInput) { in.Head = "" }, errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: "malformed digest"}},
-		{"tools style without tools", func(in *activities.CallModelInput) { in.Style = envs.StyleTools }, errorWant{typ: activities.ErrBadInput, nonRetryable: true, contains: "tools"}},
-		{"head not stored", func(in *activities.CallModelInput) { in.Head = missing }, errorWant{typ: activities.ErrTranscript, nonRetryable: true, contains: "not found"}},
+		{"empty model", func(in *rollout.CallModelInput) { in.Policy.Model = "" }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "empty policy model"}},
+		{"negative turn", func(in *rollout.CallModelInput) { in.Turn = -1 }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "negative turn"}},
+		{"empty head", func(in *rollout.CallModelInput) { in.Head = "" }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "malformed digest"}},
+		{"tools style without tools", func(in *rollout.CallModelInput) { in.Style = envs.StyleTools }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "tools"}},
+		{"head not stored", func(in *rollout.CallModelInput) { in.Head = missing }, errorWant{typ: rollout.ErrTranscript, nonRetryable: true, contains: "not found"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			model := newFakeModel(t, func(*http.Request, map[string]any) answer { return completion("x", "stop") })
-			acts := &activities.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+			acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
 			in := valid
 			tt.mutate(&in)
 			_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
@@ -294,7 +295,7 @@ func TestCallModelHeartbeatsWhileWaiting(t *testing.T) {
 			return answer{status: 500, body: "cancelled"}
 		}
 	})
-	acts := &activities.Activities{Store: store, ModelBaseURL: model.URL + "/v1", HeartbeatEvery: time.Millisecond}
+	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1", HeartbeatEvery: time.Millisecond}
 	env := newActivityEnv(acts)
 	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
 		var callID string
@@ -304,11 +305,11 @@ func TestCallModelHeartbeatsWhileWaiting(t *testing.T) {
 		default:
 		}
 	})
-	val, err := env.ExecuteActivity(acts.CallModel, activities.CallModelInput{
-		RolloutID: "r1", Turn: 4, Head: head, Style: envs.StyleGym, Policy: activities.PolicyRef{Model: "m"},
+	val, err := env.ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+		RolloutID: "r1", Turn: 4, Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"},
 	})
 	require.NoError(t, err)
-	var res activities.CallModelResult
+	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
 	require.True(t, strings.HasSuffix(res.CallID, "/t4"))
 }

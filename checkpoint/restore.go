@@ -1,4 +1,4 @@
-package workflows
+package checkpoint
 
 import (
 	"fmt"
@@ -9,15 +9,15 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/activities"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 func (in RestoreInput) validate() error {
-	if err := activities.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
 		return err
 	}
 	if in.RestoreID != "" {
-		if err := activities.ValidateName("restore_id", in.RestoreID); err != nil {
+		if err := ValidateName("restore_id", in.RestoreID); err != nil {
 			return err
 		}
 	}
@@ -58,23 +58,23 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 		return RestoreResult{}, temporal.NewNonRetryableApplicationError("invalid restore input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
 	}
 	if in.TaskQueue == "" {
-		in.TaskQueue = TaskQueue
+		in.TaskQueue = rollout.TaskQueue
 	}
 	in.RestoreID = in.EffectiveRestoreID()
 	r := &restoreRun{in: in, logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "restore", in.RestoreID)}
 	res := RestoreResult{CheckpointID: in.CheckpointID}
 
 	r.setPhase(ctx, "validate", "reading and checking the whole checkpoint")
-	var val activities.ValidateCheckpointResult
-	if err := r.step(ctx, "validate checkpoint", 30*time.Minute, activities.ValidateCheckpointName, activities.ValidateCheckpointInput{
+	var val ValidateCheckpointResult
+	if err := r.step(ctx, "validate checkpoint", 30*time.Minute, ValidateCheckpointName, ValidateCheckpointInput{
 		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
 	}, &val); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
 
 	r.setPhase(ctx, "attempts", fmt.Sprintf("set %s: %d records", val.Set, val.Records))
-	var plan activities.PlanAttemptsResult
-	if err := r.step(ctx, "plan attempts", 30*time.Minute, activities.PlanAttemptsName, activities.PlanAttemptsInput{
+	var plan PlanAttemptsResult
+	if err := r.step(ctx, "plan attempts", 30*time.Minute, PlanAttemptsName, PlanAttemptsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &plan); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -82,16 +82,16 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	res.AttemptsDigest = plan.Digest
 
 	r.setPhase(ctx, "participants", fmt.Sprintf("installing %d environment servers as the new attempts", len(in.Participants)))
-	var rp activities.RestoreParticipantsResult
-	if err := r.step(ctx, "restore participants", 30*time.Minute, activities.RestoreParticipantsName, activities.RestoreParticipantsInput{
+	var rp RestoreParticipantsResult
+	if err := r.step(ctx, "restore participants", 30*time.Minute, RestoreParticipantsName, RestoreParticipantsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &rp); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
 
 	r.setPhase(ctx, "terminate", fmt.Sprintf("ending runs of the replaced attempts and of %d rollouts started after the cut", plan.Fence))
-	var term activities.TerminateStaleResult
-	if err := r.step(ctx, "terminate replaced runs", 30*time.Minute, activities.TerminateStaleName, activities.TerminateStaleInput{
+	var term TerminateStaleResult
+	if err := r.step(ctx, "terminate replaced runs", 30*time.Minute, TerminateStaleName, TerminateStaleInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &term); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -99,8 +99,8 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	res.Terminated = term.Terminated
 
 	r.setPhase(ctx, "start", fmt.Sprintf("starting %d new attempts, held until everything is installed", plan.Start))
-	var st activities.StartRestoredResult
-	if err := r.step(ctx, fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, activities.StartRestoredName, activities.StartRestoredInput{
+	var st StartRestoredResult
+	if err := r.step(ctx, fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, StartRestoredName, StartRestoredInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
 	}, &st); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -110,14 +110,14 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	// Environment servers first: a rollout released before its server
 	// would only be answered "parked".
 	r.setPhase(ctx, "resume", "resuming environment servers, then rollouts")
-	var resP activities.ResumeParticipantsResult
-	if err := r.step(ctx, "resume participants", 10*time.Minute, activities.ResumeRestoredParticipantsName, activities.ResumeRestoredParticipantsInput{
+	var resP ResumeParticipantsResult
+	if err := r.step(ctx, "resume participants", 10*time.Minute, ResumeRestoredParticipantsName, ResumeRestoredParticipantsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Participants: in.Participants,
 	}, &resP); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
-	var resR activities.ResumeRolloutsResult
-	if err := r.step(ctx, "resume rollouts", 30*time.Minute, activities.ResumeRestoredRolloutsName, activities.ResumeRestoredRolloutsInput{
+	var resR ResumeRolloutsResult
+	if err := r.step(ctx, "resume rollouts", 30*time.Minute, ResumeRestoredRolloutsName, ResumeRestoredRolloutsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &resR); err != nil {
 		return RestoreResult{}, r.fail(err)

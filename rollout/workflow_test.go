@@ -1,4 +1,4 @@
-package workflows_test
+package rollout_test
 
 import (
 	"context"
@@ -14,11 +14,10 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
-	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // world is a fake environment and policy behind the four activities: a
@@ -29,15 +28,15 @@ type world struct {
 	value    int
 	revision int64
 	applied  map[string]int // request id → applications
-	calls    []activities.CallModelInput
+	calls    []rollout.CallModelInput
 	style    envs.Style
 
 	// Injected behaviour.
-	modelErr    error                                       // returned by every model call
-	operateErr  func(n int) error                           // error for the n-th operate call (1-based)
-	refuse      func(req string) string                     // an environment refusal for a request id
-	modelBlock  chan struct{}                               // when set, model calls wait for it to close or for cancellation
-	operateHook func(in activities.OperateEnvironmentInput) // observes operate calls
+	modelErr    error                                    // returned by every model call
+	operateErr  func(n int) error                        // error for the n-th operate call (1-based)
+	refuse      func(req string) string                  // an environment refusal for a request id
+	modelBlock  chan struct{}                            // when set, model calls wait for it to close or for cancellation
+	operateHook func(in rollout.OperateEnvironmentInput) // observes operate calls
 	operates    int
 }
 
@@ -50,20 +49,20 @@ func (w *world) head(kind string, n int) transcript.Digest {
 }
 
 func (w *world) register(env *testsuite.TestWorkflowEnvironment) {
-	env.RegisterActivityWithOptions(w.start, activity.RegisterOptions{Name: activities.StartEnvironmentName})
-	env.RegisterActivityWithOptions(w.model, activity.RegisterOptions{Name: activities.CallModelName})
-	env.RegisterActivityWithOptions(w.operate, activity.RegisterOptions{Name: activities.OperateEnvironmentName})
-	env.RegisterActivityWithOptions(w.verify, activity.RegisterOptions{Name: activities.VerifyName})
+	env.RegisterActivityWithOptions(w.start, activity.RegisterOptions{Name: rollout.StartEnvironmentName})
+	env.RegisterActivityWithOptions(w.model, activity.RegisterOptions{Name: rollout.CallModelName})
+	env.RegisterActivityWithOptions(w.operate, activity.RegisterOptions{Name: rollout.OperateEnvironmentName})
+	env.RegisterActivityWithOptions(w.verify, activity.RegisterOptions{Name: rollout.VerifyName})
 }
 
-func (w *world) start(_ context.Context, in activities.StartEnvironmentInput) (activities.StartEnvironmentResult, error) {
+func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (rollout.StartEnvironmentResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.applied[participants.SeedRequestID(in.RolloutID)]++
-	return activities.StartEnvironmentResult{Head: w.head("seed", 0), Tools: w.head("tools", 0), Style: w.style, Mode: envs.ModeExportRestore}, nil
+	return rollout.StartEnvironmentResult{Head: w.head("seed", 0), Tools: w.head("tools", 0), Style: w.style, Mode: envs.ModeExportRestore}, nil
 }
 
-func (w *world) model(ctx context.Context, in activities.CallModelInput) (activities.CallModelResult, error) {
+func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.CallModelResult, error) {
 	w.mu.Lock()
 	w.calls = append(w.calls, in)
 	err, block, value := w.modelErr, w.modelBlock, w.value
@@ -72,15 +71,15 @@ func (w *world) model(ctx context.Context, in activities.CallModelInput) (activi
 		select {
 		case <-block:
 		case <-ctx.Done():
-			return activities.CallModelResult{}, ctx.Err()
+			return rollout.CallModelResult{}, ctx.Err()
 		}
 	}
 	if err != nil {
-		return activities.CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
-	res := activities.CallModelResult{
-		CallID: activities.ModelCallID(in.RolloutID, in.Attempt, in.Turn), Parent: in.Parent,
-		Head: w.head("model", in.Turn), Usage: activities.Usage{TotalTokens: 10, Calls: 1},
+	res := rollout.CallModelResult{
+		CallID: rollout.ModelCallID(in.RolloutID, in.Attempt, in.Turn), Parent: in.Parent,
+		Head: w.head("model", in.Turn), Usage: rollout.Usage{TotalTokens: 10, Calls: 1},
 	}
 	if value < w.target {
 		res.ToolCalls = []transcript.ToolCall{{ID: fmt.Sprintf("c%d", in.Turn), Name: "increment", Arguments: `{"amount":1}`}}
@@ -88,7 +87,7 @@ func (w *world) model(ctx context.Context, in activities.CallModelInput) (activi
 	return res, nil
 }
 
-func (w *world) operate(_ context.Context, in activities.OperateEnvironmentInput) (activities.OperateEnvironmentResult, error) {
+func (w *world) operate(_ context.Context, in rollout.OperateEnvironmentInput) (rollout.OperateEnvironmentResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.operates++
@@ -97,21 +96,21 @@ func (w *world) operate(_ context.Context, in activities.OperateEnvironmentInput
 	}
 	if w.operateErr != nil {
 		if err := w.operateErr(w.operates); err != nil {
-			return activities.OperateEnvironmentResult{}, err
+			return rollout.OperateEnvironmentResult{}, err
 		}
 	}
 	if w.refuse != nil {
 		if code := w.refuse(in.RequestID); code != "" {
-			return activities.OperateEnvironmentResult{Head: w.head("refused", w.operates), Revision: in.ExpectedRevision, Refusal: code}, nil
+			return rollout.OperateEnvironmentResult{Head: w.head("refused", w.operates), Revision: in.ExpectedRevision, Refusal: code}, nil
 		}
 	}
 	if in.ExpectedRevision != w.revision {
-		return activities.OperateEnvironmentResult{}, temporal.NewNonRetryableApplicationError("revision mismatch", activities.ErrEnvironment, nil)
+		return rollout.OperateEnvironmentResult{}, temporal.NewNonRetryableApplicationError("revision mismatch", rollout.ErrEnvironment, nil)
 	}
 	w.applied[in.RequestID]++
 	w.value++
 	w.revision++
-	res := activities.OperateEnvironmentResult{Head: w.head("obs", int(w.revision)), Revision: w.revision}
+	res := rollout.OperateEnvironmentResult{Head: w.head("obs", int(w.revision)), Revision: w.revision}
 	if w.style == envs.StyleGym {
 		res.Reward = 0.25
 		res.Terminated = w.value >= w.target
@@ -119,21 +118,21 @@ func (w *world) operate(_ context.Context, in activities.OperateEnvironmentInput
 	return res, nil
 }
 
-func (w *world) verify(_ context.Context, in activities.VerifyInput) (activities.VerifyResult, error) {
+func (w *world) verify(_ context.Context, in rollout.VerifyInput) (rollout.VerifyResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	reward := 0.0
 	if w.value == w.target {
 		reward = 1
 	}
-	return activities.VerifyResult{Reward: reward}, nil
+	return rollout.VerifyResult{Reward: reward}, nil
 }
 
-func input(maxTurns int) workflows.RolloutInput {
-	return workflows.RolloutInput{
+func input(maxTurns int) rollout.Input {
+	return rollout.Input{
 		RolloutID: "r1", Set: "s", Task: json.RawMessage(`{"target":3}`),
-		Env: activities.EnvRef{Name: "counter"}, Policy: activities.PolicyRef{Model: "scripted-counter"},
-		Seed: 7, Limits: workflows.Limits{MaxTurns: maxTurns},
+		Env: rollout.EnvRef{Name: "counter"}, Policy: rollout.PolicyRef{Model: "scripted-counter"},
+		Seed: 7, Limits: rollout.Limits{MaxTurns: maxTurns},
 	}
 }
 
@@ -141,16 +140,16 @@ func newEnv(t *testing.T, w *world) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.Rollout, workflow.RegisterOptions{Name: workflows.RolloutWorkflowName})
+	env.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	w.register(env)
 	return env
 }
 
-func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.RolloutResult {
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) rollout.Result {
 	t.Helper()
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var res workflows.RolloutResult
+	var res rollout.Result
 	require.NoError(t, env.GetWorkflowResult(&res))
 	return res
 }
@@ -158,7 +157,7 @@ func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.Roll
 func TestRolloutNormalRun(t *testing.T) {
 	w := newWorld(3)
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
@@ -170,7 +169,7 @@ func TestRolloutNormalRun(t *testing.T) {
 		require.Equal(t, res.Lineage[i-1].CallID, res.Lineage[i].Parent, "each call's parent is the previous call")
 	}
 	require.NotNil(t, res.Receipt)
-	want, err := workflows.NewReceipt(res)
+	want, err := rollout.NewReceipt(res)
 	require.NoError(t, err)
 	require.Equal(t, want, *res.Receipt)
 	for id, n := range w.applied {
@@ -182,7 +181,7 @@ func TestRolloutNormalRun(t *testing.T) {
 func TestRolloutTurnLimit(t *testing.T) {
 	w := newWorld(10)
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(4))
+	env.ExecuteWorkflow(rollout.Rollout, input(4))
 	res := result(t, env)
 
 	require.Equal(t, 4, res.Turns)
@@ -193,9 +192,9 @@ func TestRolloutTurnLimit(t *testing.T) {
 
 func TestRolloutModelErrorFails(t *testing.T) {
 	w := newWorld(3)
-	w.modelErr = temporal.NewNonRetryableApplicationError("model answered 400: bad tool schema", activities.ErrModelRequest, nil)
+	w.modelErr = temporal.NewNonRetryableApplicationError("model answered 400: bad tool schema", rollout.ErrModelRequest, nil)
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 
 	require.True(t, env.IsWorkflowCompleted())
 	err := env.GetWorkflowError()
@@ -208,18 +207,18 @@ func TestRolloutStaleAttemptIsFenced(t *testing.T) {
 	w := newWorld(3)
 	w.operateErr = func(n int) error {
 		if n == 2 {
-			return temporal.NewNonRetryableApplicationError("attempt 0 < 1", activities.ErrStaleAttempt, nil)
+			return temporal.NewNonRetryableApplicationError("attempt 0 < 1", rollout.ErrStaleAttempt, nil)
 		}
 		return nil
 	}
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 
 	err := env.GetWorkflowError()
 	require.Error(t, err)
 	var ae *temporal.ApplicationError
 	require.ErrorAs(t, err, &ae)
-	require.Equal(t, workflows.ErrFenced, ae.Type())
+	require.Equal(t, rollout.ErrFenced, ae.Type())
 	require.Equal(t, 1, w.value, "nothing applied after the refusal")
 }
 
@@ -232,7 +231,7 @@ func TestRolloutEnvironmentRefusalIsShownToModel(t *testing.T) {
 		return ""
 	}
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
@@ -241,14 +240,14 @@ func TestRolloutEnvironmentRefusalIsShownToModel(t *testing.T) {
 }
 
 func TestRolloutInvalidInput(t *testing.T) {
-	tests := map[string]func(*workflows.RolloutInput){
-		"no rollout id":  func(in *workflows.RolloutInput) { in.RolloutID = "" },
-		"no env":         func(in *workflows.RolloutInput) { in.Env.Name = "" },
-		"no model":       func(in *workflows.RolloutInput) { in.Policy.Model = "" },
-		"negative turns": func(in *workflows.RolloutInput) { in.Limits.MaxTurns = -1 },
-		"foreign resume": func(in *workflows.RolloutInput) { in.Resume = &workflows.Boundary{RolloutID: "other", Seeded: true} },
-		"future boundary": func(in *workflows.RolloutInput) {
-			in.Resume = &workflows.Boundary{RolloutID: "r1", Attempt: 5, Seeded: true}
+	tests := map[string]func(*rollout.Input){
+		"no rollout id":  func(in *rollout.Input) { in.RolloutID = "" },
+		"no env":         func(in *rollout.Input) { in.Env.Name = "" },
+		"no model":       func(in *rollout.Input) { in.Policy.Model = "" },
+		"negative turns": func(in *rollout.Input) { in.Limits.MaxTurns = -1 },
+		"foreign resume": func(in *rollout.Input) { in.Resume = &rollout.Boundary{RolloutID: "other", Seeded: true} },
+		"future boundary": func(in *rollout.Input) {
+			in.Resume = &rollout.Boundary{RolloutID: "r1", Attempt: 5, Seeded: true}
 		},
 	}
 	for name, mutate := range tests {
@@ -257,12 +256,12 @@ func TestRolloutInvalidInput(t *testing.T) {
 			env := newEnv(t, w)
 			in := input(16)
 			mutate(&in)
-			env.ExecuteWorkflow(workflows.Rollout, in)
+			env.ExecuteWorkflow(rollout.Rollout, in)
 			err := env.GetWorkflowError()
 			require.Error(t, err)
 			var ae *temporal.ApplicationError
 			require.ErrorAs(t, err, &ae)
-			require.Equal(t, workflows.ErrInvalidInput, ae.Type())
+			require.Equal(t, rollout.ErrInvalidInput, ae.Type())
 			require.Empty(t, w.applied, "bad input changes nothing")
 		})
 	}
@@ -272,7 +271,7 @@ func TestRolloutGymStyleAccumulatesReward(t *testing.T) {
 	w := newWorld(4)
 	w.style = envs.StyleGym
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.True(t, res.Terminated)
@@ -284,7 +283,7 @@ func TestRolloutGymStepLimitTruncatesWithoutExtraAction(t *testing.T) {
 	w := newWorld(10)
 	w.style = envs.StyleGym
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(3))
+	env.ExecuteWorkflow(rollout.Rollout, input(3))
 	res := result(t, env)
 
 	require.True(t, res.Truncated)
@@ -296,15 +295,15 @@ func TestRolloutGymStepLimitTruncatesWithoutExtraAction(t *testing.T) {
 func TestRolloutParkedEnvironmentRetriesSameRequest(t *testing.T) {
 	w := newWorld(2)
 	var seen []string
-	w.operateHook = func(in activities.OperateEnvironmentInput) { seen = append(seen, in.RequestID) }
+	w.operateHook = func(in rollout.OperateEnvironmentInput) { seen = append(seen, in.RequestID) }
 	w.operateErr = func(n int) error {
 		if n <= 2 {
-			return temporal.NewNonRetryableApplicationError("admission closed", activities.ErrParked, nil)
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
 		}
 		return nil
 	}
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
@@ -316,29 +315,29 @@ func TestRolloutParkedEnvironmentRetriesSameRequest(t *testing.T) {
 func TestRolloutParkAndResume(t *testing.T) {
 	w := newWorld(3)
 	env := newEnv(t, w)
-	var rec workflows.ParkRecord
+	var rec rollout.ParkRecord
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnReject: func(err error) { t.Errorf("park rejected: %v", err) },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
-				rec = v.(workflows.ParkRecord)
+				rec = v.(rollout.ParkRecord)
 				// While parked nothing moves.
-				require.Equal(t, workflows.PhaseParked, rec.Phase)
+				require.Equal(t, rollout.PhaseParked, rec.Phase)
 				// A second checkpoint is refused while the first holds.
-				env.UpdateWorkflow(workflows.UpdatePark, "park-2", &testsuite.TestUpdateCallback{
+				env.UpdateWorkflow(rollout.UpdatePark, "park-2", &testsuite.TestUpdateCallback{
 					OnAccept:   func() { t.Error("a conflicting checkpoint was accepted") },
 					OnReject:   func(err error) { require.Contains(t, err.Error(), "cp-1") },
 					OnComplete: func(any, error) {},
-				}, workflows.ParkRequest{CheckpointID: "cp-2"})
-				env.UpdateWorkflow(workflows.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+				}, rollout.ParkRequest{CheckpointID: "cp-2"})
+				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
 					OnReject: func(err error) { t.Errorf("resume rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
-				}, workflows.ResumeRequest{CheckpointID: "cp-1"})
+				}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 			},
 			OnAccept: func() {},
-		}, workflows.ParkRequest{CheckpointID: "cp-1", Deadline: time.Now().Add(time.Hour)})
+		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: time.Now().Add(time.Hour)})
 	}, 1*time.Millisecond)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
@@ -353,25 +352,25 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 	w.modelBlock = make(chan struct{}) // the first model call never answers by itself
 	env := newEnv(t, w)
 	env.SetTestTimeout(30 * time.Second)
-	var rec workflows.ParkRecord
+	var rec rollout.ParkRecord
 	parked := false
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept: func() {},
 			OnReject: func(err error) { t.Errorf("park rejected: %v", err) },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
-				rec, parked = v.(workflows.ParkRecord), true
+				rec, parked = v.(rollout.ParkRecord), true
 				w.mu.Lock()
 				w.modelBlock = nil
 				w.mu.Unlock()
-				env.UpdateWorkflow(workflows.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
 					OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {},
-				}, workflows.ResumeRequest{CheckpointID: "cp-1"})
+				}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 			},
-		}, workflows.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(200 * time.Millisecond)})
+		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(200 * time.Millisecond)})
 	}, 10*time.Millisecond)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.True(t, parked)
@@ -388,21 +387,21 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 func TestRolloutResumeFromPendingBoundaryReusesRequestID(t *testing.T) {
 	w := newWorld(2)
 	w.value, w.revision = 1, 1
-	var seen []activities.OperateEnvironmentInput
-	w.operateHook = func(in activities.OperateEnvironmentInput) { seen = append(seen, in) }
+	var seen []rollout.OperateEnvironmentInput
+	w.operateHook = func(in rollout.OperateEnvironmentInput) { seen = append(seen, in) }
 	env := newEnv(t, w)
 	in := input(16)
 	in.Attempt = 1
-	pending := activities.CallModelResult{
-		CallID: activities.ModelCallID("r1", 0, 2), Parent: activities.ModelCallID("r1", 0, 1),
+	pending := rollout.CallModelResult{
+		CallID: rollout.ModelCallID("r1", 0, 2), Parent: rollout.ModelCallID("r1", 0, 1),
 		ToolCalls: []transcript.ToolCall{{ID: "c2", Name: "increment", Arguments: `{"amount":1}`}},
 	}
-	in.Resume = &workflows.Boundary{
+	in.Resume = &rollout.Boundary{
 		RolloutID: "r1", Attempt: 0, Turn: 2, Seeded: true, Revision: 1, Style: envs.StyleTools,
 		Pending: &pending, LastCall: pending.CallID,
-		Lineage: []workflows.LineageEntry{{CallID: pending.Parent}, {CallID: pending.CallID, Parent: pending.Parent}},
+		Lineage: []rollout.LineageEntry{{CallID: pending.Parent}, {CallID: pending.CallID, Parent: pending.Parent}},
 	}
-	env.ExecuteWorkflow(workflows.Rollout, in)
+	env.ExecuteWorkflow(rollout.Rollout, in)
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
@@ -419,23 +418,23 @@ func TestRolloutHoldsResultUntilAcknowledged(t *testing.T) {
 	env := newEnv(t, w)
 	in := input(16)
 	in.RequireAck = true
-	var status workflows.Status
+	var status rollout.Status
 	env.RegisterDelayedCallback(func() {
-		v, err := env.QueryWorkflow(workflows.QueryStatus)
+		v, err := env.QueryWorkflow(rollout.QueryStatus)
 		require.NoError(t, err)
 		require.NoError(t, v.Get(&status))
-		require.Equal(t, workflows.PhaseAwaitingAck, status.Phase)
+		require.Equal(t, rollout.PhaseAwaitingAck, status.Phase)
 		require.NotNil(t, status.Result)
 		bad := *status.Result.Receipt
 		bad.SHA256 = "00"
-		env.UpdateWorkflow(workflows.UpdateAcknowledge, "ack-bad", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(rollout.UpdateAcknowledge, "ack-bad", &testsuite.TestUpdateCallback{
 			OnAccept: func() { t.Error("a wrong receipt was accepted") }, OnReject: func(error) {}, OnComplete: func(any, error) {},
-		}, workflows.AckRequest{Receipt: bad})
-		env.UpdateWorkflow(workflows.UpdateAcknowledge, "ack", &testsuite.TestUpdateCallback{
+		}, rollout.AckRequest{Receipt: bad})
+		env.UpdateWorkflow(rollout.UpdateAcknowledge, "ack", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {},
-		}, workflows.AckRequest{Receipt: *status.Result.Receipt})
+		}, rollout.AckRequest{Receipt: *status.Result.Receipt})
 	}, time.Hour)
-	env.ExecuteWorkflow(workflows.Rollout, in)
+	env.ExecuteWorkflow(rollout.Rollout, in)
 	res := result(t, env)
 	require.Equal(t, *status.Result.Receipt, *res.Receipt)
 }
@@ -444,25 +443,25 @@ func TestRolloutContinuesAsNewAtBoundary(t *testing.T) {
 	w := newWorld(3)
 	env := newEnv(t, w)
 	env.SetContinueAsNewSuggested(true)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	require.True(t, env.IsWorkflowCompleted())
 	err := env.GetWorkflowError()
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, err, &can)
-	require.Equal(t, workflows.RolloutWorkflowName, can.WorkflowType.Name)
+	require.Equal(t, rollout.WorkflowName, can.WorkflowType.Name)
 }
 
 func TestRolloutOffersCompletedResultAgain(t *testing.T) {
 	w := newWorld(1)
 	env := newEnv(t, w)
-	done := workflows.RolloutResult{RolloutID: "r1", Set: "s", Attempt: 0, Reward: 1, Turns: 2}
-	receipt, err := workflows.NewReceipt(done)
+	done := rollout.Result{RolloutID: "r1", Set: "s", Attempt: 0, Reward: 1, Turns: 2}
+	receipt, err := rollout.NewReceipt(done)
 	require.NoError(t, err)
 	done.Receipt = &receipt
 	in := input(16)
 	in.Attempt = 1
 	in.Completed = &done
-	env.ExecuteWorkflow(workflows.Rollout, in)
+	env.ExecuteWorkflow(rollout.Rollout, in)
 	res := result(t, env)
 	require.Equal(t, receipt, *res.Receipt, "the same receipt is offered")
 	require.Empty(t, w.applied, "nothing runs again")
@@ -473,7 +472,7 @@ func TestRolloutOffersCompletedResultAgain(t *testing.T) {
 	bad := done
 	bad.Reward = 0
 	in.Completed = &bad
-	env.ExecuteWorkflow(workflows.Rollout, in)
+	env.ExecuteWorkflow(rollout.Rollout, in)
 	require.Error(t, env.GetWorkflowError())
 }
 
@@ -485,12 +484,12 @@ func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
 	var parkErr error
 	parkDone := false
 	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(workflows.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
 			OnReject:   func(err error) { t.Errorf("park rejected: %v", err) },
 			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
-		}, workflows.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
-		env.UpdateWorkflow(workflows.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+		env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
 			OnComplete: func(any, error) {
 				w.mu.Lock()
@@ -498,14 +497,14 @@ func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
 				w.modelBlock = nil
 				w.mu.Unlock()
 			},
-		}, workflows.ResumeRequest{CheckpointID: "cp-1"})
+		}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 	}, 10*time.Millisecond)
-	env.ExecuteWorkflow(workflows.Rollout, input(16))
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
 	require.True(t, parkDone, "the park update returned instead of dangling")
 	var ae *temporal.ApplicationError
 	require.ErrorAs(t, parkErr, &ae)
-	require.Equal(t, workflows.ErrNotParked, ae.Type())
+	require.Equal(t, rollout.ErrNotParked, ae.Type())
 	require.Equal(t, 1.0, res.Reward, "the rollout went on after the abort")
 }

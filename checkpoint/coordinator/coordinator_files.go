@@ -1,4 +1,4 @@
-package activities
+package coordinator
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/checkpoint"
 
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/participants"
@@ -96,10 +98,10 @@ func encodeAggregate(m *AggregateManifest) ([]byte, error) {
 // canonical bytes, its own digest, schema, checkpoint id and the shape of
 // every location. It does not open the artifacts it names.
 func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) {
-	path := filepath.Join(dir, AggregateManifestName)
+	path := filepath.Join(dir, checkpoint.AggregateManifestName)
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return AggregateManifest{}, fmt.Errorf("%s has no %s: not a checkpoint (its commit tore or never ran)", dir, AggregateManifestName)
+		return AggregateManifest{}, fmt.Errorf("%s has no %s: not a checkpoint (its commit tore or never ran)", dir, checkpoint.AggregateManifestName)
 	}
 	if err != nil {
 		return AggregateManifest{}, fmt.Errorf("read %s: %w", path, err)
@@ -127,17 +129,17 @@ func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) 
 		return AggregateManifest{}, fmt.Errorf("%s: digest %s does not match its content (%s)", path, stated, m.Digest)
 	case !bytes.Equal(canon, b):
 		return AggregateManifest{}, fmt.Errorf("%s is not in canonical form (edited or corrupt)", path)
-	case m.Schema != AggregateSchemaVersion:
-		return AggregateManifest{}, fmt.Errorf("%s: schema %d, this coordinator reads %d", path, m.Schema, AggregateSchemaVersion)
+	case m.Schema != checkpoint.AggregateSchemaVersion:
+		return AggregateManifest{}, fmt.Errorf("%s: schema %d, this coordinator reads %d", path, m.Schema, checkpoint.AggregateSchemaVersion)
 	case m.CheckpointID != checkpointID:
 		return AggregateManifest{}, fmt.Errorf("%s is of checkpoint %q, not %q", path, m.CheckpointID, checkpointID)
-	case ValidateName("set", m.Set) != nil:
+	case checkpoint.ValidateName("set", m.Set) != nil:
 		return AggregateManifest{}, fmt.Errorf("%s: bad set name %q", path, m.Set)
-	case m.Agents.Location != AgentsDir:
-		return AggregateManifest{}, fmt.Errorf("%s: agents location %q, want %q", path, m.Agents.Location, AgentsDir)
+	case m.Agents.Location != checkpoint.AgentsDir:
+		return AggregateManifest{}, fmt.Errorf("%s: agents location %q, want %q", path, m.Agents.Location, checkpoint.AgentsDir)
 	}
 	for i, p := range m.Participants {
-		if want := ParticipantsDir + "/" + fmt.Sprint(i); p.Index != i || p.Location != want {
+		if want := checkpoint.ParticipantsDir + "/" + fmt.Sprint(i); p.Index != i || p.Location != want {
 			return AggregateManifest{}, fmt.Errorf("%s: participant %d has index %d and location %q, want %d and %q", path, i, p.Index, p.Location, i, want)
 		}
 	}
@@ -255,7 +257,7 @@ func readRecords(path string) (map[string][]byte, error) {
 		if line == "" {
 			continue
 		}
-		rec, err := decodeRecord([]byte(line))
+		rec, err := DecodeRecord([]byte(line))
 		if err != nil {
 			return nil, fmt.Errorf("%s line %d: %w", path, n+1, err)
 		}

@@ -1,4 +1,4 @@
-package activities_test
+package rollout_test
 
 import (
 	"encoding/json"
@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/rollout"
+
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/participants"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
@@ -189,7 +190,7 @@ func newStore(t *testing.T) *transcript.Store {
 	return s
 }
 
-func newActivityEnv(acts *activities.Activities) *testsuite.TestActivityEnvironment {
+func newActivityEnv(acts *rollout.Activities) *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
 	env.RegisterActivity(acts)

@@ -1,4 +1,4 @@
-package activities
+package rollout
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 	if in.Env.Name == "" {
-		return StartEnvironmentResult{}, badInput("rollout %s: empty environment name", in.RolloutID)
+		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
 	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
@@ -68,7 +68,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	items = append(items, transcript.Item{Role: "user", Content: resp.Start.Observation})
 	head, err := store.AppendAll(ctx, "", items...)
 	if err != nil {
-		return StartEnvironmentResult{}, storeError("store start of "+in.RolloutID, err)
+		return StartEnvironmentResult{}, StoreError("store start of "+in.RolloutID, err)
 	}
 	tools := resp.Spec.Tools
 	if tools == nil {
@@ -76,7 +76,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	}
 	toolsDigest, err := store.PutJSON(ctx, tools)
 	if err != nil {
-		return StartEnvironmentResult{}, storeError("store tools of "+in.RolloutID, err)
+		return StartEnvironmentResult{}, StoreError("store tools of "+in.RolloutID, err)
 	}
 	return StartEnvironmentResult{
 		Head:     head,
@@ -95,7 +95,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 		return OperateEnvironmentResult{}, err
 	}
 	if in.RequestID == "" {
-		return OperateEnvironmentResult{}, badInput("rollout %s: empty request id", in.RolloutID)
+		return OperateEnvironmentResult{}, BadInput("rollout %s: empty request id", in.RolloutID)
 	}
 	if err := checkStyle(in.Style); err != nil {
 		return OperateEnvironmentResult{}, err
@@ -149,7 +149,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 
 	head, err := store.Append(ctx, in.Head, observationItem(in, resp.Outcome.Observation))
 	if err != nil {
-		return OperateEnvironmentResult{}, storeError("store observation of "+in.RequestID, err)
+		return OperateEnvironmentResult{}, StoreError("store observation of "+in.RequestID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
 	return OperateEnvironmentResult{
@@ -168,7 +168,7 @@ func (a *Activities) refuse(ctx context.Context, store *transcript.Store, in Ope
 	refusal := code + ": " + message
 	head, err := store.Append(ctx, in.Head, observationItem(in, "error: "+refusal))
 	if err != nil {
-		return OperateEnvironmentResult{}, storeError("store refusal of "+in.RequestID, err)
+		return OperateEnvironmentResult{}, StoreError("store refusal of "+in.RequestID, err)
 	}
 	return OperateEnvironmentResult{
 		Head:     head,

@@ -1,0 +1,109 @@
+package checkpoint
+
+import "time"
+
+// Workflow type names of the coordinator workflows.
+const (
+	CheckpointWorkflowName = "Checkpoint"
+	RestoreWorkflowName    = "Restore"
+)
+
+// CheckpointWorkflowID is the workflow ID of a checkpoint: one per checkpoint
+// id, so a second start of the same checkpoint is refused by Temporal.
+func CheckpointWorkflowID(checkpointID string) string { return "checkpoint/" + checkpointID }
+
+// RestoreWorkflowID is the workflow ID of a restore: "restore/<restore_id>".
+// The restore id defaults to the checkpoint id, so the first restore of
+// checkpoint k is restore/k; restoring k again takes a new restore id.
+func RestoreWorkflowID(restoreID string) string { return "restore/" + restoreID }
+
+// Error types the coordinator workflows fail with.
+const (
+	// ErrInvalidCoordinatorInput: the checkpoint or restore input is unusable;
+	// nothing was touched.
+	ErrInvalidCoordinatorInput = "InvalidCoordinatorInput"
+	// ErrCheckpointAborted: a checkpoint step failed or its deadline passed;
+	// every participant and parked rollout was resumed and no aggregate
+	// manifest exists.
+	ErrCheckpointAborted = "CheckpointAborted"
+	// ErrRestoreFailed: a restore step failed; the error names the step.
+	ErrRestoreFailed = "RestoreFailed"
+)
+
+// CheckpointInput starts a Checkpoint. Plain JSON, startable with
+// `temporal workflow start --type Checkpoint --workflow-id checkpoint/ck1
+// --input '{"checkpoint_id":"ck1","set":"s1","root":"/ckpt","participants":["http://127.0.0.1:8091"],"timeout":"2m"}'`.
+type CheckpointInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Set          string `json:"set"`
+	// Root is the absolute directory the checkpoint goes under:
+	// <root>/<checkpoint_id>/.
+	Root string `json:"root"`
+	// Participants are the environment servers' base URLs; their order
+	// numbers their artifacts (participants/<n>/).
+	Participants []string `json:"participants"`
+	// Deadline (absolute) or Timeout (a Go duration, turned once into an
+	// absolute deadline) bounds the cut: environment servers drain their
+	// in-flight mutations by then, and a model call still running then is
+	// cancelled so its rollout parks at its previous boundary.
+	Deadline time.Time `json:"deadline,omitzero"`
+	Timeout  string    `json:"timeout,omitempty"`
+	// StayPaused leaves every participant and rollout parked after the
+	// commit (a planned shutdown).
+	StayPaused bool `json:"stay_paused,omitempty"`
+}
+
+// CheckpointResult describes a committed checkpoint. Counts and digests
+// only: the records themselves are in Dir.
+type CheckpointResult struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Dir          string `json:"dir"`
+	Members      int    `json:"members"`
+	Parked       int    `json:"parked"`
+	// CompletedUnacked are members whose result was complete and not yet
+	// acknowledged: kept in the checkpoint with their receipts.
+	CompletedUnacked int `json:"completed_unacked"`
+	// Closed are members that completed and closed before they could park:
+	// their results were already delivered.
+	Closed         int    `json:"closed"`
+	Bytes          int64  `json:"bytes"`
+	ManifestDigest string `json:"manifest_digest"`
+	Resumed        bool   `json:"resumed"`
+	// CutMillis is the time from the start to the last park; TotalMillis to
+	// the end (workflow time).
+	CutMillis   int64 `json:"cut_ms"`
+	TotalMillis int64 `json:"total_ms"`
+}
+
+// RestoreInput starts a Restore of a committed checkpoint.
+type RestoreInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: CheckpointID). A re-run of the
+	// same restore id finishes it and installs nothing twice; a new one
+	// restores the checkpoint again (the trainer rolling back to it once
+	// more) with attempts above everything issued so far.
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
+	// Participants are the environment servers' base URLs in the order they
+	// had at checkpoint time (their addresses may be new).
+	Participants []string `json:"participants"`
+	// TaskQueue the restored rollouts run on; empty means TaskQueue.
+	TaskQueue string `json:"task_queue,omitempty"`
+}
+
+// RestoreResult counts what the restore installed. The counts follow from
+// the checkpoint, so a re-run of the same restore answers the same; Started
+// counts the runs this execution started itself.
+type RestoreResult struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Restored continue from their boundary as the new attempt.
+	Restored int `json:"restored"`
+	// StartedOver start from their seed as the new attempt (restart-only
+	// environment, or never seeded).
+	StartedOver int `json:"started_over"`
+	// OfferedAgain offer a completed, unacknowledged result again.
+	OfferedAgain   int    `json:"offered_again"`
+	Started        int    `json:"started"`
+	Terminated     int    `json:"terminated"`
+	AttemptsDigest string `json:"attempts_digest"`
+}

@@ -1,0 +1,205 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// DefaultCoordinatorConcurrency bounds concurrent calls per activity when
+// Coordinator.Concurrency is zero.
+const DefaultCoordinatorConcurrency = 32
+
+// Coordinator hosts the coordinator activities. Register a pointer to it on
+// a worker (w.RegisterActivity(coord)); its methods are the activities,
+// named by the *Name constants above.
+type Coordinator struct {
+	// Client calls Temporal: visibility, updates, starts, terminations.
+	Client client.Client
+	// Store is the transcript store whose blobs a checkpoint copies and a
+	// restore puts back.
+	Store *transcript.Store
+	// ControlToken is the bearer token of the environment servers' control
+	// plane.
+	ControlToken string
+	// HTTPClient calls the control plane; nil means the default client.
+	HTTPClient *http.Client
+	// TaskQueue restored rollouts run on when the restore names none.
+	TaskQueue string
+	// Failpoints lets crash tests kill the worker at named places.
+	Failpoints *failpoint.Set
+	// Concurrency bounds concurrent calls of one activity (0: default).
+	Concurrency int
+}
+
+func (c *Coordinator) limit() int {
+	if c.Concurrency > 0 {
+		return c.Concurrency
+	}
+	return DefaultCoordinatorConcurrency
+}
+
+func (c *Coordinator) control(url string) *participants.ControlClient {
+	return participants.NewControlClient(url, c.ControlToken, c.HTTPClient)
+}
+
+func (c *Coordinator) temporal() (client.Client, error) {
+	if c.Client == nil {
+		return nil, temporal.NewNonRetryableApplicationError("coordinator: no Temporal client configured", rollout.ErrBadInput, nil)
+	}
+	return c.Client, nil
+}
+
+// checkDir validates a checkpoint id and root and returns the checkpoint
+// directory.
+func checkDir(root, checkpointID string) (string, error) {
+	if err := checkpoint.ValidateName("checkpoint_id", checkpointID); err != nil {
+		return "", rollout.BadInput("%v", err)
+	}
+	if !filepath.IsAbs(root) {
+		return "", rollout.BadInput("root %q is not an absolute path", root)
+	}
+	return checkpoint.CheckpointDir(filepath.Clean(root), checkpointID), nil
+}
+
+func checkParticipants(urls []string) error {
+	seen := map[string]bool{}
+	for i, u := range urls {
+		if u == "" {
+			return rollout.BadInput("participant %d has an empty URL", i)
+		}
+		if seen[u] {
+			return rollout.BadInput("participant %s is listed twice", u)
+		}
+		seen[u] = true
+	}
+	return nil
+}
+
+// invalidCheckpoint is the non-retryable error of a checkpoint that does not
+// validate.
+func invalidCheckpoint(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), checkpoint.ErrCheckpointInvalid, nil)
+}
+
+// progress heartbeats done/total while a fan-out runs; outside an activity
+// (plain unit tests) it does nothing.
+type progress struct {
+	ctx   context.Context
+	step  string
+	total int
+	done  atomic.Int64
+}
+
+func newProgress(ctx context.Context, step string, total int) *progress {
+	p := &progress{ctx: ctx, step: step, total: total}
+	p.beat()
+	return p
+}
+
+func (p *progress) add() {
+	p.done.Add(1)
+	p.beat()
+}
+
+// beat records a heartbeat; the SDK throttles what it sends, so a beat per
+// item is cheap.
+func (p *progress) beat() {
+	if activity.IsActivity(p.ctx) {
+		activity.RecordHeartbeat(p.ctx, fmt.Sprintf("%s %d/%d", p.step, p.done.Load(), p.total))
+	}
+}
+
+// forEach calls fn(i) for i in [0, n) with at most limit calls at once. The
+// first error cancels the calls not yet begun and is returned (with every
+// other error, joined, so a report names all failing items).
+func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if limit < 1 {
+		limit = 1
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, limit)
+	)
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				cancel()
+			}
+		}(i)
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return firstNonCancel(errs)
+	}
+	return ctx.Err()
+}
+
+// firstNonCancel returns the errors joined, without the cancellations that
+// the first error caused in its siblings (unless nothing else is left).
+func firstNonCancel(errs []error) error {
+	var real []error
+	for _, e := range errs {
+		if !errors.Is(e, context.Canceled) {
+			real = append(real, e)
+		}
+	}
+	if len(real) == 0 {
+		return errs[0]
+	}
+	if len(real) > 8 {
+		return fmt.Errorf("%w (and %d more errors)", errors.Join(real[:8]...), len(real)-8)
+	}
+	return errors.Join(real...)
+}
+
+// remoteCode is the control-plane error code of err, or "".
+func remoteCode(err error) string {
+	var re *participants.RemoteError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return ""
+}
+
+// controlError classifies a control-plane failure: a 4xx answer other than
+// a timeout will not change by retrying; transport errors and 5xx may.
+func controlError(url, what string, err error) error {
+	var re *participants.RemoteError
+	if errors.As(err, &re) && re.Status >= 400 && re.Status < 500 && re.Status != http.StatusRequestTimeout && re.Status != http.StatusTooManyRequests {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s: %s: %v", url, what, err), checkpoint.ErrParticipantRefused, nil)
+	}
+	return fmt.Errorf("participant %s: %s: %w", url, what, err)
+}

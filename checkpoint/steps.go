@@ -1,0 +1,292 @@
+package checkpoint
+
+import "time"
+
+// The coordinator steps: the activities the Checkpoint and Restore workflows
+// call. Each works on a whole set (many rollouts, fanned out with bounded
+// concurrency and heartbeats); what it returns is counts and digests, while
+// membership lists and records go to files under the checkpoint directory.
+
+// Coordinator activity names: the steps of the Checkpoint and Restore
+// workflows. Each one works on a whole set (many rollouts, fanned out with
+// bounded concurrency and heartbeats); what it returns is counts and digests,
+// while membership lists and records go to files under the checkpoint
+// directory.
+const (
+	PrepareParticipantsName = "PrepareParticipants"
+	FreezeMembershipName    = "FreezeMembership"
+	ParkMembersName         = "ParkMembers"
+	CommitCheckpointName    = "CommitCheckpoint"
+	ResumeParticipantsName  = "ResumeParticipants"
+	ResumeRolloutsName      = "ResumeRollouts"
+	AbortCheckpointName     = "AbortCheckpoint"
+	ValidateCheckpointName  = "ValidateCheckpoint"
+	PlanAttemptsName        = "PlanAttempts"
+	RestoreParticipantsName = "RestoreParticipants"
+	TerminateStaleName      = "TerminateStale"
+	StartRestoredName       = "StartRestored"
+)
+
+// Application error types of the coordinator activities (non-retryable).
+const (
+	// ErrCheckpointInvalid: the checkpoint on disk is missing, torn, corrupt
+	// or does not match the request; nothing was touched.
+	ErrCheckpointInvalid = "CheckpointInvalid"
+	// ErrMemberMissing: a member of the set has no workflow.
+	ErrMemberMissing = "MemberMissing"
+	// ErrMemberRefused: a rollout refused the park or resume (its update
+	// validator rejected it, e.g. it is held for another checkpoint).
+	ErrMemberRefused = "MemberRefused"
+	// ErrParticipantRefused: an environment server refused a control call in
+	// a way a retry cannot change.
+	ErrParticipantRefused = "ParticipantRefused"
+	// ErrAttemptConflict: a run of a higher attempt than the one a restore
+	// would start already exists.
+	ErrAttemptConflict = "AttemptConflict"
+)
+
+// PrepareParticipantsInput closes admission at every environment server.
+type PrepareParticipantsInput struct {
+	CheckpointID string    `json:"checkpoint_id"`
+	Set          string    `json:"set"`
+	Root         string    `json:"root"`
+	Participants []string  `json:"participants"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// PrepareParticipantsResult counts the prepared servers and the sessions
+// they reported (the reports are staged in staging/participants.json).
+type PrepareParticipantsResult struct {
+	Participants int    `json:"participants"`
+	Sessions     int    `json:"sessions"`
+	Digest       string `json:"digest"`
+}
+
+// FreezeMembershipInput freezes the exact membership of a checkpoint.
+type FreezeMembershipInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Set          string `json:"set"`
+	Root         string `json:"root"`
+}
+
+// FreezeMembershipResult counts the members (listed in staging/members.json).
+type FreezeMembershipResult struct {
+	Members int `json:"members"`
+	// FromVisibility are the running rollouts of the set Temporal listed;
+	// FromParticipants the ones only an environment server reported
+	// (visibility lags behind a rollout that just started).
+	FromVisibility   int `json:"from_visibility"`
+	FromParticipants int `json:"from_participants"`
+	// Foreign are sessions an environment server reported for rollouts of
+	// another set: not members.
+	Foreign int    `json:"foreign"`
+	Digest  string `json:"digest"`
+}
+
+// ParkMembersInput parks every member of a checkpoint.
+type ParkMembersInput struct {
+	CheckpointID string    `json:"checkpoint_id"`
+	Set          string    `json:"set"`
+	Root         string    `json:"root"`
+	Deadline     time.Time `json:"deadline"`
+}
+
+// ParkMembersResult counts the parks; the records are staged in
+// staging/records.jsonl and the parked rollouts in staging/parked.json.
+type ParkMembersResult struct {
+	Members          int    `json:"members"`
+	Parked           int    `json:"parked"`
+	CompletedUnacked int    `json:"completed_unacked"`
+	Closed           int    `json:"closed"`
+	RecordsDigest    string `json:"records_digest"`
+}
+
+// CommitCheckpointInput writes a checkpoint whose cut is frozen.
+type CommitCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Set          string   `json:"set"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// CommitCheckpointResult describes the committed checkpoint.
+type CommitCheckpointResult struct {
+	Dir              string `json:"dir"`
+	ManifestDigest   string `json:"manifest_digest"`
+	Bytes            int64  `json:"bytes"`
+	Members          int    `json:"members"`
+	Parked           int    `json:"parked"`
+	CompletedUnacked int    `json:"completed_unacked"`
+	Transcripts      int    `json:"transcripts"`
+}
+
+// ResumeParticipantsInput resumes environment servers.
+type ResumeParticipantsInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Participants []string `json:"participants"`
+}
+
+// ResumeParticipantsResult counts the resumed servers.
+type ResumeParticipantsResult struct {
+	Resumed int `json:"resumed"`
+}
+
+// ResumeRolloutsInput releases the rollouts of a list file (ListParked,
+// ListMembers or ListStarted) held for a checkpoint.
+type ResumeRolloutsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Root         string `json:"root"`
+	List         string `json:"list"`
+}
+
+// ResumeRolloutsResult counts the releases.
+type ResumeRolloutsResult struct {
+	Resumed int `json:"resumed"`
+	// Gone are rollouts whose workflow closed or no longer exists: nothing
+	// to release.
+	Gone int `json:"gone"`
+}
+
+// AbortCheckpointInput cleans up after a failed checkpoint.
+type AbortCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// AbortCheckpointResult counts what the abort resumed.
+type AbortCheckpointResult struct {
+	Participants    int  `json:"participants"`
+	Rollouts        int  `json:"rollouts"`
+	ManifestRemoved bool `json:"manifest_removed"`
+}
+
+// Names of the activities that end a restore (the Checkpoint workflow's
+// resume activities do not know restore ids).
+const (
+	ResumeRestoredParticipantsName = "ResumeRestoredParticipants"
+	ResumeRestoredRolloutsName     = "ResumeRestoredRollouts"
+)
+
+// ValidateCheckpointInput names a checkpoint to restore.
+type ValidateCheckpointInput struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// ValidateCheckpointResult describes a checkpoint that validated.
+type ValidateCheckpointResult struct {
+	Set            string `json:"set"`
+	ManifestDigest string `json:"manifest_digest"`
+	Records        int    `json:"records"`
+	Continue       int    `json:"continue"`
+	StartOver      int    `json:"start_over"`
+	OfferAgain     int    `json:"offer_again"`
+	Transcripts    int    `json:"transcripts"`
+}
+
+// PlanAttemptsInput computes (or reads back) a restore's attempt map.
+type PlanAttemptsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// PlanAttemptsResult summarizes the attempt map in
+// restore/<restore_id>/attempts.json.
+type PlanAttemptsResult struct {
+	Rollouts int `json:"rollouts"`
+	Start    int `json:"start"`
+	// Fence counts the set's rollouts started after the cut.
+	Fence  int    `json:"fence"`
+	Reused bool   `json:"reused"`
+	Digest string `json:"digest"`
+}
+
+// RestoreParticipantsInput installs the checkpoint at every participant.
+type RestoreParticipantsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+}
+
+// RestoreParticipantsResult counts the installed sessions.
+type RestoreParticipantsResult struct {
+	Participants int `json:"participants"`
+	Restored     int `json:"restored"`
+	Restarted    int `json:"restarted"`
+	// Fenced counts rollouts a server only fenced (absent from its cut);
+	// Untouched its sessions of other sets, left as they were.
+	Fenced    int `json:"fenced"`
+	Untouched int `json:"untouched"`
+	// AlreadyResumed counts participants that had restored and resumed in
+	// an earlier run of the same restore.
+	AlreadyResumed int `json:"already_resumed"`
+}
+
+// TerminateStaleInput ends the runs a restore replaces.
+type TerminateStaleInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
+}
+
+// TerminateStaleResult counts the terminated runs.
+type TerminateStaleResult struct {
+	Terminated int `json:"terminated"`
+}
+
+// StartRestoredInput starts the new attempts.
+type StartRestoredInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Root         string   `json:"root"`
+	Participants []string `json:"participants"`
+	TaskQueue    string   `json:"task_queue,omitempty"`
+}
+
+// StartRestoredResult counts the new attempts by kind. The kind counts
+// follow from the checkpoint; Started and Existing tell what this run did.
+type StartRestoredResult struct {
+	Continue   int `json:"continue"`
+	StartOver  int `json:"start_over"`
+	OfferAgain int `json:"offer_again"`
+	Started    int `json:"started"`
+	Existing   int `json:"existing"`
+}
+
+// ResumeRestoredParticipantsInput ends a restore's control session at
+// every environment server.
+type ResumeRestoredParticipantsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Participants []string `json:"participants"`
+}
+
+// ResumeRestoredRolloutsInput releases the runs a restore started.
+type ResumeRestoredRolloutsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID string `json:"restore_id,omitempty"`
+	Root      string `json:"root"`
+}
+
+// Kinds of restored rollouts.
+const (
+	// RestoreContinue: the new attempt continues from the record's boundary.
+	RestoreContinue = "continue"
+	// RestoreStartOver: the new attempt starts from its seed with no state
+	// (restart-only environment, or never seeded).
+	RestoreStartOver = "start_over"
+	// RestoreOfferAgain: the new attempt offers the completed,
+	// unacknowledged result again.
+	RestoreOfferAgain = "offer_again"
+)

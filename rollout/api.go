@@ -1,0 +1,249 @@
+// Package workflows holds the deterministic orchestration: the Rollout agent
+// loop (tool-calling and Gymnasium step styles), Checkpoint and Restore. No
+// I/O, no clocks, no map ranging: every side effect is an activity.
+package rollout
+
+import (
+	"fmt"
+
+	"encoding/json"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// TaskQueue is the task queue rollouts and their activities run on.
+const TaskQueue = "turnstile-rollouts"
+
+// Workflow type names, as registered and as typed into the Temporal CLI.
+const (
+	WorkflowName = "Rollout"
+)
+
+// Message names of the Rollout workflow.
+const (
+	// QueryBoundary returns the rollout's current Boundary.
+	QueryBoundary = "boundary"
+	// QueryStatus returns the rollout's Status.
+	QueryStatus = "status"
+)
+
+// Search attributes upserted by the Rollout workflow at every boundary, so an
+// operator can filter rollouts in the Web UI or with `temporal workflow list
+// --query 'RolloutSet="s1" AND RolloutPhase="model"'`.
+const (
+	SARolloutID      = "RolloutId"      // Keyword
+	SARolloutSet     = "RolloutSet"     // Keyword
+	SARolloutAttempt = "RolloutAttempt" // Int
+	SARolloutTurn    = "RolloutTurn"    // Int
+	SARolloutPhase   = "RolloutPhase"   // Keyword
+)
+
+// Phase is where a rollout is.
+type Phase string
+
+// Phases of a rollout.
+const (
+	PhaseSeeding     Phase = "seeding"
+	PhaseModel       Phase = "model"
+	PhaseEnvironment Phase = "environment"
+	PhaseVerifying   Phase = "verifying"
+	PhaseParked      Phase = "parked"
+	PhaseAwaitingAck Phase = "awaiting_ack"
+	PhaseCompleted   Phase = "completed"
+	PhaseFailed      Phase = "failed"
+)
+
+// WorkflowID returns the workflow ID of a rollout: one ID for every attempt,
+// each attempt a new run.
+func WorkflowID(rolloutID string) string { return workflowIDPrefix + rolloutID }
+
+// workflowIDPrefix starts the workflow ID of every rollout.
+const workflowIDPrefix = "rollout/"
+
+// IDOf returns the rollout id of a rollout's workflow ID, and false for any
+// other workflow ID.
+func IDOf(workflowID string) (string, bool) { return strings.CutPrefix(workflowID, workflowIDPrefix) }
+
+// Limits bound a rollout.
+type Limits struct {
+	// MaxTurns is the number of model calls after which the rollout stops
+	// (tool style) or is truncated (gym style). Default 16.
+	MaxTurns int `json:"max_turns,omitempty"`
+}
+
+// Input starts one attempt of a rollout. It is plain JSON, so a user
+// can type it into `temporal workflow start --type Rollout --input '…'`.
+type Input struct {
+	RolloutID string          `json:"rollout_id"`
+	Set       string          `json:"set"`
+	Attempt   int             `json:"attempt"`
+	Task      json.RawMessage `json:"task"`
+	Env       EnvRef          `json:"env"`
+	Policy    PolicyRef       `json:"policy"`
+	Seed      int64           `json:"seed"`
+	Limits    Limits          `json:"limits,omitempty"`
+	// RequireAck holds the completed result until the pipeline acknowledges it.
+	RequireAck bool `json:"require_ack,omitempty"`
+	// Resume continues from a boundary (continue-as-new inside an attempt, or a
+	// restored attempt); nil starts from the seed.
+	Resume *Boundary `json:"resume,omitempty"`
+	// HoldFor starts the run parked for this checkpoint id, until a resume
+	// with the same id: a restore installs every attempt before any moves.
+	HoldFor string `json:"hold_for,omitempty"`
+	// Completed is a result completed by an earlier attempt and not yet
+	// acknowledged when a checkpoint was cut: a restored run offers it again,
+	// receipt unchanged, instead of running the rollout a second time.
+	Completed *Result `json:"completed,omitempty"`
+}
+
+// Boundary is a rollout's state right after all of a turn's (or a tool
+// call's) activities returned: the only place it may park or continue as new.
+type Boundary struct {
+	RolloutID string            `json:"rollout_id"`
+	Attempt   int               `json:"attempt"`
+	Turn      int               `json:"turn"` // model calls completed
+	Head      transcript.Digest `json:"head"`
+	Tools     transcript.Digest `json:"tools"`
+	Style     envs.Style        `json:"style"`
+	EnvMode   envs.Mode         `json:"env_mode"`
+	Revision  int64             `json:"revision"` // environment state revision
+	Seeded    bool              `json:"seeded"`
+	// Pending is the model's answer whose tool calls are not all applied yet;
+	// Cursor is the index of the next one to apply.
+	Pending *CallModelResult `json:"pending,omitempty"`
+	Cursor  int              `json:"cursor,omitempty"`
+	// LastCall is the id of the last committed model call: the parent of the next.
+	LastCall string         `json:"last_call,omitempty"`
+	Lineage  []LineageEntry `json:"lineage,omitempty"`
+	Usage    Usage          `json:"usage"`
+	// Reward accumulates dense (gym) rewards.
+	Reward     float64 `json:"reward"`
+	Terminated bool    `json:"terminated,omitempty"`
+	Truncated  bool    `json:"truncated,omitempty"`
+	Done       bool    `json:"done,omitempty"` // the agent loop finished; verify next
+}
+
+// LineageEntry links a model call to its parent.
+type LineageEntry struct {
+	CallID string `json:"call_id"`
+	Parent string `json:"parent,omitempty"`
+}
+
+// Result is the outcome of a rollout.
+type Result struct {
+	RolloutID  string            `json:"rollout_id"`
+	Set        string            `json:"set"`
+	Env        string            `json:"env"`
+	Attempt    int               `json:"attempt"`
+	Reward     float64           `json:"reward"`
+	Turns      int               `json:"turns"`
+	Usage      Usage             `json:"usage"`
+	Head       transcript.Digest `json:"head"`
+	Lineage    []LineageEntry    `json:"lineage"`
+	Terminated bool              `json:"terminated,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	// Receipt identifies this result: its canonical digest, for acknowledgement.
+	Receipt *Receipt `json:"receipt,omitempty"`
+}
+
+// Receipt proves which result was accepted.
+type Receipt struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	SHA256    string `json:"sha256"`
+}
+
+// Status answers QueryStatus.
+type Status struct {
+	Phase    Phase    `json:"phase"`
+	Boundary Boundary `json:"boundary"`
+	Result   *Result  `json:"result,omitempty"`
+}
+
+// Update names of the Rollout workflow (the agent side of the checkpoint
+// protocol).
+const (
+	// UpdatePark stops the rollout at its next boundary and returns its
+	// ParkRecord. A model call still running at the deadline is cancelled and
+	// the rollout parks at its previous boundary.
+	UpdatePark = "park"
+	// UpdateResume releases a parked rollout.
+	UpdateResume = "resume"
+	// UpdateAcknowledge releases a completed result held for acknowledgement.
+	UpdateAcknowledge = "acknowledge"
+)
+
+// ParkRequest asks a rollout to park for a checkpoint.
+type ParkRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Deadline is absolute: a model call still running then is cancelled.
+	Deadline time.Time `json:"deadline"`
+}
+
+// ParkRecord is a parked rollout's boundary record: everything a replacement
+// attempt needs to continue, or the completed result still held.
+type ParkRecord struct {
+	CheckpointID string   `json:"checkpoint_id"`
+	Set          string   `json:"set"`
+	Input        Input    `json:"input"` // Resume is nil here; Boundary is the state
+	Boundary     Boundary `json:"boundary"`
+	Phase        Phase    `json:"phase"`
+	Result       *Result  `json:"result,omitempty"` // completed, not yet acknowledged
+}
+
+// ResumeRequest releases a rollout parked for CheckpointID.
+type ResumeRequest struct {
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+// AckRequest acknowledges a completed result by its receipt.
+type AckRequest struct {
+	Receipt Receipt `json:"receipt"`
+}
+
+// MemoEnv is the memo field holding a rollout's environment name, so a
+// listing can group rollouts that failed without a result by environment.
+const MemoEnv = "env"
+
+// StartOptions are the options of the run of in's attempt on taskQueue. The
+// first attempt refuses a workflow ID used before, so a second submit of
+// the same set fails instead of running rollouts twice; a later attempt
+// (a restore) is a new run of the closed ID. A run held for a checkpoint
+// starts in PhaseParked at its boundary's turn. There is no workflow retry
+// policy: a new attempt is a decision of the recovery machinery, not of the
+// server.
+func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
+	reuse, phase, turn := enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, PhaseSeeding, 0
+	if in.Attempt > 0 {
+		reuse = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	}
+	if in.HoldFor != "" {
+		phase = PhaseParked
+	}
+	if in.Resume != nil {
+		turn = in.Resume.Turn
+	}
+	return client.StartWorkflowOptions{
+		ID:                                       WorkflowID(in.RolloutID),
+		TaskQueue:                                taskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    reuse,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(SARolloutID).ValueSet(in.RolloutID),
+			temporal.NewSearchAttributeKeyKeyword(SARolloutSet).ValueSet(in.Set),
+			temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(in.Attempt)),
+			temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(int64(turn)),
+			temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(string(phase)),
+		),
+		Memo:          map[string]any{MemoEnv: in.Env.Name},
+		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
+	}
+}
