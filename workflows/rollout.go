@@ -14,7 +14,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/activities"
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // Defaults and bounds of a rollout.
@@ -446,7 +446,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	call := r.b.Pending.ToolCalls[r.b.Cursor]
 	in := activities.OperateEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
-		RequestID:        participants.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
+		RequestID:        protocol.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
 		ExpectedRevision: r.b.Revision, Env: r.in.Env, Style: r.b.Style, Head: r.b.Head, Call: call,
 	}
 	var res activities.OperateEnvironmentResult
@@ -511,7 +511,7 @@ func (r *rollout) fail(err error, what string) error {
 func (r *rollout) finish(ctx workflow.Context) (RolloutResult, error) {
 	in := activities.VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
-		RequestID: participants.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
+		RequestID: protocol.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
 	}
 	var v activities.VerifyResult
 	err := r.retryParked(ctx, func() error {

@@ -1,10 +1,12 @@
-package participants
+package envserver
 
 import (
 	"context"
 	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // Control operations, as the phase fence records them.
@@ -24,7 +26,7 @@ const (
 
 // retiredSession is what the fence keeps of a session resume ended.
 type retiredSession struct {
-	answer ResumeResponse
+	answer protocol.ResumeResponse
 	kind   string
 }
 
@@ -61,7 +63,7 @@ type recorded struct {
 // It also holds the frozen cut, from prepare to resume.
 type phaseFence struct {
 	mu     sync.Mutex
-	phase  Phase
+	phase  protocol.Phase
 	active string // session id of the run in progress; "" when idle
 	// activeKind is sessionCheckpoint or sessionRestore once a prepare or
 	// a restore began in the active session; activeCheckpoint is the
@@ -85,7 +87,7 @@ type phaseFence struct {
 }
 
 func newPhaseFence() *phaseFence {
-	return &phaseFence{phase: PhaseIdle, results: map[string]recorded{}, retired: map[string]retiredSession{}}
+	return &phaseFence{phase: protocol.PhaseIdle, results: map[string]recorded{}, retired: map[string]retiredSession{}}
 }
 
 // opSpec describes one call of an operation.
@@ -97,15 +99,15 @@ type opSpec struct {
 	checkpoint string
 	key        string // arguments a replay must repeat (e.g. the commit location)
 	// allowed are the phases the operation may start from; nil means any.
-	allowed []Phase
+	allowed []protocol.Phase
 	// during is the phase while it runs; "" keeps the current one.
-	during Phase
+	during protocol.Phase
 }
 
 // opRun is an operation the fence let start.
 type opRun struct {
 	spec        opSpec
-	entryPhase  Phase
+	entryPhase  protocol.Phase
 	entryActive string
 	entryKind   string
 	entryCkpt   string
@@ -118,7 +120,7 @@ type opRun struct {
 // returned run's ctx is derived from it.
 func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiError) {
 	if spec.id == "" {
-		return nil, nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field checkpoint_id")
+		return nil, nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "missing field checkpoint_id")
 	}
 	f.mu.Lock()
 	for {
@@ -136,7 +138,7 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 				// under the checkpoint's own id: a new restore session.
 			default:
 				f.mu.Unlock()
-				return nil, nil, refuse(http.StatusConflict, CodeStaleCheckpoint,
+				return nil, nil, refuse(http.StatusConflict, protocol.CodeStaleCheckpoint,
 					"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
 						"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
 			}
@@ -144,13 +146,13 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 		if f.active != "" && f.active != spec.id {
 			active := f.active
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
+			return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
 				"checkpoint %q is active (phase %s); %s of checkpoint %q refused", active, f.phase, spec.op, spec.id)
 		}
 		if r, ok := f.results[spec.op]; ok {
 			f.mu.Unlock()
 			if r.key != spec.key {
-				return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
+				return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
 					"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
 			}
 			return nil, r.answer, nil
@@ -164,7 +166,7 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 			select {
 			case <-done:
 			case <-ctx.Done():
-				return nil, nil, refuse(http.StatusConflict, CodeInvalidPhase,
+				return nil, nil, refuse(http.StatusConflict, protocol.CodeInvalidPhase,
 					"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
 			}
 			f.mu.Lock()
@@ -173,14 +175,14 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 		if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
 			phase := f.phase
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeInvalidPhase,
+			return nil, nil, refuse(http.StatusConflict, protocol.CodeInvalidPhase,
 				"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, phase, spec.allowed)
 		}
 		if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
 			spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
 			ckpt := f.activeCheckpoint
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
+			return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
 				"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, ckpt, spec.checkpoint)
 		}
 		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
@@ -231,7 +233,7 @@ func (f *phaseFence) fail(run *opRun) {
 	f.phase = run.entryPhase
 	f.active = run.entryActive
 	f.activeKind, f.activeCheckpoint = run.entryKind, run.entryCkpt
-	if f.phase == PhaseIdle {
+	if f.phase == protocol.PhaseIdle {
 		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.frozen = nil
 		f.cutRetires = nil
@@ -241,12 +243,12 @@ func (f *phaseFence) fail(run *opRun) {
 
 // succeed ends run in phase after and records its answer. A resume retires
 // the session id, with the kind of session it ended, and forgets the run.
-func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
+func (f *phaseFence) succeed(run *opRun, after protocol.Phase, answer any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.phase = after
 	if run.spec.op == opResume {
-		f.retired[run.spec.id] = retiredSession{answer: answer.(ResumeResponse), kind: f.activeKind}
+		f.retired[run.spec.id] = retiredSession{answer: answer.(protocol.ResumeResponse), kind: f.activeKind}
 		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.results = map[string]recorded{}
 		f.frozen = nil
@@ -259,7 +261,7 @@ func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
 
 // fenceView is what status and capabilities report of the fence.
 type fenceView struct {
-	phase      Phase
+	phase      protocol.Phase
 	checkpoint string // the checkpoint the active session is about
 	restoreID  string // the active restore session's id, if any
 	cut        int    // sessions in the frozen cut

@@ -1,4 +1,4 @@
-package participants
+package protocol
 
 import (
 	"context"
