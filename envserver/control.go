@@ -44,15 +44,15 @@ func newControl(cfg ServerConfig) *control {
 }
 
 // authorize checks the bearer token of a control request.
-func (c *control) authorize(r *http.Request) *apiError {
+func (c *control) authorize(r *http.Request) error {
 	if !c.enabled {
-		return refuse(http.StatusNotFound, protocol.CodeControlDisabled,
+		return refuse(protocol.CodeControlDisabled,
 			"the checkpoint control plane is off: no control token is configured (--control-token or $%s)", protocol.ControlTokenEnvVar)
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	sum := sha256.Sum256([]byte(tok))
 	if !ok || subtle.ConstantTimeCompare(sum[:], c.tokenSum[:]) != 1 {
-		return refuse(http.StatusUnauthorized, protocol.CodeUnauthorized, "missing or wrong bearer token for the control plane")
+		return refuse(protocol.CodeUnauthorized, "missing or wrong bearer token for the control plane")
 	}
 	return nil
 }
@@ -66,17 +66,17 @@ func (s *Server) installControl() {
 	s.mux.HandleFunc(protocol.RouteControlRestore, s.controlRoute(s.handleRestore))
 	s.mux.HandleFunc(protocol.RouteControlResume, s.controlRoute(s.handleResume))
 	s.mux.HandleFunc(protocol.RouteControlRetire, s.controlRoute(s.handleRetire))
-	s.mux.HandleFunc(protocol.ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, *apiError) {
-		return nil, refuse(http.StatusNotFound, protocol.CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
+	s.mux.HandleFunc(protocol.ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, error) {
+		return nil, refuse(protocol.CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
 	}))
 }
 
 // controlRoute wraps a control handler: authorization, body, JSON answer.
 // Control answers do not count in the data plane's Stats.
-func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, *apiError)) http.HandlerFunc {
+func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if aerr := s.ctl.authorize(r); aerr != nil {
-			if aerr.status == http.StatusUnauthorized {
+			if isRefusal(aerr, protocol.CodeUnauthorized) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile-control"`)
 			}
 			s.writeControlError(w, r, aerr)
@@ -94,20 +94,22 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, *apiErr
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
-			s.writeControlError(w, r, refuse(http.StatusInternalServerError, protocol.CodeInternal, "encode answer: %v", err))
+			s.writeControlError(w, r, refuse(protocol.CodeInternal, "encode answer: %v", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, b)
 	}
 }
 
-func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	if e.status >= 500 || e.code == protocol.CodePrepareTimeout || e.code == protocol.CodeInvalidCheckpoint {
+// writeControlError answers a control request with err. Control answers do
+// not count in Stats; the failures an operator must look at are logged.
+func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, err error) {
+	status, detail := httpError(err)
+	if status >= 500 || detail.Code == protocol.CodePrepareTimeout || detail.Code == protocol.CodeInvalidCheckpoint {
 		s.log.Warn("control request failed", zap.String("route", r.Method+" "+r.URL.Path),
-			zap.String("code", e.code), zap.String("message", e.msg))
+			zap.String("code", detail.Code), zap.String("message", detail.Message))
 	}
-	b, _ := json.Marshal(protocol.ErrorBody{Error: protocol.ErrorDetail{Code: e.code, Message: e.msg}})
-	writeJSON(w, e.status, b)
+	writeErrorBody(w, status, detail)
 }
 
 func (s *Server) envCapabilities() []protocol.EnvCapability {
@@ -125,7 +127,7 @@ func (s *Server) modeOf(env string) envs.Mode {
 	return envs.ModeRestartOnly
 }
 
-func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, *apiError) {
+func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, error) {
 	v := s.ctl.fence.snapshot()
 	return protocol.Capabilities{
 		Component:     protocol.ComponentEnvironmentServer,
@@ -140,7 +142,7 @@ func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, *apiError) 
 	}, nil
 }
 
-func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, *apiError) {
+func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, error) {
 	v := s.ctl.fence.snapshot()
 	_, inflight := s.gate.drained()
 	st := protocol.ControlStatus{
@@ -155,13 +157,13 @@ func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, *apiError) {
 
 // --- prepare ---
 
-func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
+func (s *Server) handlePrepare(r *http.Request, body []byte) (any, error) {
 	var req protocol.PrepareRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "deadline"); aerr != nil {
 		return nil, aerr
 	}
 	if req.Deadline.IsZero() {
-		return nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "deadline is the zero time")
+		return nil, refuse(protocol.CodeMalformed, "deadline is the zero time")
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
 		op: opPrepare, id: req.CheckpointID, checkpoint: req.CheckpointID, allowed: []protocol.Phase{protocol.PhaseIdle}, during: protocol.PhasePreparing,
@@ -171,7 +173,7 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
 	}
 	wasClosed := s.admissionClosed()
 	s.closeAdmission()
-	failed := func(aerr *apiError) (any, *apiError) {
+	failed := func(aerr error) (any, error) {
 		if !wasClosed {
 			s.openAdmission()
 		}
@@ -184,16 +186,16 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
 	stragglers, err := s.waitDrained(ctx)
 	if err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) {
-			return failed(refuse(http.StatusConflict, protocol.CodePrepareAborted,
+			return failed(refuse(protocol.CodePrepareAborted,
 				"prepare of checkpoint %q aborted before the cut was frozen: %v", req.CheckpointID, err))
 		}
-		return failed(refuse(http.StatusConflict, protocol.CodePrepareTimeout,
+		return failed(refuse(protocol.CodePrepareTimeout,
 			"prepare of checkpoint %q: mutations still running at the deadline %s: %s; retire them (%s) or retry; admission is open again",
 			req.CheckpointID, req.Deadline.Format("2006-01-02T15:04:05.000Z07:00"), describeStragglers(stragglers), protocol.RouteControlRetire))
 	}
 	st, err := s.exportState()
 	if err != nil {
-		return failed(refuse(http.StatusInternalServerError, protocol.CodeInternal, "prepare of checkpoint %q: %v", req.CheckpointID, err))
+		return failed(refuse(protocol.CodeInternal, "prepare of checkpoint %q: %v", req.CheckpointID, err))
 	}
 	return s.ctl.fence.freeze(run, st, s.summaries(st.Sessions)), nil
 }
@@ -270,13 +272,13 @@ func deleteFunc[T any](in []T, del func(T) bool) []T {
 
 // --- retire ---
 
-func (s *Server) handleRetire(_ *http.Request, body []byte) (any, *apiError) {
+func (s *Server) handleRetire(_ *http.Request, body []byte) (any, error) {
 	var req protocol.RetireRequest
 	if aerr := decodeRequest(body, &req, "rollout_id", "attempt"); aerr != nil {
 		return nil, aerr
 	}
 	if req.RolloutID == "" || req.Attempt < 0 {
-		return nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "retire needs a rollout_id and an attempt ≥ 0")
+		return nil, refuse(protocol.CodeMalformed, "retire needs a rollout_id and an attempt ≥ 0")
 	}
 	f := s.ctl.fence
 	f.mu.Lock()
@@ -286,7 +288,7 @@ func (s *Server) handleRetire(_ *http.Request, body []byte) (any, *apiError) {
 	default:
 		// A committed cut is on disk: retiring now would make the server
 		// and the checkpoint disagree about the execution.
-		return nil, refuse(http.StatusConflict, protocol.CodeInvalidPhase,
+		return nil, refuse(protocol.CodeInvalidPhase,
 			"retire of rollout %q is not allowed in phase %s (allowed: idle, preparing, prepared)", req.RolloutID, f.phase)
 	}
 	ans := s.retireExecution(req.RolloutID, req.Attempt+1)
@@ -326,17 +328,17 @@ func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 
 // --- commit ---
 
-func cleanLocation(loc string) (string, *apiError) {
+func cleanLocation(loc string) (string, error) {
 	if loc == "" {
-		return "", refuse(http.StatusBadRequest, protocol.CodeMalformed, "missing field location")
+		return "", refuse(protocol.CodeMalformed, "missing field location")
 	}
 	if !filepath.IsAbs(loc) {
-		return "", refuse(http.StatusBadRequest, protocol.CodeMalformed, "location %q is not an absolute path", loc)
+		return "", refuse(protocol.CodeMalformed, "location %q is not an absolute path", loc)
 	}
 	return filepath.Clean(loc), nil
 }
 
-func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
+func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 	var req protocol.CommitRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "location"); aerr != nil {
 		return nil, aerr
@@ -357,10 +359,10 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 		ans := replay.(protocol.CommitResponse)
 		cp, err := artifact.Open(r.Context(), loc, req.CheckpointID)
 		if err != nil {
-			return nil, refuse(http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
+			return nil, refuse(protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
 		}
 		if d := cp.Manifest().Digest; d != ans.ManifestDigest {
-			return nil, refuse(http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint,
+			return nil, refuse(protocol.CodeInvalidCheckpoint,
 				"checkpoint at %s has manifest digest %s, the commit wrote %s", loc, d, ans.ManifestDigest)
 		}
 		return ans, nil
@@ -370,12 +372,12 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 	s.ctl.fence.mu.Unlock()
 	if frozen == nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, protocol.CodeInternal, "commit of checkpoint %q: no frozen cut", req.CheckpointID)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: no frozen cut", req.CheckpointID)
 	}
 	sections, err := s.checkpointSections(*frozen)
 	if err != nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	m, err := artifact.Write(run.ctx, loc, artifact.Meta{
 		CheckpointID: req.CheckpointID,
@@ -384,14 +386,14 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 	if err != nil {
 		s.ctl.fence.fail(run)
 		if errors.Is(err, artifact.ErrConflict) || errors.Is(err, artifact.ErrInvalid) {
-			return nil, refuse(http.StatusConflict, protocol.CodeLocationConflict, "commit of checkpoint %q: %v", req.CheckpointID, err)
+			return nil, refuse(protocol.CodeLocationConflict, "commit of checkpoint %q: %v", req.CheckpointID, err)
 		}
-		return nil, refuse(http.StatusInternalServerError, protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	size, err := artifact.Size(loc, m)
 	if err != nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	ans := protocol.CommitResponse{Phase: protocol.PhaseCommitted, CheckpointID: req.CheckpointID, Location: loc,
 		ManifestDigest: m.Digest, Sessions: len(frozen.Sessions), Records: m.Records, Bytes: size}
@@ -453,7 +455,7 @@ func receiptKey(rolloutID, requestID string) (string, error) {
 
 // --- restore ---
 
-func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
+func (s *Server) handleRestore(r *http.Request, body []byte) (any, error) {
 	var req protocol.RestoreRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "location", "attempts"); aerr != nil {
 		return nil, aerr
@@ -463,7 +465,7 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 		return nil, aerr
 	}
 	if req.CheckpointID == "" {
-		return nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "missing field checkpoint_id")
+		return nil, refuse(protocol.CodeMalformed, "missing field checkpoint_id")
 	}
 	if req.RestoreID == "" {
 		req.RestoreID = req.CheckpointID
@@ -471,11 +473,11 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	if len(req.Attempts) == 0 {
 		// Only the rollouts named are touched: an empty map would restore
 		// nothing and still retire the restore id.
-		return nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "attempts names no rollout: a restore touches only the rollouts it names")
+		return nil, refuse(protocol.CodeMalformed, "attempts names no rollout: a restore touches only the rollouts it names")
 	}
 	for id, a := range req.Attempts {
 		if id == "" || a < 0 {
-			return nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "attempts: bad entry %q: %d", id, a)
+			return nil, refuse(protocol.CodeMalformed, "attempts: bad entry %q: %d", id, a)
 		}
 	}
 	attemptsJSON, _ := json.Marshal(req.Attempts) // sorted keys: a canonical key
@@ -503,7 +505,7 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	return ans, nil
 }
 
-func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc string) (protocol.RestoreResponse, *apiError) {
+func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc string) (protocol.RestoreResponse, error) {
 	if req.Deadline != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, *req.Deadline)
@@ -513,19 +515,19 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	// have ended, retired ones included.
 	if err := s.waitIdle(ctx); err != nil {
 		_, list := s.gate.drained()
-		return protocol.RestoreResponse{}, refuse(http.StatusConflict, protocol.CodePrepareTimeout,
+		return protocol.RestoreResponse{}, refuse(protocol.CodePrepareTimeout,
 			"restore of checkpoint %q: mutations still running: %s: %v", req.CheckpointID, describeInFlight(list), err)
 	}
 	cp, err := artifact.Open(ctx, loc, req.CheckpointID)
 	if err != nil {
-		return protocol.RestoreResponse{}, refuse(http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
+		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	st, ans, aerr := s.loadCheckpoint(ctx, cp, req.Attempts)
 	if aerr != nil {
 		return protocol.RestoreResponse{}, aerr
 	}
 	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }); err != nil {
-		return protocol.RestoreResponse{}, refuse(http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint,
+		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint,
 			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
 	}
 	// Rollouts that start over or are only fenced hold no session in the
@@ -558,20 +560,21 @@ func describeInFlight(list []protocol.InFlight) string {
 	return strings.Join(names, ", ")
 }
 
-// invalidCheckpoint is a 422 naming what is wrong with a checkpoint.
-func invalidCheckpoint(id, format string, args ...any) *apiError {
-	return refuse(http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %s", id, fmt.Sprintf(format, args...))
+// invalidCheckpoint refuses a restore, naming what is wrong with the
+// checkpoint.
+func invalidCheckpoint(id, format string, args ...any) error {
+	return refuse(protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %s", id, fmt.Sprintf(format, args...))
 }
 
 // loadCheckpoint reads and checks every record of a validated checkpoint and
 // maps it onto the new attempts. It changes nothing.
-func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, attempts map[string]int) (serverState, protocol.RestoreResponse, *apiError) {
+func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, attempts map[string]int) (serverState, protocol.RestoreResponse, error) {
 	id := cp.Manifest().CheckpointID
 	want := []string{protocol.SectionFences, protocol.SectionReceipts, protocol.SectionServer, protocol.SectionSessions}
 	if got := cp.Sections(); strings.Join(got, ",") != strings.Join(want, ",") {
 		return serverState{}, protocol.RestoreResponse{}, invalidCheckpoint(id, "sections %v, want exactly %v (not an environment server checkpoint of schema %d)", got, want, protocol.ControlSchemaVersion)
 	}
-	read := func(name string) ([]artifact.Record, *apiError) {
+	read := func(name string) ([]artifact.Record, error) {
 		recs, err := cp.Section(ctx, name)
 		if err != nil {
 			return nil, invalidCheckpoint(id, "read section %s: %v", name, err)
@@ -672,7 +675,7 @@ func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, at
 			floor, seen = max(floor, cur), true
 		}
 		if seen && newA <= floor {
-			return serverState{}, protocol.RestoreResponse{}, refuse(http.StatusConflict, protocol.CodeStaleAttempt,
+			return serverState{}, protocol.RestoreResponse{}, refuse(protocol.CodeStaleAttempt,
 				"restore of checkpoint %q: new attempt %d of rollout %q is not above attempt %d already saved or seen", id, newA, rid, floor)
 		}
 	}
@@ -767,15 +770,20 @@ func (s *Server) currentFence(id string) (int, bool) {
 
 // decodeStrictJSON decodes exactly one JSON value with no unknown fields.
 func decodeStrictJSON(b []byte, v any) error {
-	if aerr := decodeRequest(b, v); aerr != nil {
-		return errors.New(aerr.msg)
+	if err := decodeRequest(b, v); err != nil {
+		// The caller names the record; the refusal's code would be noise.
+		var r *Refusal
+		if errors.As(err, &r) {
+			return errors.New(r.Msg)
+		}
+		return err
 	}
 	return nil
 }
 
 // --- resume ---
 
-func (s *Server) handleResume(r *http.Request, body []byte) (any, *apiError) {
+func (s *Server) handleResume(r *http.Request, body []byte) (any, error) {
 	var req protocol.ResumeRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id"); aerr != nil {
 		return nil, aerr

@@ -2,7 +2,6 @@ package envserver
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"sync"
 
@@ -118,9 +117,9 @@ type opRun struct {
 // begin lets spec's operation start, or returns the recorded answer to
 // replay, or a refusal. ctx bounds the wait for a running operation; the
 // returned run's ctx is derived from it.
-func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiError) {
+func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, error) {
 	if spec.id == "" {
-		return nil, nil, refuse(http.StatusBadRequest, protocol.CodeMalformed, "missing field checkpoint_id")
+		return nil, nil, refuse(protocol.CodeMalformed, "missing field checkpoint_id")
 	}
 	f.mu.Lock()
 	for {
@@ -138,7 +137,7 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 				// under the checkpoint's own id: a new restore session.
 			default:
 				f.mu.Unlock()
-				return nil, nil, refuse(http.StatusConflict, protocol.CodeStaleCheckpoint,
+				return nil, nil, refuse(protocol.CodeStaleCheckpoint,
 					"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
 						"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
 			}
@@ -146,13 +145,13 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 		if f.active != "" && f.active != spec.id {
 			active := f.active
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
+			return nil, nil, refuse(protocol.CodeCheckpointConflict,
 				"checkpoint %q is active (phase %s); %s of checkpoint %q refused", active, f.phase, spec.op, spec.id)
 		}
 		if r, ok := f.results[spec.op]; ok {
 			f.mu.Unlock()
 			if r.key != spec.key {
-				return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
+				return nil, nil, refuse(protocol.CodeCheckpointConflict,
 					"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
 			}
 			return nil, r.answer, nil
@@ -166,7 +165,7 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 			select {
 			case <-done:
 			case <-ctx.Done():
-				return nil, nil, refuse(http.StatusConflict, protocol.CodeInvalidPhase,
+				return nil, nil, refuse(protocol.CodeInvalidPhase,
 					"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
 			}
 			f.mu.Lock()
@@ -175,14 +174,14 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiE
 		if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
 			phase := f.phase
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, protocol.CodeInvalidPhase,
+			return nil, nil, refuse(protocol.CodeInvalidPhase,
 				"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, phase, spec.allowed)
 		}
 		if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
 			spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
 			ckpt := f.activeCheckpoint
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, protocol.CodeCheckpointConflict,
+			return nil, nil, refuse(protocol.CodeCheckpointConflict,
 				"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, ckpt, spec.checkpoint)
 		}
 		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}

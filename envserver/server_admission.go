@@ -3,7 +3,6 @@ package envserver
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 
@@ -252,10 +251,10 @@ func (s *Server) settle(sl *slot) {
 // applies a pending retirement and re-checks admission, because a prepare
 // may have closed it while the request waited for the lock; such a request
 // is parked, never half-applied.
-func (s *Server) lockedChecks(sl *slot) *apiError {
+func (s *Server) lockedChecks(sl *slot) error {
 	s.settle(sl)
 	if s.admissionClosed() {
-		return refuse(http.StatusServiceUnavailable, protocol.CodeParked, "admission closed for a checkpoint while the request waited; retry the same request later")
+		return refuse(protocol.CodeParked, "admission closed for a checkpoint while the request waited; retry the same request later")
 	}
 	return nil
 }
@@ -263,12 +262,12 @@ func (s *Server) lockedChecks(sl *slot) *apiError {
 // retiredWhileRunning is checked under sl.mu after an environment call: if
 // the request's attempt was retired meanwhile, the result is discarded (the
 // session is dropped with it) and the request is refused stale_attempt.
-func (s *Server) retiredWhileRunning(sl *slot, attempt int) *apiError {
+func (s *Server) retiredWhileRunning(sl *slot, attempt int) error {
 	f, ok := s.gate.floor(sl.id)
 	if !ok || attempt >= f {
 		return nil
 	}
 	s.settle(sl)
-	return refuse(http.StatusConflict, protocol.CodeStaleAttempt,
+	return refuse(protocol.CodeStaleAttempt,
 		"rollout %q: attempt %d was retired while its request ran; the result is discarded", sl.id, attempt)
 }
