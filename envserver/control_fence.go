@@ -123,90 +123,107 @@ func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, error
 	}
 	f.mu.Lock()
 	for {
-		if ret, ok := f.retired[spec.id]; ok {
-			reusing := f.active == spec.id && f.activeKind == sessionRestore
-			switch {
-			case reusing && (spec.op == opRestore || spec.op == opResume):
-				// The restore session that reuses the id of a checkpoint
-				// this process took: its own operations go on below.
-			case !reusing && spec.op == opResume:
-				f.mu.Unlock()
-				return nil, ret.answer, nil
-			case !reusing && spec.op == opRestore && ret.kind == sessionCheckpoint && spec.checkpoint == spec.id:
-				// The first restore of a checkpoint this process took,
-				// under the checkpoint's own id: a new restore session.
-			default:
-				f.mu.Unlock()
-				return nil, nil, refuse(protocol.CodeStaleCheckpoint,
-					"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
-						"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
-			}
-		}
-		if f.active != "" && f.active != spec.id {
-			active := f.active
+		if answer, decided, err := f.decideLocked(spec); decided {
 			f.mu.Unlock()
-			return nil, nil, refuse(protocol.CodeCheckpointConflict,
-				"checkpoint %q is active (phase %s); %s of checkpoint %q refused", active, f.phase, spec.op, spec.id)
+			return nil, answer, err
 		}
-		if r, ok := f.results[spec.op]; ok {
-			f.mu.Unlock()
-			if r.key != spec.key {
-				return nil, nil, refuse(protocol.CodeCheckpointConflict,
-					"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
-			}
-			return nil, r.answer, nil
+		if f.running == "" {
+			break
 		}
-		if f.running != "" {
-			if spec.op == opResume && f.abort != nil {
-				f.abort()
-			}
-			done := f.done
-			f.mu.Unlock()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				return nil, nil, refuse(protocol.CodeInvalidPhase,
-					"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
-			}
-			f.mu.Lock()
-			continue
+		if spec.op == opResume && f.abort != nil {
+			f.abort()
 		}
-		if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
-			phase := f.phase
-			f.mu.Unlock()
-			return nil, nil, refuse(protocol.CodeInvalidPhase,
-				"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, phase, spec.allowed)
-		}
-		if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
-			spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
-			ckpt := f.activeCheckpoint
-			f.mu.Unlock()
-			return nil, nil, refuse(protocol.CodeCheckpointConflict,
-				"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, ckpt, spec.checkpoint)
-		}
-		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
-		run.ctx, run.cancel = context.WithCancel(ctx)
-		if f.active != spec.id {
-			f.activeCheckpoint = spec.checkpoint
-		}
-		f.active = spec.id
-		switch spec.op {
-		case opPrepare:
-			f.activeKind = sessionCheckpoint
-		case opRestore:
-			f.activeKind = sessionRestore
-		}
-		if spec.during != "" {
-			f.phase = spec.during
-		}
-		f.running = spec.op
-		f.done = make(chan struct{})
-		if spec.op == opPrepare {
-			f.abort = run.cancel
-		}
+		done := f.done
 		f.mu.Unlock()
-		return run, nil, nil
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, nil, refuse(protocol.CodeInvalidPhase,
+				"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
+		}
+		f.mu.Lock()
 	}
+	defer f.mu.Unlock()
+	if err := f.checkPhaseLocked(spec); err != nil {
+		return nil, nil, err
+	}
+	return f.startLocked(ctx, spec), nil, nil
+}
+
+// decideLocked answers spec without running it when the fence already
+// knows the answer: a refusal of a retired or conflicting session, or the
+// recorded answer to replay. Callers hold f.mu.
+func (f *phaseFence) decideLocked(spec opSpec) (answer any, decided bool, err error) {
+	if ret, ok := f.retired[spec.id]; ok {
+		reusing := f.active == spec.id && f.activeKind == sessionRestore
+		switch {
+		case reusing && (spec.op == opRestore || spec.op == opResume):
+			// The restore session that reuses the id of a checkpoint
+			// this process took: its own operations go on below.
+		case !reusing && spec.op == opResume:
+			return ret.answer, true, nil
+		case !reusing && spec.op == opRestore && ret.kind == sessionCheckpoint && spec.checkpoint == spec.id:
+			// The first restore of a checkpoint this process took,
+			// under the checkpoint's own id: a new restore session.
+		default:
+			return nil, true, refuse(protocol.CodeStaleCheckpoint,
+				"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
+					"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
+		}
+	}
+	if f.active != "" && f.active != spec.id {
+		return nil, true, refuse(protocol.CodeCheckpointConflict,
+			"checkpoint %q is active (phase %s); %s of checkpoint %q refused", f.active, f.phase, spec.op, spec.id)
+	}
+	if r, ok := f.results[spec.op]; ok {
+		if r.key != spec.key {
+			return nil, true, refuse(protocol.CodeCheckpointConflict,
+				"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
+		}
+		return r.answer, true, nil
+	}
+	return nil, false, nil
+}
+
+// checkPhaseLocked refuses an operation the phase does not allow, and a
+// restore session's resume that names another checkpoint. Callers hold f.mu.
+func (f *phaseFence) checkPhaseLocked(spec opSpec) error {
+	if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
+		return refuse(protocol.CodeInvalidPhase,
+			"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, f.phase, spec.allowed)
+	}
+	if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
+		spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
+		return refuse(protocol.CodeCheckpointConflict,
+			"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, f.activeCheckpoint, spec.checkpoint)
+	}
+	return nil
+}
+
+// startLocked records spec's operation as running in its session. Callers
+// hold f.mu.
+func (f *phaseFence) startLocked(ctx context.Context, spec opSpec) *opRun {
+	run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
+	run.ctx, run.cancel = context.WithCancel(ctx)
+	if f.active != spec.id {
+		f.activeCheckpoint = spec.checkpoint
+	}
+	f.active = spec.id
+	switch spec.op {
+	case opPrepare:
+		f.activeKind = sessionCheckpoint
+	case opRestore:
+		f.activeKind = sessionRestore
+	}
+	if spec.during != "" {
+		f.phase = spec.during
+	}
+	f.running = spec.op
+	f.done = make(chan struct{})
+	if spec.op == opPrepare {
+		f.abort = run.cancel
+	}
+	return run
 }
 
 func (f *phaseFence) runningOp() string {
