@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -200,18 +201,10 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, error) {
 	return s.ctl.fence.freeze(run, st, s.summaries(st.Sessions)), nil
 }
 
-// describeStragglers names the rollouts whose mutations did not finish.
+// describeStragglers names the rollouts whose mutations did not finish; a
+// prepare does not wait for those of retired attempts.
 func describeStragglers(list []protocol.InFlight) string {
-	var names []string
-	for _, f := range list {
-		if !f.Retired {
-			names = append(names, fmt.Sprintf("%s (attempt %d)", f.RolloutID, f.Attempt))
-		}
-	}
-	if len(names) == 0 {
-		return "requests whose identity is not read yet"
-	}
-	return strings.Join(names, ", ")
+	return describeInFlight(slices.DeleteFunc(slices.Clone(list), func(f protocol.InFlight) bool { return f.Retired }))
 }
 
 func (s *Server) summaries(recs []sessionRecord) []protocol.SessionSummary {
