@@ -20,7 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
 )
@@ -150,7 +150,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	applied := func() int64 {
 		var n int64
 		for _, u := range participantURLs() {
-			st, err := participants.NewClient(u, nil).Stats(context.Background())
+			st, err := protocol.NewClient(u, nil).Stats(context.Background())
 			require.NoError(t, err)
 			n += st.Applied
 		}
@@ -200,7 +200,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy, busyEnv := 0, map[string]bool{}
 		for i := range count {
-			info, err := participants.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("rec-%04d", i))
+			info, err := protocol.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("rec-%04d", i))
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 				busyEnv[info.Env] = true
@@ -267,14 +267,14 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 		}
 		var i int
 		fmt.Sscanf(strings.TrimPrefix(id, "rec-"), "%d", &i)
-		env := participants.NewClient(urlOf(i), nil)
-		_, err := env.Operate(ctx, participants.OperateRequest{
-			Identity:         participants.Identity{RolloutID: id, Attempt: rec.Boundary.Attempt, RequestID: id + "/stale-probe"},
+		env := protocol.NewClient(urlOf(i), nil)
+		_, err := env.Operate(ctx, protocol.OperateRequest{
+			Identity:         protocol.Identity{RolloutID: id, Attempt: rec.Boundary.Attempt, RequestID: id + "/stale-probe"},
 			ExpectedRevision: rec.Boundary.Revision, Tool: "step", Arguments: json.RawMessage(`{}`),
 		})
-		var re *participants.RemoteError
+		var re *protocol.RemoteError
 		require.ErrorAs(t, err, &re, "rollout %s", id)
-		require.Equal(t, participants.CodeStaleAttempt, re.Code, "rollout %s: %v", id, err)
+		require.Equal(t, protocol.CodeStaleAttempt, re.Code, "rollout %s: %v", id, err)
 	}
 
 	// 5. Every rollout completes once; acknowledge each result.
@@ -414,7 +414,7 @@ func (c *cluster) revisions(ctx context.Context, set string, count int, urlOf fu
 	c.t.Helper()
 	out := map[int]int64{}
 	for i := range count {
-		info, err := participants.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("%s-%04d", set, i))
+		info, err := protocol.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("%s-%04d", set, i))
 		require.NoError(c.t, err)
 		out[i] = info.Revision
 	}
@@ -505,9 +505,9 @@ func TestCheckpointThatCannotFinishAborts(t *testing.T) {
 
 	_, statErr := os.Stat(filepath.Join(root, "cp-abort", "MANIFEST.json"))
 	require.ErrorIs(t, statErr, os.ErrNotExist, "nothing half-written looks valid")
-	st, err := participants.NewControlClient(c.envURL, c.token, nil).Status(ctx)
+	st, err := protocol.NewControlClient(c.envURL, c.token, nil).Status(ctx)
 	require.NoError(t, err)
-	require.Equal(t, participants.AdmissionOpen, st.Admission, "the environment server resumed")
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "the environment server resumed")
 
 	res := c.results(ctx, runs)
 	require.Len(t, res, 10)

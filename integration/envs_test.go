@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/participants"
 	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/tasks"
 )
 
@@ -93,7 +93,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 
 	caps, err := srv.ctl.Capabilities(ctx)
 	require.NoError(t, err)
-	i := slices.IndexFunc(caps.Envs, func(e participants.EnvCapability) bool { return e.Name == ec.env })
+	i := slices.IndexFunc(caps.Envs, func(e protocol.EnvCapability) bool { return e.Name == ec.env })
 	require.GreaterOrEqual(t, i, 0, "capabilities list %s", ec.env)
 	require.Equal(t, ec.mode, caps.Envs[i].Mode, "declared mode of %s", ec.env)
 
@@ -153,7 +153,7 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 
 	loc, ckpt := takeServerCheckpoint(ctx, t, c, srv, b)
 	srv = srv.replace(t)
-	res, err := srv.ctl.Restore(ctx, participants.RestoreRequest{
+	res, err := srv.ctl.Restore(ctx, protocol.RestoreRequest{
 		CheckpointID: ckpt, Location: loc, Attempts: map[string]int{b.rollout: 1},
 	})
 	require.NoError(t, err, "restore")
@@ -168,13 +168,13 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 
 	info, err := srv.data.Session(ctx, b.rollout)
 	require.NoError(t, err)
-	require.Equal(t, participants.SessionInfo{RolloutID: b.rollout, Env: ec.env, Attempt: 1, Revision: b.revision}, info)
+	require.Equal(t, protocol.SessionInfo{RolloutID: b.rollout, Env: ec.env, Attempt: 1, Revision: b.revision}, info)
 
 	// Fencing: attempt 0 is refused, whether it sends something new or
 	// re-sends what it already did, and nothing it sends is applied.
 	before := stats(ctx, t, srv)
-	expectCode(t, http.StatusConflict, participants.CodeStaleAttempt, b.newOperate(ctx, srv, 0))
-	expectCode(t, http.StatusConflict, participants.CodeStaleAttempt, b.resendLast(ctx, t, srv, 0))
+	expectCode(t, http.StatusConflict, protocol.CodeStaleAttempt, b.newOperate(ctx, srv, 0))
+	expectCode(t, http.StatusConflict, protocol.CodeStaleAttempt, b.resendLast(ctx, t, srv, 0))
 	after := stats(ctx, t, srv)
 	require.Equal(t, before.Applied, after.Applied, "a stale attempt applies nothing")
 	require.Equal(t, before.Replayed, after.Replayed, "a stale attempt gets no replay")
@@ -225,7 +225,7 @@ func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, 
 
 	loc, ckpt := takeServerCheckpoint(ctx, t, c, srv, b)
 	srv = srv.replace(t)
-	res, err := srv.ctl.Restore(ctx, participants.RestoreRequest{
+	res, err := srv.ctl.Restore(ctx, protocol.RestoreRequest{
 		CheckpointID: ckpt, Location: loc, Attempts: map[string]int{rollout: 1},
 	})
 	require.NoError(t, err, "restore")
@@ -240,15 +240,15 @@ func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, 
 
 	// Nothing of the old episode is installed; only the fence is.
 	_, err = srv.data.Session(ctx, rollout)
-	expectCode(t, http.StatusNotFound, participants.CodeUnknownSession, err)
+	expectCode(t, http.StatusNotFound, protocol.CodeUnknownSession, err)
 	before := stats(ctx, t, srv)
-	expectCode(t, http.StatusConflict, participants.CodeStaleAttempt, b.newOperate(ctx, srv, 0))
-	expectCode(t, http.StatusConflict, participants.CodeStaleAttempt, b.resendLast(ctx, t, srv, 0))
+	expectCode(t, http.StatusConflict, protocol.CodeStaleAttempt, b.newOperate(ctx, srv, 0))
+	expectCode(t, http.StatusConflict, protocol.CodeStaleAttempt, b.resendLast(ctx, t, srv, 0))
 	// Attempt 1 has no session to operate on until it starts over (a re-sent
 	// start would be that start-over, so only operations are tried here).
-	expectCode(t, http.StatusNotFound, participants.CodeUnknownSession, b.newOperate(ctx, srv, 1))
+	expectCode(t, http.StatusNotFound, protocol.CodeUnknownSession, b.newOperate(ctx, srv, 1))
 	if b.last != nil {
-		expectCode(t, http.StatusNotFound, participants.CodeUnknownSession, b.resendLast(ctx, t, srv, 1))
+		expectCode(t, http.StatusNotFound, protocol.CodeUnknownSession, b.resendLast(ctx, t, srv, 1))
 	}
 	after := stats(ctx, t, srv)
 	require.Equal(t, before.Applied, after.Applied, "refused requests apply nothing")
@@ -277,16 +277,16 @@ func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, 
 func takeServerCheckpoint(ctx context.Context, t *testing.T, c *cluster, srv *envProc, b *episodeDriver) (string, string) {
 	t.Helper()
 	id := "ckpt-" + b.rollout
-	prep, err := srv.ctl.Prepare(ctx, participants.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(30 * time.Second)})
+	prep, err := srv.ctl.Prepare(ctx, protocol.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(30 * time.Second)})
 	require.NoError(t, err, "prepare")
 	member := summaryOf(prep.Sessions, b.rollout)
 	require.NotNil(t, member, "the cut holds %s: %+v", b.rollout, prep.Sessions)
-	require.Equal(t, participants.SessionSummary{RolloutID: b.rollout, Attempt: 0, Revision: b.revision,
+	require.Equal(t, protocol.SessionSummary{RolloutID: b.rollout, Attempt: 0, Revision: b.revision,
 		Env: b.env, Mode: b.mode}, *member)
 	loc := filepath.Join(c.dir, id)
-	com, err := srv.ctl.Commit(ctx, participants.CommitRequest{CheckpointID: id, Location: loc})
+	com, err := srv.ctl.Commit(ctx, protocol.CommitRequest{CheckpointID: id, Location: loc})
 	require.NoError(t, err, "commit")
-	require.Equal(t, participants.PhaseCommitted, com.Phase)
+	require.Equal(t, protocol.PhaseCommitted, com.Phase)
 	require.Equal(t, len(prep.Sessions), com.Sessions)
 	return loc, id
 }
@@ -297,13 +297,13 @@ func expectParked(ctx context.Context, t *testing.T, srv *envProc, b *episodeDri
 	t.Helper()
 	_, err := srv.data.Session(ctx, b.rollout) // reads stay answered
 	if err != nil {
-		expectCode(t, http.StatusNotFound, participants.CodeUnknownSession, err)
+		expectCode(t, http.StatusNotFound, protocol.CodeUnknownSession, err)
 	}
 	err = b.resendLast(ctx, t, srv, 1)
-	expectCode(t, http.StatusServiceUnavailable, participants.CodeParked, err)
+	expectCode(t, http.StatusServiceUnavailable, protocol.CodeParked, err)
 }
 
-func summaryOf(list []participants.SessionSummary, rollout string) *participants.SessionSummary {
+func summaryOf(list []protocol.SessionSummary, rollout string) *protocol.SessionSummary {
 	for i := range list {
 		if list[i].RolloutID == rollout {
 			return &list[i]
@@ -312,7 +312,7 @@ func summaryOf(list []participants.SessionSummary, rollout string) *participants
 	return nil
 }
 
-func stats(ctx context.Context, t *testing.T, srv *envProc) participants.Stats {
+func stats(ctx context.Context, t *testing.T, srv *envProc) protocol.Stats {
 	t.Helper()
 	st, err := srv.data.Stats(ctx)
 	require.NoError(t, err)
@@ -321,7 +321,7 @@ func stats(ctx context.Context, t *testing.T, srv *envProc) participants.Stats {
 
 func expectCode(t *testing.T, status int, code string, err error) {
 	t.Helper()
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	require.True(t, errors.As(err, &re), "want %d %s, got %v", status, code, err)
 	require.Equal(t, status, re.Status, "status of %v", err)
 	require.Equal(t, code, re.Code, "code of %v", err)
@@ -334,8 +334,8 @@ type envProc struct {
 	c    *cluster
 	p    *proc
 	hc   *http.Client
-	data *participants.Client
-	ctl  *participants.ControlClient
+	data *protocol.Client
+	ctl  *protocol.ControlClient
 }
 
 // startEnvProc starts an environment server whose scratch files (sandbox
@@ -347,8 +347,8 @@ func startEnvProc(t *testing.T, c *cluster) *envProc {
 	p := c.startEnvServer("TMPDIR=" + tmp)
 	hc := &http.Client{Transport: &http.Transport{}}
 	return &envProc{c: c, p: p, hc: hc,
-		data: participants.NewClient(c.envURL, hc),
-		ctl:  participants.NewControlClient(c.envURL, c.token, hc)}
+		data: protocol.NewClient(c.envURL, hc),
+		ctl:  protocol.NewControlClient(c.envURL, c.token, hc)}
 }
 
 // replace SIGKILLs the process and starts a fresh one on the same address.
@@ -361,7 +361,7 @@ func (e *envProc) replace(t *testing.T) *envProc {
 
 // episode is what a run observes: everything compared between A and B.
 type episode struct {
-	Start       participants.StartResponse
+	Start       protocol.StartResponse
 	Steps       []stepRecord
 	Final       string // the policy's final answer (tools style)
 	Verdict     envs.Verdict
@@ -405,18 +405,18 @@ type episodeDriver struct {
 
 	startReplayed bool
 	// last is the last mutation applied (nil: only the start).
-	last *participants.OperateRequest
+	last *protocol.OperateRequest
 	// lastResp is its answer.
-	lastResp participants.OperateResponse
+	lastResp protocol.OperateResponse
 }
 
 func newEpisodeDriver(ec envCase, rollout string, seed int64, task json.RawMessage) *episodeDriver {
 	return &episodeDriver{env: ec.env, mode: ec.mode, pol: ec.policy, rollout: rollout, seed: seed, task: task}
 }
 
-func (d *episodeDriver) startRequest() participants.StartRequest {
-	return participants.StartRequest{
-		Identity: participants.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: participants.SeedRequestID(d.rollout)},
+func (d *episodeDriver) startRequest() protocol.StartRequest {
+	return protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: protocol.SeedRequestID(d.rollout)},
 		Env:      d.env, Seed: d.seed, Task: d.task,
 	}
 }
@@ -471,15 +471,15 @@ func (d *episodeDriver) next(ctx context.Context, t *testing.T, srv *envProc) {
 		d.cursor = 0
 	}
 	call := d.pending[d.cursor]
-	req := participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: participants.OperateRequestID(d.rollout, d.turn, d.cursor)},
+	req := protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: protocol.OperateRequestID(d.rollout, d.turn, d.cursor)},
 		ExpectedRevision: d.revision,
 		Tool:             call.Name,
 		Arguments:        json.RawMessage(call.Arguments),
 	}
 	rec := stepRecord{Turn: d.turn, Index: d.cursor, Tool: call.Name, Arguments: call.Arguments}
 	resp, err := srv.data.Operate(ctx, req)
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	switch {
 	case errors.As(err, &re) && re.Status == http.StatusUnprocessableEntity:
 		// A refusal is what the model sees next; the state is unchanged.
@@ -512,8 +512,8 @@ func (d *episodeDriver) next(ctx context.Context, t *testing.T, srv *envProc) {
 
 func (d *episodeDriver) verify(ctx context.Context, t *testing.T, srv *envProc) {
 	t.Helper()
-	resp, err := srv.data.Verify(ctx, participants.VerifyRequest{
-		Identity:         participants.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: participants.VerifyRequestID(d.rollout)},
+	resp, err := srv.data.Verify(ctx, protocol.VerifyRequest{
+		Identity:         protocol.Identity{RolloutID: d.rollout, Attempt: d.attempt, RequestID: protocol.VerifyRequestID(d.rollout)},
 		ExpectedRevision: d.revision,
 	})
 	require.NoError(t, err, "verify %s", d.rollout)
@@ -555,8 +555,8 @@ func (d *episodeDriver) newOperate(ctx context.Context, srv *envProc, attempt in
 	if len(d.tools) > 0 {
 		tool, args = d.tools[0], `{}`
 	}
-	_, err := srv.data.Operate(ctx, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: d.rollout, Attempt: attempt, RequestID: participants.OperateRequestID(d.rollout, equivMaxTurns+1, 0)},
+	_, err := srv.data.Operate(ctx, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: d.rollout, Attempt: attempt, RequestID: protocol.OperateRequestID(d.rollout, equivMaxTurns+1, 0)},
 		ExpectedRevision: d.revision,
 		Tool:             tool,
 		Arguments:        json.RawMessage(args),

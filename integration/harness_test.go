@@ -25,7 +25,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/devenv"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -358,9 +358,9 @@ func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[st
 	return out
 }
 
-func (c *cluster) envStats(ctx context.Context) participants.Stats {
+func (c *cluster) envStats(ctx context.Context) protocol.Stats {
 	c.t.Helper()
-	st, err := participants.NewClient(c.envURL, nil).Stats(ctx)
+	st, err := protocol.NewClient(c.envURL, nil).Stats(ctx)
 	if err != nil {
 		c.t.Fatal(err)
 	}

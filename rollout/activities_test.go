@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -47,7 +47,7 @@ func (a answer) write(w http.ResponseWriter) {
 func ok(body any) answer { return answer{status: http.StatusOK, body: body} }
 
 func envRefusal(status int, code, message string) answer {
-	return answer{status: status, body: participants.ErrorBody{Error: participants.ErrorDetail{Code: code, Message: message}}}
+	return answer{status: status, body: protocol.ErrorBody{Error: protocol.ErrorDetail{Code: code, Message: message}}}
 }
 
 // fakeEnv speaks the environment server's data-plane wire types and records
@@ -56,21 +56,21 @@ type fakeEnv struct {
 	*httptest.Server
 
 	mu       sync.Mutex
-	starts   []participants.StartRequest
-	operates []participants.OperateRequest
-	verifies []participants.VerifyRequest
+	starts   []protocol.StartRequest
+	operates []protocol.OperateRequest
+	verifies []protocol.VerifyRequest
 
-	start   func(participants.StartRequest) answer
-	operate func(participants.OperateRequest) answer
-	verify  func(participants.VerifyRequest) answer
+	start   func(protocol.StartRequest) answer
+	operate func(protocol.OperateRequest) answer
+	verify  func(protocol.VerifyRequest) answer
 }
 
 func newFakeEnv(t *testing.T) *fakeEnv {
 	t.Helper()
 	f := &fakeEnv{}
 	mux := http.NewServeMux()
-	mux.HandleFunc(participants.RouteStart, func(w http.ResponseWriter, r *http.Request) {
-		var req participants.StartRequest
+	mux.HandleFunc(protocol.RouteStart, func(w http.ResponseWriter, r *http.Request) {
+		var req protocol.StartRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -80,13 +80,13 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 		f.mu.Unlock()
 		h(req).write(w)
 	})
-	mux.HandleFunc(participants.RouteOperate, func(w http.ResponseWriter, r *http.Request) {
-		var req participants.OperateRequest
+	mux.HandleFunc(protocol.RouteOperate, func(w http.ResponseWriter, r *http.Request) {
+		var req protocol.OperateRequest
 		if !decode(w, r, &req) {
 			return
 		}
 		if r.PathValue("rollout_id") != req.RolloutID {
-			envRefusal(http.StatusBadRequest, participants.CodeMalformed, "path and body disagree").write(w)
+			envRefusal(http.StatusBadRequest, protocol.CodeMalformed, "path and body disagree").write(w)
 			return
 		}
 		f.mu.Lock()
@@ -95,8 +95,8 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 		f.mu.Unlock()
 		h(req).write(w)
 	})
-	mux.HandleFunc(participants.RouteVerify, func(w http.ResponseWriter, r *http.Request) {
-		var req participants.VerifyRequest
+	mux.HandleFunc(protocol.RouteVerify, func(w http.ResponseWriter, r *http.Request) {
+		var req protocol.VerifyRequest
 		if !decode(w, r, &req) {
 			return
 		}
@@ -115,28 +115,28 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		envRefusal(http.StatusBadRequest, participants.CodeMalformed, err.Error()).write(w)
+		envRefusal(http.StatusBadRequest, protocol.CodeMalformed, err.Error()).write(w)
 		return false
 	}
 	return true
 }
 
-func (f *fakeEnv) startRequests() []participants.StartRequest {
+func (f *fakeEnv) startRequests() []protocol.StartRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]participants.StartRequest(nil), f.starts...)
+	return append([]protocol.StartRequest(nil), f.starts...)
 }
 
-func (f *fakeEnv) verifyRequests() []participants.VerifyRequest {
+func (f *fakeEnv) verifyRequests() []protocol.VerifyRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]participants.VerifyRequest(nil), f.verifies...)
+	return append([]protocol.VerifyRequest(nil), f.verifies...)
 }
 
-func (f *fakeEnv) operateRequests() []participants.OperateRequest {
+func (f *fakeEnv) operateRequests() []protocol.OperateRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]participants.OperateRequest(nil), f.operates...)
+	return append([]protocol.OperateRequest(nil), f.operates...)
 }
 
 // fakeModel is an OpenAI-compatible Chat Completions endpoint that records

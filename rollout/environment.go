@@ -13,7 +13,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -36,11 +36,11 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 
-	resp, err := participants.NewClient(base, a.HTTPClient).Start(ctx, participants.StartRequest{
-		Identity: participants.Identity{
+	resp, err := protocol.NewClient(base, a.HTTPClient).Start(ctx, protocol.StartRequest{
+		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
-			RequestID: participants.SeedRequestID(in.RolloutID),
+			RequestID: protocol.SeedRequestID(in.RolloutID),
 		},
 		Env:  in.Env.Name,
 		Seed: in.Seed,
@@ -125,8 +125,8 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
 	}
 
-	resp, err := participants.NewClient(base, a.HTTPClient).Operate(ctx, participants.OperateRequest{
-		Identity: participants.Identity{
+	resp, err := protocol.NewClient(base, a.HTTPClient).Operate(ctx, protocol.OperateRequest{
+		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
 			RequestID: in.RequestID,
@@ -136,7 +136,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 		Arguments:        json.RawMessage(args),
 	})
 	if err != nil {
-		var re *participants.RemoteError
+		var re *protocol.RemoteError
 		if errors.As(err, &re) && re.Status == http.StatusUnprocessableEntity {
 			res, err := a.refuse(ctx, store, in, re.Code, re.Message)
 			if err == nil {
@@ -197,10 +197,10 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	}
 	requestID := in.RequestID
 	if requestID == "" {
-		requestID = participants.VerifyRequestID(in.RolloutID)
+		requestID = protocol.VerifyRequestID(in.RolloutID)
 	}
-	resp, err := participants.NewClient(base, a.HTTPClient).Verify(ctx, participants.VerifyRequest{
-		Identity: participants.Identity{
+	resp, err := protocol.NewClient(base, a.HTTPClient).Verify(ctx, protocol.VerifyRequest{
+		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
 			RequestID: requestID,
@@ -217,15 +217,15 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 // stop (stale attempt), wait and re-send (parked), give up (a refusal no
 // retry can fix), or let Temporal retry (5xx, network).
 func envError(op string, err error) error {
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	if !errors.As(err, &re) {
 		return fmt.Errorf("environment %s: %w", op, err)
 	}
 	msg := fmt.Sprintf("environment %s: %d %s: %s", op, re.Status, re.Code, re.Message)
 	switch {
-	case re.Status == http.StatusConflict && re.Code == participants.CodeStaleAttempt:
+	case re.Status == http.StatusConflict && re.Code == protocol.CodeStaleAttempt:
 		return temporal.NewNonRetryableApplicationError(msg, ErrStaleAttempt, nil)
-	case re.Status == http.StatusServiceUnavailable && re.Code == participants.CodeParked:
+	case re.Status == http.StatusServiceUnavailable && re.Code == protocol.CodeParked:
 		// The workflow, not Temporal, waits and re-sends the same request id,
 		// so the rollout can park at its boundary meanwhile.
 		return temporal.NewNonRetryableApplicationError(msg, ErrParked, nil)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -53,8 +53,8 @@ func TestStartEnvironment(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newStore(t)
 			env := newFakeEnv(t)
-			env.start = func(req participants.StartRequest) answer {
-				return ok(participants.StartResponse{Revision: 1, Spec: tt.spec, Start: tt.start})
+			env.start = func(req protocol.StartRequest) answer {
+				return ok(protocol.StartResponse{Revision: 1, Spec: tt.spec, Start: tt.start})
 			}
 			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
 			ae := newActivityEnv(acts)
@@ -71,7 +71,7 @@ func TestStartEnvironment(t *testing.T) {
 			starts := env.startRequests()
 			require.Len(t, starts, 1)
 			got := starts[0]
-			require.Equal(t, participants.Identity{RolloutID: "r1", Attempt: 2, RequestID: participants.SeedRequestID("r1")}, got.Identity)
+			require.Equal(t, protocol.Identity{RolloutID: "r1", Attempt: 2, RequestID: protocol.SeedRequestID("r1")}, got.Identity)
 			require.Equal(t, tt.spec.Name, got.Env)
 			require.Equal(t, int64(42), got.Seed)
 			require.JSONEq(t, `{"target":7}`, string(got.Task))
@@ -111,28 +111,28 @@ func TestStartEnvironmentErrors(t *testing.T) {
 		{
 			name:  "stale attempt",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
-			reply: envRefusal(http.StatusConflict, participants.CodeStaleAttempt, "attempt 0 < installed 1"),
+			reply: envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt 0 < installed 1"),
 			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 0 < installed 1"},
 			calls: 1,
 		},
 		{
 			name:  "parked",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
-			reply: envRefusal(http.StatusServiceUnavailable, participants.CodeParked, "checkpoint c1 in progress"),
+			reply: envRefusal(http.StatusServiceUnavailable, protocol.CodeParked, "checkpoint c1 in progress"),
 			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
 			calls: 1,
 		},
 		{
 			name:  "unknown env",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "nope"}},
-			reply: envRefusal(http.StatusNotFound, participants.CodeUnknownEnv, `no environment "nope"`),
+			reply: envRefusal(http.StatusNotFound, protocol.CodeUnknownEnv, `no environment "nope"`),
 			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: `no environment "nope"`},
 			calls: 1,
 		},
 		{
 			name:  "unknown style",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "odd"}},
-			reply: ok(participants.StartResponse{Spec: envs.Spec{Name: "odd", Style: "telepathy"}}),
+			reply: ok(protocol.StartResponse{Spec: envs.Spec{Name: "odd", Style: "telepathy"}}),
 			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "telepathy"},
 			calls: 1,
 		},
@@ -140,7 +140,7 @@ func TestStartEnvironmentErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newFakeEnv(t)
-			env.start = func(participants.StartRequest) answer { return tt.reply }
+			env.start = func(protocol.StartRequest) answer { return tt.reply }
 			acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
 			_, err := newActivityEnv(acts).ExecuteActivity(acts.StartEnvironment, tt.in)
 			checkError(t, err, tt.want)
@@ -164,7 +164,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "tools observation",
 			style:    envs.StyleTools,
 			call:     call,
-			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3"}}),
+			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3"}}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
@@ -172,7 +172,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "tools replayed response",
 			style:    envs.StyleTools,
 			call:     call,
-			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3", Terminated: true}, Replayed: true}),
+			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3", Terminated: true}, Replayed: true}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6, Terminated: true, Replayed: true},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
@@ -180,7 +180,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "gym step",
 			style:    envs.StyleGym,
 			call:     step,
-			reply:    ok(participants.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "position -1", Reward: 0.25, Truncated: true}}),
+			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "position -1", Reward: 0.25, Truncated: true}}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6, Reward: 0.25, Truncated: true},
 			wantItem: transcript.Item{Role: "user", Content: "position -1"},
 		},
@@ -207,7 +207,7 @@ func TestOperateEnvironment(t *testing.T) {
 			before := []transcript.Item{{Role: "user", Content: "go"}, {Role: "assistant", ToolCalls: []transcript.ToolCall{tt.call}}}
 			head := mustAppend(t, store, before...)
 			env := newFakeEnv(t)
-			env.operate = func(participants.OperateRequest) answer { return tt.reply }
+			env.operate = func(protocol.OperateRequest) answer { return tt.reply }
 			fp, err := failpoint.Parse(failpoint.WorkerEnvAppliedBeforeReport + "=kill@1")
 			require.NoError(t, err)
 			var kills int
@@ -215,7 +215,7 @@ func TestOperateEnvironment(t *testing.T) {
 			acts := &rollout.Activities{Store: store, EnvURL: "http://unused.invalid", Failpoints: fp}
 
 			in := rollout.OperateEnvironmentInput{
-				RolloutID: "r1", Attempt: 1, RequestID: participants.OperateRequestID("r1", 0, 0),
+				RolloutID: "r1", Attempt: 1, RequestID: protocol.OperateRequestID("r1", 0, 0),
 				ExpectedRevision: 5, Env: rollout.EnvRef{Name: "counter", URL: env.URL},
 				Style: tt.style, Head: head, Call: tt.call,
 			}
@@ -226,7 +226,7 @@ func TestOperateEnvironment(t *testing.T) {
 
 			reqs := env.operateRequests()
 			require.Len(t, reqs, 1)
-			require.Equal(t, participants.Identity{RolloutID: "r1", Attempt: 1, RequestID: "r1/t0/c0"}, reqs[0].Identity)
+			require.Equal(t, protocol.Identity{RolloutID: "r1", Attempt: 1, RequestID: "r1/t0/c0"}, reqs[0].Identity)
 			require.Equal(t, int64(5), reqs[0].ExpectedRevision)
 			require.Equal(t, tt.call.Name, reqs[0].Tool)
 			require.JSONEq(t, tt.call.Arguments, string(reqs[0].Arguments))
@@ -247,9 +247,9 @@ func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 			before := []transcript.Item{{Role: "user", Content: "go"}, {Role: "assistant", ToolCalls: []transcript.ToolCall{call}}}
 			head := mustAppend(t, store, before...)
 			env := newFakeEnv(t)
-			env.operate = func(participants.OperateRequest) answer {
+			env.operate = func(protocol.OperateRequest) answer {
 				t.Error("the server must not be called with invalid arguments")
-				return ok(participants.OperateResponse{})
+				return ok(protocol.OperateResponse{})
 			}
 			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
 			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
@@ -284,27 +284,27 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 	}{
 		{
 			name:  "stale attempt",
-			reply: envRefusal(http.StatusConflict, participants.CodeStaleAttempt, "attempt 1 < installed 2"),
+			reply: envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt 1 < installed 2"),
 			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 1 < installed 2"},
 		},
 		{
 			name:  "parked",
-			reply: envRefusal(http.StatusServiceUnavailable, participants.CodeParked, "admission closed"),
+			reply: envRefusal(http.StatusServiceUnavailable, protocol.CodeParked, "admission closed"),
 			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
 		},
 		{
 			name:  "revision mismatch",
-			reply: envRefusal(http.StatusConflict, participants.CodeRevisionMismatch, "expected 5, session at 7"),
+			reply: envRefusal(http.StatusConflict, protocol.CodeRevisionMismatch, "expected 5, session at 7"),
 			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "expected 5, session at 7"},
 		},
 		{
 			name:  "request id conflict",
-			reply: envRefusal(http.StatusConflict, participants.CodeRequestConflict, "same id, other body"),
+			reply: envRefusal(http.StatusConflict, protocol.CodeRequestConflict, "same id, other body"),
 			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "same id, other body"},
 		},
 		{
 			name:  "unknown session",
-			reply: envRefusal(http.StatusNotFound, participants.CodeUnknownSession, "no session r1"),
+			reply: envRefusal(http.StatusNotFound, protocol.CodeUnknownSession, "no session r1"),
 			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "no session r1"},
 		},
 		{
@@ -323,7 +323,7 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 			store := newStore(t)
 			head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 			env := newFakeEnv(t)
-			env.operate = func(participants.OperateRequest) answer { return tt.reply }
+			env.operate = func(protocol.OperateRequest) answer { return tt.reply }
 			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
 			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: "r1/t0/c0", ExpectedRevision: 5,
@@ -381,11 +381,11 @@ func TestOperateEnvironmentBadInput(t *testing.T) {
 
 func TestVerify(t *testing.T) {
 	env := newFakeEnv(t)
-	env.verify = func(req participants.VerifyRequest) answer {
+	env.verify = func(req protocol.VerifyRequest) answer {
 		if req.Attempt < 2 {
-			return envRefusal(http.StatusConflict, participants.CodeStaleAttempt, "attempt below 2")
+			return envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt below 2")
 		}
-		return ok(participants.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: json.RawMessage(`{"reached":7}`)}})
+		return ok(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: json.RawMessage(`{"reached":7}`)}})
 	}
 	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
 	ae := newActivityEnv(acts)
@@ -398,7 +398,7 @@ func TestVerify(t *testing.T) {
 	require.JSONEq(t, `{"reached":7}`, string(res.Details))
 	verifies := env.verifyRequests()
 	require.Len(t, verifies, 1)
-	require.Equal(t, participants.Identity{RolloutID: "r1", Attempt: 2, RequestID: participants.VerifyRequestID("r1")}, verifies[0].Identity)
+	require.Equal(t, protocol.Identity{RolloutID: "r1", Attempt: 2, RequestID: protocol.VerifyRequestID("r1")}, verifies[0].Identity)
 	require.Equal(t, int64(8), verifies[0].ExpectedRevision)
 
 	_, err = ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 1, ExpectedRevision: 8})

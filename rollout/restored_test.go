@@ -12,7 +12,7 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
@@ -129,8 +129,8 @@ func TestRestoredInputResumesAtTheCursor(t *testing.T) {
 	require.Equal(t, 3, res.Attempt)
 	require.NotEmpty(t, seen)
 	require.Equal(t, 3, seen[0].Attempt)
-	require.Equal(t, participants.OperateRequestID("s1-0001", 3, 1), seen[0].RequestID, "the pending call at the cursor, with its saved request id")
-	require.NotContains(t, w.applied, participants.SeedRequestID("s1-0001"), "no re-seed")
+	require.Equal(t, protocol.OperateRequestID("s1-0001", 3, 1), seen[0].RequestID, "the pending call at the cursor, with its saved request id")
+	require.NotContains(t, w.applied, protocol.SeedRequestID("s1-0001"), "no re-seed")
 	require.NotEmpty(t, w.calls)
 	require.Equal(t, 4, w.calls[0].Turn, "no repeated model call: the next call is turn 4")
 }

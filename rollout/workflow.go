@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // Defaults and bounds of a rollout.
@@ -445,7 +445,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	call := r.b.Pending.ToolCalls[r.b.Cursor]
 	in := OperateEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
-		RequestID:        participants.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
+		RequestID:        protocol.OperateRequestID(r.in.RolloutID, r.b.Turn, r.b.Cursor),
 		ExpectedRevision: r.b.Revision, Env: r.in.Env, Style: r.b.Style, Head: r.b.Head, Call: call,
 	}
 	var res OperateEnvironmentResult
@@ -510,7 +510,7 @@ func (r *rollout) fail(err error, what string) error {
 func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 	in := VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
-		RequestID: participants.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
+		RequestID: protocol.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {

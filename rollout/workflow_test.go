@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
@@ -58,7 +58,7 @@ func (w *world) register(env *testsuite.TestWorkflowEnvironment) {
 func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (rollout.StartEnvironmentResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.applied[participants.SeedRequestID(in.RolloutID)]++
+	w.applied[protocol.SeedRequestID(in.RolloutID)]++
 	return rollout.StartEnvironmentResult{Head: w.head("seed", 0), Tools: w.head("tools", 0), Style: w.style, Mode: envs.ModeExportRestore}, nil
 }
 
@@ -175,7 +175,7 @@ func TestRolloutNormalRun(t *testing.T) {
 	for id, n := range w.applied {
 		require.Equal(t, 1, n, "request %s applied once", id)
 	}
-	require.Contains(t, w.applied, participants.OperateRequestID("r1", 3, 0))
+	require.Contains(t, w.applied, protocol.OperateRequestID("r1", 3, 0))
 }
 
 func TestRolloutTurnLimit(t *testing.T) {
@@ -225,7 +225,7 @@ func TestRolloutStaleAttemptIsFenced(t *testing.T) {
 func TestRolloutEnvironmentRefusalIsShownToModel(t *testing.T) {
 	w := newWorld(2)
 	w.refuse = func(req string) string {
-		if req == participants.OperateRequestID("r1", 1, 0) {
+		if req == protocol.OperateRequestID("r1", 1, 0) {
 			return "bad_arguments: amount must be 1..10"
 		}
 		return ""
@@ -236,7 +236,7 @@ func TestRolloutEnvironmentRefusalIsShownToModel(t *testing.T) {
 
 	require.Equal(t, 1.0, res.Reward)
 	require.Equal(t, 4, res.Turns, "the refused turn is followed by two increments and the answer")
-	require.Equal(t, 0, w.applied[participants.OperateRequestID("r1", 1, 0)])
+	require.Equal(t, 0, w.applied[protocol.OperateRequestID("r1", 1, 0)])
 }
 
 func TestRolloutInvalidInput(t *testing.T) {
@@ -307,8 +307,8 @@ func TestRolloutParkedEnvironmentRetriesSameRequest(t *testing.T) {
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
-	first := participants.OperateRequestID("r1", 1, 0)
-	require.Equal(t, []string{first, first, first, participants.OperateRequestID("r1", 2, 0)}, seen)
+	first := protocol.OperateRequestID("r1", 1, 0)
+	require.Equal(t, []string{first, first, first, protocol.OperateRequestID("r1", 2, 0)}, seen)
 	require.Equal(t, 3, res.Turns)
 }
 
@@ -405,12 +405,12 @@ func TestRolloutResumeFromPendingBoundaryReusesRequestID(t *testing.T) {
 	res := result(t, env)
 
 	require.Equal(t, 1.0, res.Reward)
-	require.Equal(t, participants.OperateRequestID("r1", 2, 0), seen[0].RequestID, "the pending call keeps its request id")
+	require.Equal(t, protocol.OperateRequestID("r1", 2, 0), seen[0].RequestID, "the pending call keeps its request id")
 	require.Equal(t, 1, seen[0].Attempt)
 	require.Len(t, w.calls, 1, "no model call is repeated; only the final answer is asked for")
 	require.Equal(t, pending.CallID, w.calls[0].Parent, "the first call of the new attempt links to the saved parent")
 	require.Len(t, res.Lineage, 3)
-	require.Equal(t, 0, w.applied[participants.SeedRequestID("r1")], "a resumed rollout is not re-seeded")
+	require.Equal(t, 0, w.applied[protocol.SeedRequestID("r1")], "a resumed rollout is not re-seeded")
 }
 
 func TestRolloutHoldsResultUntilAcknowledged(t *testing.T) {

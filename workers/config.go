@@ -4,7 +4,7 @@
 package workers
 
 import (
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 
 	"context"
 	"errors"
@@ -34,7 +34,7 @@ const (
 	// EnvControlToken is the bearer token of the environment servers'
 	// checkpoint control plane, used by the Checkpoint and Restore
 	// coordinator activities.
-	EnvControlToken = participants.ControlTokenEnvVar
+	EnvControlToken = protocol.ControlTokenEnvVar
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local

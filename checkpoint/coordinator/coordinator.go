@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -54,8 +54,8 @@ func (c *Coordinator) limit() int {
 	return DefaultCoordinatorConcurrency
 }
 
-func (c *Coordinator) control(url string) *participants.ControlClient {
-	return participants.NewControlClient(url, c.ControlToken, c.HTTPClient)
+func (c *Coordinator) control(url string) *protocol.ControlClient {
+	return protocol.NewControlClient(url, c.ControlToken, c.HTTPClient)
 }
 
 func (c *Coordinator) temporal() (client.Client, error) {
@@ -187,7 +187,7 @@ func firstNonCancel(errs []error) error {
 
 // remoteCode is the control-plane error code of err, or "".
 func remoteCode(err error) string {
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	if errors.As(err, &re) {
 		return re.Code
 	}
@@ -197,7 +197,7 @@ func remoteCode(err error) string {
 // controlError classifies a control-plane failure: a 4xx answer other than
 // a timeout will not change by retrying; transport errors and 5xx may.
 func controlError(url, what string, err error) error {
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	if errors.As(err, &re) && re.Status >= 400 && re.Status < 500 && re.Status != http.StatusRequestTimeout && re.Status != http.StatusTooManyRequests {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s: %s: %v", url, what, err), checkpoint.ErrParticipantRefused, nil)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -68,14 +68,14 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 		if err != nil {
 			return controlError(url, "capabilities", err)
 		}
-		if caps.Component != participants.ComponentEnvironmentServer || caps.SchemaVersion != participants.ControlSchemaVersion ||
-			!slices.Contains(caps.Features, participants.FeatureAbsoluteDeadline) {
+		if caps.Component != protocol.ComponentEnvironmentServer || caps.SchemaVersion != protocol.ControlSchemaVersion ||
+			!slices.Contains(caps.Features, protocol.FeatureAbsoluteDeadline) {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 				"participant %s is %s schema %d with features %v; this coordinator needs %s schema %d with %s",
-				url, caps.Component, caps.SchemaVersion, caps.Features, participants.ComponentEnvironmentServer,
-				participants.ControlSchemaVersion, participants.FeatureAbsoluteDeadline), checkpoint.ErrParticipantRefused, nil)
+				url, caps.Component, caps.SchemaVersion, caps.Features, protocol.ComponentEnvironmentServer,
+				protocol.ControlSchemaVersion, protocol.FeatureAbsoluteDeadline), checkpoint.ErrParticipantRefused, nil)
 		}
-		prep, err := cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
+		prep, err := cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
 		if err != nil {
 			return controlError(url, "prepare", err)
 		}
@@ -366,7 +366,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	err = forEach(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
 		p := sp.Participants[i]
 		loc := checkpoint.ParticipantLocation(dir, i)
-		resp, err := c.control(p.URL).Commit(ctx, participants.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
+		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
 		if err != nil {
 			return controlError(p.URL, "commit", err)
 		}

@@ -24,7 +24,8 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -214,13 +215,13 @@ const testToken = "test-token"
 // control plane on.
 type envServer struct {
 	url string
-	c   *participants.Client
-	cc  *participants.ControlClient
+	c   *protocol.Client
+	cc  *protocol.ControlClient
 }
 
 func newEnvServer(t *testing.T, name string) *envServer {
 	t.Helper()
-	srv, err := participants.NewServer(participants.ServerConfig{
+	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken,
 	})
 	if err != nil {
@@ -230,13 +231,13 @@ func newEnvServer(t *testing.T, name string) *envServer {
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &envServer{url: hs.URL, c: participants.NewClient(hs.URL, hs.Client()), cc: participants.NewControlClient(hs.URL, testToken, hs.Client())}
+	return &envServer{url: hs.URL, c: protocol.NewClient(hs.URL, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }
 
 func (e *envServer) start(t *testing.T, rollout string, attempt int) {
 	t.Helper()
-	_, err := e.c.Start(context.Background(), participants.StartRequest{
-		Identity: participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.SeedRequestID(rollout)},
+	_, err := e.c.Start(context.Background(), protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.SeedRequestID(rollout)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
 	if err != nil {
@@ -246,8 +247,8 @@ func (e *envServer) start(t *testing.T, rollout string, attempt int) {
 
 func (e *envServer) inc(t *testing.T, rollout string, attempt, turn int, rev int64) {
 	t.Helper()
-	_, err := e.c.Operate(context.Background(), participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.OperateRequestID(rollout, turn, 0)},
+	_, err := e.c.Operate(context.Background(), protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.OperateRequestID(rollout, turn, 0)},
 		ExpectedRevision: rev, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	})
 	if err != nil {
@@ -257,8 +258,8 @@ func (e *envServer) inc(t *testing.T, rollout string, attempt, turn int, rev int
 
 func (e *envServer) verify(t *testing.T, rollout string, attempt int, rev int64) {
 	t.Helper()
-	_, err := e.c.Verify(context.Background(), participants.VerifyRequest{
-		Identity:         participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: participants.VerifyRequestID(rollout)},
+	_, err := e.c.Verify(context.Background(), protocol.VerifyRequest{
+		Identity:         protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.VerifyRequestID(rollout)},
 		ExpectedRevision: rev,
 	})
 	if err != nil {
@@ -266,7 +267,7 @@ func (e *envServer) verify(t *testing.T, rollout string, attempt int, rev int64)
 	}
 }
 
-func (e *envServer) status(t *testing.T) participants.ControlStatus {
+func (e *envServer) status(t *testing.T) protocol.ControlStatus {
 	t.Helper()
 	st, err := e.cc.Status(context.Background())
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint"
 
 	"github.com/turnstile-rl/turnstile/atomicfile"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // rolloutList is a staging or restore file naming rollouts (members.json,
@@ -29,11 +29,11 @@ type rolloutList struct {
 // participantReport is one participant's answer to prepare, with its
 // identity, as staged for the commit.
 type participantReport struct {
-	Index    int                           `json:"index"`
-	URL      string                        `json:"url"`
-	Name     string                        `json:"name"`
-	Envs     []participants.EnvCapability  `json:"envs"`
-	Sessions []participants.SessionSummary `json:"sessions"`
+	Index    int                       `json:"index"`
+	URL      string                    `json:"url"`
+	Name     string                    `json:"name"`
+	Envs     []protocol.EnvCapability  `json:"envs"`
+	Sessions []protocol.SessionSummary `json:"sessions"`
 }
 
 // AggregateManifest is <checkpoint>/MANIFEST.json: it binds every artifact
@@ -62,11 +62,11 @@ type ParticipantEntry struct {
 	URL   string `json:"url"`
 	Name  string `json:"name"`
 	// Location is relative to the checkpoint directory: participants/<n>.
-	Location       string                       `json:"location"`
-	Envs           []participants.EnvCapability `json:"envs"`
-	ManifestDigest string                       `json:"manifest_digest"`
-	Sessions       int                          `json:"sessions"`
-	Bytes          int64                        `json:"bytes"`
+	Location       string                   `json:"location"`
+	Envs           []protocol.EnvCapability `json:"envs"`
+	ManifestDigest string                   `json:"manifest_digest"`
+	Sessions       int                      `json:"sessions"`
+	Bytes          int64                    `json:"bytes"`
 }
 
 // AgentsEntry is the agents artifact of a checkpoint.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -137,7 +137,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 		if d := cp.Manifest().Digest; d != p.ManifestDigest {
 			return nil, invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
 		}
-		sessions, err := cp.Section(ctx, participants.SectionSessions)
+		sessions, err := cp.Section(ctx, protocol.SectionSessions)
 		if err != nil {
 			return nil, invalidCheckpoint("checkpoint %s: participant %d sessions: %v", checkpointID, i, err)
 		}
@@ -154,7 +154,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 				lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
 			}
 		}
-		fences, err := cp.Section(ctx, participants.SectionFences)
+		fences, err := cp.Section(ctx, protocol.SectionFences)
 		if err != nil {
 			return nil, invalidCheckpoint("checkpoint %s: participant %d fences: %v", checkpointID, i, err)
 		}
@@ -225,7 +225,7 @@ func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheck
 			return controlError(urls[i], "capabilities", err)
 		}
 		want := lc.manifest.Participants[i]
-		if caps.Component != participants.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != participants.ControlSchemaVersion {
+		if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
 			return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
 				i, urls[i], caps.Component, caps.Name, caps.SchemaVersion, want.Name)
 		}
@@ -567,10 +567,10 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		url := in.Participants[i]
-		resp, err := c.control(url).Restore(ctx, participants.RestoreRequest{
+		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
 			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir, i), Attempts: rs.af.Attempts,
 		})
-		if remoteCode(err) == participants.CodeStaleCheckpoint {
+		if remoteCode(err) == protocol.CodeStaleCheckpoint {
 			mu.Lock()
 			res.AlreadyResumed++
 			mu.Unlock()

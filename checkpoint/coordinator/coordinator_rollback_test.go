@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -59,7 +59,7 @@ func readAttemptMap(t *testing.T, w *world, rid string) map[string]any {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	require.True(t, errors.As(err, &re), "error %v", err)
 	require.Equal(t, code, re.Code, "error %v", err)
 }
@@ -106,18 +106,18 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	// The server is back at the cut for the set, as attempt 1.
 	info, err := w.env.c.Session(ctx, "s1-0000")
 	require.NoError(t, err)
-	require.Equal(t, participants.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 1, Revision: 1}, info)
-	_, err = w.env.c.Operate(ctx, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: "s1-0000", Attempt: 0, RequestID: participants.OperateRequestID("s1-0000", 3, 0)},
+	require.Equal(t, protocol.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 1, Revision: 1}, info)
+	_, err = w.env.c.Operate(ctx, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: "s1-0000", Attempt: 0, RequestID: protocol.OperateRequestID("s1-0000", 3, 0)},
 		ExpectedRevision: 2, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`),
 	})
-	wantCode(t, err, participants.CodeStaleAttempt)
+	wantCode(t, err, protocol.CodeStaleAttempt)
 	_, err = w.env.c.Session(ctx, "s1-0005")
-	wantCode(t, err, participants.CodeUnknownSession)
+	wantCode(t, err, protocol.CodeUnknownSession)
 	// s2-0000 goes on where it was.
 	info, err = w.env.c.Session(ctx, "s2-0000")
 	require.NoError(t, err)
-	require.Equal(t, participants.SessionInfo{RolloutID: "s2-0000", Env: "counter", Attempt: 0, Revision: 1}, info)
+	require.Equal(t, protocol.SessionInfo{RolloutID: "s2-0000", Env: "counter", Attempt: 0, Revision: 1}, info)
 	w.env.inc(t, "s2-0000", 0, 2, 1)
 
 	// A re-run of r1 reuses its map and installs nothing again.
@@ -145,15 +145,15 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume/r2"])
 	info, err = w.env.c.Session(ctx, "s1-0000")
 	require.NoError(t, err)
-	require.Equal(t, participants.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 2, Revision: 1}, info)
-	_, err = w.env.c.Operate(ctx, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: "s1-0000", Attempt: 1, RequestID: participants.OperateRequestID("s1-0000", 3, 0)},
+	require.Equal(t, protocol.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 2, Revision: 1}, info)
+	_, err = w.env.c.Operate(ctx, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: "s1-0000", Attempt: 1, RequestID: protocol.OperateRequestID("s1-0000", 3, 0)},
 		ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`),
 	})
-	wantCode(t, err, participants.CodeStaleAttempt)
+	wantCode(t, err, protocol.CodeStaleAttempt)
 	st := w.env.status(t)
-	require.Equal(t, participants.PhaseIdle, st.Phase)
-	require.Equal(t, participants.AdmissionOpen, st.Admission)
+	require.Equal(t, protocol.PhaseIdle, st.Phase)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission)
 }
 
 // A restore id must be a name: it becomes a directory and a session key.
@@ -165,5 +165,5 @@ func TestRestoreIDIsValidated(t *testing.T) {
 	require.ErrorContains(t, err, "restore_id")
 	_, err = w.coord.ResumeRestoredParticipants(ctx, checkpoint.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: "a/b", Participants: []string{w.env.url}})
 	requireType(t, err, rollout.ErrBadInput)
-	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission, "bad input changes nothing")
+	require.Equal(t, protocol.AdmissionOpen, w.env.status(t).Admission, "bad input changes nothing")
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
@@ -132,7 +132,7 @@ func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	})
 	require.NoError(t, err)
 	require.Equal(t, 5, prep.Sessions)
-	require.Equal(t, participants.PhasePrepared, w.env.status(t).Phase)
+	require.Equal(t, protocol.PhasePrepared, w.env.status(t).Phase)
 
 	mem, err := w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
 	require.NoError(t, err)
@@ -181,7 +181,7 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	require.Len(t, m.Participants, 1)
 	require.Equal(t, "env-a", m.Participants[0].Name)
 	require.Equal(t, "participants/0", m.Participants[0].Location)
-	require.Equal(t, []participants.EnvCapability{{Name: "counter", Mode: envs.ModeExportRestore, Style: envs.StyleTools}}, m.Participants[0].Envs)
+	require.Equal(t, []protocol.EnvCapability{{Name: "counter", Mode: envs.ModeExportRestore, Style: envs.StyleTools}}, m.Participants[0].Envs)
 	env, err := artifact.Open(ctx, filepath.Join(dir, "participants", "0"), "ck1")
 	require.NoError(t, err)
 	require.Equal(t, m.Participants[0].ManifestDigest, env.Manifest().Digest)
@@ -216,7 +216,7 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	// Resume: the server opens, every parked rollout is released once.
 	_, err = w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
 	require.NoError(t, err)
-	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission)
+	require.Equal(t, protocol.AdmissionOpen, w.env.status(t).Admission)
 	rr, err := w.coord.ResumeRollouts(ctx, checkpoint.ResumeRolloutsInput{CheckpointID: "ck1", Root: w.root, List: checkpoint.ListParked})
 	require.NoError(t, err)
 	require.Equal(t, checkpoint.ResumeRolloutsResult{Resumed: 4}, rr)
@@ -271,8 +271,8 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	require.Equal(t, 1, res.Participants)
 	require.Equal(t, 4, res.Rollouts, "every running member is released")
 	st := w.env.status(t)
-	require.Equal(t, participants.PhaseIdle, st.Phase)
-	require.Equal(t, participants.AdmissionOpen, st.Admission)
+	require.Equal(t, protocol.PhaseIdle, st.Phase)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission)
 	_, err = coordinator.ReadAggregateManifest(dir, "ck1")
 	require.ErrorContains(t, err, "not a checkpoint")
 	// The id is spent: a second checkpoint under it is refused up front.
@@ -280,7 +280,7 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})
 	requireType(t, err, rollout.ErrBadInput)
-	require.Equal(t, participants.AdmissionOpen, w.env.status(t).Admission)
+	require.Equal(t, protocol.AdmissionOpen, w.env.status(t).Admission)
 }
 
 func TestRestoreActivities(t *testing.T) {
@@ -306,7 +306,7 @@ func TestRestoreActivities(t *testing.T) {
 	require.Equal(t, checkpoint.ValidateCheckpointResult{Set: "s1", ManifestDigest: val.ManifestDigest, Records: 4,
 		Continue: 2, StartOver: 1, OfferAgain: 1, Transcripts: len(w.wanted)}, val)
 	require.Equal(t, 1, hits, "the restore.after-validate failpoint is passed once validation succeeded")
-	require.Equal(t, participants.PhaseIdle, b.status(t).Phase, "validation installs nothing")
+	require.Equal(t, protocol.PhaseIdle, b.status(t).Phase, "validation installs nothing")
 
 	plan, err := coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
@@ -337,8 +337,8 @@ func TestRestoreActivities(t *testing.T) {
 	rp, err := coord.RestoreParticipants(ctx, checkpoint.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.Equal(t, 1, rp.Participants)
-	require.Equal(t, participants.PhaseRestored, b.status(t).Phase)
-	require.Equal(t, participants.AdmissionClosed, b.status(t).Admission, "paused until everything is installed")
+	require.Equal(t, protocol.PhaseRestored, b.status(t).Phase)
+	require.Equal(t, protocol.AdmissionClosed, b.status(t).Admission, "paused until everything is installed")
 
 	term, err := coord.TerminateStale(ctx, checkpoint.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
@@ -390,20 +390,20 @@ func TestRestoreActivities(t *testing.T) {
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume"])
 
 	// The environment server refuses the old attempt from now on.
-	_, err = b.c.Operate(ctx, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: "s1-0000", Attempt: 0, RequestID: participants.OperateRequestID("s1-0000", 2, 0)},
+	_, err = b.c.Operate(ctx, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: "s1-0000", Attempt: 0, RequestID: protocol.OperateRequestID("s1-0000", 2, 0)},
 		ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`),
 	})
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	require.True(t, errors.As(err, &re), "error %v", err)
-	require.Equal(t, participants.CodeStaleAttempt, re.Code)
+	require.Equal(t, protocol.CodeStaleAttempt, re.Code)
 
 	// A second run of the whole restore converges: the server already
 	// resumed this checkpoint, every run exists.
 	rp2, err := coord.RestoreParticipants(ctx, checkpoint.RestoreParticipantsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.Equal(t, 1, rp2.AlreadyResumed)
-	require.Equal(t, participants.PhaseIdle, b.status(t).Phase, "a re-run installs nothing")
+	require.Equal(t, protocol.PhaseIdle, b.status(t).Phase, "a re-run installs nothing")
 	term2, err := coord.TerminateStale(ctx, checkpoint.TerminateStaleInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
 	require.Zero(t, term2.Terminated)
@@ -434,7 +434,7 @@ func TestValidateCheckpointFailsClosed(t *testing.T) {
 			flip(t, filepath.Join(dir, "agents", artifact.ShardName(checkpoint.SectionAgents, 0)))
 		}, nil, "agents"},
 		{"flipped participant shard", func(t *testing.T, dir string) {
-			flip(t, filepath.Join(dir, "participants", "0", artifact.ShardName(participants.SectionSessions, 0)))
+			flip(t, filepath.Join(dir, "participants", "0", artifact.ShardName(protocol.SectionSessions, 0)))
 		}, nil, "participant 0"},
 		{"missing participant", func(t *testing.T, dir string) {
 			require.NoError(t, os.RemoveAll(filepath.Join(dir, "participants", "0")))
@@ -458,7 +458,7 @@ func TestValidateCheckpointFailsClosed(t *testing.T) {
 			requireType(t, err, checkpoint.ErrCheckpointInvalid)
 			require.ErrorContains(t, err, tc.want)
 			st := b.status(t)
-			require.Equal(t, participants.PhaseIdle, st.Phase)
+			require.Equal(t, protocol.PhaseIdle, st.Phase)
 			require.Zero(t, st.Sessions)
 			_, err = os.Stat(filepath.Join(root, "ck1", "restore"))
 			require.True(t, errors.Is(err, os.ErrNotExist), "validation writes nothing")

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // startRun runs the command in the background and returns its base URL once
@@ -58,18 +59,18 @@ func TestControlTokenAndName(t *testing.T) {
 		token    string // the token that works; "" means the control plane is off
 		wantName string
 	}{
-		{"off by default", "", nil, "", participants.DefaultServerName},
+		{"off by default", "", nil, "", envserver.DefaultServerName},
 		{"token from the environment", "env-token", []string{"--name", "env-7"}, "env-token", "env-7"},
-		{"flag overrides the environment", "env-token", []string{"--control-token", "flag-token"}, "flag-token", participants.DefaultServerName},
+		{"flag overrides the environment", "env-token", []string{"--control-token", "flag-token"}, "flag-token", envserver.DefaultServerName},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(participants.ControlTokenEnvVar, tc.envToken)
+			t.Setenv(protocol.ControlTokenEnvVar, tc.envToken)
 			base := startRun(t, tc.args...)
-			_, err := participants.NewControlClient(base, "wrong", nil).Status(ctx)
-			var re *participants.RemoteError
+			_, err := protocol.NewControlClient(base, "wrong", nil).Status(ctx)
+			var re *protocol.RemoteError
 			if tc.token == "" {
-				if !asRemote(err, &re) || re.Status != http.StatusNotFound || re.Code != participants.CodeControlDisabled {
+				if !asRemote(err, &re) || re.Status != http.StatusNotFound || re.Code != protocol.CodeControlDisabled {
 					t.Fatalf("status without a configured token = %v", err)
 				}
 				return
@@ -77,15 +78,15 @@ func TestControlTokenAndName(t *testing.T) {
 			if !asRemote(err, &re) || re.Status != http.StatusUnauthorized {
 				t.Fatalf("status with a wrong token = %v", err)
 			}
-			caps, err := participants.NewControlClient(base, tc.token, nil).Capabilities(ctx)
-			if err != nil || caps.Name != tc.wantName || caps.Component != participants.ComponentEnvironmentServer {
+			caps, err := protocol.NewControlClient(base, tc.token, nil).Capabilities(ctx)
+			if err != nil || caps.Name != tc.wantName || caps.Component != protocol.ComponentEnvironmentServer {
 				t.Fatalf("capabilities = %+v, %v", caps, err)
 			}
 		})
 	}
 }
 
-func asRemote(err error, re **participants.RemoteError) bool { return errors.As(err, re) }
+func asRemote(err error, re **protocol.RemoteError) bool { return errors.As(err, re) }
 
 func TestControlSettingsRefused(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
@@ -98,7 +99,7 @@ func TestControlSettingsRefused(t *testing.T) {
 		{"token with a newline", "tok\n", nil, "--control-token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(participants.ControlTokenEnvVar, tc.envToken)
+			t.Setenv(protocol.ControlTokenEnvVar, tc.envToken)
 			err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, tc.args...), io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)

@@ -32,8 +32,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // Defaults and names of the command's settings.
@@ -78,9 +79,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
-	fs.StringVar(&cfg.name, "name", participants.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
-	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(participants.ControlTokenEnvVar),
-		"bearer token of the checkpoint control plane; empty turns it off; default from $"+participants.ControlTokenEnvVar)
+	fs.StringVar(&cfg.name, "name", envserver.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
+	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
+		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
-	srv, err := participants.NewServer(participants.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken})
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 func TestRunServesAndShutsDown(t *testing.T) {
@@ -43,12 +43,12 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || strings.HasSuffix(base, ":0") {
 		t.Fatalf("ready file holds %q", base)
 	}
-	c := participants.NewClient(base, nil)
+	c := protocol.NewClient(base, nil)
 	if _, err := c.Stats(context.Background()); err != nil {
 		t.Fatalf("stats: %v", err)
 	}
-	if _, err := c.Start(context.Background(), participants.StartRequest{
-		Identity: participants.Identity{RolloutID: "r", RequestID: "r/seed"}, Env: "counter", Task: []byte(`{"target":1}`),
+	if _, err := c.Start(context.Background(), protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: "r", RequestID: "r/seed"}, Env: "counter", Task: []byte(`{"target":1}`),
 	}); err != nil {
 		t.Fatalf("start: %v", err)
 	}

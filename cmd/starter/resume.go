@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -24,9 +24,9 @@ import (
 // status queries.
 const updateConcurrency = 16
 
-// controlResumer is the part of participants.ControlClient resume needs.
+// controlResumer is the part of protocol.ControlClient resume needs.
 type controlResumer interface {
-	Resume(ctx context.Context, checkpointID string) (participants.ResumeResponse, error)
+	Resume(ctx context.Context, checkpointID string) (protocol.ResumeResponse, error)
 }
 
 // workflowUpdater is the part of client.Client that sends updates.
@@ -37,12 +37,12 @@ type workflowUpdater interface {
 // controlToken reads the environment servers' control token from lookup
 // (os.LookupEnv in production).
 func controlToken(lookup func(string) (string, bool)) (string, error) {
-	tok, ok := lookup(participants.ControlTokenEnvVar)
+	tok, ok := lookup(protocol.ControlTokenEnvVar)
 	if !ok || strings.TrimSpace(tok) == "" {
-		return "", fmt.Errorf("%s is not set: the environment servers' control plane needs the token they were started with", participants.ControlTokenEnvVar)
+		return "", fmt.Errorf("%s is not set: the environment servers' control plane needs the token they were started with", protocol.ControlTokenEnvVar)
 	}
 	if tok != strings.TrimSpace(tok) {
-		return "", fmt.Errorf("%s: leading or trailing whitespace", participants.ControlTokenEnvVar)
+		return "", fmt.Errorf("%s: leading or trailing whitespace", protocol.ControlTokenEnvVar)
 	}
 	return tok, nil
 }
@@ -181,7 +181,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 			}
 			servers := map[string]controlResumer{}
 			for _, u := range parts {
-				servers[u] = participants.NewControlClient(u, tok, nil)
+				servers[u] = protocol.NewControlClient(u, tok, nil)
 			}
 			c, _, err := g.dial(cmd.Context())
 			if err != nil {

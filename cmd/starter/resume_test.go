@@ -10,7 +10,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -21,10 +21,10 @@ func TestControlToken(t *testing.T) {
 		want string
 		err  string
 	}{
-		{"set", map[string]string{participants.ControlTokenEnvVar: "tok"}, "tok", ""},
+		{"set", map[string]string{protocol.ControlTokenEnvVar: "tok"}, "tok", ""},
 		{"unset", nil, "", "TURNSTILE_CONTROL_TOKEN is not set"},
-		{"blank", map[string]string{participants.ControlTokenEnvVar: "  "}, "", "is not set"},
-		{"whitespace", map[string]string{participants.ControlTokenEnvVar: "tok\n"}, "", "whitespace"},
+		{"blank", map[string]string{protocol.ControlTokenEnvVar: "  "}, "", "is not set"},
+		{"whitespace", map[string]string{protocol.ControlTokenEnvVar: "tok\n"}, "", "whitespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,9 +60,9 @@ type fakeControl struct {
 	err  error
 }
 
-func (f fakeControl) Resume(_ context.Context, id string) (participants.ResumeResponse, error) {
+func (f fakeControl) Resume(_ context.Context, id string) (protocol.ResumeResponse, error) {
 	f.log.add("server " + f.name + " " + id)
-	return participants.ResumeResponse{Phase: participants.PhaseIdle, CheckpointID: id}, f.err
+	return protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id}, f.err
 }
 
 // loggingUpdater logs every update after the inner updater.

@@ -1,7 +1,6 @@
-package participants
+package protocol
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -107,6 +106,7 @@ const (
 	CodePrepareTimeout     = "prepare_timeout"     // 409: in-flight mutations did not finish by the deadline
 	CodeInvalidCheckpoint  = "invalid_checkpoint"  // 422: the checkpoint is corrupt, torn, foreign or refused by an environment
 	CodeLocationConflict   = "location_conflict"   // 409: the commit location holds something else
+	CodePrepareAborted     = "prepare_aborted"     // 409: a resume or the caller going away aborted a prepare before the cut was frozen
 	// A restore whose attempt map does not raise a rollout above its saved
 	// attempt is refused with CodeStaleAttempt (409).
 )
@@ -298,36 +298,4 @@ type RetireResponse struct {
 	// Pending: a mutation of the retired attempt is still running; its
 	// result will be discarded when it returns.
 	Pending bool `json:"pending"`
-}
-
-// checkpointServerRecord is the one record of SectionServer.
-type checkpointServerRecord struct {
-	Schema    int             `json:"schema"`
-	Component string          `json:"component"`
-	Name      string          `json:"name"`
-	Envs      []EnvCapability `json:"envs"`
-}
-
-// checkpointSession is one record of SectionSessions: a session without its
-// receipts, which go to SectionReceipts.
-type checkpointSession struct {
-	RolloutID string          `json:"rollout_id"`
-	Env       string          `json:"env"`
-	Attempt   int             `json:"attempt"`
-	Revision  int64           `json:"revision"`
-	Retired   bool            `json:"retired"`
-	State     json.RawMessage `json:"state,omitempty"`
-}
-
-// checkpointReceipt is one record of SectionReceipts.
-type checkpointReceipt struct {
-	RolloutID string `json:"rollout_id"`
-	RequestID string `json:"request_id"`
-	receipt
-}
-
-// checkpointFence is one record of SectionFences.
-type checkpointFence struct {
-	RolloutID string `json:"rollout_id"`
-	Fence     int    `json:"fence"`
 }

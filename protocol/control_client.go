@@ -1,4 +1,4 @@
-package participants
+package protocol
 
 import (
 	"context"
@@ -41,14 +41,14 @@ func (t bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Capabilities describes the participant.
 func (cc *ControlClient) Capabilities(ctx context.Context) (Capabilities, error) {
 	var out Capabilities
-	err := cc.c.Do(ctx, http.MethodGet, "/v1/control/capabilities", nil, &out)
+	err := cc.c.call(ctx, RouteControlCapabilities, "", nil, &out)
 	return out, err
 }
 
 // Status reads the checkpoint phase, admission and in-flight mutations.
 func (cc *ControlClient) Status(ctx context.Context) (ControlStatus, error) {
 	var out ControlStatus
-	err := cc.c.Do(ctx, http.MethodGet, "/v1/control/status", nil, &out)
+	err := cc.c.call(ctx, RouteControlStatus, "", nil, &out)
 	return out, err
 }
 
@@ -56,14 +56,14 @@ func (cc *ControlClient) Status(ctx context.Context) (ControlStatus, error) {
 // and freezes the cut.
 func (cc *ControlClient) Prepare(ctx context.Context, req PrepareRequest) (PrepareResponse, error) {
 	var out PrepareResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/prepare", req, &out)
+	err := cc.c.call(ctx, RouteControlPrepare, "", req, &out)
 	return out, err
 }
 
 // Commit writes the frozen cut to req.Location.
 func (cc *ControlClient) Commit(ctx context.Context, req CommitRequest) (CommitResponse, error) {
 	var out CommitResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/commit", req, &out)
+	err := cc.c.call(ctx, RouteControlCommit, "", req, &out)
 	return out, err
 }
 
@@ -71,7 +71,7 @@ func (cc *ControlClient) Commit(ctx context.Context, req CommitRequest) (CommitR
 // new attempts; admission stays closed until Resume.
 func (cc *ControlClient) Restore(ctx context.Context, req RestoreRequest) (RestoreResponse, error) {
 	var out RestoreResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/restore", req, &out)
+	err := cc.c.call(ctx, RouteControlRestore, "", req, &out)
 	return out, err
 }
 
@@ -79,7 +79,7 @@ func (cc *ControlClient) Restore(ctx context.Context, req RestoreRequest) (Resto
 // session of that id); it is also the abort.
 func (cc *ControlClient) Resume(ctx context.Context, checkpointID string) (ResumeResponse, error) {
 	var out ResumeResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/resume", ResumeRequest{CheckpointID: checkpointID}, &out)
+	err := cc.c.call(ctx, RouteControlResume, "", ResumeRequest{CheckpointID: checkpointID}, &out)
 	return out, err
 }
 
@@ -87,7 +87,7 @@ func (cc *ControlClient) Resume(ctx context.Context, checkpointID string) (Resum
 // reopens and the restore id is retired.
 func (cc *ControlClient) ResumeRestore(ctx context.Context, checkpointID, restoreID string) (ResumeResponse, error) {
 	var out ResumeResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/resume", ResumeRequest{CheckpointID: checkpointID, RestoreID: restoreID}, &out)
+	err := cc.c.call(ctx, RouteControlResume, "", ResumeRequest{CheckpointID: checkpointID, RestoreID: restoreID}, &out)
 	return out, err
 }
 
@@ -95,7 +95,7 @@ func (cc *ControlClient) ResumeRestore(ctx context.Context, checkpointID, restor
 // out.
 func (cc *ControlClient) Retire(ctx context.Context, rolloutID string, attempt int) (RetireResponse, error) {
 	var out RetireResponse
-	err := cc.c.Do(ctx, http.MethodPost, "/v1/control/retire", RetireRequest{RolloutID: rolloutID, Attempt: attempt}, &out)
+	err := cc.c.call(ctx, RouteControlRetire, "", RetireRequest{RolloutID: rolloutID, Attempt: attempt}, &out)
 	return out, err
 }
 

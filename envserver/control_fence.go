@@ -1,10 +1,11 @@
-package participants
+package envserver
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // Control operations, as the phase fence records them.
@@ -24,7 +25,7 @@ const (
 
 // retiredSession is what the fence keeps of a session resume ended.
 type retiredSession struct {
-	answer ResumeResponse
+	answer protocol.ResumeResponse
 	kind   string
 }
 
@@ -61,7 +62,7 @@ type recorded struct {
 // It also holds the frozen cut, from prepare to resume.
 type phaseFence struct {
 	mu     sync.Mutex
-	phase  Phase
+	phase  protocol.Phase
 	active string // session id of the run in progress; "" when idle
 	// activeKind is sessionCheckpoint or sessionRestore once a prepare or
 	// a restore began in the active session; activeCheckpoint is the
@@ -85,7 +86,7 @@ type phaseFence struct {
 }
 
 func newPhaseFence() *phaseFence {
-	return &phaseFence{phase: PhaseIdle, results: map[string]recorded{}, retired: map[string]retiredSession{}}
+	return &phaseFence{phase: protocol.PhaseIdle, results: map[string]recorded{}, retired: map[string]retiredSession{}}
 }
 
 // opSpec describes one call of an operation.
@@ -97,15 +98,15 @@ type opSpec struct {
 	checkpoint string
 	key        string // arguments a replay must repeat (e.g. the commit location)
 	// allowed are the phases the operation may start from; nil means any.
-	allowed []Phase
+	allowed []protocol.Phase
 	// during is the phase while it runs; "" keeps the current one.
-	during Phase
+	during protocol.Phase
 }
 
 // opRun is an operation the fence let start.
 type opRun struct {
 	spec        opSpec
-	entryPhase  Phase
+	entryPhase  protocol.Phase
 	entryActive string
 	entryKind   string
 	entryCkpt   string
@@ -116,96 +117,113 @@ type opRun struct {
 // begin lets spec's operation start, or returns the recorded answer to
 // replay, or a refusal. ctx bounds the wait for a running operation; the
 // returned run's ctx is derived from it.
-func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, *apiError) {
+func (f *phaseFence) begin(ctx context.Context, spec opSpec) (*opRun, any, error) {
 	if spec.id == "" {
-		return nil, nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field checkpoint_id")
+		return nil, nil, refuse(protocol.CodeMalformed, "missing field checkpoint_id")
 	}
 	f.mu.Lock()
 	for {
-		if ret, ok := f.retired[spec.id]; ok {
-			reusing := f.active == spec.id && f.activeKind == sessionRestore
-			switch {
-			case reusing && (spec.op == opRestore || spec.op == opResume):
-				// The restore session that reuses the id of a checkpoint
-				// this process took: its own operations go on below.
-			case !reusing && spec.op == opResume:
-				f.mu.Unlock()
-				return nil, ret.answer, nil
-			case !reusing && spec.op == opRestore && ret.kind == sessionCheckpoint && spec.checkpoint == spec.id:
-				// The first restore of a checkpoint this process took,
-				// under the checkpoint's own id: a new restore session.
-			default:
-				f.mu.Unlock()
-				return nil, nil, refuse(http.StatusConflict, CodeStaleCheckpoint,
-					"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
-						"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
-			}
-		}
-		if f.active != "" && f.active != spec.id {
-			active := f.active
+		if answer, decided, err := f.decideLocked(spec); decided {
 			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
-				"checkpoint %q is active (phase %s); %s of checkpoint %q refused", active, f.phase, spec.op, spec.id)
+			return nil, answer, err
 		}
-		if r, ok := f.results[spec.op]; ok {
-			f.mu.Unlock()
-			if r.key != spec.key {
-				return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
-					"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
-			}
-			return nil, r.answer, nil
+		if f.running == "" {
+			break
 		}
-		if f.running != "" {
-			if spec.op == opResume && f.abort != nil {
-				f.abort()
-			}
-			done := f.done
-			f.mu.Unlock()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				return nil, nil, refuse(http.StatusConflict, CodeInvalidPhase,
-					"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
-			}
-			f.mu.Lock()
-			continue
+		if spec.op == opResume && f.abort != nil {
+			f.abort()
 		}
-		if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
-			phase := f.phase
-			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeInvalidPhase,
-				"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, phase, spec.allowed)
-		}
-		if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
-			spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
-			ckpt := f.activeCheckpoint
-			f.mu.Unlock()
-			return nil, nil, refuse(http.StatusConflict, CodeCheckpointConflict,
-				"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, ckpt, spec.checkpoint)
-		}
-		run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
-		run.ctx, run.cancel = context.WithCancel(ctx)
-		if f.active != spec.id {
-			f.activeCheckpoint = spec.checkpoint
-		}
-		f.active = spec.id
-		switch spec.op {
-		case opPrepare:
-			f.activeKind = sessionCheckpoint
-		case opRestore:
-			f.activeKind = sessionRestore
-		}
-		if spec.during != "" {
-			f.phase = spec.during
-		}
-		f.running = spec.op
-		f.done = make(chan struct{})
-		if spec.op == opPrepare {
-			f.abort = run.cancel
-		}
+		done := f.done
 		f.mu.Unlock()
-		return run, nil, nil
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, nil, refuse(protocol.CodeInvalidPhase,
+				"%s of checkpoint %q gave up waiting for the running %s: %v", spec.op, spec.id, f.runningOp(), ctx.Err())
+		}
+		f.mu.Lock()
 	}
+	defer f.mu.Unlock()
+	if err := f.checkPhaseLocked(spec); err != nil {
+		return nil, nil, err
+	}
+	return f.startLocked(ctx, spec), nil, nil
+}
+
+// decideLocked answers spec without running it when the fence already
+// knows the answer: a refusal of a retired or conflicting session, or the
+// recorded answer to replay. Callers hold f.mu.
+func (f *phaseFence) decideLocked(spec opSpec) (answer any, decided bool, err error) {
+	if ret, ok := f.retired[spec.id]; ok {
+		reusing := f.active == spec.id && f.activeKind == sessionRestore
+		switch {
+		case reusing && (spec.op == opRestore || spec.op == opResume):
+			// The restore session that reuses the id of a checkpoint
+			// this process took: its own operations go on below.
+		case !reusing && spec.op == opResume:
+			return ret.answer, true, nil
+		case !reusing && spec.op == opRestore && ret.kind == sessionCheckpoint && spec.checkpoint == spec.id:
+			// The first restore of a checkpoint this process took,
+			// under the checkpoint's own id: a new restore session.
+		default:
+			return nil, true, refuse(protocol.CodeStaleCheckpoint,
+				"%s session %q was resumed and is retired; this %s is from a stale coordinator or a re-run "+
+					"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
+		}
+	}
+	if f.active != "" && f.active != spec.id {
+		return nil, true, refuse(protocol.CodeCheckpointConflict,
+			"checkpoint %q is active (phase %s); %s of checkpoint %q refused", f.active, f.phase, spec.op, spec.id)
+	}
+	if r, ok := f.results[spec.op]; ok {
+		if r.key != spec.key {
+			return nil, true, refuse(protocol.CodeCheckpointConflict,
+				"%s of checkpoint %q already succeeded with other arguments (%s)", spec.op, spec.id, r.key)
+		}
+		return r.answer, true, nil
+	}
+	return nil, false, nil
+}
+
+// checkPhaseLocked refuses an operation the phase does not allow, and a
+// restore session's resume that names another checkpoint. Callers hold f.mu.
+func (f *phaseFence) checkPhaseLocked(spec opSpec) error {
+	if spec.allowed != nil && !slices.Contains(spec.allowed, f.phase) {
+		return refuse(protocol.CodeInvalidPhase,
+			"%s of checkpoint %q is not allowed in phase %s (allowed: %v)", spec.op, spec.id, f.phase, spec.allowed)
+	}
+	if f.active == spec.id && f.activeKind == sessionRestore && spec.op == opResume &&
+		spec.checkpoint != "" && spec.checkpoint != f.activeCheckpoint {
+		return refuse(protocol.CodeCheckpointConflict,
+			"restore session %q restores checkpoint %q; resume names checkpoint %q", spec.id, f.activeCheckpoint, spec.checkpoint)
+	}
+	return nil
+}
+
+// startLocked records spec's operation as running in its session. Callers
+// hold f.mu.
+func (f *phaseFence) startLocked(ctx context.Context, spec opSpec) *opRun {
+	run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
+	run.ctx, run.cancel = context.WithCancel(ctx)
+	if f.active != spec.id {
+		f.activeCheckpoint = spec.checkpoint
+	}
+	f.active = spec.id
+	switch spec.op {
+	case opPrepare:
+		f.activeKind = sessionCheckpoint
+	case opRestore:
+		f.activeKind = sessionRestore
+	}
+	if spec.during != "" {
+		f.phase = spec.during
+	}
+	f.running = spec.op
+	f.done = make(chan struct{})
+	if spec.op == opPrepare {
+		f.abort = run.cancel
+	}
+	return run
 }
 
 func (f *phaseFence) runningOp() string {
@@ -231,7 +249,7 @@ func (f *phaseFence) fail(run *opRun) {
 	f.phase = run.entryPhase
 	f.active = run.entryActive
 	f.activeKind, f.activeCheckpoint = run.entryKind, run.entryCkpt
-	if f.phase == PhaseIdle {
+	if f.phase == protocol.PhaseIdle {
 		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.frozen = nil
 		f.cutRetires = nil
@@ -241,12 +259,12 @@ func (f *phaseFence) fail(run *opRun) {
 
 // succeed ends run in phase after and records its answer. A resume retires
 // the session id, with the kind of session it ended, and forgets the run.
-func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
+func (f *phaseFence) succeed(run *opRun, after protocol.Phase, answer any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.phase = after
 	if run.spec.op == opResume {
-		f.retired[run.spec.id] = retiredSession{answer: answer.(ResumeResponse), kind: f.activeKind}
+		f.retired[run.spec.id] = retiredSession{answer: answer.(protocol.ResumeResponse), kind: f.activeKind}
 		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.results = map[string]recorded{}
 		f.frozen = nil
@@ -259,7 +277,7 @@ func (f *phaseFence) succeed(run *opRun, after Phase, answer any) {
 
 // fenceView is what status and capabilities report of the fence.
 type fenceView struct {
-	phase      Phase
+	phase      protocol.Phase
 	checkpoint string // the checkpoint the active session is about
 	restoreID  string // the active restore session's id, if any
 	cut        int    // sessions in the frozen cut

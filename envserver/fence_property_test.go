@@ -1,4 +1,4 @@
-package participants_test
+package envserver_test
 
 import (
 	"bytes"
@@ -22,7 +22,8 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // TestPhaseFenceProperty drives a real server through random sequences of
@@ -81,21 +82,21 @@ type fenceRollout struct {
 }
 
 type fenceOperate struct {
-	req  participants.OperateRequest
-	resp participants.OperateResponse
+	req  protocol.OperateRequest
+	resp protocol.OperateResponse
 }
 
 // fenceModel is what the server should hold.
 type fenceModel struct {
-	phase  participants.Phase // idle, prepared or committed
-	active string             // the active checkpoint id; "" when idle
-	ids    []string           // checkpoint ids drawn so far, ck0, ck1, ...
+	phase  protocol.Phase // idle, prepared or committed
+	active string         // the active checkpoint id; "" when idle
+	ids    []string       // checkpoint ids drawn so far, ck0, ck1, ...
 	// retired maps every resumed id to the first answer of its resume.
 	retired map[string][]byte
 	// The active checkpoint: its first prepare answer, the expected cut
 	// (edited by retires while prepared) and its commit.
 	prepareBody []byte
-	cut         []participants.SessionSummary
+	cut         []protocol.SessionSummary
 	cutEdited   bool
 	commitLoc   string
 	commitBody  []byte
@@ -115,7 +116,7 @@ type fenceHarness struct {
 }
 
 func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
-	srv, err := participants.NewServer(participants.ServerConfig{
+	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken,
 	})
 	if err != nil {
@@ -137,7 +138,7 @@ func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
 		rt.Fatalf("foreign file: %v", err)
 	}
 	h := &fenceHarness{url: hs.URL, hc: hs.Client(), dir: dir, foreign: foreign,
-		m: fenceModel{phase: participants.PhaseIdle, retired: map[string][]byte{}, rollouts: map[string]*fenceRollout{}}}
+		m: fenceModel{phase: protocol.PhaseIdle, retired: map[string][]byte{}, rollouts: map[string]*fenceRollout{}}}
 	for _, r := range fenceRollouts {
 		h.m.rollouts[r] = &fenceRollout{}
 	}
@@ -168,7 +169,7 @@ func (h *fenceHarness) call(rt *rapid.T, method, path string, in any) (int, []by
 	if err != nil {
 		rt.Fatalf("request %s: %v", path, err)
 	}
-	if strings.HasPrefix(path, participants.ControlPrefix) {
+	if strings.HasPrefix(path, protocol.ControlPrefix) {
 		req.Header.Set("Authorization", "Bearer "+fenceToken)
 	}
 	resp, err := h.hc.Do(req)
@@ -199,7 +200,7 @@ func wantOK(rt *rapid.T, what string, status int, body []byte, out any) {
 // wantRefusal checks an error answer's status and code.
 func wantRefusal(rt *rapid.T, what string, status int, body []byte, wantStatus int, wantCode string) {
 	rt.Helper()
-	var eb participants.ErrorBody
+	var eb protocol.ErrorBody
 	if err := json.Unmarshal(body, &eb); err != nil {
 		rt.Fatalf("%s: answered %d %s, want %d %s (no error envelope: %v)", what, status, body, wantStatus, wantCode, err)
 	}
@@ -230,25 +231,25 @@ func (h *fenceHarness) drawRollout(rt *rapid.T) (string, *fenceRollout) {
 	return r, h.m.rollouts[r]
 }
 
-func (h *fenceHarness) closed() bool { return h.m.phase != participants.PhaseIdle }
+func (h *fenceHarness) closed() bool { return h.m.phase != protocol.PhaseIdle }
 
 // parked checks that a mutation sent while admission is closed is parked.
 // The model does not change, so the check after the step proves it changed
 // nothing.
 func (h *fenceHarness) parked(rt *rapid.T, what string, status int, body []byte) {
 	rt.Helper()
-	wantRefusal(rt, what+" while admission is closed", status, body, http.StatusServiceUnavailable, participants.CodeParked)
+	wantRefusal(rt, what+" while admission is closed", status, body, http.StatusServiceUnavailable, protocol.CodeParked)
 	h.m.parked++
 }
 
 // --- control actions ---
 
-func (h *fenceHarness) expectedCut() []participants.SessionSummary {
-	cut := []participants.SessionSummary{}
+func (h *fenceHarness) expectedCut() []protocol.SessionSummary {
+	cut := []protocol.SessionSummary{}
 	for _, id := range fenceRollouts { // already sorted
 		r := h.m.rollouts[id]
 		if r.started {
-			cut = append(cut, participants.SessionSummary{RolloutID: id, Attempt: r.attempt, Revision: r.revision,
+			cut = append(cut, protocol.SessionSummary{RolloutID: id, Attempt: r.attempt, Revision: r.revision,
 				Env: counter.Name, Mode: envs.ModeExportRestore, Retired: r.verified})
 		}
 	}
@@ -257,14 +258,14 @@ func (h *fenceHarness) expectedCut() []participants.SessionSummary {
 
 func (h *fenceHarness) prepare(rt *rapid.T) {
 	id := h.drawID(rt)
-	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlPrepare),
-		participants.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(time.Minute)})
+	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteControlPrepare),
+		protocol.PrepareRequest{CheckpointID: id, Deadline: time.Now().Add(time.Minute)})
 	what := fmt.Sprintf("prepare %s in phase %s (active %q)", id, h.m.phase, h.m.active)
 	switch {
 	case h.m.retired[id] != nil:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleCheckpoint)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	case h.m.active != "" && h.m.active != id:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
 	case h.m.active == id:
 		// A replay: the first answer, less what retires took out of the cut.
 		h.checkPrepare(rt, what+" (replay)", status, body, id)
@@ -274,15 +275,15 @@ func (h *fenceHarness) prepare(rt *rapid.T) {
 	default:
 		h.m.cut = h.expectedCut()
 		h.checkPrepare(rt, what, status, body, id)
-		h.m.phase, h.m.active, h.m.prepareBody, h.m.cutEdited = participants.PhasePrepared, id, body, false
+		h.m.phase, h.m.active, h.m.prepareBody, h.m.cutEdited = protocol.PhasePrepared, id, body, false
 	}
 }
 
 func (h *fenceHarness) checkPrepare(rt *rapid.T, what string, status int, body []byte, id string) {
 	rt.Helper()
-	var got participants.PrepareResponse
+	var got protocol.PrepareResponse
 	wantOK(rt, what, status, body, &got)
-	want := participants.PrepareResponse{Phase: participants.PhasePrepared, CheckpointID: id, Sessions: h.m.cut}
+	want := protocol.PrepareResponse{Phase: protocol.PhasePrepared, CheckpointID: id, Sessions: h.m.cut}
 	if !reflect.DeepEqual(got, want) {
 		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
 	}
@@ -318,44 +319,44 @@ func (h *fenceHarness) drawLocation(rt *rapid.T) (string, string) {
 func (h *fenceHarness) commit(rt *rapid.T) {
 	id := h.drawID(rt)
 	loc, kind := h.drawLocation(rt)
-	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlCommit),
-		participants.CommitRequest{CheckpointID: id, Location: loc})
+	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteControlCommit),
+		protocol.CommitRequest{CheckpointID: id, Location: loc})
 	what := fmt.Sprintf("commit %s to a %s location in phase %s (active %q)", id, kind, h.m.phase, h.m.active)
 	switch {
 	case kind == "relative":
-		wantRefusal(rt, what, status, body, http.StatusBadRequest, participants.CodeMalformed)
+		wantRefusal(rt, what, status, body, http.StatusBadRequest, protocol.CodeMalformed)
 	case h.m.retired[id] != nil:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleCheckpoint)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	case h.m.active != "" && h.m.active != id:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
 	case h.m.active == "":
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeInvalidPhase)
-	case h.m.phase == participants.PhaseCommitted && kind == "same":
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeInvalidPhase)
+	case h.m.phase == protocol.PhaseCommitted && kind == "same":
 		wantOK(rt, what, status, body, nil)
 		if !bytes.Equal(body, h.m.commitBody) {
 			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.commitBody)
 		}
-	case h.m.phase == participants.PhaseCommitted:
+	case h.m.phase == protocol.PhaseCommitted:
 		// Committed elsewhere already: other arguments.
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
 	case kind == "used" || kind == "foreign":
 		// Refused without writing; the phase stays prepared.
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeLocationConflict)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeLocationConflict)
 	default:
-		var got participants.CommitResponse
+		var got protocol.CommitResponse
 		wantOK(rt, what, status, body, &got)
-		if got.Phase != participants.PhaseCommitted || got.CheckpointID != id || got.Location != loc ||
+		if got.Phase != protocol.PhaseCommitted || got.CheckpointID != id || got.Location != loc ||
 			got.Sessions != len(h.m.cut) || got.ManifestDigest == "" || got.Bytes <= 0 {
 			rt.Fatalf("%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
 		}
-		h.m.phase, h.m.commitLoc, h.m.commitBody = participants.PhaseCommitted, loc, body
+		h.m.phase, h.m.commitLoc, h.m.commitBody = protocol.PhaseCommitted, loc, body
 	}
 }
 
 func (h *fenceHarness) resume(rt *rapid.T) {
 	id := h.drawID(rt)
-	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlResume),
-		participants.ResumeRequest{CheckpointID: id})
+	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteControlResume),
+		protocol.ResumeRequest{CheckpointID: id})
 	what := fmt.Sprintf("resume %s in phase %s (active %q)", id, h.m.phase, h.m.active)
 	switch first := h.m.retired[id]; {
 	case first != nil:
@@ -364,18 +365,18 @@ func (h *fenceHarness) resume(rt *rapid.T) {
 			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, first)
 		}
 	case h.m.active != "" && h.m.active != id:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeCheckpointConflict)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
 	default:
-		var got participants.ResumeResponse
+		var got protocol.ResumeResponse
 		wantOK(rt, what, status, body, &got)
-		if want := (participants.ResumeResponse{Phase: participants.PhaseIdle, CheckpointID: id}); got != want {
+		if want := (protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id}); got != want {
 			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
 		}
 		h.m.retired[id] = body
 		if h.m.commitLoc != "" {
 			h.m.usedLocs = append(h.m.usedLocs, h.m.commitLoc)
 		}
-		h.m.phase, h.m.active = participants.PhaseIdle, ""
+		h.m.phase, h.m.active = protocol.PhaseIdle, ""
 		h.m.prepareBody, h.m.cut, h.m.cutEdited, h.m.commitLoc, h.m.commitBody = nil, nil, false, "", nil
 	}
 }
@@ -383,16 +384,16 @@ func (h *fenceHarness) resume(rt *rapid.T) {
 func (h *fenceHarness) retire(rt *rapid.T) {
 	rid, r := h.drawRollout(rt)
 	attempt := rapid.IntRange(max(r.fence-1, 0), r.fence+1).Draw(rt, "attempt")
-	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteControlRetire),
-		participants.RetireRequest{RolloutID: rid, Attempt: attempt})
+	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteControlRetire),
+		protocol.RetireRequest{RolloutID: rid, Attempt: attempt})
 	what := fmt.Sprintf("retire %s attempt %d in phase %s", rid, attempt, h.m.phase)
-	if h.m.phase == participants.PhaseCommitted {
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeInvalidPhase)
+	if h.m.phase == protocol.PhaseCommitted {
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeInvalidPhase)
 		return
 	}
 	floor := attempt + 1
-	want := participants.RetireResponse{RolloutID: rid, Fence: max(r.fence, floor), Discarded: r.started && r.attempt < floor}
-	var got participants.RetireResponse
+	want := protocol.RetireResponse{RolloutID: rid, Fence: max(r.fence, floor), Discarded: r.started && r.attempt < floor}
+	var got protocol.RetireResponse
 	wantOK(rt, what, status, body, &got)
 	if got != want {
 		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
@@ -401,8 +402,8 @@ func (h *fenceHarness) retire(rt *rapid.T) {
 	if want.Discarded {
 		*r = fenceRollout{fence: r.fence, nextOp: r.nextOp}
 	}
-	if h.m.phase == participants.PhasePrepared {
-		cut := slices.DeleteFunc(slices.Clone(h.m.cut), func(s participants.SessionSummary) bool {
+	if h.m.phase == protocol.PhasePrepared {
+		cut := slices.DeleteFunc(slices.Clone(h.m.cut), func(s protocol.SessionSummary) bool {
 			return s.RolloutID == rid && s.Attempt < floor
 		})
 		if len(cut) != len(h.m.cut) {
@@ -423,8 +424,8 @@ func (h *fenceHarness) start(rt *rapid.T) {
 	if stale {
 		attempt = r.fence - 1
 	}
-	status, body := h.call(rt, http.MethodPost, routePath(participants.RouteStart), participants.StartRequest{
-		Identity: participants.Identity{RolloutID: rid, Attempt: attempt, RequestID: participants.SeedRequestID(rid)},
+	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteStart), protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: rid, Attempt: attempt, RequestID: protocol.SeedRequestID(rid)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(fmt.Sprintf(`{"target":%d}`, fenceTarget)),
 	})
 	what := fmt.Sprintf("start %s attempt %d", rid, attempt)
@@ -432,9 +433,9 @@ func (h *fenceHarness) start(rt *rapid.T) {
 	case h.closed():
 		h.parked(rt, what, status, body)
 	case stale:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeStaleAttempt)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleAttempt)
 	default:
-		var got participants.StartResponse
+		var got protocol.StartResponse
 		wantOK(rt, what, status, body, &got)
 		if got.Revision != 0 || got.Replayed {
 			rt.Fatalf("%s: answered %+v, want a fresh episode at revision 0", what, got)
@@ -447,24 +448,24 @@ func (h *fenceHarness) start(rt *rapid.T) {
 func (h *fenceHarness) operate(rt *rapid.T) {
 	rid, r := h.drawRollout(rt)
 	attempt := r.fence
-	req := participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: rid, Attempt: attempt, RequestID: participants.OperateRequestID(rid, r.nextOp, 0)},
+	req := protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: rid, Attempt: attempt, RequestID: protocol.OperateRequestID(rid, r.nextOp, 0)},
 		ExpectedRevision: r.revision, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	}
 	r.nextOp++
-	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteOperate, rid), req)
+	status, body := h.call(rt, http.MethodPost, sessionPath(protocol.RouteOperate, rid), req)
 	what := fmt.Sprintf("operate %s attempt %d at revision %d", rid, attempt, r.revision)
 	switch {
 	case h.closed():
 		h.parked(rt, what, status, body)
 	case !r.started:
-		wantRefusal(rt, what, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+		wantRefusal(rt, what, status, body, http.StatusNotFound, protocol.CodeUnknownSession)
 	case r.verified:
-		wantRefusal(rt, what, status, body, http.StatusConflict, participants.CodeSessionRetired)
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeSessionRetired)
 	default:
-		var got participants.OperateResponse
+		var got protocol.OperateResponse
 		wantOK(rt, what, status, body, &got)
-		want := participants.OperateResponse{Revision: r.revision + 1,
+		want := protocol.OperateResponse{Revision: r.revision + 1,
 			Outcome: envs.Outcome{Observation: fmt.Sprintf("counter=%d", r.revision+1)}}
 		if !reflect.DeepEqual(got, want) {
 			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
@@ -482,13 +483,13 @@ func (h *fenceHarness) replayOperate(rt *rapid.T) {
 	if r.last == nil {
 		return // nothing applied yet in this session
 	}
-	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteOperate, rid), r.last.req)
+	status, body := h.call(rt, http.MethodPost, sessionPath(protocol.RouteOperate, rid), r.last.req)
 	what := fmt.Sprintf("replay of operate %s", r.last.req.RequestID)
 	if h.closed() {
 		h.parked(rt, what, status, body)
 		return
 	}
-	var got participants.OperateResponse
+	var got protocol.OperateResponse
 	wantOK(rt, what, status, body, &got)
 	want := r.last.resp
 	want.Replayed = true
@@ -499,19 +500,19 @@ func (h *fenceHarness) replayOperate(rt *rapid.T) {
 
 func (h *fenceHarness) verify(rt *rapid.T) {
 	rid, r := h.drawRollout(rt)
-	req := participants.VerifyRequest{
-		Identity:         participants.Identity{RolloutID: rid, Attempt: r.fence, RequestID: participants.VerifyRequestID(rid)},
+	req := protocol.VerifyRequest{
+		Identity:         protocol.Identity{RolloutID: rid, Attempt: r.fence, RequestID: protocol.VerifyRequestID(rid)},
 		ExpectedRevision: r.revision,
 	}
-	status, body := h.call(rt, http.MethodPost, sessionPath(participants.RouteVerify, rid), req)
+	status, body := h.call(rt, http.MethodPost, sessionPath(protocol.RouteVerify, rid), req)
 	what := fmt.Sprintf("verify %s at revision %d", rid, r.revision)
 	switch {
 	case h.closed():
 		h.parked(rt, what, status, body)
 	case !r.started:
-		wantRefusal(rt, what, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+		wantRefusal(rt, what, status, body, http.StatusNotFound, protocol.CodeUnknownSession)
 	default:
-		var got participants.VerifyResponse
+		var got protocol.VerifyResponse
 		wantOK(rt, what, status, body, &got)
 		reward := 0.0
 		if r.revision == fenceTarget {
@@ -538,12 +539,12 @@ func (h *fenceHarness) check(rt *rapid.T) {
 		}
 	}
 
-	var st participants.ControlStatus
-	status, body := h.call(rt, http.MethodGet, routePath(participants.RouteControlStatus), nil)
+	var st protocol.ControlStatus
+	status, body := h.call(rt, http.MethodGet, routePath(protocol.RouteControlStatus), nil)
 	wantOK(rt, "status", status, body, &st)
-	admission, cut := participants.AdmissionOpen, 0
+	admission, cut := protocol.AdmissionOpen, 0
 	if h.closed() {
-		admission, cut = participants.AdmissionClosed, len(h.m.cut)
+		admission, cut = protocol.AdmissionClosed, len(h.m.cut)
 	}
 	if st.Phase != h.m.phase || st.CheckpointID != h.m.active || st.RestoreID != "" || st.Admission != admission ||
 		st.Sessions != live || st.CutSessions != cut || len(st.InFlight) != 0 {
@@ -551,8 +552,8 @@ func (h *fenceHarness) check(rt *rapid.T) {
 			st, h.m.phase, h.m.active, admission, live, cut)
 	}
 
-	var stats participants.Stats
-	status, body = h.call(rt, http.MethodGet, routePath(participants.RouteStats), nil)
+	var stats protocol.Stats
+	status, body = h.call(rt, http.MethodGet, routePath(protocol.RouteStats), nil)
 	wantOK(rt, "stats", status, body, &stats)
 	if stats.Applied != h.m.applied || stats.Parked != h.m.parked || stats.Sessions != live {
 		rt.Fatalf("stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
@@ -560,14 +561,14 @@ func (h *fenceHarness) check(rt *rapid.T) {
 
 	for _, rid := range fenceRollouts {
 		r := h.m.rollouts[rid]
-		status, body := h.call(rt, http.MethodGet, sessionPath(participants.RouteSessions, rid), nil)
+		status, body := h.call(rt, http.MethodGet, sessionPath(protocol.RouteSessions, rid), nil)
 		if !r.started {
-			wantRefusal(rt, "session "+rid, status, body, http.StatusNotFound, participants.CodeUnknownSession)
+			wantRefusal(rt, "session "+rid, status, body, http.StatusNotFound, protocol.CodeUnknownSession)
 			continue
 		}
-		var info participants.SessionInfo
+		var info protocol.SessionInfo
 		wantOK(rt, "session "+rid, status, body, &info)
-		want := participants.SessionInfo{RolloutID: rid, Env: counter.Name, Attempt: r.attempt, Revision: r.revision, Retired: r.verified}
+		want := protocol.SessionInfo{RolloutID: rid, Env: counter.Name, Attempt: r.attempt, Revision: r.revision, Retired: r.verified}
 		if info != want {
 			rt.Fatalf("session %s is %+v, want %+v", rid, info, want)
 		}

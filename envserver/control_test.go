@@ -1,4 +1,4 @@
-package participants_test
+package envserver_test
 
 import (
 	"context"
@@ -16,7 +16,8 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 const testToken = "test-control-token"
@@ -97,14 +98,14 @@ func (exportFailSession) Export() (json.RawMessage, error) { return nil, errors.
 // fixture work on it.
 type ctlFixture struct {
 	*fixture
-	cc    *participants.ControlClient
+	cc    *protocol.ControlClient
 	block *blockEnv
 }
 
-func newCtlFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *ctlFixture {
+func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixture {
 	t.Helper()
 	block := newBlockEnv()
-	cfg := participants.ServerConfig{
+	cfg := envserver.ServerConfig{
 		Envs:         []envs.Environment{counter.New(), block, restartEnv{}, exportFailEnv{}},
 		Name:         "env-a",
 		ControlToken: testToken,
@@ -112,7 +113,7 @@ func newCtlFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *ctlFi
 	for _, m := range mod {
 		m(&cfg)
 	}
-	srv, err := participants.NewServer(cfg)
+	srv, err := envserver.NewServer(cfg)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -130,21 +131,21 @@ func newCtlFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *ctlFi
 		hs.Close()
 	})
 	return &ctlFixture{
-		fixture: &fixture{srv: srv, c: participants.NewClient(hs.URL, hs.Client()), url: hs.URL},
-		cc:      participants.NewControlClient(hs.URL, testToken, hs.Client()), block: block,
+		fixture: &fixture{srv: srv, c: protocol.NewClient(hs.URL, hs.Client()), url: hs.URL},
+		cc:      protocol.NewControlClient(hs.URL, testToken, hs.Client()), block: block,
 	}
 }
 
 func (f *ctlFixture) startEnv(t *testing.T, env, rollout string, attempt int) {
 	t.Helper()
-	if _, err := f.c.Start(context.Background(), participants.StartRequest{
-		Identity: id(rollout, attempt, participants.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
+	if _, err := f.c.Start(context.Background(), protocol.StartRequest{
+		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	}); err != nil {
 		t.Fatalf("start %s/%s attempt %d: %v", env, rollout, attempt, err)
 	}
 }
 
-func (f *ctlFixture) status(t *testing.T) participants.ControlStatus {
+func (f *ctlFixture) status(t *testing.T) protocol.ControlStatus {
 	t.Helper()
 	st, err := f.cc.Status(context.Background())
 	if err != nil {
@@ -154,7 +155,7 @@ func (f *ctlFixture) status(t *testing.T) participants.ControlStatus {
 }
 
 // waitStatus polls status until ok accepts it.
-func (f *ctlFixture) waitStatus(t *testing.T, what string, ok func(participants.ControlStatus) bool) {
+func (f *ctlFixture) waitStatus(t *testing.T, what string, ok func(protocol.ControlStatus) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -179,7 +180,7 @@ func (f *ctlFixture) blockOp(t *testing.T, rollout string, attempt int, req stri
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.c.Operate(context.Background(), participants.OperateRequest{
+		_, err := f.c.Operate(context.Background(), protocol.OperateRequest{
 			Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: "block", Arguments: json.RawMessage(`{}`),
 		})
 		done <- err
@@ -190,9 +191,9 @@ func (f *ctlFixture) blockOp(t *testing.T, rollout string, attempt int, req stri
 
 func future() time.Time { return time.Now().Add(time.Minute) }
 
-func (f *ctlFixture) prepare(t *testing.T, ckpt string) participants.PrepareResponse {
+func (f *ctlFixture) prepare(t *testing.T, ckpt string) protocol.PrepareResponse {
 	t.Helper()
-	resp, err := f.cc.Prepare(context.Background(), participants.PrepareRequest{CheckpointID: ckpt, Deadline: future()})
+	resp, err := f.cc.Prepare(context.Background(), protocol.PrepareRequest{CheckpointID: ckpt, Deadline: future()})
 	if err != nil {
 		t.Fatalf("prepare %s: %v", ckpt, err)
 	}
@@ -206,7 +207,7 @@ func (f *ctlFixture) resume(t *testing.T, ckpt string) {
 	}
 }
 
-func members(resp participants.PrepareResponse) []string {
+func members(resp protocol.PrepareResponse) []string {
 	out := []string{}
 	for _, s := range resp.Sessions {
 		out = append(out, s.RolloutID)
@@ -217,7 +218,7 @@ func members(resp participants.PrepareResponse) []string {
 func TestControlAuth(t *testing.T) {
 	ctx := context.Background()
 	on := newCtlFixture(t)
-	off := newCtlFixture(t, func(c *participants.ServerConfig) { c.ControlToken = "" })
+	off := newCtlFixture(t, func(c *envserver.ServerConfig) { c.ControlToken = "" })
 	routes := []struct{ method, path, body string }{
 		{http.MethodGet, "/v1/control/capabilities", ""},
 		{http.MethodGet, "/v1/control/status", ""},
@@ -235,12 +236,12 @@ func TestControlAuth(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"no token configured", off, "Bearer " + testToken, http.StatusNotFound, participants.CodeControlDisabled},
-		{"no token configured, no header", off, "", http.StatusNotFound, participants.CodeControlDisabled},
-		{"no header", on, "", http.StatusUnauthorized, participants.CodeUnauthorized},
-		{"wrong token", on, "Bearer " + testToken + "x", http.StatusUnauthorized, participants.CodeUnauthorized},
-		{"token prefix", on, "Bearer " + testToken[:4], http.StatusUnauthorized, participants.CodeUnauthorized},
-		{"not bearer", on, "Basic " + testToken, http.StatusUnauthorized, participants.CodeUnauthorized},
+		{"no token configured", off, "Bearer " + testToken, http.StatusNotFound, protocol.CodeControlDisabled},
+		{"no token configured, no header", off, "", http.StatusNotFound, protocol.CodeControlDisabled},
+		{"no header", on, "", http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"wrong token", on, "Bearer " + testToken + "x", http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"token prefix", on, "Bearer " + testToken[:4], http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"not bearer", on, "Basic " + testToken, http.StatusUnauthorized, protocol.CodeUnauthorized},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -256,7 +257,7 @@ func TestControlAuth(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var eb participants.ErrorBody
+				var eb protocol.ErrorBody
 				err = json.NewDecoder(resp.Body).Decode(&eb)
 				resp.Body.Close()
 				if err != nil || resp.StatusCode != tc.status || eb.Error.Code != tc.code {
@@ -266,15 +267,15 @@ func TestControlAuth(t *testing.T) {
 		})
 	}
 	// Nothing above changed anything: the right token sees an idle server.
-	if st := on.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+	if st := on.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
 		t.Fatalf("status after refused calls = %+v", st)
 	}
 	// The data plane needs no token, with or without a control plane.
 	on.startEnv(t, counter.Name, "r", 0)
 	off.startEnv(t, counter.Name, "r", 0)
 	// The client of a server without a token gets the same refusal.
-	_, err := participants.NewControlClient(off.url, testToken, nil).Status(ctx)
-	wantRemote(t, err, http.StatusNotFound, participants.CodeControlDisabled, participants.ControlTokenEnvVar)
+	_, err := protocol.NewControlClient(off.url, testToken, nil).Status(ctx)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeControlDisabled, protocol.ControlTokenEnvVar)
 }
 
 func TestCapabilities(t *testing.T) {
@@ -283,12 +284,12 @@ func TestCapabilities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps.Component != participants.ComponentEnvironmentServer || caps.Name != "env-a" ||
-		caps.SchemaVersion != participants.ControlSchemaVersion || caps.Phase != participants.PhaseIdle ||
-		!slices.Contains(caps.Features, participants.FeatureRestoreSessions) {
+	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != "env-a" ||
+		caps.SchemaVersion != protocol.ControlSchemaVersion || caps.Phase != protocol.PhaseIdle ||
+		!slices.Contains(caps.Features, protocol.FeatureRestoreSessions) {
 		t.Fatalf("capabilities = %+v", caps)
 	}
-	want := []participants.EnvCapability{
+	want := []protocol.EnvCapability{
 		{Name: "block", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
 		{Name: counter.Name, Mode: envs.ModeExportRestore, Style: envs.StyleTools},
 		{Name: "exportfail", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
@@ -299,7 +300,7 @@ func TestCapabilities(t *testing.T) {
 	}
 	// Capabilities stay observable while a checkpoint is active.
 	f.prepare(t, "c1")
-	if caps, err := f.cc.Capabilities(context.Background()); err != nil || caps.Phase != participants.PhasePrepared || caps.CheckpointID != "c1" {
+	if caps, err := f.cc.Capabilities(context.Background()); err != nil || caps.Phase != protocol.PhasePrepared || caps.CheckpointID != "c1" {
 		t.Fatalf("capabilities while prepared = %+v, %v", caps, err)
 	}
 }
@@ -322,11 +323,11 @@ func TestPrepareTimeoutRetireRetry(t *testing.T) {
 	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
 
 	// A deadline already past: prepare looks once and gives up at once.
-	_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "c1", Deadline: time.Now().Add(-time.Second)})
-	wantRemote(t, err, http.StatusConflict, participants.CodePrepareTimeout, "slow (attempt 0)")
+	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: time.Now().Add(-time.Second)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodePrepareTimeout, "slow (attempt 0)")
 	st := f.status(t)
-	if st.Phase != participants.PhaseIdle || st.CheckpointID != "" || st.Admission != participants.AdmissionOpen ||
-		len(st.InFlight) != 1 || st.InFlight[0] != (participants.InFlight{RolloutID: "slow", Attempt: 0, Count: 1}) {
+	if st.Phase != protocol.PhaseIdle || st.CheckpointID != "" || st.Admission != protocol.AdmissionOpen ||
+		len(st.InFlight) != 1 || st.InFlight[0] != (protocol.InFlight{RolloutID: "slow", Attempt: 0, Count: 1}) {
 		t.Fatalf("status after the failed prepare = %+v", st)
 	}
 	// Admission is open again: other rollouts go on.
@@ -346,19 +347,19 @@ func TestPrepareTimeoutRetireRetry(t *testing.T) {
 	}
 	// The straggler returns: its result is discarded, never recorded.
 	close(f.block.release)
-	wantRemote(t, <-stuck, http.StatusConflict, participants.CodeStaleAttempt, "retired")
+	wantRemote(t, <-stuck, http.StatusConflict, protocol.CodeStaleAttempt, "retired")
 	_, err = f.c.Session(ctx, "slow")
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 
 	dir := t.TempDir()
-	com, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
 	if err != nil || com.Sessions != 1 {
 		t.Fatalf("commit = %+v, %v", com, err)
 	}
 	f.resume(t, "c1")
 	// Attempt 0 of the straggler is fenced out; attempt 1 starts over.
 	_, err = f.c.Operate(ctx, inc("slow", 0, "slow/t0/c0", 0, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	f.startEnv(t, "block", "slow", 1)
 	if info := f.info(t, "slow"); info.Attempt != 1 || info.Revision != 0 {
 		t.Fatalf("restarted straggler = %+v", info)
@@ -383,13 +384,13 @@ func TestRetireDropsSessionAtOnce(t *testing.T) {
 		t.Fatalf("retire = %+v, %v", ret, err)
 	}
 	_, err = f.c.Operate(ctx, inc("r", 2, "r/t1/c0", 1, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if st := f.stats(t); st.Sessions != 0 {
 		t.Fatalf("stats after retire = %+v", st)
 	}
-	for _, body := range []participants.RetireRequest{{RolloutID: "", Attempt: 0}, {RolloutID: "r", Attempt: -1}} {
+	for _, body := range []protocol.RetireRequest{{RolloutID: "", Attempt: 0}, {RolloutID: "r", Attempt: -1}} {
 		_, err := f.cc.Retire(ctx, body.RolloutID, body.Attempt)
-		wantRemote(t, err, http.StatusBadRequest, participants.CodeMalformed)
+		wantRemote(t, err, http.StatusBadRequest, protocol.CodeMalformed)
 	}
 }
 
@@ -413,12 +414,12 @@ func TestRetireAfterPrepareLeavesTheCut(t *testing.T) {
 	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a" {
 		t.Fatalf("replayed cut = %v", got)
 	}
-	com, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: t.TempDir()})
+	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()})
 	if err != nil || com.Sessions != 1 {
 		t.Fatalf("commit = %+v, %v", com, err)
 	}
 	_, err = f.cc.Retire(ctx, "a", 0)
-	wantRemote(t, err, http.StatusConflict, participants.CodeInvalidPhase, "committed")
+	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
 	if info := f.info(t, "a"); info.Attempt != 0 {
 		t.Fatalf("a after the refused retire = %+v", info)
 	}
@@ -436,25 +437,25 @@ func TestPhaseFence(t *testing.T) {
 	}
 	prepare := func(id string) func(*ctlFixture, string) error {
 		return func(f *ctlFixture, _ string) error {
-			_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: id, Deadline: future()})
+			_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: id, Deadline: future()})
 			return err
 		}
 	}
 	commit := func(id string) func(*ctlFixture, string) error {
 		return func(f *ctlFixture, dir string) error {
-			_, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: id, Location: dir})
+			_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: id, Location: dir})
 			return err
 		}
 	}
 	restore := func(id string) func(*ctlFixture, string) error {
 		return func(f *ctlFixture, dir string) error {
-			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: id, Location: dir, Attempts: map[string]int{"x": 1}})
+			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: id, Location: dir, Attempts: map[string]int{"x": 1}})
 			return err
 		}
 	}
 	restoreAs := func(restoreID, ckpt string) func(*ctlFixture, string) error {
 		return func(f *ctlFixture, dir string) error {
-			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: ckpt, RestoreID: restoreID, Location: dir, Attempts: map[string]int{"x": 1}})
+			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: ckpt, RestoreID: restoreID, Location: dir, Attempts: map[string]int{"x": 1}})
 			return err
 		}
 	}
@@ -471,75 +472,75 @@ func TestPhaseFence(t *testing.T) {
 	cases := []struct {
 		name      string
 		steps     []step
-		wantPhase participants.Phase
+		wantPhase protocol.Phase
 		wantOpen  bool
 	}{
 		{"stale checkpoint after resume", []step{
 			ok("prepare", prepare("c1")),
 			ok("resume", resume("c1")),
-			bad("prepare again", prepare("c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
-			bad("commit", commit("c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
+			bad("prepare again", prepare("c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("commit", commit("c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
 			// Only a restore of c1 itself may reuse its id (and fails
 			// here on the empty location, recording nothing).
-			bad("restore of another checkpoint under its id", restoreAs("c1", "c0"), http.StatusConflict, participants.CodeStaleCheckpoint),
-			bad("restore of c1 under its id", restore("c1"), http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint),
+			bad("restore of another checkpoint under its id", restoreAs("c1", "c0"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("restore of c1 under its id", restore("c1"), http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint),
 			ok("resume replays", resume("c1")),
-		}, participants.PhaseIdle, true},
+		}, protocol.PhaseIdle, true},
 		{"resume of an unknown id retires it", []step{
 			ok("resume", resume("c9")),
-			bad("a delayed prepare", prepare("c9"), http.StatusConflict, participants.CodeStaleCheckpoint),
-			bad("a delayed restore", restore("c9"), http.StatusConflict, participants.CodeStaleCheckpoint),
-			bad("a delayed restore session", restoreAs("c9", "c1"), http.StatusConflict, participants.CodeStaleCheckpoint),
-		}, participants.PhaseIdle, true},
+			bad("a delayed prepare", prepare("c9"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("a delayed restore", restore("c9"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("a delayed restore session", restoreAs("c9", "c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+		}, protocol.PhaseIdle, true},
 		{"conflicting checkpoint id", []step{
 			ok("prepare", prepare("c1")),
-			bad("prepare other", prepare("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
-			bad("commit other", commit("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
-			bad("resume other", resume("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
-			bad("restore other", restore("c2"), http.StatusConflict, participants.CodeCheckpointConflict),
-			bad("restore of it under a restore id", restoreAs("r1", "c1"), http.StatusConflict, participants.CodeCheckpointConflict),
+			bad("prepare other", prepare("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("commit other", commit("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("resume other", resume("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("restore other", restore("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("restore of it under a restore id", restoreAs("r1", "c1"), http.StatusConflict, protocol.CodeCheckpointConflict),
 			ok("prepare replays", prepare("c1")),
-		}, participants.PhasePrepared, false},
+		}, protocol.PhasePrepared, false},
 		{"invalid phases", []step{
-			bad("commit before prepare", commit("c1"), http.StatusConflict, participants.CodeInvalidPhase),
+			bad("commit before prepare", commit("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
 			ok("prepare", prepare("c1")),
-			bad("restore while prepared", restore("c1"), http.StatusConflict, participants.CodeInvalidPhase),
+			bad("restore while prepared", restore("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
 			ok("commit", commit("c1")),
 			ok("commit replays", commit("c1")),
 			ok("prepare replays", prepare("c1")),
-		}, participants.PhaseCommitted, false},
+		}, protocol.PhaseCommitted, false},
 		{"a new checkpoint after resume", []step{
 			ok("prepare", prepare("c1")),
 			ok("resume", resume("c1")),
 			ok("prepare next", prepare("c2")),
-		}, participants.PhasePrepared, false},
+		}, protocol.PhasePrepared, false},
 		{"failed prepare records nothing", []step{
 			bad("prepare", func(f *ctlFixture, _ string) error {
 				f.startEnv(t, "exportfail", "x", 0)
-				_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+				_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
 				return err
-			}, http.StatusInternalServerError, participants.CodeInternal),
-			bad("commit", commit("c1"), http.StatusConflict, participants.CodeInvalidPhase),
+			}, http.StatusInternalServerError, protocol.CodeInternal),
+			bad("commit", commit("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
 			ok("another id may start", func(f *ctlFixture, _ string) error {
 				if _, err := f.cc.Retire(ctx, "x", 0); err != nil {
 					return err
 				}
 				return prepare("c2")(f, "")
 			}),
-		}, participants.PhasePrepared, false},
+		}, protocol.PhasePrepared, false},
 		{"malformed", []step{
 			bad("prepare without deadline", func(f *ctlFixture, _ string) error {
 				return f.cc.Do(ctx, http.MethodPost, "/v1/control/prepare", map[string]string{"checkpoint_id": "c1"}, nil)
-			}, http.StatusBadRequest, participants.CodeMalformed),
+			}, http.StatusBadRequest, protocol.CodeMalformed),
 			bad("prepare with an unknown field", func(f *ctlFixture, _ string) error {
 				return f.cc.Do(ctx, http.MethodPost, "/v1/control/prepare", map[string]string{"checkpoint_id": "c1", "deadline": "2030-01-01T00:00:00Z", "x": "y"}, nil)
-			}, http.StatusBadRequest, participants.CodeMalformed),
-			bad("prepare without id", prepare(""), http.StatusBadRequest, participants.CodeMalformed),
+			}, http.StatusBadRequest, protocol.CodeMalformed),
+			bad("prepare without id", prepare(""), http.StatusBadRequest, protocol.CodeMalformed),
 			bad("commit to a relative path", func(f *ctlFixture, _ string) error {
-				_, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: "rel/dir"})
+				_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: "rel/dir"})
 				return err
-			}, http.StatusBadRequest, participants.CodeMalformed),
-		}, participants.PhaseIdle, true},
+			}, http.StatusBadRequest, protocol.CodeMalformed),
+		}, protocol.PhaseIdle, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -553,22 +554,22 @@ func TestPhaseFence(t *testing.T) {
 					}
 					continue
 				}
-				var re *participants.RemoteError
+				var re *protocol.RemoteError
 				if !errors.As(err, &re) || re.Status != s.status || re.Code != s.code {
 					t.Fatalf("%s: got %v, want %d %s", s.name, err, s.status, s.code)
 				}
 			}
 			st := f.status(t)
-			if st.Phase != tc.wantPhase || (st.Admission == participants.AdmissionOpen) != tc.wantOpen {
+			if st.Phase != tc.wantPhase || (st.Admission == protocol.AdmissionOpen) != tc.wantOpen {
 				t.Fatalf("status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
 			}
 			// Admission as reported is admission as enforced.
-			_, err := f.c.Start(ctx, participants.StartRequest{Identity: id("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
 			if tc.wantOpen && err != nil {
 				t.Fatalf("start with admission open: %v", err)
 			}
 			if !tc.wantOpen {
-				wantRemote(t, err, http.StatusServiceUnavailable, participants.CodeParked)
+				wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 			}
 		})
 	}
@@ -587,22 +588,22 @@ func TestQueuedMutationParkedBehindPrepare(t *testing.T) {
 		_, err := f.c.Operate(ctx, inc("q", 0, "q/t1/c0", 1, 1))
 		second <- err
 	}()
-	f.waitStatus(t, "two mutations of q in flight", func(st participants.ControlStatus) bool {
+	f.waitStatus(t, "two mutations of q in flight", func(st protocol.ControlStatus) bool {
 		return len(st.InFlight) == 1 && st.InFlight[0].Count == 2
 	})
-	prepared := make(chan participants.PrepareResponse, 1)
+	prepared := make(chan protocol.PrepareResponse, 1)
 	prepErr := make(chan error, 1)
 	go func() {
-		resp, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+		resp, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
 		prepared <- resp
 		prepErr <- err
 	}()
-	f.waitStatus(t, "preparing", func(st participants.ControlStatus) bool { return st.Phase == participants.PhasePreparing })
+	f.waitStatus(t, "preparing", func(st protocol.ControlStatus) bool { return st.Phase == protocol.PhasePreparing })
 	close(f.block.release)
 	if err := <-first; err != nil {
 		t.Fatalf("the admitted mutation: %v", err)
 	}
-	wantRemote(t, <-second, http.StatusServiceUnavailable, participants.CodeParked)
+	wantRemote(t, <-second, http.StatusServiceUnavailable, protocol.CodeParked)
 	resp := <-prepared
 	if err := <-prepErr; err != nil {
 		t.Fatalf("prepare: %v", err)
@@ -629,10 +630,10 @@ func TestResumeAbortsPrepare(t *testing.T) {
 	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
 	prepErr := make(chan error, 1)
 	go func() {
-		_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+		_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
 		prepErr <- err
 	}()
-	f.waitStatus(t, "preparing", func(st participants.ControlStatus) bool { return st.Phase == participants.PhasePreparing })
+	f.waitStatus(t, "preparing", func(st protocol.ControlStatus) bool { return st.Phase == protocol.PhasePreparing })
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -641,13 +642,13 @@ func TestResumeAbortsPrepare(t *testing.T) {
 			t.Errorf("resume: %v", err)
 		}
 	}()
-	wantRemote(t, <-prepErr, http.StatusConflict, participants.CodePrepareAborted)
+	wantRemote(t, <-prepErr, http.StatusConflict, protocol.CodePrepareAborted)
 	wg.Wait()
-	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
 		t.Fatalf("status after abort = %+v", st)
 	}
-	_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "c1", Deadline: future()})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	close(f.block.release)
 	if err := <-stuck; err != nil {
 		t.Fatalf("the mutation after the abort: %v", err)

@@ -1,4 +1,4 @@
-package participants
+package envserver
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,15 +18,12 @@ import (
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // DefaultServerName is the participant name of a server configured without
 // one.
 const DefaultServerName = "envserver"
-
-// CodePrepareAborted is sent (409) when a prepare was aborted by a resume or
-// by its caller going away before the cut was frozen.
-const CodePrepareAborted = "prepare_aborted"
 
 // control is the checkpoint control plane of one server.
 type control struct {
@@ -47,39 +45,39 @@ func newControl(cfg ServerConfig) *control {
 }
 
 // authorize checks the bearer token of a control request.
-func (c *control) authorize(r *http.Request) *apiError {
+func (c *control) authorize(r *http.Request) error {
 	if !c.enabled {
-		return refuse(http.StatusNotFound, CodeControlDisabled,
-			"the checkpoint control plane is off: no control token is configured (--control-token or $%s)", ControlTokenEnvVar)
+		return refuse(protocol.CodeControlDisabled,
+			"the checkpoint control plane is off: no control token is configured (--control-token or $%s)", protocol.ControlTokenEnvVar)
 	}
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	sum := sha256.Sum256([]byte(tok))
 	if !ok || subtle.ConstantTimeCompare(sum[:], c.tokenSum[:]) != 1 {
-		return refuse(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token for the control plane")
+		return refuse(protocol.CodeUnauthorized, "missing or wrong bearer token for the control plane")
 	}
 	return nil
 }
 
 // installControl registers the control routes.
 func (s *Server) installControl() {
-	s.mux.HandleFunc(RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
-	s.mux.HandleFunc(RouteControlStatus, s.controlRoute(s.handleStatus))
-	s.mux.HandleFunc(RouteControlPrepare, s.controlRoute(s.handlePrepare))
-	s.mux.HandleFunc(RouteControlCommit, s.controlRoute(s.handleCommit))
-	s.mux.HandleFunc(RouteControlRestore, s.controlRoute(s.handleRestore))
-	s.mux.HandleFunc(RouteControlResume, s.controlRoute(s.handleResume))
-	s.mux.HandleFunc(RouteControlRetire, s.controlRoute(s.handleRetire))
-	s.mux.HandleFunc(ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, *apiError) {
-		return nil, refuse(http.StatusNotFound, CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
+	s.mux.HandleFunc(protocol.RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
+	s.mux.HandleFunc(protocol.RouteControlStatus, s.controlRoute(s.handleStatus))
+	s.mux.HandleFunc(protocol.RouteControlPrepare, s.controlRoute(s.handlePrepare))
+	s.mux.HandleFunc(protocol.RouteControlCommit, s.controlRoute(s.handleCommit))
+	s.mux.HandleFunc(protocol.RouteControlRestore, s.controlRoute(s.handleRestore))
+	s.mux.HandleFunc(protocol.RouteControlResume, s.controlRoute(s.handleResume))
+	s.mux.HandleFunc(protocol.RouteControlRetire, s.controlRoute(s.handleRetire))
+	s.mux.HandleFunc(protocol.ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, error) {
+		return nil, refuse(protocol.CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
 	}))
 }
 
 // controlRoute wraps a control handler: authorization, body, JSON answer.
 // Control answers do not count in the data plane's Stats.
-func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, *apiError)) http.HandlerFunc {
+func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if aerr := s.ctl.authorize(r); aerr != nil {
-			if aerr.status == http.StatusUnauthorized {
+			if isRefusal(aerr, protocol.CodeUnauthorized) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile-control"`)
 			}
 			s.writeControlError(w, r, aerr)
@@ -97,26 +95,28 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, *apiErr
 		}
 		b, err := json.Marshal(out)
 		if err != nil {
-			s.writeControlError(w, r, refuse(http.StatusInternalServerError, CodeInternal, "encode answer: %v", err))
+			s.writeControlError(w, r, refuse(protocol.CodeInternal, "encode answer: %v", err))
 			return
 		}
 		writeJSON(w, http.StatusOK, b)
 	}
 }
 
-func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	if e.status >= 500 || e.code == CodePrepareTimeout || e.code == CodeInvalidCheckpoint {
+// writeControlError answers a control request with err. Control answers do
+// not count in Stats; the failures an operator must look at are logged.
+func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, err error) {
+	status, detail := httpError(err)
+	if status >= 500 || detail.Code == protocol.CodePrepareTimeout || detail.Code == protocol.CodeInvalidCheckpoint {
 		s.log.Warn("control request failed", zap.String("route", r.Method+" "+r.URL.Path),
-			zap.String("code", e.code), zap.String("message", e.msg))
+			zap.String("code", detail.Code), zap.String("message", detail.Message))
 	}
-	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
-	writeJSON(w, e.status, b)
+	writeErrorBody(w, status, detail)
 }
 
-func (s *Server) envCapabilities() []EnvCapability {
-	out := make([]EnvCapability, 0, len(s.specs))
+func (s *Server) envCapabilities() []protocol.EnvCapability {
+	out := make([]protocol.EnvCapability, 0, len(s.specs))
 	for _, sp := range s.specs {
-		out = append(out, EnvCapability{Name: sp.Name, Mode: envs.EffectiveMode(sp.Mode), Style: sp.Style})
+		out = append(out, protocol.EnvCapability{Name: sp.Name, Mode: envs.EffectiveMode(sp.Mode), Style: sp.Style})
 	}
 	return out
 }
@@ -128,53 +128,53 @@ func (s *Server) modeOf(env string) envs.Mode {
 	return envs.ModeRestartOnly
 }
 
-func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, *apiError) {
+func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, error) {
 	v := s.ctl.fence.snapshot()
-	return Capabilities{
-		Component:     ComponentEnvironmentServer,
+	return protocol.Capabilities{
+		Component:     protocol.ComponentEnvironmentServer,
 		Name:          s.ctl.name,
-		SchemaVersion: ControlSchemaVersion,
+		SchemaVersion: protocol.ControlSchemaVersion,
 		Envs:          s.envCapabilities(),
-		Features: []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint,
-			FeatureRestartOnlyDiscard, FeatureRestoreSessions},
+		Features: []string{protocol.FeatureAbsoluteDeadline, protocol.FeatureRetireStraggler, protocol.FeatureReceiptsInCheckpoint,
+			protocol.FeatureRestartOnlyDiscard, protocol.FeatureRestoreSessions},
 		Phase:        v.phase,
 		CheckpointID: v.checkpoint,
 		RestoreID:    v.restoreID,
 	}, nil
 }
 
-func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, *apiError) {
+func (s *Server) handleStatus(_ *http.Request, _ []byte) (any, error) {
 	v := s.ctl.fence.snapshot()
 	_, inflight := s.gate.drained()
-	st := ControlStatus{
-		Phase: v.phase, CheckpointID: v.checkpoint, RestoreID: v.restoreID, Admission: AdmissionOpen,
+	st := protocol.ControlStatus{
+		Phase: v.phase, CheckpointID: v.checkpoint, RestoreID: v.restoreID, Admission: protocol.AdmissionOpen,
 		Sessions: s.store.live(), CutSessions: v.cut, InFlight: inflight,
 	}
 	if s.admissionClosed() {
-		st.Admission = AdmissionClosed
+		st.Admission = protocol.AdmissionClosed
 	}
 	return st, nil
 }
 
 // --- prepare ---
 
-func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
-	var req PrepareRequest
+func (s *Server) handlePrepare(r *http.Request, body []byte) (any, error) {
+	var req protocol.PrepareRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "deadline"); aerr != nil {
 		return nil, aerr
 	}
 	if req.Deadline.IsZero() {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "deadline is the zero time")
+		return nil, refuse(protocol.CodeMalformed, "deadline is the zero time")
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
-		op: opPrepare, id: req.CheckpointID, checkpoint: req.CheckpointID, allowed: []Phase{PhaseIdle}, during: PhasePreparing,
+		op: opPrepare, id: req.CheckpointID, checkpoint: req.CheckpointID, allowed: []protocol.Phase{protocol.PhaseIdle}, during: protocol.PhasePreparing,
 	})
 	if aerr != nil || replay != nil {
 		return replay, aerr
 	}
 	wasClosed := s.admissionClosed()
 	s.closeAdmission()
-	failed := func(aerr *apiError) (any, *apiError) {
+	failed := func(aerr error) (any, error) {
 		if !wasClosed {
 			s.openAdmission()
 		}
@@ -187,38 +187,30 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, *apiError) {
 	stragglers, err := s.waitDrained(ctx)
 	if err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) {
-			return failed(refuse(http.StatusConflict, CodePrepareAborted,
+			return failed(refuse(protocol.CodePrepareAborted,
 				"prepare of checkpoint %q aborted before the cut was frozen: %v", req.CheckpointID, err))
 		}
-		return failed(refuse(http.StatusConflict, CodePrepareTimeout,
+		return failed(refuse(protocol.CodePrepareTimeout,
 			"prepare of checkpoint %q: mutations still running at the deadline %s: %s; retire them (%s) or retry; admission is open again",
-			req.CheckpointID, req.Deadline.Format("2006-01-02T15:04:05.000Z07:00"), describeStragglers(stragglers), RouteControlRetire))
+			req.CheckpointID, req.Deadline.Format("2006-01-02T15:04:05.000Z07:00"), describeStragglers(stragglers), protocol.RouteControlRetire))
 	}
 	st, err := s.exportState()
 	if err != nil {
-		return failed(refuse(http.StatusInternalServerError, CodeInternal, "prepare of checkpoint %q: %v", req.CheckpointID, err))
+		return failed(refuse(protocol.CodeInternal, "prepare of checkpoint %q: %v", req.CheckpointID, err))
 	}
 	return s.ctl.fence.freeze(run, st, s.summaries(st.Sessions)), nil
 }
 
-// describeStragglers names the rollouts whose mutations did not finish.
-func describeStragglers(list []InFlight) string {
-	var names []string
-	for _, f := range list {
-		if !f.Retired {
-			names = append(names, fmt.Sprintf("%s (attempt %d)", f.RolloutID, f.Attempt))
-		}
-	}
-	if len(names) == 0 {
-		return "requests whose identity is not read yet"
-	}
-	return strings.Join(names, ", ")
+// describeStragglers names the rollouts whose mutations did not finish; a
+// prepare does not wait for those of retired attempts.
+func describeStragglers(list []protocol.InFlight) string {
+	return describeInFlight(slices.DeleteFunc(slices.Clone(list), func(f protocol.InFlight) bool { return f.Retired }))
 }
 
-func (s *Server) summaries(recs []sessionRecord) []SessionSummary {
-	out := make([]SessionSummary, 0, len(recs))
+func (s *Server) summaries(recs []sessionRecord) []protocol.SessionSummary {
+	out := make([]protocol.SessionSummary, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, SessionSummary{RolloutID: r.RolloutID, Attempt: r.Attempt, Revision: r.Revision,
+		out = append(out, protocol.SessionSummary{RolloutID: r.RolloutID, Attempt: r.Attempt, Revision: r.Revision,
 			Env: r.Env, Mode: s.modeOf(r.Env), Retired: r.Retired})
 	}
 	return out
@@ -226,7 +218,7 @@ func (s *Server) summaries(recs []sessionRecord) []SessionSummary {
 
 // freeze ends a successful prepare: the cut (with the retirements made
 // while it was taken) becomes the frozen export.
-func (f *phaseFence) freeze(run *opRun, st serverState, members []SessionSummary) PrepareResponse {
+func (f *phaseFence) freeze(run *opRun, st serverState, members []protocol.SessionSummary) protocol.PrepareResponse {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ids := make([]string, 0, len(f.cutRetires))
@@ -240,8 +232,8 @@ func (f *phaseFence) freeze(run *opRun, st serverState, members []SessionSummary
 	// One critical section from the cut to the prepared phase, so a retire
 	// sees either the cut being taken or the frozen one.
 	f.frozen = &st
-	ans := PrepareResponse{Phase: PhasePrepared, CheckpointID: run.spec.id, Sessions: members}
-	f.phase = PhasePrepared
+	ans := protocol.PrepareResponse{Phase: protocol.PhasePrepared, CheckpointID: run.spec.id, Sessions: members}
+	f.phase = protocol.PhasePrepared
 	f.results[opPrepare] = recorded{key: run.spec.key, answer: ans}
 	f.endLocked(run)
 	return ans
@@ -249,9 +241,9 @@ func (f *phaseFence) freeze(run *opRun, st serverState, members []SessionSummary
 
 // retireFromCut removes the sessions of attempts below floor from a cut and
 // raises the rollout's fence.
-func retireFromCut(st serverState, members []SessionSummary, id string, floor int) (serverState, []SessionSummary) {
+func retireFromCut(st serverState, members []protocol.SessionSummary, id string, floor int) (serverState, []protocol.SessionSummary) {
 	st.Sessions = deleteFunc(st.Sessions, func(r sessionRecord) bool { return r.RolloutID == id && r.Attempt < floor })
-	members = deleteFunc(members, func(m SessionSummary) bool { return m.RolloutID == id && m.Attempt < floor })
+	members = deleteFunc(members, func(m protocol.SessionSummary) bool { return m.RolloutID == id && m.Attempt < floor })
 	if st.Fences == nil {
 		st.Fences = map[string]int{}
 	}
@@ -273,35 +265,35 @@ func deleteFunc[T any](in []T, del func(T) bool) []T {
 
 // --- retire ---
 
-func (s *Server) handleRetire(_ *http.Request, body []byte) (any, *apiError) {
-	var req RetireRequest
+func (s *Server) handleRetire(_ *http.Request, body []byte) (any, error) {
+	var req protocol.RetireRequest
 	if aerr := decodeRequest(body, &req, "rollout_id", "attempt"); aerr != nil {
 		return nil, aerr
 	}
 	if req.RolloutID == "" || req.Attempt < 0 {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "retire needs a rollout_id and an attempt ≥ 0")
+		return nil, refuse(protocol.CodeMalformed, "retire needs a rollout_id and an attempt ≥ 0")
 	}
 	f := s.ctl.fence
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch f.phase {
-	case PhaseIdle, PhasePreparing, PhasePrepared:
+	case protocol.PhaseIdle, protocol.PhasePreparing, protocol.PhasePrepared:
 	default:
 		// A committed cut is on disk: retiring now would make the server
 		// and the checkpoint disagree about the execution.
-		return nil, refuse(http.StatusConflict, CodeInvalidPhase,
+		return nil, refuse(protocol.CodeInvalidPhase,
 			"retire of rollout %q is not allowed in phase %s (allowed: idle, preparing, prepared)", req.RolloutID, f.phase)
 	}
 	ans := s.retireExecution(req.RolloutID, req.Attempt+1)
 	switch f.phase {
-	case PhasePreparing:
+	case protocol.PhasePreparing:
 		if f.cutRetires == nil {
 			f.cutRetires = map[string]int{}
 		}
 		f.cutRetires[req.RolloutID] = max(f.cutRetires[req.RolloutID], req.Attempt+1)
-	case PhasePrepared:
+	case protocol.PhasePrepared:
 		prep := f.results[opPrepare]
-		pr := prep.answer.(PrepareResponse)
+		pr := prep.answer.(protocol.PrepareResponse)
 		*f.frozen, pr.Sessions = retireFromCut(*f.frozen, pr.Sessions, req.RolloutID, req.Attempt+1)
 		prep.answer = pr
 		f.results[opPrepare] = prep
@@ -313,34 +305,34 @@ func (s *Server) handleRetire(_ *http.Request, body []byte) (any, *apiError) {
 // drops its session. It never waits for the rollout's lock: a mutation that
 // may never return can hold it. Then the retirement stays pending, and the
 // mutation's result is discarded when it returns.
-func (s *Server) retireExecution(id string, floor int) RetireResponse {
+func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 	s.gate.raiseFloor(id, floor)
 	sl := s.store.slotFor(id)
 	if !sl.mu.TryLock() {
-		return RetireResponse{RolloutID: id, Fence: floor, Pending: true}
+		return protocol.RetireResponse{RolloutID: id, Fence: floor, Pending: true}
 	}
 	defer sl.mu.Unlock()
 	sess, evicted := s.store.current(sl)
 	discarded := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
 	s.settle(sl)
 	s.log.Info("retired execution", zap.String("rollout_id", id), zap.Int("below_attempt", floor), zap.Bool("discarded", discarded))
-	return RetireResponse{RolloutID: id, Fence: sl.fence, Discarded: discarded}
+	return protocol.RetireResponse{RolloutID: id, Fence: sl.fence, Discarded: discarded}
 }
 
 // --- commit ---
 
-func cleanLocation(loc string) (string, *apiError) {
+func cleanLocation(loc string) (string, error) {
 	if loc == "" {
-		return "", refuse(http.StatusBadRequest, CodeMalformed, "missing field location")
+		return "", refuse(protocol.CodeMalformed, "missing field location")
 	}
 	if !filepath.IsAbs(loc) {
-		return "", refuse(http.StatusBadRequest, CodeMalformed, "location %q is not an absolute path", loc)
+		return "", refuse(protocol.CodeMalformed, "location %q is not an absolute path", loc)
 	}
 	return filepath.Clean(loc), nil
 }
 
-func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
-	var req CommitRequest
+func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
+	var req protocol.CommitRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "location"); aerr != nil {
 		return nil, aerr
 	}
@@ -350,20 +342,20 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
 		op: opCommit, id: req.CheckpointID, checkpoint: req.CheckpointID, key: "location " + loc,
-		allowed: []Phase{PhasePrepared}, during: PhaseCommitting,
+		allowed: []protocol.Phase{protocol.PhasePrepared}, during: protocol.PhaseCommitting,
 	})
 	if aerr != nil {
 		return nil, aerr
 	}
 	if replay != nil {
 		// A retried commit validates what is on disk before it answers.
-		ans := replay.(CommitResponse)
+		ans := replay.(protocol.CommitResponse)
 		cp, err := artifact.Open(r.Context(), loc, req.CheckpointID)
 		if err != nil {
-			return nil, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
+			return nil, refuse(protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
 		}
 		if d := cp.Manifest().Digest; d != ans.ManifestDigest {
-			return nil, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint,
+			return nil, refuse(protocol.CodeInvalidCheckpoint,
 				"checkpoint at %s has manifest digest %s, the commit wrote %s", loc, d, ans.ManifestDigest)
 		}
 		return ans, nil
@@ -373,45 +365,45 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, *apiError) {
 	s.ctl.fence.mu.Unlock()
 	if frozen == nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: no frozen cut", req.CheckpointID)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: no frozen cut", req.CheckpointID)
 	}
 	sections, err := s.checkpointSections(*frozen)
 	if err != nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	m, err := artifact.Write(run.ctx, loc, artifact.Meta{
 		CheckpointID: req.CheckpointID,
-		Labels:       map[string]string{"component": ComponentEnvironmentServer, "name": s.ctl.name},
+		Labels:       map[string]string{"component": protocol.ComponentEnvironmentServer, "name": s.ctl.name},
 	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }})
 	if err != nil {
 		s.ctl.fence.fail(run)
 		if errors.Is(err, artifact.ErrConflict) || errors.Is(err, artifact.ErrInvalid) {
-			return nil, refuse(http.StatusConflict, CodeLocationConflict, "commit of checkpoint %q: %v", req.CheckpointID, err)
+			return nil, refuse(protocol.CodeLocationConflict, "commit of checkpoint %q: %v", req.CheckpointID, err)
 		}
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	size, err := artifact.Size(loc, m)
 	if err != nil {
 		s.ctl.fence.fail(run)
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
+		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
-	ans := CommitResponse{Phase: PhaseCommitted, CheckpointID: req.CheckpointID, Location: loc,
+	ans := protocol.CommitResponse{Phase: protocol.PhaseCommitted, CheckpointID: req.CheckpointID, Location: loc,
 		ManifestDigest: m.Digest, Sessions: len(frozen.Sessions), Records: m.Records, Bytes: size}
-	s.ctl.fence.succeed(run, PhaseCommitted, ans)
+	s.ctl.fence.succeed(run, protocol.PhaseCommitted, ans)
 	return ans, nil
 }
 
 // checkpointSections lays a cut out as artifact sections.
 func (s *Server) checkpointSections(st serverState) ([]artifact.Section, error) {
-	server, err := json.Marshal(checkpointServerRecord{Schema: ControlSchemaVersion, Component: ComponentEnvironmentServer,
+	server, err := json.Marshal(checkpointServerRecord{Schema: protocol.ControlSchemaVersion, Component: protocol.ComponentEnvironmentServer,
 		Name: s.ctl.name, Envs: s.envCapabilities()})
 	if err != nil {
 		return nil, fmt.Errorf("encode server record: %w", err)
 	}
-	sessions := artifact.Section{Name: SectionSessions, Records: []artifact.Record{}}
-	receipts := artifact.Section{Name: SectionReceipts, Records: []artifact.Record{}}
-	fences := artifact.Section{Name: SectionFences, Records: []artifact.Record{}}
+	sessions := artifact.Section{Name: protocol.SectionSessions, Records: []artifact.Record{}}
+	receipts := artifact.Section{Name: protocol.SectionReceipts, Records: []artifact.Record{}}
+	fences := artifact.Section{Name: protocol.SectionFences, Records: []artifact.Record{}}
 	for _, rec := range st.Sessions {
 		b, err := json.Marshal(checkpointSession{RolloutID: rec.RolloutID, Env: rec.Env, Attempt: rec.Attempt,
 			Revision: rec.Revision, Retired: rec.Retired, State: rec.State})
@@ -439,7 +431,7 @@ func (s *Server) checkpointSections(st serverState) ([]artifact.Section, error) 
 		fences.Records = append(fences.Records, artifact.Record{Key: id, Data: b})
 	}
 	return []artifact.Section{
-		{Name: SectionServer, Records: []artifact.Record{{Key: ServerRecordKey, Data: server}}},
+		{Name: protocol.SectionServer, Records: []artifact.Record{{Key: protocol.ServerRecordKey, Data: server}}},
 		sessions, receipts, fences,
 	}, nil
 }
@@ -456,8 +448,8 @@ func receiptKey(rolloutID, requestID string) (string, error) {
 
 // --- restore ---
 
-func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
-	var req RestoreRequest
+func (s *Server) handleRestore(r *http.Request, body []byte) (any, error) {
+	var req protocol.RestoreRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id", "location", "attempts"); aerr != nil {
 		return nil, aerr
 	}
@@ -466,7 +458,7 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 		return nil, aerr
 	}
 	if req.CheckpointID == "" {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field checkpoint_id")
+		return nil, refuse(protocol.CodeMalformed, "missing field checkpoint_id")
 	}
 	if req.RestoreID == "" {
 		req.RestoreID = req.CheckpointID
@@ -474,18 +466,18 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	if len(req.Attempts) == 0 {
 		// Only the rollouts named are touched: an empty map would restore
 		// nothing and still retire the restore id.
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "attempts names no rollout: a restore touches only the rollouts it names")
+		return nil, refuse(protocol.CodeMalformed, "attempts names no rollout: a restore touches only the rollouts it names")
 	}
 	for id, a := range req.Attempts {
 		if id == "" || a < 0 {
-			return nil, refuse(http.StatusBadRequest, CodeMalformed, "attempts: bad entry %q: %d", id, a)
+			return nil, refuse(protocol.CodeMalformed, "attempts: bad entry %q: %d", id, a)
 		}
 	}
 	attemptsJSON, _ := json.Marshal(req.Attempts) // sorted keys: a canonical key
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
 		op: opRestore, id: req.RestoreID, checkpoint: req.CheckpointID,
 		key:     "checkpoint " + req.CheckpointID + " location " + loc + " attempts " + string(attemptsJSON),
-		allowed: []Phase{PhaseIdle}, during: PhaseRestoring,
+		allowed: []protocol.Phase{protocol.PhaseIdle}, during: protocol.PhaseRestoring,
 	})
 	if aerr != nil || replay != nil {
 		return replay, aerr
@@ -502,11 +494,11 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, *apiError) {
 	}
 	// Admission stays closed: the coordinator resumes once every participant
 	// is installed.
-	s.ctl.fence.succeed(run, PhaseRestored, ans)
+	s.ctl.fence.succeed(run, protocol.PhaseRestored, ans)
 	return ans, nil
 }
 
-func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (RestoreResponse, *apiError) {
+func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc string) (protocol.RestoreResponse, error) {
 	if req.Deadline != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, *req.Deadline)
@@ -516,19 +508,19 @@ func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (R
 	// have ended, retired ones included.
 	if err := s.waitIdle(ctx); err != nil {
 		_, list := s.gate.drained()
-		return RestoreResponse{}, refuse(http.StatusConflict, CodePrepareTimeout,
+		return protocol.RestoreResponse{}, refuse(protocol.CodePrepareTimeout,
 			"restore of checkpoint %q: mutations still running: %s: %v", req.CheckpointID, describeInFlight(list), err)
 	}
 	cp, err := artifact.Open(ctx, loc, req.CheckpointID)
 	if err != nil {
-		return RestoreResponse{}, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
+		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
 	}
 	st, ans, aerr := s.loadCheckpoint(ctx, cp, req.Attempts)
 	if aerr != nil {
-		return RestoreResponse{}, aerr
+		return protocol.RestoreResponse{}, aerr
 	}
 	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }); err != nil {
-		return RestoreResponse{}, refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint,
+		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint,
 			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
 	}
 	// Rollouts that start over or are only fenced hold no session in the
@@ -540,7 +532,7 @@ func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (R
 	for i, f := range ans.Fenced {
 		ans.Fenced[i].Dropped = s.dropBelow(f.RolloutID, f.Attempt)
 	}
-	ans.Phase = PhaseRestored
+	ans.Phase = protocol.PhaseRestored
 	ans.CheckpointID = req.CheckpointID
 	ans.RestoreID = req.RestoreID
 	ans.ManifestDigest = cp.Manifest().Digest
@@ -550,7 +542,7 @@ func (s *Server) restore(ctx context.Context, req RestoreRequest, loc string) (R
 	return ans, nil
 }
 
-func describeInFlight(list []InFlight) string {
+func describeInFlight(list []protocol.InFlight) string {
 	names := make([]string, 0, len(list))
 	for _, f := range list {
 		names = append(names, fmt.Sprintf("%s (attempt %d)", f.RolloutID, f.Attempt))
@@ -561,164 +553,10 @@ func describeInFlight(list []InFlight) string {
 	return strings.Join(names, ", ")
 }
 
-// invalidCheckpoint is a 422 naming what is wrong with a checkpoint.
-func invalidCheckpoint(id, format string, args ...any) *apiError {
-	return refuse(http.StatusUnprocessableEntity, CodeInvalidCheckpoint, "restore of checkpoint %q: %s", id, fmt.Sprintf(format, args...))
-}
-
-// loadCheckpoint reads and checks every record of a validated checkpoint and
-// maps it onto the new attempts. It changes nothing.
-func (s *Server) loadCheckpoint(ctx context.Context, cp *artifact.Checkpoint, attempts map[string]int) (serverState, RestoreResponse, *apiError) {
-	id := cp.Manifest().CheckpointID
-	want := []string{SectionFences, SectionReceipts, SectionServer, SectionSessions}
-	if got := cp.Sections(); strings.Join(got, ",") != strings.Join(want, ",") {
-		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "sections %v, want exactly %v (not an environment server checkpoint of schema %d)", got, want, ControlSchemaVersion)
-	}
-	read := func(name string) ([]artifact.Record, *apiError) {
-		recs, err := cp.Section(ctx, name)
-		if err != nil {
-			return nil, invalidCheckpoint(id, "read section %s: %v", name, err)
-		}
-		return recs, nil
-	}
-
-	// The server record first: it says how to read the rest.
-	recs, aerr := read(SectionServer)
-	if aerr != nil {
-		return serverState{}, RestoreResponse{}, aerr
-	}
-	if len(recs) != 1 || recs[0].Key != ServerRecordKey {
-		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "section %s must hold exactly the record %q", SectionServer, ServerRecordKey)
-	}
-	var srv checkpointServerRecord
-	if err := decodeStrictJSON(recs[0].Data, &srv); err != nil {
-		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "server record: %v", err)
-	}
-	if srv.Schema != ControlSchemaVersion || srv.Component != ComponentEnvironmentServer {
-		return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "unknown record schema %d of component %q (this server reads schema %d of %q)",
-			srv.Schema, srv.Component, ControlSchemaVersion, ComponentEnvironmentServer)
-	}
-
-	// Sessions, keyed by rollout id.
-	recs, aerr = read(SectionSessions)
-	if aerr != nil {
-		return serverState{}, RestoreResponse{}, aerr
-	}
-	byID := map[string]*sessionRecord{}
-	var order []string
-	for _, rec := range recs {
-		var cs checkpointSession
-		if err := decodeStrictJSON(rec.Data, &cs); err != nil {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "session %q: %v", rec.Key, err)
-		}
-		if cs.RolloutID != rec.Key {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "session record %q holds rollout %q", rec.Key, cs.RolloutID)
-		}
-		byID[cs.RolloutID] = &sessionRecord{RolloutID: cs.RolloutID, Env: cs.Env, Attempt: cs.Attempt, Revision: cs.Revision,
-			Retired: cs.Retired, Receipts: map[string]receipt{}, State: cs.State}
-		order = append(order, cs.RolloutID)
-	}
-
-	// Receipts, attached to their sessions.
-	recs, aerr = read(SectionReceipts)
-	if aerr != nil {
-		return serverState{}, RestoreResponse{}, aerr
-	}
-	for _, rec := range recs {
-		var cr checkpointReceipt
-		if err := decodeStrictJSON(rec.Data, &cr); err != nil {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt %s: %v", rec.Key, err)
-		}
-		key, err := receiptKey(cr.RolloutID, cr.RequestID)
-		if err != nil || key != rec.Key {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt record %s holds %q/%q", rec.Key, cr.RolloutID, cr.RequestID)
-		}
-		sess, ok := byID[cr.RolloutID]
-		if !ok {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "receipt %s belongs to no session", rec.Key)
-		}
-		sess.Receipts[cr.RequestID] = cr.receipt
-	}
-
-	// Fences of every rollout the server had seen.
-	recs, aerr = read(SectionFences)
-	if aerr != nil {
-		return serverState{}, RestoreResponse{}, aerr
-	}
-	fences := map[string]int{}
-	for _, rec := range recs {
-		var cf checkpointFence
-		if err := decodeStrictJSON(rec.Data, &cf); err != nil {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "fence %q: %v", rec.Key, err)
-		}
-		if cf.RolloutID != rec.Key || cf.Fence < 0 {
-			return serverState{}, RestoreResponse{}, invalidCheckpoint(id, "fence record %q holds %q=%d", rec.Key, cf.RolloutID, cf.Fence)
-		}
-		fences[cf.RolloutID] = cf.Fence
-	}
-
-	// Map onto the new attempts: each must be above everything the
-	// checkpoint and this server have seen of the rollout, so attempt N is
-	// refused from now on and no attempt runs twice.
-	ids := make([]string, 0, len(attempts))
-	for rid := range attempts {
-		ids = append(ids, rid)
-	}
-	sort.Strings(ids)
-	for _, rid := range ids {
-		newA := attempts[rid]
-		floor, seen := fences[rid]
-		if sess, ok := byID[rid]; ok {
-			floor, seen = max(floor, sess.Attempt), true
-		}
-		if cur, ok := s.currentFence(rid); ok {
-			floor, seen = max(floor, cur), true
-		}
-		if seen && newA <= floor {
-			return serverState{}, RestoreResponse{}, refuse(http.StatusConflict, CodeStaleAttempt,
-				"restore of checkpoint %q: new attempt %d of rollout %q is not above attempt %d already saved or seen", id, newA, rid, floor)
-		}
-	}
-	// Only the named rollouts' fences are installed: the checkpoint's other
-	// fences belong to rollouts this restore does not own.
-	ans := RestoreResponse{Restored: []SessionSummary{}, Restarted: []SessionSummary{}}
-	st := serverState{Sessions: make([]sessionRecord, 0, len(order)), Fences: map[string]int{}}
-	for _, rid := range ids {
-		st.Fences[rid] = attempts[rid]
-	}
-	for _, rid := range order {
-		rec := *byID[rid]
-		newA, named := attempts[rid]
-		switch {
-		case named:
-			rec.Attempt = newA
-		case rec.Retired && !s.knows(rid):
-			// A verdict the server lost with its process: installed as
-			// saved, so a retried verify still gets it. A server that
-			// knows the rollout keeps what it holds.
-			if f, ok := fences[rid]; ok {
-				st.Fences[rid] = f
-			}
-		default:
-			ans.Untouched = append(ans.Untouched, rid)
-			continue
-		}
-		sum := SessionSummary{RolloutID: rid, Attempt: rec.Attempt, Revision: rec.Revision, Env: rec.Env, Mode: s.modeOf(rec.Env), Retired: rec.Retired}
-		if !rec.Retired && len(rec.State) == 0 {
-			// Not exportable: only the fence is installed and the rollout
-			// starts over as the new attempt.
-			ans.Restarted = append(ans.Restarted, sum)
-		} else {
-			ans.Restored = append(ans.Restored, sum)
-		}
-		st.Sessions = append(st.Sessions, rec)
-	}
-	for _, rid := range ids {
-		if _, ok := byID[rid]; !ok {
-			ans.Fenced = append(ans.Fenced, FenceSummary{RolloutID: rid, Attempt: attempts[rid]})
-		}
-	}
-	return st, ans, nil
+// invalidCheckpoint refuses a restore, naming what is wrong with the
+// checkpoint.
+func invalidCheckpoint(id, format string, args ...any) error {
+	return refuse(protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %s", id, fmt.Sprintf(format, args...))
 }
 
 // knows says whether this server has seen rollout id (it has a slot or a
@@ -770,16 +608,21 @@ func (s *Server) currentFence(id string) (int, bool) {
 
 // decodeStrictJSON decodes exactly one JSON value with no unknown fields.
 func decodeStrictJSON(b []byte, v any) error {
-	if aerr := decodeRequest(b, v); aerr != nil {
-		return errors.New(aerr.msg)
+	if err := decodeRequest(b, v); err != nil {
+		// The caller names the record; the refusal's code would be noise.
+		var r *Refusal
+		if errors.As(err, &r) {
+			return errors.New(r.Msg)
+		}
+		return err
 	}
 	return nil
 }
 
 // --- resume ---
 
-func (s *Server) handleResume(r *http.Request, body []byte) (any, *apiError) {
-	var req ResumeRequest
+func (s *Server) handleResume(r *http.Request, body []byte) (any, error) {
+	var req protocol.ResumeRequest
 	if aerr := decodeRequest(body, &req, "checkpoint_id"); aerr != nil {
 		return nil, aerr
 	}
@@ -794,8 +637,8 @@ func (s *Server) handleResume(r *http.Request, body []byte) (any, *apiError) {
 		return replay, aerr
 	}
 	s.openAdmission()
-	ans := ResumeResponse{Phase: PhaseIdle, CheckpointID: req.CheckpointID, RestoreID: req.RestoreID}
-	s.ctl.fence.succeed(run, PhaseIdle, ans)
+	ans := protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: req.CheckpointID, RestoreID: req.RestoreID}
+	s.ctl.fence.succeed(run, protocol.PhaseIdle, ans)
 	s.log.Info("resumed", zap.String("checkpoint_id", req.CheckpointID), zap.String("restore_id", req.RestoreID))
 	return ans, nil
 }

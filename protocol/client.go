@@ -1,4 +1,4 @@
-package participants
+package protocol
 
 import (
 	"bytes"
@@ -32,35 +32,35 @@ func (c *Client) BaseURL() string { return c.base }
 // Start seeds a session.
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartResponse, error) {
 	var out StartResponse
-	err := c.do(ctx, http.MethodPost, "/v1/sessions", req, &out)
+	err := c.call(ctx, RouteStart, "", req, &out)
 	return out, err
 }
 
 // Operate applies one mutation.
 func (c *Client) Operate(ctx context.Context, req OperateRequest) (OperateResponse, error) {
 	var out OperateResponse
-	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(req.RolloutID)+"/operate", req, &out)
+	err := c.call(ctx, RouteOperate, req.RolloutID, req, &out)
 	return out, err
 }
 
 // Verify scores and retires the session.
 func (c *Client) Verify(ctx context.Context, req VerifyRequest) (VerifyResponse, error) {
 	var out VerifyResponse
-	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(req.RolloutID)+"/verify", req, &out)
+	err := c.call(ctx, RouteVerify, req.RolloutID, req, &out)
 	return out, err
 }
 
 // Session describes one session.
 func (c *Client) Session(ctx context.Context, rolloutID string) (SessionInfo, error) {
 	var out SessionInfo
-	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(rolloutID), nil, &out)
+	err := c.call(ctx, RouteSessions, rolloutID, nil, &out)
 	return out, err
 }
 
 // Stats reads the server's counters.
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	var out Stats
-	err := c.do(ctx, http.MethodGet, "/v1/stats", nil, &out)
+	err := c.call(ctx, RouteStats, "", nil, &out)
 	return out, err
 }
 
@@ -68,6 +68,17 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 // out is not nil). An error answer becomes a *RemoteError.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	return c.do(ctx, method, path, in, out)
+}
+
+// call sends in to route, a Route* constant ("METHOD /path"), with
+// rolloutID in place of its {rollout_id}: the client and the server's mux
+// share one spelling of every route.
+func (c *Client) call(ctx context.Context, route, rolloutID string, in, out any) error {
+	method, path, ok := strings.Cut(route, " ")
+	if !ok {
+		return fmt.Errorf("route %q has no method", route)
+	}
+	return c.do(ctx, method, strings.Replace(path, "{rollout_id}", url.PathEscape(rolloutID), 1), in, out)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {

@@ -1,4 +1,4 @@
-package participants_test
+package envserver_test
 
 import (
 	"bytes"
@@ -17,8 +17,9 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // wrappedCounter is the counter environment under another name, with every
@@ -84,20 +85,20 @@ func (s *probeSession) Close() error {
 }
 
 type fixture struct {
-	srv   *participants.Server
-	c     *participants.Client
+	srv   *envserver.Server
+	c     *protocol.Client
 	url   string
 	probe *probeEnv
 }
 
-func newFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *fixture {
+func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 	t.Helper()
 	probe := newProbeEnv()
-	cfg := participants.ServerConfig{Envs: []envs.Environment{counter.New(), probe}}
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), probe}}
 	for _, m := range mod {
 		m(&cfg)
 	}
-	srv, err := participants.NewServer(cfg)
+	srv, err := envserver.NewServer(cfg)
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
@@ -105,17 +106,17 @@ func newFixture(t *testing.T, mod ...func(*participants.ServerConfig)) *fixture 
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &fixture{srv: srv, c: participants.NewClient(hs.URL, hs.Client()), url: hs.URL, probe: probe}
+	return &fixture{srv: srv, c: protocol.NewClient(hs.URL, hs.Client()), url: hs.URL, probe: probe}
 }
 
-func id(rollout string, attempt int, req string) participants.Identity {
-	return participants.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req}
+func id(rollout string, attempt int, req string) protocol.Identity {
+	return protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req}
 }
 
-func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) participants.StartResponse {
+func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) protocol.StartResponse {
 	t.Helper()
-	resp, err := f.c.Start(context.Background(), participants.StartRequest{
-		Identity: id(rollout, attempt, participants.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
+	resp, err := f.c.Start(context.Background(), protocol.StartRequest{
+		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
 	})
 	if err != nil {
 		t.Fatalf("start %s attempt %d: %v", rollout, attempt, err)
@@ -123,14 +124,14 @@ func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) 
 	return resp
 }
 
-func inc(rollout string, attempt int, req string, rev int64, amount int) participants.OperateRequest {
-	return participants.OperateRequest{
+func inc(rollout string, attempt int, req string, rev int64, amount int) protocol.OperateRequest {
+	return protocol.OperateRequest{
 		Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: counter.ToolIncrement,
 		Arguments: json.RawMessage(`{"amount":` + strconv.Itoa(amount) + `}`),
 	}
 }
 
-func (f *fixture) operate(t *testing.T, req participants.OperateRequest) participants.OperateResponse {
+func (f *fixture) operate(t *testing.T, req protocol.OperateRequest) protocol.OperateResponse {
 	t.Helper()
 	resp, err := f.c.Operate(context.Background(), req)
 	if err != nil {
@@ -139,7 +140,7 @@ func (f *fixture) operate(t *testing.T, req participants.OperateRequest) partici
 	return resp
 }
 
-func (f *fixture) stats(t *testing.T) participants.Stats {
+func (f *fixture) stats(t *testing.T) protocol.Stats {
 	t.Helper()
 	st, err := f.c.Stats(context.Background())
 	if err != nil {
@@ -148,7 +149,7 @@ func (f *fixture) stats(t *testing.T) participants.Stats {
 	return st
 }
 
-func (f *fixture) info(t *testing.T, rollout string) participants.SessionInfo {
+func (f *fixture) info(t *testing.T, rollout string) protocol.SessionInfo {
 	t.Helper()
 	info, err := f.c.Session(context.Background(), rollout)
 	if err != nil {
@@ -161,7 +162,7 @@ func (f *fixture) info(t *testing.T, rollout string) participants.SessionInfo {
 // its message contains every one of contains.
 func wantRemote(t *testing.T, err error, status int, code string, contains ...string) {
 	t.Helper()
-	var re *participants.RemoteError
+	var re *protocol.RemoteError
 	if !errors.As(err, &re) {
 		t.Fatalf("error %v is not a RemoteError (want %d %s)", err, status, code)
 	}
@@ -176,11 +177,11 @@ func wantRemote(t *testing.T, err error, status int, code string, contains ...st
 }
 
 func TestNewServerRefusesBadConfig(t *testing.T) {
-	for name, cfg := range map[string]participants.ServerConfig{
+	for name, cfg := range map[string]envserver.ServerConfig{
 		"nil env":   {Envs: []envs.Environment{nil}},
 		"duplicate": {Envs: []envs.Environment{counter.New(), counter.New()}},
 	} {
-		if _, err := participants.NewServer(cfg); err == nil {
+		if _, err := envserver.NewServer(cfg); err == nil {
 			t.Errorf("%s: NewServer accepted it", name)
 		}
 	}
@@ -200,7 +201,7 @@ func TestHealthEnvsAndUnknownRoute(t *testing.T) {
 		t.Fatalf("specs = %+v", specs)
 	}
 	err := f.c.Do(context.Background(), http.MethodGet, "/v1/nothing", nil, nil)
-	wantRemote(t, err, http.StatusNotFound, participants.CodeNotFound, "/v1/nothing")
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeNotFound, "/v1/nothing")
 	if st := f.stats(t); st.Refused != 1 {
 		t.Fatalf("refused = %d, want 1", st.Refused)
 	}
@@ -212,7 +213,7 @@ func TestEpisode(t *testing.T) {
 	if st.Revision != 0 || st.Spec.Name != counter.Name || !strings.Contains(st.Start.Observation, `TASK {"start":1,"target":5}`) || st.Replayed {
 		t.Fatalf("start = %+v", st)
 	}
-	if info := f.info(t, "r1"); info != (participants.SessionInfo{RolloutID: "r1", Env: "counter", Attempt: 0, Revision: 0}) {
+	if info := f.info(t, "r1"); info != (protocol.SessionInfo{RolloutID: "r1", Env: "counter", Attempt: 0, Revision: 0}) {
 		t.Fatalf("info = %+v", info)
 	}
 	r := f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 3))
@@ -223,11 +224,11 @@ func TestEpisode(t *testing.T) {
 	if r.Revision != 2 || r.Outcome.Observation != "counter=5" {
 		t.Fatalf("operate = %+v", r)
 	}
-	v, err := f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
+	v, err := f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
 	if err != nil || v.Verdict.Reward != 1 || v.Revision != 2 || string(v.Verdict.Details) != `{"value":5,"target":5}` {
 		t.Fatalf("verify = %+v, %v", v, err)
 	}
-	if got, want := f.stats(t), (participants.Stats{Applied: 4}); got != want {
+	if got, want := f.stats(t), (protocol.Stats{Applied: 4}); got != want {
 		t.Fatalf("stats = %+v, want %+v", got, want)
 	}
 }
@@ -241,11 +242,11 @@ func TestMalformedRequests(t *testing.T) {
 			return err
 		}
 		defer resp.Body.Close()
-		var eb participants.ErrorBody
+		var eb protocol.ErrorBody
 		if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
 			return err
 		}
-		return &participants.RemoteError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+		return &protocol.RemoteError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
 	}
 	for _, tc := range []struct {
 		name, path, body, field string
@@ -270,7 +271,7 @@ func TestMalformedRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.stats(t)
-			wantRemote(t, post(tc.path, tc.body), http.StatusBadRequest, participants.CodeMalformed, tc.field)
+			wantRemote(t, post(tc.path, tc.body), http.StatusBadRequest, protocol.CodeMalformed, tc.field)
 			after := f.stats(t)
 			if after.Refused != before.Refused+1 || after.Applied != before.Applied {
 				t.Fatalf("stats %+v -> %+v", before, after)
@@ -292,7 +293,7 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 
 	// The start replays too (from the session's attempt: a start from a
 	// higher attempt is a start-over, see TestStartOverAndSameAttemptConflict).
-	sr, err := f.c.Start(context.Background(), participants.StartRequest{
+	sr, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id("r1", 0, "r1/seed"), Env: counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
 	if err != nil || !sr.Replayed || sr.Revision != 0 {
@@ -323,10 +324,10 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 
 	// Same request id, different body: conflict, nothing applied.
 	_, err = f.c.Operate(context.Background(), inc("r1", 1, "r1/t0/c0", 0, 3))
-	wantRemote(t, err, http.StatusConflict, participants.CodeRequestConflict, "r1/t0/c0")
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict, "r1/t0/c0")
 	// A request id used for a start cannot be reused for an operate.
-	_, err = f.c.Operate(context.Background(), inc("r1", 1, participants.SeedRequestID("r1"), 1, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeRequestConflict)
+	_, err = f.c.Operate(context.Background(), inc("r1", 1, protocol.SeedRequestID("r1"), 1, 1))
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 	if st := f.stats(t); st.Applied != 2 || st.Replayed != 3 || st.Refused != 2 {
 		t.Fatalf("stats after conflicts = %+v", st)
 	}
@@ -337,9 +338,9 @@ func TestRevisionMismatch(t *testing.T) {
 	f.start(t, "r1", 0, `{"target":9}`)
 	f.operate(t, inc("r1", 0, "a", 0, 1))
 	_, err := f.c.Operate(context.Background(), inc("r1", 0, "b", 5, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeRevisionMismatch, "expected revision 5", "revision 1")
-	_, err = f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("r1", 0, "v"), ExpectedRevision: 0})
-	wantRemote(t, err, http.StatusConflict, participants.CodeRevisionMismatch)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRevisionMismatch, "expected revision 5", "revision 1")
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "v"), ExpectedRevision: 0})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRevisionMismatch)
 	// Not stored: the same request id with the right revision now applies.
 	r := f.operate(t, inc("r1", 0, "b", 1, 1))
 	if r.Replayed || r.Revision != 2 || r.Outcome.Observation != "counter=2" {
@@ -359,14 +360,14 @@ func TestFencing(t *testing.T) {
 	}
 	before := f.stats(t)
 	_, err := f.c.Operate(context.Background(), inc("r1", 0, "r1/t2/c0", 2, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt, "attempt 0", "attempt 1")
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "attempt 0", "attempt 1")
 	// Even a replay from the stale attempt is refused.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
-	_, err = f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
-	_, err = f.c.Start(context.Background(), participants.StartRequest{Identity: id("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if after := f.stats(t); after.Applied != before.Applied || after.Replayed != before.Replayed || after.Refused != before.Refused+4 {
 		t.Fatalf("stats %+v -> %+v", before, after)
 	}
@@ -381,8 +382,8 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	f.start(t, "r1", 0, `{"target":9}`)
 	f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 4))
 
-	_, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("r1", 0, "another-seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeRequestConflict)
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "another-seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 
 	// Attempt 2 starts over with the same seed request: a fresh episode, not a replay.
 	st := f.start(t, "r1", 2, `{"target":9}`)
@@ -399,7 +400,7 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	}
 	// Attempt 1 is now fenced.
 	_, err = f.c.Operate(context.Background(), inc("r1", 1, "r1/t1/c0", 1, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if st := f.stats(t); st.Sessions != 1 {
 		t.Fatalf("sessions = %d, want 1", st.Sessions)
 	}
@@ -408,7 +409,7 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 func TestStartOverClosesOldSession(t *testing.T) {
 	f := newFixture(t)
 	start := func(attempt int) {
-		_, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
+		_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,12 +423,12 @@ func TestStartOverClosesOldSession(t *testing.T) {
 
 func TestVerifyIsTerminal(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("p", 0, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", 0, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.operate(t, participants.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
-	vreq := participants.VerifyRequest{Identity: id("p", 0, "p/verify"), ExpectedRevision: 1}
+	f.operate(t, protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	vreq := protocol.VerifyRequest{Identity: id("p", 0, "p/verify"), ExpectedRevision: 1}
 	v, err := f.c.Verify(context.Background(), vreq)
 	if err != nil || v.Verdict.Reward != 1 || v.Replayed {
 		t.Fatalf("verify = %+v, %v", v, err)
@@ -441,8 +442,8 @@ func TestVerifyIsTerminal(t *testing.T) {
 	if st := f.stats(t); st.Sessions != 0 {
 		t.Fatalf("live sessions = %d after verify", st.Sessions)
 	}
-	_, err = f.c.Operate(context.Background(), participants.OperateRequest{Identity: id("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeSessionRetired)
+	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// Replays still work after retirement, from the same or a higher attempt.
 	for _, attempt := range []int{0, 3} {
 		vreq.Attempt = attempt
@@ -451,16 +452,16 @@ func TestVerifyIsTerminal(t *testing.T) {
 			t.Fatalf("verify replay from attempt %d = %+v, %v", attempt, again, err)
 		}
 	}
-	op, err := f.c.Operate(context.Background(), participants.OperateRequest{Identity: id("p", 3, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 3, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	if err != nil || !op.Replayed {
 		t.Fatalf("operate replay after retirement = %+v, %v", op, err)
 	}
 	// A different verify request on a retired session is refused.
-	_, err = f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("p", 3, "p/verify2"), ExpectedRevision: 1})
-	wantRemote(t, err, http.StatusConflict, participants.CodeSessionRetired)
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 3, "p/verify2"), ExpectedRevision: 1})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// The fence outlives the session.
-	_, err = f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("p", 2, "p/verify"), ExpectedRevision: 1})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 2, "p/verify"), ExpectedRevision: 1})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if n := f.probe.closed.Load(); n != 1 {
 		t.Fatalf("closed %d times, want 1", n)
 	}
@@ -468,14 +469,14 @@ func TestVerifyIsTerminal(t *testing.T) {
 
 func TestUnknowns(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("r1", 0, "s"), Env: "nope", Task: json.RawMessage(`{}`)})
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownEnv, "nope")
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "s"), Env: "nope", Task: json.RawMessage(`{}`)})
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownEnv, "nope")
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "a", 0, 1))
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession, "r1")
-	_, err = f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id("r1", 0, "v")})
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession, "r1")
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "v")})
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	_, err = f.c.Session(context.Background(), "r1")
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	if st := f.stats(t); st.Refused != 4 || st.Applied != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
@@ -483,10 +484,10 @@ func TestUnknowns(t *testing.T) {
 
 func TestEnvironmentRefusals(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("r1", 0, "s"), Env: "counter", Task: json.RawMessage(`{"target":-1}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "s"), Env: "counter", Task: json.RawMessage(`{"target":-1}`)})
 	wantRemote(t, err, http.StatusUnprocessableEntity, envs.CodeBadTask, "target")
 	_, err = f.c.Session(context.Background(), "r1")
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 
 	f.start(t, "r1", 0, `{"target":5}`)
 	bad := inc("r1", 0, "r1/t0/c0", 0, 1)
@@ -511,11 +512,11 @@ func TestEnvironmentRefusals(t *testing.T) {
 
 func TestInternalEnvironmentFailure(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.c.Start(context.Background(), participants.StartRequest{Identity: id("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)}); err != nil {
+	if _, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.c.Operate(context.Background(), participants.OperateRequest{Identity: id("p", 0, "x"), Tool: "explode"})
-	wantRemote(t, err, http.StatusInternalServerError, participants.CodeInternal, "boom")
+	_, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "x"), Tool: "explode"})
+	wantRemote(t, err, http.StatusInternalServerError, protocol.CodeInternal, "boom")
 	if info := f.info(t, "p"); info.Revision != 0 {
 		t.Fatalf("a failed operation changed the revision: %+v", info)
 	}
@@ -535,7 +536,7 @@ func TestErrorsAreJSON(t *testing.T) {
 		}
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var eb participants.ErrorBody
+		var eb protocol.ErrorBody
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if resp.StatusCode < 400 || dec.Decode(&eb) != nil || eb.Error.Code == "" || eb.Error.Message == "" {
@@ -548,9 +549,9 @@ func TestErrorsAreJSON(t *testing.T) {
 }
 
 func TestRetiredSessionsAreBounded(t *testing.T) {
-	f := newFixture(t, func(c *participants.ServerConfig) { c.RetiredSessions = 2 })
-	verify := func(rollout string, attempt int) (participants.VerifyResponse, error) {
-		return f.c.Verify(context.Background(), participants.VerifyRequest{Identity: id(rollout, attempt, rollout+"/verify")})
+	f := newFixture(t, func(c *envserver.ServerConfig) { c.RetiredSessions = 2 })
+	verify := func(rollout string, attempt int) (protocol.VerifyResponse, error) {
+		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id(rollout, attempt, rollout+"/verify")})
 	}
 	for _, r := range []string{"a", "b", "c"} {
 		f.start(t, r, 0, `{"target":0}`)
@@ -560,9 +561,9 @@ func TestRetiredSessionsAreBounded(t *testing.T) {
 	}
 	// "a" was evicted: its verdict cannot be replayed, but it fails closed.
 	_, err := verify("a", 0)
-	wantRemote(t, err, http.StatusConflict, participants.CodeSessionRetired, "dropped")
-	_, err = f.c.Start(context.Background(), participants.StartRequest{Identity: id("a", 0, "a/seed"), Env: "counter", Task: json.RawMessage(`{"target":0}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeSessionRetired)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired, "dropped")
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("a", 0, "a/seed"), Env: "counter", Task: json.RawMessage(`{"target":0}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	if info := f.info(t, "a"); !info.Retired || info.Env != "counter" {
 		t.Fatalf("evicted info = %+v", info)
 	}
@@ -581,7 +582,7 @@ func TestRolloutIDWithSlash(t *testing.T) {
 	f := newFixture(t)
 	const rid = "set-1/rollout 7"
 	f.start(t, rid, 0, `{"target":2}`)
-	r := f.operate(t, inc(rid, 0, participants.OperateRequestID(rid, 0, 0), 0, 2))
+	r := f.operate(t, inc(rid, 0, protocol.OperateRequestID(rid, 0, 0), 0, 2))
 	if r.Outcome.Observation != "counter=2" {
 		t.Fatalf("operate = %+v", r)
 	}
@@ -603,7 +604,7 @@ func TestLostReplyIsReplayed(t *testing.T) {
 		fired.Add(1)
 		panic(http.ErrAbortHandler)
 	})
-	f := newFixture(t, func(c *participants.ServerConfig) { c.Failpoints = fp })
+	f := newFixture(t, func(c *envserver.ServerConfig) { c.Failpoints = fp })
 	f.start(t, "r1", 0, `{"target":5}`) // 1st pass
 	req := inc("r1", 0, "r1/t0/c0", 0, 3)
 	if _, err := f.c.Operate(context.Background(), req); err == nil { // 2nd pass: reply lost
@@ -636,12 +637,12 @@ func TestConcurrentRollouts(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				ctx := context.Background()
-				if _, err := f.c.Start(ctx, participants.StartRequest{Identity: id(rid, 0, participants.SeedRequestID(rid)), Env: "counter", Task: json.RawMessage(`{"target":6}`)}); err != nil {
+				if _, err := f.c.Start(ctx, protocol.StartRequest{Identity: id(rid, 0, protocol.SeedRequestID(rid)), Env: "counter", Task: json.RawMessage(`{"target":6}`)}); err != nil {
 					errs <- err
 					return
 				}
 				for s := 0; s < steps; s++ {
-					resp, err := f.c.Operate(ctx, inc(rid, 0, participants.OperateRequestID(rid, s, 0), int64(s), 1))
+					resp, err := f.c.Operate(ctx, inc(rid, 0, protocol.OperateRequestID(rid, s, 0), int64(s), 1))
 					if err != nil {
 						errs <- err
 						return
@@ -651,7 +652,7 @@ func TestConcurrentRollouts(t *testing.T) {
 						return
 					}
 				}
-				v, err := f.c.Verify(ctx, participants.VerifyRequest{Identity: id(rid, 0, participants.VerifyRequestID(rid)), ExpectedRevision: steps})
+				v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id(rid, 0, protocol.VerifyRequestID(rid)), ExpectedRevision: steps})
 				if err != nil || v.Verdict.Reward != 1 {
 					errs <- errors.New(rid + ": verify failed")
 				}

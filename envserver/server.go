@@ -1,4 +1,4 @@
-package participants
+package envserver
 
 import (
 	"bytes"
@@ -17,17 +17,11 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // maxRequestBytes bounds a request body; tasks and tool arguments are small.
 const maxRequestBytes = 16 << 20
-
-// CodeInternal is sent with status 500 when the server or an environment
-// failed in a way that is not a refusal (the session is left unchanged).
-const CodeInternal = "internal"
-
-// CodeNotFound is sent with status 404 for a route the server does not have.
-const CodeNotFound = "not_found"
 
 // ServerConfig configures an environment server.
 type ServerConfig struct {
@@ -94,17 +88,17 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.ctl = newControl(cfg)
 	s.installControl()
 
-	s.mux.HandleFunc(RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
+	s.mux.HandleFunc(protocol.RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
 	})
-	s.mux.HandleFunc(RouteEnvs, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.specs) })
-	s.mux.HandleFunc(RouteStats, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.Stats()) })
-	s.mux.HandleFunc(RouteSessions, s.handleSession)
-	s.mux.HandleFunc(RouteStart, s.mutation(kindStart))
-	s.mux.HandleFunc(RouteOperate, s.mutation(kindOperate))
-	s.mux.HandleFunc(RouteVerify, s.mutation(kindVerify))
+	s.mux.HandleFunc(protocol.RouteEnvs, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.specs) })
+	s.mux.HandleFunc(protocol.RouteStats, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.Stats()) })
+	s.mux.HandleFunc(protocol.RouteSessions, s.handleSession)
+	s.mux.HandleFunc(protocol.RouteStart, s.mutation(kindStart))
+	s.mux.HandleFunc(protocol.RouteOperate, s.mutation(kindOperate))
+	s.mux.HandleFunc(protocol.RouteVerify, s.mutation(kindVerify))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		s.writeError(w, refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return s, nil
 }
@@ -113,37 +107,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // Stats returns the server's counters.
-func (s *Server) Stats() Stats {
-	return Stats{
+func (s *Server) Stats() protocol.Stats {
+	return protocol.Stats{
 		Applied:  s.applied.Load(),
 		Replayed: s.replayed.Load(),
 		Refused:  s.refused.Load(),
 		Parked:   s.parked.Load(),
 		Sessions: s.store.live(),
 	}
-}
-
-// apiError is a refusal with its HTTP status.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.code, e.msg) }
-
-func refuse(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-// envRefusal maps an environment's error: an *envs.Error is a 422 refusal,
-// anything else an internal failure.
-func envRefusal(what string, err error) *apiError {
-	var ee *envs.Error
-	if errors.As(err, &ee) {
-		return &apiError{status: http.StatusUnprocessableEntity, code: ee.Code, msg: ee.Message}
-	}
-	return refuse(http.StatusInternalServerError, CodeInternal, "%s: %v", what, err)
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
@@ -155,24 +126,26 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 func (s *Server) writeValue(w http.ResponseWriter, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		s.writeError(w, refuse(http.StatusInternalServerError, CodeInternal, "encode answer: %v", err))
+		s.writeError(w, refuse(protocol.CodeInternal, "encode answer: %v", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
 }
 
-func (s *Server) writeError(w http.ResponseWriter, e *apiError) {
+// writeError answers a data-plane request with err, counting it as parked
+// or refused in Stats.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	status, detail := httpError(err)
 	switch {
-	case e.code == CodeParked:
+	case detail.Code == protocol.CodeParked:
 		s.parked.Add(1)
-	case e.status >= 400 && e.status < 500:
+	case status >= 400 && status < 500:
 		s.refused.Add(1)
 	}
-	if e.status >= 500 && e.code != CodeParked {
-		s.log.Error("request failed", zap.String("code", e.code), zap.String("message", e.msg))
+	if status >= 500 && detail.Code != protocol.CodeParked {
+		s.log.Error("request failed", zap.String("code", detail.Code), zap.String("message", detail.Message))
 	}
-	b, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg}})
-	writeJSON(w, e.status, b)
+	writeErrorBody(w, status, detail)
 }
 
 // handleSession answers GET /v1/sessions/{rollout_id}.
@@ -180,13 +153,13 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("rollout_id")
 	sl := s.store.lookup(id)
 	if sl == nil {
-		s.writeError(w, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id))
+		s.writeError(w, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id))
 		return
 	}
 	sl.mu.Lock()
 	s.settle(sl)
 	sess, evicted := s.store.current(sl)
-	var info SessionInfo
+	var info protocol.SessionInfo
 	switch {
 	case sess != nil:
 		info = sess.info(id)
@@ -195,7 +168,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sl.mu.Unlock()
 	if sess == nil && evicted == nil {
-		s.writeError(w, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id))
+		s.writeError(w, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id))
 		return
 	}
 	s.writeValue(w, info)
@@ -206,7 +179,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) mutation(kind string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.gate.enter() {
-			s.writeError(w, refuse(http.StatusServiceUnavailable, CodeParked, "admission is closed for a checkpoint; retry the same request later"))
+			s.writeError(w, refuse(protocol.CodeParked, "admission is closed for a checkpoint; retry the same request later"))
 			return
 		}
 		defer s.gate.leave()
@@ -232,32 +205,32 @@ func (s *Server) mutation(kind string) http.HandlerFunc {
 	}
 }
 
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	if err != nil {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "read request body: %v", err)
+		return nil, refuse(protocol.CodeMalformed, "read request body: %v", err)
 	}
 	return body, nil
 }
 
 // decodeRequest decodes body strictly into v and checks that every field in
 // required is present: a missing attempt must not silently mean attempt 0.
-func decodeRequest(body []byte, v any, required ...string) *apiError {
+func decodeRequest(body []byte, v any, required ...string) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: %v", err)
+		return refuse(protocol.CodeMalformed, "decode request: %v", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: trailing data after the JSON object")
+		return refuse(protocol.CodeMalformed, "decode request: trailing data after the JSON object")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
-		return refuse(http.StatusBadRequest, CodeMalformed, "decode request: %v", err)
+		return refuse(protocol.CodeMalformed, "decode request: %v", err)
 	}
 	for _, f := range required {
 		if raw, ok := fields[f]; !ok || string(raw) == "null" {
-			return refuse(http.StatusBadRequest, CodeMalformed, "missing field %s", f)
+			return refuse(protocol.CodeMalformed, "missing field %s", f)
 		}
 	}
 	return nil
@@ -265,16 +238,16 @@ func decodeRequest(body []byte, v any, required ...string) *apiError {
 
 // checkIdentity validates the fencing identity; pathID is the rollout id of
 // the URL ("" for a start, whose URL has none).
-func checkIdentity(id Identity, pathID string) *apiError {
+func checkIdentity(id protocol.Identity, pathID string) error {
 	switch {
 	case id.RolloutID == "":
-		return refuse(http.StatusBadRequest, CodeMalformed, "missing field rollout_id")
+		return refuse(protocol.CodeMalformed, "missing field rollout_id")
 	case id.RequestID == "":
-		return refuse(http.StatusBadRequest, CodeMalformed, "missing field request_id")
+		return refuse(protocol.CodeMalformed, "missing field request_id")
 	case id.Attempt < 0:
-		return refuse(http.StatusBadRequest, CodeMalformed, "attempt %d is negative", id.Attempt)
+		return refuse(protocol.CodeMalformed, "attempt %d is negative", id.Attempt)
 	case pathID != "" && pathID != id.RolloutID:
-		return refuse(http.StatusBadRequest, CodeMalformed, "rollout_id %q in the body differs from %q in the path", id.RolloutID, pathID)
+		return refuse(protocol.CodeMalformed, "rollout_id %q in the body differs from %q in the path", id.RolloutID, pathID)
 	}
 	return nil
 }
@@ -313,26 +286,26 @@ func canonical(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 // replay returns a stored response with Replayed set.
-func (s *Server) replay(r receipt) ([]byte, *apiError) {
+func (s *Server) replay(r receipt) ([]byte, error) {
 	var (
 		out []byte
 		err error
 	)
 	switch r.Kind {
 	case kindStart:
-		var v StartResponse
+		var v protocol.StartResponse
 		if err = json.Unmarshal(r.Response, &v); err == nil {
 			v.Replayed = true
 			out, err = json.Marshal(v)
 		}
 	case kindOperate:
-		var v OperateResponse
+		var v protocol.OperateResponse
 		if err = json.Unmarshal(r.Response, &v); err == nil {
 			v.Replayed = true
 			out, err = json.Marshal(v)
 		}
 	case kindVerify:
-		var v VerifyResponse
+		var v protocol.VerifyResponse
 		if err = json.Unmarshal(r.Response, &v); err == nil {
 			v.Replayed = true
 			out, err = json.Marshal(v)
@@ -341,7 +314,7 @@ func (s *Server) replay(r receipt) ([]byte, *apiError) {
 		err = fmt.Errorf("unknown receipt kind %q", r.Kind)
 	}
 	if err != nil {
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "replay stored response: %v", err)
+		return nil, refuse(protocol.CodeInternal, "replay stored response: %v", err)
 	}
 	s.replayed.Add(1)
 	return out, nil
@@ -351,13 +324,13 @@ func (s *Server) replay(r receipt) ([]byte, *apiError) {
 // replays, a different one conflicts. ok is false when there is no receipt.
 // A replay accepts the request's attempt, so it raises the slot's fence as
 // the first answer did. Callers hold sl.mu.
-func (s *Server) lookupReceipt(sl *slot, sess *session, id Identity, dg string) (out []byte, ok bool, aerr *apiError) {
+func (s *Server) lookupReceipt(sl *slot, sess *session, id protocol.Identity, dg string) (out []byte, ok bool, aerr error) {
 	r, found := sess.Receipts[id.RequestID]
 	if !found {
 		return nil, false, nil
 	}
 	if r.Digest != dg {
-		return nil, true, refuse(http.StatusConflict, CodeRequestConflict,
+		return nil, true, refuse(protocol.CodeRequestConflict,
 			"request id %q was already used for a different %s request", id.RequestID, r.Kind)
 	}
 	out, aerr = s.replay(r)
@@ -367,9 +340,9 @@ func (s *Server) lookupReceipt(sl *slot, sess *session, id Identity, dg string) 
 	return out, true, aerr
 }
 
-func checkFence(sl *slot, attempt int) *apiError {
+func checkFence(sl *slot, attempt int) error {
 	if attempt < sl.fence {
-		return refuse(http.StatusConflict, CodeStaleAttempt,
+		return refuse(protocol.CodeStaleAttempt,
 			"rollout %q: attempt %d is below attempt %d already accepted", sl.id, attempt, sl.fence)
 	}
 	return nil
@@ -377,15 +350,15 @@ func checkFence(sl *slot, attempt int) *apiError {
 
 // applied records that a mutation was applied and its receipt stored, and
 // passes the failpoint that crash tests use to lose the reply.
-func (s *Server) recordApplied(kind string, id Identity) {
+func (s *Server) recordApplied(kind string, id protocol.Identity) {
 	s.applied.Add(1)
 	s.log.Debug("applied", zap.String("kind", kind), zap.String("rollout_id", id.RolloutID),
 		zap.Int("attempt", id.Attempt), zap.String("request_id", id.RequestID))
 	s.fp.Hit(failpoint.EnvAfterApplyBeforeReply)
 }
 
-func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
-	var req StartRequest
+func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
+	var req protocol.StartRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "env")...); aerr != nil {
 		return nil, aerr
 	}
@@ -394,18 +367,18 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 	}
 	env, ok := s.envs[req.Env]
 	if !ok {
-		return nil, refuse(http.StatusNotFound, CodeUnknownEnv, "no environment %q on this server", req.Env)
+		return nil, refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
 	}
 	canon := req
 	canon.Attempt = 0
 	task, err := canonical(req.Task)
 	if err != nil {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "task: %v", err)
+		return nil, refuse(protocol.CodeMalformed, "task: %v", err)
 	}
 	canon.Task = task
 	dg, err := digest(kindStart, canon)
 	if err != nil {
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+		return nil, refuse(protocol.CodeInternal, "%v", err)
 	}
 
 	defer s.gate.hold(req.RolloutID, req.Attempt)()
@@ -425,13 +398,13 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 			return out, aerr
 		}
 		if sess.Retired {
-			return nil, refuse(http.StatusConflict, CodeSessionRetired,
+			return nil, refuse(protocol.CodeSessionRetired,
 				"rollout %q: the session of attempt %d was verified and retired", req.RolloutID, sess.Attempt)
 		}
-		return nil, refuse(http.StatusConflict, CodeRequestConflict,
+		return nil, refuse(protocol.CodeRequestConflict,
 			"rollout %q: attempt %d already started its session with another request id", req.RolloutID, sess.Attempt)
 	case sess == nil && evicted != nil && req.Attempt <= evicted.Attempt:
-		return nil, refuse(http.StatusConflict, CodeSessionRetired,
+		return nil, refuse(protocol.CodeSessionRetired,
 			"rollout %q: the session of attempt %d was retired and its receipts dropped", req.RolloutID, evicted.Attempt)
 	}
 
@@ -444,10 +417,10 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 		_ = live.Close()
 		return nil, aerr
 	}
-	out, err := json.Marshal(StartResponse{Revision: 0, Spec: env.Spec(), Start: st})
+	out, err := json.Marshal(protocol.StartResponse{Revision: 0, Spec: env.Spec(), Start: st})
 	if err != nil {
 		_ = live.Close()
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode start response: %v", err)
+		return nil, refuse(protocol.CodeInternal, "encode start response: %v", err)
 	}
 	fresh := &session{
 		Env: req.Env, Attempt: req.Attempt,
@@ -466,7 +439,7 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, *apiError) {
 
 // liveSession finds the session an operate or verify addresses, after the
 // fence check. Callers hold sl.mu.
-func (s *Server) liveSession(sl *slot, id Identity) (*session, *apiError) {
+func (s *Server) liveSession(sl *slot, id protocol.Identity) (*session, error) {
 	if aerr := checkFence(sl, id.Attempt); aerr != nil {
 		return nil, aerr
 	}
@@ -475,18 +448,18 @@ func (s *Server) liveSession(sl *slot, id Identity) (*session, *apiError) {
 		return sess, nil
 	}
 	if evicted != nil {
-		return nil, refuse(http.StatusConflict, CodeSessionRetired,
+		return nil, refuse(protocol.CodeSessionRetired,
 			"rollout %q: the session was retired and its receipts dropped", id.RolloutID)
 	}
-	return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+	return nil, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
 }
 
-func checkMutable(sess *session, id Identity, expected int64) *apiError {
+func checkMutable(sess *session, id protocol.Identity, expected int64) error {
 	if sess.Retired {
-		return refuse(http.StatusConflict, CodeSessionRetired, "rollout %q: the session was verified and retired", id.RolloutID)
+		return refuse(protocol.CodeSessionRetired, "rollout %q: the session was verified and retired", id.RolloutID)
 	}
 	if expected != sess.Revision {
-		return refuse(http.StatusConflict, CodeRevisionMismatch,
+		return refuse(protocol.CodeRevisionMismatch,
 			"rollout %q: expected revision %d, the session is at revision %d", id.RolloutID, expected, sess.Revision)
 	}
 	return nil
@@ -498,12 +471,12 @@ func checkMutable(sess *session, id Identity, expected int64) *apiError {
 // phase and fence checks, answering a request that has a receipt from it
 // (apply does not run), and refusing a retired session or a stale expected
 // revision.
-func (s *Server) mutateSession(id Identity, expected int64, dg string,
-	apply func(sl *slot, sess *session) ([]byte, *apiError)) ([]byte, *apiError) {
+func (s *Server) mutateSession(id protocol.Identity, expected int64, dg string,
+	apply func(sl *slot, sess *session) ([]byte, error)) ([]byte, error) {
 	defer s.gate.hold(id.RolloutID, id.Attempt)()
 	sl := s.store.lookup(id.RolloutID)
 	if sl == nil {
-		return nil, refuse(http.StatusNotFound, CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+		return nil, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -523,8 +496,8 @@ func (s *Server) mutateSession(id Identity, expected int64, dg string,
 	return apply(sl, sess)
 }
 
-func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
-	var req OperateRequest
+func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte, error) {
+	var req protocol.OperateRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "expected_revision", "tool")...); aerr != nil {
 		return nil, aerr
 	}
@@ -532,21 +505,21 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		return nil, aerr
 	}
 	if req.Tool == "" {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "missing field tool")
+		return nil, refuse(protocol.CodeMalformed, "missing field tool")
 	}
 	canon := req
 	canon.Attempt = 0
 	args, err := canonical(req.Arguments)
 	if err != nil {
-		return nil, refuse(http.StatusBadRequest, CodeMalformed, "arguments: %v", err)
+		return nil, refuse(protocol.CodeMalformed, "arguments: %v", err)
 	}
 	canon.Arguments = args
 	dg, err := digest(kindOperate, canon)
 	if err != nil {
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+		return nil, refuse(protocol.CodeInternal, "%v", err)
 	}
 
-	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, *apiError) {
+	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, error) {
 		outcome, err := sess.live.Apply(req.Tool, req.Arguments)
 		if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
 			return nil, aerr
@@ -554,11 +527,11 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		if err != nil {
 			return nil, envRefusal("apply "+req.Tool, err)
 		}
-		out, err := json.Marshal(OperateResponse{Revision: sess.Revision + 1, Outcome: outcome})
+		out, err := json.Marshal(protocol.OperateResponse{Revision: sess.Revision + 1, Outcome: outcome})
 		if err != nil {
 			// The environment has applied the operation but it cannot be
 			// answered: fail closed rather than pretend it did not happen.
-			return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode operate response: %v", err)
+			return nil, refuse(protocol.CodeInternal, "encode operate response: %v", err)
 		}
 		sess.Revision++
 		sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
@@ -568,8 +541,8 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 	})
 }
 
-func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, *apiError) {
-	var req VerifyRequest
+func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, error) {
+	var req protocol.VerifyRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "expected_revision")...); aerr != nil {
 		return nil, aerr
 	}
@@ -580,10 +553,10 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 	canon.Attempt = 0
 	dg, err := digest(kindVerify, canon)
 	if err != nil {
-		return nil, refuse(http.StatusInternalServerError, CodeInternal, "%v", err)
+		return nil, refuse(protocol.CodeInternal, "%v", err)
 	}
 
-	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, *apiError) {
+	return s.mutateSession(req.Identity, req.ExpectedRevision, dg, func(sl *slot, sess *session) ([]byte, error) {
 		verdict, err := sess.live.Verify()
 		if aerr := s.retiredWhileRunning(sl, req.Attempt); aerr != nil {
 			return nil, aerr
@@ -591,9 +564,9 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 		if err != nil {
 			return nil, envRefusal("verify", err)
 		}
-		out, err := json.Marshal(VerifyResponse{Revision: sess.Revision, Verdict: verdict})
+		out, err := json.Marshal(protocol.VerifyResponse{Revision: sess.Revision, Verdict: verdict})
 		if err != nil {
-			return nil, refuse(http.StatusInternalServerError, CodeInternal, "encode verify response: %v", err)
+			return nil, refuse(protocol.CodeInternal, "encode verify response: %v", err)
 		}
 		sess.Receipts[req.RequestID] = receipt{Kind: kindVerify, Digest: dg, Response: out}
 		if err := sess.live.Close(); err != nil {

@@ -1,4 +1,4 @@
-package participants_test
+package envserver_test
 
 import (
 	"bytes"
@@ -15,7 +15,8 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // The fuzz targets post arbitrary bytes (and, for operate and verify,
@@ -41,9 +42,9 @@ const (
 
 // fuzzCodes are the codes a data-plane 4xx may name.
 var fuzzCodes = []string{
-	participants.CodeMalformed, participants.CodeUnknownEnv, participants.CodeUnknownSession,
-	participants.CodeSessionRetired, participants.CodeRevisionMismatch, participants.CodeRequestConflict,
-	participants.CodeStaleAttempt, participants.CodeNotFound,
+	protocol.CodeMalformed, protocol.CodeUnknownEnv, protocol.CodeUnknownSession,
+	protocol.CodeSessionRetired, protocol.CodeRevisionMismatch, protocol.CodeRequestConflict,
+	protocol.CodeStaleAttempt, protocol.CodeNotFound,
 	envs.CodeUnknownTool, envs.CodeBadArguments, envs.CodeIllegalAction, envs.CodeBadTask,
 	envs.CodeBadState, envs.CodeNotExportable, envs.CodeEpisodeOver,
 }
@@ -104,9 +105,9 @@ func FuzzOperate(f *testing.F) {
 		f.Add(s.rollout, s.verify, []byte(s.body))
 	}
 	f.Fuzz(func(t *testing.T, rollout string, verify bool, body []byte) {
-		route := participants.RouteOperate
+		route := protocol.RouteOperate
 		if verify {
-			route = participants.RouteVerify
+			route = protocol.RouteVerify
 		}
 		fuzzMutation(t, route, rollout, body)
 	})
@@ -144,7 +145,7 @@ func FuzzStart(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fuzzMutation(t, participants.RouteStart, fuzzLive, body)
+		fuzzMutation(t, protocol.RouteStart, fuzzLive, body)
 	})
 }
 
@@ -198,7 +199,7 @@ func fuzzWantEnvelope(t *testing.T, status int, h http.Header, answer []byte) {
 	if ct := h.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("answered %d with content type %q, want application/json", status, ct)
 	}
-	var eb participants.ErrorBody
+	var eb protocol.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(answer))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&eb); err != nil {
@@ -214,15 +215,15 @@ func fuzzWantEnvelope(t *testing.T, status int, h http.Header, answer []byte) {
 
 // fuzzState is what a refused request must leave as it was.
 type fuzzState struct {
-	stats  participants.Stats
+	stats  protocol.Stats
 	status int
-	info   participants.SessionInfo
+	info   protocol.SessionInfo
 }
 
-func fuzzSnapshot(t *testing.T, srv *participants.Server) fuzzState {
+func fuzzSnapshot(t *testing.T, srv *envserver.Server) fuzzState {
 	t.Helper()
 	w := httptest.NewRecorder()
-	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, participants.RouteSessions, fuzzLive, nil))
+	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, protocol.RouteSessions, fuzzLive, nil))
 	st := fuzzState{stats: srv.Stats(), status: w.Code}
 	if w.Code == http.StatusOK {
 		if err := json.Unmarshal(w.Body.Bytes(), &st.info); err != nil {
@@ -234,19 +235,19 @@ func fuzzSnapshot(t *testing.T, srv *participants.Server) fuzzState {
 
 // newFuzzServer returns a server whose live session is at revision 1 with
 // the counter at 3.
-func newFuzzServer(t *testing.T) *participants.Server {
+func newFuzzServer(t *testing.T) *envserver.Server {
 	t.Helper()
-	srv, err := participants.NewServer(participants.ServerConfig{Envs: []envs.Environment{counter.New()}})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
-	fuzzMust(t, srv, "setup start", participants.RouteStart, participants.StartRequest{
-		Identity: participants.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: participants.SeedRequestID(fuzzLive)},
+	fuzzMust(t, srv, "setup start", protocol.RouteStart, protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: protocol.SeedRequestID(fuzzLive)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(fuzzTask),
 	}, nil)
-	var resp participants.OperateResponse
-	fuzzMust(t, srv, "setup operate", participants.RouteOperate, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: fuzzFirstOp},
+	var resp protocol.OperateResponse
+	fuzzMust(t, srv, "setup operate", protocol.RouteOperate, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: fuzzFirstOp},
 		ExpectedRevision: 0, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	}, &resp)
 	if resp.Revision != 1 || resp.Outcome.Observation != "counter=3" {
@@ -257,11 +258,11 @@ func newFuzzServer(t *testing.T) *participants.Server {
 
 // fuzzProbe increments the live session by 1: it must still be at revision
 // 1 with the counter at 3, at attempt 1.
-func fuzzProbe(t *testing.T, srv *participants.Server) {
+func fuzzProbe(t *testing.T, srv *envserver.Server) {
 	t.Helper()
-	var resp participants.OperateResponse
-	fuzzMust(t, srv, "probe increment after a refused request", participants.RouteOperate, participants.OperateRequest{
-		Identity:         participants.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: "live/probe"},
+	var resp protocol.OperateResponse
+	fuzzMust(t, srv, "probe increment after a refused request", protocol.RouteOperate, protocol.OperateRequest{
+		Identity:         protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: "live/probe"},
 		ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	}, &resp)
 	if resp.Revision != 2 || resp.Outcome.Observation != "counter=4" || resp.Replayed {
@@ -270,7 +271,7 @@ func fuzzProbe(t *testing.T, srv *participants.Server) {
 }
 
 // fuzzMust sends a request that must succeed and decodes its answer.
-func fuzzMust(t *testing.T, srv *participants.Server, what, route string, in, out any) {
+func fuzzMust(t *testing.T, srv *envserver.Server, what, route string, in, out any) {
 	t.Helper()
 	b, err := json.Marshal(in)
 	if err != nil {

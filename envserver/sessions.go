@@ -1,4 +1,4 @@
-package participants
+package envserver
 
 import (
 	"container/list"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // DefaultRetiredSessions is how many retired sessions keep their receipts
@@ -45,8 +46,8 @@ type session struct {
 	live envs.Session // nil once retired
 }
 
-func (s *session) info(rolloutID string) SessionInfo {
-	return SessionInfo{RolloutID: rolloutID, Env: s.Env, Attempt: s.Attempt, Revision: s.Revision, Retired: s.Retired}
+func (s *session) info(rolloutID string) protocol.SessionInfo {
+	return protocol.SessionInfo{RolloutID: rolloutID, Env: s.Env, Attempt: s.Attempt, Revision: s.Revision, Retired: s.Retired}
 }
 
 // slot is everything the server knows about one rollout id. Slots are never
@@ -66,9 +67,9 @@ type sessionStore struct {
 	slots       map[string]*slot
 	liveCount   int
 	retiredCap  int
-	retiredLRU  *list.List               // of *retiredEntry, most recent first
-	retired     map[string]*list.Element // rollout id → LRU element
-	evictedInfo map[string]SessionInfo   // retired sessions whose receipts were dropped
+	retiredLRU  *list.List                      // of *retiredEntry, most recent first
+	retired     map[string]*list.Element        // rollout id → LRU element
+	evictedInfo map[string]protocol.SessionInfo // retired sessions whose receipts were dropped
 }
 
 type retiredEntry struct {
@@ -85,7 +86,7 @@ func newSessionStore(retiredCap int) *sessionStore {
 		retiredCap:  retiredCap,
 		retiredLRU:  list.New(),
 		retired:     map[string]*list.Element{},
-		evictedInfo: map[string]SessionInfo{},
+		evictedInfo: map[string]protocol.SessionInfo{},
 	}
 }
 
@@ -112,7 +113,7 @@ func (st *sessionStore) slotFor(id string) *slot {
 // session's receipts were evicted, it returns the evicted session's info
 // instead. Callers hold sl.mu. A retired session is never modified, so
 // reading it after this returns is safe.
-func (st *sessionStore) current(sl *slot) (*session, *SessionInfo) {
+func (st *sessionStore) current(sl *slot) (*session, *protocol.SessionInfo) {
 	if sl.live != nil {
 		return sl.live, nil
 	}

@@ -1,4 +1,4 @@
-package participants
+package envserver
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // gateEnv is the counter whose tool "block" waits until released, so a test
@@ -52,7 +53,7 @@ func (s *gateSession) Apply(tool string, args json.RawMessage) (envs.Outcome, er
 	return s.Session.Apply(tool, args)
 }
 
-func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *Client) {
+func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *protocol.Client) {
 	t.Helper()
 	srv, err := NewServer(ServerConfig{Envs: append([]envs.Environment{counter.New()}, environments...)})
 	if err != nil {
@@ -60,24 +61,24 @@ func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *Clie
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return srv, NewClient(hs.URL, hs.Client())
+	return srv, protocol.NewClient(hs.URL, hs.Client())
 }
 
 func wantCode(t *testing.T, err error, status int, code string) {
 	t.Helper()
-	var re *RemoteError
+	var re *protocol.RemoteError
 	if !errors.As(err, &re) || re.Status != status || re.Code != code {
 		t.Fatalf("error %v, want %d %s", err, status, code)
 	}
 }
 
-func incr(rollout string, attempt int, req string, rev int64) OperateRequest {
-	return OperateRequest{Identity: Identity{RolloutID: rollout, Attempt: attempt, RequestID: req},
+func incr(rollout string, attempt int, req string, rev int64) protocol.OperateRequest {
+	return protocol.OperateRequest{Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req},
 		ExpectedRevision: rev, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)}
 }
 
-func startReq(rollout string, attempt int) StartRequest {
-	return StartRequest{Identity: Identity{RolloutID: rollout, Attempt: attempt, RequestID: SeedRequestID(rollout)},
+func startReq(rollout string, attempt int) protocol.StartRequest {
+	return protocol.StartRequest{Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.SeedRequestID(rollout)},
 		Env: counter.Name, Task: json.RawMessage(`{"target":3}`)}
 }
 
@@ -92,11 +93,11 @@ func TestAdmissionParksMutations(t *testing.T) {
 		t.Fatal("admission still open")
 	}
 	_, err := c.Start(ctx, startReq("r2", 0))
-	wantCode(t, err, http.StatusServiceUnavailable, CodeParked)
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	_, err = c.Operate(ctx, incr("r1", 0, "a", 0))
-	wantCode(t, err, http.StatusServiceUnavailable, CodeParked)
-	_, err = c.Verify(ctx, VerifyRequest{Identity: Identity{RolloutID: "r1", Attempt: 0, RequestID: "v"}})
-	wantCode(t, err, http.StatusServiceUnavailable, CodeParked)
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+	_, err = c.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "r1", Attempt: 0, RequestID: "v"}})
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	// Reads still work while parked.
 	if info, err := c.Session(ctx, "r1"); err != nil || info.Revision != 0 {
 		t.Fatalf("session while parked = %+v, %v", info, err)
@@ -116,7 +117,7 @@ func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
 	g := &gateEnv{entered: make(chan struct{}), release: make(chan struct{})}
 	srv, c := newInternal(t, g)
 	ctx := context.Background()
-	if _, err := c.Start(ctx, StartRequest{Identity: Identity{RolloutID: "g", RequestID: "g/seed"}, Env: "gate", Task: json.RawMessage(`{"target":1}`)}); err != nil {
+	if _, err := c.Start(ctx, protocol.StartRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "g/seed"}, Env: "gate", Task: json.RawMessage(`{"target":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.waitIdle(ctx); err != nil {
@@ -124,7 +125,7 @@ func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Operate(ctx, OperateRequest{Identity: Identity{RolloutID: "g", RequestID: "b"}, Tool: "block"})
+		_, err := c.Operate(ctx, protocol.OperateRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "b"}, Tool: "block"})
 		done <- err
 	}()
 	<-g.entered
@@ -159,7 +160,7 @@ func TestExportInstallRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	verdict, err := ca.Verify(ctx, VerifyRequest{Identity: Identity{RolloutID: "done", RequestID: "done/verify"}, ExpectedRevision: 1})
+	verdict, err := ca.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", RequestID: "done/verify"}, ExpectedRevision: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestExportInstallRoundTrip(t *testing.T) {
 	}
 	// Attempt 0 is fenced out.
 	_, err = cb.Operate(ctx, incr("live", 0, "live/t1/c0", 1))
-	wantCode(t, err, http.StatusConflict, CodeStaleAttempt)
+	wantCode(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	// Attempt 1 re-sending a mutation applied before the cut gets the stored response.
 	r, err := cb.Operate(ctx, incr("live", 1, "live/t0/c0", 0))
 	if err != nil || !r.Replayed || r.Outcome.Observation != "counter=1" {
@@ -208,7 +209,7 @@ func TestExportInstallRoundTrip(t *testing.T) {
 	if err != nil || r.Replayed || r.Revision != 2 || r.Outcome.Observation != "counter=2" {
 		t.Fatalf("operate after install = %+v, %v", r, err)
 	}
-	v, err := cb.Verify(ctx, VerifyRequest{Identity: Identity{RolloutID: "done", Attempt: 1, RequestID: "done/verify"}, ExpectedRevision: 1})
+	v, err := cb.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", Attempt: 1, RequestID: "done/verify"}, ExpectedRevision: 1})
 	if err != nil || !v.Replayed || string(v.Verdict.Details) != string(verdict.Verdict.Details) {
 		t.Fatalf("verdict replay after install = %+v, %v", v, err)
 	}
@@ -234,7 +235,7 @@ func TestInstallIsAllOrNothing(t *testing.T) {
 				t.Errorf("error %q does not name the record", err)
 			}
 			_, err = c.Session(context.Background(), "ok")
-			wantCode(t, err, http.StatusNotFound, CodeUnknownSession)
+			wantCode(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 			// The fence was not installed either.
 			if _, err := c.Start(context.Background(), startReq("ok", 0)); err != nil {
 				t.Fatalf("start after a failed install: %v", err)

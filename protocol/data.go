@@ -1,12 +1,16 @@
-// Package participants holds the environment server and the checkpoint control
-// protocol every participant shares. This file is the wire contract of the
-// environment server's data plane: the types clients (activities, tests,
-// operators) send and receive as JSON over HTTP.
-package participants
+// Package protocol is the wire contract every participant of a checkpoint
+// shares: the data- and control-plane request and response types, the error
+// codes and envelope, both clients and the request-id helpers. It holds no
+// server and no logger, so the deterministic workflow code can import the
+// request-id helpers without dragging either into its dependency graph; the
+// environment server lives in package envserver.
+//
+// This file is the data plane: what clients (activities, tests, operators)
+// send to and receive from an environment server as JSON over HTTP.
+package protocol
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/turnstile-rl/turnstile/envs"
 )
@@ -95,52 +99,3 @@ type Stats struct {
 	Parked   int64 `json:"parked"`   // requests answered "parked" (admission closed)
 	Sessions int   `json:"sessions"` // live sessions
 }
-
-// Error codes of the data plane. Each is sent as
-// {"error":{"code":...,"message":...}} with the HTTP status noted.
-const (
-	CodeMalformed        = "malformed_request"   // 400
-	CodeUnknownEnv       = "unknown_env"         // 404
-	CodeUnknownSession   = "unknown_session"     // 404
-	CodeSessionRetired   = "session_retired"     // 409
-	CodeRevisionMismatch = "revision_mismatch"   // 409
-	CodeRequestConflict  = "request_id_conflict" // 409: same request id, different body
-	CodeStaleAttempt     = "stale_attempt"       // 409: attempt below the highest installed
-	CodeParked           = "parked"              // 503: admission closed; retry the same request later
-	// Environment refusals (envs.Code*) are sent with status 422.
-)
-
-// ErrorBody is the JSON error envelope.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail names what was wrong.
-type ErrorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// RemoteError is an error answer from a participant, as seen by a client.
-type RemoteError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *RemoteError) Error() string {
-	return fmt.Sprintf("participant answered %d %s: %s", e.Status, e.Code, e.Message)
-}
-
-// Request ids: derived from the logical position only.
-
-// SeedRequestID is the request id of a rollout's start.
-func SeedRequestID(rolloutID string) string { return rolloutID + "/seed" }
-
-// OperateRequestID is the request id of tool call index in turn.
-func OperateRequestID(rolloutID string, turn, index int) string {
-	return fmt.Sprintf("%s/t%d/c%d", rolloutID, turn, index)
-}
-
-// VerifyRequestID is the request id of a rollout's verify.
-func VerifyRequestID(rolloutID string) string { return rolloutID + "/verify" }

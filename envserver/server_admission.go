@@ -1,13 +1,14 @@
-package participants
+package envserver
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // admission is the gate every mutation passes. The checkpoint control
@@ -188,17 +189,17 @@ func (a *admission) retiredHoldLocked(k holdKey) bool {
 // drained reports whether every admitted mutation has finished, except those
 // of retired attempts (whose results will be discarded), and lists the
 // mutations still running.
-func (a *admission) drained() (bool, []InFlight) {
+func (a *admission) drained() (bool, []protocol.InFlight) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	pending := a.inflight
-	list := make([]InFlight, 0, len(a.holds))
+	list := make([]protocol.InFlight, 0, len(a.holds))
 	for k, n := range a.holds {
 		retired := a.retiredHoldLocked(k)
 		if retired {
 			pending -= n
 		}
-		list = append(list, InFlight{RolloutID: k.rollout, Attempt: k.attempt, Count: n, Retired: retired})
+		list = append(list, protocol.InFlight{RolloutID: k.rollout, Attempt: k.attempt, Count: n, Retired: retired})
 	}
 	sort.Slice(list, func(i, j int) bool {
 		if list[i].RolloutID != list[j].RolloutID {
@@ -211,7 +212,7 @@ func (a *admission) drained() (bool, []InFlight) {
 
 // waitDrained waits until drained, or returns ctx's error with the
 // mutations still running.
-func (s *Server) waitDrained(ctx context.Context) ([]InFlight, error) {
+func (s *Server) waitDrained(ctx context.Context) ([]protocol.InFlight, error) {
 	for {
 		ch := s.gate.watch()
 		if ok, _ := s.gate.drained(); ok {
@@ -250,10 +251,10 @@ func (s *Server) settle(sl *slot) {
 // applies a pending retirement and re-checks admission, because a prepare
 // may have closed it while the request waited for the lock; such a request
 // is parked, never half-applied.
-func (s *Server) lockedChecks(sl *slot) *apiError {
+func (s *Server) lockedChecks(sl *slot) error {
 	s.settle(sl)
 	if s.admissionClosed() {
-		return refuse(http.StatusServiceUnavailable, CodeParked, "admission closed for a checkpoint while the request waited; retry the same request later")
+		return refuse(protocol.CodeParked, "admission closed for a checkpoint while the request waited; retry the same request later")
 	}
 	return nil
 }
@@ -261,12 +262,12 @@ func (s *Server) lockedChecks(sl *slot) *apiError {
 // retiredWhileRunning is checked under sl.mu after an environment call: if
 // the request's attempt was retired meanwhile, the result is discarded (the
 // session is dropped with it) and the request is refused stale_attempt.
-func (s *Server) retiredWhileRunning(sl *slot, attempt int) *apiError {
+func (s *Server) retiredWhileRunning(sl *slot, attempt int) error {
 	f, ok := s.gate.floor(sl.id)
 	if !ok || attempt >= f {
 		return nil
 	}
 	s.settle(sl)
-	return refuse(http.StatusConflict, CodeStaleAttempt,
+	return refuse(protocol.CodeStaleAttempt,
 		"rollout %q: attempt %d was retired while its request ran; the result is discarded", sl.id, attempt)
 }

@@ -1,4 +1,4 @@
-package participants_test
+package envserver_test
 
 import (
 	"archive/tar"
@@ -17,32 +17,33 @@ import (
 
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/participants"
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // armed returns a failpoint set whose point name counts its passes instead
 // of killing the process.
-func armed(t *testing.T, name string, hits *int) func(*participants.ServerConfig) {
+func armed(t *testing.T, name string, hits *int) func(*envserver.ServerConfig) {
 	t.Helper()
 	fps, err := failpoint.Parse(name + "=kill@1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	fps.SetKill(func() { *hits++ })
-	return func(c *participants.ServerConfig) { c.Failpoints = fps }
+	return func(c *envserver.ServerConfig) { c.Failpoints = fps }
 }
 
 // source is a committed checkpoint and what the test needs to know of it.
 type source struct {
 	dir    string
 	id     string
-	commit participants.CommitResponse
+	commit protocol.CommitResponse
 	// lastA is the stored response of rollout a's last mutation before the
 	// cut.
-	lastA participants.OperateResponse
+	lastA protocol.OperateResponse
 	// verdict of the verified rollout "done".
-	verdict participants.VerifyResponse
+	verdict protocol.VerifyResponse
 }
 
 // committedCheckpoint runs rollouts on a server and commits checkpoint
@@ -59,16 +60,16 @@ func committedCheckpoint(t *testing.T) source {
 	src.lastA = f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
 	f.startEnv(t, counter.Name, "done", 0)
 	f.operate(t, inc("done", 0, "done/t0/c0", 0, 1))
-	v, err := f.c.Verify(ctx, participants.VerifyRequest{Identity: id("done", 0, participants.VerifyRequestID("done")), ExpectedRevision: 1})
+	v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src.verdict = v
 	f.startEnv(t, "restart", "r", 0)
-	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 
 	prep := f.prepare(t, src.id)
-	want := []participants.SessionSummary{
+	want := []protocol.SessionSummary{
 		{RolloutID: "a", Attempt: 0, Revision: 2, Env: counter.Name, Mode: "export_restore"},
 		{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
 		{RolloutID: "r", Attempt: 0, Revision: 1, Env: "restart", Mode: "restart_only"},
@@ -76,23 +77,23 @@ func committedCheckpoint(t *testing.T) source {
 	if !reflect.DeepEqual(prep.Sessions, want) {
 		t.Fatalf("prepared membership = %+v, want %+v", prep.Sessions, want)
 	}
-	src.commit, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: src.dir})
+	src.commit, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: src.dir})
 	if err != nil {
 		t.Fatalf("commit: %v", err)
 	}
-	if src.commit.Phase != participants.PhaseCommitted || src.commit.Sessions != 3 || src.commit.ManifestDigest == "" || src.commit.Bytes <= 0 {
+	if src.commit.Phase != protocol.PhaseCommitted || src.commit.Sessions != 3 || src.commit.ManifestDigest == "" || src.commit.Bytes <= 0 {
 		t.Fatalf("commit = %+v", src.commit)
 	}
 	if hits != 1 {
 		t.Fatalf("the %s failpoint was passed %d times before firing once; want the commit to pass it", failpoint.CheckpointBetweenFiles, hits)
 	}
 	// A retried commit validates and answers the same.
-	again, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: src.dir + "/"})
+	again, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: src.dir + "/"})
 	if err != nil || again != src.commit {
 		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, src.commit)
 	}
-	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: src.id, Location: t.TempDir()})
-	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, src.dir)
+	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: t.TempDir()})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, src.dir)
 	f.resume(t, src.id)
 	return src
 }
@@ -108,24 +109,24 @@ func TestCommitIsIdempotentAndFailsClosed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(busy, "notes.txt"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: busy})
-	wantRemote(t, err, http.StatusConflict, participants.CodeLocationConflict, "notes.txt")
-	if st := f.status(t); st.Phase != participants.PhasePrepared {
+	_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: busy})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeLocationConflict, "notes.txt")
+	if st := f.status(t); st.Phase != protocol.PhasePrepared {
 		t.Fatalf("phase after a failed commit = %s", st.Phase)
 	}
 	dir := t.TempDir()
-	first, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	first, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
+	again, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
 	if err != nil || again != first {
 		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, first)
 	}
 	// The retry validates: damage since the commit is reported, not hidden.
-	flipByte(t, filepath.Join(dir, artifact.ShardName(participants.SectionSessions, 0)))
-	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "c1", Location: dir})
-	wantRemote(t, err, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "sha256")
+	flipByte(t, filepath.Join(dir, artifact.ShardName(protocol.SectionSessions, 0)))
+	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
+	wantRemote(t, err, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "sha256")
 }
 
 func TestCommitRestoreCycle(t *testing.T) {
@@ -133,7 +134,7 @@ func TestCommitRestoreCycle(t *testing.T) {
 	src := committedCheckpoint(t)
 	var hits int
 	b := newCtlFixture(t, armed(t, failpoint.RestoreAfterValidate, &hits))
-	req := participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}
+	req := protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}
 	res, err := b.cc.Restore(ctx, req)
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -141,13 +142,13 @@ func TestCommitRestoreCycle(t *testing.T) {
 	if hits != 1 {
 		t.Fatalf("the %s failpoint was not passed", failpoint.RestoreAfterValidate)
 	}
-	want := participants.RestoreResponse{
-		Phase: participants.PhaseRestored, CheckpointID: src.id, RestoreID: src.id, ManifestDigest: src.commit.ManifestDigest,
-		Restored: []participants.SessionSummary{
+	want := protocol.RestoreResponse{
+		Phase: protocol.PhaseRestored, CheckpointID: src.id, RestoreID: src.id, ManifestDigest: src.commit.ManifestDigest,
+		Restored: []protocol.SessionSummary{
 			{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"},
 			{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
 		},
-		Restarted: []participants.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
+		Restarted: []protocol.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
 	}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("restore = %+v\nwant %+v", res, want)
@@ -156,22 +157,22 @@ func TestCommitRestoreCycle(t *testing.T) {
 	if again, err := b.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
 		t.Fatalf("retried restore = %+v, %v", again, err)
 	}
-	_, err = b.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 2, "r": 1}})
-	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict)
+	_, err = b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 2, "r": 1}})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict)
 
 	// Paused until resume, even for the new attempt.
-	if st := b.status(t); st.Phase != participants.PhaseRestored || st.Admission != participants.AdmissionClosed || st.Sessions != 1 {
+	if st := b.status(t); st.Phase != protocol.PhaseRestored || st.Admission != protocol.AdmissionClosed || st.Sessions != 1 {
 		t.Fatalf("status after restore = %+v", st)
 	}
 	_, err = b.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
-	wantRemote(t, err, http.StatusServiceUnavailable, participants.CodeParked)
+	wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	b.resume(t, src.id)
 
 	// Attempt 0 is fenced out, for every rollout of the checkpoint.
 	_, err = b.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
-	_, err = b.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	// Attempt 1 re-sending a mutation applied before the cut gets the stored
 	// response, not a second application.
 	replayed := b.operate(t, inc("a", 1, "a/t1/c0", 1, 2))
@@ -180,21 +181,21 @@ func TestCommitRestoreCycle(t *testing.T) {
 	}
 	// A changed re-send is a conflict, not an application.
 	_, err = b.c.Operate(ctx, inc("a", 1, "a/t1/c0", 1, 3))
-	wantRemote(t, err, http.StatusConflict, participants.CodeRequestConflict)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 	// A new mutation continues the restored state.
 	next := b.operate(t, inc("a", 1, "a/t2/c0", 2, 1))
 	if next.Replayed || next.Revision != 3 {
 		t.Fatalf("new mutation after restore = %+v", next)
 	}
 	// The restart-only rollout has no session: attempt 1 starts over.
-	_, err = b.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	b.startEnv(t, "restart", "r", 1)
 	if info := b.info(t, "r"); info.Attempt != 1 || info.Revision != 0 {
 		t.Fatalf("restarted rollout = %+v", info)
 	}
 	// The verified rollout's verdict survives.
-	v, err := b.c.Verify(ctx, participants.VerifyRequest{Identity: id("done", 0, participants.VerifyRequestID("done")), ExpectedRevision: 1})
+	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
 	if err != nil || !v.Replayed || v.Verdict.Reward != src.verdict.Verdict.Reward || string(v.Verdict.Details) != string(src.verdict.Verdict.Details) {
 		t.Fatalf("verdict after restore = %+v, %v", v, err)
 	}
@@ -356,18 +357,18 @@ func editJSON(section, key string, fn func(map[string]any)) func(string, []artif
 
 // serverView is what a failed restore must leave exactly as it was.
 type serverView struct {
-	Status   participants.ControlStatus
-	Sessions map[string]participants.SessionInfo
+	Status   protocol.ControlStatus
+	Sessions map[string]protocol.SessionInfo
 	Applied  int64
 }
 
 func viewOf(t *testing.T, f *ctlFixture, rollouts ...string) serverView {
 	t.Helper()
-	v := serverView{Status: f.status(t), Sessions: map[string]participants.SessionInfo{}, Applied: f.stats(t).Applied}
+	v := serverView{Status: f.status(t), Sessions: map[string]protocol.SessionInfo{}, Applied: f.stats(t).Applied}
 	for _, r := range rollouts {
 		info, err := f.c.Session(context.Background(), r)
-		var re *participants.RemoteError
-		if errors.As(err, &re) && re.Code == participants.CodeUnknownSession {
+		var re *protocol.RemoteError
+		if errors.As(err, &re) && re.Code == protocol.CodeUnknownSession {
 			continue
 		}
 		if err != nil {
@@ -383,7 +384,7 @@ func viewOf(t *testing.T, f *ctlFixture, rollouts ...string) serverView {
 // exactly as before; the good checkpoint then restores on the same server.
 func TestFailedRestoreInstallsNothing(t *testing.T) {
 	src := committedCheckpoint(t)
-	sessions0 := artifact.ShardName(participants.SectionSessions, 0)
+	sessions0 := artifact.ShardName(protocol.SectionSessions, 0)
 	good := map[string]int{"a": 1, "r": 1}
 	cases := []struct {
 		name     string
@@ -398,28 +399,28 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 			d := copyDir(t, src.dir)
 			flipByte(t, filepath.Join(d, sessions0))
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "sha256"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "sha256"},
 		{"truncated shard", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			if err := os.Truncate(filepath.Join(d, sessions0), 512); err != nil {
 				t.Fatal(err)
 			}
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, sessions0},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, sessions0},
 		{"torn commit without manifest", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			if err := os.Remove(filepath.Join(d, artifact.ManifestName)); err != nil {
 				t.Fatal(err)
 			}
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "manifest"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "manifest"},
 		{"extra file", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
-			if err := os.WriteFile(filepath.Join(d, artifact.ShardName(participants.SectionSessions, 1)), nil, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(d, artifact.ShardName(protocol.SectionSessions, 1)), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, artifact.ShardName(participants.SectionSessions, 1)},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, artifact.ShardName(protocol.SectionSessions, 1)},
 		{"extra member", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			rewriteShard(t, d, sessions0, func(ms []member) []member {
@@ -428,7 +429,7 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				return append(ms, member{&extra, ms[0].data})
 			})
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "extra member"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "extra member"},
 		{"symlink member", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			rewriteShard(t, d, sessions0, func(ms []member) []member {
@@ -439,7 +440,7 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				return ms
 			})
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "symlink"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "symlink"},
 		{"path-escape member", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			rewriteShard(t, d, sessions0, func(ms []member) []member {
@@ -447,7 +448,7 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				return ms
 			})
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "path escape"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "path escape"},
 		{"symlinked shard file", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			elsewhere := filepath.Join(t.TempDir(), "shard.tar")
@@ -458,33 +459,33 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "not a regular file"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "not a regular file"},
 		{"wrong checkpoint id", func(*testing.T) string { return src.dir }, "other", nil,
-			http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "other"},
+			http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "other"},
 		{"unknown artifact schema", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			editManifest(t, d, func(m *artifact.Manifest) { m.Schema = artifact.SchemaVersion + 1 })
 			return d
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "schema"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "schema"},
 		{"unknown record schema", func(t *testing.T) string {
-			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionServer, participants.ServerRecordKey,
-				func(v map[string]any) { v["schema"] = participants.ControlSchemaVersion + 1 }))
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "unknown record schema 2"},
+			return rewriteRecords(t, src.dir, src.id, editJSON(protocol.SectionServer, protocol.ServerRecordKey,
+				func(v map[string]any) { v["schema"] = protocol.ControlSchemaVersion + 1 }))
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "unknown record schema 2"},
 		{"unknown record field", func(t *testing.T) string {
-			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+			return rewriteRecords(t, src.dir, src.id, editJSON(protocol.SectionSessions, "a",
 				func(v map[string]any) { v["surprise"] = true }))
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "surprise"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "surprise"},
 		{"environment refuses the state", func(t *testing.T) string {
-			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+			return rewriteRecords(t, src.dir, src.id, editJSON(protocol.SectionSessions, "a",
 				func(v map[string]any) { v["state"].(map[string]any)["start"] = -1 }))
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, `rollout "a"`},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, `rollout "a"`},
 		{"record under another key", func(t *testing.T) string {
-			return rewriteRecords(t, src.dir, src.id, editJSON(participants.SectionSessions, "a",
+			return rewriteRecords(t, src.dir, src.id, editJSON(protocol.SectionSessions, "a",
 				func(v map[string]any) { v["rollout_id"] = "done" }))
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "holds rollout"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "holds rollout"},
 		{"receipt of no session", func(t *testing.T) string {
 			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record {
-				if name != participants.SectionReceipts {
+				if name != protocol.SectionReceipts {
 					return recs
 				}
 				var v map[string]any
@@ -492,24 +493,24 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				v["rollout_id"] = "ghost"
 				return append(recs, artifact.Record{Key: `["ghost","` + v["request_id"].(string) + `"]`, Data: must(json.Marshal(v))})
 			})
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "belongs to no session"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "belongs to no session"},
 		{"missing section", func(t *testing.T) string {
 			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record {
-				if name == participants.SectionFences {
+				if name == protocol.SectionFences {
 					return nil
 				}
 				return recs
 			})
-		}, "", nil, http.StatusUnprocessableEntity, participants.CodeInvalidCheckpoint, "want exactly"},
+		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "want exactly"},
 		{"identical rewrite (control case)", func(t *testing.T) string {
 			return rewriteRecords(t, src.dir, src.id, func(name string, recs []artifact.Record) []artifact.Record { return recs })
 		}, "", nil, 0, "", ""},
 		{"new attempt not above the saved one", func(*testing.T) string { return src.dir }, "", map[string]int{"a": 0, "r": 1},
-			http.StatusConflict, participants.CodeStaleAttempt, `rollout "a"`},
+			http.StatusConflict, protocol.CodeStaleAttempt, `rollout "a"`},
 		{"attempts name no rollout", func(*testing.T) string { return src.dir }, "", map[string]int{},
-			http.StatusBadRequest, participants.CodeMalformed, "names no rollout"},
+			http.StatusBadRequest, protocol.CodeMalformed, "names no rollout"},
 		{"a fenced rollout's attempt not above the one seen", func(*testing.T) string { return src.dir }, "", map[string]int{"a": 1, "r": 1, "x": 0},
-			http.StatusConflict, participants.CodeStaleAttempt, `rollout "x"`},
+			http.StatusConflict, protocol.CodeStaleAttempt, `rollout "x"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -529,7 +530,7 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 			if attempts == nil {
 				attempts = good
 			}
-			_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: id, Location: tc.dir(t), Attempts: attempts})
+			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: id, Location: tc.dir(t), Attempts: attempts})
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("identical rewrite: %v", err)
@@ -545,13 +546,13 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 				t.Fatalf("attempt 0 after a failed restore = %+v", r)
 			}
 			// The failed restore recorded nothing: the good one goes through.
-			res, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: good})
+			res, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: good})
 			if err != nil || len(res.Restored) != 2 {
 				t.Fatalf("restore after a failed one = %+v, %v", res, err)
 			}
 			f.resume(t, src.id)
 			_, err = f.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
-			wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+			wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 			if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
 				t.Fatalf("a after restore = %+v", info)
 			}
@@ -568,17 +569,17 @@ func TestRestoreWaitsForQuiescence(t *testing.T) {
 	f.startEnv(t, "block", "slow", 0)
 	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
 	past := time.Now().Add(-time.Second)
-	_, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir,
+	_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir,
 		Attempts: map[string]int{"a": 1, "r": 1}, Deadline: &past})
-	wantRemote(t, err, http.StatusConflict, participants.CodePrepareTimeout, "slow (attempt 0)")
-	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen || st.Sessions != 1 {
+	wantRemote(t, err, http.StatusConflict, protocol.CodePrepareTimeout, "slow (attempt 0)")
+	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen || st.Sessions != 1 {
 		t.Fatalf("status after the refused restore = %+v", st)
 	}
 	close(f.block.release)
 	if err := <-stuck; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}); err != nil {
+	if _, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}); err != nil {
 		t.Fatalf("restore once idle: %v", err)
 	}
 }
@@ -588,23 +589,23 @@ func TestRestoreWaitsForQuiescence(t *testing.T) {
 // other (another set's counter, one mutation) and v (another set's,
 // verified). It returns the
 // checkpoint's location and a's last response before the cut.
-func liveCut(t *testing.T, f *ctlFixture) (string, participants.OperateResponse) {
+func liveCut(t *testing.T, f *ctlFixture) (string, protocol.OperateResponse) {
 	t.Helper()
 	ctx := context.Background()
 	f.startEnv(t, counter.Name, "a", 0)
 	f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
 	lastA := f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
 	f.startEnv(t, "restart", "r", 0)
-	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	f.startEnv(t, counter.Name, "other", 0)
 	f.operate(t, inc("other", 0, "other/t0/c0", 0, 1))
 	f.startEnv(t, counter.Name, "v", 0)
-	if _, err := f.c.Verify(ctx, participants.VerifyRequest{Identity: id("v", 0, participants.VerifyRequestID("v"))}); err != nil {
+	if _, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("v", 0, protocol.VerifyRequestID("v"))}); err != nil {
 		t.Fatalf("verify v: %v", err)
 	}
 	f.prepare(t, "k")
 	dir := filepath.Join(t.TempDir(), "k")
-	if _, err := f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
+	if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
 	f.resume(t, "k")
@@ -625,7 +626,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	// Progress after the cut: a and other move on, r too, and "late"
 	// starts.
 	f.operate(t, inc("a", 0, "a/t2/c0", 2, 1))
-	f.operate(t, participants.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	f.operate(t, inc("other", 0, "other/t1/c0", 1, 1))
 	f.startEnv(t, counter.Name, "late", 0)
 	f.operate(t, inc("late", 0, "late/t0/c0", 0, 1))
@@ -633,38 +634,38 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 
 	// The checkpoint's own id is spent as a checkpoint: a prepare or
 	// commit of it is stale.
-	_, err := f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "k", Deadline: future()})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "k", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 
-	r1 := participants.RestoreRequest{CheckpointID: "k", RestoreID: "r1", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}}
+	r1 := protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r1", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}}
 	res, err := f.cc.Restore(ctx, r1)
 	if err != nil {
 		t.Fatalf("restore r1: %v", err)
 	}
-	want := participants.RestoreResponse{
-		Phase: participants.PhaseRestored, CheckpointID: "k", RestoreID: "r1", ManifestDigest: res.ManifestDigest,
-		Restored:  []participants.SessionSummary{{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"}},
-		Restarted: []participants.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
-		Fenced:    []participants.FenceSummary{{RolloutID: "late", Attempt: 1, Dropped: true}},
+	want := protocol.RestoreResponse{
+		Phase: protocol.PhaseRestored, CheckpointID: "k", RestoreID: "r1", ManifestDigest: res.ManifestDigest,
+		Restored:  []protocol.SessionSummary{{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"}},
+		Restarted: []protocol.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
+		Fenced:    []protocol.FenceSummary{{RolloutID: "late", Attempt: 1, Dropped: true}},
 		Untouched: []string{"other", "v"},
 	}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("restore r1 = %+v\nwant %+v", res, want)
 	}
 	// Paused, and observable as restore r1 of k; other sessions wait.
-	if st := f.status(t); st.Phase != participants.PhaseRestored || st.CheckpointID != "k" || st.RestoreID != "r1" || st.Admission != participants.AdmissionClosed {
+	if st := f.status(t); st.Phase != protocol.PhaseRestored || st.CheckpointID != "k" || st.RestoreID != "r1" || st.Admission != protocol.AdmissionClosed {
 		t.Fatalf("status after restore r1 = %+v", st)
 	}
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
-	wantRemote(t, err, http.StatusServiceUnavailable, participants.CodeParked)
+	wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	// A retry replays; another restore or another id waits its turn.
 	if again, err := f.cc.Restore(ctx, r1); err != nil || !reflect.DeepEqual(again, res) {
 		t.Fatalf("retried restore r1 = %+v, %v", again, err)
 	}
-	_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2}})
-	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, "r1")
+	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2}})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "r1")
 	_, err = f.cc.ResumeRestore(ctx, "elsewhere", "r1")
-	wantRemote(t, err, http.StatusConflict, participants.CodeCheckpointConflict, "elsewhere")
+	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "elsewhere")
 	if _, err := f.cc.ResumeRestore(ctx, "k", "r1"); err != nil {
 		t.Fatalf("resume r1: %v", err)
 	}
@@ -675,7 +676,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 		t.Fatalf("a after restore r1 = %+v", info)
 	}
 	_, err = f.c.Operate(ctx, inc("a", 0, "a/t3/c0", 3, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if got := f.operate(t, inc("a", 1, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
 		t.Fatalf("a's last mutation before the cut = %+v, want the stored %+v", got, lastA)
 	}
@@ -685,15 +686,15 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 		t.Fatalf("a's first mutation after the cut = %+v", got)
 	}
 	// r starts over: no session, attempt 0 refused.
-	_, err = f.c.Operate(ctx, participants.OperateRequest{Identity: id("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	_, err = f.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Session(ctx, "r")
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	// late, started after the cut, is fenced off and holds nothing.
 	_, err = f.c.Operate(ctx, inc("late", 0, "late/t1/c0", 1, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Session(ctx, "late")
-	wantRemote(t, err, http.StatusNotFound, participants.CodeUnknownSession)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	// Another set's rollout was not named: it goes on where it was.
 	if info := f.info(t, "other"); info.Attempt != 0 || info.Revision != 2 {
 		t.Fatalf("other after restore r1 = %+v", info)
@@ -706,30 +707,30 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 
 	// A re-run of r1 installs nothing: stale, and a keeps its progress.
 	_, err = f.cc.Restore(ctx, r1)
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint, "r1")
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint, "r1")
 	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 3 {
 		t.Fatalf("a after a re-run of r1 = %+v", info)
 	}
-	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
 		t.Fatalf("status after a re-run of r1 = %+v", st)
 	}
 
 	// Restoring k again takes a new restore id and higher attempts.
-	_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt, `rollout "a"`)
-	res2, err := f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2, "r": 2, "late": 2}})
+	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, `rollout "a"`)
+	res2, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2, "r": 2, "late": 2}})
 	if err != nil {
 		t.Fatalf("restore r2: %v", err)
 	}
 	if len(res2.Restored) != 1 || res2.Restored[0].Attempt != 2 || res2.Restored[0].Revision != 2 || res2.RestoreID != "r2" ||
-		!reflect.DeepEqual(res2.Fenced, []participants.FenceSummary{{RolloutID: "late", Attempt: 2}}) {
+		!reflect.DeepEqual(res2.Fenced, []protocol.FenceSummary{{RolloutID: "late", Attempt: 2}}) {
 		t.Fatalf("restore r2 = %+v", res2)
 	}
 	if _, err := f.cc.ResumeRestore(ctx, "k", "r2"); err != nil {
 		t.Fatalf("resume r2: %v", err)
 	}
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t3/c0", 3, 1))
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleAttempt)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if got := f.operate(t, inc("a", 2, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
 		t.Fatalf("a's last mutation before the cut, as attempt 2 = %+v", got)
 	}
@@ -742,8 +743,8 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	}
 	// Both restore ids are spent now.
 	for _, rid := range []string{"r1", "r2"} {
-		_, err = f.cc.Restore(ctx, participants.RestoreRequest{CheckpointID: "k", RestoreID: rid, Location: dir, Attempts: map[string]int{"a": 3}})
-		wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+		_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: rid, Location: dir, Attempts: map[string]int{"a": 3}})
+		wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	}
 }
 
@@ -756,7 +757,7 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 	dir, _ := liveCut(t, f)
 	f.operate(t, inc("a", 0, "a/t2/c0", 2, 1))
 
-	req := participants.RestoreRequest{CheckpointID: "k", Location: dir, Attempts: map[string]int{"a": 1, "r": 1}}
+	req := protocol.RestoreRequest{CheckpointID: "k", Location: dir, Attempts: map[string]int{"a": 1, "r": 1}}
 	res, err := f.cc.Restore(ctx, req)
 	if err != nil {
 		t.Fatalf("restore: %v", err)
@@ -765,19 +766,19 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 		t.Fatalf("restore = %+v", res)
 	}
 	// The checkpoint's own operations stay refused during the restore.
-	_, err = f.cc.Commit(ctx, participants.CommitRequest{CheckpointID: "k", Location: dir})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	if again, err := f.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
 		t.Fatalf("retried restore = %+v, %v", again, err)
 	}
 	f.resume(t, "k")
-	if st := f.status(t); st.Phase != participants.PhaseIdle || st.Admission != participants.AdmissionOpen {
+	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
 		t.Fatalf("status after resume = %+v", st)
 	}
 	_, err = f.cc.Restore(ctx, req)
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint, "restore session")
-	_, err = f.cc.Prepare(ctx, participants.PrepareRequest{CheckpointID: "k", Deadline: future()})
-	wantRemote(t, err, http.StatusConflict, participants.CodeStaleCheckpoint)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint, "restore session")
+	_, err = f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "k", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
 		t.Fatalf("a after the restore = %+v", info)
 	}
