@@ -1,12 +1,13 @@
-// Package activities holds every side effect of a rollout: model calls through
-// the official openai-go SDK, environment calls, and transcript storage. The
-// inputs and results here are what workflow history records, so none of them
-// grows with the conversation: conversations travel as transcript heads.
 package rollout
+
+// The inputs and results of the rollout's activities: what workflow history
+// records, so none of them grows with the conversation (conversations travel
+// as transcript heads). What a checkpoint keeps is defined in api.go, apart
+// from these, so changing an activity's output never changes the checkpoint
+// schema by accident.
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/transcript"
@@ -35,39 +36,6 @@ const (
 	// that a retry cannot fix (unknown session, revision mismatch, conflict).
 	ErrEnvironment = "EnvironmentRefused"
 )
-
-// EnvRef names an environment and, optionally, the server hosting it. An
-// empty URL means the worker's default environment server.
-type EnvRef struct {
-	Name string `json:"name"`
-	URL  string `json:"url,omitempty"`
-}
-
-// PolicyRef names the policy model and, optionally, its OpenAI-compatible
-// base URL. An empty BaseURL means the worker's default endpoint. The API key
-// never travels in workflow input; the worker holds it.
-type PolicyRef struct {
-	Model   string `json:"model"`
-	BaseURL string `json:"base_url,omitempty"`
-}
-
-// Usage counts tokens.
-type Usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
-	Calls            int64 `json:"calls"`
-}
-
-// Add returns u + v.
-func (u Usage) Add(v Usage) Usage {
-	return Usage{
-		PromptTokens:     u.PromptTokens + v.PromptTokens,
-		CompletionTokens: u.CompletionTokens + v.CompletionTokens,
-		TotalTokens:      u.TotalTokens + v.TotalTokens,
-		Calls:            u.Calls + v.Calls,
-	}
-}
 
 // StartEnvironmentInput seeds the rollout's environment session.
 type StartEnvironmentInput struct {
@@ -114,12 +82,6 @@ type CallModelResult struct {
 	Usage        Usage                 `json:"usage"`
 }
 
-// ModelCallID is the id of a rollout's model call: unique per attempt and
-// turn, and stable across retries of the activity.
-func ModelCallID(rolloutID string, attempt, turn int) string {
-	return rolloutID + "/a" + itoa(attempt) + "/t" + itoa(turn)
-}
-
 // OperateEnvironmentInput applies one tool call or step.
 type OperateEnvironmentInput struct {
 	RolloutID        string              `json:"rollout_id"`
@@ -161,8 +123,4 @@ type VerifyInput struct {
 type VerifyResult struct {
 	Reward  float64         `json:"reward"`
 	Details json.RawMessage `json:"details,omitempty"`
-}
-
-func itoa(n int) string {
-	return strconv.Itoa(n)
 }

@@ -5,6 +5,7 @@ package rollout
 
 import (
 	"fmt"
+	"strconv"
 
 	"encoding/json"
 	"strings"
@@ -71,6 +72,45 @@ const workflowIDPrefix = "rollout/"
 // other workflow ID.
 func IDOf(workflowID string) (string, bool) { return strings.CutPrefix(workflowID, workflowIDPrefix) }
 
+// EnvRef names an environment and, optionally, the server hosting it. An
+// empty URL means the worker's default environment server.
+type EnvRef struct {
+	Name string `json:"name"`
+	URL  string `json:"url,omitempty"`
+}
+
+// PolicyRef names the policy model and, optionally, its OpenAI-compatible
+// base URL. An empty BaseURL means the worker's default endpoint. The API key
+// never travels in workflow input; the worker holds it.
+type PolicyRef struct {
+	Model   string `json:"model"`
+	BaseURL string `json:"base_url,omitempty"`
+}
+
+// Usage counts tokens.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	Calls            int64 `json:"calls"`
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		PromptTokens:     u.PromptTokens + v.PromptTokens,
+		CompletionTokens: u.CompletionTokens + v.CompletionTokens,
+		TotalTokens:      u.TotalTokens + v.TotalTokens,
+		Calls:            u.Calls + v.Calls,
+	}
+}
+
+// ModelCallID is the id of a rollout's model call: unique per attempt and
+// turn, and stable across retries of the activity.
+func ModelCallID(rolloutID string, attempt, turn int) string {
+	return rolloutID + "/a" + strconv.Itoa(attempt) + "/t" + strconv.Itoa(turn)
+}
+
 // Limits bound a rollout.
 type Limits struct {
 	// MaxTurns is the number of model calls after which the rollout stops
@@ -117,8 +157,8 @@ type Boundary struct {
 	Seeded    bool              `json:"seeded"`
 	// Pending is the model's answer whose tool calls are not all applied yet;
 	// Cursor is the index of the next one to apply.
-	Pending *CallModelResult `json:"pending,omitempty"`
-	Cursor  int              `json:"cursor,omitempty"`
+	Pending *PendingCall `json:"pending,omitempty"`
+	Cursor  int          `json:"cursor,omitempty"`
 	// LastCall is the id of the last committed model call: the parent of the next.
 	LastCall string         `json:"last_call,omitempty"`
 	Lineage  []LineageEntry `json:"lineage,omitempty"`
@@ -128,6 +168,20 @@ type Boundary struct {
 	Terminated bool    `json:"terminated,omitempty"`
 	Truncated  bool    `json:"truncated,omitempty"`
 	Done       bool    `json:"done,omitempty"` // the agent loop finished; verify next
+}
+
+// PendingCall is a model answer kept in a boundary until all its tool calls
+// are applied: a restored attempt applies the rest with the same request ids
+// instead of asking the model again. Its JSON is part of the checkpoint
+// format (checkpoints written before it had a name of its own hold the same
+// fields).
+type PendingCall struct {
+	CallID       string                `json:"call_id"`
+	Parent       string                `json:"parent,omitempty"`
+	Head         transcript.Digest     `json:"head"`
+	ToolCalls    []transcript.ToolCall `json:"tool_calls,omitempty"`
+	FinishReason string                `json:"finish_reason,omitempty"`
+	Usage        Usage                 `json:"usage"`
 }
 
 // LineageEntry links a model call to its parent.

@@ -29,7 +29,7 @@ func parkRecord(t *testing.T, mode envs.Mode, completed bool) []byte {
 	b := rollout.Boundary{
 		RolloutID: "s1-0001", Attempt: 2, Turn: 3, Head: d("head"), Tools: d("tools"), Style: envs.StyleTools,
 		EnvMode: mode, Revision: 5, Seeded: true, Cursor: 1, LastCall: "s1-0001/a2/t3",
-		Pending: &rollout.CallModelResult{CallID: "s1-0001/a2/t3", Head: d("pending"), ToolCalls: []transcript.ToolCall{
+		Pending: &rollout.PendingCall{CallID: "s1-0001/a2/t3", Head: d("pending"), ToolCalls: []transcript.ToolCall{
 			{ID: "c0", Name: "increment", Arguments: `{"amount":1}`}, {ID: "c1", Name: "increment", Arguments: `{"amount":1}`},
 		}},
 	}

@@ -395,7 +395,10 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			if len(res.ToolCalls) == 0 {
 				r.b.Done = true
 			} else {
-				r.b.Pending, r.b.Cursor = &res, 0
+				r.b.Pending, r.b.Cursor = &PendingCall{
+					CallID: res.CallID, Parent: res.Parent, Head: res.Head,
+					ToolCalls: res.ToolCalls, FinishReason: res.FinishReason, Usage: res.Usage,
+				}, 0
 			}
 			return nil
 		}

@@ -392,7 +392,7 @@ func TestRolloutResumeFromPendingBoundaryReusesRequestID(t *testing.T) {
 	env := newEnv(t, w)
 	in := input(16)
 	in.Attempt = 1
-	pending := rollout.CallModelResult{
+	pending := rollout.PendingCall{
 		CallID: rollout.ModelCallID("r1", 0, 2), Parent: rollout.ModelCallID("r1", 0, 1),
 		ToolCalls: []transcript.ToolCall{{ID: "c2", Name: "increment", Arguments: `{"amount":1}`}},
 	}

@@ -90,7 +90,7 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 		require.NoError(t, err)
 		obs, err := w.store.Append(ctx, ans, transcript.Item{Role: "tool", ToolCallID: "c0", Content: "1"})
 		require.NoError(t, err)
-		b.Pending = &rollout.CallModelResult{CallID: id + "/a0/t1", Head: ans, ToolCalls: []transcript.ToolCall{
+		b.Pending = &rollout.PendingCall{CallID: id + "/a0/t1", Head: ans, ToolCalls: []transcript.ToolCall{
 			{ID: "c0", Name: "increment", Arguments: `{"amount":1}`}, {ID: "c1", Name: "increment", Arguments: `{"amount":1}`}}}
 		b.Cursor, b.Head = 1, obs
 		w.want(t, obs)
