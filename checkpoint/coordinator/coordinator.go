@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
@@ -123,66 +122,6 @@ func (p *progress) beat() {
 	if activity.IsActivity(p.ctx) {
 		activity.RecordHeartbeat(p.ctx, fmt.Sprintf("%s %d/%d", p.step, p.done.Load(), p.total))
 	}
-}
-
-// forEach calls fn(i) for i in [0, n) with at most limit calls at once. The
-// first error cancels the calls not yet begun and is returned (with every
-// other error, joined, so a report names all failing items).
-func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if limit < 1 {
-		limit = 1
-	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, limit)
-	)
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := fn(ctx, i); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel()
-			}
-		}(i)
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return firstNonCancel(errs)
-	}
-	return ctx.Err()
-}
-
-// firstNonCancel returns the errors joined, without the cancellations that
-// the first error caused in its siblings (unless nothing else is left).
-func firstNonCancel(errs []error) error {
-	var real []error
-	for _, e := range errs {
-		if !errors.Is(e, context.Canceled) {
-			real = append(real, e)
-		}
-	}
-	if len(real) == 0 {
-		return errs[0]
-	}
-	if len(real) > 8 {
-		return fmt.Errorf("%w (and %d more errors)", errors.Join(real[:8]...), len(real)-8)
-	}
-	return errors.Join(real...)
 }
 
 // remoteCode is the control-plane error code of err, or "".

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 
 	"go.temporal.io/sdk/client"
@@ -61,7 +62,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	}
 	reports := make([]participantReport, len(in.Participants))
 	prog := newProgress(ctx, "prepare", len(in.Participants))
-	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		url := in.Participants[i]
 		cc := c.control(url)
 		caps, err := cc.Capabilities(ctx)
@@ -153,7 +154,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	extra = sortedUnique(extra)
 	member := make([]bool, len(extra))
 	prog = newProgress(ctx, "describe", len(extra))
-	err = forEach(ctx, len(extra), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(extra), c.limit(), func(ctx context.Context, i int) error {
 		ri, err := describeRollout(ctx, tc, extra[i])
 		if err != nil {
 			return err
@@ -225,7 +226,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	req := parkRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline}
 
 	prog := newProgress(ctx, "ask to park", len(ids))
-	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdatePark, UpdateID: in.CheckpointID + "/park",
 			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
@@ -249,7 +250,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	records := map[string][]byte{}
 	res := checkpoint.ParkMembersResult{Members: len(ids)}
 	prog = newProgress(ctx, "parked", len(ids))
-	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		if closed[i] {
 			return nil
@@ -363,7 +364,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	// 1. The environment servers, each into its own directory.
 	entries := make([]ParticipantEntry, len(sp.Participants))
 	prog := newProgress(ctx, "commit participants", len(sp.Participants))
-	err = forEach(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
 		p := sp.Participants[i]
 		loc := checkpoint.ParticipantLocation(dir, i)
 		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
@@ -527,7 +528,7 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
-	err := forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		if _, err := c.control(in.Participants[i]).Resume(ctx, in.CheckpointID); err != nil {
 			return controlError(in.Participants[i], "resume", err)
 		}
@@ -576,7 +577,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 		updateID = checkpointID + "/restore-resume"
 	}
 	prog := newProgress(ctx, "resume rollouts", len(ids))
-	err := forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdateResume, UpdateID: updateID,

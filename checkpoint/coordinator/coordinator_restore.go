@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 
 	"go.temporal.io/api/serviceerror"
@@ -219,7 +220,7 @@ func (lc *loadedCheckpoint) checkTranscripts() error {
 // server at participant n must carry the name participant n had and be
 // idle or already restoring this checkpoint.
 func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheckpoint, urls []string) error {
-	return forEach(ctx, len(urls), c.limit(), func(ctx context.Context, i int) error {
+	return fanout.Each(ctx, len(urls), c.limit(), func(ctx context.Context, i int) error {
 		caps, err := c.control(urls[i]).Capabilities(ctx)
 		if err != nil {
 			return controlError(urls[i], "capabilities", err)
@@ -464,7 +465,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 	// lag behind a run that just started).
 	runs := make([]runInfo, len(ids))
 	prog := newProgress(ctx, "describe", len(ids))
-	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		ri, err := describeRollout(ctx, tc, ids[i])
 		if err != nil {
@@ -564,7 +565,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	var mu sync.Mutex
 	res := checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}
 	prog := newProgress(ctx, "restore participants", len(in.Participants))
-	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
@@ -609,7 +610,7 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in checkpoint.Terminat
 	var mu sync.Mutex
 	n := 0
 	prog := newProgress(ctx, "terminate", len(ids))
-	err = forEach(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id, attempt := ids[i], af.Attempts[ids[i]]
 		ri, err := describeRollout(ctx, tc, id)
@@ -690,7 +691,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	var mu sync.Mutex
 	var res checkpoint.StartRestoredResult
 	prog := newProgress(ctx, "start", len(af.Start))
-	err = forEach(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
 		rec, ok := lc.views[id]
@@ -813,7 +814,7 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
-	err = forEach(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		if _, err := c.control(in.Participants[i]).ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
 			return controlError(in.Participants[i], "resume", err)
 		}
@@ -849,7 +850,7 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 	var mu sync.Mutex
 	res := checkpoint.ResumeRolloutsResult{}
 	prog := newProgress(ctx, "resume rollouts", len(l.Rollouts))
-	err = forEach(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := l.Rollouts[i]
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -283,7 +284,7 @@ func fetchStates(ctx context.Context, c client.Client, set string, want map[stri
 		}
 	}
 	states := make([]HeldState, len(recs))
-	err = forEach(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
 		rec := &recs[i]
 		st := HeldState{WorkflowID: rec.WorkflowID, Running: !rec.Closed(), Phase: rollout.Phase(rec.Phase)}
 		if st.Running {
@@ -391,7 +392,7 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 // acknowledgement (phase awaiting_ack), from its status query, so
 // `starter results` lists it with its receipt.
 func fillHeld(ctx context.Context, q statusQuerier, recs []RolloutRecord) error {
-	return forEach(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
+	return fanout.Each(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
 		r := &recs[i]
 		if r.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || r.Phase != string(rollout.PhaseAwaitingAck) || r.Result != nil {
 			return nil

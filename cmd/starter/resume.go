@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -115,7 +116,7 @@ func sendUpdates(ctx context.Context, upd workflowUpdater, ups []rolloutUpdate) 
 		mu  sync.Mutex
 		out updateOutcome
 	)
-	err := forEach(ctx, len(ups), updateConcurrency, func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, len(ups), updateConcurrency, func(ctx context.Context, i int) error {
 		u := ups[i]
 		closed, err := sendUpdate(ctx, upd, u.WorkflowID, u.UpdateID, u.Name, u.Arg)
 		mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -17,6 +16,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -219,7 +219,7 @@ func collectSet(ctx context.Context, c client.Client, set string, withResults bo
 	if !withResults {
 		return recs, nil
 	}
-	err = forEach(ctx, len(recs), fetchConcurrency, func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(recs), fetchConcurrency, func(ctx context.Context, i int) error {
 		return fetchOutcome(ctx, c, &recs[i])
 	})
 	if err != nil {
@@ -321,45 +321,4 @@ func failureMessage(err error) string {
 		return cause.Error()
 	}
 	return err.Error()
-}
-
-// forEach calls fn for 0..n-1 with at most limit calls at once. The first
-// error cancels the calls not yet started and is returned.
-func forEach(ctx context.Context, n, limit int, fn func(ctx context.Context, i int) error) error {
-	if limit < 1 {
-		limit = 1
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-		sem   = make(chan struct{}, limit)
-	)
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := fn(ctx, i); err != nil {
-				once.Do(func() {
-					first = err
-					cancel()
-				})
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
 }

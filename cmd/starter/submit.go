@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
 )
@@ -166,7 +167,7 @@ const searchAttributeHint = "register the search attributes RolloutId, RolloutSe
 // started. The first failure stops the starts not yet begun.
 func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, taskQueue string, limit int) (int, error) {
 	started := make([]bool, len(inputs))
-	err := forEach(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
 		in := inputs[i]
 		opts := StartOptions(in, taskQueue)
 		if _, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in); err != nil {
@@ -401,7 +402,7 @@ func (l *lineProgress) Finish(bool) {}
 // runs and attempts), showing progress on w.
 func waitAll(ctx context.Context, c client.Client, inputs []rollout.Input, w io.Writer) error {
 	bar := newProgress(ctx, w, len(inputs))
-	err := forEach(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
 		err := c.GetWorkflow(ctx, rollout.WorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
 		var wee *temporal.WorkflowExecutionError
 		if err != nil && !errors.As(err, &wee) {

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/tasks"
 )
@@ -255,7 +256,7 @@ func TestStartAllErrors(t *testing.T) {
 func TestForEachStopsAtFirstError(t *testing.T) {
 	var calls atomic.Int32
 	boom := errors.New("boom")
-	err := forEach(t.Context(), 100, 1, func(_ context.Context, i int) error {
+	err := fanout.Each(t.Context(), 100, 1, func(_ context.Context, i int) error {
 		calls.Add(1)
 		if i == 3 {
 			return boom
@@ -270,7 +271,7 @@ func TestForEachStopsAtFirstError(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := forEach(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
+	if err := fanout.Each(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: err = %v", err)
 	}
 }
