@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,5 +95,45 @@ func TestEnvs(t *testing.T) {
 	got := strings.Join(tasks.Envs(), ",")
 	if want := "arithmetic,blackjack,counter,sandbox,workplace"; got != want {
 		t.Fatalf("Envs() = %s, want %s (sorted)", got, want)
+	}
+}
+
+// TestGenerateBytesPinned pins the exact task bytes of every environment at a
+// few (seed, index) points: recorded histories, checkpoints and test fixtures
+// hold these tasks, so a refactor that changes a generator's draws or its
+// encoding must fail here rather than silently give sets new tasks.
+func TestGenerateBytesPinned(t *testing.T) {
+	tests := []struct {
+		env   string
+		seed  int64
+		index int
+		want  string
+	}{
+		{"arithmetic", 7, 0, `{"a":752,"b":529,"op":"+"}`},
+		{"arithmetic", 7, 3, `{"a":-49,"b":-91,"op":"*"}`},
+		{"arithmetic", -3, 11, `{"a":-23,"b":7,"op":"*"}`},
+		{"blackjack", 7, 0, `{"rounds":4}`},
+		{"blackjack", 7, 3, `{"rounds":2}`},
+		{"blackjack", -3, 11, `{"rounds":4}`},
+		{"counter", 7, 0, `{"target":3}`},
+		{"counter", 7, 3, `{"target":7}`},
+		{"counter", -3, 11, `{"target":7}`},
+		{"sandbox", 7, 0, `{"files":{"notes.txt":"lantern alpha\nmaple bravo\norbit maple\n","summary.txt":"bravo orbit\n","todo.txt":"ember river\nriver orbit lantern\nmeadow cloud cloud ember\n"}}`},
+		{"sandbox", 7, 3, `{"files":{"plan.txt":"cloud ember ember\nember cloud alpha\nharbor river\n","summary.txt":"bravo lantern lantern river\n"}}`},
+		{"sandbox", -3, 11, `{"files":{"ideas.txt":"bravo harbor\norbit harbor\nbravo delta\n"}}`},
+		{"workplace", 7, 0, `{"task_id":"workplace-4971928291090985182-299718","seed":4971928291090985182,"index":299718}`},
+		{"workplace", 7, 3, `{"task_id":"workplace-5592146897251068097-854244","seed":5592146897251068097,"index":854244}`},
+		{"workplace", -3, 11, `{"task_id":"workplace-4389940832081916771-13349","seed":4389940832081916771,"index":13349}`},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%d/%d", tt.env, tt.seed, tt.index), func(t *testing.T) {
+			got, err := tasks.Generate(tt.env, tt.seed, tt.index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("task bytes changed:\n got %s\nwant %s", got, tt.want)
+			}
+		})
 	}
 }
