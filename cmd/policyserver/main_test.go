@@ -52,7 +52,8 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	for _, m := range list.Data {
 		got = append(got, m.ID)
 	}
-	want := []string{policy.ArithmeticModel, policy.BlackjackModel, policy.CounterModel, policy.SandboxModel, policy.WorkplaceModel}
+	// Spelled out: users pass these names and recorded histories hold them.
+	want := []string{"scripted-arithmetic", "scripted-blackjack", "scripted-counter", "scripted-sandbox", "scripted-workplace"}
 	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("models %v (%v), want %v", got, err, want)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
-	"github.com/turnstile-rl/turnstile/policy"
 	"github.com/turnstile-rl/turnstile/tasks"
 )
 
@@ -27,7 +26,7 @@ type episode struct {
 // Rollout workflow drives one (system + task statement, then one model call
 // per turn; tool style ends on an answer without tool calls, gym style when
 // the step terminates), for at most limit turns.
-func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, task json.RawMessage, imperfection float64, limit int) episode {
+func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task json.RawMessage, imperfection float64, limit int) episode {
 	t.Helper()
 	spec := env.Spec()
 	sess, start, err := env.Start(seed, task)
@@ -39,7 +38,7 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 	for _, tool := range spec.Tools {
 		tools = append(tools, tool.Name)
 	}
-	msgs := []policy.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
+	msgs := []envs.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
 	var ep episode
 	apply := func(tool string, args json.RawMessage) envs.Outcome {
 		out, err := sess.Apply(tool, args)
@@ -54,26 +53,26 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 	}
 	for ep.turns < limit && !ep.done {
 		ep.turns++
-		resp, err := pol.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		resp, err := pol.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("%s policy, turn %d: %v", spec.Name, ep.turns, err)
 		}
 		if spec.Style == envs.StyleGym {
-			msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content})
+			msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content})
 			args, _ := json.Marshal(map[string]string{"action": resp.Content})
 			out := apply(envs.StepTool, args)
-			msgs = append(msgs, policy.Message{Role: "user", Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "user", Content: out.Observation})
 			ep.reward += out.Reward
 			ep.done = out.Terminated || out.Truncated
 			continue
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
 			ep.done = true
 		}
 		for _, call := range resp.ToolCalls {
 			out := apply(call.Name, json.RawMessage(call.Arguments))
-			msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
 			if out.Terminated || out.Truncated {
 				ep.done = true
 			}
@@ -96,14 +95,14 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
 	cases := []struct {
 		env   envs.Environment
-		pol   policy.Policy
+		pol   envs.Policy
 		tasks int
 	}{
-		{counter.New(), policy.Counter{}, 200},
-		{blackjack.New(), policy.Blackjack{}, 400},
-		{workplace.New(), policy.Workplace{}, 120},
-		{sandbox.New(), policy.Sandbox{}, 24}, // a subprocess per write: keep it small
-		{arithmetic.New(), policy.Arithmetic{}, 200},
+		{counter.New(), counter.Policy{}, 200},
+		{blackjack.New(), blackjack.Policy{}, 400},
+		{workplace.New(), workplace.Policy{}, 120},
+		{sandbox.New(), sandbox.Policy{}, 24}, // a subprocess per write: keep it small
+		{arithmetic.New(), arithmetic.Policy{}, 200},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -145,18 +144,18 @@ func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
 }
 
 // modelOf is the model name the policy server registers pol under.
-func modelOf(pol policy.Policy) string {
+func modelOf(pol envs.Policy) string {
 	switch pol.(type) {
-	case policy.Counter:
-		return policy.CounterModel
-	case policy.Blackjack:
-		return policy.BlackjackModel
-	case policy.Workplace:
-		return policy.WorkplaceModel
-	case policy.Sandbox:
-		return policy.SandboxModel
-	case policy.Arithmetic:
-		return policy.ArithmeticModel
+	case counter.Policy:
+		return envs.ScriptedModel(counter.Name)
+	case blackjack.Policy:
+		return envs.ScriptedModel(blackjack.Name)
+	case workplace.Policy:
+		return envs.ScriptedModel(workplace.Name)
+	case sandbox.Policy:
+		return envs.ScriptedModel(sandbox.Name)
+	case arithmetic.Policy:
+		return envs.ScriptedModel(arithmetic.Name)
 	}
 	return fmt.Sprintf("%T", pol)
 }
