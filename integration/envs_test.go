@@ -25,11 +25,11 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
 	"github.com/turnstile-rl/turnstile/participants"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
 // Settings of the equivalence runs.
@@ -101,7 +101,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 	require.GreaterOrEqual(t, i, 0, "capabilities list %s", ec.env)
 	require.Equal(t, ec.mode, caps.Envs[i].Mode, "declared mode of %s", ec.env)
 
-	task, err := tasks.Generate(ec.env, seed, 0)
+	task, err := catalog.Task(ec.env, seed, 0)
 	require.NoError(t, err)
 
 	a := newEpisodeDriver(ec, fmt.Sprintf("%s-s%d-a", ec.env, seed), seed, task)

@@ -1,18 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/envs/arithmetic"
-	"github.com/turnstile-rl/turnstile/envs/blackjack"
-	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/envs/sandbox"
-	"github.com/turnstile-rl/turnstile/envs/workplace"
-	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/workflows"
 )
 
 // episode is what playing one generated task in-process gave.
@@ -89,73 +85,69 @@ func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task 
 }
 
 // TestDefaultMaxTurnsLetScriptedPoliciesFinish plays generated tasks of every
-// environment with its scripted policy: a perfect policy must finish (and,
-// in tool style, pass) within the environment's default limit, and so must
-// the demo's imperfect one (0.2), whose mistakes may take extra turns.
+// environment in the catalog with its scripted policy, seeded as the starter
+// seeds rollouts: a perfect policy must finish (and, in tool style, pass)
+// within the environment's default limit, and so must the demo's imperfect
+// one (0.2), whose mistakes may take extra turns.
 func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
-	cases := []struct {
-		env   envs.Environment
-		pol   envs.Policy
-		tasks int
-	}{
-		{counter.New(), counter.Policy{}, 200},
-		{blackjack.New(), blackjack.Policy{}, 400},
-		{workplace.New(), workplace.Policy{}, 120},
-		{sandbox.New(), sandbox.Policy{}, 24}, // a subprocess per write: keep it small
-		{arithmetic.New(), arithmetic.Policy{}, 200},
-	}
-	covered := map[string]bool{}
-	for _, c := range cases {
-		name := c.env.Spec().Name
-		covered[name] = true
-		if ScriptedPolicy(name) != modelOf(c.pol) {
-			t.Errorf("%s: ScriptedPolicy = %q, want %q", name, ScriptedPolicy(name), modelOf(c.pol))
-		}
-		limit := DefaultMaxTurns(name)
-		t.Run(name, func(t *testing.T) {
+	const defaultTasks = 200
+	// Tasks played per environment where the default does not fit: more for
+	// blackjack, whose episodes vary most; few for sandbox, which runs a
+	// subprocess per write.
+	tasksOf := map[string]int{"blackjack": 400, "workplace": 120, "sandbox": 24}
+	for _, e := range catalog.All() {
+		limit := DefaultMaxTurns(e.Name)
+		n := cmp.Or(tasksOf[e.Name], defaultTasks)
+		t.Run(e.Name, func(t *testing.T) {
+			env := e.New()
 			most := 0
-			for i := range c.tasks {
-				task, err := tasks.Generate(name, 7, i)
+			for i := range n {
+				task, err := catalog.Task(e.Name, 7, i)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, imperfection := range []float64{0, 0.2} {
-					ep := play(t, c.env, c.pol, RolloutSeed(7, i), task, imperfection, limit)
+					ep := play(t, env, e.Policy, RolloutSeed(7, i), task, imperfection, limit)
 					if !ep.done {
 						t.Fatalf("task %d %s (imperfection %v) not finished in %d turns", i, task, imperfection, limit)
 					}
-					if imperfection == 0 && c.env.Spec().Style == envs.StyleTools && !Passed(name, ep.reward) {
+					if imperfection == 0 && env.Spec().Style == envs.StyleTools && !Passed(e.Name, ep.reward) {
 						t.Errorf("task %d %s: perfect policy scored %v", i, task, ep.reward)
 					}
 					most = max(most, ep.turns)
 				}
 			}
-			t.Logf("%s: at most %d turns over %d tasks (limit %d)", name, most, c.tasks, limit)
+			t.Logf("%s: at most %d turns over %d tasks (limit %d)", e.Name, most, n, limit)
 		})
-	}
-	for _, env := range tasks.Envs() {
-		if !covered[env] {
-			t.Errorf("environment %s has a task generator but no case here", env)
-		}
-		if _, ok := envMaxTurns[env]; !ok {
-			t.Errorf("environment %s has no default max turns", env)
-		}
 	}
 }
 
-// modelOf is the model name the policy server registers pol under.
-func modelOf(pol envs.Policy) string {
-	switch pol.(type) {
-	case counter.Policy:
-		return envs.ScriptedModel(counter.Name)
-	case blackjack.Policy:
-		return envs.ScriptedModel(blackjack.Name)
-	case workplace.Policy:
-		return envs.ScriptedModel(workplace.Name)
-	case sandbox.Policy:
-		return envs.ScriptedModel(sandbox.Name)
-	case arithmetic.Policy:
-		return envs.ScriptedModel(arithmetic.Name)
+// TestLimitsReadTheCatalog checks the starter's defaults come from the
+// catalog, and what an environment the catalog lacks gets.
+func TestLimitsReadTheCatalog(t *testing.T) {
+	tests := []struct {
+		env      string
+		maxTurns int
+		model    string
+	}{
+		{"counter", 16, "scripted-counter"},
+		{"blackjack", 64, "scripted-blackjack"},
+		{"workplace", 24, "scripted-workplace"},
+		{"sandbox", 12, "scripted-sandbox"},
+		{"arithmetic", 4, "scripted-arithmetic"},
+		{"chess", workflows.DefaultMaxTurns, "scripted-chess"},
 	}
-	return fmt.Sprintf("%T", pol)
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			if got := DefaultMaxTurns(tt.env); got != tt.maxTurns {
+				t.Errorf("DefaultMaxTurns(%q) = %d, want %d", tt.env, got, tt.maxTurns)
+			}
+			if got := ScriptedPolicy(tt.env); got != tt.model {
+				t.Errorf("ScriptedPolicy(%q) = %q, want %q", tt.env, got, tt.model)
+			}
+		})
+	}
+	if got, want := maxTurnsDefaults(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; got != want {
+		t.Errorf("maxTurnsDefaults() = %q, want %q", got, want)
+	}
 }

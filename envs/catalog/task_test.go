@@ -1,4 +1,4 @@
-package tasks_test
+package catalog_test
 
 import (
 	"encoding/json"
@@ -6,25 +6,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 )
 
-func TestGenerateCounterDeterministicAndInRange(t *testing.T) {
+func TestTaskCounterDeterministicAndInRange(t *testing.T) {
 	seen := map[int]bool{}
 	for _, seed := range []int64{0, 1, 7, -3} {
 		for i := 0; i < 200; i++ {
-			a, err := tasks.Generate("counter", seed, i)
+			a, err := catalog.Task("counter", seed, i)
 			if err != nil {
-				t.Fatalf("Generate(counter, %d, %d): %v", seed, i, err)
+				t.Fatalf("Task(counter, %d, %d): %v", seed, i, err)
 			}
-			b, err := tasks.Generate("counter", seed, i)
+			b, err := catalog.Task("counter", seed, i)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(a) != string(b) {
 				t.Fatalf("seed %d index %d: not deterministic: %s vs %s", seed, i, a, b)
 			}
-			var task tasks.CounterTask
+			var task struct {
+				Target int `json:"target"`
+			}
 			if err := json.Unmarshal(a, &task); err != nil {
 				t.Fatalf("decode %s: %v", a, err)
 			}
@@ -42,10 +44,10 @@ func TestGenerateCounterDeterministicAndInRange(t *testing.T) {
 	}
 }
 
-func TestGenerateVariesWithSeedAndIndex(t *testing.T) {
+func TestTaskVariesWithSeedAndIndex(t *testing.T) {
 	distinct := map[string]bool{}
 	for i := 0; i < 32; i++ {
-		b, err := tasks.Generate("counter", 7, i)
+		b, err := catalog.Task("counter", 7, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,8 +58,8 @@ func TestGenerateVariesWithSeedAndIndex(t *testing.T) {
 	}
 	differ := false
 	for i := 0; i < 32 && !differ; i++ {
-		a, _ := tasks.Generate("counter", 1, i)
-		b, _ := tasks.Generate("counter", 2, i)
+		a, _ := catalog.Task("counter", 1, i)
+		b, _ := catalog.Task("counter", 2, i)
 		differ = string(a) != string(b)
 	}
 	if !differ {
@@ -65,7 +67,7 @@ func TestGenerateVariesWithSeedAndIndex(t *testing.T) {
 	}
 }
 
-func TestGenerateErrors(t *testing.T) {
+func TestTaskErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		env   string
@@ -78,7 +80,7 @@ func TestGenerateErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := tasks.Generate(tt.env, 1, tt.index)
+			b, err := catalog.Task(tt.env, 1, tt.index)
 			if err == nil {
 				t.Fatalf("want error, got %s", b)
 			}
@@ -91,18 +93,18 @@ func TestGenerateErrors(t *testing.T) {
 	}
 }
 
-func TestEnvs(t *testing.T) {
-	got := strings.Join(tasks.Envs(), ",")
+func TestNames(t *testing.T) {
+	got := strings.Join(catalog.Names(), ",")
 	if want := "arithmetic,blackjack,counter,sandbox,workplace"; got != want {
-		t.Fatalf("Envs() = %s, want %s (sorted)", got, want)
+		t.Fatalf("Names() = %s, want %s (sorted)", got, want)
 	}
 }
 
-// TestGenerateBytesPinned pins the exact task bytes of every environment at a
+// TestTaskBytesPinned pins the exact task bytes of every environment at a
 // few (seed, index) points: recorded histories, checkpoints and test fixtures
 // hold these tasks, so a refactor that changes a generator's draws or its
 // encoding must fail here rather than silently give sets new tasks.
-func TestGenerateBytesPinned(t *testing.T) {
+func TestTaskBytesPinned(t *testing.T) {
 	tests := []struct {
 		env   string
 		seed  int64
@@ -127,7 +129,7 @@ func TestGenerateBytesPinned(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%d/%d", tt.env, tt.seed, tt.index), func(t *testing.T) {
-			got, err := tasks.Generate(tt.env, tt.seed, tt.index)
+			got, err := catalog.Task(tt.env, tt.seed, tt.index)
 			if err != nil {
 				t.Fatal(err)
 			}
