@@ -19,10 +19,10 @@ import (
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
 // maxTurns per environment: enough for a perfect scripted policy to finish.
@@ -32,7 +32,7 @@ var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "
 // seeds depend only on i, so two sets are comparable rollout by rollout.
 func setInput(t *testing.T, set string, envList []string, i int) rollout.Input {
 	env := envList[i%len(envList)]
-	task, err := tasks.Generate(env, 7, i)
+	task, err := catalog.Task(env, 7, i)
 	require.NoError(t, err)
 	return rollout.Input{
 		RolloutID: fmt.Sprintf("%s-%04d", set, i),

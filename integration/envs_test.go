@@ -23,9 +23,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/envs/blackjack"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
+	"github.com/turnstile-rl/turnstile/envs/workplace"
 	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
 // Settings of the equivalence runs.
@@ -45,7 +49,7 @@ const (
 type envCase struct {
 	env    string
 	mode   envs.Mode
-	policy policy.Policy
+	policy envs.Policy
 	seeds  []int64
 }
 
@@ -53,11 +57,11 @@ var envCases = []envCase{
 	// Seeds are picked so each row has episodes of several lengths and, where
 	// the policy can err, one that ends with reward 0 (counter 8, workplace
 	// 14, sandbox 1).
-	{env: "counter", mode: envs.ModeExportRestore, policy: policy.Counter{}, seeds: []int64{1, 3, 8}},
-	{env: "blackjack", mode: envs.ModeExportRestore, policy: policy.Blackjack{}, seeds: []int64{1, 2, 3, 4}},
-	{env: "workplace", mode: envs.ModeExportRestore, policy: policy.Workplace{}, seeds: []int64{2, 6, 14}},
-	{env: "sandbox", mode: envs.ModeRestartOnly, policy: policy.Sandbox{}, seeds: []int64{1, 2}},
-	{env: "arithmetic", mode: envs.ModeStateless, policy: policy.Arithmetic{}, seeds: []int64{1, 2}},
+	{env: "counter", mode: envs.ModeExportRestore, policy: counter.Policy{}, seeds: []int64{1, 3, 8}},
+	{env: "blackjack", mode: envs.ModeExportRestore, policy: blackjack.Policy{}, seeds: []int64{1, 2, 3, 4}},
+	{env: "workplace", mode: envs.ModeExportRestore, policy: workplace.Policy{}, seeds: []int64{2, 6, 14}},
+	{env: "sandbox", mode: envs.ModeRestartOnly, policy: sandbox.Policy{}, seeds: []int64{1, 2}},
+	{env: "arithmetic", mode: envs.ModeStateless, policy: arithmetic.Policy{}, seeds: []int64{1, 2}},
 }
 
 // TestEnvCheckpointEquivalence is the reference's equivalence check, per
@@ -97,7 +101,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 	require.GreaterOrEqual(t, i, 0, "capabilities list %s", ec.env)
 	require.Equal(t, ec.mode, caps.Envs[i].Mode, "declared mode of %s", ec.env)
 
-	task, err := tasks.Generate(ec.env, seed, 0)
+	task, err := catalog.Task(ec.env, seed, 0)
 	require.NoError(t, err)
 
 	a := newEpisodeDriver(ec, fmt.Sprintf("%s-s%d-a", ec.env, seed), seed, task)
@@ -387,7 +391,7 @@ type stepRecord struct {
 type episodeDriver struct {
 	env     string
 	mode    envs.Mode
-	pol     policy.Policy
+	pol     envs.Policy
 	rollout string
 	seed    int64
 	task    json.RawMessage
@@ -395,10 +399,10 @@ type episodeDriver struct {
 
 	style    envs.Style
 	tools    []string
-	msgs     []policy.Message
+	msgs     []envs.Message
 	revision int64
 	turn     int
-	pending  []policy.ToolCall
+	pending  []envs.ToolCall
 	cursor   int
 	done     bool
 	ep       episode
@@ -436,9 +440,9 @@ func (d *episodeDriver) start(ctx context.Context, t *testing.T, srv *envProc) {
 		}
 	}
 	if resp.Start.Instructions != "" {
-		d.msgs = append(d.msgs, policy.Message{Role: "system", Content: resp.Start.Instructions})
+		d.msgs = append(d.msgs, envs.Message{Role: "system", Content: resp.Start.Instructions})
 	}
-	d.msgs = append(d.msgs, policy.Message{Role: "user", Content: resp.Start.Observation})
+	d.msgs = append(d.msgs, envs.Message{Role: "user", Content: resp.Start.Observation})
 }
 
 // next runs until one operation was sent (or the episode is over): a
@@ -448,19 +452,19 @@ func (d *episodeDriver) next(ctx context.Context, t *testing.T, srv *envProc) {
 	if d.pending == nil {
 		d.turn++
 		require.LessOrEqual(t, d.turn, equivMaxTurns, "episode of %s does not end", d.rollout)
-		resp, err := d.pol.Respond(policy.Request{Messages: d.msgs, Tools: d.tools, Seed: d.seed, Imperfection: equivImperfection})
+		resp, err := d.pol.Respond(envs.PolicyRequest{Messages: d.msgs, Tools: d.tools, Seed: d.seed, Imperfection: equivImperfection})
 		require.NoError(t, err, "policy of %s turn %d", d.rollout, d.turn)
 		switch d.style {
 		case envs.StyleGym:
 			// The answer is the action; the assistant message keeps only the text.
-			d.msgs = append(d.msgs, policy.Message{Role: "assistant", Content: resp.Content})
+			d.msgs = append(d.msgs, envs.Message{Role: "assistant", Content: resp.Content})
 			args, err := json.Marshal(struct {
 				Action string `json:"action"`
 			}{resp.Content})
 			require.NoError(t, err)
-			d.pending = []policy.ToolCall{{ID: fmt.Sprintf("step-%d", d.turn), Name: envs.StepTool, Arguments: string(args)}}
+			d.pending = []envs.ToolCall{{ID: fmt.Sprintf("step-%d", d.turn), Name: envs.StepTool, Arguments: string(args)}}
 		default:
-			d.msgs = append(d.msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+			d.msgs = append(d.msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 			if len(resp.ToolCalls) == 0 {
 				d.ep.Final = resp.Content
 				d.done = true
@@ -497,9 +501,9 @@ func (d *episodeDriver) next(ctx context.Context, t *testing.T, srv *envProc) {
 	rec.Revision = d.revision
 	d.ep.Steps = append(d.ep.Steps, rec)
 	if d.style == envs.StyleGym {
-		d.msgs = append(d.msgs, policy.Message{Role: "user", Content: rec.Observation})
+		d.msgs = append(d.msgs, envs.Message{Role: "user", Content: rec.Observation})
 	} else {
-		d.msgs = append(d.msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: rec.Observation})
+		d.msgs = append(d.msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: rec.Observation})
 	}
 	d.cursor++
 	if d.cursor == len(d.pending) {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 // Routes of the policy server. Clients use BasePath as the OpenAI base URL.
@@ -63,7 +65,7 @@ type ServerConfig struct {
 	ErrorRate     float64
 	RateLimitRate float64
 	RetryAfter    time.Duration
-	// Imperfection is passed to every policy (Request.Imperfection).
+	// Imperfection is passed to every policy (envs.PolicyRequest.Imperfection).
 	Imperfection float64
 	// Rand drives latency and error injection; nil means a randomly seeded
 	// generator. The server serialises its use.
@@ -340,48 +342,48 @@ func decodeRequest(r io.Reader) (chatRequest, error) {
 	return req, nil
 }
 
-// prepare checks a request and turns it into the policy and its Request. On
+// prepare checks a request and turns it into the policy and its request. On
 // error it also returns the HTTP status and error code to answer with.
-func (s *server) prepare(req chatRequest) (Policy, Request, int, string, error) {
+func (s *server) prepare(req chatRequest) (envs.Policy, envs.PolicyRequest, int, string, error) {
 	if req.Stream {
-		return nil, Request{}, http.StatusBadRequest, "unsupported_parameter", errors.New("streaming is not supported")
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "unsupported_parameter", errors.New("streaming is not supported")
 	}
 	if req.N != nil && *req.N != 1 {
-		return nil, Request{}, http.StatusBadRequest, "unsupported_value", fmt.Errorf("n=%d is not supported: a scripted policy gives exactly one choice", *req.N)
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "unsupported_value", fmt.Errorf("n=%d is not supported: a scripted policy gives exactly one choice", *req.N)
 	}
 	if req.Model == "" {
-		return nil, Request{}, http.StatusBadRequest, "missing_model", errors.New("model is required")
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "missing_model", errors.New("model is required")
 	}
 	pol, err := s.cfg.Policies.Lookup(req.Model)
 	if err != nil {
-		return nil, Request{}, http.StatusNotFound, "model_not_found", err
+		return nil, envs.PolicyRequest{}, http.StatusNotFound, "model_not_found", err
 	}
 	msgs, err := convertMessages(req.Messages)
 	if err != nil {
-		return nil, Request{}, http.StatusBadRequest, "invalid_messages", err
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "invalid_messages", err
 	}
 	tools, err := convertTools(req.Tools)
 	if err != nil {
-		return nil, Request{}, http.StatusBadRequest, "invalid_tools", err
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "invalid_tools", err
 	}
-	preq := Request{Messages: msgs, Tools: tools, Imperfection: s.cfg.Imperfection}
+	preq := envs.PolicyRequest{Messages: msgs, Tools: tools, Imperfection: s.cfg.Imperfection}
 	if req.Seed != nil {
 		preq.Seed = *req.Seed
 	}
 	return pol, preq, 0, "", nil
 }
 
-func convertMessages(in []wireMessage) ([]Message, error) {
+func convertMessages(in []wireMessage) ([]envs.Message, error) {
 	if len(in) == 0 {
 		return nil, errors.New("messages must not be empty")
 	}
-	out := make([]Message, 0, len(in))
+	out := make([]envs.Message, 0, len(in))
 	for i, m := range in {
 		content, err := messageContent(m.Content)
 		if err != nil {
 			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		msg := Message{Role: m.Role, Content: content}
+		msg := envs.Message{Role: m.Role, Content: content}
 		switch m.Role {
 		case RoleSystem, RoleDeveloper, RoleUser:
 		case RoleAssistant:
@@ -392,7 +394,7 @@ func convertMessages(in []wireMessage) ([]Message, error) {
 				if tc.ID == "" || tc.Function.Name == "" {
 					return nil, fmt.Errorf("messages[%d].tool_calls[%d]: id and function.name are required", i, j)
 				}
-				msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+				msg.ToolCalls = append(msg.ToolCalls, envs.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 			}
 		case RoleTool:
 			if m.ToolCallID == "" {
@@ -449,14 +451,14 @@ func convertTools(in []wireTool) ([]string, error) {
 
 // completion builds the chat.completion answer. Everything in it, the id
 // included, is a function of the request and the policy's response.
-func completion(model string, req Request, resp Response) chatResponse {
+func completion(model string, req envs.PolicyRequest, resp envs.PolicyResponse) chatResponse {
 	msg := responseMessage{Role: RoleAssistant}
 	finish := FinishStop
 	completionChars := utf8.RuneCountInString(resp.Content)
 	for i, tc := range resp.ToolCalls {
 		id := tc.ID
 		if id == "" {
-			id = CallID(req.Messages, i)
+			id = envs.CallID(req.Messages, i)
 		}
 		msg.ToolCalls = append(msg.ToolCalls, wireToolCall{ID: id, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
 		completionChars += utf8.RuneCountInString(tc.Name) + utf8.RuneCountInString(tc.Arguments)
@@ -492,10 +494,10 @@ func tokens(chars int) int {
 }
 
 // completionID hashes everything the answer depends on.
-func completionID(model string, req Request) string {
+func completionID(model string, req envs.PolicyRequest) string {
 	b, err := json.Marshal(struct {
 		Model        string
-		Messages     []Message
+		Messages     []envs.Message
 		Tools        []string
 		Seed         int64
 		Imperfection float64

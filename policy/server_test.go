@@ -19,20 +19,27 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/policy"
 )
 
 // echoPolicy is a second policy, so listings hold more than one model.
 type echoPolicy struct{}
 
-func (echoPolicy) Respond(req policy.Request) (policy.Response, error) {
-	return policy.Response{Content: req.Messages[len(req.Messages)-1].Content}, nil
+func (echoPolicy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
+	return envs.PolicyResponse{Content: req.Messages[len(req.Messages)-1].Content}, nil
 }
 
-const echoModel = "scripted-echo"
+// counterModel is the counter's scripted model as users name it; spelled
+// out, not derived, so a change of the naming convention fails here.
+const (
+	counterModel = "scripted-counter"
+	echoModel    = "scripted-echo"
+)
 
 func serverTestRegistry() policy.Registry {
-	return policy.Registry{policy.CounterModel: policy.Counter{}, echoModel: echoPolicy{}}
+	return policy.Registry{counterModel: counter.Policy{}, echoModel: echoPolicy{}}
 }
 
 // startServer serves cfg (with the test registry when cfg has none) and
@@ -55,7 +62,7 @@ func startPolicyServer(t *testing.T, cfg policy.ServerConfig) (string, openai.Cl
 
 func incrementTool() openai.ChatCompletionToolUnionParam {
 	return openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
-		Name:        policy.CounterTool,
+		Name:        counter.ToolIncrement,
 		Description: openai.String("Add amount to the counter."),
 		Parameters: openai.FunctionParameters{
 			"type":       "object",
@@ -67,7 +74,7 @@ func incrementTool() openai.ChatCompletionToolUnionParam {
 
 func counterParams(start, target int, seed int64) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{
-		Model: policy.CounterModel,
+		Model: counterModel,
 		Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.SystemMessage("You operate a counter."),
 			openai.UserMessage(counterTask(start, target)),
@@ -91,8 +98,8 @@ func serverCounterEpisode(t *testing.T, client openai.Client, start, target int,
 		}
 		choice := resp.Choices[0]
 		if len(choice.Message.ToolCalls) == 0 {
-			if choice.FinishReason != policy.FinishStop || choice.Message.Content != policy.CounterDone {
-				t.Fatalf("seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, policy.CounterDone)
+			if choice.FinishReason != policy.FinishStop || choice.Message.Content != counter.Done {
+				t.Fatalf("seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, counter.Done)
 			}
 			return value, calls
 		}
@@ -119,7 +126,7 @@ func TestServerCounterEpisode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("turn %d: %v", turn, err)
 		}
-		if !strings.HasPrefix(resp.ID, "chatcmpl-") || resp.Object != "chat.completion" || resp.Model != policy.CounterModel {
+		if !strings.HasPrefix(resp.ID, "chatcmpl-") || resp.Object != "chat.completion" || resp.Model != counterModel {
 			t.Fatalf("turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
 		}
 		if resp.Usage.PromptTokens < 1 || resp.Usage.CompletionTokens < 1 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+resp.Usage.CompletionTokens {
@@ -130,8 +137,8 @@ func TestServerCounterEpisode(t *testing.T) {
 		}
 		msg := resp.Choices[0].Message
 		if turn == len(observations) {
-			if resp.Choices[0].FinishReason != policy.FinishStop || msg.Content != policy.CounterDone || len(msg.ToolCalls) != 0 {
-				t.Fatalf("last turn: %+v, want content %q and no tool calls", resp.Choices[0], policy.CounterDone)
+			if resp.Choices[0].FinishReason != policy.FinishStop || msg.Content != counter.Done || len(msg.ToolCalls) != 0 {
+				t.Fatalf("last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
 			}
 			return
 		}
@@ -139,16 +146,16 @@ func TestServerCounterEpisode(t *testing.T) {
 			t.Fatalf("turn %d: finish %q with %d tool calls, want one increment", turn, resp.Choices[0].FinishReason, len(msg.ToolCalls))
 		}
 		call := msg.ToolCalls[0]
-		if call.Type != "function" || call.Function.Name != policy.CounterTool || call.Function.Arguments != `{"amount":1}` {
+		if call.Type != "function" || call.Function.Name != counter.ToolIncrement || call.Function.Arguments != `{"amount":1}` {
 			t.Fatalf("turn %d: tool call %+v", turn, call)
 		}
-		if want := policy.CallID(mirror, 0); call.ID != want {
+		if want := envs.CallID(mirror, 0); call.ID != want {
 			t.Fatalf("turn %d: call id %q, want %q: the server saw a different conversation", turn, call.ID, want)
 		}
 		params.Messages = append(params.Messages, msg.ToParam(), openai.ToolMessage(observations[turn], call.ID))
 		mirror = append(mirror,
-			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: call.ID, Name: policy.CounterTool, Arguments: `{"amount":1}`}}},
-			policy.Message{Role: "tool", ToolCallID: call.ID, Content: observations[turn]})
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: call.ID, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
+			envs.Message{Role: "tool", ToolCallID: call.ID, Content: observations[turn]})
 	}
 }
 
@@ -393,9 +400,9 @@ func TestServerModels(t *testing.T) {
 	if want := serverTestRegistry().Names(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("models %v, want %v", got, want)
 	}
-	m, err := client.Models.Get(ctx, policy.CounterModel)
-	if err != nil || m.ID != policy.CounterModel {
-		t.Fatalf("Get(%q) = %+v, %v", policy.CounterModel, m, err)
+	m, err := client.Models.Get(ctx, counterModel)
+	if err != nil || m.ID != counterModel {
+		t.Fatalf("Get(%q) = %+v, %v", counterModel, m, err)
 	}
 	res, err := http.Get(url + policy.HealthPath)
 	if err != nil {
@@ -488,4 +495,27 @@ func TestServerConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// counterTask is the counter environment's task statement (as in the
+// counter policy's own tests).
+func counterTask(start, target int) string {
+	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
+}
+
+// counterConversation builds system, user task and then, per observation, one
+// assistant increment call followed by the tool message showing obs.
+func counterConversation(task string, observations ...string) []envs.Message {
+	msgs := []envs.Message{
+		{Role: "system", Content: "You operate a counter."},
+		{Role: "user", Content: task},
+	}
+	for i, obs := range observations {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
+			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
+		)
+	}
+	return msgs
 }

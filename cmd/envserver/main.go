@@ -24,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
 )
@@ -69,12 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if v := os.Getenv(ListenEnvVar); v != "" {
 		listen = v
 	}
-	known := knownEnvs()
-	names := make([]string, 0, len(known))
-	for n := range known {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := catalog.Names()
 
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
@@ -96,11 +91,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			continue
 		}
 		seen[n] = true
-		mk, ok := known[n]
-		if !ok {
-			return config{}, fmt.Errorf("--envs: unknown environment %q (known: %s)", n, strings.Join(names, ", "))
+		e, err := catalog.Find(n)
+		if err != nil {
+			return config{}, fmt.Errorf("--envs: %w", err)
 		}
-		cfg.envs = append(cfg.envs, mk())
+		cfg.envs = append(cfg.envs, e.New())
 	}
 	if len(cfg.envs) == 0 {
 		return config{}, errors.New("--envs: no environment selected")

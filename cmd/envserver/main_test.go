@@ -78,11 +78,3 @@ func TestRunRefusesBadSettings(t *testing.T) {
 		})
 	}
 }
-
-func TestRegistryNamesMatchSpecs(t *testing.T) {
-	for name, mk := range knownEnvs() {
-		if got := mk().Spec().Name; got != name {
-			t.Errorf("registry name %q builds environment %q", name, got)
-		}
-	}
-}

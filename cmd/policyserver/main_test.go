@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/policy"
 )
 
@@ -52,9 +55,19 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	for _, m := range list.Data {
 		got = append(got, m.ID)
 	}
-	want := []string{policy.ArithmeticModel, policy.BlackjackModel, policy.CounterModel, policy.SandboxModel, policy.WorkplaceModel}
+	// Every environment of the catalog, under its scripted model name.
+	want := make([]string, 0, len(catalog.Names()))
+	for _, env := range catalog.Names() {
+		want = append(want, envs.ScriptedModel(env))
+	}
 	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("models %v (%v), want %v", got, err, want)
+	}
+	// Spelled out: users pass these names and recorded histories hold them.
+	for _, model := range []string{"scripted-arithmetic", "scripted-blackjack", "scripted-counter", "scripted-sandbox", "scripted-workplace"} {
+		if !slices.Contains(got, model) {
+			t.Errorf("models %v lack %q", got, model)
+		}
 	}
 
 	cancel()

@@ -1,15 +1,10 @@
 package main
 
-import "github.com/turnstile-rl/turnstile/policy"
+import (
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/policy"
+)
 
-// policies is the registry this server offers. Adding a scripted policy is
-// one line here.
-func policies() policy.Registry {
-	return policy.Registry{
-		policy.CounterModel:    policy.Counter{},
-		policy.BlackjackModel:  policy.Blackjack{},
-		policy.WorkplaceModel:  policy.Workplace{},
-		policy.SandboxModel:    policy.Sandbox{},
-		policy.ArithmeticModel: policy.Arithmetic{},
-	}
-}
+// policies is the registry this server offers: the scripted policy of every
+// environment in the catalog, under its model name ("scripted-counter", …).
+func policies() policy.Registry { return policy.Registry(catalog.Policies()) }

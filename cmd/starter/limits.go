@@ -5,51 +5,32 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
-// envMaxTurns is the model-call limit of a rollout when --max-turns is not
-// given, per environment. Each leaves room (for refusals answered with a
-// retry, and for other policies) above what the scripted policy needs to
-// finish generated tasks; limits_test.go plays them and checks. Measured
-// most over those tasks, at imperfection 0 and 0.2:
-//
-//   - counter: targets 2..8 from 0, one increment per turn, then "done": 9;
-//   - blackjack: gym style, one step per turn, 2..8 hands of 1+ steps: 18;
-//   - workplace: one planned tool call per turn, then "done": 6;
-//   - sandbox: one write_file per expected file (1..3), then "done": 4;
-//   - arithmetic: one answer, then "done": 2.
-var envMaxTurns = map[string]int{
-	"counter":    16,
-	"blackjack":  64,
-	"workplace":  24,
-	"sandbox":    12,
-	"arithmetic": 4,
-}
-
 // DefaultMaxTurns is the limit of env's rollouts when --max-turns is not
-// given: the environment's own, else the workflow's default.
+// given: the environment's own (its catalog entry says why that much), else
+// the workflow's default.
 func DefaultMaxTurns(env string) int {
-	if n, ok := envMaxTurns[env]; ok {
-		return n
+	if e, ok := catalog.Lookup(env); ok {
+		return e.MaxTurns
 	}
 	return rollout.DefaultMaxTurns
 }
 
-// scriptedPolicyPrefix + env is the scripted policy of env on the policy
+// ScriptedPolicy is the model name of env's scripted policy on the policy
 // server ("scripted-counter", …): the model a rollout uses when --policy is
-// not given.
-const scriptedPolicyPrefix = "scripted-"
-
-// ScriptedPolicy is the model name of env's scripted policy.
-func ScriptedPolicy(env string) string { return scriptedPolicyPrefix + env }
+// not given. The catalog's tests check the policy server offers it for every
+// environment the starter accepts.
+func ScriptedPolicy(env string) string { return envs.ScriptedModel(env) }
 
 // ParseEnvs splits a comma-separated --env value ("counter,blackjack") into
-// environment names, in the order given. Every name must have a task
-// generator; empty and repeated names are refused.
+// environment names, in the order given. Every name must be in the catalog;
+// empty and repeated names are refused.
 func ParseEnvs(value string) ([]string, error) {
-	known := tasks.Envs()
+	known := catalog.Names()
 	if strings.TrimSpace(value) == "" {
 		return nil, fmt.Errorf("--env is required: one or more of %s, comma-separated", strings.Join(known, ", "))
 	}
@@ -72,9 +53,10 @@ func ParseEnvs(value string) ([]string, error) {
 // maxTurnsDefaults lists the per-environment defaults for --help:
 // "arithmetic 4, blackjack 64, …".
 func maxTurnsDefaults() string {
-	parts := make([]string, 0, len(envMaxTurns))
-	for _, env := range tasks.Envs() {
-		parts = append(parts, fmt.Sprintf("%s %d", env, DefaultMaxTurns(env)))
+	all := catalog.All()
+	parts := make([]string, 0, len(all))
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %d", e.Name, e.MaxTurns))
 	}
 	return strings.Join(parts, ", ")
 }

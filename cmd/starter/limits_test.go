@@ -1,19 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/envs/arithmetic"
-	"github.com/turnstile-rl/turnstile/envs/blackjack"
-	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/envs/sandbox"
-	"github.com/turnstile-rl/turnstile/envs/workplace"
-	"github.com/turnstile-rl/turnstile/policy"
-	"github.com/turnstile-rl/turnstile/tasks"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // episode is what playing one generated task in-process gave.
@@ -27,7 +23,7 @@ type episode struct {
 // Rollout workflow drives one (system + task statement, then one model call
 // per turn; tool style ends on an answer without tool calls, gym style when
 // the step terminates), for at most limit turns.
-func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, task json.RawMessage, imperfection float64, limit int) episode {
+func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task json.RawMessage, imperfection float64, limit int) episode {
 	t.Helper()
 	spec := env.Spec()
 	sess, start, err := env.Start(seed, task)
@@ -39,7 +35,7 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 	for _, tool := range spec.Tools {
 		tools = append(tools, tool.Name)
 	}
-	msgs := []policy.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
+	msgs := []envs.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
 	var ep episode
 	apply := func(tool string, args json.RawMessage) envs.Outcome {
 		out, err := sess.Apply(tool, args)
@@ -54,26 +50,26 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 	}
 	for ep.turns < limit && !ep.done {
 		ep.turns++
-		resp, err := pol.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		resp, err := pol.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("%s policy, turn %d: %v", spec.Name, ep.turns, err)
 		}
 		if spec.Style == envs.StyleGym {
-			msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content})
+			msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content})
 			args, _ := json.Marshal(map[string]string{"action": resp.Content})
 			out := apply(envs.StepTool, args)
-			msgs = append(msgs, policy.Message{Role: "user", Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "user", Content: out.Observation})
 			ep.reward += out.Reward
 			ep.done = out.Terminated || out.Truncated
 			continue
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
 			ep.done = true
 		}
 		for _, call := range resp.ToolCalls {
 			out := apply(call.Name, json.RawMessage(call.Arguments))
-			msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
 			if out.Terminated || out.Truncated {
 				ep.done = true
 			}
@@ -90,73 +86,83 @@ func play(t *testing.T, env envs.Environment, pol policy.Policy, seed int64, tas
 }
 
 // TestDefaultMaxTurnsLetScriptedPoliciesFinish plays generated tasks of every
-// environment with its scripted policy: a perfect policy must finish (and,
-// in tool style, pass) within the environment's default limit, and so must
-// the demo's imperfect one (0.2), whose mistakes may take extra turns.
+// environment in the catalog with its scripted policy, seeded as the starter
+// seeds rollouts: a perfect policy must finish (and, in tool style, pass)
+// within the environment's default limit, and so must the demo's imperfect
+// one (0.2), whose mistakes may take extra turns.
 func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
-	cases := []struct {
-		env   envs.Environment
-		pol   policy.Policy
-		tasks int
-	}{
-		{counter.New(), policy.Counter{}, 200},
-		{blackjack.New(), policy.Blackjack{}, 400},
-		{workplace.New(), policy.Workplace{}, 120},
-		{sandbox.New(), policy.Sandbox{}, 24}, // a subprocess per write: keep it small
-		{arithmetic.New(), policy.Arithmetic{}, 200},
-	}
-	covered := map[string]bool{}
-	for _, c := range cases {
-		name := c.env.Spec().Name
-		covered[name] = true
-		if ScriptedPolicy(name) != modelOf(c.pol) {
-			t.Errorf("%s: ScriptedPolicy = %q, want %q", name, ScriptedPolicy(name), modelOf(c.pol))
-		}
-		limit := DefaultMaxTurns(name)
-		t.Run(name, func(t *testing.T) {
+	const defaultTasks = 200
+	// Tasks played per environment where the default does not fit: more for
+	// blackjack, whose episodes vary most; few for sandbox, which runs a
+	// subprocess per write.
+	tasksOf := map[string]int{"blackjack": 400, "workplace": 120, "sandbox": 24}
+	for _, e := range catalog.All() {
+		limit := DefaultMaxTurns(e.Name)
+		n := cmp.Or(tasksOf[e.Name], defaultTasks)
+		t.Run(e.Name, func(t *testing.T) {
+			env := e.New()
 			most := 0
-			for i := range c.tasks {
-				task, err := tasks.Generate(name, 7, i)
+			for i := range n {
+				task, err := catalog.Task(e.Name, 7, i)
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, imperfection := range []float64{0, 0.2} {
-					ep := play(t, c.env, c.pol, RolloutSeed(7, i), task, imperfection, limit)
+					ep := play(t, env, e.Policy, RolloutSeed(7, i), task, imperfection, limit)
 					if !ep.done {
 						t.Fatalf("task %d %s (imperfection %v) not finished in %d turns", i, task, imperfection, limit)
 					}
-					if imperfection == 0 && c.env.Spec().Style == envs.StyleTools && !Passed(name, ep.reward) {
+					if imperfection == 0 && env.Spec().Style == envs.StyleTools && !Passed(e.Name, ep.reward) {
 						t.Errorf("task %d %s: perfect policy scored %v", i, task, ep.reward)
 					}
 					most = max(most, ep.turns)
 				}
 			}
-			t.Logf("%s: at most %d turns over %d tasks (limit %d)", name, most, c.tasks, limit)
+			t.Logf("%s: at most %d turns over %d tasks (limit %d)", e.Name, most, n, limit)
 		})
-	}
-	for _, env := range tasks.Envs() {
-		if !covered[env] {
-			t.Errorf("environment %s has a task generator but no case here", env)
-		}
-		if _, ok := envMaxTurns[env]; !ok {
-			t.Errorf("environment %s has no default max turns", env)
-		}
 	}
 }
 
-// modelOf is the model name the policy server registers pol under.
-func modelOf(pol policy.Policy) string {
-	switch pol.(type) {
-	case policy.Counter:
-		return policy.CounterModel
-	case policy.Blackjack:
-		return policy.BlackjackModel
-	case policy.Workplace:
-		return policy.WorkplaceModel
-	case policy.Sandbox:
-		return policy.SandboxModel
-	case policy.Arithmetic:
-		return policy.ArithmeticModel
+// TestLimitsReadTheCatalog checks the starter's defaults come from the
+// catalog, and what an environment the catalog lacks gets.
+func TestLimitsReadTheCatalog(t *testing.T) {
+	tests := []struct {
+		env      string
+		maxTurns int
+		model    string
+	}{
+		{"counter", 16, "scripted-counter"},
+		{"blackjack", 64, "scripted-blackjack"},
+		{"workplace", 24, "scripted-workplace"},
+		{"sandbox", 12, "scripted-sandbox"},
+		{"arithmetic", 4, "scripted-arithmetic"},
+		{"chess", rollout.DefaultMaxTurns, "scripted-chess"},
 	}
-	return fmt.Sprintf("%T", pol)
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			if got := DefaultMaxTurns(tt.env); got != tt.maxTurns {
+				t.Errorf("DefaultMaxTurns(%q) = %d, want %d", tt.env, got, tt.maxTurns)
+			}
+			if got := ScriptedPolicy(tt.env); got != tt.model {
+				t.Errorf("ScriptedPolicy(%q) = %q, want %q", tt.env, got, tt.model)
+			}
+		})
+	}
+	// --help lists every environment's default, in name order.
+	if got, want := maxTurnsDefaults(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
+		t.Errorf("maxTurnsDefaults() = %q, want %q in this order among the others", got, want)
+	}
+}
+
+// containsInOrder reports whether every part occurs in s, each after the
+// previous one.
+func containsInOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
 }

@@ -19,9 +19,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
 // Bounds of a submission.
@@ -99,7 +99,7 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 	out := make([]rollout.Input, r.Count)
 	for i := range out {
 		env := r.Envs[i%len(r.Envs)]
-		task, err := tasks.Generate(env, r.Seed, i)
+		task, err := catalog.Task(env, r.Seed, i)
 		if err != nil {
 			return nil, err
 		}
@@ -295,7 +295,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set (rollout ids are <set>-0000, <set>-0001, …)")
 	f.IntVar(&req.Count, "count", 1, "number of rollouts")
-	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(tasks.Envs(), ", ")+")")
+	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(catalog.Names(), ", ")+")")
 	f.StringVar(&req.EnvURL, "env-url", "", "environment server URL (default: the worker's)")
 	f.StringVar(&req.Policy, "policy", "", "policy model name of every rollout (default: scripted-<env> of each rollout's environment)")
 	f.StringVar(&req.ModelURL, "model-url", "", "OpenAI-compatible base URL of the policy (default: the worker's)")

@@ -15,9 +15,9 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tasks"
 )
 
 func TestRolloutID(t *testing.T) {
@@ -56,7 +56,7 @@ func TestBuildInputs(t *testing.T) {
 	}
 	seeds := map[int64]bool{}
 	for i, in := range inputs {
-		task, err := tasks.Generate("counter", 7, i)
+		task, err := catalog.Task("counter", 7, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +295,7 @@ func TestBuildInputsMixedSet(t *testing.T) {
 		if in.Limits.MaxTurns != wantTurns[env] {
 			t.Errorf("rollout %d (%s) max turns %d, want %d", i, env, in.Limits.MaxTurns, wantTurns[env])
 		}
-		task, err := tasks.Generate(env, 3, i)
+		task, err := catalog.Task(env, 3, i)
 		if err != nil {
 			t.Fatal(err)
 		}

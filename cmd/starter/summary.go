@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 )
 
 // Summary condenses a set.
@@ -95,18 +97,13 @@ type EnvSummary struct {
 // UnknownEnv groups rollouts whose environment could not be read.
 const UnknownEnv = "(unknown)"
 
-// denseRewardEnvs are the environments scored by a sum of per-step rewards
-// (gym style) rather than a verdict of 1 for success: a blackjack episode
-// that wins more hands than it loses has reward > 0, and that is its pass.
-var denseRewardEnvs = map[string]bool{"blackjack": true}
-
 // Passed reports whether a completed rollout of env with reward counts as a
-// pass: reward > 0 for dense-reward environments, reward >= 1 for the rest.
+// pass, by the environment's catalog entry: reward > 0 for dense-reward
+// environments (a blackjack episode that wins more hands than it loses),
+// reward >= 1 for the rest, and for environments the catalog does not know.
 func Passed(env string, reward float64) bool {
-	if denseRewardEnvs[env] {
-		return reward > 0
-	}
-	return reward >= 1
+	e, _ := catalog.Lookup(env) // the zero entry is not dense
+	return e.Passed(reward)
 }
 
 // SummarizeByEnv condenses the latest runs of a set per environment, sorted
@@ -177,7 +174,7 @@ func writeEnvTable(w io.Writer, rows []EnvSummary) error {
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.2f\n",
 			r.Env, r.Rollouts, r.Completed, r.Failed, r.Running, r.Passed, r.MeanReward, r.MeanTurns)
-		if denseRewardEnvs[r.Env] {
+		if e, ok := catalog.Lookup(r.Env); ok && e.DenseReward {
 			dense = append(dense, r.Env)
 		}
 	}

@@ -1,4 +1,4 @@
-package policy
+package workplace
 
 import (
 	"encoding/json"
@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/turnstile-rl/turnstile/envs/workplace"
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 const (
-	// WorkplaceModel is the model name of the workplace policy.
-	WorkplaceModel = "scripted-workplace"
-	// WorkplaceDone is the workplace policy's final answer.
-	WorkplaceDone = "done"
+	// Done is the workplace policy's final answer.
+	Done = "done"
 	// workplaceSalt separates this policy's episode draws from other
 	// policies' given the same seed and task.
 	workplaceSalt = "workplace"
@@ -21,23 +19,23 @@ const (
 	workplaceAlteration = " (draft)"
 )
 
-// Workplace is the scripted policy of the workplace environment. It
+// Policy is the scripted policy of the workplace environment. It
 // regenerates the task from the TASK line of the first user message, asks the
 // environment package for the plan that reaches the ground truth, and emits
 // one planned tool call per turn; the number of tool messages so far is its
 // position in the plan, so it needs no memory and a restored conversation
 // resumes at the right step. After the last step it answers "done".
 //
-// With probability Request.Imperfection (drawn once per episode) it skips or
+// With probability the request's Imperfection (drawn once per episode) it skips or
 // alters one state-changing step, so the episode ends with reward 0. Reads are
 // never chosen: spoiling one would not change the outcome.
-type Workplace struct{}
+type Policy struct{}
 
 // Respond returns the next assistant message. It depends only on req.
-func (Workplace) Respond(req Request) (Response, error) {
-	plan, err := WorkplacePlan(req)
+func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
+	plan, err := PolicyPlan(req)
 	if err != nil {
-		return Response{}, err
+		return envs.PolicyResponse{}, err
 	}
 	step := 0
 	for _, m := range req.Messages {
@@ -46,41 +44,41 @@ func (Workplace) Respond(req Request) (Response, error) {
 		}
 	}
 	if step >= len(plan) {
-		return Response{Content: WorkplaceDone}, nil
+		return envs.PolicyResponse{Content: Done}, nil
 	}
 	c := plan[step]
 	if len(req.Tools) > 0 && !slices.Contains(req.Tools, c.Tool) {
-		return Response{}, fmt.Errorf("workplace policy: tool %q is not among the offered tools %v", c.Tool, req.Tools)
+		return envs.PolicyResponse{}, fmt.Errorf("workplace policy: tool %q is not among the offered tools %v", c.Tool, req.Tools)
 	}
-	return Response{ToolCalls: []ToolCall{{
-		ID:        CallID(req.Messages, 0),
+	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{
+		ID:        envs.CallID(req.Messages, 0),
 		Name:      c.Tool,
 		Arguments: string(c.Arguments),
 	}}}, nil
 }
 
-// WorkplacePlan is the sequence of tool calls the policy makes for req's
+// PolicyPlan is the sequence of tool calls the policy makes for req's
 // episode, after any deliberate mistake.
-func WorkplacePlan(req Request) ([]workplace.Call, error) {
-	i := slices.IndexFunc(req.Messages, func(m Message) bool { return m.Role == "user" })
+func PolicyPlan(req envs.PolicyRequest) ([]Call, error) {
+	i := slices.IndexFunc(req.Messages, func(m envs.Message) bool { return m.Role == "user" })
 	if i < 0 {
 		return nil, errors.New("workplace policy: no user message holding the TASK line")
 	}
-	task, ok := workplace.TaskFromObservation(req.Messages[i].Content)
+	task, ok := TaskFromObservation(req.Messages[i].Content)
 	if !ok {
-		return nil, fmt.Errorf("workplace policy: first user message has no %s{...} line", workplace.TaskLinePrefix)
+		return nil, fmt.Errorf("workplace policy: first user message has no %s{...} line", TaskLinePrefix)
 	}
-	plan, err := workplace.Plan(task)
+	plan, err := Plan(task)
 	if err != nil {
 		return nil, fmt.Errorf("workplace policy: %w", err)
 	}
-	r := EpisodeRand(req.Seed, req.Messages, workplaceSalt)
+	r := envs.EpisodeRand(req.Seed, req.Messages, workplaceSalt)
 	if r.Float64() >= req.Imperfection {
 		return plan, nil
 	}
 	var mutations []int
 	for j, c := range plan {
-		if workplace.IsMutation(c.Tool) {
+		if IsMutation(c.Tool) {
 			mutations = append(mutations, j)
 		}
 	}

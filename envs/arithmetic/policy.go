@@ -1,4 +1,4 @@
-package policy
+package arithmetic
 
 import (
 	"encoding/json"
@@ -7,15 +7,13 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 const (
-	// ArithmeticModel is the model name of the arithmetic policy.
-	ArithmeticModel = "scripted-arithmetic"
-	// ArithmeticTool is the arithmetic environment's only operation.
-	ArithmeticTool = "answer"
-	// ArithmeticDone is the arithmetic policy's final answer.
-	ArithmeticDone = "done"
+	// Done is the arithmetic policy's final answer.
+	Done = "done"
 
 	// arithmeticTaskPrefix starts the task line of the arithmetic
 	// environment's task statement: TASK {"a":A,"b":B,"op":"+"}.
@@ -27,14 +25,14 @@ const (
 	arithmeticSalt = "arithmetic"
 )
 
-// Arithmetic is the scripted policy of the arithmetic environment: it
+// Policy is the scripted policy of the arithmetic environment: it
 // computes the task of the first user message exactly, answers it with one
 // tool call, and says "done" once the environment confirmed the answer. A
 // tool message that is not a confirmation (a refusal) makes it answer again.
 //
-// With probability Request.Imperfection (drawn once per episode) the answer
+// With probability the request's Imperfection (drawn once per episode) the answer
 // is one off, so rewards vary across seeds.
-type Arithmetic struct{}
+type Policy struct{}
 
 type arithmeticTask struct {
 	A  *int64  `json:"a"`
@@ -43,18 +41,18 @@ type arithmeticTask struct {
 }
 
 // Respond returns the next assistant message. It depends only on req.
-func (Arithmetic) Respond(req Request) (Response, error) {
+func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
 	value, err := arithmeticResult(req.Messages)
 	if err != nil {
-		return Response{}, fmt.Errorf("arithmetic policy: %w", err)
+		return envs.PolicyResponse{}, fmt.Errorf("arithmetic policy: %w", err)
 	}
-	if len(req.Tools) > 0 && !slices.Contains(req.Tools, ArithmeticTool) {
-		return Response{}, fmt.Errorf("arithmetic policy: tool %q is not among the offered tools %v", ArithmeticTool, req.Tools)
+	if len(req.Tools) > 0 && !slices.Contains(req.Tools, AnswerTool) {
+		return envs.PolicyResponse{}, fmt.Errorf("arithmetic policy: tool %q is not among the offered tools %v", AnswerTool, req.Tools)
 	}
 	if arithmeticConfirmed(req.Messages) {
-		return Response{Content: ArithmeticDone}, nil
+		return envs.PolicyResponse{Content: Done}, nil
 	}
-	r := EpisodeRand(req.Seed, req.Messages, arithmeticSalt)
+	r := envs.EpisodeRand(req.Seed, req.Messages, arithmeticSalt)
 	if r.Float64() < req.Imperfection {
 		if r.IntN(2) == 0 {
 			value.Sub(value, big.NewInt(1))
@@ -62,16 +60,16 @@ func (Arithmetic) Respond(req Request) (Response, error) {
 			value.Add(value, big.NewInt(1))
 		}
 	}
-	return Response{ToolCalls: []ToolCall{{
-		ID:        CallID(req.Messages, 0),
-		Name:      ArithmeticTool,
+	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{
+		ID:        envs.CallID(req.Messages, 0),
+		Name:      AnswerTool,
 		Arguments: fmt.Sprintf(`{"value":%s}`, value.String()),
 	}}}, nil
 }
 
 // arithmeticConfirmed tells whether the latest tool message confirms an
 // answer.
-func arithmeticConfirmed(msgs []Message) bool {
+func arithmeticConfirmed(msgs []envs.Message) bool {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == "tool" {
 			return strings.HasPrefix(msgs[i].Content, arithmeticReceiptPrefix)
@@ -82,8 +80,8 @@ func arithmeticConfirmed(msgs []Message) bool {
 
 // arithmeticResult reads the TASK line of the first user message and returns
 // its exact result (big, so no operands can overflow it).
-func arithmeticResult(msgs []Message) (*big.Int, error) {
-	i := slices.IndexFunc(msgs, func(m Message) bool { return m.Role == "user" })
+func arithmeticResult(msgs []envs.Message) (*big.Int, error) {
+	i := slices.IndexFunc(msgs, func(m envs.Message) bool { return m.Role == "user" })
 	if i < 0 {
 		return nil, errors.New("no user message holding the TASK line")
 	}

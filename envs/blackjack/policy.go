@@ -1,19 +1,15 @@
-package policy
+package blackjack
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 const (
-	// BlackjackModel is the model name of the blackjack policy.
-	BlackjackModel = "scripted-blackjack"
-	// BlackjackHit and BlackjackStick are the policy's two answers.
-	BlackjackHit   = "hit"
-	BlackjackStick = "stick"
-
 	// blackjackObsPrefix starts the machine-readable line of the blackjack
 	// environment's observations: OBS {"player_sum":…,"dealer_card":…,…}.
 	blackjackObsPrefix = "OBS "
@@ -22,15 +18,15 @@ const (
 	blackjackSalt = "blackjack"
 )
 
-// Blackjack is the scripted policy of the blackjack environment (gym style):
+// Policy is the scripted policy of the blackjack environment (gym style):
 // it reads the latest OBS line and plays basic strategy. Its answer is the
 // bare action word, with no tool call; the agent loop turns it into a step.
 //
-// With probability Request.Imperfection per decision it plays the other
+// With probability the request's Imperfection per decision it plays the other
 // action. Decision k of an episode uses the k-th draw of the episode's
 // generator (k = number of assistant messages so far), so a restored
 // conversation makes the same decisions as an uninterrupted one.
-type Blackjack struct{}
+type Policy struct{}
 
 // blackjackObs is the part of an OBS line the policy needs. Unknown fields
 // are ignored, as a model would.
@@ -41,51 +37,51 @@ type blackjackObs struct {
 }
 
 // Respond returns the next assistant message. It depends only on req.
-func (Blackjack) Respond(req Request) (Response, error) {
+func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
 	obs, err := lastBlackjackObs(req.Messages)
 	if err != nil {
-		return Response{}, fmt.Errorf("blackjack policy: %w", err)
+		return envs.PolicyResponse{}, fmt.Errorf("blackjack policy: %w", err)
 	}
 	action := blackjackBasicStrategy(*obs.PlayerSum, *obs.DealerCard, *obs.UsableAce)
 	if blackjackMistake(req) {
 		action = blackjackOther(action)
 	}
-	return Response{Content: action}, nil
+	return envs.PolicyResponse{Content: action}, nil
 }
 
-// blackjackBasicStrategy is a simplified basic strategy for Blackjack-v1 (no
+// blackjackBasicStrategy is a simplified basic strategy for Policy-v1 (no
 // doubling or splitting). dealer is the dealer's shown card, 1 for an ace.
 func blackjackBasicStrategy(sum, dealer int, soft bool) string {
 	switch {
 	case soft && sum <= 17:
-		return BlackjackHit
+		return ActionHit
 	case soft, sum >= 17:
-		return BlackjackStick
+		return ActionStick
 	case sum <= 11:
-		return BlackjackHit
+		return ActionHit
 	case dealer >= 2 && dealer <= 6:
-		return BlackjackStick
+		return ActionStick
 	default:
-		return BlackjackHit
+		return ActionHit
 	}
 }
 
 func blackjackOther(action string) string {
-	if action == BlackjackHit {
-		return BlackjackStick
+	if action == ActionHit {
+		return ActionStick
 	}
-	return BlackjackHit
+	return ActionHit
 }
 
 // blackjackMistake tells whether this decision deviates from the strategy.
-func blackjackMistake(req Request) bool {
+func blackjackMistake(req envs.PolicyRequest) bool {
 	decisions := 0
 	for _, m := range req.Messages {
 		if m.Role == "assistant" {
 			decisions++
 		}
 	}
-	r := EpisodeRand(req.Seed, req.Messages, blackjackSalt)
+	r := envs.EpisodeRand(req.Seed, req.Messages, blackjackSalt)
 	for range decisions {
 		r.Float64()
 	}
@@ -95,7 +91,7 @@ func blackjackMistake(req Request) bool {
 // lastBlackjackObs parses the last OBS line of the latest user or tool
 // message that has one. A message without one (a refusal of the previous
 // answer) leaves the state it showed before in force.
-func lastBlackjackObs(msgs []Message) (blackjackObs, error) {
+func lastBlackjackObs(msgs []envs.Message) (blackjackObs, error) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := msgs[i]
 		if m.Role != "user" && m.Role != "tool" {

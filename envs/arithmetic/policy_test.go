@@ -1,38 +1,38 @@
-package policy_test
+package arithmetic_test
 
 import (
 	"encoding/json"
 	"reflect"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
-	"github.com/turnstile-rl/turnstile/policy"
 )
 
-func arithmeticTask(taskLine string) []policy.Message {
-	return []policy.Message{
+func arithmeticTask(taskLine string) []envs.Message {
+	return []envs.Message{
 		{Role: "system", Content: "Compute."},
 		{Role: "user", Content: "What is it?\nTASK " + taskLine},
 	}
 }
 
 // arithmeticAfter appends an answer call and its tool message.
-func arithmeticAfter(msgs []policy.Message, value, toolOutput string) []policy.Message {
+func arithmeticAfter(msgs []envs.Message, value, toolOutput string) []envs.Message {
 	return append(msgs,
-		policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: "call_a", Name: policy.ArithmeticTool, Arguments: `{"value":` + value + `}`}}},
-		policy.Message{Role: "tool", ToolCallID: "call_a", Content: toolOutput},
+		envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: "call_a", Name: arithmetic.AnswerTool, Arguments: `{"value":` + value + `}`}}},
+		envs.Message{Role: "tool", ToolCallID: "call_a", Content: toolOutput},
 	)
 }
 
-func arithmeticCall(msgs []policy.Message, value string) policy.Response {
-	return policy.Response{ToolCalls: []policy.ToolCall{{ID: policy.CallID(msgs, 0), Name: policy.ArithmeticTool, Arguments: `{"value":` + value + `}`}}}
+func arithmeticCall(msgs []envs.Message, value string) envs.PolicyResponse {
+	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{ID: envs.CallID(msgs, 0), Name: arithmetic.AnswerTool, Arguments: `{"value":` + value + `}`}}}
 }
 
 func TestArithmeticRespond(t *testing.T) {
-	doneResp := policy.Response{Content: policy.ArithmeticDone}
+	doneResp := envs.PolicyResponse{Content: arithmetic.Done}
 	tests := []struct {
 		name    string
-		msgs    []policy.Message
+		msgs    []envs.Message
 		tools   []string
 		want    string // value of the answer call; "" wants "done"
 		wantErr bool
@@ -45,17 +45,17 @@ func TestArithmeticRespond(t *testing.T) {
 		{name: "done after confirmation", msgs: arithmeticAfter(arithmeticTask(`{"a":2,"b":3,"op":"+"}`), "5", "Received answer 5.")},
 		{name: "answers again after a refusal", msgs: arithmeticAfter(arithmeticTask(`{"a":2,"b":3,"op":"+"}`), "5", "bad_arguments: x"), want: "5"},
 		{name: "answer tool not offered", msgs: arithmeticTask(`{"a":1,"b":1,"op":"+"}`), tools: []string{"step"}, wantErr: true},
-		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "What is 2+3?"}}, wantErr: true},
-		{name: "no user message", msgs: []policy.Message{{Role: "system", Content: "TASK {}"}}, wantErr: true},
+		{name: "no TASK line", msgs: []envs.Message{{Role: "user", Content: "What is 2+3?"}}, wantErr: true},
+		{name: "no user message", msgs: []envs.Message{{Role: "system", Content: "TASK {}"}}, wantErr: true},
 		{name: "malformed TASK", msgs: arithmeticTask(`{"a":2,`), wantErr: true},
 		{name: "missing op", msgs: arithmeticTask(`{"a":2,"b":3}`), wantErr: true},
 		{name: "unknown op", msgs: arithmeticTask(`{"a":2,"b":3,"op":"/"}`), wantErr: true},
 		{name: "TASK only in a later message", msgs: append(arithmeticTask(`{"a":2,"b":3,"op":"+"}`)[:1],
-			policy.Message{Role: "user", Content: "hello"}, policy.Message{Role: "user", Content: `TASK {"a":2,"b":3,"op":"+"}`}), wantErr: true},
+			envs.Message{Role: "user", Content: "hello"}, envs.Message{Role: "user", Content: `TASK {"a":2,"b":3,"op":"+"}`}), wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := policy.Arithmetic{}.Respond(policy.Request{Messages: tt.msgs, Tools: tt.tools, Seed: 3})
+			got, err := arithmetic.Policy{}.Respond(envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 3})
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("Respond = %+v, want an error", got)
@@ -84,9 +84,9 @@ func playArithmetic(t *testing.T, task json.RawMessage, seed int64, imperfection
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []policy.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
+	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	for turn := 1; turn <= 10; turn++ {
-		resp, err := policy.Arithmetic{}.Respond(policy.Request{Messages: msgs, Tools: []string{arithmetic.AnswerTool}, Seed: seed, Imperfection: imperfection})
+		resp, err := arithmetic.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Tools: []string{arithmetic.AnswerTool}, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("task %s: %v", task, err)
 		}
@@ -97,13 +97,13 @@ func playArithmetic(t *testing.T, task json.RawMessage, seed int64, imperfection
 			}
 			return v.Reward, turn
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", ToolCalls: resp.ToolCalls})
+		msgs = append(msgs, envs.Message{Role: "assistant", ToolCalls: resp.ToolCalls})
 		for _, c := range resp.ToolCalls {
 			out, err := s.Apply(c.Name, json.RawMessage(c.Arguments))
 			if err != nil {
 				t.Fatalf("task %s: %s(%s): %v", task, c.Name, c.Arguments, err)
 			}
-			msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: c.ID, Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: c.ID, Content: out.Observation})
 		}
 	}
 	t.Fatalf("task %s: no final answer in 10 turns", task)

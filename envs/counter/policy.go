@@ -1,4 +1,4 @@
-package policy
+package counter
 
 import (
 	"encoding/json"
@@ -7,15 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 const (
-	// CounterModel is the model name of the counter policy.
-	CounterModel = "scripted-counter"
-	// CounterTool is the counter environment's only operation.
-	CounterTool = "increment"
-	// CounterDone is the counter policy's final answer.
-	CounterDone = "done"
+	// Done is the counter policy's final answer.
+	Done = "done"
 
 	// counterTaskPrefix starts the machine-readable task line of the counter
 	// environment's task statement: TASK {"start":S,"target":T}.
@@ -30,11 +28,11 @@ const (
 	counterArguments = `{"amount":1}`
 )
 
-// Counter is the scripted policy of the counter environment: it increments by
+// Policy is the scripted policy of the counter environment: it increments by
 // one until the counter reaches the target, then answers "done". With
-// probability Request.Imperfection (drawn once per episode from the seed and
+// probability the request's Imperfection (drawn once per episode from the seed and
 // the task) it aims one off the target, so rewards vary across seeds.
-type Counter struct{}
+type Policy struct{}
 
 // counterTask is the task line of the first user message.
 type counterTask struct {
@@ -43,33 +41,33 @@ type counterTask struct {
 }
 
 // Respond returns the next assistant message. It depends only on req.
-func (Counter) Respond(req Request) (Response, error) {
+func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
 	start, target, err := parseCounterTask(req.Messages)
 	if err != nil {
-		return Response{}, fmt.Errorf("counter policy: %w", err)
+		return envs.PolicyResponse{}, fmt.Errorf("counter policy: %w", err)
 	}
-	if len(req.Tools) > 0 && !slices.Contains(req.Tools, CounterTool) {
-		return Response{}, fmt.Errorf("counter policy: tool %q is not among the offered tools %v", CounterTool, req.Tools)
+	if len(req.Tools) > 0 && !slices.Contains(req.Tools, ToolIncrement) {
+		return envs.PolicyResponse{}, fmt.Errorf("counter policy: tool %q is not among the offered tools %v", ToolIncrement, req.Tools)
 	}
 	value, err := counterValue(req.Messages, start)
 	if err != nil {
-		return Response{}, fmt.Errorf("counter policy: %w", err)
+		return envs.PolicyResponse{}, fmt.Errorf("counter policy: %w", err)
 	}
 	if value < counterGoal(req, start, target) {
-		return Response{ToolCalls: []ToolCall{{
-			ID:        CallID(req.Messages, 0),
-			Name:      CounterTool,
+		return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{
+			ID:        envs.CallID(req.Messages, 0),
+			Name:      ToolIncrement,
 			Arguments: counterArguments,
 		}}}, nil
 	}
-	return Response{Content: CounterDone}, nil
+	return envs.PolicyResponse{Content: Done}, nil
 }
 
 // counterGoal is the value the policy stops at: the target, or on a
 // deliberate miss one below it. When one below is not reachable from the
 // start (the counter only goes up, e.g. T == 0), the miss overshoots to T+1.
-func counterGoal(req Request, start, target int64) int64 {
-	if EpisodeRand(req.Seed, req.Messages, counterSalt).Float64() >= req.Imperfection {
+func counterGoal(req envs.PolicyRequest, start, target int64) int64 {
+	if envs.EpisodeRand(req.Seed, req.Messages, counterSalt).Float64() >= req.Imperfection {
 		return target
 	}
 	if target-1 >= start {
@@ -80,8 +78,8 @@ func counterGoal(req Request, start, target int64) int64 {
 
 // parseCounterTask reads start and target from the TASK line of the first
 // user message.
-func parseCounterTask(msgs []Message) (start, target int64, err error) {
-	i := slices.IndexFunc(msgs, func(m Message) bool { return m.Role == "user" })
+func parseCounterTask(msgs []envs.Message) (start, target int64, err error) {
+	i := slices.IndexFunc(msgs, func(m envs.Message) bool { return m.Role == "user" })
 	if i < 0 {
 		return 0, 0, errors.New("no user message holding the TASK line")
 	}
@@ -107,7 +105,7 @@ func parseCounterTask(msgs []Message) (start, target int64, err error) {
 // start with counter= shows an error, so the value it reports is unknown and
 // the previous one stands; since the policy only calls increment while below
 // its goal, that means the increment is tried again.
-func counterValue(msgs []Message, start int64) (int64, error) {
+func counterValue(msgs []envs.Message, start int64) (int64, error) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := msgs[i]
 		if m.Role != "tool" || !strings.HasPrefix(m.Content, counterValuePrefix) {

@@ -1,4 +1,4 @@
-package policy_test
+package sandbox_test
 
 import (
 	"encoding/json"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
-	"github.com/turnstile-rl/turnstile/policy"
 )
 
 // sandboxTaskText is a start observation with the given TASK JSON.
@@ -18,16 +18,16 @@ func sandboxTaskText(taskJSON string) string {
 
 // sandboxConversation builds system, user task and then, per observation, one
 // assistant write_file call followed by the tool message showing obs.
-func sandboxConversation(taskJSON string, observations ...string) []policy.Message {
-	msgs := []policy.Message{
+func sandboxConversation(taskJSON string, observations ...string) []envs.Message {
+	msgs := []envs.Message{
 		{Role: "system", Content: sandbox.Instructions},
 		{Role: "user", Content: sandboxTaskText(taskJSON)},
 	}
 	for i, obs := range observations {
 		id := fmt.Sprintf("call_%d", i)
 		msgs = append(msgs,
-			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: id, Name: sandbox.ToolWriteFile, Arguments: `{}`}}},
-			policy.Message{Role: "tool", ToolCallID: id, Content: obs},
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: sandbox.ToolWriteFile, Arguments: `{}`}}},
+			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
 		)
 	}
 	return msgs
@@ -35,22 +35,22 @@ func sandboxConversation(taskJSON string, observations ...string) []policy.Messa
 
 func TestSandboxRespond(t *testing.T) {
 	const task = `{"files":{"b.txt":"bee\n","a.txt":"ay\n"}}`
-	writeCall := func(msgs []policy.Message, path, content string) *policy.Response {
-		return &policy.Response{ToolCalls: []policy.ToolCall{{
-			ID:        policy.CallID(msgs, 0),
+	writeCall := func(msgs []envs.Message, path, content string) *envs.PolicyResponse {
+		return &envs.PolicyResponse{ToolCalls: []envs.ToolCall{{
+			ID:        envs.CallID(msgs, 0),
 			Name:      sandbox.ToolWriteFile,
 			Arguments: fmt.Sprintf(`{"path":%q,"content":%q}`, path, content),
 		}}}
 	}
-	done := &policy.Response{Content: policy.SandboxDone}
+	done := &envs.PolicyResponse{Content: sandbox.Done}
 	first := sandboxConversation(task)
 	second := sandboxConversation(task, "wrote a.txt (3 bytes)")
 	afterError := sandboxConversation(task, "error: illegal_action")
 	tests := []struct {
 		name    string
-		msgs    []policy.Message
+		msgs    []envs.Message
 		tools   []string
-		want    *policy.Response
+		want    *envs.PolicyResponse
 		wantErr string
 	}{
 		{name: "first file in sorted order", msgs: first, want: writeCall(first, "a.txt", "ay\n")},
@@ -61,15 +61,15 @@ func TestSandboxRespond(t *testing.T) {
 		{name: "done needs no tool", msgs: sandboxConversation(task, "x", "y"), tools: []string{"list_files"}, want: done},
 		{name: "write_file not offered", msgs: first, tools: []string{"list_files"}, wantErr: `tool "write_file" is not among`},
 		{name: "no messages", wantErr: "no user message"},
-		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "Write files."}}, wantErr: "no TASK"},
-		{name: "malformed TASK", msgs: []policy.Message{{Role: "user", Content: "TASK {files}"}}, wantErr: "invalid character"},
-		{name: "invalid TASK", msgs: []policy.Message{{Role: "user", Content: `TASK {"files":{"/etc/passwd":"x"}}`}}, wantErr: "absolute"},
-		{name: "TASK only in a later user message", msgs: []policy.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: sandboxTaskText(task)}}, wantErr: "no TASK"},
+		{name: "no TASK line", msgs: []envs.Message{{Role: "user", Content: "Write files."}}, wantErr: "no TASK"},
+		{name: "malformed TASK", msgs: []envs.Message{{Role: "user", Content: "TASK {files}"}}, wantErr: "invalid character"},
+		{name: "invalid TASK", msgs: []envs.Message{{Role: "user", Content: `TASK {"files":{"/etc/passwd":"x"}}`}}, wantErr: "absolute"},
+		{name: "TASK only in a later user message", msgs: []envs.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: sandboxTaskText(task)}}, wantErr: "no TASK"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := policy.Request{Messages: tt.msgs, Tools: tt.tools, Seed: 3}
-			got, err := policy.Sandbox{}.Respond(req)
+			req := envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 3}
+			got, err := sandbox.Policy{}.Respond(req)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
@@ -82,7 +82,7 @@ func TestSandboxRespond(t *testing.T) {
 			if !reflect.DeepEqual(got, *tt.want) {
 				t.Fatalf("Respond = %+v, want %+v", got, *tt.want)
 			}
-			again, err := policy.Sandbox{}.Respond(req)
+			again, err := sandbox.Policy{}.Respond(req)
 			if err != nil || !reflect.DeepEqual(again, got) {
 				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
 			}
@@ -92,7 +92,7 @@ func TestSandboxRespond(t *testing.T) {
 
 // sandboxEpisode plays the real sandbox environment against the policy on the
 // generated task (seed, index) and returns the transcript and the verdict.
-func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) ([]policy.Message, float64, sandbox.Differences) {
+func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) ([]envs.Message, float64, sandbox.Differences) {
 	t.Helper()
 	task := sandbox.GenerateTask(seed, index)
 	s, st, err := sandbox.New().Start(seed, task)
@@ -108,16 +108,16 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 	for _, tool := range sandbox.New().Spec().Tools {
 		tools = append(tools, tool.Name)
 	}
-	msgs := []policy.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
+	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	for turn := 0; turn < 10; turn++ {
-		resp, err := policy.Sandbox{}.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		resp, err := sandbox.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
-			if resp.Content != policy.SandboxDone {
-				t.Fatalf("seed %d: final answer %q, want %q", seed, resp.Content, policy.SandboxDone)
+			if resp.Content != sandbox.Done {
+				t.Fatalf("seed %d: final answer %q, want %q", seed, resp.Content, sandbox.Done)
 			}
 			v, err := s.Verify()
 			if err != nil {
@@ -134,7 +134,7 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 			if err != nil {
 				t.Fatalf("seed %d turn %d: Apply(%s, %s): %v", seed, turn, call.Name, call.Arguments, err)
 			}
-			msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
+			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
 		}
 	}
 	t.Fatalf("seed %d: episode did not end in 10 turns", seed)
@@ -180,18 +180,18 @@ func TestSandboxImperfection(t *testing.T) {
 			clean, spoiled := 0, 0
 			spoiledFiles := map[string]bool{}
 			for seed := int64(0); seed < 200; seed++ {
-				req := policy.Request{Messages: sandboxConversation(task), Seed: seed, Imperfection: tt.imperfection}
-				plan, err := policy.SandboxPlan(req)
+				req := envs.PolicyRequest{Messages: sandboxConversation(task), Seed: seed, Imperfection: tt.imperfection}
+				plan, err := sandbox.PolicyPlan(req)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if again, _ := policy.SandboxPlan(req); !reflect.DeepEqual(again, plan) {
+				if again, _ := sandbox.PolicyPlan(req); !reflect.DeepEqual(again, plan) {
 					t.Fatalf("seed %d: plan not deterministic", seed)
 				}
 				// The per-episode draw does not depend on how far the episode got.
 				later := req
 				later.Messages = sandboxConversation(task, "wrote a.txt", "wrote b.txt")
-				if laterPlan, _ := policy.SandboxPlan(later); !reflect.DeepEqual(laterPlan, plan) {
+				if laterPlan, _ := sandbox.PolicyPlan(later); !reflect.DeepEqual(laterPlan, plan) {
 					t.Fatalf("seed %d: plan changed mid-episode", seed)
 				}
 				wrong := 0

@@ -1,4 +1,4 @@
-package policy_test
+package workplace_test
 
 import (
 	"encoding/json"
@@ -8,13 +8,12 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
-	"github.com/turnstile-rl/turnstile/policy"
 )
 
 type workplaceEpisode struct {
 	reward float64
 	turns  int
-	msgs   []policy.Message
+	msgs   []envs.Message
 }
 
 // driveWorkplace runs one episode: policy → env.Apply → observation appended
@@ -31,8 +30,8 @@ func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection
 	for _, tool := range env.Spec().Tools {
 		tools = append(tools, tool.Name)
 	}
-	msgs := []policy.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
-	var p policy.Workplace
+	msgs := []envs.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
+	var p workplace.Policy
 	for turn := 0; ; turn++ {
 		if turn > 50 {
 			t.Fatal("episode does not end")
@@ -46,13 +45,13 @@ func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection
 				t.Fatal(err)
 			}
 		}
-		resp, err := p.Respond(policy.Request{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
+		resp, err := p.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("turn %d: %v", turn, err)
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
-			if resp.Content != policy.WorkplaceDone {
+			if resp.Content != workplace.Done {
 				t.Fatalf("final answer %q", resp.Content)
 			}
 			v, err := sess.Verify()
@@ -70,7 +69,7 @@ func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection
 		if err != nil {
 			content = "error: " + err.Error()
 		}
-		msgs = append(msgs, policy.Message{Role: "tool", ToolCallID: call.ID, Content: content})
+		msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: content})
 	}
 }
 
@@ -127,9 +126,9 @@ func TestWorkplaceImperfectionSpoilsTheEpisode(t *testing.T) {
 
 func TestWorkplaceRespondIsPure(t *testing.T) {
 	ep := driveWorkplace(t, workplace.GenerateTask(8, 2), 5, 0.5, -1)
-	var p policy.Workplace
+	var p workplace.Policy
 	for n := 2; n <= len(ep.msgs); n++ {
-		req := policy.Request{Messages: ep.msgs[:n], Seed: 5, Imperfection: 0.5}
+		req := envs.PolicyRequest{Messages: ep.msgs[:n], Seed: 5, Imperfection: 0.5}
 		a, errA := p.Respond(req)
 		b, errB := p.Respond(req)
 		if !reflect.DeepEqual(a, b) || (errA == nil) != (errB == nil) {
@@ -142,18 +141,18 @@ func TestWorkplaceRespondRefusesBadRequests(t *testing.T) {
 	task := "Do it.\nTASK " + string(workplace.GenerateTask(1, 3))
 	cases := []struct {
 		name    string
-		msgs    []policy.Message
+		msgs    []envs.Message
 		tools   []string
 		wantErr string
 	}{
-		{"no user message", []policy.Message{{Role: "system", Content: "x"}}, nil, "no user message"},
-		{"no task line", []policy.Message{{Role: "user", Content: "hello"}}, nil, "no TASK"},
-		{"bad task", []policy.Message{{Role: "user", Content: `TASK {"task_id":"x","seed":1,"index":0}`}}, nil, envs.CodeBadTask},
-		{"tool not offered", []policy.Message{{Role: "user", Content: task}}, []string{"email_read"}, "not among the offered tools"},
+		{"no user message", []envs.Message{{Role: "system", Content: "x"}}, nil, "no user message"},
+		{"no task line", []envs.Message{{Role: "user", Content: "hello"}}, nil, "no TASK"},
+		{"bad task", []envs.Message{{Role: "user", Content: `TASK {"task_id":"x","seed":1,"index":0}`}}, nil, envs.CodeBadTask},
+		{"tool not offered", []envs.Message{{Role: "user", Content: task}}, []string{"email_read"}, "not among the offered tools"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := policy.Workplace{}.Respond(policy.Request{Messages: tc.msgs, Tools: tc.tools})
+			_, err := workplace.Policy{}.Respond(envs.PolicyRequest{Messages: tc.msgs, Tools: tc.tools})
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want one naming %q", err, tc.wantErr)
 			}

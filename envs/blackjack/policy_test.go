@@ -1,4 +1,4 @@
-package policy_test
+package blackjack_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
-	"github.com/turnstile-rl/turnstile/policy"
 )
 
 func blackjackObs(sum, dealer int, soft bool) string {
@@ -17,10 +16,10 @@ func blackjackObs(sum, dealer int, soft bool) string {
 
 // blackjackConversation is system, the first observation as a user message,
 // then per later observation an assistant action and a user message.
-func blackjackConversation(first string, later ...string) []policy.Message {
-	msgs := []policy.Message{{Role: "system", Content: "You play blackjack."}, {Role: "user", Content: first}}
+func blackjackConversation(first string, later ...string) []envs.Message {
+	msgs := []envs.Message{{Role: "system", Content: "You play blackjack."}, {Role: "user", Content: first}}
 	for _, obs := range later {
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: "hit"}, policy.Message{Role: "user", Content: obs})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: "hit"}, envs.Message{Role: "user", Content: obs})
 	}
 	return msgs
 }
@@ -48,16 +47,16 @@ func TestBlackjackBasicStrategy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d_%d_soft=%t", tt.sum, tt.dealer, tt.soft), func(t *testing.T) {
-			req := policy.Request{Messages: blackjackConversation(blackjackObs(tt.sum, tt.dealer, tt.soft)), Seed: 1}
-			got, err := policy.Blackjack{}.Respond(req)
+			req := envs.PolicyRequest{Messages: blackjackConversation(blackjackObs(tt.sum, tt.dealer, tt.soft)), Seed: 1}
+			got, err := blackjack.Policy{}.Respond(req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := (policy.Response{Content: tt.want}); !reflect.DeepEqual(got, want) {
+			if want := (envs.PolicyResponse{Content: tt.want}); !reflect.DeepEqual(got, want) {
 				t.Errorf("Respond = %+v, want %+v", got, want)
 			}
 			req.Imperfection = 1
-			got, err = policy.Blackjack{}.Respond(req)
+			got, err = blackjack.Policy{}.Respond(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,22 +70,22 @@ func TestBlackjackBasicStrategy(t *testing.T) {
 func TestBlackjackReadsTheLatestObservation(t *testing.T) {
 	tests := []struct {
 		name string
-		msgs []policy.Message
+		msgs []envs.Message
 		want string
 	}{
 		{"latest user message", blackjackConversation(blackjackObs(5, 3, false), blackjackObs(19, 3, false)), "stick"},
 		{"latest tool message", append(blackjackConversation(blackjackObs(5, 3, false)),
-			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: "c", Name: "step", Arguments: `{"action":"hit"}`}}},
-			policy.Message{Role: "tool", ToolCallID: "c", Content: blackjackObs(20, 3, false)}), "stick"},
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: "c", Name: "step", Arguments: `{"action":"hit"}`}}},
+			envs.Message{Role: "tool", ToolCallID: "c", Content: blackjackObs(20, 3, false)}), "stick"},
 		{"a refusal keeps the previous state", blackjackConversation(blackjackObs(5, 3, false), "illegal_action: answer hit or stick"), "hit"},
 		{"the last OBS line of a message", blackjackConversation(blackjackObs(19, 3, false) + "\n" + blackjackObs(8, 3, false)), "hit"},
 		{"assistant text is not an observation", append(blackjackConversation(blackjackObs(5, 3, false)),
-			policy.Message{Role: "assistant", Content: blackjackObs(20, 3, false)}), "hit"},
+			envs.Message{Role: "assistant", Content: blackjackObs(20, 3, false)}), "hit"},
 		{"unknown OBS fields are ignored", blackjackConversation(`OBS {"player_sum":18,"dealer_card":9,"usable_ace":false,"shoe":"x"}`), "stick"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := policy.Blackjack{}.Respond(policy.Request{Messages: tt.msgs})
+			got, err := blackjack.Policy{}.Respond(envs.PolicyRequest{Messages: tt.msgs})
 			if err != nil || got.Content != tt.want || got.ToolCalls != nil {
 				t.Errorf("Respond = %+v, %v; want %q", got, err, tt.want)
 			}
@@ -106,12 +105,12 @@ func TestBlackjackRefusesUnreadableObservations(t *testing.T) {
 		"sum not integer": `OBS {"player_sum":"12","dealer_card":5,"usable_ace":false}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := (policy.Blackjack{}).Respond(policy.Request{Messages: blackjackConversation(first)}); err == nil {
+			if _, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{Messages: blackjackConversation(first)}); err == nil {
 				t.Error("no error")
 			}
 		})
 	}
-	if _, err := (policy.Blackjack{}).Respond(policy.Request{}); err == nil {
+	if _, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{}); err == nil {
 		t.Error("no messages: no error")
 	}
 }
@@ -119,16 +118,16 @@ func TestBlackjackRefusesUnreadableObservations(t *testing.T) {
 // playBlackjack runs an episode of the blackjack environment against the
 // policy, observations as user messages, and returns the sum of the step
 // rewards and the conversation.
-func playBlackjack(t *testing.T, seed int64, rounds int, imperfection float64) (float64, []policy.Message) {
+func playBlackjack(t *testing.T, seed int64, rounds int, imperfection float64) (float64, []envs.Message) {
 	t.Helper()
 	s, st, err := blackjack.New().Start(seed, json.RawMessage(fmt.Sprintf(`{"rounds":%d}`, rounds)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []policy.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
+	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	total := 0.0
 	for range 200 {
-		resp, err := policy.Blackjack{}.Respond(policy.Request{Messages: msgs, Seed: seed, Imperfection: imperfection})
+		resp, err := blackjack.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -138,7 +137,7 @@ func playBlackjack(t *testing.T, seed int64, rounds int, imperfection float64) (
 			t.Fatalf("seed %d: step %q: %v", seed, resp.Content, err)
 		}
 		total += out.Reward
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: resp.Content}, policy.Message{Role: "user", Content: out.Observation})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content}, envs.Message{Role: "user", Content: out.Observation})
 		if out.Terminated {
 			return total, msgs
 		}
@@ -183,19 +182,19 @@ func TestBlackjackImperfectionPerDecision(t *testing.T) {
 	mistakes := 0
 	const positions = 200
 	for range positions {
-		req := policy.Request{Messages: msgs, Seed: 7, Imperfection: 0.5}
-		a, err := policy.Blackjack{}.Respond(req)
+		req := envs.PolicyRequest{Messages: msgs, Seed: 7, Imperfection: 0.5}
+		a, err := blackjack.Policy{}.Respond(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := policy.Blackjack{}.Respond(req)
+		b, _ := blackjack.Policy{}.Respond(req)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("same request, different answers: %+v %+v", a, b)
 		}
 		if a.Content == "stick" {
 			mistakes++
 		}
-		msgs = append(msgs, policy.Message{Role: "assistant", Content: a.Content}, policy.Message{Role: "user", Content: obs})
+		msgs = append(msgs, envs.Message{Role: "assistant", Content: a.Content}, envs.Message{Role: "user", Content: obs})
 	}
 	if mistakes < positions/4 || mistakes > positions*3/4 {
 		t.Errorf("%d mistakes in %d decisions at imperfection 0.5", mistakes, positions)

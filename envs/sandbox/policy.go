@@ -1,4 +1,4 @@
-package policy
+package sandbox
 
 import (
 	"encoding/json"
@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/turnstile-rl/turnstile/envs/sandbox"
+	"github.com/turnstile-rl/turnstile/envs"
 )
 
 const (
-	// SandboxModel is the model name of the sandbox policy.
-	SandboxModel = "scripted-sandbox"
-	// SandboxDone is the sandbox policy's final answer.
-	SandboxDone = "done"
+	// Done is the sandbox policy's final answer.
+	Done = "done"
 	// sandboxSalt separates this policy's episode draws from other policies'
 	// given the same seed and task.
 	sandboxSalt = "sandbox"
@@ -21,28 +19,28 @@ const (
 	sandboxAlteration = "draft\n"
 )
 
-// Sandbox is the scripted policy of the sandbox environment. It reads the
+// Policy is the scripted policy of the sandbox environment. It reads the
 // expected files from the TASK line of the first user message and writes one
 // file per turn, in sorted name order; the number of tool messages so far is
 // its position, so it needs no memory and a restarted conversation resumes at
 // the right file. After the last file it answers "done".
 //
-// With probability Request.Imperfection (drawn once per episode) it writes one
+// With probability the request's Imperfection (drawn once per episode) it writes one
 // file, chosen by the same draw, with wrong content, so the episode ends with
 // reward 0.
-type Sandbox struct{}
+type Policy struct{}
 
-// SandboxWrite is the arguments of one write_file call.
-type SandboxWrite struct {
+// WriteFileArgs is the arguments of one write_file call.
+type WriteFileArgs struct {
 	Path    string `json:"path"`
 	Content string `json:"content"`
 }
 
 // Respond returns the next assistant message. It depends only on req.
-func (Sandbox) Respond(req Request) (Response, error) {
-	writes, err := SandboxPlan(req)
+func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
+	writes, err := PolicyPlan(req)
 	if err != nil {
-		return Response{}, err
+		return envs.PolicyResponse{}, err
 	}
 	step := 0
 	for _, m := range req.Messages {
@@ -51,39 +49,39 @@ func (Sandbox) Respond(req Request) (Response, error) {
 		}
 	}
 	if step >= len(writes) {
-		return Response{Content: SandboxDone}, nil
+		return envs.PolicyResponse{Content: Done}, nil
 	}
-	if len(req.Tools) > 0 && !slices.Contains(req.Tools, sandbox.ToolWriteFile) {
-		return Response{}, fmt.Errorf("sandbox policy: tool %q is not among the offered tools %v", sandbox.ToolWriteFile, req.Tools)
+	if len(req.Tools) > 0 && !slices.Contains(req.Tools, ToolWriteFile) {
+		return envs.PolicyResponse{}, fmt.Errorf("sandbox policy: tool %q is not among the offered tools %v", ToolWriteFile, req.Tools)
 	}
 	args, err := json.Marshal(writes[step])
 	if err != nil {
-		return Response{}, fmt.Errorf("sandbox policy: encode write_file arguments: %w", err)
+		return envs.PolicyResponse{}, fmt.Errorf("sandbox policy: encode write_file arguments: %w", err)
 	}
-	return Response{ToolCalls: []ToolCall{{
-		ID:        CallID(req.Messages, 0),
-		Name:      sandbox.ToolWriteFile,
+	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{
+		ID:        envs.CallID(req.Messages, 0),
+		Name:      ToolWriteFile,
 		Arguments: string(args),
 	}}}, nil
 }
 
-// SandboxPlan is the write_file arguments the policy sends for req's episode,
+// PolicyPlan is the write_file arguments the policy sends for req's episode,
 // in order, after any deliberate mistake.
-func SandboxPlan(req Request) ([]SandboxWrite, error) {
-	i := slices.IndexFunc(req.Messages, func(m Message) bool { return m.Role == "user" })
+func PolicyPlan(req envs.PolicyRequest) ([]WriteFileArgs, error) {
+	i := slices.IndexFunc(req.Messages, func(m envs.Message) bool { return m.Role == "user" })
 	if i < 0 {
 		return nil, errors.New("sandbox policy: no user message holding the TASK line")
 	}
-	task, err := sandbox.TaskFromObservation(req.Messages[i].Content)
+	task, err := TaskFromObservation(req.Messages[i].Content)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox policy: first user message: %w", err)
 	}
 	names := task.Names()
-	writes := make([]SandboxWrite, len(names))
+	writes := make([]WriteFileArgs, len(names))
 	for j, name := range names {
-		writes[j] = SandboxWrite{Path: name, Content: task.Files[name]}
+		writes[j] = WriteFileArgs{Path: name, Content: task.Files[name]}
 	}
-	r := EpisodeRand(req.Seed, req.Messages, sandboxSalt)
+	r := envs.EpisodeRand(req.Seed, req.Messages, sandboxSalt)
 	if r.Float64() < req.Imperfection {
 		at := r.IntN(len(writes)) // a parsed task has at least one file
 		writes[at].Content += sandboxAlteration

@@ -1,4 +1,4 @@
-package policy_test
+package counter_test
 
 import (
 	"fmt"
@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
 )
 
 // counterTask is the counter environment's task statement.
@@ -16,34 +17,34 @@ func counterTask(start, target int) string {
 
 // counterConversation builds system, user task and then, per observation, one
 // assistant increment call followed by the tool message showing obs.
-func counterConversation(task string, observations ...string) []policy.Message {
-	msgs := []policy.Message{
+func counterConversation(task string, observations ...string) []envs.Message {
+	msgs := []envs.Message{
 		{Role: "system", Content: "You operate a counter."},
 		{Role: "user", Content: task},
 	}
 	for i, obs := range observations {
 		id := fmt.Sprintf("call_%d", i)
 		msgs = append(msgs,
-			policy.Message{Role: "assistant", ToolCalls: []policy.ToolCall{{ID: id, Name: policy.CounterTool, Arguments: `{"amount":1}`}}},
-			policy.Message{Role: "tool", ToolCallID: id, Content: obs},
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
+			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
 		)
 	}
 	return msgs
 }
 
-func counterIncrement(msgs []policy.Message) policy.Response {
-	return policy.Response{ToolCalls: []policy.ToolCall{{ID: policy.CallID(msgs, 0), Name: policy.CounterTool, Arguments: `{"amount":1}`}}}
+func counterIncrement(msgs []envs.Message) envs.PolicyResponse {
+	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{ID: envs.CallID(msgs, 0), Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}}
 }
 
-var counterDoneResponse = policy.Response{Content: policy.CounterDone}
+var counterDoneResponse = envs.PolicyResponse{Content: counter.Done}
 
 func TestCounterRespond(t *testing.T) {
 	tests := []struct {
 		name         string
-		msgs         []policy.Message
+		msgs         []envs.Message
 		tools        []string
 		imperfection float64
-		want         *policy.Response // nil: want the increment call for msgs
+		want         *envs.PolicyResponse // nil: want the increment call for msgs
 		wantErr      string
 	}{
 		{name: "first turn increments", msgs: counterConversation(counterTask(0, 3))},
@@ -62,17 +63,17 @@ func TestCounterRespond(t *testing.T) {
 		{name: "miss with target 0 stops at 1", msgs: counterConversation(counterTask(0, 0), "counter=1"), imperfection: 1, want: &counterDoneResponse},
 		{name: "miss with start at target overshoots", msgs: counterConversation(counterTask(7, 7)), imperfection: 1},
 		{name: "no messages", msgs: nil, wantErr: "no user message"},
-		{name: "no TASK line", msgs: []policy.Message{{Role: "user", Content: "Increase the counter."}}, wantErr: "no TASK line"},
-		{name: "TASK only in a later user message", msgs: []policy.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: counterTask(0, 1)}}, wantErr: "no TASK line"},
-		{name: "malformed TASK", msgs: []policy.Message{{Role: "user", Content: "TASK {start:1}"}}, wantErr: "malformed TASK line"},
-		{name: "TASK without target", msgs: []policy.Message{{Role: "user", Content: `TASK {"start":1}`}}, wantErr: "lacks start or target"},
+		{name: "no TASK line", msgs: []envs.Message{{Role: "user", Content: "Increase the counter."}}, wantErr: "no TASK line"},
+		{name: "TASK only in a later user message", msgs: []envs.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: counterTask(0, 1)}}, wantErr: "no TASK line"},
+		{name: "malformed TASK", msgs: []envs.Message{{Role: "user", Content: "TASK {start:1}"}}, wantErr: "malformed TASK line"},
+		{name: "TASK without target", msgs: []envs.Message{{Role: "user", Content: `TASK {"start":1}`}}, wantErr: "lacks start or target"},
 		{name: "malformed counter line", msgs: counterConversation(counterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
 		{name: "increment not offered", msgs: counterConversation(counterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := policy.Request{Messages: tt.msgs, Tools: tt.tools, Seed: 7, Imperfection: tt.imperfection}
-			got, err := policy.Counter{}.Respond(req)
+			req := envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 7, Imperfection: tt.imperfection}
+			got, err := counter.Policy{}.Respond(req)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
@@ -89,7 +90,7 @@ func TestCounterRespond(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("Respond = %+v, want %+v", got, want)
 			}
-			again, err := policy.Counter{}.Respond(req)
+			again, err := counter.Policy{}.Respond(req)
 			if err != nil || !reflect.DeepEqual(again, got) {
 				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
 			}
@@ -104,7 +105,7 @@ func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection
 	msgs := counterConversation(counterTask(start, target))
 	value := start
 	for turn := 0; turn < 100; turn++ {
-		resp, err := policy.Counter{}.Respond(policy.Request{Messages: msgs, Seed: seed, Imperfection: imperfection})
+		resp, err := counter.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: seed, Imperfection: imperfection})
 		if err != nil {
 			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
 		}
@@ -114,8 +115,8 @@ func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection
 		value++
 		call := resp.ToolCalls[0]
 		msgs = append(msgs,
-			policy.Message{Role: "assistant", ToolCalls: resp.ToolCalls},
-			policy.Message{Role: "tool", ToolCallID: call.ID, Content: fmt.Sprintf("counter=%d", value)},
+			envs.Message{Role: "assistant", ToolCalls: resp.ToolCalls},
+			envs.Message{Role: "tool", ToolCallID: call.ID, Content: fmt.Sprintf("counter=%d", value)},
 		)
 	}
 	t.Fatalf("seed %d: episode did not end in 100 turns", seed)

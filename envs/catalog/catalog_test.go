@@ -1,0 +1,136 @@
+package catalog_test
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/policy"
+)
+
+// TestEntriesComplete fails when an environment misses any part a binary
+// needs: the environment server, the task generator, the starter's limits
+// and pass rule and the policy server all read these entries, and a missing
+// part would otherwise only show as a silent default at run time.
+func TestEntriesComplete(t *testing.T) {
+	registry := policy.Registry(catalog.Policies())
+	for _, e := range catalog.All() {
+		t.Run(e.Name, func(t *testing.T) {
+			if err := e.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			// The starter asks for the model by the convention's name, the
+			// policy server must answer to it with this entry's policy.
+			model := envs.ScriptedModel(e.Name)
+			p, err := registry.Lookup(model)
+			if err != nil {
+				t.Fatalf("policy server registry: %v", err)
+			}
+			if reflect.TypeOf(p) != reflect.TypeOf(e.Policy) {
+				t.Fatalf("model %q serves %T, want the entry's %T", model, p, e.Policy)
+			}
+			env := e.New()
+			for _, seed := range []int64{0, 7, -3} {
+				for index := range 4 {
+					startTask(t, e, env, seed, index)
+				}
+			}
+		})
+	}
+}
+
+// startTask generates a task and starts (then closes) a session on it: a
+// generated task the environment refuses would fail every rollout of it.
+func startTask(t *testing.T, e envs.Entry, env envs.Environment, seed int64, index int) {
+	t.Helper()
+	task, err := e.Task(seed, index)
+	if err != nil {
+		t.Fatalf("task (seed %d, index %d): %v", seed, index, err)
+	}
+	sess, start, err := env.Start(seed, task)
+	if err != nil {
+		t.Fatalf("Start refuses generated task %s (seed %d, index %d): %v", task, seed, index, err)
+	}
+	defer sess.Close()
+	if start.Observation == "" {
+		t.Errorf("task %s: empty first observation", task)
+	}
+}
+
+func TestNamesUniqueAndSorted(t *testing.T) {
+	names := catalog.Names()
+	if len(names) == 0 {
+		t.Fatal("empty catalog")
+	}
+	if !slices.IsSorted(names) {
+		t.Errorf("Names() = %v, not sorted", names)
+	}
+	if c := slices.Compact(slices.Clone(names)); len(c) != len(names) {
+		t.Errorf("Names() = %v: a name is listed twice", names)
+	}
+	models := catalog.Policies()
+	if len(models) != len(names) {
+		t.Errorf("%d policies for %d environments: two entries share a model name", len(models), len(names))
+	}
+}
+
+func TestLookup(t *testing.T) {
+	tests := []struct {
+		name   string
+		wantOK bool
+	}{
+		{"counter", true},
+		{"blackjack", true},
+		{"chess", false},
+		{"", false},
+		{"Counter", false}, // names are exact
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, ok := catalog.Lookup(tt.name)
+			if ok != tt.wantOK || (ok && e.Name != tt.name) {
+				t.Fatalf("Lookup(%q) = %q, %v; want ok %v", tt.name, e.Name, ok, tt.wantOK)
+			}
+			_, err := catalog.Find(tt.name)
+			if (err == nil) != tt.wantOK {
+				t.Fatalf("Find(%q) error %v, want ok %v", tt.name, err, tt.wantOK)
+			}
+			if err != nil && !strings.Contains(err.Error(), "counter") {
+				t.Errorf("Find(%q) error %q does not list the known environments", tt.name, err)
+			}
+		})
+	}
+}
+
+// TestEntryDetails pins what users see of the existing entries: the default
+// turn limits, the dense-reward rule and the model names (recorded histories
+// and users' inputs hold them). A new environment needs no row here:
+// TestEntriesComplete checks it has every part.
+func TestEntryDetails(t *testing.T) {
+	tests := []struct {
+		env      string
+		maxTurns int
+		dense    bool
+		model    string
+	}{
+		{"arithmetic", 4, false, "scripted-arithmetic"},
+		{"blackjack", 64, true, "scripted-blackjack"},
+		{"counter", 16, false, "scripted-counter"},
+		{"sandbox", 12, false, "scripted-sandbox"},
+		{"workplace", 24, false, "scripted-workplace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			e, err := catalog.Find(tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.MaxTurns != tt.maxTurns || e.DenseReward != tt.dense || e.Model() != tt.model {
+				t.Fatalf("max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
+			}
+		})
+	}
+}

@@ -1,0 +1,141 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+)
+
+func TestTaskCounterDeterministicAndInRange(t *testing.T) {
+	seen := map[int]bool{}
+	for _, seed := range []int64{0, 1, 7, -3} {
+		for i := 0; i < 200; i++ {
+			a, err := catalog.Task("counter", seed, i)
+			if err != nil {
+				t.Fatalf("Task(counter, %d, %d): %v", seed, i, err)
+			}
+			b, err := catalog.Task("counter", seed, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(a) != string(b) {
+				t.Fatalf("seed %d index %d: not deterministic: %s vs %s", seed, i, a, b)
+			}
+			var task struct {
+				Target int `json:"target"`
+			}
+			if err := json.Unmarshal(a, &task); err != nil {
+				t.Fatalf("decode %s: %v", a, err)
+			}
+			if task.Target < 2 || task.Target > 8 {
+				t.Fatalf("seed %d index %d: target %d outside 2..8", seed, i, task.Target)
+			}
+			seen[task.Target] = true
+		}
+	}
+	// Every value of the range must be reachable, or the generator is biased.
+	for v := 2; v <= 8; v++ {
+		if !seen[v] {
+			t.Errorf("target %d never generated", v)
+		}
+	}
+}
+
+func TestTaskVariesWithSeedAndIndex(t *testing.T) {
+	distinct := map[string]bool{}
+	for i := 0; i < 32; i++ {
+		b, err := catalog.Task("counter", 7, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		distinct[string(b)] = true
+	}
+	if len(distinct) < 2 {
+		t.Fatalf("32 indexes gave %d distinct tasks", len(distinct))
+	}
+	differ := false
+	for i := 0; i < 32 && !differ; i++ {
+		a, _ := catalog.Task("counter", 1, i)
+		b, _ := catalog.Task("counter", 2, i)
+		differ = string(a) != string(b)
+	}
+	if !differ {
+		t.Fatal("seeds 1 and 2 gave identical tasks for 32 indexes")
+	}
+}
+
+func TestTaskErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   string
+		index int
+		want  []string
+	}{
+		{"unknown env lists known", "chess", 0, []string{`"chess"`, "counter"}},
+		{"empty env", "", 0, []string{`""`, "counter"}},
+		{"negative index", "counter", -1, []string{"-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := catalog.Task(tt.env, 1, tt.index)
+			if err == nil {
+				t.Fatalf("want error, got %s", b)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	got := strings.Join(catalog.Names(), ",")
+	if want := "arithmetic,blackjack,counter,sandbox,workplace"; got != want {
+		t.Fatalf("Names() = %s, want %s (sorted)", got, want)
+	}
+}
+
+// TestTaskBytesPinned pins the exact task bytes of every environment at a
+// few (seed, index) points: recorded histories, checkpoints and test fixtures
+// hold these tasks, so a refactor that changes a generator's draws or its
+// encoding must fail here rather than silently give sets new tasks.
+func TestTaskBytesPinned(t *testing.T) {
+	tests := []struct {
+		env   string
+		seed  int64
+		index int
+		want  string
+	}{
+		{"arithmetic", 7, 0, `{"a":752,"b":529,"op":"+"}`},
+		{"arithmetic", 7, 3, `{"a":-49,"b":-91,"op":"*"}`},
+		{"arithmetic", -3, 11, `{"a":-23,"b":7,"op":"*"}`},
+		{"blackjack", 7, 0, `{"rounds":4}`},
+		{"blackjack", 7, 3, `{"rounds":2}`},
+		{"blackjack", -3, 11, `{"rounds":4}`},
+		{"counter", 7, 0, `{"target":3}`},
+		{"counter", 7, 3, `{"target":7}`},
+		{"counter", -3, 11, `{"target":7}`},
+		{"sandbox", 7, 0, `{"files":{"notes.txt":"lantern alpha\nmaple bravo\norbit maple\n","summary.txt":"bravo orbit\n","todo.txt":"ember river\nriver orbit lantern\nmeadow cloud cloud ember\n"}}`},
+		{"sandbox", 7, 3, `{"files":{"plan.txt":"cloud ember ember\nember cloud alpha\nharbor river\n","summary.txt":"bravo lantern lantern river\n"}}`},
+		{"sandbox", -3, 11, `{"files":{"ideas.txt":"bravo harbor\norbit harbor\nbravo delta\n"}}`},
+		{"workplace", 7, 0, `{"task_id":"workplace-4971928291090985182-299718","seed":4971928291090985182,"index":299718}`},
+		{"workplace", 7, 3, `{"task_id":"workplace-5592146897251068097-854244","seed":5592146897251068097,"index":854244}`},
+		{"workplace", -3, 11, `{"task_id":"workplace-4389940832081916771-13349","seed":4389940832081916771,"index":13349}`},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%d/%d", tt.env, tt.seed, tt.index), func(t *testing.T) {
+			got, err := catalog.Task(tt.env, tt.seed, tt.index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Fatalf("task bytes changed:\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
