@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -63,13 +64,13 @@ func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
 	if err := ValidateName("checkpoint_id", in.CheckpointID); err != nil {
 		return time.Time{}, err
 	}
-	if err := ValidateName("set", in.Set); err != nil {
+	if err := rollout.ValidateSet(in.Set); err != nil {
 		return time.Time{}, err
 	}
 	if !filepath.IsAbs(in.Root) {
 		return time.Time{}, fmt.Errorf("root %q is not an absolute path", in.Root)
 	}
-	if err := validateParticipants(in.Participants); err != nil {
+	if _, err := protocol.ValidateParticipants(in.Participants); err != nil {
 		return time.Time{}, err
 	}
 	deadline := in.Deadline
@@ -92,20 +93,6 @@ func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("deadline %s is more than %s away", deadline.Format(time.RFC3339), MaxCheckpointTimeout)
 	}
 	return deadline, nil
-}
-
-func validateParticipants(urls []string) error {
-	seen := map[string]bool{}
-	for i, u := range urls {
-		if u == "" {
-			return fmt.Errorf("participant %d has an empty URL", i)
-		}
-		if seen[u] {
-			return fmt.Errorf("participant %s is listed twice", u)
-		}
-		seen[u] = true
-	}
-	return nil
 }
 
 // checkpointRun is the state of one Checkpoint execution.

@@ -3,7 +3,8 @@ package checkpoint
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
+
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // Layout of a checkpoint directory <root>/<checkpoint_id>/.
@@ -39,18 +40,12 @@ const (
 	RestoreAttempts     = RestoreDir + "/attempts.json"
 )
 
-// nameRE is the shape of checkpoint ids and set names: each is a path
-// component of the checkpoint directory or part of a visibility query, so
-// neither may hold a separator, a quote or "..".
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// MaxIDLen bounds checkpoint and restore ids: each is a path component of
+// the checkpoint directory and part of a workflow ID.
+const MaxIDLen = 128
 
-// ValidateName checks a checkpoint id or set name.
-func ValidateName(what, name string) error {
-	if !nameRE.MatchString(name) {
-		return fmt.Errorf("%s %q: want 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", what, name)
-	}
-	return nil
-}
+// ValidateName checks a checkpoint or restore id (what names which).
+func ValidateName(what, name string) error { return rollout.ValidateName(what, name, MaxIDLen) }
 
 // CheckpointDir is the directory of checkpoint id under root.
 func CheckpointDir(root, checkpointID string) string { return filepath.Join(root, checkpointID) }

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -24,7 +25,8 @@ func (in RestoreInput) validate() error {
 	if !filepath.IsAbs(in.Root) {
 		return fmt.Errorf("root %q is not an absolute path", in.Root)
 	}
-	return validateParticipants(in.Participants)
+	_, err := protocol.ValidateParticipants(in.Participants)
+	return err
 }
 
 // EffectiveRestoreID is the restore's id: RestoreID, or the checkpoint id

@@ -1,6 +1,10 @@
 package protocol
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -298,4 +302,30 @@ type RetireResponse struct {
 	// Pending: a mutation of the retired attempt is still running; its
 	// result will be discarded when it returns.
 	Pending bool `json:"pending"`
+}
+
+// ValidateParticipants checks the environment servers' base URLs a
+// checkpoint or restore names: at least one, each an http(s) URL with a
+// host, none twice (a trailing slash does not make a second server). It
+// returns them trimmed, in the order given: the order numbers the servers'
+// artifacts in the checkpoint.
+func ValidateParticipants(urls []string) ([]string, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("at least one environment server URL is required")
+	}
+	seen := make(map[string]bool, len(urls))
+	out := make([]string, 0, len(urls))
+	for i, raw := range urls {
+		u := strings.TrimRight(strings.TrimSpace(raw), "/")
+		parsed, err := url.Parse(u)
+		if u == "" || err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+			return nil, fmt.Errorf("participant %d: %q is not an http:// or https:// URL", i, raw)
+		}
+		if seen[u] {
+			return nil, fmt.Errorf("participant %d: %s is listed twice", i, u)
+		}
+		seen[u] = true
+		out = append(out, u)
+	}
+	return out, nil
 }

@@ -301,3 +301,27 @@ func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
 		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
 	}
 }
+
+// MaxSetLen bounds a set name: rollout ids and workflow IDs grow from it.
+const MaxSetLen = 100
+
+// ValidateName checks an id or name that ends up in a workflow ID, a path
+// component of the checkpoint directory or a visibility query: 1 to maxLen
+// letters, digits, '.', '_' or '-', starting with a letter or digit, so it
+// can hold no separator, no quote and no "..". what names it in the error.
+func ValidateName(what, name string, maxLen int) error {
+	ok := name != "" && len(name) <= maxLen
+	for i, r := range name {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || (r != '.' && r != '_' && r != '-')) {
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%s %q: want 1-%d letters, digits, '.', '_' or '-', starting with a letter or digit", what, name, maxLen)
+	}
+	return nil
+}
+
+// ValidateSet checks a set name.
+func ValidateSet(set string) error { return ValidateName("set", set, MaxSetLen) }

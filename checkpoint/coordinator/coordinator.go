@@ -76,16 +76,11 @@ func checkDir(root, checkpointID string) (string, error) {
 	return checkpoint.CheckpointDir(filepath.Clean(root), checkpointID), nil
 }
 
+// checkParticipants is protocol.ValidateParticipants as a non-retryable
+// bad-input error.
 func checkParticipants(urls []string) error {
-	seen := map[string]bool{}
-	for i, u := range urls {
-		if u == "" {
-			return rollout.BadInput("participant %d has an empty URL", i)
-		}
-		if seen[u] {
-			return rollout.BadInput("participant %s is listed twice", u)
-		}
-		seen[u] = true
+	if _, err := protocol.ValidateParticipants(urls); err != nil {
+		return rollout.BadInput("%v", err)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	if err != nil {
 		return checkpoint.PrepareParticipantsResult{}, err
 	}
-	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+	if err := rollout.ValidateSet(in.Set); err != nil {
 		return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("%v", err)
 	}
 	if err := checkParticipants(in.Participants); err != nil {
@@ -120,7 +120,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
-	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+	if err := rollout.ValidateSet(in.Set); err != nil {
 		return checkpoint.FreezeMembershipResult{}, rollout.BadInput("%v", err)
 	}
 	tc, err := c.temporal()
@@ -337,7 +337,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, err
 	}
-	if err := checkpoint.ValidateName("set", in.Set); err != nil {
+	if err := rollout.ValidateSet(in.Set); err != nil {
 		return checkpoint.CommitCheckpointResult{}, rollout.BadInput("%v", err)
 	}
 	sp, err := readStagedParticipants(dir, in.CheckpointID)

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/protocol"
@@ -133,7 +134,7 @@ func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) 
 		return AggregateManifest{}, fmt.Errorf("%s: schema %d, this coordinator reads %d", path, m.Schema, checkpoint.AggregateSchemaVersion)
 	case m.CheckpointID != checkpointID:
 		return AggregateManifest{}, fmt.Errorf("%s is of checkpoint %q, not %q", path, m.CheckpointID, checkpointID)
-	case checkpoint.ValidateName("set", m.Set) != nil:
+	case rollout.ValidateSet(m.Set) != nil:
 		return AggregateManifest{}, fmt.Errorf("%s: bad set name %q", path, m.Set)
 	case m.Agents.Location != checkpoint.AgentsDir:
 		return AggregateManifest{}, fmt.Errorf("%s: agents location %q, want %q", path, m.Agents.Location, checkpoint.AgentsDir)
