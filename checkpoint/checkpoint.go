@@ -58,6 +58,22 @@ func stepOptions(summary string, timeout time.Duration) workflow.ActivityOptions
 	}
 }
 
+// step is one coordinator activity of the Checkpoint or Restore workflow.
+type step struct {
+	summary string // shown in the Web UI, and the prefix of its error
+	timeout time.Duration
+	name    string // activity name
+}
+
+// runStep runs one coordinator activity and waits for its result in out.
+func runStep(ctx workflow.Context, s step, in, out any) error {
+	actx := workflow.WithActivityOptions(ctx, stepOptions(s.summary, s.timeout))
+	if err := workflow.ExecuteActivity(actx, s.name, in).Get(ctx, out); err != nil {
+		return fmt.Errorf("%s: %w", s.summary, err)
+	}
+	return nil
+}
+
 // validate checks a checkpoint input and returns its absolute deadline
 // (Timeout is turned into one once, from the workflow's start time).
 func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
@@ -176,7 +192,7 @@ func (c *checkpointRun) cutTimeout(ctx workflow.Context) time.Duration {
 func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "prepare", fmt.Sprintf("closing admission at %d environment servers", len(c.in.Participants)))
 	var prep PrepareParticipantsResult
-	err := c.step(ctx, "prepare participants", c.cutTimeout(ctx), PrepareParticipantsName, PrepareParticipantsInput{
+	err := runStep(ctx, step{"prepare participants", c.cutTimeout(ctx), PrepareParticipantsName}, PrepareParticipantsInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants, Deadline: c.deadline,
 	}, &prep)
 	if err != nil {
@@ -185,7 +201,7 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 
 	c.setPhase(ctx, "membership", fmt.Sprintf("%d live sessions at the environment servers; listing the set", prep.Sessions))
 	var mem FreezeMembershipResult
-	err = c.step(ctx, "freeze membership", c.cutTimeout(ctx), FreezeMembershipName, FreezeMembershipInput{
+	err = runStep(ctx, step{"freeze membership", c.cutTimeout(ctx), FreezeMembershipName}, FreezeMembershipInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root,
 	}, &mem)
 	if err != nil {
@@ -195,7 +211,7 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 
 	c.setPhase(ctx, "park", fmt.Sprintf("parking %d members", mem.Members))
 	var park ParkMembersResult
-	err = c.step(ctx, fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), ParkMembersName, ParkMembersInput{
+	err = runStep(ctx, step{fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), ParkMembersName}, ParkMembersInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Deadline: c.deadline,
 	}, &park)
 	if err != nil {
@@ -210,7 +226,7 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "commit", fmt.Sprintf("writing %d records and %d environment servers to %s", res.Parked, len(c.in.Participants), c.dir))
 	var out CommitCheckpointResult
-	err := c.step(ctx, "commit checkpoint", 30*time.Minute, CommitCheckpointName, CommitCheckpointInput{
+	err := runStep(ctx, step{"commit checkpoint", 30 * time.Minute, CommitCheckpointName}, CommitCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
 	}, &out)
 	if err != nil {
@@ -224,13 +240,13 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 func (c *checkpointRun) resume(ctx workflow.Context) error {
 	c.setPhase(ctx, "resume", fmt.Sprintf("resuming %d environment servers, then the parked rollouts", len(c.in.Participants)))
 	var rp ResumeParticipantsResult
-	if err := c.step(ctx, "resume participants", 10*time.Minute, ResumeParticipantsName, ResumeParticipantsInput{
+	if err := runStep(ctx, step{"resume participants", 10 * time.Minute, ResumeParticipantsName}, ResumeParticipantsInput{
 		CheckpointID: c.in.CheckpointID, Participants: c.in.Participants,
 	}, &rp); err != nil {
 		return err
 	}
 	var rr ResumeRolloutsResult
-	return c.step(ctx, "resume rollouts", 30*time.Minute, ResumeRolloutsName, ResumeRolloutsInput{
+	return runStep(ctx, step{"resume rollouts", 30 * time.Minute, ResumeRolloutsName}, ResumeRolloutsInput{
 		CheckpointID: c.in.CheckpointID, Root: c.in.Root, List: ListParked,
 	}, &rr)
 }
@@ -270,13 +286,4 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	// at its deadline would make the SDK report the whole checkpoint as
 	// "canceled" instead of failing it with this message.
 	return temporal.NewNonRetryableApplicationError(msg, ErrCheckpointAborted, nil)
-}
-
-// step runs one coordinator activity.
-func (c *checkpointRun) step(ctx workflow.Context, summary string, timeout time.Duration, name string, in, out any) error {
-	actx := workflow.WithActivityOptions(ctx, stepOptions(summary, timeout))
-	if err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out); err != nil {
-		return fmt.Errorf("%s: %w", summary, err)
-	}
-	return nil
 }

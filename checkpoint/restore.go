@@ -68,7 +68,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "validate", "reading and checking the whole checkpoint")
 	var val ValidateCheckpointResult
-	if err := r.step(ctx, "validate checkpoint", 30*time.Minute, ValidateCheckpointName, ValidateCheckpointInput{
+	if err := runStep(ctx, step{"validate checkpoint", 30 * time.Minute, ValidateCheckpointName}, ValidateCheckpointInput{
 		CheckpointID: in.CheckpointID, Root: in.Root, Participants: in.Participants,
 	}, &val); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -76,7 +76,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "attempts", fmt.Sprintf("set %s: %d records", val.Set, val.Records))
 	var plan PlanAttemptsResult
-	if err := r.step(ctx, "plan attempts", 30*time.Minute, PlanAttemptsName, PlanAttemptsInput{
+	if err := runStep(ctx, step{"plan attempts", 30 * time.Minute, PlanAttemptsName}, PlanAttemptsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &plan); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -85,7 +85,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "participants", fmt.Sprintf("installing %d environment servers as the new attempts", len(in.Participants)))
 	var rp RestoreParticipantsResult
-	if err := r.step(ctx, "restore participants", 30*time.Minute, RestoreParticipantsName, RestoreParticipantsInput{
+	if err := runStep(ctx, step{"restore participants", 30 * time.Minute, RestoreParticipantsName}, RestoreParticipantsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants,
 	}, &rp); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -93,7 +93,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "terminate", fmt.Sprintf("ending runs of the replaced attempts and of %d rollouts started after the cut", plan.Fence))
 	var term TerminateStaleResult
-	if err := r.step(ctx, "terminate replaced runs", 30*time.Minute, TerminateStaleName, TerminateStaleInput{
+	if err := runStep(ctx, step{"terminate replaced runs", 30 * time.Minute, TerminateStaleName}, TerminateStaleInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &term); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -102,7 +102,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "start", fmt.Sprintf("starting %d new attempts, held until everything is installed", plan.Start))
 	var st StartRestoredResult
-	if err := r.step(ctx, fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, StartRestoredName, StartRestoredInput{
+	if err := runStep(ctx, step{fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, StartRestoredName}, StartRestoredInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
 	}, &st); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -113,13 +113,13 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	// would only be answered "parked".
 	r.setPhase(ctx, "resume", "resuming environment servers, then rollouts")
 	var resP ResumeParticipantsResult
-	if err := r.step(ctx, "resume participants", 10*time.Minute, ResumeRestoredParticipantsName, ResumeRestoredParticipantsInput{
+	if err := runStep(ctx, step{"resume participants", 10 * time.Minute, ResumeRestoredParticipantsName}, ResumeRestoredParticipantsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Participants: in.Participants,
 	}, &resP); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
 	var resR ResumeRolloutsResult
-	if err := r.step(ctx, "resume rollouts", 30*time.Minute, ResumeRestoredRolloutsName, ResumeRestoredRolloutsInput{
+	if err := runStep(ctx, step{"resume rollouts", 30 * time.Minute, ResumeRestoredRolloutsName}, ResumeRestoredRolloutsInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root,
 	}, &resR); err != nil {
 		return RestoreResult{}, r.fail(err)
@@ -154,12 +154,4 @@ func (r *restoreRun) what() string {
 		return "restore of checkpoint " + r.in.CheckpointID
 	}
 	return fmt.Sprintf("restore %s of checkpoint %s", r.in.RestoreID, r.in.CheckpointID)
-}
-
-func (r *restoreRun) step(ctx workflow.Context, summary string, timeout time.Duration, name string, in, out any) error {
-	actx := workflow.WithActivityOptions(ctx, stepOptions(summary, timeout))
-	if err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out); err != nil {
-		return fmt.Errorf("%s: %w", summary, err)
-	}
-	return nil
 }
