@@ -234,6 +234,17 @@ const (
 	UpdateAcknowledge = "acknowledge"
 )
 
+// ParkUpdateID is the update id of checkpoint checkpointID's park request
+// to each of its members: one id per checkpoint, so a retried request gets
+// the same record back instead of parking twice.
+func ParkUpdateID(checkpointID string) string { return checkpointID + "/park" }
+
+// ResumeUpdateID is the update id that releases the rollouts parked or held
+// for checkpointID (the checkpoint's own resume, a restore's, or an
+// operator's): one id per checkpoint, so every sender's resume is the same
+// update.
+func ResumeUpdateID(checkpointID string) string { return checkpointID + "/resume" }
+
 // ParkRequest asks a rollout to park for a checkpoint.
 type ParkRequest struct {
 	CheckpointID string `json:"checkpoint_id"`

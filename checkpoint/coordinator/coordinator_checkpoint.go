@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/fanout"
@@ -189,17 +188,6 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	return res, nil
 }
 
-// parkRequest is rollout.ParkRequest on the wire.
-type parkRequest struct {
-	CheckpointID string    `json:"checkpoint_id"`
-	Deadline     time.Time `json:"deadline"`
-}
-
-// resumeRequest is rollout.ResumeRequest on the wire.
-type resumeRequest struct {
-	CheckpointID string `json:"checkpoint_id"`
-}
-
 // ParkMembers asks every member to park at its next boundary and keeps its
 // park record. Every rollout is asked first (the update is accepted at
 // once), then the answers are collected, so the rollouts park concurrently
@@ -220,74 +208,15 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
 	}
-	ids := members.Rollouts
-	handles := make([]client.WorkflowUpdateHandle, len(ids))
-	closed := make([]bool, len(ids))
-	req := parkRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline}
-
-	prog := newProgress(ctx, "ask to park", len(ids))
-	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
-		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdatePark, UpdateID: in.CheckpointID + "/park",
-			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
-		})
-		if err != nil {
-			gone, gerr := c.closedOrMissing(ctx, tc, ids[i], err)
-			if gerr != nil {
-				return gerr
-			}
-			closed[i] = gone
-		}
-		handles[i] = h
-		prog.add()
-		return nil
-	})
+	p := &parking{c: c, tc: tc, in: in, ids: members.Rollouts, closed: make([]bool, len(members.Rollouts))}
+	handles, err := p.ask(ctx)
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
-
-	var mu sync.Mutex
-	records := map[string][]byte{}
-	res := checkpoint.ParkMembersResult{Members: len(ids)}
-	prog = newProgress(ctx, "parked", len(ids))
-	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		if closed[i] {
-			return nil
-		}
-		var raw json.RawMessage
-		if err := handles[i].Get(ctx, &raw); err != nil {
-			gone, gerr := c.closedOrMissing(ctx, tc, ids[i], err)
-			if gerr != nil {
-				return gerr
-			}
-			closed[i] = gone
-			return nil
-		}
-		rec, err := DecodeRecord(raw)
-		if err == nil {
-			err = checkRecord(rec, in.CheckpointID, in.Set, ids[i])
-		}
-		if err != nil {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", ids[i], err), checkpoint.ErrCheckpointInvalid, nil)
-		}
-		mu.Lock()
-		records[ids[i]] = raw
-		if rec.Result != nil {
-			res.CompletedUnacked++
-		}
-		mu.Unlock()
-		return nil
-	})
+	records, res, err := p.collect(ctx, handles)
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	for _, g := range closed {
-		if g {
-			res.Closed++
-		}
-	}
-	res.Parked = len(records)
 	if res.RecordsDigest, err = writeRecords(filepath.Join(dir, checkpoint.StagingRecords), records); err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
@@ -300,6 +229,85 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 		return checkpoint.ParkMembersResult{}, err
 	}
 	return res, nil
+}
+
+// parking is one ParkMembers call: the members, and which of them turned
+// out to have completed and closed before they could park.
+type parking struct {
+	c      *Coordinator
+	tc     client.Client
+	in     checkpoint.ParkMembersInput
+	ids    []string
+	closed []bool
+}
+
+// ask sends every member the park update and waits only for its acceptance,
+// so the members park concurrently however many there are.
+func (p *parking) ask(ctx context.Context) ([]client.WorkflowUpdateHandle, error) {
+	handles := make([]client.WorkflowUpdateHandle, len(p.ids))
+	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
+	prog := newProgress(ctx, "ask to park", len(p.ids))
+	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
+		h, err := p.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: rollout.WorkflowID(p.ids[i]), UpdateName: rollout.UpdatePark, UpdateID: rollout.ParkUpdateID(p.in.CheckpointID),
+			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
+		})
+		if err != nil {
+			gone, gerr := p.c.closedOrMissing(ctx, p.tc, p.ids[i], err)
+			if gerr != nil {
+				return gerr
+			}
+			p.closed[i] = gone
+		}
+		handles[i] = h
+		prog.add()
+		return nil
+	})
+	return handles, err
+}
+
+// collect waits for every park record, checks it, and counts the members.
+func (p *parking) collect(ctx context.Context, handles []client.WorkflowUpdateHandle) (map[string][]byte, checkpoint.ParkMembersResult, error) {
+	var mu sync.Mutex
+	records := map[string][]byte{}
+	res := checkpoint.ParkMembersResult{Members: len(p.ids)}
+	prog := newProgress(ctx, "parked", len(p.ids))
+	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		if p.closed[i] {
+			return nil
+		}
+		var raw json.RawMessage
+		if err := handles[i].Get(ctx, &raw); err != nil {
+			gone, gerr := p.c.closedOrMissing(ctx, p.tc, p.ids[i], err)
+			if gerr != nil {
+				return gerr
+			}
+			p.closed[i] = gone
+			return nil
+		}
+		rec, err := DecodeRecord(raw)
+		if err == nil {
+			err = checkRecord(rec, p.in.CheckpointID, p.in.Set, p.ids[i])
+		}
+		if err != nil {
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", p.ids[i], err), checkpoint.ErrCheckpointInvalid, nil)
+		}
+		mu.Lock()
+		records[p.ids[i]] = raw
+		if rec.Result != nil {
+			res.CompletedUnacked++
+		}
+		mu.Unlock()
+		return nil
+	})
+	for _, g := range p.closed {
+		if g {
+			res.Closed++
+		}
+	}
+	res.Parked = len(records)
+	return records, res, err
 }
 
 // closedOrMissing explains a failed update to rollout id: closed (true, nil)
@@ -333,46 +341,101 @@ func (c *Coordinator) closedOrMissing(ctx context.Context, tc client.Client, id 
 // reference into agents/, then, last, MANIFEST.json. A retried commit finds
 // the same files, validates them and returns the same answer.
 func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.CommitCheckpointInput) (checkpoint.CommitCheckpointResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	st, err := readCommitStaging(in)
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, err
 	}
+	// 1. The environment servers, each into its own directory.
+	entries, err := c.commitParticipants(ctx, st.dir, in.CheckpointID, st.participants.Participants)
+	if err != nil {
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+	}
+	// 2. The agent records and their transcripts.
+	agents, err := c.writeAgents(ctx, st.dir, in.CheckpointID, in.Set, st.records)
+	if err != nil {
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+	}
+	// 3. The aggregate manifest, last.
+	m := AggregateManifest{
+		Schema: checkpoint.AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
+		Participants: entries, Agents: agents, Members: len(st.members.Rollouts), Parked: len(st.records),
+		Closed: len(st.members.Rollouts) - len(st.records),
+	}
+	for _, raw := range st.records {
+		if rec, err := DecodeRecord(raw); err == nil && rec.Result != nil {
+			m.CompletedUnacked++
+		}
+	}
+	size, err := c.writeManifest(st.dir, in.CheckpointID, &m)
+	if err != nil {
+		return checkpoint.CommitCheckpointResult{}, err
+	}
+	total := size + agents.Bytes
+	for _, e := range entries {
+		total += e.Bytes
+	}
+	return checkpoint.CommitCheckpointResult{
+		Dir: st.dir, ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
+		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
+	}, nil
+}
+
+// commitStaging is what the earlier steps of a checkpoint staged for its
+// commit.
+type commitStaging struct {
+	dir          string
+	participants stagedParticipants
+	members      rolloutList
+	records      map[string][]byte
+}
+
+// readCommitStaging checks a commit's input against what prepare staged and
+// reads the membership and the park records.
+func readCommitStaging(in checkpoint.CommitCheckpointInput) (commitStaging, error) {
+	dir, err := checkDir(in.Root, in.CheckpointID)
+	if err != nil {
+		return commitStaging{}, err
+	}
 	if err := rollout.ValidateSet(in.Set); err != nil {
-		return checkpoint.CommitCheckpointResult{}, rollout.BadInput("%v", err)
+		return commitStaging{}, rollout.BadInput("%v", err)
 	}
 	sp, err := readStagedParticipants(dir, in.CheckpointID)
 	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, err
+		return commitStaging{}, err
 	}
 	if len(sp.Participants) != len(in.Participants) {
-		return checkpoint.CommitCheckpointResult{}, rollout.BadInput("commit names %d participants, prepare had %d", len(in.Participants), len(sp.Participants))
+		return commitStaging{}, rollout.BadInput("commit names %d participants, prepare had %d", len(in.Participants), len(sp.Participants))
 	}
 	for i, p := range sp.Participants {
 		if p.URL != in.Participants[i] {
-			return checkpoint.CommitCheckpointResult{}, rollout.BadInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
+			return commitStaging{}, rollout.BadInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
 		}
 	}
 	members, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
 	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read membership: %w", err)
+		return commitStaging{}, fmt.Errorf("read membership: %w", err)
 	}
 	records, err := readRecords(filepath.Join(dir, checkpoint.StagingRecords))
 	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read park records: %w", err)
+		return commitStaging{}, fmt.Errorf("read park records: %w", err)
 	}
+	return commitStaging{dir: dir, participants: sp, members: members, records: records}, nil
+}
 
-	// 1. The environment servers, each into its own directory.
-	entries := make([]ParticipantEntry, len(sp.Participants))
-	prog := newProgress(ctx, "commit participants", len(sp.Participants))
-	err = fanout.Each(ctx, len(sp.Participants), c.limit(), func(ctx context.Context, i int) error {
-		p := sp.Participants[i]
+// commitParticipants has every environment server commit its artifact into
+// participants/<n>/ and checks that it validates here.
+func (c *Coordinator) commitParticipants(ctx context.Context, dir, checkpointID string, reports []participantReport) ([]ParticipantEntry, error) {
+	entries := make([]ParticipantEntry, len(reports))
+	prog := newProgress(ctx, "commit participants", len(reports))
+	err := fanout.Each(ctx, len(reports), c.limit(), func(ctx context.Context, i int) error {
+		p := reports[i]
 		loc := checkpoint.ParticipantLocation(dir, i)
-		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: in.CheckpointID, Location: loc})
+		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
 		if err != nil {
 			return controlError(p.URL, "commit", err)
 		}
 		// What the coordinator cannot read, a restore cannot either.
-		cp, err := artifact.Open(ctx, loc, in.CheckpointID)
+		cp, err := artifact.Open(ctx, loc, checkpointID)
 		if err != nil {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s committed to %s, which does not validate here: %v", p.URL, loc, err), checkpoint.ErrCheckpointInvalid, nil)
 		}
@@ -384,62 +447,41 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 		prog.add()
 		return nil
 	})
-	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
-	}
+	return entries, err
+}
 
-	// 2. The agent records and their transcripts.
-	agents, err := c.writeAgents(ctx, dir, in.CheckpointID, in.Set, records)
+// writeManifest writes MANIFEST.json, the last file of a checkpoint, and
+// returns its size. A retried commit finds the same manifest and only makes
+// its rename durable; a different one, or an aborted checkpoint, is refused.
+func (c *Coordinator) writeManifest(dir, checkpointID string, m *AggregateManifest) (int64, error) {
+	b, err := encodeAggregate(m)
 	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
-	}
-
-	// 3. The aggregate manifest, last.
-	m := AggregateManifest{
-		Schema: checkpoint.AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
-		Participants: entries, Agents: agents, Members: len(members.Rollouts), Parked: len(records),
-		Closed: len(members.Rollouts) - len(records),
-	}
-	for _, raw := range records {
-		if rec, err := DecodeRecord(raw); err == nil && rec.Result != nil {
-			m.CompletedUnacked++
-		}
-	}
-	b, err := encodeAggregate(&m)
-	if err != nil {
-		return checkpoint.CommitCheckpointResult{}, err
+		return 0, err
 	}
 	path := filepath.Join(dir, checkpoint.AggregateManifestName)
 	existing, err := os.ReadFile(path)
 	switch {
 	case err == nil && string(existing) != string(b):
-		return checkpoint.CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
+		return 0, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), checkpoint.ErrCheckpointInvalid, nil)
 	case err == nil:
 		// A retried commit: the manifest is ours; make its rename durable.
 		if err := atomicfile.SyncDir(dir); err != nil {
-			return checkpoint.CommitCheckpointResult{}, err
+			return 0, err
 		}
 	case errors.Is(err, os.ErrNotExist):
 		if _, err := os.Lstat(filepath.Join(dir, abortedMarker)); err == nil {
-			return checkpoint.CommitCheckpointResult{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", in.CheckpointID), checkpoint.ErrCheckpointInvalid, nil)
+			return 0, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", checkpointID), checkpoint.ErrCheckpointInvalid, nil)
 		}
 		c.Failpoints.Hit(failpoint.CheckpointBetweenFiles)
 		if err := writeFileAtomic(path, b); err != nil {
-			return checkpoint.CommitCheckpointResult{}, fmt.Errorf("write %s: %w", path, err)
+			return 0, fmt.Errorf("write %s: %w", path, err)
 		}
 	default:
-		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("read %s: %w", path, err)
+		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
-	total := int64(len(b)) + agents.Bytes
-	for _, e := range entries {
-		total += e.Bytes
-	}
-	return checkpoint.CommitCheckpointResult{
-		Dir: dir, ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
-		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
-	}, nil
+	return int64(len(b)), nil
 }
 
 // writeAgents writes the agents artifact: every park record, and every
@@ -572,7 +614,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 	resumed, gone := 0, 0
 	// The update id names the list: a restored run is a new run, and the
 	// resume of attempt N must not be taken for the one of N+1.
-	updateID := checkpointID + "/resume"
+	updateID := rollout.ResumeUpdateID(checkpointID)
 	if list == checkpoint.ListStarted {
 		updateID = checkpointID + "/restore-resume"
 	}
@@ -581,7 +623,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 		defer prog.add()
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdateResume, UpdateID: updateID,
-			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: checkpointID}},
+			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{rollout.ResumeRequest{CheckpointID: checkpointID}},
 		})
 		if err == nil {
 			err = h.Get(ctx, nil)

@@ -855,7 +855,7 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 		id := l.Rollouts[i]
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(id), UpdateName: rollout.UpdateResume, UpdateID: updateID,
-			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{resumeRequest{CheckpointID: in.CheckpointID}},
+			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{rollout.ResumeRequest{CheckpointID: in.CheckpointID}},
 		})
 		if err == nil {
 			err = h.Get(ctx, nil)
