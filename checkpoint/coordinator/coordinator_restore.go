@@ -29,7 +29,7 @@ type loadedCheckpoint struct {
 	dir      string
 	manifest AggregateManifest
 	records  map[string][]byte // rollout id → park record
-	views    map[string]rollout.ParkRecord
+	parked   map[string]rollout.ParkRecord
 	blobs    map[transcript.Digest][]byte
 	// sessions are the unfinished sessions of every participant, by rollout:
 	// the highest attempt saved.
@@ -52,7 +52,7 @@ func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in checkpoint.Vali
 		return checkpoint.ValidateCheckpointResult{}, err
 	}
 	res := checkpoint.ValidateCheckpointResult{Set: lc.manifest.Set, ManifestDigest: lc.manifest.Digest, Records: len(lc.records), Transcripts: len(lc.blobs)}
-	for _, v := range lc.views {
+	for _, v := range lc.parked {
 		switch restoreKind(v) {
 		case checkpoint.RestoreContinue:
 			res.Continue++
@@ -83,23 +83,37 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 	if len(m.Participants) != len(urls) {
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
-	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, views: map[string]rollout.ParkRecord{},
+	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
 		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}}
 
-	// The agents artifact.
-	agents, err := artifact.Open(ctx, filepath.Join(dir, checkpoint.AgentsDir), checkpointID)
+	if err := lc.loadAgents(ctx, checkpointID); err != nil {
+		return nil, err
+	}
+	for i := range m.Participants {
+		if err := lc.loadParticipant(ctx, checkpointID, i); err != nil {
+			return nil, err
+		}
+	}
+	return lc, nil
+}
+
+// loadAgents reads and checks the agents artifact: every park record (it
+// decodes and names a rollout of the set) and every transcript blob.
+func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string) error {
+	m := lc.manifest
+	agents, err := artifact.Open(ctx, filepath.Join(lc.dir, checkpoint.AgentsDir), checkpointID)
 	if err != nil {
-		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
+		return invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
 	}
 	if d := agents.Manifest().Digest; d != m.Agents.ManifestDigest {
-		return nil, invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
+		return invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
 	}
 	if got := agents.Sections(); len(got) != 2 || got[0] != checkpoint.SectionAgents || got[1] != checkpoint.SectionTranscripts {
-		return nil, invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, checkpoint.SectionAgents, checkpoint.SectionTranscripts)
+		return invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, checkpoint.SectionAgents, checkpoint.SectionTranscripts)
 	}
 	recs, err := agents.Section(ctx, checkpoint.SectionAgents)
 	if err != nil {
-		return nil, invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
+		return invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
 	}
 	for _, r := range recs {
 		v, err := DecodeRecord(r.Data)
@@ -107,82 +121,84 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 			err = checkRecord(v, checkpointID, m.Set, r.Key)
 		}
 		if err != nil {
-			return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+			return invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
 		}
-		lc.records[r.Key], lc.views[r.Key] = r.Data, v
+		lc.records[r.Key], lc.parked[r.Key] = r.Data, v
 	}
 	if len(recs) != m.Agents.Records || len(recs) != m.Parked {
-		return nil, invalidCheckpoint("checkpoint %s: %d agent records, MANIFEST.json counts %d", checkpointID, len(recs), m.Parked)
+		return invalidCheckpoint("checkpoint %s: %d agent records, MANIFEST.json counts %d", checkpointID, len(recs), m.Parked)
 	}
 	blobs, err := agents.Section(ctx, checkpoint.SectionTranscripts)
 	if err != nil {
-		return nil, invalidCheckpoint("checkpoint %s: transcripts: %v", checkpointID, err)
+		return invalidCheckpoint("checkpoint %s: transcripts: %v", checkpointID, err)
 	}
 	for _, b := range blobs {
 		if transcript.DigestOf(b.Data) != transcript.Digest(b.Key) {
-			return nil, invalidCheckpoint("checkpoint %s: transcript blob %s does not match its content", checkpointID, b.Key)
+			return invalidCheckpoint("checkpoint %s: transcript blob %s does not match its content", checkpointID, b.Key)
 		}
 		lc.blobs[transcript.Digest(b.Key)] = b.Data
 	}
 	if err := lc.checkTranscripts(); err != nil {
-		return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+		return invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
 	}
+	return nil
+}
 
-	// Every participant's artifact, and its unfinished sessions.
-	for i, p := range m.Participants {
-		loc := checkpoint.ParticipantLocation(dir, i)
-		cp, err := artifact.Open(ctx, loc, checkpointID)
-		if err != nil {
-			return nil, invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
+// loadParticipant reads and checks participant i's artifact and takes note
+// of its unfinished sessions and its fences.
+func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID string, i int) error {
+	p := lc.manifest.Participants[i]
+	cp, err := artifact.Open(ctx, checkpoint.ParticipantLocation(lc.dir, i), checkpointID)
+	if err != nil {
+		return invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
+	}
+	if d := cp.Manifest().Digest; d != p.ManifestDigest {
+		return invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
+	}
+	sessions, err := cp.Section(ctx, protocol.SectionSessions)
+	if err != nil {
+		return invalidCheckpoint("checkpoint %s: participant %d sessions: %v", checkpointID, i, err)
+	}
+	for _, s := range sessions {
+		var sv struct {
+			RolloutID string `json:"rollout_id"`
+			Attempt   int    `json:"attempt"`
+			Retired   bool   `json:"retired"`
 		}
-		if d := cp.Manifest().Digest; d != p.ManifestDigest {
-			return nil, invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
+		if err := json.Unmarshal(s.Data, &sv); err != nil || sv.RolloutID != s.Key || sv.Attempt < 0 {
+			return invalidCheckpoint("checkpoint %s: participant %d session %q does not decode as its own", checkpointID, i, s.Key)
 		}
-		sessions, err := cp.Section(ctx, protocol.SectionSessions)
-		if err != nil {
-			return nil, invalidCheckpoint("checkpoint %s: participant %d sessions: %v", checkpointID, i, err)
-		}
-		for _, s := range sessions {
-			var sv struct {
-				RolloutID string `json:"rollout_id"`
-				Attempt   int    `json:"attempt"`
-				Retired   bool   `json:"retired"`
-			}
-			if err := json.Unmarshal(s.Data, &sv); err != nil || sv.RolloutID != s.Key || sv.Attempt < 0 {
-				return nil, invalidCheckpoint("checkpoint %s: participant %d session %q does not decode as its own", checkpointID, i, s.Key)
-			}
-			if !sv.Retired {
-				lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
-			}
-		}
-		fences, err := cp.Section(ctx, protocol.SectionFences)
-		if err != nil {
-			return nil, invalidCheckpoint("checkpoint %s: participant %d fences: %v", checkpointID, i, err)
-		}
-		for _, f := range fences {
-			var fv struct {
-				RolloutID string `json:"rollout_id"`
-				Fence     int    `json:"fence"`
-			}
-			if err := json.Unmarshal(f.Data, &fv); err != nil || fv.RolloutID != f.Key || fv.Fence < 0 {
-				return nil, invalidCheckpoint("checkpoint %s: participant %d fence %q does not decode as its own", checkpointID, i, f.Key)
-			}
-			lc.fences[fv.RolloutID] = max(lc.fences[fv.RolloutID], fv.Fence)
+		if !sv.Retired {
+			lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
 		}
 	}
-	return lc, nil
+	fences, err := cp.Section(ctx, protocol.SectionFences)
+	if err != nil {
+		return invalidCheckpoint("checkpoint %s: participant %d fences: %v", checkpointID, i, err)
+	}
+	for _, f := range fences {
+		var fv struct {
+			RolloutID string `json:"rollout_id"`
+			Fence     int    `json:"fence"`
+		}
+		if err := json.Unmarshal(f.Data, &fv); err != nil || fv.RolloutID != f.Key || fv.Fence < 0 {
+			return invalidCheckpoint("checkpoint %s: participant %d fence %q does not decode as its own", checkpointID, i, f.Key)
+		}
+		lc.fences[fv.RolloutID] = max(lc.fences[fv.RolloutID], fv.Fence)
+	}
+	return nil
 }
 
 // checkTranscripts checks that every blob the records reference is in the
 // checkpoint: each conversation walks to its root within it.
 func (lc *loadedCheckpoint) checkTranscripts() error {
-	ids := make([]string, 0, len(lc.views))
-	for id := range lc.views {
+	ids := make([]string, 0, len(lc.parked))
+	for id := range lc.parked {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		heads, singles := references(lc.views[id])
+		heads, singles := references(lc.parked[id])
 		for _, d := range singles {
 			if _, ok := lc.blobs[d]; !ok {
 				return fmt.Errorf("rollout %s: blob %s is not in the checkpoint", id, d)
@@ -443,7 +459,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		return attemptsFile{}, err
 	}
 	candidates := map[string]bool{}
-	for id := range lc.views {
+	for id := range lc.parked {
 		candidates[id] = true
 	}
 	for id := range lc.sessions {
@@ -452,7 +468,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 	for id, v := range visible {
 		_, session := lc.sessions[id]
 		_, fence := lc.fences[id]
-		if _, rec := lc.views[id]; v.running && !rec && !session && !fence {
+		if _, rec := lc.parked[id]; v.running && !rec && !session && !fence {
 			candidates[id] = true
 		}
 	}
@@ -482,7 +498,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		ri := runs[i]
 		v, listed := visible[id]
 		ofSet := listed || (ri.Exists && ri.Set == set)
-		_, rec := lc.views[id]
+		_, rec := lc.parked[id]
 		_, session := lc.sessions[id]
 		switch {
 		case rec:
@@ -492,7 +508,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 			continue // listed running by a lagging index, closed since
 		}
 		highest := -1
-		if view, ok := lc.views[id]; ok {
+		if view, ok := lc.parked[id]; ok {
 			highest = view.Input.Attempt
 			if view.Result != nil {
 				highest = max(highest, view.Result.Attempt)
@@ -694,7 +710,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
-		rec, ok := lc.views[id]
+		rec, ok := lc.parked[id]
 		if !ok {
 			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
 		}
