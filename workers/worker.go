@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
@@ -31,7 +32,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error)
 	if err != nil {
 		return nil, err
 	}
-	w := worker.New(c, cfg.TaskQueue, worker.Options{})
+	w := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&applicationErrors{}}})
 	Register(w, acts, NewCoordinator(c, cfg, acts))
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
