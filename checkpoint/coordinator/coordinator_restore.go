@@ -437,59 +437,12 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 //     (Fence) and its run ended, but not started.
 func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *loadedCheckpoint) (attemptsFile, error) {
 	set := lc.manifest.Set
-	// Every run of the set that visibility shows, by rollout: its highest
-	// attempt and whether one is running.
-	type seen struct {
-		attempt int
-		running bool
-	}
-	visible := map[string]seen{}
-	err := listSet(ctx, tc, set, "", func(r visibleRun) {
-		v, ok := visible[r.RolloutID]
-		if !ok {
-			v.attempt = -1
-		}
-		if r.HasAttempt {
-			v.attempt = max(v.attempt, int(r.Attempt))
-		}
-		v.running = v.running || r.Running
-		visible[r.RolloutID] = v
-	})
+	visible, err := visibleAttempts(ctx, tc, set)
 	if err != nil {
 		return attemptsFile{}, err
 	}
-	candidates := map[string]bool{}
-	for id := range lc.parked {
-		candidates[id] = true
-	}
-	for id := range lc.sessions {
-		candidates[id] = true
-	}
-	for id, v := range visible {
-		_, session := lc.sessions[id]
-		_, fence := lc.fences[id]
-		if _, rec := lc.parked[id]; v.running && !rec && !session && !fence {
-			candidates[id] = true
-		}
-	}
-	ids := make([]string, 0, len(candidates))
-	for id := range candidates {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	// The current run of each, read from the run itself (visibility may
-	// lag behind a run that just started).
-	runs := make([]runInfo, len(ids))
-	prog := newProgress(ctx, "describe", len(ids))
-	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		ri, err := describeRollout(ctx, tc, ids[i])
-		if err != nil {
-			return err
-		}
-		runs[i] = ri
-		return nil
-	})
+	ids := lc.candidates(visible)
+	runs, err := c.describeAll(ctx, tc, ids)
 	if err != nil {
 		return attemptsFile{}, err
 	}
@@ -507,19 +460,7 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		case !session && !(ri.Running && ri.Set == set):
 			continue // listed running by a lagging index, closed since
 		}
-		highest := -1
-		if view, ok := lc.parked[id]; ok {
-			highest = view.Input.Attempt
-			if view.Result != nil {
-				highest = max(highest, view.Result.Attempt)
-			}
-		}
-		if a, ok := lc.sessions[id]; ok {
-			highest = max(highest, a)
-		}
-		if f, ok := lc.fences[id]; ok {
-			highest = max(highest, f)
-		}
+		highest := lc.highestAttempt(id)
 		if listed {
 			highest = max(highest, v.attempt)
 		}
@@ -535,6 +476,92 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		}
 	}
 	return af, nil
+}
+
+// seenRuns is what visibility shows of one rollout's runs: its highest
+// attempt (-1 when no run carries one) and whether one is running.
+type seenRuns struct {
+	attempt int
+	running bool
+}
+
+// visibleAttempts lists every run of set that visibility shows, by rollout.
+func visibleAttempts(ctx context.Context, tc client.Client, set string) (map[string]seenRuns, error) {
+	visible := map[string]seenRuns{}
+	err := listSet(ctx, tc, set, "", func(r visibleRun) {
+		v, ok := visible[r.RolloutID]
+		if !ok {
+			v.attempt = -1
+		}
+		if r.HasAttempt {
+			v.attempt = max(v.attempt, int(r.Attempt))
+		}
+		v.running = v.running || r.Running
+		visible[r.RolloutID] = v
+	})
+	return visible, err
+}
+
+// candidates are the rollouts an attempt map may name, sorted: those with a
+// record or an unfinished session, and those running now that the
+// checkpoint does not know at all (no record, no session, no fence).
+func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
+	set := map[string]bool{}
+	for id := range lc.parked {
+		set[id] = true
+	}
+	for id := range lc.sessions {
+		set[id] = true
+	}
+	for id, v := range visible {
+		_, session := lc.sessions[id]
+		_, fence := lc.fences[id]
+		if _, rec := lc.parked[id]; v.running && !rec && !session && !fence {
+			set[id] = true
+		}
+	}
+	ids := make([]string, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// describeAll reads the current run of each rollout from the run itself
+// (visibility may lag behind a run that just started).
+func (c *Coordinator) describeAll(ctx context.Context, tc client.Client, ids []string) ([]runInfo, error) {
+	runs := make([]runInfo, len(ids))
+	prog := newProgress(ctx, "describe", len(ids))
+	err := fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		ri, err := describeRollout(ctx, tc, ids[i])
+		if err != nil {
+			return err
+		}
+		runs[i] = ri
+		return nil
+	})
+	return runs, err
+}
+
+// highestAttempt is the highest attempt of rollout id the checkpoint knows
+// (its record, its result, the participants' sessions and fences), or -1.
+func (lc *loadedCheckpoint) highestAttempt(id string) int {
+	highest := -1
+	if rec, ok := lc.parked[id]; ok {
+		highest = rec.Input.Attempt
+		if rec.Result != nil {
+			highest = max(highest, rec.Result.Attempt)
+		}
+	}
+	if a, ok := lc.sessions[id]; ok {
+		highest = max(highest, a)
+	}
+	if f, ok := lc.fences[id]; ok {
+		highest = max(highest, f)
+	}
+	return highest
 }
 
 func readAttempts(path, checkpointID, restoreID string) (attemptsFile, []byte, error) {
