@@ -25,6 +25,8 @@ type Checkpoint struct {
 	sections map[string]sectionIndex
 }
 
+// sectionIndex is one section as Open validated it: its manifest entry and
+// its parsed index, in the order the shards hold the records.
 type sectionIndex struct {
 	manifest SectionManifest
 	entries  []IndexEntry
@@ -72,10 +74,11 @@ func Open(ctx context.Context, dir, wantCheckpointID string) (*Checkpoint, error
 		if err != nil {
 			return nil, err
 		}
-		if err := readShards(ctx, dir, sm, entries, nil); err != nil {
+		si := sectionIndex{manifest: sm, entries: entries}
+		if err := si.readShards(ctx, dir, nil); err != nil {
 			return nil, err
 		}
-		c.sections[sm.Name] = sectionIndex{manifest: sm, entries: entries}
+		c.sections[sm.Name] = si
 	}
 	return c, nil
 }
@@ -109,7 +112,7 @@ func (c *Checkpoint) Section(ctx context.Context, name string) ([]Record, error)
 		return nil, fmt.Errorf("checkpoint %s: no section %q: %w", c.dir, name, fs.ErrNotExist)
 	}
 	recs := make([]Record, len(si.entries))
-	err := readShards(ctx, c.dir, si.manifest, si.entries, func(i int, data []byte) {
+	err := si.readShards(ctx, c.dir, func(i int, data []byte) {
 		recs[i] = Record{Key: si.entries[i].Key, Data: data}
 	})
 	if err != nil {
@@ -373,15 +376,17 @@ func parseIndex(dir string, sm SectionManifest, b []byte) ([]IndexEntry, error) 
 	return entries, nil
 }
 
-// readShards validates every shard of a section; collect, if set, receives
-// each record's data by index position.
-func readShards(ctx context.Context, dir string, sm SectionManifest, entries []IndexEntry, collect func(int, []byte)) error {
+// readShards validates every shard of the section against its manifest and
+// index; collect, if set, receives each record's data by index position. It
+// is a method because the manifest and the entries are one parsed section and
+// travel together.
+func (si sectionIndex) readShards(ctx context.Context, dir string, collect func(int, []byte)) error {
 	first := 0
-	for _, sh := range sm.Shards {
+	for _, sh := range si.manifest.Shards {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("checkpoint %s: %s: %w", dir, sh.Name, err)
 		}
-		part := entries[first : first+sh.Records]
+		part := si.entries[first : first+sh.Records]
 		var each func(int, []byte)
 		if collect != nil {
 			base := first

@@ -324,34 +324,57 @@ func (s Server) validate() error {
 	return nil
 }
 
+// parseEnv reads one environment from every section that names it. The
+// sections are checked in a fixed order (server, env, search attributes,
+// dynamic config), so a file with several mistakes always reports the same
+// one first.
 func parseEnv(raw map[string]map[string]map[string]string, name string) (Env, error) {
-	env := Env{Name: name, SearchAttributes: map[string]string{}, DynamicConfig: map[string]string{}}
 	if !identifierRE.MatchString(strings.ReplaceAll(name, "-", "_")) {
 		return Env{}, fmt.Errorf("%s.%s: environment name must be letters, digits, '-' or '_'", SectionServer, name)
 	}
-
-	srv := raw[SectionServer][name]
-	where := func(key string) string { return SectionServer + "." + name + "." + key }
-	if err := checkKeys(srv, serverKeys, requiredServerKeys, SectionServer+"."+name); err != nil {
+	env := Env{Name: name}
+	var err error
+	if env.Server, err = parseServer(raw[SectionServer][name], name); err != nil {
 		return Env{}, err
 	}
-	s := &env.Server
+	if env.Client, err = parseClient(raw[SectionEnv], name, env.Server); err != nil {
+		return Env{}, err
+	}
+	if env.SearchAttributes, err = parseSearchAttributes(raw[SectionSearchAttributes][name], name); err != nil {
+		return Env{}, err
+	}
+	if env.DynamicConfig, err = parseDynamicConfig(raw[SectionDynamicConfig][name], name); err != nil {
+		return Env{}, err
+	}
+	return env, nil
+}
+
+// serverKey names a key of environment name's server section in errors.
+func serverKey(name, key string) string { return SectionServer + "." + name + "." + key }
+
+// parseServer reads and validates the server section of environment name.
+func parseServer(srv map[string]string, name string) (Server, error) {
+	where := func(key string) string { return serverKey(name, key) }
+	if err := checkKeys(srv, serverKeys, requiredServerKeys, SectionServer+"."+name); err != nil {
+		return Server{}, err
+	}
+	var s Server
 	s.IP = srv[KeyIP]
 	if s.IP != "localhost" && net.ParseIP(s.IP) == nil {
-		return Env{}, fmt.Errorf("%s: %q is not an IP address", where(KeyIP), s.IP)
+		return Server{}, fmt.Errorf("%s: %q is not an IP address", where(KeyIP), s.IP)
 	}
 	var err error
 	if s.Port, err = parsePort(srv, KeyPort, false); err != nil {
-		return Env{}, fmt.Errorf("%s: %w", where(KeyPort), err)
+		return Server{}, fmt.Errorf("%s: %w", where(KeyPort), err)
 	}
 	if s.UIPort, err = parsePort(srv, KeyUIPort, true); err != nil {
-		return Env{}, fmt.Errorf("%s: %w", where(KeyUIPort), err)
+		return Server{}, fmt.Errorf("%s: %w", where(KeyUIPort), err)
 	}
 	if s.MetricsPort, err = parsePort(srv, KeyMetricsPort, true); err != nil {
-		return Env{}, fmt.Errorf("%s: %w", where(KeyMetricsPort), err)
+		return Server{}, fmt.Errorf("%s: %w", where(KeyMetricsPort), err)
 	}
 	if s.HTTPPort, err = parsePort(srv, KeyHTTPPort, true); err != nil {
-		return Env{}, fmt.Errorf("%s: %w", where(KeyHTTPPort), err)
+		return Server{}, fmt.Errorf("%s: %w", where(KeyHTTPPort), err)
 	}
 	switch srv[KeyUI] {
 	case "true":
@@ -359,63 +382,80 @@ func parseEnv(raw map[string]map[string]map[string]string, name string) (Env, er
 	case "false":
 		s.UI = false
 	default:
-		return Env{}, fmt.Errorf("%s: %q must be \"true\" or \"false\"", where(KeyUI), srv[KeyUI])
+		return Server{}, fmt.Errorf("%s: %q must be \"true\" or \"false\"", where(KeyUI), srv[KeyUI])
 	}
 	s.DBFilename = srv[KeyDBFilename]
 	s.Namespace = srv[KeyNamespace]
 	if !namespaceRE.MatchString(s.Namespace) {
-		return Env{}, fmt.Errorf("%s: %q is not a namespace name", where(KeyNamespace), s.Namespace)
+		return Server{}, fmt.Errorf("%s: %q is not a namespace name", where(KeyNamespace), s.Namespace)
 	}
 	s.LogLevel = srv[KeyLogLevel]
 	if err := s.validate(); err != nil {
-		return Env{}, fmt.Errorf("%s.%s: %w", SectionServer, name, err)
+		return Server{}, fmt.Errorf("%s.%s: %w", SectionServer, name, err)
 	}
+	return s, nil
+}
 
-	if cli, ok := raw[SectionEnv][name]; ok {
-		if err := checkKeys(cli, envKeys, envKeys, SectionEnv+"."+name); err != nil {
-			return Env{}, err
-		}
-		env.Client = Client{Address: cli[KeyAddress], Namespace: cli[KeyNamespace]}
-		// The CLI and the server must not drift apart: the CLI would talk to
-		// nothing, or to another namespace, without saying so.
-		want := net.JoinHostPort(s.IP, strconv.Itoa(s.Port))
-		if s.IP == "localhost" {
-			want = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		}
-		if env.Client.Address != want && env.Client.Address != net.JoinHostPort("localhost", strconv.Itoa(s.Port)) {
-			return Env{}, fmt.Errorf("%s.%s.%s: %q does not match %s and %s (want %q)",
-				SectionEnv, name, KeyAddress, env.Client.Address, where(KeyIP), where(KeyPort), want)
-		}
-		if env.Client.Namespace != s.Namespace {
-			return Env{}, fmt.Errorf("%s.%s.%s: %q does not match %s %q",
-				SectionEnv, name, KeyNamespace, env.Client.Namespace, where(KeyNamespace), s.Namespace)
-		}
-	} else {
-		return Env{}, fmt.Errorf("%s.%s: missing; the Temporal CLI needs it for --env %s", SectionEnv, name, name)
+// parseClient reads the env section of environment name, which must exist
+// and agree with its server s.
+func parseClient(section map[string]map[string]string, name string, s Server) (Client, error) {
+	cli, ok := section[name]
+	if !ok {
+		return Client{}, fmt.Errorf("%s.%s: missing; the Temporal CLI needs it for --env %s", SectionEnv, name, name)
 	}
+	if err := checkKeys(cli, envKeys, envKeys, SectionEnv+"."+name); err != nil {
+		return Client{}, err
+	}
+	c := Client{Address: cli[KeyAddress], Namespace: cli[KeyNamespace]}
+	// The CLI and the server must not drift apart: the CLI would talk to
+	// nothing, or to another namespace, without saying so.
+	want := net.JoinHostPort(s.IP, strconv.Itoa(s.Port))
+	if s.IP == "localhost" {
+		want = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	}
+	if c.Address != want && c.Address != net.JoinHostPort("localhost", strconv.Itoa(s.Port)) {
+		return Client{}, fmt.Errorf("%s.%s.%s: %q does not match %s and %s (want %q)",
+			SectionEnv, name, KeyAddress, c.Address, serverKey(name, KeyIP), serverKey(name, KeyPort), want)
+	}
+	if c.Namespace != s.Namespace {
+		return Client{}, fmt.Errorf("%s.%s.%s: %q does not match %s %q",
+			SectionEnv, name, KeyNamespace, c.Namespace, serverKey(name, KeyNamespace), s.Namespace)
+	}
+	return c, nil
+}
 
-	for attr, typ := range raw[SectionSearchAttributes][name] {
+// parseSearchAttributes checks the search attributes of environment name.
+// The result is never nil, so an environment without any still has a map.
+func parseSearchAttributes(attrs map[string]string, name string) (map[string]string, error) {
+	out := map[string]string{}
+	for attr, typ := range attrs {
 		at := SectionSearchAttributes + "." + name + "." + attr
 		if !identifierRE.MatchString(attr) {
-			return Env{}, fmt.Errorf("%s: name must be an identifier", at)
+			return nil, fmt.Errorf("%s: name must be an identifier", at)
 		}
 		if !contains(searchAttributeTypes, typ) {
-			return Env{}, fmt.Errorf("%s: unknown type %q (want one of %s)", at, typ, strings.Join(searchAttributeTypes, ", "))
+			return nil, fmt.Errorf("%s: unknown type %q (want one of %s)", at, typ, strings.Join(searchAttributeTypes, ", "))
 		}
-		env.SearchAttributes[attr] = typ
+		out[attr] = typ
 	}
+	return out, nil
+}
 
-	for key, value := range raw[SectionDynamicConfig][name] {
+// parseDynamicConfig checks the dynamic config of environment name. The
+// result is never nil, so an environment without any still has a map.
+func parseDynamicConfig(values map[string]string, name string) (map[string]string, error) {
+	out := map[string]string{}
+	for key, value := range values {
 		at := SectionDynamicConfig + "." + name + "." + key
 		if !dynamicConfigRE.MatchString(key) {
-			return Env{}, fmt.Errorf("%s: key must be dot-separated identifiers", at)
+			return nil, fmt.Errorf("%s: key must be dot-separated identifiers", at)
 		}
 		if err := checkJSONValue(value); err != nil {
-			return Env{}, fmt.Errorf("%s: %q is not one JSON value: %w", at, value, err)
+			return nil, fmt.Errorf("%s: %q is not one JSON value: %w", at, value, err)
 		}
-		env.DynamicConfig[key] = value
+		out[key] = value
 	}
-	return env, nil
+	return out, nil
 }
 
 // parseShape checks that data is exactly what the Temporal CLI can read:

@@ -31,100 +31,30 @@ const ErrModelUnavailable = "ModelUnavailable"
 // in.Head, stores the answer and returns the new head and the tool calls (in
 // gym style, the action as one step call).
 func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallModelResult, error) {
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+	if err := checkCallModelInput(in); err != nil {
 		return CallModelResult{}, err
-	}
-	if in.Turn < 0 {
-		return CallModelResult{}, BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
-	}
-	if err := checkStyle(in.Style); err != nil {
-		return CallModelResult{}, err
-	}
-	if err := checkDigest("call model: head", in.Head); err != nil {
-		return CallModelResult{}, err
-	}
-	if in.Policy.Model == "" {
-		return CallModelResult{}, BadInput("rollout %s: empty policy model name", in.RolloutID)
 	}
 	store, err := a.store()
 	if err != nil {
 		return CallModelResult{}, err
 	}
 	callID := ModelCallID(in.RolloutID, in.Attempt, in.Turn)
-
-	items, err := store.Load(ctx, in.Head)
+	params, err := buildRequest(ctx, store, in, callID)
 	if err != nil {
-		return CallModelResult{}, StoreError("load conversation of "+callID, err)
+		return CallModelResult{}, err
 	}
-	messages, err := chatMessages(items)
+	baseURL, err := a.baseURL(in.Policy, callID)
 	if err != nil {
-		return CallModelResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), ErrTranscript, nil)
+		return CallModelResult{}, err
 	}
-	params := openai.ChatCompletionNewParams{
-		Model:    in.Policy.Model,
-		Messages: messages,
-		Seed:     openai.Int(in.Seed),
-	}
-	if in.Style == envs.StyleTools {
-		if err := checkDigest("call model: tools", in.Tools); err != nil {
-			return CallModelResult{}, err
-		}
-		var tools []envs.Tool
-		if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
-			return CallModelResult{}, StoreError("load tools of "+callID, err)
-		}
-		if params.Tools, err = chatTools(tools); err != nil {
-			return CallModelResult{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), ErrTranscript, nil)
-		}
-	}
-
-	baseURL := in.Policy.BaseURL
-	if baseURL == "" {
-		baseURL = a.ModelBaseURL
-	}
-	if baseURL == "" {
-		return CallModelResult{}, BadInput("%s: no model base URL in the policy and no worker default", callID)
-	}
-	client := a.modelClient(baseURL)
-
-	stop := a.heartbeatWhile(ctx, callID)
-	completion, err := client.Chat.Completions.New(ctx, params)
-	stop()
+	completion, err := a.complete(ctx, callID, baseURL, params)
 	if err != nil {
-		return CallModelResult{}, modelError(ctx, callID, in.Policy.Model, baseURL, err)
-	}
-	if len(completion.Choices) == 0 {
-		return CallModelResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, in.Policy.Model, baseURL), ErrModelEmpty, nil)
+		return CallModelResult{}, err
 	}
 	choice := completion.Choices[0]
-
-	answer := transcript.Item{Role: "assistant", Content: choice.Message.Content}
-	var calls []transcript.ToolCall
-	switch in.Style {
-	case envs.StyleTools:
-		for i, tc := range choice.Message.ToolCalls {
-			id := tc.ID
-			if id == "" {
-				// Some OpenAI-compatible servers send no ids; the tool answer
-				// must name one, and it must not depend on the run.
-				id = fmt.Sprintf("call_t%d_%d", in.Turn, i)
-			}
-			calls = append(calls, transcript.ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-		}
-		answer.ToolCalls = calls
-	case envs.StyleGym:
-		// The text is the action. The assistant item keeps only the text: no
-		// tools were offered, and the observation comes back as a user message.
-		args, err := json.Marshal(struct {
-			Action string `json:"action"`
-		}{choice.Message.Content})
-		if err != nil {
-			return CallModelResult{}, fmt.Errorf("%s: encode action: %w", callID, err)
-		}
-		calls = []transcript.ToolCall{{ID: "step-" + strconv.Itoa(in.Turn), Name: envs.StepTool, Arguments: string(args)}}
+	answer, calls, err := answerOf(in.Style, in.Turn, choice.Message, callID)
+	if err != nil {
+		return CallModelResult{}, err
 	}
 
 	head, err := store.Append(ctx, in.Head, answer)
@@ -145,6 +75,124 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 			Calls:            1,
 		},
 	}, nil
+}
+
+// checkCallModelInput rejects what no retry can fix, before anything is
+// loaded or sent.
+func checkCallModelInput(in CallModelInput) error {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return err
+	}
+	if in.Turn < 0 {
+		return BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
+	}
+	if err := checkStyle(in.Style); err != nil {
+		return err
+	}
+	if err := checkDigest("call model: head", in.Head); err != nil {
+		return err
+	}
+	if in.Policy.Model == "" {
+		return BadInput("rollout %s: empty policy model name", in.RolloutID)
+	}
+	return nil
+}
+
+// buildRequest loads the conversation at in.Head and, in tools style, the
+// offered tools, and builds the chat request from them. A stored transcript
+// or tool list that cannot be mapped is not retried: it will not change.
+func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, error) {
+	items, err := store.Load(ctx, in.Head)
+	if err != nil {
+		return openai.ChatCompletionNewParams{}, StoreError("load conversation of "+callID, err)
+	}
+	messages, err := chatMessages(items)
+	if err != nil {
+		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), ErrTranscript, nil)
+	}
+	params := openai.ChatCompletionNewParams{
+		Model:    in.Policy.Model,
+		Messages: messages,
+		Seed:     openai.Int(in.Seed),
+	}
+	if in.Style != envs.StyleTools {
+		return params, nil
+	}
+	if err := checkDigest("call model: tools", in.Tools); err != nil {
+		return openai.ChatCompletionNewParams{}, err
+	}
+	var tools []envs.Tool
+	if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
+		return openai.ChatCompletionNewParams{}, StoreError("load tools of "+callID, err)
+	}
+	if params.Tools, err = chatTools(tools); err != nil {
+		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), ErrTranscript, nil)
+	}
+	return params, nil
+}
+
+// baseURL is the policy's model server, or the worker's default when the
+// policy names none.
+func (a *Activities) baseURL(p PolicyRef, callID string) (string, error) {
+	baseURL := p.BaseURL
+	if baseURL == "" {
+		baseURL = a.ModelBaseURL
+	}
+	if baseURL == "" {
+		return "", BadInput("%s: no model base URL in the policy and no worker default", callID)
+	}
+	return baseURL, nil
+}
+
+// complete sends the request to the model server at baseURL, heartbeating
+// while it waits, and returns a completion with at least one choice.
+func (a *Activities) complete(ctx context.Context, callID, baseURL string, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, error) {
+	client := a.modelClient(baseURL)
+	stop := a.heartbeatWhile(ctx, callID)
+	completion, err := client.Chat.Completions.New(ctx, params)
+	stop()
+	if err != nil {
+		return nil, modelError(ctx, callID, params.Model, baseURL, err)
+	}
+	if len(completion.Choices) == 0 {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, params.Model, baseURL), ErrModelEmpty, nil)
+	}
+	return completion, nil
+}
+
+// answerOf turns the model's message into the assistant item to store and
+// the calls to run: in tools style the message's tool calls, in gym style its
+// text as the action of one step call.
+func answerOf(style envs.Style, turn int, msg openai.ChatCompletionMessage, callID string) (transcript.Item, []transcript.ToolCall, error) {
+	answer := transcript.Item{Role: "assistant", Content: msg.Content}
+	var calls []transcript.ToolCall
+	switch style {
+	case envs.StyleTools:
+		for i, tc := range msg.ToolCalls {
+			id := tc.ID
+			if id == "" {
+				// Some OpenAI-compatible servers send no ids; the tool answer
+				// must name one, and it must not depend on the run.
+				id = fmt.Sprintf("call_t%d_%d", turn, i)
+			}
+			calls = append(calls, transcript.ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		answer.ToolCalls = calls
+	case envs.StyleGym:
+		// The text is the action. The assistant item keeps only the text: no
+		// tools were offered, and the observation comes back as a user message.
+		args, err := json.Marshal(struct {
+			Action string `json:"action"`
+		}{msg.Content})
+		if err != nil {
+			return transcript.Item{}, nil, fmt.Errorf("%s: encode action: %w", callID, err)
+		}
+		calls = []transcript.ToolCall{{ID: "step-" + strconv.Itoa(turn), Name: envs.StepTool, Arguments: string(args)}}
+	}
+	return answer, calls, nil
 }
 
 // modelClient returns the cached client for baseURL. The SDK does not retry

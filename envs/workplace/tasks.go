@@ -213,9 +213,22 @@ func (g *gen) inbox(from, subject, body string, minutesAgo int) Email {
 	return e
 }
 
-func (g *gen) event(title, date, start string, minutes int, attendees []string, location string) Event {
-	e := Event{ID: next(&g.w.Counters.Events), Title: title, Date: date, Start: start,
-		End: addMinutes(start, minutes), Attendees: attendees, Location: location}
+// eventSpec is a calendar entry as a generator describes it: a length
+// instead of an end time, and no id yet.
+type eventSpec struct {
+	title, date, start string
+	minutes            int
+	attendees          []string
+	location           string
+}
+
+// event adds s to the calendar. The calls in a composite literal run left to
+// right, so callers that draw the fields from g.r must keep them in the order
+// title, date, start, minutes, attendees, location: another order changes
+// every generated task.
+func (g *gen) event(s eventSpec) Event {
+	e := Event{ID: next(&g.w.Counters.Events), Title: s.title, Date: s.date, Start: s.start,
+		End: addMinutes(s.start, s.minutes), Attendees: s.attendees, Location: s.location}
 	g.w.Tables.Events = append(g.w.Tables.Events, e)
 	return e
 }
@@ -261,8 +274,8 @@ func (g *gen) background() {
 		g.w.Tables.Emails = append(g.w.Tables.Emails, e)
 	}
 	for i := 0; i < 8; i++ {
-		g.event(pick(r, eventTitles), addDays(g.now.Date, r.IntN(10)), slot(r), 30*(1+r.IntN(2)),
-			[]string{address(pick(r, colleagues))}, pick(r, rooms))
+		g.event(eventSpec{title: pick(r, eventTitles), date: addDays(g.now.Date, r.IntN(10)), start: slot(r),
+			minutes: 30 * (1 + r.IntN(2)), attendees: []string{address(pick(r, colleagues))}, location: pick(r, rooms)})
 	}
 	for d := 28; d >= 1; d-- {
 		m := Metrics{ID: next(&g.w.Counters.Analytics), Date: addDays(g.now.Date, -d),
@@ -324,7 +337,8 @@ func buildMoveMeeting(g *gen) (string, []Call) {
 	c := pick(g.r, g.w.Tables.Customers)
 	title := fmt.Sprintf("%s meeting with %s", pick(g.r, topics), c.Company)
 	minutes := 30 * (1 + g.r.IntN(3))
-	e := g.event(title, addDays(g.now.Date, 1+g.r.IntN(6)), slot(g.r), minutes, []string{c.Email}, pick(g.r, rooms))
+	e := g.event(eventSpec{title: title, date: addDays(g.now.Date, 1+g.r.IntN(6)), start: slot(g.r),
+		minutes: minutes, attendees: []string{c.Email}, location: pick(g.r, rooms)})
 	newDate := addDays(e.Date, 1+g.r.IntN(3))
 	newStart := slot(g.r)
 	return fmt.Sprintf("Move the meeting %q on %s to %s at %s, keeping its length.", title, e.Date, newDate, newStart), []Call{
@@ -360,7 +374,8 @@ func buildCreateTask(g *gen) (string, []Call) {
 func buildDeleteEventsOnDate(g *gen) (string, []Call) {
 	date := addDays(g.now.Date, 1+g.r.IntN(9))
 	for i := 0; i < 2; i++ {
-		g.event(pick(g.r, eventTitles), date, slot(g.r), 30, []string{address(pick(g.r, colleagues))}, pick(g.r, rooms))
+		g.event(eventSpec{title: pick(g.r, eventTitles), date: date, start: slot(g.r),
+			minutes: 30, attendees: []string{address(pick(g.r, colleagues))}, location: pick(g.r, rooms)})
 	}
 	var on []Event
 	for _, e := range g.w.Tables.Events {

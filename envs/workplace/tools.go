@@ -316,15 +316,22 @@ func emailRead(w *world, _ clock, a callArgs) (any, error) {
 	return w.Tables.Emails[i], nil
 }
 
-func newSent(w *world, now clock, to, subject, body, inReplyTo string) Email {
-	e := Email{ID: next(&w.Counters.Emails), Folder: FolderSent, From: UserAddress, To: to,
-		Subject: subject, Body: body, Time: now.stamp(), InReplyTo: inReplyTo}
+// draft is what the user writes in an email; newSent adds what the mail
+// system sets (id, folder, sender, time).
+type draft struct {
+	to, subject, body string
+	inReplyTo         string // id of the answered email, or ""
+}
+
+func newSent(w *world, now clock, d draft) Email {
+	e := Email{ID: next(&w.Counters.Emails), Folder: FolderSent, From: UserAddress, To: d.to,
+		Subject: d.subject, Body: d.body, Time: now.stamp(), InReplyTo: d.inReplyTo}
 	w.Tables.Emails = append(w.Tables.Emails, e)
 	return e
 }
 
 func emailSend(w *world, now clock, a callArgs) (any, error) {
-	e := newSent(w, now, a.str("to"), a.str("subject"), a.str("body"), "")
+	e := newSent(w, now, draft{to: a.str("to"), subject: a.str("subject"), body: a.str("body")})
 	return map[string]string{"status": "sent", "email_id": e.ID}, nil
 }
 
@@ -342,7 +349,7 @@ func emailReply(w *world, now clock, a callArgs) (any, error) {
 	if !strings.HasPrefix(subject, "Re: ") {
 		subject = "Re: " + subject
 	}
-	e := newSent(w, now, to, subject, a.str("body"), orig.ID)
+	e := newSent(w, now, draft{to: to, subject: subject, body: a.str("body"), inReplyTo: orig.ID})
 	return map[string]string{"status": "sent", "email_id": e.ID, "to": e.To, "subject": e.Subject}, nil
 }
 
@@ -357,7 +364,7 @@ func emailForward(w *world, now clock, a callArgs) (any, error) {
 	if note := a.str("body"); note != "" {
 		body = note + "\n\n" + body
 	}
-	e := newSent(w, now, a.str("to"), "Fwd: "+orig.Subject, body, "")
+	e := newSent(w, now, draft{to: a.str("to"), subject: "Fwd: " + orig.Subject, body: body})
 	return map[string]string{"status": "sent", "email_id": e.ID, "to": e.To, "subject": e.Subject}, nil
 }
 
