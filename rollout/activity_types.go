@@ -73,13 +73,11 @@ type CallModelInput struct {
 
 // CallModelResult is the stored answer. In gym style the answer's text is
 // returned as one ToolCall of envs.StepTool with arguments {"action": text}.
+// It is the answer as a boundary keeps it (PendingCall, whose fields its
+// JSON holds flat); what the activity reports beyond that goes beside it
+// here, never into the checkpoint schema.
 type CallModelResult struct {
-	CallID       string                `json:"call_id"`
-	Parent       string                `json:"parent,omitempty"`
-	Head         transcript.Digest     `json:"head"`
-	ToolCalls    []transcript.ToolCall `json:"tool_calls,omitempty"`
-	FinishReason string                `json:"finish_reason,omitempty"`
-	Usage        Usage                 `json:"usage"`
+	PendingCall
 }
 
 // OperateEnvironmentInput applies one tool call or step.

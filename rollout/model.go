@@ -62,7 +62,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		return CallModelResult{}, StoreError("store answer of "+callID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
-	return CallModelResult{
+	return CallModelResult{PendingCall{
 		CallID:       callID,
 		Parent:       in.Parent,
 		Head:         head,
@@ -74,7 +74,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 			TotalTokens:      completion.Usage.TotalTokens,
 			Calls:            1,
 		},
-	}, nil
+	}}, nil
 }
 
 // checkCallModelInput rejects what no retry can fix, before anything is

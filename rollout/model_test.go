@@ -116,14 +116,14 @@ func TestCallModelToolsStyle(t *testing.T) {
 		{ID: "call_3", Name: "add", Arguments: `{"n":4}`},
 		{ID: "call_t2_1", Name: "read", Arguments: ``}, // the server sent no id: a stable one is made up
 	}
-	require.Equal(t, rollout.CallModelResult{
+	require.Equal(t, rollout.CallModelResult{rollout.PendingCall{
 		CallID:       rollout.ModelCallID("r1", 1, 2),
 		Parent:       "r1/a1/t1",
 		Head:         res.Head,
 		ToolCalls:    wantCalls,
 		FinishReason: "tool_calls",
 		Usage:        rollout.Usage{PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18, Calls: 1},
-	}, res)
+	}}, res)
 	require.Equal(t, "r1/a1/t2", res.CallID)
 	want := append(append([]transcript.Item(nil), conversation...),
 		transcript.Item{Role: "assistant", Content: "Two more calls.", ToolCalls: wantCalls})

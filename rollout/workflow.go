@@ -395,10 +395,8 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			if len(res.ToolCalls) == 0 {
 				r.b.Done = true
 			} else {
-				r.b.Pending, r.b.Cursor = &PendingCall{
-					CallID: res.CallID, Parent: res.Parent, Head: res.Head,
-					ToolCalls: res.ToolCalls, FinishReason: res.FinishReason, Usage: res.Usage,
-				}, 0
+				pending := res.PendingCall
+				r.b.Pending, r.b.Cursor = &pending, 0
 			}
 			return nil
 		}

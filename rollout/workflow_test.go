@@ -77,10 +77,10 @@ func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.C
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	res := rollout.CallModelResult{
+	res := rollout.CallModelResult{rollout.PendingCall{
 		CallID: rollout.ModelCallID(in.RolloutID, in.Attempt, in.Turn), Parent: in.Parent,
 		Head: w.head("model", in.Turn), Usage: rollout.Usage{TotalTokens: 10, Calls: 1},
-	}
+	}}
 	if value < w.target {
 		res.ToolCalls = []transcript.ToolCall{{ID: fmt.Sprintf("c%d", in.Turn), Name: "increment", Arguments: `{"amount":1}`}}
 	}
