@@ -102,6 +102,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 
 	r.setPhase(ctx, "start", fmt.Sprintf("starting %d new attempts, held until everything is installed", plan.Start))
 	var st StartRestoredResult
+	//lint:ignore S1016 spelled out: a field added to RestoreInput must not reach the step unnoticed
 	if err := runStep(ctx, step{fmt.Sprintf("start %d rollouts", plan.Start), time.Hour, StartRestoredName}, StartRestoredInput{
 		CheckpointID: in.CheckpointID, RestoreID: in.RestoreID, Root: in.Root, Participants: in.Participants, TaskQueue: in.TaskQueue,
 	}, &st); err != nil {

@@ -31,8 +31,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
 )
