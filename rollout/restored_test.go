@@ -70,7 +70,7 @@ func TestRestoredInputsAreRolloutInputs(t *testing.T) {
 			rec, err := coordinator.DecodeRecord(parkRecord(t, tc.mode, tc.completed))
 			require.NoError(t, err)
 
-			in, kind, err := coordinator.BuildRestoredInput(rec, "ck1", 3)
+			in, kind, err := coordinator.BuildRestoredInput(rec, "ck1", 3, nil)
 			require.NoError(t, err)
 			require.Equal(t, tc.kind, kind)
 
@@ -95,8 +95,15 @@ func TestRestoredInputsAreRolloutInputs(t *testing.T) {
 	}
 	rec, err := coordinator.DecodeRecord(parkRecord(t, envs.ModeExportRestore, false))
 	require.NoError(t, err)
-	_, _, err = coordinator.BuildRestoredInput(rec, "ck1", 2)
+	_, _, err = coordinator.BuildRestoredInput(rec, "ck1", 2, nil)
 	require.ErrorContains(t, err, "not above")
+
+	// A rollout pinned to a server that came back on a new address
+	// continues against the new one.
+	rec.Input.Env.URL = "http://old:1"
+	in, _, err := coordinator.BuildRestoredInput(rec, "ck1", 3, map[string]string{"http://old:1": "http://new:2"})
+	require.NoError(t, err)
+	require.Equal(t, "http://new:2", in.Env.URL)
 }
 
 // A restored input held for the checkpoint runs as the Rollout workflow:
@@ -107,7 +114,7 @@ func TestRestoredInputResumesAtTheCursor(t *testing.T) {
 	env := newEnv(t, w)
 	rec, err := coordinator.DecodeRecord(parkRecord(t, envs.ModeExportRestore, false))
 	require.NoError(t, err)
-	in, _, err := coordinator.BuildRestoredInput(rec, "ck1", 3)
+	in, _, err := coordinator.BuildRestoredInput(rec, "ck1", 3, nil)
 	require.NoError(t, err)
 	in.RequireAck = false
 	w.value, w.revision = 4, 5

@@ -90,9 +90,10 @@ func restoreKind(r rollout.ParkRecord) string {
 // Resume is the record's boundary (no re-seed, no repeated model call: the
 // pending answer and the cursor keep the same request ids), Completed its
 // held result, and a continuation whose environment is restart-only starts
-// over with no state. Every other field of the record's input is kept. It
-// returns the input and its kind (checkpoint.Restore*).
-func BuildRestoredInput(rec rollout.ParkRecord, checkpointID string, attempt int) (rollout.Input, string, error) {
+// over with no state. An env.url naming a server that moved (old URL → new
+// URL in moved) names its new address. Every other field of the record's
+// input is kept. It returns the input and its kind (checkpoint.Restore*).
+func BuildRestoredInput(rec rollout.ParkRecord, checkpointID string, attempt int, moved map[string]string) (rollout.Input, string, error) {
 	if attempt <= rec.Input.Attempt {
 		return rollout.Input{}, "", fmt.Errorf("rollout %q: new attempt %d is not above the record's attempt %d", rec.Input.RolloutID, attempt, rec.Input.Attempt)
 	}
@@ -110,7 +111,7 @@ func BuildRestoredInput(rec rollout.ParkRecord, checkpointID string, attempt int
 	case checkpoint.RestoreContinue:
 		in.Resume = &boundary
 	}
-	return in, kind, nil
+	return RemapEnvURL(in, moved), kind, nil
 }
 
 // RemapEnvURL returns in with its env.url rewritten when the environment

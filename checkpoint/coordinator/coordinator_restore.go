@@ -741,11 +741,11 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 		if !ok {
 			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
 		}
-		input, kind, err := BuildRestoredInput(rec, in.CheckpointID, af.Attempts[id])
+		input, kind, err := BuildRestoredInput(rec, in.CheckpointID, af.Attempts[id], moved)
 		if err != nil {
 			return invalidCheckpoint("%v", err)
 		}
-		opts := rollout.StartOptions(RemapEnvURL(input, moved), taskQueue)
+		opts := rollout.StartOptions(input, taskQueue)
 		opts.StaticSummary = restoredSummary(input, kind, rid)
 		started, err := c.startRestored(ctx, tc, opts, input)
 		if err != nil {
