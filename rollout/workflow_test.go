@@ -314,6 +314,15 @@ func TestRolloutParkedEnvironmentRetriesSameRequest(t *testing.T) {
 
 func TestRolloutParkAndResume(t *testing.T) {
 	w := newWorld(3)
+	// The first operation finds admission closed, so the rollout waits on a
+	// timer mid-episode: the test clock moves only then, and the park
+	// request below arrives before the episode ends, on any machine.
+	w.operateErr = func(n int) error {
+		if n == 1 {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
 	env := newEnv(t, w)
 	var rec rollout.ParkRecord
 	env.RegisterDelayedCallback(func() {
