@@ -228,7 +228,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	prog := newProgress(ctx, "ask to park", len(ids))
 	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdatePark, UpdateID: in.CheckpointID + "/park",
+			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdatePark, UpdateID: rollout.ParkUpdateID(in.CheckpointID),
 			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
 		})
 		if err != nil {
@@ -572,7 +572,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 	resumed, gone := 0, 0
 	// The update id names the list: a restored run is a new run, and the
 	// resume of attempt N must not be taken for the one of N+1.
-	updateID := checkpointID + "/resume"
+	updateID := rollout.ResumeUpdateID(checkpointID)
 	if list == checkpoint.ListStarted {
 		updateID = checkpointID + "/restore-resume"
 	}
