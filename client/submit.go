@@ -139,6 +139,32 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 	return out, nil
 }
 
+// PlanGroup is the rollouts of a submission that share an environment
+// and a policy.
+type PlanGroup struct {
+	Env, Model string
+	MaxTurns   int
+	Count      int
+}
+
+// Plan groups inputs by environment and policy, in first-use order: what
+// a submission of them would start, for a dry run.
+func Plan(inputs []rollout.Input) []PlanGroup {
+	var groups []PlanGroup
+	index := map[[2]string]int{}
+	for _, in := range inputs {
+		key := [2]string{in.Env.Name, in.Policy.Model}
+		i, ok := index[key]
+		if !ok {
+			i = len(groups)
+			index[key] = i
+			groups = append(groups, PlanGroup{Env: in.Env.Name, Model: in.Policy.Model, MaxTurns: in.Limits.MaxTurns})
+		}
+		groups[i].Count++
+	}
+	return groups
+}
+
 // Submit checks r, checks that a worker polls the task queue and that the
 // set does not exist yet, and starts every rollout of r (attempt 0). On a
 // failed start, the result counts the rollouts started before it.

@@ -120,29 +120,11 @@ func maxTurnsDefaults() string {
 }
 
 // writePlan prints what a submit of inputs would start: one line per
-// environment with its rollout count, policy and turn limit, in first-use
-// order.
+// environment and policy (tsclient.Plan).
 func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
-	type group struct {
-		env, model string
-		maxTurns   int
-		count      int
-	}
-	var groups []*group
-	index := map[[2]string]*group{}
-	for _, in := range inputs {
-		key := [2]string{in.Env.Name, in.Policy.Model}
-		g := index[key]
-		if g == nil {
-			g = &group{env: in.Env.Name, model: in.Policy.Model, maxTurns: in.Limits.MaxTurns}
-			index[key] = g
-			groups = append(groups, g)
-		}
-		g.count++
-	}
 	fmt.Fprintf(w, "would start %d rollouts of set %s:\n", len(inputs), set)
-	for _, g := range groups {
-		fmt.Fprintf(w, "  %d × %s, policy %s, max turns %d\n", g.count, g.env, g.model, g.maxTurns)
+	for _, g := range tsclient.Plan(inputs) {
+		fmt.Fprintf(w, "  %d × %s, policy %s, max turns %d\n", g.Count, g.Env, g.Model, g.MaxTurns)
 	}
 	return nil
 }
