@@ -7,12 +7,10 @@ import (
 
 	"github.com/turnstile-rl/turnstile/rollout"
 
-	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 )
 
 // runInfo is what the coordinator needs to know of a rollout's current run.
@@ -42,35 +40,9 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		RunID:   info.GetExecution().GetRunId(),
 	}
-	ri.Attempt, ri.HasAttempt = saInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
-	ri.Set, _ = saString(info.GetSearchAttributes(), rollout.SARolloutSet)
+	ri.Attempt, ri.HasAttempt = rollout.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
+	ri.Set, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
 	return ri, nil
-}
-
-// saInt decodes an Int search attribute.
-func saInt(sa *commonpb.SearchAttributes, name string) (int64, bool) {
-	p, ok := sa.GetIndexedFields()[name]
-	if !ok || p == nil {
-		return 0, false
-	}
-	var v int64
-	if err := converter.GetDefaultDataConverter().FromPayload(p, &v); err != nil {
-		return 0, false
-	}
-	return v, true
-}
-
-// saString decodes a Keyword search attribute.
-func saString(sa *commonpb.SearchAttributes, name string) (string, bool) {
-	p, ok := sa.GetIndexedFields()[name]
-	if !ok || p == nil {
-		return "", false
-	}
-	var v string
-	if err := converter.GetDefaultDataConverter().FromPayload(p, &v); err != nil {
-		return "", false
-	}
-	return v, true
 }
 
 // visibleRun is one run of a rollout as visibility lists it.
@@ -81,34 +53,18 @@ type visibleRun struct {
 	HasAttempt bool
 }
 
-// listSet pages through every run of set's rollouts that query selects
-// (extra is ANDed to the set filter), calling fn for each.
+// listSet calls fn for every run of set's rollouts that visibility lists
+// (extra is ANDed to the set filter), skipping workflows that are not
+// rollouts.
 func listSet(ctx context.Context, c client.Client, set, extra string, fn func(visibleRun)) error {
-	query := fmt.Sprintf("%s = %q", rollout.SARolloutSet, set)
-	if extra != "" {
-		query += " AND " + extra
-	}
-	var token []byte
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 1000})
-		if err != nil {
-			return fmt.Errorf("list rollouts of set %s (%s): %w", set, query, err)
-		}
-		for _, e := range resp.GetExecutions() {
-			id, ok := rollout.IDOf(e.GetExecution().GetWorkflowId())
-			if !ok || id == "" {
-				continue
-			}
-			r := visibleRun{RolloutID: id, Running: e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
-			r.Attempt, r.HasAttempt = saInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
-			fn(r)
-		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 {
+	return rollout.ListSet(ctx, c, set, extra, func(e *workflowpb.WorkflowExecutionInfo) error {
+		id, ok := rollout.IDOf(e.GetExecution().GetWorkflowId())
+		if !ok || id == "" {
 			return nil
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
+		r := visibleRun{RolloutID: id, Running: e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
+		r.Attempt, r.HasAttempt = rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
+		fn(r)
+		return nil
+	})
 }

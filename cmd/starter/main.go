@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -38,6 +39,8 @@ const dialTimeout = 10 * time.Second
 type globals struct {
 	taskQueue string
 	logLevel  string
+	// addr is the address withClient dialled, for messages.
+	addr string
 }
 
 func main() {
@@ -85,4 +88,16 @@ func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
 		return nil, "", err
 	}
 	return c, workers.HostPort(opts), nil
+}
+
+// withClient connects and hands use a turnstile client on the task queue;
+// the connection is closed when use returns.
+func (g *globals) withClient(ctx context.Context, use func(c *tsclient.Client) error) error {
+	tc, addr, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	g.addr = addr
+	return use(tsclient.New(tc, g.taskQueue))
 }

@@ -3,66 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	tsclient "github.com/turnstile-rl/turnstile/client"
 )
-
-// RestoreRequest is one `starter restore`.
-type RestoreRequest struct {
-	CheckpointID string
-	// RestoreID names the restore (empty: the checkpoint id); restoring a
-	// checkpoint a second time takes a new one.
-	RestoreID    string
-	Root         string
-	Participants []string
-}
-
-// RestoreInput turns r into the workflow's input (root made absolute
-// against cwd); the rollouts go to taskQueue.
-func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (checkpoint.RestoreInput, error) {
-	if err := checkpoint.ValidateName("--id", r.CheckpointID); err != nil {
-		return checkpoint.RestoreInput{}, err
-	}
-	if r.RestoreID != "" {
-		if err := checkpoint.ValidateName("--restore-id", r.RestoreID); err != nil {
-			return checkpoint.RestoreInput{}, err
-		}
-	}
-	root, err := absRoot(r.Root, cwd)
-	if err != nil {
-		return checkpoint.RestoreInput{}, err
-	}
-	parts, err := validateParticipantURLs(r.Participants)
-	if err != nil {
-		return checkpoint.RestoreInput{}, err
-	}
-	return checkpoint.RestoreInput{CheckpointID: r.CheckpointID, RestoreID: r.RestoreID, Root: root, Participants: parts, TaskQueue: taskQueue}, nil
-}
-
-// RestoreStartOptions start the restore of in (workflow ID
-// restore/<restore_id>, the restore id defaulting to the checkpoint id). A
-// restore may be run again once it has closed (a re-run finishes an
-// interrupted one and never starts an attempt twice), but not while one is
-// running.
-func RestoreStartOptions(in checkpoint.RestoreInput, taskQueue string) client.StartWorkflowOptions {
-	restoreID := in.RestoreID
-	if restoreID == "" {
-		restoreID = in.CheckpointID
-	}
-	return client.StartWorkflowOptions{
-		ID:                                       checkpoint.RestoreWorkflowID(restoreID),
-		TaskQueue:                                taskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            "restore " + restoreID + " of checkpoint " + in.CheckpointID,
-	}
-}
 
 // writeRestoreResult prints res as an aligned two-column table.
 func writeRestoreResult(w io.Writer, res checkpoint.RestoreResult) error {
@@ -79,7 +25,7 @@ func writeRestoreResult(w io.Writer, res checkpoint.RestoreResult) error {
 
 func newRestoreCmd(g *globals) *cobra.Command {
 	var (
-		req  RestoreRequest
+		req  tsclient.RestoreRequest
 		wait bool
 	)
 	cmd := &cobra.Command{
@@ -89,16 +35,14 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			"servers as the new attempts, start every unfinished rollout from its boundary, then resume.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cwd, err := os.Getwd()
-			if err != nil {
-				return err
-			}
-			in, err := req.RestoreInput(cwd, g.taskQueue)
-			if err != nil {
-				return err
-			}
-			opts := RestoreStartOptions(in, g.taskQueue)
-			return runCoordinator(cmd, g, opts, checkpoint.RestoreWorkflowName, in, wait, writeRestoreResult)
+			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+				c.OnStart = announce(cmd.ErrOrStderr())
+				res, err := c.Restore(cmd.Context(), req, wait)
+				if err != nil || res == nil {
+					return err
+				}
+				return writeRestoreResult(cmd.OutOrStdout(), *res)
+			})
 		},
 	}
 	f := cmd.Flags()

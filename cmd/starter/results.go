@@ -6,7 +6,9 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+
+	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // failedResult is the line of a rollout that closed without a result.
@@ -19,7 +21,7 @@ type failedResult struct {
 // id order: its RolloutResult with its receipt (closed, or held for
 // acknowledgement), or {"rollout_id","error"}. It returns how many rollouts
 // are still open without a result and were left out.
-func writeResults(w io.Writer, recs []RolloutRecord) (open int, err error) {
+func writeResults(w io.Writer, recs []tsclient.RolloutRecord) (open int, err error) {
 	enc := json.NewEncoder(w)
 	for _, r := range recs {
 		var line any
@@ -49,8 +51,12 @@ func newResultsCmd(g *globals) *cobra.Command {
 			"`starter acknowledge --receipts`.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withSet(cmd.Context(), set, true, func(c client.Client, recs []RolloutRecord) error {
-				if err := fillHeld(cmd.Context(), c, recs); err != nil {
+			if err := rollout.ValidateSet(set); err != nil {
+				return err
+			}
+			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+				recs, err := c.Results(cmd.Context(), set)
+				if err != nil {
 					return err
 				}
 				open, err := writeResults(cmd.OutOrStdout(), recs)

@@ -7,35 +7,15 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+
+	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
-
-// StatusCounts counts the latest runs of a set by phase and by execution
-// status.
-type StatusCounts struct {
-	Phases   map[string]int
-	Statuses map[string]int
-}
-
-// CountStatus counts recs by RolloutPhase and execution status. A run that
-// never set its phase counts as "(none)".
-func CountStatus(recs []RolloutRecord) StatusCounts {
-	c := StatusCounts{Phases: map[string]int{}, Statuses: map[string]int{}}
-	for _, r := range recs {
-		phase := r.Phase
-		if phase == "" {
-			phase = "(none)"
-		}
-		c.Phases[phase]++
-		c.Statuses[statusName(r.Status)]++
-	}
-	return c
-}
 
 // writeStatus prints the counts (sorted by name) and, when verbose, one line
 // per rollout.
-func writeStatus(w io.Writer, set string, recs []RolloutRecord, verbose bool) error {
-	counts := CountStatus(recs)
+func writeStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose bool) error {
+	counts := tsclient.CountStatus(recs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "set %s\t%d rollouts\n\n", set, len(recs))
 	writeCounts(tw, "PHASE", counts.Phases)
@@ -45,7 +25,7 @@ func writeStatus(w io.Writer, set string, recs []RolloutRecord, verbose bool) er
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "ROLLOUT\tATTEMPT\tTURN\tPHASE\tSTATUS\tRUN")
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", r.RolloutID, r.Attempt, r.Turn, r.Phase, statusName(r.Status), r.RunID)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", r.RolloutID, r.Attempt, r.Turn, r.Phase, tsclient.StatusName(r.Status), r.RunID)
 		}
 	}
 	return tw.Flush()
@@ -73,7 +53,14 @@ func newStatusCmd(g *globals) *cobra.Command {
 		Short: "Count a set's rollouts by phase and execution status",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withSet(cmd.Context(), set, false, func(_ client.Client, recs []RolloutRecord) error {
+			if err := rollout.ValidateSet(set); err != nil {
+				return err
+			}
+			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+				recs, err := c.List(cmd.Context(), set)
+				if err != nil {
+					return err
+				}
 				return writeStatus(cmd.OutOrStdout(), set, recs, verbose)
 			})
 		},

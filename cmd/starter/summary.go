@@ -3,171 +3,29 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
+	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
-// Summary condenses a set.
-type Summary struct {
-	Rollouts  int
-	Completed int
-	Failed    int // closed any way but completed: failed, terminated, timed out, canceled
-	Running   int
-	// Means over completed rollouts whose result was read.
-	MeanReward float64
-	MeanTurns  float64
-	// Rollout time of the latest run (close − start), over completed rollouts.
-	P50, P95 time.Duration
-}
-
-// Summarize condenses the latest runs of a set.
-func Summarize(recs []RolloutRecord) Summary {
-	var (
-		s              Summary
-		reward, turns  float64
-		withResult     int
-		completedTimes []time.Duration
-	)
-	s.Rollouts = len(recs)
-	for _, r := range recs {
-		switch {
-		case r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-			s.Completed++
-			if !r.Close.IsZero() && !r.Start.IsZero() {
-				completedTimes = append(completedTimes, r.Close.Sub(r.Start))
-			}
-			if r.Result != nil {
-				withResult++
-				reward += r.Result.Reward
-				turns += float64(r.Result.Turns)
-			}
-		case r.Closed():
-			s.Failed++
-		default:
-			s.Running++
-		}
-	}
-	if withResult > 0 {
-		s.MeanReward = reward / float64(withResult)
-		s.MeanTurns = turns / float64(withResult)
-	}
-	s.P50 = Percentile(completedTimes, 50)
-	s.P95 = Percentile(completedTimes, 95)
-	return s
-}
-
-// Percentile returns the p-th percentile (0 < p ≤ 100) of ds by the
-// nearest-rank method: the smallest value with at least p% of the values at
-// or below it. It is always one of the values; 0 for none. ds is not changed.
-func Percentile(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	sorted := slices.Clone(ds)
-	slices.Sort(sorted)
-	// p*n/100 rather than p/100*n: 95*20/100 is exactly 19.
-	rank := int(math.Ceil(p * float64(len(sorted)) / 100))
-	rank = max(1, min(rank, len(sorted)))
-	return sorted[rank-1]
-}
-
-// EnvSummary condenses the rollouts of one environment of a set.
-type EnvSummary struct {
-	Env       string
-	Rollouts  int
-	Completed int
-	Failed    int
-	Running   int
-	// Passed counts completed rollouts whose reward passes (see Passed).
-	Passed int
-	// Means over completed rollouts whose result was read.
-	MeanReward float64
-	MeanTurns  float64
-}
-
-// UnknownEnv groups rollouts whose environment could not be read.
-const UnknownEnv = "(unknown)"
-
-// Passed reports whether a completed rollout of env with reward counts as a
-// pass, by the environment's catalog entry: reward > 0 for dense-reward
-// environments (a blackjack episode that wins more hands than it loses),
-// reward >= 1 for the rest, and for environments the catalog does not know.
-func Passed(env string, reward float64) bool {
-	e, _ := catalog.Lookup(env) // the zero entry is not dense
-	return e.Passed(reward)
-}
-
-// SummarizeByEnv condenses the latest runs of a set per environment, sorted
-// by environment name; a record without an environment counts under
-// UnknownEnv.
-func SummarizeByEnv(recs []RolloutRecord) []EnvSummary {
-	type acc struct {
-		s             EnvSummary
-		reward, turns float64
-		withResult    int
-	}
-	byEnv := map[string]*acc{}
-	for _, r := range recs {
-		env := r.Env
-		if env == "" {
-			env = UnknownEnv
-		}
-		a := byEnv[env]
-		if a == nil {
-			a = &acc{s: EnvSummary{Env: env}}
-			byEnv[env] = a
-		}
-		a.s.Rollouts++
-		switch {
-		case r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-			a.s.Completed++
-			if r.Result != nil {
-				a.withResult++
-				a.reward += r.Result.Reward
-				a.turns += float64(r.Result.Turns)
-				if Passed(env, r.Result.Reward) {
-					a.s.Passed++
-				}
-			}
-		case r.Closed():
-			a.s.Failed++
-		default:
-			a.s.Running++
-		}
-	}
-	out := make([]EnvSummary, 0, len(byEnv))
-	for _, a := range byEnv {
-		if a.withResult > 0 {
-			a.s.MeanReward = a.reward / float64(a.withResult)
-			a.s.MeanTurns = a.turns / float64(a.withResult)
-		}
-		out = append(out, a.s)
-	}
-	slices.SortFunc(out, func(a, b EnvSummary) int { return strings.Compare(a.Env, b.Env) })
-	return out
-}
-
-// writeSummary prints the summary of a set's records: the overall lines,
-// then one line per environment.
-func writeSummary(w io.Writer, set string, recs []RolloutRecord) error {
-	if err := writeOverall(w, set, Summarize(recs)); err != nil {
+// writeSummary prints the summary of a set: the overall lines, then one
+// line per environment.
+func writeSummary(w io.Writer, set string, s tsclient.SetSummary) error {
+	if err := writeOverall(w, set, s.Overall); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	return writeEnvTable(w, SummarizeByEnv(recs))
+	return writeEnvTable(w, s.ByEnv)
 }
 
 // writeEnvTable prints one line per environment and how "passed" is counted.
-func writeEnvTable(w io.Writer, rows []EnvSummary) error {
+func writeEnvTable(w io.Writer, rows []tsclient.EnvSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENV\tROLLOUTS\tCOMPLETED\tFAILED\tRUNNING\tPASSED\tMEAN REWARD\tMEAN TURNS")
 	var dense []string
@@ -190,7 +48,7 @@ func writeEnvTable(w io.Writer, rows []EnvSummary) error {
 }
 
 // writeOverall prints s as a small aligned table.
-func writeOverall(w io.Writer, set string, s Summary) error {
+func writeOverall(w io.Writer, set string, s tsclient.Summary) error {
 	return writeTable(w, [][2]string{
 		{"set", set},
 		{"rollouts", fmt.Sprint(s.Rollouts)},
@@ -223,11 +81,18 @@ func newSummaryCmd(g *globals) *cobra.Command {
 		Short: "Completed, failed, running, mean reward and turns, p50/p95 rollout time of a set, overall and per environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withSet(cmd.Context(), set, true, func(_ client.Client, recs []RolloutRecord) error {
-				if len(recs) == 0 {
+			if err := rollout.ValidateSet(set); err != nil {
+				return err
+			}
+			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+				sum, err := c.Summary(cmd.Context(), set)
+				if err != nil {
+					return err
+				}
+				if sum.Overall.Rollouts == 0 {
 					return fmt.Errorf("set %q has no rollouts in visibility", set)
 				}
-				return writeSummary(cmd.OutOrStdout(), set, recs)
+				return writeSummary(cmd.OutOrStdout(), set, sum)
 			})
 		},
 	}

@@ -1,11 +1,8 @@
-package main
+package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -97,22 +94,6 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("empty set: %+v", z)
 	}
 
-	var buf bytes.Buffer
-	if err := writeOverall(&buf, "s1", got); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, line := range []string{
-		"completed         3",
-		"mean reward       0.5000",
-		"mean turns        5.00",
-		"p50 rollout time  2s",
-		"p95 rollout time  3s",
-	} {
-		if !strings.Contains(out, line) {
-			t.Errorf("summary lacks %q:\n%s", line, out)
-		}
-	}
 }
 
 func payload(t *testing.T, v any) *commonpb.Payload {
@@ -179,15 +160,6 @@ func TestLatestRuns(t *testing.T) {
 	if counts.Phases["completed"] != 1 || counts.Phases["model"] != 1 || counts.Statuses["Running"] != 2 || counts.Statuses["Completed"] != 1 {
 		t.Errorf("CountStatus = %+v", counts)
 	}
-	var buf bytes.Buffer
-	if err := writeStatus(&buf, "s1", got, true); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"Running    2", "s1-0001  1        4     model"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("status lacks %q:\n%s", want, buf.String())
-		}
-	}
 }
 
 func TestRecordWithoutSearchAttributes(t *testing.T) {
@@ -220,7 +192,7 @@ func (p *pagedLister) ListWorkflow(_ context.Context, req *workflowservice.ListW
 	return resp, nil
 }
 
-func TestListSetPagesThroughAll(t *testing.T) {
+func TestListLatestPagesThroughAll(t *testing.T) {
 	var pages [][]*workflowpb.WorkflowExecutionInfo
 	for p := 0; p < 3; p++ {
 		var page []*workflowpb.WorkflowExecutionInfo
@@ -231,56 +203,15 @@ func TestListSetPagesThroughAll(t *testing.T) {
 	}
 	pages = append(pages, nil) // an empty last page with no token
 	l := &pagedLister{pages: pages}
-	got, err := listSet(t.Context(), l, "s1")
+	got, err := listLatest(t.Context(), l, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 6 || l.calls != 4 {
 		t.Fatalf("got %d runs in %d calls", len(got), l.calls)
 	}
-	if l.query != `RolloutSet="s1"` {
+	if l.query != `RolloutSet = "s1"` {
 		t.Errorf("query %q", l.query)
-	}
-}
-
-func TestWriteResults(t *testing.T) {
-	recs := []RolloutRecord{
-		rec("a", completed, time.Second, &rollout.Result{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
-		{RolloutID: "b", Status: failed, Err: "environment refused"},
-		rec("c", running, 0, nil),
-		{RolloutID: "d", Status: term, Err: "terminated"},
-	}
-	var buf bytes.Buffer
-	open, err := writeResults(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if open != 1 {
-		t.Errorf("open = %d", open)
-	}
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("lines: %q", lines)
-	}
-	var res rollout.Result
-	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
-		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
-	}
-	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
-		t.Errorf("failure lines: %q", lines[1:])
-	}
-}
-
-func TestValidateSet(t *testing.T) {
-	for _, ok := range []string{"s1", "A.b_c-9", strings.Repeat("x", maxSetName)} {
-		if err := validateSet(ok); err != nil {
-			t.Errorf("%q rejected: %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "-a", ".a", "a b", `a"`, "a/b", "é", strings.Repeat("x", maxSetName+1)} {
-		if err := validateSet(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
 	}
 }
 
@@ -324,23 +255,6 @@ func TestSummarizeByEnv(t *testing.T) {
 	if z := SummarizeByEnv(nil); len(z) != 0 {
 		t.Errorf("empty set: %+v", z)
 	}
-
-	var buf bytes.Buffer
-	if err := writeSummary(&buf, "s1", recs); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	for _, line := range []string{
-		"rollouts          11\n",
-		"ENV        ROLLOUTS  COMPLETED  FAILED  RUNNING  PASSED  MEAN REWARD  MEAN TURNS\n",
-		"blackjack  4         3          0       1        1       0.3333       7.00\n",
-		"counter    3         2          1       0        1       0.5000       5.00\n",
-		"passed: completed with reward >= 1; blackjack (summed step rewards): reward > 0\n",
-	} {
-		if !strings.Contains(out, line) {
-			t.Errorf("summary lacks %q:\n%s", line, out)
-		}
-	}
 }
 
 func TestPassed(t *testing.T) {
@@ -368,7 +282,7 @@ func TestPassed(t *testing.T) {
 
 func TestRecordEnvFromMemo(t *testing.T) {
 	i := info(t, "s1-0003", "r", running, t0, 0, "model")
-	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{MemoEnv: payload(t, "sandbox")}}
+	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: payload(t, "sandbox")}}
 	if r := recordFromInfo(i); r.Env != "sandbox" {
 		t.Errorf("env %q, want sandbox", r.Env)
 	}

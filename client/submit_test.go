@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"context"
@@ -97,9 +97,9 @@ func TestBuildInputsRejects(t *testing.T) {
 		mutate func(*SubmitRequest)
 		want   string
 	}{
-		{"empty set", func(r *SubmitRequest) { r.Set = "" }, "set name"},
-		{"quote in set", func(r *SubmitRequest) { r.Set = `a"b` }, "set name"},
-		{"slash in set", func(r *SubmitRequest) { r.Set = "a/b" }, "set name"},
+		{"empty set", func(r *SubmitRequest) { r.Set = "" }, "want 1-100 letters"},
+		{"quote in set", func(r *SubmitRequest) { r.Set = `a"b` }, "want 1-100 letters"},
+		{"slash in set", func(r *SubmitRequest) { r.Set = "a/b" }, "want 1-100 letters"},
 		{"zero count", func(r *SubmitRequest) { r.Count = 0 }, "--count"},
 		{"huge count", func(r *SubmitRequest) { r.Count = maxCount + 1 }, "--count"},
 		{"no env", func(r *SubmitRequest) { r.Envs = nil }, "--env is required"},
@@ -132,7 +132,7 @@ func TestStartOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := inputs[3]
-	o := StartOptions(in, "q1")
+	o := rollout.StartOptions(in, "q1")
 	if o.ID != "rollout/s1-0003" || o.TaskQueue != "q1" {
 		t.Errorf("ID %q queue %q", o.ID, o.TaskQueue)
 	}
@@ -302,7 +302,7 @@ func TestBuildInputsMixedSet(t *testing.T) {
 		if string(in.Task) != string(task) {
 			t.Errorf("rollout %d task %s, want %s", i, in.Task, task)
 		}
-		if o := StartOptions(in, "q"); o.Memo[MemoEnv] != env {
+		if o := rollout.StartOptions(in, "q"); o.Memo[rollout.MemoEnv] != env {
 			t.Errorf("rollout %d memo %v", i, o.Memo)
 		}
 	}
@@ -348,46 +348,6 @@ func TestParseEnvs(t *testing.T) {
 	}
 }
 
-func TestLineProgress(t *testing.T) {
-	tests := []struct {
-		total int
-		want  []string
-	}{
-		{1, []string{"closed 1/1 rollouts"}},
-		{3, []string{"closed 1/3 rollouts", "closed 2/3 rollouts", "closed 3/3 rollouts"}},
-		{20, []string{"closed 2/20 rollouts", "closed 4/20 rollouts", "closed 6/20 rollouts", "closed 8/20 rollouts", "closed 10/20 rollouts",
-			"closed 12/20 rollouts", "closed 14/20 rollouts", "closed 16/20 rollouts", "closed 18/20 rollouts", "closed 20/20 rollouts"}},
-	}
-	for _, tt := range tests {
-		var buf strings.Builder
-		p := newProgress(t.Context(), &buf, tt.total)
-		for range tt.total {
-			p.Increment()
-		}
-		p.Finish(true)
-		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); strings.Join(got, "|") != strings.Join(tt.want, "|") {
-			t.Errorf("total %d: lines %q, want %q", tt.total, got, tt.want)
-		}
-	}
-}
-
-func TestWritePlan(t *testing.T) {
-	inputs, err := BuildInputs(SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf strings.Builder
-	if err := writePlan(&buf, "mix", inputs); err != nil {
-		t.Fatal(err)
-	}
-	want := "would start 5 rollouts of set mix:\n" +
-		"  3 × sandbox, policy scripted-sandbox, max turns 12\n" +
-		"  2 × blackjack, policy scripted-blackjack, max turns 64\n"
-	if buf.String() != want {
-		t.Errorf("plan:\n%s\nwant:\n%s", buf.String(), want)
-	}
-}
-
 // scriptedCounter answers counts from a script: listed[i] and working[i]
 // on the i-th poll (the last entry repeats).
 type scriptedCounter struct {
@@ -409,7 +369,7 @@ func (s *scriptedCounter) CountWorkflow(_ context.Context, req *workflowservice.
 		*n++
 		return v
 	}
-	if req.Query == setQuery("s1") {
+	if req.Query == rollout.SetQuery("s1") {
 		return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.listed, &s.pollsL)}, nil
 	}
 	return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.working, &s.pollsW)}, nil
@@ -438,7 +398,7 @@ func TestAwaitHeld(t *testing.T) {
 	if c.pollsW != 5 {
 		t.Errorf("%d polls, want 5: zero working counts only once the set is listed whole", c.pollsW)
 	}
-	want := `RolloutSet="s1" AND ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`
+	want := `RolloutSet = "s1" AND ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`
 	if !c.queries[want] {
 		t.Errorf("queries %v lack %s", c.queries, want)
 	}

@@ -1,9 +1,10 @@
-package main
+package client
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestCheckpointInputRejects(t *testing.T) {
 		cwd  string
 		want string
 	}{
-		{"bad set", func(r *CheckpointRequest) { r.Set = "a b" }, "/w", "set name"},
+		{"bad set", func(r *CheckpointRequest) { r.Set = "a b" }, "/w", "want 1-100 letters"},
 		{"empty id", func(r *CheckpointRequest) { r.CheckpointID = "" }, "/w", "--id"},
 		{"id with a slash", func(r *CheckpointRequest) { r.CheckpointID = "a/b" }, "/w", "--id"},
 		{"empty root", func(r *CheckpointRequest) { r.Root = " " }, "/w", "--root"},
@@ -124,47 +125,6 @@ func TestRestoreInput(t *testing.T) {
 	}
 }
 
-// valueColumn is where the second column starts on each line of a table.
-func valueColumn(t *testing.T, out string) map[int]int {
-	t.Helper()
-	cols := map[int]int{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		fields := strings.Fields(line)
-		cols[strings.LastIndex(line, fields[len(fields)-1])]++
-	}
-	return cols
-}
-
-func TestWriteCoordinatorResults(t *testing.T) {
-	var ck bytes.Buffer
-	if err := writeCheckpointResult(&ck, checkpoint.CheckpointResult{
-		CheckpointID: "ck1", Dir: "/r/ck1", Members: 24, Parked: 20, CompletedUnacked: 3, Closed: 1,
-		Bytes: 123456, ManifestDigest: "abc", CutMillis: 812, TotalMillis: 1500,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"members ", " 24\n", "completed_unacked  3\n", "bytes ", " 123456\n", "manifest digest ", " abc\n", "cut_ms ", " 812\n", "total_ms ", " 1500\n"} {
-		if !strings.Contains(ck.String(), want) {
-			t.Errorf("checkpoint table lacks %q:\n%s", want, ck.String())
-		}
-	}
-	if cols := valueColumn(t, ck.String()); len(cols) != 1 {
-		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
-	}
-	var rs bytes.Buffer
-	if err := writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {
-		if !strings.Contains(rs.String(), want) {
-			t.Errorf("restore table lacks %q:\n%s", want, rs.String())
-		}
-	}
-	if cols := valueColumn(t, rs.String()); len(cols) != 1 {
-		t.Errorf("values not aligned (%v):\n%s", cols, rs.String())
-	}
-}
-
 // fakeRun is a started workflow whose result is res or err.
 type fakeRun struct {
 	client.WorkflowRun
@@ -218,7 +178,10 @@ func TestStartCoordinator(t *testing.T) {
 				res checkpoint.CheckpointResult
 				log bytes.Buffer
 			)
-			err := startCoordinator(t.Context(), &tt.s, opts, checkpoint.CheckpointWorkflowName, in, &res, tt.wait, &log)
+			announce := func(s Started) {
+				fmt.Fprintf(&log, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
+			}
+			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in}, &res, tt.wait, announce)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

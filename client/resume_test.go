@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestControlToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := controlToken(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			got, err := ControlToken(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Fatalf("err = %v, want %q", err, tt.err)
@@ -86,7 +86,7 @@ func TestResumeSet(t *testing.T) {
 	log := &orderLog{}
 	servers := map[string]controlResumer{"http://a": fakeControl{"a", log, nil}, "http://b": fakeControl{"b", log, nil}}
 	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0003": true}}
-	sum, err := resumeSet(t.Context(), servers, []string{"http://b", "http://a"}, lister(), loggingUpdater{f, log}, "s1", "ck1")
+	sum, err := resumeSet(t.Context(), resumeTarget{servers, []string{"http://b", "http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestResumeSet(t *testing.T) {
 		t.Error("a closed rollout was sent a resume")
 	}
 	o := f.got["rollout/s1-0002"]
-	if o.UpdateName != rollout.UpdateResume || o.UpdateID != "resume/ck1" || o.Args[0].(rollout.ResumeRequest).CheckpointID != "ck1" {
+	if o.UpdateName != rollout.UpdateResume || o.UpdateID != "ck1/resume" || o.Args[0].(rollout.ResumeRequest).CheckpointID != "ck1" {
 		t.Errorf("update %+v", o)
 	}
 
@@ -108,7 +108,7 @@ func TestResumeSet(t *testing.T) {
 	log = &orderLog{}
 	servers["http://a"] = fakeControl{"a", log, errors.New("401 unauthorized")}
 	f = &fakeUpdater{}
-	_, err = resumeSet(t.Context(), servers, []string{"http://a", "http://b"}, lister(), loggingUpdater{f, log}, "s1", "ck1")
+	_, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a", "http://b"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
 	if err == nil || !strings.Contains(err.Error(), "resume environment server http://a") || f.calls != 0 {
 		t.Errorf("err = %v after %d updates", err, f.calls)
 	}
@@ -116,7 +116,7 @@ func TestResumeSet(t *testing.T) {
 	// A rollout held for another checkpoint is reported; the others go on.
 	servers["http://a"] = fakeControl{"a", log, nil}
 	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0002": true}}
-	sum, err = resumeSet(t.Context(), servers, []string{"http://a"}, lister(), loggingUpdater{f, log}, "s1", "ck1")
+	sum, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
 	if err == nil || !strings.Contains(err.Error(), "rollout/s1-0002: rejected") || sum.Rollouts != 2 {
 		t.Errorf("err = %v, summary %+v", err, sum)
 	}

@@ -1,10 +1,9 @@
-package main
+package client
 
 import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -148,21 +147,4 @@ func TestLimitsReadTheCatalog(t *testing.T) {
 			}
 		})
 	}
-	// --help lists every environment's default, in name order.
-	if got, want := maxTurnsDefaults(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
-		t.Errorf("maxTurnsDefaults() = %q, want %q in this order among the others", got, want)
-	}
-}
-
-// containsInOrder reports whether every part occurs in s, each after the
-// previous one.
-func containsInOrder(s string, parts []string) bool {
-	for _, p := range parts {
-		i := strings.Index(s, p)
-		if i < 0 {
-			return false
-		}
-		s = s[i+len(p):]
-	}
-	return true
 }

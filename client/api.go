@@ -1,0 +1,255 @@
+// Package client is the Go API of turnstile for a training pipeline: submit
+// a set of rollouts, wait for it, list and summarize it, read its results,
+// acknowledge them, and checkpoint, restore and resume the set. The starter
+// CLI is flags and printing over this package.
+//
+//	import tsclient "github.com/turnstile-rl/turnstile/client"
+//
+//	tc, err := client.Dial(client.Options{}) // go.temporal.io/sdk/client
+//	ts := tsclient.New(tc, rollout.TaskQueue)
+//	res, err := ts.Submit(ctx, tsclient.SubmitRequest{Set: "s1", Count: 64, Envs: []string{"counter"}})
+//	err = ts.Wait(ctx, tsclient.WaitRequest{Set: "s1", Inputs: res.Inputs})
+//	sum, err := ts.Summary(ctx, "s1")
+package client
+
+import (
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// Client runs turnstile's pipeline and operator steps against a Temporal
+// client. It holds no state of its own beyond its configuration, so one
+// Client may be used from many goroutines.
+type Client struct {
+	tc        tclient.Client
+	taskQueue string
+	// OnStart, when set, is called as soon as a Checkpoint or Restore
+	// workflow has started, before any wait for its result, so an operator
+	// learns its id while it runs.
+	OnStart func(Started)
+	// newControl builds the control-plane client of an environment server
+	// (a fake in tests).
+	newControl func(url, token string) controlResumer
+}
+
+// New returns a Client that starts rollouts and coordinator workflows on
+// taskQueue through tc. tc stays the caller's to close.
+func New(tc tclient.Client, taskQueue string) *Client {
+	return &Client{
+		tc:        tc,
+		taskQueue: taskQueue,
+		newControl: func(url, token string) controlResumer {
+			return protocol.NewControlClient(url, token, nil)
+		},
+	}
+}
+
+// TaskQueue is the task queue the client starts workflows on.
+func (c *Client) TaskQueue() string { return c.taskQueue }
+
+// SubmitRequest is one submission of a set of rollouts.
+type SubmitRequest struct {
+	Set   string
+	Count int
+	// Envs are the environments of the set; rollout i runs in
+	// Envs[i % len(Envs)].
+	Envs   []string
+	EnvURL string
+	// Policy is the model of every rollout; empty means each rollout's
+	// environment's scripted policy ("scripted-<env>").
+	Policy   string
+	ModelURL string
+	Seed     int64
+	// MaxTurns limits every rollout; 0 means each environment's default
+	// (DefaultMaxTurns).
+	MaxTurns   int
+	RequireAck bool
+}
+
+// SubmitResult is what a submission started.
+type SubmitResult struct {
+	// Inputs are the attempt-0 inputs of every rollout, in index order.
+	Inputs []rollout.Input
+	// Started counts the rollouts started; below len(Inputs) only when
+	// Submit failed.
+	Started int
+}
+
+// WaitRequest is what Wait waits for.
+type WaitRequest struct {
+	Set string
+	// Inputs are the set's rollouts (SubmitResult.Inputs).
+	Inputs []rollout.Input
+	// RequireAck: the set holds its results for acknowledgement, so wait
+	// until every rollout holds one (or has closed), not until all close.
+	RequireAck bool
+	// Progress, when set, is told about each rollout done.
+	Progress Progress
+}
+
+// Progress counts rollouts done for a reader.
+type Progress interface {
+	Increment()
+	// Finish ends the display; ok is false when the wait failed.
+	Finish(ok bool)
+}
+
+// RolloutRecord is what visibility (and, for closed runs, the run's result)
+// tells about the latest run of one rollout.
+type RolloutRecord struct {
+	RolloutID  string
+	WorkflowID string
+	RunID      string
+	Status     enumspb.WorkflowExecutionStatus
+	Phase      string
+	Attempt    int64
+	Turn       int64
+	Start      time.Time
+	Close      time.Time // zero while running
+	// Env is the rollout's environment: from its result, its memo
+	// (rollout.MemoEnv), or its start input.
+	Env string
+	// Result is set for a completed run once fetched (and for a running
+	// one holding its result for acknowledgement, in Results); Err for a
+	// run that closed any other way.
+	Result *rollout.Result
+	Err    string
+}
+
+// StatusCounts counts the latest runs of a set by phase and by execution
+// status.
+type StatusCounts struct {
+	Phases   map[string]int
+	Statuses map[string]int
+}
+
+// Summary condenses a set.
+type Summary struct {
+	Rollouts  int
+	Completed int
+	Failed    int // closed any way but completed: failed, terminated, timed out, canceled
+	Running   int
+	// Means over completed rollouts whose result was read.
+	MeanReward float64
+	MeanTurns  float64
+	// Rollout time of the latest run (close − start), over completed rollouts.
+	P50, P95 time.Duration
+}
+
+// EnvSummary condenses the rollouts of one environment of a set.
+type EnvSummary struct {
+	Env       string
+	Rollouts  int
+	Completed int
+	Failed    int
+	Running   int
+	// Passed counts completed rollouts whose reward passes (see Passed).
+	Passed int
+	// Means over completed rollouts whose result was read.
+	MeanReward float64
+	MeanTurns  float64
+}
+
+// SetSummary is a set condensed overall and per environment.
+type SetSummary struct {
+	Overall Summary
+	ByEnv   []EnvSummary
+}
+
+// ReceiptLine is one receipt read from a receipts file, with its line
+// number for messages.
+type ReceiptLine struct {
+	Line    int
+	Receipt rollout.Receipt
+}
+
+// AckRequest acknowledges results of a set: the receipts given (validated
+// as a whole batch first), or, with AllCompleted, every result held for
+// acknowledgement with its current receipt.
+type AckRequest struct {
+	Set          string
+	Receipts     []ReceiptLine
+	AllCompleted bool
+}
+
+// HeldState is what a rollout holds now: its latest run's phase and the
+// result it holds for acknowledgement (running) or completed with
+// (closed).
+type HeldState struct {
+	WorkflowID string
+	Running    bool
+	Phase      rollout.Phase
+	Result     *rollout.Result
+	// Err is why a closed run has no result.
+	Err string
+}
+
+// AckPlan is a validated batch.
+type AckPlan struct {
+	// Send are the receipts to acknowledge, in rollout id order.
+	Send []rollout.Receipt
+	// Already are rollouts whose result with that receipt was accepted
+	// before (acknowledged, or never held): nothing to send.
+	Already []string
+}
+
+// AckSummary counts what an acknowledgement did.
+type AckSummary struct {
+	Acknowledged int // updates accepted
+	Already      int // accepted before
+	Closed       int // closed before the update reached them
+}
+
+// CheckpointRequest is one coordinated checkpoint of a set.
+type CheckpointRequest struct {
+	Set          string
+	CheckpointID string
+	// Root is the directory the checkpoint goes under; a relative one is
+	// made absolute against the working directory.
+	Root         string
+	Participants []string
+	// Timeout (a duration) or Deadline (absolute) bounds the cut; exactly
+	// one is set.
+	Timeout    time.Duration
+	Deadline   time.Time
+	StayPaused bool
+}
+
+// RestoreRequest is one restore of a committed checkpoint.
+type RestoreRequest struct {
+	CheckpointID string
+	// RestoreID names the restore (empty: the checkpoint id); restoring a
+	// checkpoint a second time takes a new one.
+	RestoreID    string
+	Root         string
+	Participants []string
+}
+
+// Started names a coordinator workflow that has started.
+type Started struct {
+	WorkflowID string
+	RunID      string
+	TaskQueue  string
+}
+
+// ResumeRequest releases a checkpoint taken with StayPaused.
+type ResumeRequest struct {
+	Set          string
+	CheckpointID string
+	Participants []string
+	// ControlToken is the environment servers' control token (see
+	// ControlToken).
+	ControlToken string
+}
+
+// ResumeSummary counts what a resume did.
+type ResumeSummary struct {
+	Participants int // environment servers resumed
+	Rollouts     int // running rollouts sent the resume update
+	Closed       int // rollouts that closed before the update reached them
+}

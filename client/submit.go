@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/fanout"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// Bounds of a submission.
+const (
+	// maxCount bounds a set: rollout seeds are seed*seedStride+index, so
+	// indexes below seedStride keep every rollout's seed distinct.
+	maxCount   = 1_000_000
+	seedStride = 1_000_000
+	// startConcurrency bounds concurrent StartWorkflow calls.
+	startConcurrency = 16
+)
+
+// Validate reports the first field that cannot work, before anything is
+// started. Messages name the starter's flags, which carry the same names.
+func (r SubmitRequest) Validate() error {
+	if err := rollout.ValidateSet(r.Set); err != nil {
+		return err
+	}
+	if r.Count < 1 || r.Count > maxCount {
+		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
+	}
+	if _, err := ParseEnvs(strings.Join(r.Envs, ",")); err != nil {
+		return err
+	}
+	if r.Policy != strings.TrimSpace(r.Policy) {
+		return fmt.Errorf("--policy %q: surrounding spaces", r.Policy)
+	}
+	if r.MaxTurns < 0 || r.MaxTurns > rollout.MaxMaxTurns {
+		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, rollout.MaxMaxTurns)
+	}
+	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
+		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
+			return fmt.Errorf("%s %q: want an http:// or https:// URL", u.flag, u.value)
+		}
+	}
+	return nil
+}
+
+// RolloutID is the id of rollout i of set: "<set>-0007". Zero-padding keeps
+// ids sorted in index order for sets below 10,000.
+func RolloutID(set string, i int) string { return fmt.Sprintf("%s-%04d", set, i) }
+
+// RolloutSeed is the seed of rollout i of a set seeded with seed.
+func RolloutSeed(seed int64, i int) int64 { return seed*seedStride + int64(i) }
+
+// DefaultMaxTurns is the limit of env's rollouts when a request does not
+// set one: the environment's own (its catalog entry says why that much),
+// else the workflow's default.
+func DefaultMaxTurns(env string) int {
+	if e, ok := catalog.Lookup(env); ok {
+		return e.MaxTurns
+	}
+	return rollout.DefaultMaxTurns
+}
+
+// ScriptedPolicy is the model name of env's scripted policy on the policy
+// server ("scripted-counter", …): the model a rollout uses when a request
+// names no policy. The catalog's tests check the policy server offers it
+// for every environment the catalog holds.
+func ScriptedPolicy(env string) string { return envs.ScriptedModel(env) }
+
+// ParseEnvs splits a comma-separated --env value ("counter,blackjack") into
+// environment names, in the order given. Every name must be in the catalog;
+// empty and repeated names are refused.
+func ParseEnvs(value string) ([]string, error) {
+	known := catalog.Names()
+	if strings.TrimSpace(value) == "" {
+		return nil, fmt.Errorf("--env is required: one or more of %s, comma-separated", strings.Join(known, ", "))
+	}
+	var out []string
+	for i, name := range strings.Split(value, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("--env %q: name %d is empty", value, i+1)
+		case !slices.Contains(known, name):
+			return nil, fmt.Errorf("--env %q: no task generator for environment %q (known: %s)", value, name, strings.Join(known, ", "))
+		case slices.Contains(out, name):
+			return nil, fmt.Errorf("--env %q: %q is listed twice", value, name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// BuildInputs returns the attempt-0 input of every rollout of r, in index
+// order: rollout i runs in r.Envs[i % len(r.Envs)], with that environment's
+// scripted policy and turn limit unless r sets them. Equal requests give
+// equal inputs.
+func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	out := make([]rollout.Input, r.Count)
+	for i := range out {
+		env := r.Envs[i%len(r.Envs)]
+		task, err := catalog.Task(env, r.Seed, i)
+		if err != nil {
+			return nil, err
+		}
+		model := r.Policy
+		if model == "" {
+			model = ScriptedPolicy(env)
+		}
+		maxTurns := r.MaxTurns
+		if maxTurns == 0 {
+			maxTurns = DefaultMaxTurns(env)
+		}
+		out[i] = rollout.Input{
+			RolloutID:  RolloutID(r.Set, i),
+			Set:        r.Set,
+			Attempt:    0,
+			Task:       task,
+			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL},
+			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL},
+			Seed:       RolloutSeed(r.Seed, i),
+			Limits:     rollout.Limits{MaxTurns: maxTurns},
+			RequireAck: r.RequireAck,
+		}
+	}
+	return out, nil
+}
+
+// PlanGroup is the rollouts of a submission that share an environment
+// and a policy.
+type PlanGroup struct {
+	Env, Model string
+	MaxTurns   int
+	Count      int
+}
+
+// Plan groups inputs by environment and policy, in first-use order: what
+// a submission of them would start, for a dry run.
+func Plan(inputs []rollout.Input) []PlanGroup {
+	var groups []PlanGroup
+	index := map[[2]string]int{}
+	for _, in := range inputs {
+		key := [2]string{in.Env.Name, in.Policy.Model}
+		i, ok := index[key]
+		if !ok {
+			i = len(groups)
+			index[key] = i
+			groups = append(groups, PlanGroup{Env: in.Env.Name, Model: in.Policy.Model, MaxTurns: in.Limits.MaxTurns})
+		}
+		groups[i].Count++
+	}
+	return groups
+}
+
+// Submit checks r, checks that a worker polls the task queue and that the
+// set does not exist yet, and starts every rollout of r (attempt 0). On a
+// failed start, the result counts the rollouts started before it.
+func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, error) {
+	inputs, err := BuildInputs(r)
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	res := SubmitResult{Inputs: inputs}
+	if err := preflight(ctx, c.tc, r.Set, c.taskQueue); err != nil {
+		return res, err
+	}
+	res.Started, err = startAll(ctx, c.tc, inputs, c.taskQueue, startConcurrency)
+	if err != nil {
+		return res, fmt.Errorf("%w (started %d of %d)", err, res.Started, len(inputs))
+	}
+	return res, nil
+}
+
+// workflowStarter is the part of client.Client that starts workflows.
+type workflowStarter interface {
+	ExecuteWorkflow(ctx context.Context, options tclient.StartWorkflowOptions, workflow any, args ...any) (tclient.WorkflowRun, error)
+}
+
+// searchAttributeHint tells what to do when the server does not know the
+// rollout search attributes.
+const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase (Keyword) and RolloutAttempt, RolloutTurn (Int) — `make devserver` does"
+
+// startAll starts every input with bounded concurrency and returns how many
+// started. The first failure stops the starts not yet begun.
+func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, taskQueue string, limit int) (int, error) {
+	started := make([]bool, len(inputs))
+	err := fanout.Each(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
+		in := inputs[i]
+		opts := rollout.StartOptions(in, taskQueue)
+		if _, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in); err != nil {
+			return startError(in, opts.ID, err)
+		}
+		started[i] = true
+		return nil
+	})
+	n := 0
+	for _, ok := range started {
+		if ok {
+			n++
+		}
+	}
+	return n, err
+}
+
+func startError(in rollout.Input, workflowID string, err error) error {
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case errors.As(err, &already):
+		return fmt.Errorf("set %q already exists: workflow %s was started before; submit under a new --set name: %w", in.Set, workflowID, err)
+	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
+		return fmt.Errorf("start rollout %s: %w; %s", in.RolloutID, err, searchAttributeHint)
+	default:
+		return fmt.Errorf("start rollout %s: %w", in.RolloutID, err)
+	}
+}
+
+// preflight checks, before anything starts, that a worker polls the task
+// queue and that the set does not exist yet.
+func preflight(ctx context.Context, c tclient.Client, set, taskQueue string) error {
+	resp, err := c.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return fmt.Errorf("describe task queue %s: %w", taskQueue, err)
+	}
+	if len(resp.GetPollers()) == 0 {
+		return fmt.Errorf("no worker polls task queue %q: start one with `bin/worker` (same TEMPORAL_ADDRESS and %s), then submit again", taskQueue, "TURNSTILE_TASK_QUEUE")
+	}
+	count, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(set)})
+	if err != nil {
+		if strings.Contains(strings.ToLower(err.Error()), "search attribute") {
+			return fmt.Errorf("look up set %q: %w; %s", set, err, searchAttributeHint)
+		}
+		return fmt.Errorf("look up set %q: %w", set, err)
+	}
+	if count.GetCount() > 0 {
+		return fmt.Errorf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// The starter's own tests: what it prints. The logic it prints is tested in
+// the client package.
+
+const (
+	running   = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	completed = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	failed    = enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	term      = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *rollout.Result) tsclient.RolloutRecord {
+	r := tsclient.RolloutRecord{RolloutID: id, WorkflowID: rollout.WorkflowID(id), Status: st, Start: t0, Result: res}
+	if r.Closed() {
+		r.Close = t0.Add(dur)
+	}
+	return r
+}
+
+func TestWriteOverall(t *testing.T) {
+	got := tsclient.Summary{Rollouts: 7, Completed: 3, Failed: 2, Running: 2, MeanReward: 0.5, MeanTurns: 5, P50: 2 * time.Second, P95: 3 * time.Second}
+
+	var buf bytes.Buffer
+	if err := writeOverall(&buf, "s1", got); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range []string{
+		"completed         3",
+		"mean reward       0.5000",
+		"mean turns        5.00",
+		"p50 rollout time  2s",
+		"p95 rollout time  3s",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("summary lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+func TestWriteStatus(t *testing.T) {
+	got := []tsclient.RolloutRecord{
+		{RolloutID: "s1-0000", Status: completed, Phase: "completed", Turn: 4},
+		{RolloutID: "s1-0001", Status: running, Phase: "model", Attempt: 1, Turn: 4},
+		{RolloutID: "s1-0002", Status: running, Phase: "verifying", Turn: 4},
+	}
+
+	var buf bytes.Buffer
+	if err := writeStatus(&buf, "s1", got, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Running    2", "s1-0001  1        4     model"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestWriteSummary(t *testing.T) {
+	withEnv := func(r tsclient.RolloutRecord, env string) tsclient.RolloutRecord {
+		r.Env = env
+		return r
+	}
+	res := func(reward float64, turns int) *rollout.Result { return &rollout.Result{Reward: reward, Turns: turns} }
+	recs := []tsclient.RolloutRecord{
+		withEnv(rec("c0", completed, time.Second, res(1, 4)), "counter"),
+		withEnv(rec("c1", completed, time.Second, res(0, 6)), "counter"),
+		withEnv(rec("c2", failed, time.Second, nil), "counter"),
+		withEnv(rec("b0", completed, time.Second, res(2, 10)), "blackjack"),
+		withEnv(rec("b1", completed, time.Second, res(-1, 4)), "blackjack"),
+		withEnv(rec("b2", completed, time.Second, res(0, 7)), "blackjack"),
+		withEnv(rec("b3", running, 0, nil), "blackjack"),
+		withEnv(rec("w0", completed, time.Second, res(0.5, 9)), "workplace"),
+		withEnv(rec("w1", running, 0, nil), "workplace"),
+		withEnv(rec("w2", term, time.Second, nil), "workplace"),
+		rec("x0", failed, time.Second, nil),
+	}
+	sum := tsclient.SetSummary{Overall: tsclient.Summarize(recs), ByEnv: tsclient.SummarizeByEnv(recs)}
+
+	var buf bytes.Buffer
+	if err := writeSummary(&buf, "s1", sum); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, line := range []string{
+		"rollouts          11\n",
+		"ENV        ROLLOUTS  COMPLETED  FAILED  RUNNING  PASSED  MEAN REWARD  MEAN TURNS\n",
+		"blackjack  4         3          0       1        1       0.3333       7.00\n",
+		"counter    3         2          1       0        1       0.5000       5.00\n",
+		"passed: completed with reward >= 1; blackjack (summed step rewards): reward > 0\n",
+	} {
+		if !strings.Contains(out, line) {
+			t.Errorf("summary lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+func TestMaxTurnsDefaults(t *testing.T) {
+	// --help lists every environment's default, in name order.
+	if got, want := maxTurnsDefaults(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
+		t.Errorf("maxTurnsDefaults() = %q, want %q in this order among the others", got, want)
+	}
+}
+
+// containsInOrder reports whether every part occurs in s, each after the
+// previous one.
+func containsInOrder(s string, parts []string) bool {
+	for _, p := range parts {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return true
+}
+
+// valueColumn is where the second column starts on each line of a table.
+func valueColumn(t *testing.T, out string) map[int]int {
+	t.Helper()
+	cols := map[int]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fields := strings.Fields(line)
+		cols[strings.LastIndex(line, fields[len(fields)-1])]++
+	}
+	return cols
+}
+
+func TestWriteCoordinatorResults(t *testing.T) {
+	var ck bytes.Buffer
+	if err := writeCheckpointResult(&ck, checkpoint.CheckpointResult{
+		CheckpointID: "ck1", Dir: "/r/ck1", Members: 24, Parked: 20, CompletedUnacked: 3, Closed: 1,
+		Bytes: 123456, ManifestDigest: "abc", CutMillis: 812, TotalMillis: 1500,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"members ", " 24\n", "completed_unacked  3\n", "bytes ", " 123456\n", "manifest digest ", " abc\n", "cut_ms ", " 812\n", "total_ms ", " 1500\n"} {
+		if !strings.Contains(ck.String(), want) {
+			t.Errorf("checkpoint table lacks %q:\n%s", want, ck.String())
+		}
+	}
+	if cols := valueColumn(t, ck.String()); len(cols) != 1 {
+		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
+	}
+	var rs bytes.Buffer
+	if err := writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {
+		if !strings.Contains(rs.String(), want) {
+			t.Errorf("restore table lacks %q:\n%s", want, rs.String())
+		}
+	}
+	if cols := valueColumn(t, rs.String()); len(cols) != 1 {
+		t.Errorf("values not aligned (%v):\n%s", cols, rs.String())
+	}
+}
+
+func TestLineProgress(t *testing.T) {
+	tests := []struct {
+		total int
+		want  []string
+	}{
+		{1, []string{"closed 1/1 rollouts"}},
+		{3, []string{"closed 1/3 rollouts", "closed 2/3 rollouts", "closed 3/3 rollouts"}},
+		{20, []string{"closed 2/20 rollouts", "closed 4/20 rollouts", "closed 6/20 rollouts", "closed 8/20 rollouts", "closed 10/20 rollouts",
+			"closed 12/20 rollouts", "closed 14/20 rollouts", "closed 16/20 rollouts", "closed 18/20 rollouts", "closed 20/20 rollouts"}},
+	}
+	for _, tt := range tests {
+		var buf strings.Builder
+		p := newProgress(t.Context(), &buf, tt.total)
+		for range tt.total {
+			p.Increment()
+		}
+		p.Finish(true)
+		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("total %d: lines %q, want %q", tt.total, got, tt.want)
+		}
+	}
+}
+
+func TestWritePlan(t *testing.T) {
+	inputs, err := tsclient.BuildInputs(tsclient.SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	if err := writePlan(&buf, "mix", inputs); err != nil {
+		t.Fatal(err)
+	}
+	want := "would start 5 rollouts of set mix:\n" +
+		"  3 × sandbox, policy scripted-sandbox, max turns 12\n" +
+		"  2 × blackjack, policy scripted-blackjack, max turns 64\n"
+	if buf.String() != want {
+		t.Errorf("plan:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+func TestWriteResults(t *testing.T) {
+	recs := []tsclient.RolloutRecord{
+		rec("a", completed, time.Second, &rollout.Result{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
+		{RolloutID: "b", Status: failed, Err: "environment refused"},
+		rec("c", running, 0, nil),
+		{RolloutID: "d", Status: term, Err: "terminated"},
+	}
+	var buf bytes.Buffer
+	open, err := writeResults(&buf, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if open != 1 {
+		t.Errorf("open = %d", open)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("lines: %q", lines)
+	}
+	var res rollout.Result
+	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
+		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
+	}
+	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
+		t.Errorf("failure lines: %q", lines[1:])
+	}
+}

@@ -1,0 +1,74 @@
+package rollout
+
+import (
+	"context"
+	"testing"
+
+	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+)
+
+// pagedLister serves pages of one execution each and records the queries.
+type pagedLister struct {
+	pages   int
+	queries []string
+}
+
+func (l *pagedLister) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	l.queries = append(l.queries, req.GetQuery())
+	n := len(l.queries)
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{{}}}
+	if n < l.pages {
+		resp.NextPageToken = []byte{byte(n)}
+	}
+	return resp, nil
+}
+
+func TestListSetPagesThroughAll(t *testing.T) {
+	l := &pagedLister{pages: 3}
+	seen := 0
+	err := ListSet(t.Context(), l, "s1", `ExecutionStatus = "Running"`, func(*workflowpb.WorkflowExecutionInfo) error {
+		seen++
+		return nil
+	})
+	if err != nil || seen != 3 {
+		t.Fatalf("ListSet = %v after %d runs, want 3 runs", err, seen)
+	}
+	if want := `RolloutSet = "s1" AND ExecutionStatus = "Running"`; l.queries[0] != want {
+		t.Errorf("query = %s, want %s", l.queries[0], want)
+	}
+}
+
+func TestSearchAttributeDecoding(t *testing.T) {
+	pl := func(v any) *commonpb.Payload {
+		p, err := converter.GetDefaultDataConverter().ToPayload(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	sa := &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
+		SARolloutAttempt: pl(int64(2)), SARolloutPhase: pl("parked"), SARolloutTurn: pl("not a number"),
+	}}
+	tests := []struct {
+		name   string
+		decode func() (any, bool)
+		want   any
+		wantOK bool
+	}{
+		{"int", func() (any, bool) { return SAInt(sa, SARolloutAttempt) }, int64(2), true},
+		{"keyword", func() (any, bool) { return SAKeyword(sa, SARolloutPhase) }, "parked", true},
+		{"missing", func() (any, bool) { return SAKeyword(sa, SARolloutID) }, "", false},
+		{"wrong type", func() (any, bool) { return SAInt(sa, SARolloutTurn) }, int64(0), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := tt.decode()
+			if ok != tt.wantOK || (ok && got != tt.want) {
+				t.Errorf("got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
