@@ -101,13 +101,17 @@ type coordinatorStart struct {
 	opts tclient.StartWorkflowOptions
 	name string
 	in   any
+	// wait for the result; onStart, when set, hears of the start first.
+	wait    bool
+	onStart func(Started)
 }
 
 // runCoordinator starts s, tells c.OnStart, and, when wait, returns the
 // workflow's result of type R.
 func runCoordinator[R any](ctx context.Context, c *Client, s coordinatorStart, wait bool) (*R, error) {
 	var res R
-	if err := startCoordinator(ctx, c.tc, s, &res, wait, c.OnStart); err != nil || !wait {
+	s.wait, s.onStart = wait, c.OnStart
+	if err := startCoordinator(ctx, c.tc, s, &res); err != nil || !wait {
 		return nil, err
 	}
 	return &res, nil
@@ -116,7 +120,7 @@ func runCoordinator[R any](ctx context.Context, c *Client, s coordinatorStart, w
 // startCoordinator starts a Checkpoint or Restore workflow, calls onStart
 // (when set) and, when wait, waits for its result into out. A failed
 // workflow is an error carrying the workflow's own message.
-func startCoordinator(ctx context.Context, c workflowStarter, s coordinatorStart, out any, wait bool, onStart func(Started)) error {
+func startCoordinator(ctx context.Context, c workflowStarter, s coordinatorStart, out any) error {
 	run, err := c.ExecuteWorkflow(ctx, s.opts, s.name, s.in)
 	if err != nil {
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -125,10 +129,10 @@ func startCoordinator(ctx context.Context, c workflowStarter, s coordinatorStart
 		}
 		return fmt.Errorf("start %s: %w", s.opts.ID, err)
 	}
-	if onStart != nil {
-		onStart(Started{WorkflowID: s.opts.ID, RunID: run.GetRunID(), TaskQueue: s.opts.TaskQueue})
+	if s.onStart != nil {
+		s.onStart(Started{WorkflowID: s.opts.ID, RunID: run.GetRunID(), TaskQueue: s.opts.TaskQueue})
 	}
-	if !wait {
+	if !s.wait {
 		return nil
 	}
 	if err := run.Get(ctx, out); err != nil {

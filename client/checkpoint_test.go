@@ -181,7 +181,7 @@ func TestStartCoordinator(t *testing.T) {
 			announce := func(s Started) {
 				fmt.Fprintf(&log, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
 			}
-			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in}, &res, tt.wait, announce)
+			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in, wait: tt.wait, onStart: announce}, &res)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

@@ -39,7 +39,7 @@ func sendUpdates(ctx context.Context, upd workflowUpdater, ups []rolloutUpdate) 
 	)
 	err := fanout.Each(ctx, len(ups), updateConcurrency, func(ctx context.Context, i int) error {
 		u := ups[i]
-		closed, err := sendUpdate(ctx, upd, u.WorkflowID, u.UpdateID, u.Name, u.Arg)
+		closed, err := sendUpdate(ctx, upd, u)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -59,12 +59,12 @@ func sendUpdates(ctx context.Context, upd workflowUpdater, ups []rolloutUpdate) 
 // sendUpdate sends update name to the current run of workflowID and waits
 // for its outcome. closed reports a workflow that had already closed (it
 // needs no update any more). updateID makes a retried update a no-op.
-func sendUpdate(ctx context.Context, upd workflowUpdater, workflowID, updateID, name string, arg any) (closed bool, err error) {
+func sendUpdate(ctx context.Context, upd workflowUpdater, u rolloutUpdate) (closed bool, err error) {
 	h, err := upd.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
-		WorkflowID:   workflowID,
-		UpdateID:     updateID,
-		UpdateName:   name,
-		Args:         []any{arg},
+		WorkflowID:   u.WorkflowID,
+		UpdateID:     u.UpdateID,
+		UpdateName:   u.Name,
+		Args:         []any{u.Arg},
 		WaitForStage: tclient.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
