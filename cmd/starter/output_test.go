@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -114,8 +115,8 @@ func TestWriteSummary(t *testing.T) {
 
 func TestMaxTurnsDefaults(t *testing.T) {
 	// --help lists every environment's default, in name order.
-	if got, want := maxTurnsDefaults(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
-		t.Errorf("maxTurnsDefaults() = %q, want %q in this order among the others", got, want)
+	if got, want := catalog.TurnLimits(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
+		t.Errorf("catalog.TurnLimits() = %q, want %q in this order among the others", got, want)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +58,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.StringVar(&req.Policy, "policy", "", "policy model name of every rollout (default: scripted-<env> of each rollout's environment)")
 	f.StringVar(&req.ModelURL, "model-url", "", "OpenAI-compatible base URL of the policy (default: the worker's)")
 	f.Int64Var(&req.Seed, "seed", 0, "set seed; tasks and rollout seeds derive from it")
-	f.IntVar(&req.MaxTurns, "max-turns", 0, "model calls per rollout at most (default: per environment, "+maxTurnsDefaults()+")")
+	f.IntVar(&req.MaxTurns, "max-turns", 0, "model calls per rollout at most (default: per environment, "+catalog.TurnLimits()+")")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
 	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
@@ -108,17 +107,6 @@ func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, 
 	return nil
 }
 
-// maxTurnsDefaults lists the per-environment defaults for --help:
-// "arithmetic 4, blackjack 64, …".
-func maxTurnsDefaults() string {
-	all := catalog.All()
-	parts := make([]string, 0, len(all))
-	for _, e := range all {
-		parts = append(parts, fmt.Sprintf("%s %d", e.Name, e.MaxTurns))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // writePlan prints what a submit of inputs would start: one line per
 // environment and policy (tsclient.Plan).
 func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
@@ -142,7 +130,7 @@ func newProgress(ctx context.Context, w io.Writer, total int) tsclient.Progress 
 			return &barProgress{p: p, bar: bar}
 		}
 	}
-	return &lineProgress{w: w, total: total}
+	return tsclient.NewLogProgress(w, total)
 }
 
 type barProgress struct {
@@ -158,26 +146,3 @@ func (b *barProgress) Finish(ok bool) {
 	}
 	b.p.Wait()
 }
-
-// lineProgress prints "closed k/N rollouts" each time another tenth of the
-// set has closed, so a log shows progress without a line per rollout.
-type lineProgress struct {
-	w      io.Writer
-	total  int
-	mu     sync.Mutex
-	closed int
-}
-
-// lineSteps is how many lines a full lineProgress prints.
-const lineSteps = 10
-
-func (l *lineProgress) Increment() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed++
-	if l.closed*lineSteps/l.total != (l.closed-1)*lineSteps/l.total {
-		fmt.Fprintf(l.w, "closed %d/%d rollouts\n", l.closed, l.total)
-	}
-}
-
-func (l *lineProgress) Finish(bool) {}

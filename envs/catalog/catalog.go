@@ -83,3 +83,14 @@ func Policies() map[string]envs.Policy {
 	}
 	return out
 }
+
+// TurnLimits lists every environment's default turn limit, for help texts:
+// "arithmetic 4, blackjack 64, …".
+func TurnLimits() string {
+	all := All()
+	parts := make([]string, 0, len(all))
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %d", e.Name, e.MaxTurns))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,6 +1,7 @@
 package catalog_test
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -132,5 +133,14 @@ func TestEntryDetails(t *testing.T) {
 				t.Fatalf("max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
 			}
 		})
+	}
+}
+
+func TestTurnLimitsNameEveryEnvironment(t *testing.T) {
+	got := catalog.TurnLimits()
+	for _, e := range catalog.All() {
+		if !strings.Contains(got, fmt.Sprintf("%s %d", e.Name, e.MaxTurns)) {
+			t.Errorf("TurnLimits() = %q lacks %s %d", got, e.Name, e.MaxTurns)
+		}
 	}
 }
