@@ -66,6 +66,7 @@ type CallModelInput struct {
 	Style     envs.Style        `json:"style"`
 	Policy    PolicyRef         `json:"policy"`
 	Seed      int64             `json:"seed"`
+	Sampling  *Sampling         `json:"sampling,omitempty"`
 	// Parent is the model-call id of the previous call in this rollout's
 	// lineage, across attempts; empty for the first.
 	Parent string `json:"parent,omitempty"`

@@ -85,6 +85,34 @@ type EnvRef struct {
 type PolicyRef struct {
 	Model   string `json:"model"`
 	BaseURL string `json:"base_url,omitempty"`
+	// Version names the weights the trainer serves under Model (a step
+	// number, an adapter name): recorded with every model call so a trainer
+	// can compute staleness. A version the endpoint reports (header
+	// X-Policy-Version or body field policy_version) takes precedence, since
+	// it names what actually sampled.
+	Version string `json:"version,omitempty"`
+}
+
+// Sampling are the sampling parameters of every model call of a rollout. A
+// nil field keeps the server's default (vLLM then applies the model's
+// generation_config.json). They travel in each CallModel input, so history
+// shows what was asked, and in a park record's input, so a restored attempt
+// samples exactly as the original did.
+type Sampling struct {
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	MaxTokens   *int64   `json:"max_tokens,omitempty"`
+	Stop        []string `json:"stop,omitempty"`
+	// Seed overrides Input.Seed as the model's sampling seed.
+	Seed *int64 `json:"seed,omitempty"`
+	// ExtraBody is merged into the request body at the top level, as vLLM
+	// expects its own fields (e.g. {"top_k": 20, "chat_template_kwargs":
+	// {...}}); keys turnstile sets itself are refused.
+	ExtraBody map[string]json.RawMessage `json:"extra_body,omitempty"`
+	// CaptureTokens asks a vLLM-compatible server for prompt and generated
+	// token ids and log-probs (logprobs, top_logprobs: 0, return_token_ids).
+	// Opt-in: the OpenAI API refuses unknown request fields.
+	CaptureTokens bool `json:"capture_tokens,omitempty"`
 }
 
 // Usage counts tokens.
@@ -129,6 +157,8 @@ type Input struct {
 	Policy    PolicyRef       `json:"policy"`
 	Seed      int64           `json:"seed"`
 	Limits    Limits          `json:"limits,omitempty"`
+	// Sampling is nil for the server's defaults.
+	Sampling *Sampling `json:"sampling,omitempty"`
 	// RequireAck holds the completed result until the pipeline acknowledges it.
 	RequireAck bool `json:"require_ack,omitempty"`
 	// Resume continues from a boundary (continue-as-new inside an attempt, or a

@@ -95,6 +95,9 @@ func checkCallModelInput(in CallModelInput) error {
 	if in.Policy.Model == "" {
 		return BadInput("rollout %s: empty policy model name", in.RolloutID)
 	}
+	if err := in.Sampling.Validate(); err != nil {
+		return BadInput("rollout %s: %v", in.RolloutID, err)
+	}
 	return nil
 }
 
@@ -116,6 +119,7 @@ func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInpu
 		Messages: messages,
 		Seed:     openai.Int(in.Seed),
 	}
+	in.Sampling.apply(&params)
 	if in.Style != envs.StyleTools {
 		return params, nil
 	}

@@ -245,6 +245,7 @@ func TestRolloutInvalidInput(t *testing.T) {
 		"no env":         func(in *rollout.Input) { in.Env.Name = "" },
 		"no model":       func(in *rollout.Input) { in.Policy.Model = "" },
 		"negative turns": func(in *rollout.Input) { in.Limits.MaxTurns = -1 },
+		"bad sampling":   func(in *rollout.Input) { in.Sampling = &rollout.Sampling{MaxTokens: new(int64)} },
 		"foreign resume": func(in *rollout.Input) { in.Resume = &rollout.Boundary{RolloutID: "other", Seeded: true} },
 		"future boundary": func(in *rollout.Input) {
 			in.Resume = &rollout.Boundary{RolloutID: "r1", Attempt: 5, Seeded: true}
