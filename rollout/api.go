@@ -214,10 +214,31 @@ type PendingCall struct {
 	Usage        Usage                 `json:"usage"`
 }
 
-// LineageEntry links a model call to its parent.
+// LineageEntry links a model call to its parent. The token fields are set
+// only when the call left a generation record (token capture, or a policy
+// version); entries of checkpoints written before them decode unchanged.
 type LineageEntry struct {
 	CallID string `json:"call_id"`
 	Parent string `json:"parent,omitempty"`
+	// Generation names the call's transcript.Generation record (token ids,
+	// log-probs); Tokens says whether it holds tokens.
+	Generation transcript.Digest `json:"generation,omitempty"`
+	Tokens     string            `json:"tokens,omitempty"`
+	// PrefixBreak flags a call whose prompt tokens do not continue its
+	// parent's prompt + generation, so a trainer never joins them silently.
+	PrefixBreak       bool   `json:"prefix_break,omitempty"`
+	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
+	PolicyVersion     string `json:"policy_version,omitempty"`
+}
+
+// lineageEntry is the lineage entry of a model call's result.
+func lineageEntry(res CallModelResult) LineageEntry {
+	e := LineageEntry{CallID: res.CallID, Parent: res.Parent}
+	if g := res.Generation; g != nil {
+		e.Generation, e.Tokens, e.PolicyVersion = g.Record, g.Tokens, g.PolicyVersion
+		e.PrefixBreak, e.PrefixBreakReason = g.PrefixBreak, g.PrefixBreakReason
+	}
+	return e
 }
 
 // Result is the outcome of a rollout.

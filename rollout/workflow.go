@@ -393,7 +393,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			r.b.Turn = turn
 			r.b.Head = res.Head
 			r.b.Usage = r.b.Usage.Add(res.Usage)
-			r.b.Lineage = append(r.b.Lineage, LineageEntry{CallID: res.CallID, Parent: res.Parent})
+			r.b.Lineage = append(r.b.Lineage, lineageEntry(res))
 			r.b.LastCall = res.CallID
 			if len(res.ToolCalls) == 0 {
 				r.b.Done = true
