@@ -71,6 +71,9 @@ type ServerConfig struct {
 	// generator. The server serialises its use.
 	Rand   *rand.Rand
 	Logger *slog.Logger
+	// PolicyVersion, when set, is reported on every completion in the
+	// PolicyVersionHeader, as a trainer's server reports its weights.
+	PolicyVersion string
 }
 
 // Validate reports the first invalid setting.
@@ -200,6 +203,12 @@ type chatRequest struct {
 	Seed     *int64        `json:"seed"`
 	N        *int          `json:"n"`
 	Stream   bool          `json:"stream"`
+	// The vLLM token fields (see tokens.go). TopLogprobs stays raw because
+	// vLLM tells an explicit null (no log-probs) from an absent field.
+	Logprobs               bool            `json:"logprobs"`
+	TopLogprobs            json.RawMessage `json:"top_logprobs"`
+	ReturnTokenIDs         bool            `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
 }
 
 type wireMessage struct {
@@ -224,6 +233,10 @@ type wireToolCall struct {
 type wireFunction struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+	// Description and Parameters are read from offered tools, for the
+	// token dialect's template; tool calls never carry them.
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
 }
 
 type wireTool struct {
@@ -239,13 +252,17 @@ type chatResponse struct {
 	SystemFingerprint string       `json:"system_fingerprint"`
 	Choices           []chatChoice `json:"choices"`
 	Usage             chatUsage    `json:"usage"`
+	// PromptTokenIDs is vLLM's top-level field (return_token_ids).
+	PromptTokenIDs []int64 `json:"prompt_token_ids,omitempty"`
 }
 
 type chatChoice struct {
 	Index        int             `json:"index"`
 	Message      responseMessage `json:"message"`
 	FinishReason string          `json:"finish_reason"`
-	Logprobs     *struct{}       `json:"logprobs"`
+	Logprobs     *choiceLogprobs `json:"logprobs"`
+	// TokenIDs is vLLM's per-choice field (return_token_ids).
+	TokenIDs []int64 `json:"token_ids,omitempty"`
 }
 
 type responseMessage struct {
@@ -325,6 +342,10 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := completion(req.Model, preq, resp)
+	addTokens(&out, req, preq)
+	if s.cfg.PolicyVersion != "" {
+		w.Header().Set(PolicyVersionHeader, s.cfg.PolicyVersion)
+	}
 	s.log.Info("chat completion", "model", req.Model, "id", out.ID, "finish_reason", out.Choices[0].FinishReason, "messages", len(preq.Messages))
 	writeJSON(w, http.StatusOK, out)
 }

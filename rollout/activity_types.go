@@ -66,6 +66,7 @@ type CallModelInput struct {
 	Style     envs.Style        `json:"style"`
 	Policy    PolicyRef         `json:"policy"`
 	Seed      int64             `json:"seed"`
+	Sampling  *Sampling         `json:"sampling,omitempty"`
 	// Parent is the model-call id of the previous call in this rollout's
 	// lineage, across attempts; empty for the first.
 	Parent string `json:"parent,omitempty"`
@@ -78,6 +79,26 @@ type CallModelInput struct {
 // here, never into the checkpoint schema.
 type CallModelResult struct {
 	PendingCall
+	// Generation summarises the call's generation record; nil when there is
+	// none (no token capture and no policy version).
+	Generation *GenerationRef `json:"generation,omitempty"`
+}
+
+// GenerationRef names a model call's transcript.Generation record and says
+// what it holds in counts and digests: the tokens themselves stay in the
+// transcript store, so a turn's history does not grow with them.
+type GenerationRef struct {
+	Record           transcript.Digest `json:"record"`
+	Tokens           string            `json:"tokens"` // transcript.TokensPresent, …
+	PromptTokens     int               `json:"prompt_tokens,omitempty"`
+	GenerationTokens int               `json:"generation_tokens,omitempty"`
+	PromptDigest     transcript.Digest `json:"prompt_digest,omitempty"`
+	SequenceDigest   transcript.Digest `json:"sequence_digest,omitempty"`
+	// PrefixBreak: the prompt does not continue the parent's prompt +
+	// generation (see transcript.CheckPrefix); the reason says how.
+	PrefixBreak       bool   `json:"prefix_break,omitempty"`
+	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
+	PolicyVersion     string `json:"policy_version,omitempty"`
 }
 
 // OperateEnvironmentInput applies one tool call or step.

@@ -85,6 +85,34 @@ type EnvRef struct {
 type PolicyRef struct {
 	Model   string `json:"model"`
 	BaseURL string `json:"base_url,omitempty"`
+	// Version names the weights the trainer serves under Model (a step
+	// number, an adapter name): recorded with every model call so a trainer
+	// can compute staleness. A version the endpoint reports (header
+	// X-Policy-Version or body field policy_version) takes precedence, since
+	// it names what actually sampled.
+	Version string `json:"version,omitempty"`
+}
+
+// Sampling are the sampling parameters of every model call of a rollout. A
+// nil field keeps the server's default (vLLM then applies the model's
+// generation_config.json). They travel in each CallModel input, so history
+// shows what was asked, and in a park record's input, so a restored attempt
+// samples exactly as the original did.
+type Sampling struct {
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	MaxTokens   *int64   `json:"max_tokens,omitempty"`
+	Stop        []string `json:"stop,omitempty"`
+	// Seed overrides Input.Seed as the model's sampling seed.
+	Seed *int64 `json:"seed,omitempty"`
+	// ExtraBody is merged into the request body at the top level, as vLLM
+	// expects its own fields (e.g. {"top_k": 20, "chat_template_kwargs":
+	// {...}}); keys turnstile sets itself are refused.
+	ExtraBody map[string]json.RawMessage `json:"extra_body,omitempty"`
+	// CaptureTokens asks a vLLM-compatible server for prompt and generated
+	// token ids and log-probs (logprobs, top_logprobs: 0, return_token_ids).
+	// Opt-in: the OpenAI API refuses unknown request fields.
+	CaptureTokens bool `json:"capture_tokens,omitempty"`
 }
 
 // Usage counts tokens.
@@ -129,6 +157,8 @@ type Input struct {
 	Policy    PolicyRef       `json:"policy"`
 	Seed      int64           `json:"seed"`
 	Limits    Limits          `json:"limits,omitempty"`
+	// Sampling is nil for the server's defaults.
+	Sampling *Sampling `json:"sampling,omitempty"`
 	// RequireAck holds the completed result until the pipeline acknowledges it.
 	RequireAck bool `json:"require_ack,omitempty"`
 	// Resume continues from a boundary (continue-as-new inside an attempt, or a
@@ -184,10 +214,31 @@ type PendingCall struct {
 	Usage        Usage                 `json:"usage"`
 }
 
-// LineageEntry links a model call to its parent.
+// LineageEntry links a model call to its parent. The token fields are set
+// only when the call left a generation record (token capture, or a policy
+// version); entries of checkpoints written before them decode unchanged.
 type LineageEntry struct {
 	CallID string `json:"call_id"`
 	Parent string `json:"parent,omitempty"`
+	// Generation names the call's transcript.Generation record (token ids,
+	// log-probs); Tokens says whether it holds tokens.
+	Generation transcript.Digest `json:"generation,omitempty"`
+	Tokens     string            `json:"tokens,omitempty"`
+	// PrefixBreak flags a call whose prompt tokens do not continue its
+	// parent's prompt + generation, so a trainer never joins them silently.
+	PrefixBreak       bool   `json:"prefix_break,omitempty"`
+	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
+	PolicyVersion     string `json:"policy_version,omitempty"`
+}
+
+// lineageEntry is the lineage entry of a model call's result.
+func lineageEntry(res CallModelResult) LineageEntry {
+	e := LineageEntry{CallID: res.CallID, Parent: res.Parent}
+	if g := res.Generation; g != nil {
+		e.Generation, e.Tokens, e.PolicyVersion = g.Record, g.Tokens, g.PolicyVersion
+		e.PrefixBreak, e.PrefixBreakReason = g.PrefixBreak, g.PrefixBreakReason
+	}
+	return e
 }
 
 // Result is the outcome of a rollout.

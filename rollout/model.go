@@ -39,7 +39,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 		return CallModelResult{}, err
 	}
 	callID := ModelCallID(in.RolloutID, in.Attempt, in.Turn)
-	params, err := buildRequest(ctx, store, in, callID)
+	params, items, err := buildRequest(ctx, store, in, callID)
 	if err != nil {
 		return CallModelResult{}, err
 	}
@@ -47,7 +47,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 	if err != nil {
 		return CallModelResult{}, err
 	}
-	completion, err := a.complete(ctx, callID, baseURL, params)
+	completion, header, err := a.complete(ctx, callID, baseURL, params)
 	if err != nil {
 		return CallModelResult{}, err
 	}
@@ -56,13 +56,20 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 	if err != nil {
 		return CallModelResult{}, err
 	}
+	gen, err := recordGeneration(ctx, store, in, items, modelAnswer{completion: completion, header: header})
+	if err != nil {
+		return CallModelResult{}, StoreError("store generation record of "+callID, err)
+	}
+	if gen != nil {
+		answer.Generation = gen.Record
+	}
 
 	head, err := store.Append(ctx, in.Head, answer)
 	if err != nil {
 		return CallModelResult{}, StoreError("store answer of "+callID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
-	return CallModelResult{PendingCall{
+	return CallModelResult{PendingCall: PendingCall{
 		CallID:       callID,
 		Parent:       in.Parent,
 		Head:         head,
@@ -74,7 +81,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 			TotalTokens:      completion.Usage.TotalTokens,
 			Calls:            1,
 		},
-	}}, nil
+	}, Generation: gen}, nil
 }
 
 // checkCallModelInput rejects what no retry can fix, before anything is
@@ -95,17 +102,26 @@ func checkCallModelInput(in CallModelInput) error {
 	if in.Policy.Model == "" {
 		return BadInput("rollout %s: empty policy model name", in.RolloutID)
 	}
+	if err := in.Sampling.Validate(); err != nil {
+		return BadInput("rollout %s: %v", in.RolloutID, err)
+	}
 	return nil
 }
 
 // buildRequest loads the conversation at in.Head and, in tools style, the
 // offered tools, and builds the chat request from them. A stored transcript
 // or tool list that cannot be mapped is not retried: it will not change.
-func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, error) {
+func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
 	items, err := store.Load(ctx, in.Head)
 	if err != nil {
-		return openai.ChatCompletionNewParams{}, StoreError("load conversation of "+callID, err)
+		return openai.ChatCompletionNewParams{}, nil, StoreError("load conversation of "+callID, err)
 	}
+	params, err := requestOf(ctx, store, in, items, callID)
+	return params, items, err
+}
+
+// requestOf builds the chat request of the conversation items.
+func requestOf(ctx context.Context, store *transcript.Store, in CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
 	messages, err := chatMessages(items)
 	if err != nil {
 		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
@@ -116,6 +132,7 @@ func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInpu
 		Messages: messages,
 		Seed:     openai.Int(in.Seed),
 	}
+	in.Sampling.apply(&params)
 	if in.Style != envs.StyleTools {
 		return params, nil
 	}
@@ -148,19 +165,26 @@ func (a *Activities) baseURL(p PolicyRef, callID string) (string, error) {
 
 // complete sends the request to the model server at baseURL, heartbeating
 // while it waits, and returns a completion with at least one choice.
-func (a *Activities) complete(ctx context.Context, callID, baseURL string, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, error) {
+// Its response headers are returned too: an endpoint may report the policy
+// version in one.
+func (a *Activities) complete(ctx context.Context, callID, baseURL string, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, http.Header, error) {
 	client := a.modelClient(baseURL)
 	stop := a.heartbeatWhile(ctx, callID)
-	completion, err := client.Chat.Completions.New(ctx, params)
+	var resp *http.Response
+	completion, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
 	stop()
 	if err != nil {
-		return nil, modelError(ctx, callID, params.Model, baseURL, err)
+		return nil, nil, modelError(ctx, callID, params.Model, baseURL, err)
 	}
 	if len(completion.Choices) == 0 {
-		return nil, temporal.NewNonRetryableApplicationError(
+		return nil, nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, params.Model, baseURL), ErrModelEmpty, nil)
 	}
-	return completion, nil
+	var header http.Header
+	if resp != nil {
+		header = resp.Header
+	}
+	return completion, header, nil
 }
 
 // answerOf turns the model's message into the assistant item to store and

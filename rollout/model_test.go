@@ -116,7 +116,7 @@ func TestCallModelToolsStyle(t *testing.T) {
 		{ID: "call_3", Name: "add", Arguments: `{"n":4}`},
 		{ID: "call_t2_1", Name: "read", Arguments: ``}, // the server sent no id: a stable one is made up
 	}
-	require.Equal(t, rollout.CallModelResult{rollout.PendingCall{
+	require.Equal(t, rollout.CallModelResult{PendingCall: rollout.PendingCall{
 		CallID:       rollout.ModelCallID("r1", 1, 2),
 		Parent:       "r1/a1/t1",
 		Head:         res.Head,

@@ -106,6 +106,9 @@ func (in *Input) validate() error {
 	case in.Limits.MaxTurns < 0 || in.Limits.MaxTurns > MaxMaxTurns:
 		return fmt.Errorf("limits.max_turns %d is outside 0..%d", in.Limits.MaxTurns, MaxMaxTurns)
 	}
+	if err := in.Sampling.Validate(); err != nil {
+		return err
+	}
 	if b := in.Resume; b != nil {
 		switch {
 		case b.RolloutID != in.RolloutID:
@@ -367,7 +370,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 	in := CallModelInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Turn: turn,
 		Head: r.b.Head, Tools: r.b.Tools, Style: r.b.Style,
-		Policy: r.in.Policy, Seed: r.in.Seed, Parent: r.b.LastCall,
+		Policy: r.in.Policy, Seed: r.in.Seed, Sampling: r.in.Sampling, Parent: r.b.LastCall,
 	}
 	for {
 		callCtx, cancel := workflow.WithCancel(ctx)
@@ -390,7 +393,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			r.b.Turn = turn
 			r.b.Head = res.Head
 			r.b.Usage = r.b.Usage.Add(res.Usage)
-			r.b.Lineage = append(r.b.Lineage, LineageEntry{CallID: res.CallID, Parent: res.Parent})
+			r.b.Lineage = append(r.b.Lineage, lineageEntry(res))
 			r.b.LastCall = res.CallID
 			if len(res.ToolCalls) == 0 {
 				r.b.Done = true

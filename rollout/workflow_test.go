@@ -37,6 +37,7 @@ type world struct {
 	refuse      func(req string) string                  // an environment refusal for a request id
 	modelBlock  chan struct{}                            // when set, model calls wait for it to close or for cancellation
 	operateHook func(in rollout.OperateEnvironmentInput) // observes operate calls
+	generation  func(turn int) *rollout.GenerationRef    // the generation a model call reports
 	operates    int
 }
 
@@ -65,7 +66,7 @@ func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (roll
 func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.CallModelResult, error) {
 	w.mu.Lock()
 	w.calls = append(w.calls, in)
-	err, block, value := w.modelErr, w.modelBlock, w.value
+	err, block, value, gen := w.modelErr, w.modelBlock, w.value, w.generation
 	w.mu.Unlock()
 	if block != nil {
 		select {
@@ -77,10 +78,13 @@ func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.C
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	res := rollout.CallModelResult{rollout.PendingCall{
+	res := rollout.CallModelResult{PendingCall: rollout.PendingCall{
 		CallID: rollout.ModelCallID(in.RolloutID, in.Attempt, in.Turn), Parent: in.Parent,
 		Head: w.head("model", in.Turn), Usage: rollout.Usage{TotalTokens: 10, Calls: 1},
 	}}
+	if gen != nil {
+		res.Generation = gen(in.Turn)
+	}
 	if value < w.target {
 		res.ToolCalls = []transcript.ToolCall{{ID: fmt.Sprintf("c%d", in.Turn), Name: "increment", Arguments: `{"amount":1}`}}
 	}
@@ -245,6 +249,7 @@ func TestRolloutInvalidInput(t *testing.T) {
 		"no env":         func(in *rollout.Input) { in.Env.Name = "" },
 		"no model":       func(in *rollout.Input) { in.Policy.Model = "" },
 		"negative turns": func(in *rollout.Input) { in.Limits.MaxTurns = -1 },
+		"bad sampling":   func(in *rollout.Input) { in.Sampling = &rollout.Sampling{MaxTokens: new(int64)} },
 		"foreign resume": func(in *rollout.Input) { in.Resume = &rollout.Boundary{RolloutID: "other", Seeded: true} },
 		"future boundary": func(in *rollout.Input) {
 			in.Resume = &rollout.Boundary{RolloutID: "r1", Attempt: 5, Seeded: true}

@@ -47,6 +47,11 @@ type Item struct {
 	Content    string     `json:"content,omitempty"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Generation names the Generation record of the model call that wrote
+	// this (assistant) item: its token ids, log-probs and policy version.
+	// Tokens live in a sibling blob so the item stays small and an item
+	// without a record (capture off) keeps its old digest.
+	Generation Digest `json:"generation,omitempty"`
 }
 
 // ToolCall is a function call requested by the model.
@@ -203,12 +208,20 @@ func (s *Store) Load(ctx context.Context, head Digest) ([]Item, error) {
 	return items, nil
 }
 
-// Blobs returns every digest the conversation at head references (its nodes
-// and items), newest first. A checkpoint copies exactly these.
+// Blobs returns every digest the conversation at head references (its nodes,
+// items and their generation records), newest first. A checkpoint copies
+// exactly these.
 func (s *Store) Blobs(ctx context.Context, head Digest) ([]Digest, error) {
 	var out []Digest
 	err := s.walk(ctx, head, func(d Digest, n node) error {
 		out = append(out, d, n.Item)
+		var it Item
+		if err := s.GetJSON(ctx, n.Item, &it); err != nil {
+			return err
+		}
+		if it.Generation != "" {
+			out = append(out, it.Generation)
+		}
 		return nil
 	})
 	return out, err

@@ -68,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.server.RateLimitRate, "rate-limit-rate", 0, "probability of an injected 429")
 	fs.DurationVar(&o.server.RetryAfter, "retry-after", time.Second, "Retry-After of injected errors")
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
+	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
