@@ -17,9 +17,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +27,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -47,10 +48,24 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starter:", err)
-		os.Exit(1)
+	if code := cli.Report(os.Stderr, "starter", usageOf(err)); code != cli.ExitOK {
+		os.Exit(code)
 	}
+}
+
+// usageOf marks the errors cobra finds in a command line before a command
+// runs (unknown command or flag, missing required flag, bad arguments) as
+// usage errors, so they exit 2 like the other binaries' bad flags.
+func usageOf(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, prefix := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "invalid argument"} {
+		if strings.HasPrefix(err.Error(), prefix) {
+			return cli.Usage(err)
+		}
+	}
+	return err
 }
 
 func newRootCmd() *cobra.Command {
@@ -61,6 +76,12 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A bad flag prints the command's usage and exits 2; a failure while a
+	// command runs prints only its error and exits 1.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		_ = c.Usage()
+		return cli.Usage(err)
+	})
 	defaultQueue := os.Getenv(workers.EnvTaskQueue)
 	if defaultQueue == "" {
 		defaultQueue = rollout.TaskQueue
