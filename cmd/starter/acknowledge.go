@@ -70,7 +70,7 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set")
-	f.StringVar(&receipts, "receipts", "", "JSON lines of receipts, or of results carrying one (`starter results` output)")
+	f.StringVar(&receipts, "receipts", "", "JSON lines of receipts, or of results carrying one (the output of starter results)")
 	f.BoolVar(&req.AllCompleted, "all-completed", false, "acknowledge every rollout awaiting acknowledgement with its current receipt")
 	cmd.MarkFlagsMutuallyExclusive("receipts", "all-completed")
 	_ = cmd.MarkFlagRequired("set")

@@ -92,7 +92,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in a fixed order")
 	f.DurationVar(&req.Timeout, "timeout", 60*time.Second, "time the cut may take (turned into an absolute deadline at the start)")
 	f.StringVar(&deadline, "deadline", "", "absolute deadline of the cut (RFC 3339), instead of --timeout")
-	f.BoolVar(&req.StayPaused, "stay-paused", false, "leave every environment server and rollout parked after the commit (planned shutdown; release with `starter resume`)")
+	f.BoolVar(&req.StayPaused, "stay-paused", false, "leave every environment server and rollout parked after the commit (planned shutdown; release with: starter resume)")
 	f.BoolVar(&wait, "wait", false, "wait for the checkpoint and print its result")
 	cmd.MarkFlagsMutuallyExclusive("timeout", "deadline")
 	for _, name := range []string{"set", "id", "root", "participants"} {

@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/spf13/pflag"
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
@@ -239,5 +240,27 @@ func TestWriteResults(t *testing.T) {
 	}
 	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
 		t.Errorf("failure lines: %q", lines[1:])
+	}
+}
+
+// pflag reads a `backquoted` word in a usage string as the flag's value
+// name, which garbles the help line; every command's help must read as
+// written.
+func TestHelpTextsHaveNoStrayValueNames(t *testing.T) {
+	root := newRootCmd()
+	for _, c := range root.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("starter %s --%s: usage %q holds a backquote", c.Name(), f.Name, f.Usage)
+			}
+		})
+		var b strings.Builder
+		c.SetOut(&b)
+		if err := c.Help(); err != nil {
+			t.Fatalf("starter %s --help: %v", c.Name(), err)
+		}
+		if !strings.Contains(b.String(), "Usage:") {
+			t.Errorf("starter %s --help prints no usage:\n%s", c.Name(), b.String())
+		}
 	}
 }
