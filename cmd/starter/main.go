@@ -17,9 +17,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -46,26 +47,16 @@ type globals struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	root := newRootCmd()
+	err := root.ExecuteContext(ctx)
 	stop()
-	if code := cli.Report(os.Stderr, "starter", usageOf(err)); code != cli.ExitOK {
+	var cf *tsclient.CauseFirstError
+	if level, _ := root.PersistentFlags().GetString("log-level"); level == "debug" && errors.As(err, &cf) {
+		fmt.Fprintln(os.Stderr, "starter: as Temporal reported it:", cf.Err)
+	}
+	if code := cli.Report(os.Stderr, "starter", cli.CobraUsage(err)); code != cli.ExitOK {
 		os.Exit(code)
 	}
-}
-
-// usageOf marks the errors cobra finds in a command line before a command
-// runs (unknown command or flag, missing required flag, bad arguments) as
-// usage errors, so they exit 2 like the other binaries' bad flags.
-func usageOf(err error) error {
-	if err == nil {
-		return nil
-	}
-	for _, prefix := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "invalid argument"} {
-		if strings.HasPrefix(err.Error(), prefix) {
-			return cli.Usage(err)
-		}
-	}
-	return err
 }
 
 func newRootCmd() *cobra.Command {
@@ -87,7 +78,7 @@ func newRootCmd() *cobra.Command {
 		defaultQueue = rollout.TaskQueue
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
 		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g))
 	return root

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Exit codes.
@@ -33,6 +34,22 @@ func Usage(err error) error {
 		return err
 	}
 	return UsageError{Err: err}
+}
+
+// CobraUsage marks the errors cobra finds in a command line before a
+// command runs (unknown command or flag, missing required flag, bad
+// arguments) as usage errors; cobra gives them no type of their own, only
+// these messages.
+func CobraUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, prefix := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "invalid argument"} {
+		if strings.HasPrefix(err.Error(), prefix) {
+			return Usage(err)
+		}
+	}
+	return err
 }
 
 // ExitCode is the exit status for err.

@@ -22,6 +22,9 @@ func TestExitCodes(t *testing.T) {
 		{"bad flag", cli.Usage(errors.New("flag provided but not defined: -x")), 2},
 		{"wrapped usage", fmt.Errorf("parse: %w", cli.Usage(errors.New("bad"))), 2},
 		{"runtime", errors.New("listen: address in use"), 1},
+		{"cobra unknown command", cli.CobraUsage(errors.New(`unknown command "nope" for "starter"`)), 2},
+		{"cobra required flag", cli.CobraUsage(errors.New(`required flag(s) "set" not set`)), 2},
+		{"cobra runtime", cli.CobraUsage(errors.New("set s1: no worker polls")), 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
