@@ -62,9 +62,15 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 					return err
 				}
 				sum, err := c.SendAcks(cmd.Context(), plan)
-				fmt.Fprintf(cmd.OutOrStdout(), "set %s: acknowledged %d rollouts (%d accepted before, %d closed meanwhile)\n",
-					req.Set, sum.Acknowledged, sum.Already, sum.Closed)
-				return err
+				werr := g.emit(cmd.OutOrStdout(), struct {
+					Set string `json:"set"`
+					tsclient.AckSummary
+				}{req.Set, sum}, func(w io.Writer) error {
+					_, err := fmt.Fprintf(w, "set %s: acknowledged %d rollouts (%d accepted before, %d closed meanwhile)\n",
+						req.Set, sum.Acknowledged, sum.Already, sum.Closed)
+					return err
+				})
+				return errors.Join(err, werr)
 			})
 		},
 	}

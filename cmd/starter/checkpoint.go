@@ -48,8 +48,9 @@ func orDash(s string) string {
 
 // announce prints that a coordinator workflow has started, so an operator
 // learns its id while it runs.
-func announce(w io.Writer) func(tsclient.Started) {
+func announce(w io.Writer, started *tsclient.Started) func(tsclient.Started) {
 	return func(s tsclient.Started) {
+		*started = s
 		fmt.Fprintf(w, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
 	}
 }
@@ -76,12 +77,16 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				req.Deadline = t
 			}
 			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				c.OnStart = announce(cmd.ErrOrStderr())
+				var started tsclient.Started
+				c.OnStart = announce(cmd.ErrOrStderr(), &started)
 				res, err := c.Checkpoint(cmd.Context(), req, wait)
-				if err != nil || res == nil {
+				if err != nil {
 					return err
 				}
-				return writeCheckpointResult(cmd.OutOrStdout(), *res)
+				if res == nil {
+					return g.emit(cmd.OutOrStdout(), started, func(io.Writer) error { return nil })
+				}
+				return g.emit(cmd.OutOrStdout(), res, func(w io.Writer) error { return writeCheckpointResult(w, *res) })
 			})
 		},
 	}

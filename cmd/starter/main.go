@@ -17,8 +17,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -41,6 +43,7 @@ const dialTimeout = 10 * time.Second
 type globals struct {
 	taskQueue string
 	logLevel  string
+	output    string // table or json
 	// addr is the address withClient dialled, for messages.
 	addr string
 }
@@ -78,6 +81,13 @@ func newRootCmd() *cobra.Command {
 		defaultQueue = rollout.TaskQueue
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, or json (one JSON document; JSON lines for per-rollout output)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.output != "table" && g.output != "json" {
+			return cli.Usage(fmt.Errorf("--output %q: want table or json", g.output))
+		}
+		return nil
+	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
 		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g))
@@ -100,6 +110,15 @@ func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
 		return nil, "", err
 	}
 	return c, workers.HostPort(opts), nil
+}
+
+// emit prints v as one JSON document with --output json, else as table
+// prints it.
+func (g *globals) emit(w io.Writer, v any, table func(io.Writer) error) error {
+	if g.output == "json" {
+		return json.NewEncoder(w).Encode(v)
+	}
+	return table(w)
 }
 
 // withClient connects and hands use a turnstile client on the task queue;
