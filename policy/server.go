@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"go.uber.org/zap"
 )
 
 // Routes of the policy server. Clients use BasePath as the OpenAI base URL.
@@ -70,7 +70,7 @@ type ServerConfig struct {
 	// Rand drives latency and error injection; nil means a randomly seeded
 	// generator. The server serialises its use.
 	Rand   *rand.Rand
-	Logger *slog.Logger
+	Logger *zap.Logger
 	// PolicyVersion, when set, is reported on every completion in the
 	// PolicyVersionHeader, as a trainer's server reports its weights.
 	PolicyVersion string
@@ -111,7 +111,7 @@ func (c ServerConfig) Validate() error {
 // server serves the policies of a ServerConfig.
 type server struct {
 	cfg ServerConfig
-	log *slog.Logger
+	log *zap.SugaredLogger
 
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
@@ -123,14 +123,14 @@ type server struct {
 func NewServer(cfg ServerConfig) http.Handler {
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = zap.NewNop()
 	}
 	if err := cfg.Validate(); err != nil {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusInternalServerError, "server_error", "invalid_configuration", "policy server configuration: "+err.Error())
 		})
 	}
-	s := &server{cfg: cfg, log: log, rng: cfg.Rand}
+	s := &server{cfg: cfg, log: log.Sugar(), rng: cfg.Rand}
 	if s.rng == nil {
 		s.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
@@ -312,7 +312,7 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	delay, f := s.draw()
 	// A rate limiter refuses before doing any work.
 	if f == faultRateLimited {
-		s.log.Info("injected rate limit", "status", http.StatusTooManyRequests)
+		s.log.Infow("injected rate limit", "status", http.StatusTooManyRequests)
 		s.writeRetryable(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "rate limit reached (injected)")
 		return
 	}
@@ -328,11 +328,11 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := sleep(r.Context(), delay); err != nil {
-		s.log.Info("request cancelled during latency", "model", req.Model, "error", err)
+		s.log.Infow("request cancelled during latency", "model", req.Model, "error", err)
 		return
 	}
 	if f == faultUnavailable {
-		s.log.Info("injected outage", "status", http.StatusServiceUnavailable, "model", req.Model)
+		s.log.Infow("injected outage", "status", http.StatusServiceUnavailable, "model", req.Model)
 		s.writeRetryable(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "policy server overloaded (injected)")
 		return
 	}
@@ -346,7 +346,7 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.PolicyVersion != "" {
 		w.Header().Set(PolicyVersionHeader, s.cfg.PolicyVersion)
 	}
-	s.log.Info("chat completion", "model", req.Model, "id", out.ID, "finish_reason", out.Choices[0].FinishReason, "messages", len(preq.Messages))
+	s.log.Infow("chat completion", "model", req.Model, "id", out.ID, "finish_reason", out.Choices[0].FinishReason, "messages", len(preq.Messages))
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -559,7 +559,7 @@ type apiError struct {
 }
 
 func (s *server) fail(w http.ResponseWriter, status int, typ, code, msg string) {
-	s.log.Info("chat completion refused", "status", status, "code", code, "error", msg)
+	s.log.Infow("chat completion refused", "status", status, "code", code, "error", msg)
 	writeError(w, status, typ, code, msg)
 }
 

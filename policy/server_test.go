@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -440,7 +441,7 @@ func TestServerLatencyHonoursCancellation(t *testing.T) {
 	srv := httptest.NewServer(policy.NewServer(policy.ServerConfig{
 		Policies: serverTestRegistry(),
 		Latency:  time.Hour,
-		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:   zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(&logs), zap.DebugLevel)),
 	}))
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

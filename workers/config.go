@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/logging"
 	"github.com/turnstile-rl/turnstile/protocol"
 
 	"context"
@@ -31,6 +32,7 @@ const (
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY" // fallback for EnvModelAPIKey
 	EnvTaskQueue     = "TURNSTILE_TASK_QUEUE"
 	EnvLogLevel      = "TURNSTILE_LOG_LEVEL"
+	EnvLogFormat     = "TURNSTILE_LOG_FORMAT"
 	// EnvControlToken is the bearer token of the environment servers'
 	// checkpoint control plane, used by the Checkpoint and Restore
 	// coordinator activities.
@@ -44,7 +46,8 @@ const (
 	DefaultEnvURL        = "http://127.0.0.1:8091"
 	DefaultModelBaseURL  = "http://127.0.0.1:8092/v1"
 	DefaultTaskQueue     = rollout.TaskQueue
-	DefaultLogLevel      = "info"
+	DefaultLogLevel      = logging.DefaultLevel
+	DefaultLogFormat     = logging.DefaultFormat
 )
 
 // Config is what a worker needs besides the Temporal connection.
@@ -57,6 +60,7 @@ type Config struct {
 	ModelAPIKey string
 	TaskQueue   string
 	LogLevel    string
+	LogFormat   string
 	// ControlToken authorises checkpoint control calls to environment
 	// servers; like the API key, it never travels in workflow input.
 	ControlToken string
@@ -83,6 +87,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		ModelAPIKey:   get(EnvModelAPIKey, get(EnvOpenAIAPIKey, "")),
 		TaskQueue:     get(EnvTaskQueue, DefaultTaskQueue),
 		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
+		LogFormat:     get(EnvLogFormat, DefaultLogFormat),
 		ControlToken:  get(EnvControlToken, ""),
 	}
 	if err := cfg.Validate(); err != nil {
@@ -109,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := zap.ParseAtomicLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, c.LogLevel)
+	}
+	if c.LogFormat != logging.FormatJSON && c.LogFormat != logging.FormatConsole {
+		return fmt.Errorf("%s=%q: want %s or %s", EnvLogFormat, c.LogFormat, logging.FormatJSON, logging.FormatConsole)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ func TestConfigFromLookup(t *testing.T) {
 				ModelBaseURL:  "http://127.0.0.1:8092/v1",
 				TaskQueue:     rollout.TaskQueue,
 				LogLevel:      "info",
+				LogFormat:     "json",
 			},
 		},
 		{
@@ -50,6 +51,7 @@ func TestConfigFromLookup(t *testing.T) {
 				ModelAPIKey:   "k1",
 				TaskQueue:     "q",
 				LogLevel:      "debug",
+				LogFormat:     "json",
 			},
 		},
 		{
@@ -66,6 +68,7 @@ func TestConfigFromLookup(t *testing.T) {
 				ModelAPIKey:   "sk-x",
 				TaskQueue:     rollout.TaskQueue,
 				LogLevel:      "info",
+				LogFormat:     "json",
 			},
 		},
 	}
@@ -89,6 +92,7 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091"},
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1"},
 		{"log level", workers.EnvLogLevel, "loud"},
+		{"log format", workers.EnvLogFormat, "xml"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 
 	"go.temporal.io/sdk/log"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // Logger adapts a zap logger to the Temporal SDK's log.Logger, so the SDK's
@@ -75,23 +74,4 @@ func fields(keyvals []any) []zap.Field {
 		out = append(out, zap.Any(key, keyvals[i+1]))
 	}
 	return out
-}
-
-// NewZapLogger builds the process logger: JSON lines on stderr at level
-// (debug, info, warn, error), without sampling, so a crash test reading the
-// log sees every line.
-func NewZapLogger(level string) (*zap.Logger, error) {
-	lvl, err := zap.ParseAtomicLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level %q: %w", level, err)
-	}
-	cfg := zap.NewProductionConfig()
-	cfg.Level = lvl
-	cfg.Sampling = nil
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	zl, err := cfg.Build()
-	if err != nil {
-		return nil, fmt.Errorf("build logger: %w", err)
-	}
-	return zl, nil
 }

@@ -78,28 +78,3 @@ func TestLoggerWithDoesNotMutate(t *testing.T) {
 		t.Errorf("skip logger lost fields: %v", entries[2].ContextMap())
 	}
 }
-
-func TestNewZapLogger(t *testing.T) {
-	tests := []struct {
-		level      string
-		enabled    zapcore.Level
-		notEnabled zapcore.Level
-	}{
-		{"debug", zapcore.DebugLevel, zapcore.DebugLevel - 1},
-		{"info", zapcore.InfoLevel, zapcore.DebugLevel},
-		{"warn", zapcore.WarnLevel, zapcore.InfoLevel},
-		{"error", zapcore.ErrorLevel, zapcore.WarnLevel},
-	}
-	for _, tt := range tests {
-		zl, err := workers.NewZapLogger(tt.level)
-		if err != nil {
-			t.Fatalf("%s: %v", tt.level, err)
-		}
-		if !zl.Core().Enabled(tt.enabled) || zl.Core().Enabled(tt.notEnabled) {
-			t.Errorf("level %s: wrong threshold", tt.level)
-		}
-	}
-	if _, err := workers.NewZapLogger("chatty"); err == nil {
-		t.Fatal("unknown level accepted")
-	}
-}

@@ -15,6 +15,7 @@ package main
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
 	"errors"
@@ -56,6 +57,8 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
+	logLevel     string
+	logFormat    string
 	listen       string
 	readyFile    string
 	name         string
@@ -78,6 +81,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.name, "name", envserver.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
 	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
 		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
+	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
 	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
@@ -127,9 +132,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bad %s: %w", failpoint.EnvVar, err)
 	}
-	log, err := zap.NewProduction()
+	log, err := logging.New(stderr, cfg.logLevel, cfg.logFormat)
 	if err != nil {
-		return fmt.Errorf("build logger: %w", err)
+		return cli.Usage(err)
 	}
 	defer func() { _ = log.Sync() }()
 

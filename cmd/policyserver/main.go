@@ -9,13 +9,13 @@ package main
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -46,6 +46,8 @@ func main() {
 
 // options are the parsed command line.
 type options struct {
+	logLevel  string
+	logFormat string
 	listen    string
 	readyFile string
 	faultSeed uint64
@@ -70,6 +72,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
 	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
+	fs.StringVar(&o.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
 		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
 	})
@@ -94,7 +98,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	if err != nil {
 		return cli.Usage(err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log, err := logging.New(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	defer func() { _ = log.Sync() }()
 	o.server.Logger = log
 	if o.faultSeed != 0 {
 		o.server.Rand = rand.New(rand.NewPCG(o.faultSeed, 0))
@@ -118,7 +126,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 			return fmt.Errorf("write ready file: %w", err)
 		}
 	}
-	log.Info("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
+	log.Sugar().Infow("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
 		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
 		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection)
 	if ready != nil {

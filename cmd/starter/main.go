@@ -31,6 +31,7 @@ import (
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/logging"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -44,6 +45,7 @@ type globals struct {
 	taskQueue string
 	logLevel  string
 	output    string // table or json
+	logFormat string
 	// addr is the address withClient dialled, for messages.
 	addr string
 }
@@ -88,6 +90,7 @@ func newRootCmd() *cobra.Command {
 		}
 		return nil
 	}
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatConsole, "format of those log lines: console or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
 		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g))
@@ -97,7 +100,7 @@ func newRootCmd() *cobra.Command {
 // dial connects to Temporal as configured by temporal.toml / TEMPORAL_* and
 // returns the address it dialled, for messages.
 func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
-	logger, err := workers.NewZapLogger(g.logLevel)
+	logger, err := logging.New(os.Stderr, g.logLevel, g.logFormat)
 	if err != nil {
 		return nil, "", err
 	}

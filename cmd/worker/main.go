@@ -19,6 +19,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/logging"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -60,6 +61,7 @@ func settings() []cli.Setting {
 		{Env: workers.EnvModelAPIKey, Meaning: "model API key (or " + workers.EnvOpenAIAPIKey + "); never written to history"},
 		{Env: workers.EnvControlToken, Meaning: "bearer token of the environment servers' control plane"},
 		{Env: workers.EnvLogLevel, Default: workers.DefaultLogLevel, Meaning: "log level: debug, info, warn, error"},
+		{Env: workers.EnvLogFormat, Default: workers.DefaultLogFormat, Meaning: "log format: json or console"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
 	}
 }
@@ -72,7 +74,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	logger, err := workers.NewZapLogger(cfg.LogLevel)
+	logger, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
