@@ -229,9 +229,13 @@ func retryableFailure(err error) bool {
 	return true
 }
 
-// rootCause is the innermost error: the activity's own failure, without the
-// "activity error (type: …, scheduledEventID: …)" wrapping.
+// rootCause is the activity's own failure, without the "activity error
+// (type: …, scheduledEventID: …)" wrapping; a timeout says which.
 func rootCause(err error) error {
+	var te *temporal.TimeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("timed out (%s)", te.TimeoutType())
+	}
 	for {
 		next := errors.Unwrap(err)
 		if next == nil {
