@@ -201,6 +201,9 @@ func (r *rollout) budgetFailure(ctx workflow.Context, msg string, details Budget
 // markFailed publishes PhaseFailed, so a failed rollout is found with
 // RolloutPhase="failed" rather than by the phase it failed in. Runs recorded
 // before budgets only set the queried phase: the upsert is a new command.
+// The reason stays in the failure, not in a search attribute of its own: a
+// server without that attribute registered fails the workflow task on the
+// upsert, so the rollout would retry the task forever instead of failing.
 func (r *rollout) markFailed(ctx workflow.Context) {
 	if r.budgets {
 		r.setPhase(ctx, PhaseFailed)
