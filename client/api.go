@@ -70,6 +70,13 @@ type SubmitRequest struct {
 	// (DefaultMaxTurns).
 	MaxTurns   int
 	RequireAck bool
+	// Budgets of every rollout (rollout.Limits); zero keeps each default:
+	// rollout.DefaultModelCallTimeout, rollout.DefaultEnvCallTimeout,
+	// unlimited model-call attempts, no deadline.
+	ModelCallTimeout time.Duration
+	EnvCallTimeout   time.Duration
+	ModelCallRetries int
+	Deadline         time.Duration
 }
 
 // SubmitResult is what a submission started.

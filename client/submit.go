@@ -46,6 +46,9 @@ func (r SubmitRequest) Validate() error {
 	if r.MaxTurns < 0 || r.MaxTurns > rollout.MaxMaxTurns {
 		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, rollout.MaxMaxTurns)
 	}
+	if err := r.validateBudgets(); err != nil {
+		return err
+	}
 	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
 		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
 			return fmt.Errorf("%s %q: want an http:// or https:// URL", u.flag, u.value)
@@ -132,7 +135,7 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL},
 			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL},
 			Seed:       RolloutSeed(r.Seed, i),
-			Limits:     rollout.Limits{MaxTurns: maxTurns},
+			Limits:     r.limits(maxTurns),
 			RequireAck: r.RequireAck,
 		}
 	}

@@ -139,11 +139,56 @@ func ModelCallID(rolloutID string, attempt, turn int) string {
 	return rolloutID + "/a" + strconv.Itoa(attempt) + "/t" + strconv.Itoa(turn)
 }
 
-// Limits bound a rollout.
+// Limits bound a rollout. Every budget is optional; its zero value keeps the
+// behaviour rollouts had before budgets existed. Durations are JSON strings
+// in Go's notation ("90s", "5m", "1h30m"); bare numbers are refused, so the
+// unit is always written. A rollout that exhausts a budget fails with a
+// non-retryable ErrBudgetExhausted whose message names the budget.
 type Limits struct {
 	// MaxTurns is the number of model calls after which the rollout stops
 	// (tool style) or is truncated (gym style). Default 16.
 	MaxTurns int `json:"max_turns,omitempty"`
+	// ModelCallTimeout bounds one attempt of a model call. Default 5m.
+	ModelCallTimeout Duration `json:"model_call_timeout,omitzero"`
+	// EnvCallTimeout bounds one attempt of an environment call (seed, tool
+	// call, step, verify); a timed-out attempt is retried with the same
+	// request id, so only Deadline ends a rollout whose environment keeps
+	// timing out. Default 15s.
+	EnvCallTimeout Duration `json:"env_call_timeout,omitzero"`
+	// ModelCallRetries is the maximum number of attempts of one model call
+	// (1 = no retry), counting failures and timeouts alike. Default 0:
+	// unlimited, since a model server that is down is usually back soon.
+	ModelCallRetries int `json:"model_call_retries,omitempty"`
+	// Deadline is the rollout's wall-clock budget, counted from its first
+	// attempt's start and including time spent parked or checkpointed.
+	// Default 0: none.
+	Deadline Duration `json:"deadline,omitzero"`
+	// DeadlineAt is the absolute deadline. The workflow sets it from Deadline
+	// when the first attempt starts and carries it through continue-as-new,
+	// park records and restores, so a later run never restarts the clock. A
+	// caller may set it instead of Deadline; when set, it wins.
+	DeadlineAt time.Time `json:"deadline_at,omitzero"`
+}
+
+// Duration is a time.Duration that travels in JSON as a Go duration string.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string ("5m0s").
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string; a bare number is refused, since
+// seconds and nanoseconds would both be plausible readings of it.
+func (d *Duration) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("duration %s: want a string such as \"90s\" or \"5m\"", data)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // Input starts one attempt of a rollout. It is plain JSON, so a user

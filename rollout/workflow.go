@@ -90,6 +90,8 @@ type rollout struct {
 	// saPhase/saTurn are the search attribute values last upserted.
 	saPhase Phase
 	saTurn  int
+	// budgets is set in runs started since budgets exist (see budgetsChange).
+	budgets bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -105,6 +107,9 @@ func (in *Input) validate() error {
 		return errors.New("policy.model is required")
 	case in.Limits.MaxTurns < 0 || in.Limits.MaxTurns > MaxMaxTurns:
 		return fmt.Errorf("limits.max_turns %d is outside 0..%d", in.Limits.MaxTurns, MaxMaxTurns)
+	}
+	if err := in.Limits.Validate(); err != nil {
+		return err
 	}
 	if err := in.Sampling.Validate(); err != nil {
 		return err
@@ -150,6 +155,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 		r.park = &ParkRequest{CheckpointID: in.HoldFor}
 	}
 	r.logger = log.With(workflow.GetLogger(ctx), "rollout", in.RolloutID, "attempt", in.Attempt)
+	r.setupBudgets(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -351,10 +357,14 @@ func (r *rollout) seed(ctx workflow.Context) error {
 	}
 	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
-		return workflow.ExecuteActivity(r.envCtx(ctx, "seed "+r.in.Env.Name), StartEnvironmentName, in).Get(ctx, &res)
+		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "seed "+r.in.Env.Name)
+		if err != nil {
+			return err
+		}
+		return workflow.ExecuteActivity(actx, StartEnvironmentName, in).Get(ctx, &res)
 	})
 	if err != nil {
-		return r.fail(err, "seed environment")
+		return r.fail(ctx, err, "seed environment", false)
 	}
 	r.b.Head, r.b.Tools, r.b.Revision = res.Head, res.Tools, res.Revision
 	r.b.Style, r.b.EnvMode, r.b.Seeded = res.Style, res.Mode, true
@@ -374,9 +384,12 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 	}
 	for {
 		callCtx, cancel := workflow.WithCancel(ctx)
-		opts := modelOptions
-		opts.Summary = fmt.Sprintf("model turn %d", turn)
-		fut := workflow.ExecuteActivity(workflow.WithActivityOptions(callCtx, opts), CallModelName, in)
+		actx, err := r.activityCtx(callCtx, r.modelActivityOptions(), fmt.Sprintf("model turn %d", turn))
+		if err != nil {
+			cancel()
+			return err
+		}
+		fut := workflow.ExecuteActivity(actx, CallModelName, in)
 
 		expired, err := r.awaitAnswerOrDeadline(ctx, fut)
 		if err != nil {
@@ -388,7 +401,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			err := fut.Get(ctx, &res)
 			cancel()
 			if err != nil {
-				return r.fail(err, fmt.Sprintf("model call of turn %d", turn))
+				return r.fail(ctx, err, fmt.Sprintf("model call of turn %d", turn), true)
 			}
 			r.b.Turn = turn
 			r.b.Head = res.Head
@@ -455,10 +468,14 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	var res OperateEnvironmentResult
 	err := r.retryParked(ctx, func() error {
 		summary := fmt.Sprintf("%s turn %d call %d", call.Name, r.b.Turn, r.b.Cursor)
-		return workflow.ExecuteActivity(r.envCtx(ctx, summary), OperateEnvironmentName, in).Get(ctx, &res)
+		actx, err := r.activityCtx(ctx, r.envActivityOptions(), summary)
+		if err != nil {
+			return err
+		}
+		return workflow.ExecuteActivity(actx, OperateEnvironmentName, in).Get(ctx, &res)
 	})
 	if err != nil {
-		return r.fail(err, fmt.Sprintf("environment call %s", in.RequestID))
+		return r.fail(ctx, err, fmt.Sprintf("environment call %s", in.RequestID), false)
 	}
 	r.b.Head, r.b.Revision = res.Head, res.Revision
 	r.b.Reward += res.Reward
@@ -493,16 +510,17 @@ func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
 	}
 }
 
-func (r *rollout) envCtx(ctx workflow.Context, summary string) workflow.Context {
-	opts := envOptions
-	opts.Summary = summary
-	return workflow.WithActivityOptions(ctx, opts)
-}
-
-// fail turns an activity error into the rollout's failure; a stale attempt
-// becomes a fencing failure that says so.
-func (r *rollout) fail(err error, what string) error {
-	r.phase = PhaseFailed
+// fail turns an activity error into the rollout's failure: an exhausted
+// budget becomes a budget failure (already marked failed), a stale attempt a
+// fencing failure that says so. model says whether a model call failed.
+func (r *rollout) fail(ctx workflow.Context, err error, what string, model bool) error {
+	if isType(err, ErrBudgetExhausted) {
+		return err // activityCtx refused the call: the deadline had passed
+	}
+	if be := r.budgetError(ctx, err, model); be != nil {
+		return be
+	}
+	r.markFailed(ctx)
 	if isType(err, ErrStaleAttempt) {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("attempt %d of %s is fenced off by a newer attempt: %v", r.in.Attempt, r.in.RolloutID, err),
@@ -518,10 +536,14 @@ func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
-		return workflow.ExecuteActivity(r.envCtx(ctx, "verify"), VerifyName, in).Get(ctx, &v)
+		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "verify")
+		if err != nil {
+			return err
+		}
+		return workflow.ExecuteActivity(actx, VerifyName, in).Get(ctx, &v)
 	})
 	if err != nil {
-		return Result{}, r.fail(err, "verify")
+		return Result{}, r.fail(ctx, err, "verify", false)
 	}
 	reward := v.Reward
 	if r.b.Style == envs.StyleGym {

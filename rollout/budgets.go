@@ -1,0 +1,249 @@
+package rollout
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// ErrBudgetExhausted is the error type of a rollout that exhausted one of its
+// Limits budgets. The failure is non-retryable, its message names the budget
+// and the turn, and its details are a BudgetFailure.
+const ErrBudgetExhausted = "BudgetExhausted"
+
+// Budget defaults (the values rollouts had before budgets were settable) and
+// bounds.
+const (
+	DefaultModelCallTimeout = 5 * time.Minute
+	DefaultEnvCallTimeout   = 15 * time.Second
+	// MinBudget is the smallest timeout or deadline accepted: anything
+	// shorter is below a single task round trip and would only fail.
+	MinBudget           = time.Second
+	MaxCallTimeout      = 24 * time.Hour
+	MaxModelCallRetries = 1000
+)
+
+// Budget names, as in Limits' JSON and in BudgetFailure.Budget.
+const (
+	BudgetModelCallRetries = "model_call_retries"
+	BudgetDeadline         = "deadline"
+)
+
+// BudgetFailure details an ErrBudgetExhausted failure.
+type BudgetFailure struct {
+	Budget string `json:"budget"`
+	Turn   int    `json:"turn"`
+}
+
+// budgetsChange is the workflow.GetVersion change id of budgets. Runs
+// recorded before it (DefaultVersion) get none of the new commands: the
+// RolloutPhase upsert of a failure. Budget checks themselves add no command
+// (workflow.Now is history time), and changed activity options are not
+// compared on replay.
+const budgetsChange = "budgets"
+
+// Validate checks the budgets; each error names its field.
+func (l Limits) Validate() error {
+	timeouts := []struct {
+		name string
+		d    Duration
+	}{{"model_call_timeout", l.ModelCallTimeout}, {"env_call_timeout", l.EnvCallTimeout}}
+	for _, t := range timeouts {
+		if t.d != 0 && (t.d < Duration(MinBudget) || t.d > Duration(MaxCallTimeout)) {
+			return fmt.Errorf("limits.%s %s is outside %s..%s (or unset for the default)", t.name, time.Duration(t.d), MinBudget, MaxCallTimeout)
+		}
+	}
+	if l.ModelCallRetries < 0 || l.ModelCallRetries > MaxModelCallRetries {
+		return fmt.Errorf("limits.model_call_retries %d is outside 0..%d (0 = unlimited)", l.ModelCallRetries, MaxModelCallRetries)
+	}
+	if l.Deadline != 0 && l.Deadline < Duration(MinBudget) {
+		return fmt.Errorf("limits.deadline %s is below %s (or unset for none)", time.Duration(l.Deadline), MinBudget)
+	}
+	return nil
+}
+
+func (l Limits) modelCallTimeout() time.Duration {
+	if l.ModelCallTimeout == 0 {
+		return DefaultModelCallTimeout
+	}
+	return time.Duration(l.ModelCallTimeout)
+}
+
+func (l Limits) envCallTimeout() time.Duration {
+	if l.EnvCallTimeout == 0 {
+		return DefaultEnvCallTimeout
+	}
+	return time.Duration(l.EnvCallTimeout)
+}
+
+// deadlineLabel names the deadline as the user gave it.
+func (l Limits) deadlineLabel() string {
+	if l.Deadline != 0 {
+		return time.Duration(l.Deadline).String()
+	}
+	return l.DeadlineAt.UTC().Format(time.RFC3339)
+}
+
+// setupBudgets records the budgets version and fixes the absolute deadline
+// once, at the first attempt's start; later runs carry it in their input.
+func (r *rollout) setupBudgets(ctx workflow.Context) {
+	r.budgets = workflow.GetVersion(ctx, budgetsChange, workflow.DefaultVersion, 1) >= 1
+	l := &r.in.Limits
+	if r.budgets && l.Deadline != 0 && l.DeadlineAt.IsZero() {
+		l.DeadlineAt = workflow.GetInfo(ctx).WorkflowStartTime.Add(time.Duration(l.Deadline)).UTC()
+	}
+}
+
+// hasDeadline says whether the run enforces a deadline.
+func (r *rollout) hasDeadline() bool { return r.budgets && !r.in.Limits.DeadlineAt.IsZero() }
+
+// turnInProgress is the turn a failure is reported at: the model call being
+// made, or the turn whose tool calls (or verification) are running.
+func (r *rollout) turnInProgress() int {
+	if !r.b.Seeded || r.b.Pending != nil || r.b.Done {
+		return r.b.Turn
+	}
+	return r.b.Turn + 1
+}
+
+// activityCtx returns ctx with opts for one activity, bounded by the
+// rollout's deadline so that no call outlives it: a start-to-close no longer
+// than the time left, and a schedule-to-close of the time left that ends the
+// retries too. A deadline already passed fails here, before the call.
+func (r *rollout) activityCtx(ctx workflow.Context, opts workflow.ActivityOptions, summary string) (workflow.Context, error) {
+	opts.Summary = summary
+	if r.hasDeadline() {
+		left := r.in.Limits.DeadlineAt.Sub(workflow.Now(ctx))
+		if left <= 0 {
+			return nil, r.deadlineError(ctx, nil)
+		}
+		opts.ScheduleToCloseTimeout = left
+		opts.StartToCloseTimeout = min(opts.StartToCloseTimeout, left)
+	}
+	return workflow.WithActivityOptions(ctx, opts), nil
+}
+
+// modelActivityOptions are the options of a model call under the budgets.
+func (r *rollout) modelActivityOptions() workflow.ActivityOptions {
+	opts := modelOptions
+	policy := *opts.RetryPolicy // a copy: the package default stays untouched
+	policy.MaximumAttempts = int32(r.in.Limits.ModelCallRetries)
+	opts.RetryPolicy = &policy
+	opts.StartToCloseTimeout = r.in.Limits.modelCallTimeout()
+	return opts
+}
+
+// envActivityOptions are the options of an environment call under the budgets.
+func (r *rollout) envActivityOptions() workflow.ActivityOptions {
+	opts := envOptions
+	opts.StartToCloseTimeout = r.in.Limits.envCallTimeout()
+	return opts
+}
+
+// budgetError returns the budget failure an activity error amounts to, or
+// nil. A retryable failure ends an activity only when its attempts or its
+// schedule-to-close (the deadline) ran out; the server says which in the
+// retry state, the test environment does not, so the state is used when
+// known and the configured budget otherwise.
+func (r *rollout) budgetError(ctx workflow.Context, err error, model bool) error {
+	if !r.budgets || !retryableFailure(err) {
+		return nil
+	}
+	state := enumspb.RETRY_STATE_UNSPECIFIED
+	var ae *temporal.ActivityError
+	if errors.As(err, &ae) {
+		state = ae.RetryState()
+	}
+	retries := model && r.in.Limits.ModelCallRetries > 0
+	var te *temporal.TimeoutError
+	deadlineHit := r.hasDeadline() && (state == enumspb.RETRY_STATE_TIMEOUT ||
+		errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE ||
+		!workflow.Now(ctx).Before(r.in.Limits.DeadlineAt))
+	switch {
+	case retries && state == enumspb.RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED:
+		return r.retriesError(ctx, err)
+	case deadlineHit:
+		return r.deadlineError(ctx, err)
+	case retries:
+		return r.retriesError(ctx, err)
+	case r.hasDeadline():
+		return r.deadlineError(ctx, err)
+	}
+	return nil
+}
+
+func (r *rollout) retriesError(ctx workflow.Context, cause error) error {
+	turn := r.turnInProgress()
+	msg := fmt.Sprintf("model-call retries (%d) exhausted at turn %d: %v", r.in.Limits.ModelCallRetries, turn, rootCause(cause))
+	return r.budgetFailure(ctx, msg, BudgetFailure{Budget: BudgetModelCallRetries, Turn: turn}, cause)
+}
+
+func (r *rollout) deadlineError(ctx workflow.Context, cause error) error {
+	turn := r.turnInProgress()
+	msg := fmt.Sprintf("rollout deadline %s passed at turn %d", r.in.Limits.deadlineLabel(), turn)
+	if cause != nil {
+		msg += ": " + rootCause(cause).Error()
+	}
+	return r.budgetFailure(ctx, msg, BudgetFailure{Budget: BudgetDeadline, Turn: turn}, cause)
+}
+
+func (r *rollout) budgetFailure(ctx workflow.Context, msg string, details BudgetFailure, cause error) error {
+	r.logger.Warn("budget exhausted", "budget", details.Budget, "turn", details.Turn, "error", msg)
+	r.markFailed(ctx)
+	return temporal.NewNonRetryableApplicationError(msg, ErrBudgetExhausted, cause, details)
+}
+
+// markFailed publishes PhaseFailed, so a failed rollout is found with
+// RolloutPhase="failed" rather than by the phase it failed in. Runs recorded
+// before budgets only set the queried phase: the upsert is a new command.
+// The reason stays in the failure, not in a search attribute of its own: a
+// server without that attribute registered fails the workflow task on the
+// upsert, so the rollout would retry the task forever instead of failing.
+func (r *rollout) markFailed(ctx workflow.Context) {
+	if r.budgets {
+		r.setPhase(ctx, PhaseFailed)
+		return
+	}
+	r.phase = PhaseFailed
+}
+
+// retryableFailure says whether err is an activity failure its retry policy
+// would retry: not cancelled, not non-retryable.
+func retryableFailure(err error) bool {
+	var ae *temporal.ActivityError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	var ce *temporal.CanceledError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return !app.NonRetryable() &&
+			!slices.Contains(modelOptions.RetryPolicy.NonRetryableErrorTypes, app.Type()) &&
+			!slices.Contains(envOptions.RetryPolicy.NonRetryableErrorTypes, app.Type())
+	}
+	return true
+}
+
+// rootCause is the activity's own failure, without the "activity error
+// (type: …, scheduledEventID: …)" wrapping; a timeout says which.
+func rootCause(err error) error {
+	var te *temporal.TimeoutError
+	if errors.As(err, &te) {
+		return fmt.Errorf("timed out (%s)", te.TimeoutType())
+	}
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
