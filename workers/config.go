@@ -125,12 +125,66 @@ func (c Config) Validate() error {
 // does (temporal.toml profile, then TEMPORAL_* environment variables) and
 // routes the SDK's logs through logger.
 func ClientOptions(logger *zap.Logger) (client.Options, error) {
-	opts, err := envconfig.LoadDefaultClientOptions()
+	return ClientOptionsWith(logger, Connection{})
+}
+
+// Connection holds the Temporal connection settings given on a command line,
+// named like the Temporal CLI's flags. Each one set overrides what
+// temporal.toml (ConfigFile, Profile) and the TEMPORAL_* environment
+// variables say, with the Temporal CLI's precedence: flag, then
+// environment, then file.
+type Connection struct {
+	ConfigFile, Profile string
+	Address, Namespace  string
+	APIKey              string
+	// TLS turns TLS on with the system roots (it is also on when any TLS
+	// path or an API key is given).
+	TLS                                bool
+	TLSCertPath, TLSKeyPath, TLSCAPath string
+	TLSServerName                      string
+	TLSDisableHostVerification         bool
+}
+
+// ClientOptionsWith is ClientOptions with conn's settings on top of the
+// file and the environment.
+func ClientOptionsWith(logger *zap.Logger, conn Connection) (client.Options, error) {
+	profile, err := envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{
+		ConfigFilePath: conn.ConfigFile, ConfigFileProfile: conn.Profile,
+	})
 	if err != nil {
 		return client.Options{}, fmt.Errorf("load Temporal client config (temporal.toml / TEMPORAL_* env): %w", err)
 	}
+	conn.apply(&profile)
+	opts, err := profile.ToClientOptions(envconfig.ToClientOptionsRequest{})
+	if err != nil {
+		return client.Options{}, fmt.Errorf("Temporal client config: %w", err)
+	}
 	opts.Logger = NewLogger(logger)
 	return opts, nil
+}
+
+// apply sets on p every setting conn gives.
+func (conn Connection) apply(p *envconfig.ClientConfigProfile) {
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&p.Address, conn.Address)
+	set(&p.Namespace, conn.Namespace)
+	set(&p.APIKey, conn.APIKey)
+	if !conn.TLS && conn.TLSCertPath == "" && conn.TLSKeyPath == "" && conn.TLSCAPath == "" && conn.TLSServerName == "" && !conn.TLSDisableHostVerification {
+		return
+	}
+	if p.TLS == nil {
+		p.TLS = &envconfig.ClientConfigTLS{}
+	}
+	p.TLS.Disabled = false
+	set(&p.TLS.ClientCertPath, conn.TLSCertPath)
+	set(&p.TLS.ClientKeyPath, conn.TLSKeyPath)
+	set(&p.TLS.ServerCACertPath, conn.TLSCAPath)
+	set(&p.TLS.ServerName, conn.TLSServerName)
+	p.TLS.DisableHostVerification = p.TLS.DisableHostVerification || conn.TLSDisableHostVerification
 }
 
 // HostPort is the address opts dial: the configured one or the SDK default.

@@ -1,6 +1,8 @@
 package workers_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -127,5 +129,47 @@ func TestHostPortAndUnreachableMessage(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
+	}
+}
+
+// A connection flag overrides TEMPORAL_*, which overrides temporal.toml:
+// the Temporal CLI's precedence.
+func TestClientOptionsWithPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "temporal.toml")
+	toml := "[profile.default]\naddress = \"file:1\"\nnamespace = \"file-ns\"\n\n[profile.other]\naddress = \"other:2\"\n"
+	if err := os.WriteFile(file, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TEMPORAL_CONFIG_FILE", file)
+	t.Setenv("TEMPORAL_ADDRESS", "") // restored after the test…
+	os.Unsetenv("TEMPORAL_ADDRESS")  // …and unset during it: the file's address applies
+	t.Setenv("TEMPORAL_NAMESPACE", "env-ns")
+	tests := []struct {
+		name     string
+		conn     workers.Connection
+		addr, ns string
+		tls      bool
+	}{
+		{"file and env", workers.Connection{}, "file:1", "env-ns", false},
+		{"flags win", workers.Connection{Address: "flag:3", Namespace: "flag-ns"}, "flag:3", "flag-ns", false},
+		{"profile", workers.Connection{Profile: "other"}, "other:2", "env-ns", false},
+		{"tls flag", workers.Connection{TLS: true, TLSServerName: "tmprl.example"}, "file:1", "env-ns", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts, err := workers.ClientOptionsWith(zaptestLogger(t), tt.conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.HostPort != tt.addr || opts.Namespace != tt.ns {
+				t.Fatalf("address %q namespace %q, want %q %q", opts.HostPort, opts.Namespace, tt.addr, tt.ns)
+			}
+			if got := opts.ConnectionOptions.TLS != nil; got != tt.tls {
+				t.Fatalf("TLS on = %v, want %v", got, tt.tls)
+			}
+		})
+	}
+	if _, err := workers.ClientOptionsWith(zaptestLogger(t), workers.Connection{Profile: "missing"}); err == nil {
+		t.Fatal("an unknown profile was accepted")
 	}
 }

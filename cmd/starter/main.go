@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
@@ -45,6 +46,7 @@ type globals struct {
 	taskQueue string
 	logLevel  string
 	output    string // table or json
+	conn      workers.Connection
 	logFormat string
 	// addr is the address withClient dialled, for messages.
 	addr string
@@ -83,6 +85,7 @@ func newRootCmd() *cobra.Command {
 		defaultQueue = rollout.TaskQueue
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
+	connectionFlags(root.PersistentFlags(), &g.conn)
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, or json (one JSON document; JSON lines for per-rollout output)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if g.output != "table" && g.output != "json" {
@@ -97,6 +100,22 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
+// connectionFlags are the Temporal CLI's connection flags, with its
+// precedence: a flag over TEMPORAL_* over temporal.toml.
+func connectionFlags(f *pflag.FlagSet, c *workers.Connection) {
+	f.StringVar(&c.Address, "address", "", "Temporal frontend host:port (env TEMPORAL_ADDRESS; default localhost:7233)")
+	f.StringVarP(&c.Namespace, "namespace", "n", "", "Temporal namespace (env TEMPORAL_NAMESPACE; default default)")
+	f.StringVar(&c.ConfigFile, "config-file", "", "temporal.toml to read (env TEMPORAL_CONFIG_FILE)")
+	f.StringVar(&c.Profile, "profile", "", "profile of temporal.toml (env TEMPORAL_PROFILE)")
+	f.StringVar(&c.APIKey, "api-key", "", "API key, e.g. for Temporal Cloud (env TEMPORAL_API_KEY)")
+	f.BoolVar(&c.TLS, "tls", false, "connect with TLS (env TEMPORAL_TLS)")
+	f.StringVar(&c.TLSCertPath, "tls-cert-path", "", "client certificate for mutual TLS (env TEMPORAL_TLS_CLIENT_CERT_PATH)")
+	f.StringVar(&c.TLSKeyPath, "tls-key-path", "", "client key for mutual TLS (env TEMPORAL_TLS_CLIENT_KEY_PATH)")
+	f.StringVar(&c.TLSCAPath, "tls-ca-path", "", "CA certificate the server's is checked against (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)")
+	f.StringVar(&c.TLSServerName, "tls-server-name", "", "server name TLS checks (env TEMPORAL_TLS_SERVER_NAME)")
+	f.BoolVar(&c.TLSDisableHostVerification, "tls-disable-host-verification", false, "skip the server's host name check")
+}
+
 // dial connects to Temporal as configured by temporal.toml / TEMPORAL_* and
 // returns the address it dialled, for messages.
 func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
@@ -104,7 +123,7 @@ func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	opts, err := workers.ClientOptions(logger)
+	opts, err := workers.ClientOptionsWith(logger, g.conn)
 	if err != nil {
 		return nil, "", err
 	}
