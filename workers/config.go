@@ -157,7 +157,7 @@ func ClientOptionsWith(logger *zap.Logger, conn Connection) (client.Options, err
 	conn.apply(&profile)
 	opts, err := profile.ToClientOptions(envconfig.ToClientOptionsRequest{})
 	if err != nil {
-		return client.Options{}, fmt.Errorf("Temporal client config: %w", err)
+		return client.Options{}, fmt.Errorf("temporal client config: %w", err)
 	}
 	opts.Logger = NewLogger(logger)
 	return opts, nil
