@@ -191,7 +191,7 @@ type workflowStarter interface {
 
 // searchAttributeHint tells what to do when the server does not know the
 // rollout search attributes.
-const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase (Keyword) and RolloutAttempt, RolloutTurn (Int) — `make devserver` does"
+const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase, RolloutGroup (Keyword) and RolloutAttempt, RolloutTurn, RolloutRepeat (Int) — `make devserver` does"
 
 // startAll starts every input with bounded concurrency and returns how many
 // started. The first failure stops the starts not yet begun.
