@@ -375,8 +375,8 @@ func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
 		WorkflowIDReusePolicy:                    reuse,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
-		Memo:          map[string]any{MemoEnv: in.Env.Name},
-		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
+		Memo:                                     map[string]any{MemoEnv: in.Env.Name},
+		StaticSummary:                            fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
 	}
 }
 
