@@ -69,6 +69,12 @@ type SubmitRequest struct {
 	// (DefaultMaxTurns).
 	MaxTurns   int
 	RequireAck bool
+	// Rows, when set, submit a dataset instead of Count rollouts of Envs:
+	// each row Repeats times, as one group (see DatasetRow). Count, Envs
+	// and Seed must then be zero; Policy, ModelURL and MaxTurns are the
+	// defaults of rows that set none.
+	Rows    []DatasetRow
+	Repeats int
 }
 
 // SubmitResult is what a submission started.
