@@ -73,7 +73,11 @@ type DatasetError struct {
 
 func (e *DatasetError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dataset has %d bad rows; nothing was started:", len(e.Rows)+e.More)
+	n, rows := len(e.Rows)+e.More, "rows"
+	if n == 1 {
+		rows = "row"
+	}
+	fmt.Fprintf(&b, "dataset has %d bad %s; nothing was started:", n, rows)
 	for _, r := range e.Rows {
 		b.WriteString("\n  ")
 		b.WriteString(r.Error())
