@@ -21,31 +21,39 @@ import (
 // no more than one of 16.
 const exportWindow = 16
 
-// closedQuery selects the runs that ended for good: running ones are not
-// finished, and a run that continued as new handed its rollout on.
-const closedQuery = `ExecutionStatus != "Running" AND ExecutionStatus != "ContinuedAsNew"`
+// finishedQuery selects the runs whose rollout is finished: those that
+// ended for good (a run that continued as new handed its rollout on), and
+// running ones holding a completed result for acknowledgement, so a
+// pipeline can export what it will acknowledge.
+var finishedQuery = fmt.Sprintf(`((ExecutionStatus != "Running" AND ExecutionStatus != "ContinuedAsNew") OR (ExecutionStatus = "Running" AND %s = %q))`,
+	rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
 
 // ExportStats counts what an export wrote and passed over.
 type ExportStats struct {
-	Completed int // lines of completed rollouts
+	Completed int // lines of completed rollouts, held ones included
+	Held      int // of which held for acknowledgement
 	Failed    int // lines of rollouts that closed any other way
-	// Superseded counts closed runs a later run of the same rollout
-	// replaced (a restored attempt): only the latest is exported.
-	Superseded int
+	// Skipped counts listed runs not exported: a later run of the same
+	// rollout replaced them (a restored attempt; only the latest is
+	// exported), or a held result was acknowledged meanwhile.
+	Skipped int
 }
 
 // exportSource is what Export reads from Temporal.
 type exportSource interface {
 	rollout.Lister
 	runGetter
+	statusQuerier
 }
 
 // Export writes one JSON line (ExportLine) per finished rollout of set to
 // w, reading trajectories from store, the worker's transcript directory.
 // It streams: visibility is read page by page, and only a window of
 // rollouts is held at a time. A set still running may be exported: only
-// rollouts whose latest run has closed are written, each once. Lines come
-// in visibility's order (most recently closed first), not by rollout id.
+// finished rollouts are written, each once: those whose latest run has
+// closed, and those holding a completed result for acknowledgement (held
+// true, with the receipt to acknowledge it by). Lines come in visibility's
+// order, not by rollout id.
 func (c *Client) Export(ctx context.Context, set string, store TranscriptReader, w io.Writer) (ExportStats, error) {
 	if err := rollout.ValidateSet(set); err != nil {
 		return ExportStats{}, err
@@ -61,7 +69,7 @@ func exportSet(ctx context.Context, src exportSource, store TranscriptReader, se
 		window = window[:0]
 		return err
 	}
-	err := rollout.ListSet(ctx, src, set, closedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := rollout.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
 		window = append(window, info)
 		if len(window) < exportWindow {
 			return nil
@@ -89,16 +97,19 @@ type exportJob struct {
 // and writes them in listing order.
 func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo, stats *ExportStats) error {
 	lines := make([][]byte, len(infos))
-	superseded := make([]bool, len(infos))
+	kinds := make([]string, len(infos))
 	err := fanout.Each(ctx, len(infos), exportWindow, func(ctx context.Context, i int) error {
-		f, latest, err := finished(ctx, job.src, job.set, infos[i])
-		if err != nil || !latest {
-			superseded[i] = !latest
+		f, ok, err := finished(ctx, job.src, job.set, infos[i])
+		if err != nil || !ok {
 			return err
 		}
 		line, err := buildLine(ctx, job.store, f)
 		if err != nil {
 			return err
+		}
+		kinds[i] = line.Status
+		if line.Held {
+			kinds[i] = "held"
 		}
 		lines[i], err = encodeLine(line)
 		return err
@@ -107,16 +118,20 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 		return err
 	}
 	for i, b := range lines {
-		if superseded[i] {
-			stats.Superseded++
+		if b == nil {
+			stats.Skipped++
 			continue
 		}
 		if _, err := job.w.Write(b); err != nil {
 			return fmt.Errorf("write export line: %w", err)
 		}
-		if infos[i].GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		switch kinds[i] {
+		case "held":
+			stats.Held++
 			stats.Completed++
-		} else {
+		case "completed":
+			stats.Completed++
+		default:
 			stats.Failed++
 		}
 	}
@@ -135,23 +150,23 @@ func encodeLine(line ExportLine) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// finished reads what the export needs of the rollout of a closed run:
+// finished reads what the export needs of the rollout of a listed run:
 // its attempts (every run of its workflow ID), and its result or failure.
-// latest is false when a later run replaced this one, which is then not
-// exported (the later run is, once it closes).
-func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo) (finishedRollout, bool, error) {
+// ok is false when the run is not to be exported: a later run replaced it
+// (the later run is exported once finished), or it no longer holds a result.
+func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
 	runs, err := listRuns(ctx, src, rec.WorkflowID)
 	if err != nil {
-		return finishedRollout{}, false, err
+		return f, false, err
 	}
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
-		return finishedRollout{}, false, nil
+		return f, false, nil
 	}
-	if err := fetchResult(ctx, src, &rec); err != nil {
-		return finishedRollout{}, false, err
+	if ok, err := fetchFinished(ctx, src, &rec); err != nil || !ok {
+		return f, false, err
 	}
-	f := finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
+	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
 	sa := info.GetSearchAttributes()
 	if g, ok := rollout.SAKeyword(sa, rollout.SARolloutGroup); ok {
 		f.group = &g
@@ -160,6 +175,25 @@ func finished(ctx context.Context, src exportSource, set string, info *workflowp
 		f.repeat = &repeat
 	}
 	return f, true, nil
+}
+
+// fetchFinished fills rec's result or failure: from the closed run, or
+// from a running run's status query when it holds a result for
+// acknowledgement. ok is false when a listed held result is no longer held
+// (acknowledged since): the rollout is then not finished as listed.
+func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (ok bool, err error) {
+	if rec.Closed() {
+		return true, fetchResult(ctx, src, rec)
+	}
+	st, err := queryStatus(ctx, src, rec.WorkflowID)
+	if err != nil {
+		return false, err
+	}
+	if st.Phase != rollout.PhaseAwaitingAck || st.Result == nil {
+		return false, nil
+	}
+	rec.Result = st.Result
+	return true, nil
 }
 
 // listRuns returns every run of workflowID that visibility holds, the
@@ -208,5 +242,5 @@ func exportRunStatus(r RolloutRecord) string {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
 		return "continued_as_new"
 	}
-	return exportStatus(r.Status)
+	return closedStatus(r.Status)
 }

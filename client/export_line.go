@@ -33,6 +33,10 @@ type ExportLine struct {
 	// "terminated", "timed_out", "canceled"; Failure says why.
 	Status  string `json:"status"`
 	Failure string `json:"failure,omitempty"`
+	// Held: the result is held for acknowledgement (the set was submitted
+	// with require-ack); Receipt acknowledges it (`starter acknowledge`).
+	Held    bool             `json:"held"`
+	Receipt *rollout.Receipt `json:"receipt,omitempty"`
 	// Attempt is the attempt that finished; Attempts every attempt seen.
 	Attempt  int             `json:"attempt"`
 	Attempts []AttemptRecord `json:"attempts"`
@@ -158,7 +162,7 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 		Set:           f.set,
 		Env:           rec.Env,
 		Group:         f.group, Repeat: f.repeat,
-		Status:        exportStatus(rec.Status),
+		Status:        exportStatus(rec),
 		Failure:       rec.Err,
 		Attempt:       int(rec.Attempt),
 		Attempts:      f.attempts,
@@ -172,7 +176,8 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 	if res == nil {
 		return line, nil
 	}
-	line.Set, line.Env, line.Attempt = res.Set, res.Env, res.Attempt
+	line.Set, line.Env, line.Attempt, line.Receipt = res.Set, res.Env, res.Attempt, res.Receipt
+	line.Held = !rec.Closed()
 	reward, usage := res.Reward, res.Usage
 	line.Reward, line.Usage = &reward, &usage
 	line.NumTurns, line.Terminated, line.Truncated, line.Head = res.Turns, res.Terminated, res.Truncated, string(res.Head)
@@ -248,8 +253,17 @@ func addTokens(ctx context.Context, store TranscriptReader, m *ExportMessage, d 
 	return nil
 }
 
-// exportStatus names a closed run's status in the export.
-func exportStatus(s enumspb.WorkflowExecutionStatus) string {
+// exportStatus names a finished rollout's status in the export: a
+// running run holding its result has completed.
+func exportStatus(rec RolloutRecord) string {
+	if !rec.Closed() && rec.Result != nil {
+		return "completed"
+	}
+	return closedStatus(rec.Status)
+}
+
+// closedStatus names a closed run's status.
+func closedStatus(s enumspb.WorkflowExecutionStatus) string {
 	switch s {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		return "completed"

@@ -18,6 +18,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -143,6 +144,7 @@ type fakeSet struct {
 
 type fakeRunInfo struct {
 	id, runID string
+	phase     rollout.Phase
 	attempt   int64
 	status    enumspb.WorkflowExecutionStatus
 	start     time.Time
@@ -154,7 +156,7 @@ type fakeRunInfo struct {
 func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
 	fields := map[string]*commonpb.Payload{
 		rollout.SARolloutID: payload(f.t, r.id), rollout.SARolloutSet: payload(f.t, "s1"),
-		rollout.SARolloutAttempt: payload(f.t, r.attempt),
+		rollout.SARolloutAttempt: payload(f.t, r.attempt), rollout.SARolloutPhase: payload(f.t, string(r.phase)),
 	}
 	if r.group != "" {
 		fields[rollout.SARolloutGroup], fields[rollout.SARolloutRepeat] = payload(f.t, r.group), payload(f.t, r.repeat)
@@ -179,9 +181,9 @@ func (f *fakeSet) ListWorkflow(_ context.Context, req *workflowservice.ListWorkf
 	var match []*workflowpb.WorkflowExecutionInfo
 	for _, r := range f.runs {
 		byID := req.GetQuery() == fmt.Sprintf("WorkflowId = %q", rollout.WorkflowID(r.id))
-		closed := strings.Contains(req.GetQuery(), closedQuery) && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING &&
-			r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW
-		if byID || closed {
+		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
+		if byID || strings.Contains(req.GetQuery(), finishedQuery) && finished {
 			match = append(match, f.info(r))
 		}
 	}
@@ -200,6 +202,29 @@ func (f *fakeSet) GetWorkflow(_ context.Context, workflowID, runID string) tclie
 		}
 	}
 	f.t.Fatalf("GetWorkflow(%s, %s): no such run", workflowID, runID)
+	return nil
+}
+
+// QueryWorkflow answers the status query of the latest run.
+func (f *fakeSet) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
+	if runID != "" || queryType != rollout.QueryStatus {
+		f.t.Fatalf("query %s of %s run %q", queryType, workflowID, runID)
+	}
+	for _, r := range f.runs {
+		if rollout.WorkflowID(r.id) == workflowID && r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return encodedStatus{rollout.Status{Phase: r.phase, Result: r.result}}, nil
+		}
+	}
+	return nil, fmt.Errorf("no running run of %s", workflowID)
+}
+
+// encodedStatus is a status query's answer.
+type encodedStatus struct{ st rollout.Status }
+
+func (e encodedStatus) HasValue() bool { return true }
+
+func (e encodedStatus) Get(v any) error {
+	*v.(*rollout.Status) = e.st
 	return nil
 }
 
@@ -228,6 +253,8 @@ func TestExportSet(t *testing.T) {
 		return &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Attempt: attempt, Reward: 1, Turns: 2, Head: head}
 	}
 	completed, failed := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	held := done("s1-q3-r0", 0)
+	held.Receipt = &rollout.Receipt{RolloutID: "s1-q3-r0", SHA256: strings.Repeat("a", 64)}
 	src := &fakeSet{t: t, runs: []fakeRunInfo{
 		{id: "s1-q1-r0", runID: "a", status: completed, start: t0, group: "q1", result: done("s1-q1-r0", 0)},
 		{id: "s1-q1-r1", runID: "b", status: failed, start: t0, group: "q1", repeat: 1},
@@ -235,14 +262,16 @@ func TestExportSet(t *testing.T) {
 		{id: "s1-q2-r0", runID: "c0", status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, start: t0, group: "q2"},
 		{id: "s1-q2-r0", runID: "c1", attempt: 1, status: completed, start: t0.Add(time.Minute), group: "q2", result: done("s1-q2-r0", 1)},
 		// Still running: not finished, not exported.
-		{id: "s1-q2-r1", runID: "d", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, start: t0, group: "q2", repeat: 1},
+		{id: "s1-q2-r1", runID: "d", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseModel, start: t0, group: "q2", repeat: 1},
+		// Holding its result for acknowledgement: finished, exported with its receipt.
+		{id: "s1-q3-r0", runID: "e", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck, start: t0, group: "q3", result: held},
 	}}
 	var out bytes.Buffer
 	stats, err := exportSet(context.Background(), src, store, "s1", &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stats != (ExportStats{Completed: 2, Failed: 1, Superseded: 1}) {
+	if stats != (ExportStats{Completed: 3, Held: 1, Failed: 1, Skipped: 1}) {
 		t.Errorf("stats %+v", stats)
 	}
 	schema := trajectorySchema(t)
@@ -257,16 +286,21 @@ func TestExportSet(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts)))
+		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d held=%v receipt=%v", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts), l.Held, l.Receipt != nil))
 		if l.Status == "failed" && (l.Failure == "" || l.Reward != nil || len(l.Messages) != 0) {
 			t.Errorf("failed line %s", sc.Bytes())
 		}
 	}
-	want := []string{"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1", "s1-q1-r1 failed g=q1 r=1 a=0 attempts=1", "s1-q2-r0 completed g=q2 r=0 a=1 attempts=2"}
+	want := []string{
+		"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1 held=false receipt=false",
+		"s1-q1-r1 failed g=q1 r=1 a=0 attempts=1 held=false receipt=false",
+		"s1-q2-r0 completed g=q2 r=0 a=1 attempts=2 held=false receipt=false",
+		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true",
+	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+closedQuery) {
+	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+finishedQuery) {
 		t.Errorf("set query %q", src.queries[0])
 	}
 }

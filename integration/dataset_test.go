@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/client/schemacheck"
@@ -66,8 +67,70 @@ func TestDatasetSubmitExport(t *testing.T) {
 	export := filepath.Join(c.dir, "ds1.jsonl")
 	out, err = c.starter(ctx, "export", "--set", "ds1", "-o", export, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
-	require.Contains(t, out, "exported 9 rollouts of set ds1 (9 completed, 0 failed)")
+	require.Contains(t, out, "exported 9 rollouts of set ds1 (9 completed, 0 of them held for acknowledgement, 0 failed)")
 	checkDatasetExport(t, export, repeats)
+}
+
+// TestDatasetExportHeld: a set that holds its results for acknowledgement
+// exports them while held (held, with receipts); the export feeds
+// `starter acknowledge`, and once released the same rollouts export again
+// with the same receipts.
+func TestDatasetExportHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	c.startPolicyServer()
+	c.startWorker()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	rows := filepath.Join(c.dir, "rows.jsonl")
+	require.NoError(t, os.WriteFile(rows, []byte(`{"id":"h","env":"counter","task":{"target":2}}`+"\n"), 0o600))
+	out, err := c.starter(ctx, "submit", "--set", "ds2", "--tasks", rows, "--repeats", "2", "--require-ack", "--wait", "--timeout", "3m")
+	require.NoError(t, err, "starter submit:\n%s", out)
+
+	held := filepath.Join(c.dir, "held.jsonl")
+	out, err = c.starter(ctx, "export", "--set", "ds2", "-o", held, "--transcript-dir", c.store)
+	require.NoError(t, err, "starter export:\n%s", out)
+	require.Contains(t, out, "exported 2 rollouts of set ds2 (2 completed, 2 of them held for acknowledgement, 0 failed)")
+	before := exportedReceipts(t, held, true)
+
+	out, err = c.starter(ctx, "acknowledge", "--set", "ds2", "--receipts", held)
+	require.NoError(t, err, "starter acknowledge:\n%s", out)
+	require.Contains(t, out, "acknowledged 2 rollouts")
+
+	// Released, the rollouts close; the export then shows them closed.
+	c.waitFor("acknowledged rollouts to close", nil, time.Minute, func() bool {
+		resp, err := c.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: `RolloutSet="ds2" AND ExecutionStatus="Completed"`})
+		return err == nil && resp.GetCount() == 2
+	})
+	closed := filepath.Join(c.dir, "closed.jsonl")
+	out, err = c.starter(ctx, "export", "--set", "ds2", "-o", closed, "--transcript-dir", c.store)
+	require.NoError(t, err, "starter export:\n%s", out)
+	require.Equal(t, before, exportedReceipts(t, closed, false))
+}
+
+// exportedReceipts reads the receipts of an export's lines, checking each
+// line's held flag.
+func exportedReceipts(t *testing.T, path string, held bool) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, raw := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var l tsclient.ExportLine
+		require.NoError(t, json.Unmarshal([]byte(raw), &l))
+		require.Equal(t, held, l.Held, l.RolloutID)
+		require.Equal(t, "completed", l.Status, l.RolloutID)
+		require.NotNil(t, l.Receipt, l.RolloutID)
+		require.NotEmpty(t, l.Messages, l.RolloutID)
+		out[l.RolloutID] = l.Receipt.SHA256
+	}
+	require.Len(t, out, 2)
+	return out
 }
 
 // checkDatasetExport validates every line of the export at path.

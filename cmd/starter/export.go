@@ -98,8 +98,8 @@ func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rollouts of set %s (%d completed, %d failed); %d superseded runs skipped\n",
-		stats.Completed+stats.Failed, t.set, stats.Completed, stats.Failed, stats.Superseded)
+	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rollouts of set %s (%d completed, %d of them held for acknowledgement, %d failed); %d runs skipped (superseded or acknowledged meanwhile)\n",
+		stats.Completed+stats.Failed, t.set, stats.Completed, stats.Held, stats.Failed, stats.Skipped)
 	return nil
 }
 
