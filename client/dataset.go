@@ -207,8 +207,7 @@ func DatasetRolloutID(set, rowID string, repeat int) string {
 
 // DatasetSeed is the seed of repeat of row rowID of set when the row sets
 // none: a SHA-256 of the three, cut to 53 bits so it survives JSON readers
-// that hold numbers as doubles (the Web UI, Python's json is fine either
-// way).
+// that hold numbers as doubles (JavaScript, the Web UI).
 func DatasetSeed(set, rowID string, repeat int) int64 {
 	sum := sha256.Sum256([]byte(set + "\x00" + rowID + "\x00" + strconv.Itoa(repeat)))
 	return int64(binary.BigEndian.Uint64(sum[:8]) & (1<<53 - 1))
