@@ -19,6 +19,7 @@
 package client
 
 import (
+	"encoding/json"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -136,41 +137,43 @@ type RolloutRecord struct {
 // StatusCounts counts the latest runs of a set by phase and by execution
 // status.
 type StatusCounts struct {
-	Phases   map[string]int
-	Statuses map[string]int
+	Phases   map[string]int `json:"phases"`
+	Statuses map[string]int `json:"statuses"`
 }
 
 // Summary condenses a set.
 type Summary struct {
-	Rollouts  int
-	Completed int
-	Failed    int // closed any way but completed: failed, terminated, timed out, canceled
-	Running   int
+	Rollouts  int `json:"rollouts"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"` // closed any way but completed: failed, terminated, timed out, canceled
+	Running   int `json:"running"`
 	// Means over completed rollouts whose result was read.
-	MeanReward float64
-	MeanTurns  float64
-	// Rollout time of the latest run (close − start), over completed rollouts.
-	P50, P95 time.Duration
+	MeanReward float64 `json:"mean_reward"`
+	MeanTurns  float64 `json:"mean_turns"`
+	// Rollout time of the latest run (close − start), over completed
+	// rollouts; in JSON as p50_ms and p95_ms.
+	P50 time.Duration `json:"-"`
+	P95 time.Duration `json:"-"`
 }
 
 // EnvSummary condenses the rollouts of one environment of a set.
 type EnvSummary struct {
-	Env       string
-	Rollouts  int
-	Completed int
-	Failed    int
-	Running   int
+	Env       string `json:"env"`
+	Rollouts  int    `json:"rollouts"`
+	Completed int    `json:"completed"`
+	Failed    int    `json:"failed"`
+	Running   int    `json:"running"`
 	// Passed counts completed rollouts whose reward passes (see Passed).
-	Passed int
+	Passed int `json:"passed"`
 	// Means over completed rollouts whose result was read.
-	MeanReward float64
-	MeanTurns  float64
+	MeanReward float64 `json:"mean_reward"`
+	MeanTurns  float64 `json:"mean_turns"`
 }
 
 // SetSummary is a set condensed overall and per environment.
 type SetSummary struct {
-	Overall Summary
-	ByEnv   []EnvSummary
+	Overall Summary      `json:"overall"`
+	ByEnv   []EnvSummary `json:"by_env"`
 }
 
 // ReceiptLine is one receipt read from a receipts file, with its line
@@ -212,9 +215,9 @@ type AckPlan struct {
 
 // AckSummary counts what an acknowledgement did.
 type AckSummary struct {
-	Acknowledged int // updates accepted
-	Already      int // accepted before
-	Closed       int // closed before the update reached them
+	Acknowledged int `json:"acknowledged"` // updates accepted
+	Already      int `json:"already"`      // accepted before
+	Closed       int `json:"closed"`       // closed before the update reached them
 }
 
 // CheckpointRequest is one coordinated checkpoint of a set.
@@ -244,9 +247,9 @@ type RestoreRequest struct {
 
 // Started names a coordinator workflow that has started.
 type Started struct {
-	WorkflowID string
-	RunID      string
-	TaskQueue  string
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	TaskQueue  string `json:"task_queue"`
 }
 
 // ResumeRequest releases a checkpoint taken with StayPaused.
@@ -261,7 +264,18 @@ type ResumeRequest struct {
 
 // ResumeSummary counts what a resume did.
 type ResumeSummary struct {
-	Participants int // environment servers resumed
-	Rollouts     int // running rollouts sent the resume update
-	Closed       int // rollouts that closed before the update reached them
+	Participants int `json:"participants"` // environment servers resumed
+	Rollouts     int `json:"rollouts"`     // running rollouts sent the resume update
+	Closed       int `json:"closed"`       // rollouts that closed before the update reached them
+}
+
+// MarshalJSON writes the durations as whole milliseconds (p50_ms, p95_ms),
+// the way every other turnstile JSON output spells a duration.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	type plain Summary
+	return json.Marshal(struct {
+		plain
+		P50Millis int64 `json:"p50_ms"`
+		P95Millis int64 `json:"p95_ms"`
+	}{plain(s), s.P50.Milliseconds(), s.P95.Milliseconds()})
 }

@@ -138,7 +138,7 @@ func startCoordinator(ctx context.Context, c workflowStarter, s coordinatorStart
 	if err := run.Get(ctx, out); err != nil {
 		var wee *temporal.WorkflowExecutionError
 		if errors.As(err, &wee) {
-			return fmt.Errorf("%s failed: %s", s.opts.ID, failureMessage(err))
+			return causeFirst(err)
 		}
 		return fmt.Errorf("wait for %s: %w", s.opts.ID, err)
 	}

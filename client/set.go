@@ -216,19 +216,10 @@ func fetchResult(ctx context.Context, c runGetter, rec *RolloutRecord) error {
 	}
 	var wee *temporal.WorkflowExecutionError
 	if errors.As(err, &wee) {
-		rec.Err = failureMessage(err)
+		rec.Err = causeFirst(err).Error()
 		return nil
 	}
 	return fmt.Errorf("result of rollout %s (run %s): %w", rec.RolloutID, rec.RunID, err)
-}
-
-// failureMessage is the cause of a closed run's failure: "workflow execution
-// error (type: Rollout, …)" adds nothing an operator needs.
-func failureMessage(err error) string {
-	if cause := errors.Unwrap(err); cause != nil {
-		return cause.Error()
-	}
-	return err.Error()
 }
 
 // statusQuerier is the query part of client.Client.

@@ -123,8 +123,11 @@ func (s *Sampling) apply(p *openai.ChatCompletionNewParams) {
 	}
 }
 
+// sortedKeys returns m's keys in order: the workflow validates extra_body
+// with it, so the first error named is the same on every replay.
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
+	//workflowcheck:ignore the order is discarded by the sort below
 	for k := range m {
 		keys = append(keys, k)
 	}

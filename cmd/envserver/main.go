@@ -14,6 +14,7 @@ package main
 
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 
 	"context"
 	"errors"
@@ -47,9 +48,9 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "envserver:", err)
-		os.Exit(1)
+	if code := cli.Report(os.Stderr, "envserver", run(ctx, os.Args[1:], os.Stderr)); code != cli.ExitOK {
+		stop()
+		os.Exit(code)
 	}
 }
 
@@ -78,6 +79,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
 		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
+	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
+		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
+		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
+		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
+	})
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -115,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	fps, err := failpoint.FromEnv()
 	if err != nil {

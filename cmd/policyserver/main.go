@@ -8,6 +8,7 @@ package main
 
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 
 	"context"
 	"errors"
@@ -37,10 +38,9 @@ const (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
-		fmt.Fprintf(os.Stderr, "policyserver: %v\n", err)
+	if code := cli.Report(os.Stderr, "policyserver", run(ctx, os.Args[1:], os.Stderr, nil)); code != cli.ExitOK {
 		stop()
-		os.Exit(1)
+		os.Exit(code)
 	}
 }
 
@@ -70,6 +70,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
 	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
+	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
+		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
+	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -89,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseURL string)) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
-		return err
+		return cli.Usage(err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	o.server.Logger = log

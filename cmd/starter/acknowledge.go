@@ -62,15 +62,21 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 					return err
 				}
 				sum, err := c.SendAcks(cmd.Context(), plan)
-				fmt.Fprintf(cmd.OutOrStdout(), "set %s: acknowledged %d rollouts (%d accepted before, %d closed meanwhile)\n",
-					req.Set, sum.Acknowledged, sum.Already, sum.Closed)
-				return err
+				werr := g.emit(cmd.OutOrStdout(), struct {
+					Set string `json:"set"`
+					tsclient.AckSummary
+				}{req.Set, sum}, func(w io.Writer) error {
+					_, err := fmt.Fprintf(w, "set %s: acknowledged %d rollouts (%d accepted before, %d closed meanwhile)\n",
+						req.Set, sum.Acknowledged, sum.Already, sum.Closed)
+					return err
+				})
+				return errors.Join(err, werr)
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set")
-	f.StringVar(&receipts, "receipts", "", "JSON lines of receipts, or of results carrying one (`starter results` output)")
+	f.StringVar(&receipts, "receipts", "", "JSON lines of receipts, or of results carrying one (the output of starter results)")
 	f.BoolVar(&req.AllCompleted, "all-completed", false, "acknowledge every rollout awaiting acknowledgement with its current receipt")
 	cmd.MarkFlagsMutuallyExclusive("receipts", "all-completed")
 	_ = cmd.MarkFlagRequired("set")

@@ -48,8 +48,9 @@ func orDash(s string) string {
 
 // announce prints that a coordinator workflow has started, so an operator
 // learns its id while it runs.
-func announce(w io.Writer) func(tsclient.Started) {
+func announce(w io.Writer, started *tsclient.Started) func(tsclient.Started) {
 	return func(s tsclient.Started) {
+		*started = s
 		fmt.Fprintf(w, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
 	}
 }
@@ -76,12 +77,16 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				req.Deadline = t
 			}
 			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				c.OnStart = announce(cmd.ErrOrStderr())
+				var started tsclient.Started
+				c.OnStart = announce(cmd.ErrOrStderr(), &started)
 				res, err := c.Checkpoint(cmd.Context(), req, wait)
-				if err != nil || res == nil {
+				if err != nil {
 					return err
 				}
-				return writeCheckpointResult(cmd.OutOrStdout(), *res)
+				if res == nil {
+					return g.emit(cmd.OutOrStdout(), started, func(io.Writer) error { return nil })
+				}
+				return g.emit(cmd.OutOrStdout(), res, func(w io.Writer) error { return writeCheckpointResult(w, *res) })
 			})
 		},
 	}
@@ -92,7 +97,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in a fixed order")
 	f.DurationVar(&req.Timeout, "timeout", 60*time.Second, "time the cut may take (turned into an absolute deadline at the start)")
 	f.StringVar(&deadline, "deadline", "", "absolute deadline of the cut (RFC 3339), instead of --timeout")
-	f.BoolVar(&req.StayPaused, "stay-paused", false, "leave every environment server and rollout parked after the commit (planned shutdown; release with `starter resume`)")
+	f.BoolVar(&req.StayPaused, "stay-paused", false, "leave every environment server and rollout parked after the commit (planned shutdown; release with: starter resume)")
 	f.BoolVar(&wait, "wait", false, "wait for the checkpoint and print its result")
 	cmd.MarkFlagsMutuallyExclusive("timeout", "deadline")
 	for _, name := range []string{"set", "id", "root", "participants"} {

@@ -19,7 +19,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,6 +32,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -41,17 +45,22 @@ const dialTimeout = 10 * time.Second
 type globals struct {
 	taskQueue string
 	logLevel  string
+	output    string // table or json
 	// addr is the address withClient dialled, for messages.
 	addr string
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	root := newRootCmd()
+	err := root.ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starter:", err)
-		os.Exit(1)
+	var cf *tsclient.CauseFirstError
+	if level, _ := root.PersistentFlags().GetString("log-level"); level == "debug" && errors.As(err, &cf) {
+		fmt.Fprintln(os.Stderr, "starter: as Temporal reported it:", cf.Err)
+	}
+	if code := cli.Report(os.Stderr, "starter", cli.CobraUsage(err)); code != cli.ExitOK {
+		os.Exit(code)
 	}
 }
 
@@ -63,12 +72,25 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A bad flag prints the command's usage and exits 2; a failure while a
+	// command runs prints only its error and exits 1.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		_ = c.Usage()
+		return cli.Usage(err)
+	})
 	defaultQueue := os.Getenv(workers.EnvTaskQueue)
 	if defaultQueue == "" {
 		defaultQueue = rollout.TaskQueue
 	}
 	root.PersistentFlags().StringVar(&g.taskQueue, "task-queue", defaultQueue, "task queue the rollout workers poll (env "+workers.EnvTaskQueue+")")
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table, or json (one JSON document; JSON lines for per-rollout output)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if g.output != "table" && g.output != "json" {
+			return cli.Usage(fmt.Errorf("--output %q: want table or json", g.output))
+		}
+		return nil
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
 		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newExportCmd(g))
 	return root
@@ -90,6 +112,15 @@ func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
 		return nil, "", err
 	}
 	return c, workers.HostPort(opts), nil
+}
+
+// emit prints v as one JSON document with --output json, else as table
+// prints it.
+func (g *globals) emit(w io.Writer, v any, table func(io.Writer) error) error {
+	if g.output == "json" {
+		return json.NewEncoder(w).Encode(v)
+	}
+	return table(w)
 }
 
 // withClient connects and hands use a turnstile client on the task queue;

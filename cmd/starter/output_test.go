@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -240,4 +245,77 @@ func TestWriteResults(t *testing.T) {
 	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
 		t.Errorf("failure lines: %q", lines[1:])
 	}
+}
+
+// pflag reads a `backquoted` word in a usage string as the flag's value
+// name, which garbles the help line; every command's help must read as
+// written.
+func TestHelpTextsHaveNoStrayValueNames(t *testing.T) {
+	root := newRootCmd()
+	for _, c := range root.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("starter %s --%s: usage %q holds a backquote", c.Name(), f.Name, f.Usage)
+			}
+		})
+		var b strings.Builder
+		c.SetOut(&b)
+		if err := c.Help(); err != nil {
+			t.Fatalf("starter %s --help: %v", c.Name(), err)
+		}
+		if !strings.Contains(b.String(), "Usage:") {
+			t.Errorf("starter %s --help prints no usage:\n%s", c.Name(), b.String())
+		}
+	}
+}
+
+// -o json: status is one document of counts, or with --verbose one JSON
+// line per rollout; field names are the documented ones.
+func TestStatusJSON(t *testing.T) {
+	recs := []tsclient.RolloutRecord{
+		{RolloutID: "s1-0000", Phase: "completed", Attempt: 1, Turn: 4, RunID: "r0", Env: "counter", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED},
+		{RolloutID: "s1-0001", Phase: "model", Turn: 2, RunID: "r1", Env: "counter", Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+	}
+	var b strings.Builder
+	require.NoError(t, jsonStatus(&b, "s1", recs, false))
+	var doc struct {
+		Set      string         `json:"set"`
+		Rollouts int            `json:"rollouts"`
+		Phases   map[string]int `json:"phases"`
+		Statuses map[string]int `json:"statuses"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.String()), &doc))
+	require.Equal(t, "s1", doc.Set)
+	require.Equal(t, 2, doc.Rollouts)
+	require.Equal(t, map[string]int{"completed": 1, "model": 1}, doc.Phases)
+
+	b.Reset()
+	require.NoError(t, jsonStatus(&b, "s1", recs, true))
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	require.Len(t, lines, 2)
+	var line map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &line))
+	for _, k := range []string{"rollout_id", "attempt", "turn", "phase", "status", "run_id", "env"} {
+		require.Contains(t, line, k)
+	}
+}
+
+func TestSummaryJSONSpellsDurationsInMillis(t *testing.T) {
+	raw, err := json.Marshal(tsclient.Summary{Rollouts: 3, Completed: 2, P50: 1500 * time.Millisecond, P95: 2 * time.Second})
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(raw, &got))
+	require.Equal(t, 1500.0, got["p50_ms"])
+	require.Equal(t, 2000.0, got["p95_ms"])
+	require.Equal(t, 3.0, got["rollouts"])
+	require.NotContains(t, got, "P50")
+}
+
+func TestOutputFlagIsChecked(t *testing.T) {
+	root := newRootCmd()
+	root.SetArgs([]string{"status", "--set", "s1", "-o", "yaml"})
+	root.SetOut(io.Discard)
+	err := root.Execute()
+	require.ErrorContains(t, err, `--output "yaml": want table or json`)
+	require.Equal(t, 2, cli.ExitCode(cli.CobraUsage(err)))
 }

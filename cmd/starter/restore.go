@@ -36,12 +36,16 @@ func newRestoreCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				c.OnStart = announce(cmd.ErrOrStderr())
+				var started tsclient.Started
+				c.OnStart = announce(cmd.ErrOrStderr(), &started)
 				res, err := c.Restore(cmd.Context(), req, wait)
-				if err != nil || res == nil {
+				if err != nil {
 					return err
 				}
-				return writeRestoreResult(cmd.OutOrStdout(), *res)
+				if res == nil {
+					return g.emit(cmd.OutOrStdout(), started, func(io.Writer) error { return nil })
+				}
+				return g.emit(cmd.OutOrStdout(), res, func(w io.Writer) error { return writeRestoreResult(w, *res) })
 			})
 		},
 	}

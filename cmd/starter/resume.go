@@ -32,7 +32,11 @@ func newResumeCmd(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return writeResumeSummary(cmd.OutOrStdout(), req.Set, req.CheckpointID, sum)
+				return g.emit(cmd.OutOrStdout(), struct {
+					Set          string `json:"set"`
+					CheckpointID string `json:"checkpoint_id"`
+					tsclient.ResumeSummary
+				}{req.Set, req.CheckpointID, sum}, func(w io.Writer) error { return writeResumeSummary(w, req.Set, req.CheckpointID, sum) })
 			})
 		},
 	}

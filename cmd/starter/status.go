@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -29,6 +30,37 @@ func writeStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose
 		}
 	}
 	return tw.Flush()
+}
+
+// jsonStatus is status -o json: one document with the counts, or, with
+// --verbose, one JSON line per rollout.
+func jsonStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose bool) error {
+	enc := json.NewEncoder(w)
+	if !verbose {
+		return enc.Encode(struct {
+			Set      string `json:"set"`
+			Rollouts int    `json:"rollouts"`
+			tsclient.StatusCounts
+		}{set, len(recs), tsclient.CountStatus(recs)})
+	}
+	for _, r := range recs {
+		line := statusLine{r.RolloutID, r.Attempt, r.Turn, r.Phase, tsclient.StatusName(r.Status), r.RunID, r.Env}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// statusLine is one rollout in status -o json --verbose.
+type statusLine struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int64  `json:"attempt"`
+	Turn      int64  `json:"turn"`
+	Phase     string `json:"phase"`
+	Status    string `json:"status"`
+	RunID     string `json:"run_id"`
+	Env       string `json:"env,omitempty"`
 }
 
 func writeCounts(w io.Writer, title string, counts map[string]int) {
@@ -60,6 +92,9 @@ func newStatusCmd(g *globals) *cobra.Command {
 				recs, err := c.List(cmd.Context(), set)
 				if err != nil {
 					return err
+				}
+				if g.output == "json" {
+					return jsonStatus(cmd.OutOrStdout(), set, recs, verbose)
 				}
 				return writeStatus(cmd.OutOrStdout(), set, recs, verbose)
 			})

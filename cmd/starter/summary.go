@@ -92,7 +92,10 @@ func newSummaryCmd(g *globals) *cobra.Command {
 				if sum.Overall.Rollouts == 0 {
 					return fmt.Errorf("set %q has no rollouts in visibility", set)
 				}
-				return writeSummary(cmd.OutOrStdout(), set, sum)
+				return g.emit(cmd.OutOrStdout(), struct {
+					Set string `json:"set"`
+					tsclient.SetSummary
+				}{set, sum}, func(w io.Writer) error { return writeSummary(w, set, sum) })
 			})
 		},
 	}

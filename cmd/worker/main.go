@@ -7,7 +7,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +17,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
 
@@ -23,13 +28,46 @@ import (
 const dialTimeout = 10 * time.Second
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
+	if code := cli.Report(os.Stderr, "worker", run(os.Args[1:])); code != cli.ExitOK {
+		os.Exit(code)
 	}
 }
 
-func run() error {
+// parseFlags reads the command line. The worker takes its settings from the
+// environment only (like the Temporal CLI's TEMPORAL_* variables), so
+// --help lists them and anything else on the command line is a usage error.
+func parseFlags(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cli.SetUsage(fs, "Polls the rollout task queue and hosts the Rollout, Checkpoint and Restore workflows and their activities until SIGINT or SIGTERM.", settings())
+	if err := fs.Parse(args); err != nil {
+		return cli.Usage(err)
+	}
+	if fs.NArg() > 0 {
+		return cli.Usage(fmt.Errorf("unexpected arguments %q: the worker's settings come from the environment (see --help)", fs.Args()))
+	}
+	return nil
+}
+
+// settings are the environment variables the worker reads, for --help.
+func settings() []cli.Setting {
+	return []cli.Setting{
+		{Env: "TEMPORAL_ADDRESS", Default: "localhost:7233", Meaning: "Temporal frontend (also TEMPORAL_NAMESPACE, TEMPORAL_PROFILE, TEMPORAL_TLS_*, temporal.toml, as the Temporal CLI reads them)"},
+		{Env: workers.EnvTaskQueue, Default: rollout.TaskQueue, Meaning: "task queue"},
+		{Env: workers.EnvTranscriptDir, Default: workers.DefaultTranscriptDir, Meaning: "transcript store, shared by every worker"},
+		{Env: workers.EnvEnvURL, Default: workers.DefaultEnvURL, Meaning: "default environment server"},
+		{Env: workers.EnvModelBaseURL, Default: workers.DefaultModelBaseURL, Meaning: "default OpenAI-compatible endpoint"},
+		{Env: workers.EnvModelAPIKey, Meaning: "model API key (or " + workers.EnvOpenAIAPIKey + "); never written to history"},
+		{Env: workers.EnvControlToken, Meaning: "bearer token of the environment servers' control plane"},
+		{Env: workers.EnvLogLevel, Default: workers.DefaultLogLevel, Meaning: "log level: debug, info, warn, error"},
+		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
+	}
+}
+
+func run(args []string) error {
+	if err := parseFlags(args, os.Stderr); err != nil {
+		return err
+	}
 	cfg, err := workers.ConfigFromEnv()
 	if err != nil {
 		return err
