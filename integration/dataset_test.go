@@ -65,7 +65,7 @@ func TestDatasetSubmitExport(t *testing.T) {
 	require.Len(t, listed, 1, out)
 
 	export := filepath.Join(c.dir, "ds1.jsonl")
-	out, err = c.starter(ctx, "export", "--set", "ds1", "-o", export, "--transcript-dir", c.store)
+	out, err = c.starter(ctx, "export", "--set", "ds1", "--file", export, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
 	require.Contains(t, out, "exported 9 rollouts of set ds1 (9 completed, 0 of them held for acknowledgement, 0 failed)")
 	checkDatasetExport(t, export, repeats)
@@ -93,7 +93,7 @@ func TestDatasetExportHeld(t *testing.T) {
 	require.NoError(t, err, "starter submit:\n%s", out)
 
 	held := filepath.Join(c.dir, "held.jsonl")
-	out, err = c.starter(ctx, "export", "--set", "ds2", "-o", held, "--transcript-dir", c.store)
+	out, err = c.starter(ctx, "export", "--set", "ds2", "--file", held, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
 	require.Contains(t, out, "exported 2 rollouts of set ds2 (2 completed, 2 of them held for acknowledgement, 0 failed)")
 	before := exportedReceipts(t, held, true)
@@ -108,7 +108,7 @@ func TestDatasetExportHeld(t *testing.T) {
 		return err == nil && resp.GetCount() == 2
 	})
 	closed := filepath.Join(c.dir, "closed.jsonl")
-	out, err = c.starter(ctx, "export", "--set", "ds2", "-o", closed, "--transcript-dir", c.store)
+	out, err = c.starter(ctx, "export", "--set", "ds2", "--file", closed, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
 	require.Equal(t, before, exportedReceipts(t, closed, false))
 }

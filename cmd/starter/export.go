@@ -15,7 +15,7 @@ import (
 )
 
 func newExportCmd(g *globals) *cobra.Command {
-	var set, output, dir string
+	var set, file, dir string
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Write one JSON line per finished rollout of a set: ids, group, reward, usage and the trajectory with token fields",
@@ -34,7 +34,7 @@ func newExportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				return export(cmd, c, exportTarget{set: set, output: output, store: store})
+				return export(cmd, c, exportTarget{set: set, file: file, store: store})
 			})
 		},
 	}
@@ -44,7 +44,9 @@ func newExportCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&set, "set", "", "name of the set")
-	f.StringVarP(&output, "output", "o", "", "file to write (default: standard output); written under a temporary name and renamed when complete")
+	// Not -o: that is every command's output format (table or json); an
+	// export is always JSON lines.
+	f.StringVarP(&file, "file", "f", "", "file to write (default: standard output); written under a temporary name and renamed when complete")
 	f.StringVar(&dir, "transcript-dir", defaultDir, "the worker's transcript directory (env "+workers.EnvTranscriptDir+")")
 	_ = cmd.MarkFlagRequired("set")
 	return cmd
@@ -70,12 +72,12 @@ func openTranscripts(dir string) (*transcript.Store, error) {
 
 // exportTarget is what one `starter export` writes, and where from.
 type exportTarget struct {
-	set, output string
-	store       *transcript.Store
+	set, file string
+	store     *transcript.Store
 }
 
-// export writes the set's lines to standard output or to the output
-// file, and a count of them to standard error.
+// export writes the set's lines to standard output or to the file, and a
+// count of them to standard error.
 func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
 	var stats tsclient.ExportStats
 	write := func(w io.Writer) error {
@@ -90,10 +92,10 @@ func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
 		return nil
 	}
 	var err error
-	if t.output == "" {
+	if t.file == "" {
 		err = write(cmd.OutOrStdout())
 	} else {
-		err = writeFileAtomically(t.output, write)
+		err = writeFileAtomically(t.file, write)
 	}
 	if err != nil {
 		return err
@@ -110,15 +112,15 @@ func writeFileAtomically(path string, write func(io.Writer) error) error {
 	tmp := path + ".partial"
 	f, err := os.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("--output: %w", err)
+		return fmt.Errorf("--file: %w", err)
 	}
 	err = write(f)
 	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("--output: close %s: %w", tmp, cerr)
+		err = fmt.Errorf("--file: close %s: %w", tmp, cerr)
 	}
 	if err == nil {
 		if err = os.Rename(tmp, path); err != nil {
-			err = fmt.Errorf("--output: %w", err)
+			err = fmt.Errorf("--file: %w", err)
 		}
 	}
 	if err != nil {

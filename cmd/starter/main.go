@@ -7,7 +7,7 @@
 //	starter summary --set s1
 //	starter results --set s1 > s1.jsonl
 //	starter submit --set d1 --tasks rows.jsonl --repeats 8
-//	starter export --set d1 -o d1.trajectories.jsonl
+//	starter export --set d1 --file d1.trajectories.jsonl
 //	starter checkpoint --set s1 --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
 //	starter restore --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
 //	starter resume --set s1 --id ck1 --participants http://127.0.0.1:8091

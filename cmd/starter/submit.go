@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -76,7 +78,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 func fillMode(cmd *cobra.Command, req *tsclient.SubmitRequest, envList, tasks string) error {
 	if tasks == "" {
 		if cmd.Flags().Changed("repeats") {
-			return fmt.Errorf("--repeats needs --tasks")
+			return cli.Usage(errors.New("--repeats needs --tasks"))
 		}
 		req.Repeats = 0
 		envNames, err := tsclient.ParseEnvs(envList)
