@@ -22,9 +22,10 @@ import (
 const maxReceiptLine = 16 << 20
 
 // ParseReceipts reads JSON lines, each a rollout.Receipt or a result
-// carrying one under "receipt" (as `starter results` prints them). A line
-// of a rollout that failed ({"rollout_id","error"}, also printed by
-// `starter results`) has nothing to acknowledge and is returned in skipped.
+// carrying one under "receipt" (as `starter results` and `starter export`
+// print them). A line of a rollout that failed ({"rollout_id","error"}
+// from `starter results`, a line with "failure" from `starter export`) has
+// nothing to acknowledge and is returned in skipped.
 // Any other line is bad, and the error lists every bad line.
 func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err error) {
 	sc := bufio.NewScanner(r)
@@ -43,6 +44,8 @@ func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err erro
 			SHA256    string           `json:"sha256"`
 			Receipt   *rollout.Receipt `json:"receipt"`
 			Error     *string          `json:"error"`
+			// Failure marks a failed rollout's `starter export` line.
+			Failure *string `json:"failure"`
 		}
 		if err := json.Unmarshal(raw, &v); err != nil {
 			bad = append(bad, fmt.Sprintf("line %d: not a JSON object: %v", n, err))
@@ -62,7 +65,7 @@ func ParseReceipts(r io.Reader) (lines []ReceiptLine, skipped []string, err erro
 				continue
 			}
 			rc = rollout.Receipt{RolloutID: v.RolloutID, Attempt: *v.Attempt, SHA256: v.SHA256}
-		case v.Error != nil && v.RolloutID != "":
+		case (v.Error != nil || v.Failure != nil) && v.RolloutID != "":
 			skipped = append(skipped, fmt.Sprintf("line %d: rollout %s failed, nothing to acknowledge", n, v.RolloutID))
 			continue
 		default:

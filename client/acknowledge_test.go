@@ -46,6 +46,7 @@ func TestParseReceipts(t *testing.T) {
 		"",
 		jsonLine(t, res),
 		`{"rollout_id":"s1-0002","error":"environment refused"}`,
+		`{"rollout_id":"s1-0003","status":"failed","failure":"environment refused","held":false}`,
 	}, "\n")
 	lines, skipped, err := ParseReceipts(strings.NewReader(in))
 	if err != nil {
@@ -54,7 +55,7 @@ func TestParseReceipts(t *testing.T) {
 	if len(lines) != 2 || lines[0] != (ReceiptLine{1, a}) || lines[1] != (ReceiptLine{3, b}) {
 		t.Errorf("lines = %+v", lines)
 	}
-	if len(skipped) != 1 || !strings.Contains(skipped[0], "line 4: rollout s1-0002 failed") {
+	if len(skipped) != 2 || !strings.Contains(skipped[0], "line 4: rollout s1-0002 failed") || !strings.Contains(skipped[1], "line 5: rollout s1-0003 failed") {
 		t.Errorf("skipped = %q", skipped)
 	}
 }

@@ -1,5 +1,6 @@
 // Package client is the Go API of turnstile for a training pipeline: submit
-// a set of rollouts, wait for it, list and summarize it, read its results,
+// a set of rollouts (or a dataset, each row repeated as one group), wait for
+// it, list and summarize it, read its results, export its trajectories,
 // acknowledge them, and checkpoint, restore and resume the set. The starter
 // CLI is flags and printing over this package.
 //
@@ -10,6 +11,11 @@
 //	res, err := ts.Submit(ctx, tsclient.SubmitRequest{Set: "s1", Count: 64, Envs: []string{"counter"}})
 //	err = ts.Wait(ctx, tsclient.WaitRequest{Set: "s1", Inputs: res.Inputs})
 //	sum, err := ts.Summary(ctx, "s1")
+//
+//	rows, err := tsclient.ReadDataset(f) // JSONL; every bad row reported at once
+//	res, err = ts.Submit(ctx, tsclient.SubmitRequest{Set: "d1", Rows: rows, Repeats: 8})
+//	store, err := transcript.Open(dir) // the worker's TURNSTILE_TRANSCRIPT_DIR
+//	stats, err := ts.Export(ctx, "d1", store, w)
 package client
 
 import (
@@ -77,6 +83,12 @@ type SubmitRequest struct {
 	EnvCallTimeout   time.Duration
 	ModelCallRetries int
 	Deadline         time.Duration
+	// Rows, when set, submit a dataset instead of Count rollouts of Envs:
+	// each row Repeats times, as one group (see DatasetRow). Count, Envs
+	// and Seed must then be zero; Policy, ModelURL and MaxTurns are the
+	// defaults of rows that set none.
+	Rows    []DatasetRow
+	Repeats int
 }
 
 // SubmitResult is what a submission started.

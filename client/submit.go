@@ -34,12 +34,21 @@ func (r SubmitRequest) Validate() error {
 	if err := rollout.ValidateSet(r.Set); err != nil {
 		return err
 	}
+	if err := r.validateShared(); err != nil {
+		return err
+	}
+	if r.isDataset() {
+		return r.validateDataset()
+	}
 	if r.Count < 1 || r.Count > maxCount {
 		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
 	}
-	if _, err := ParseEnvs(strings.Join(r.Envs, ",")); err != nil {
-		return err
-	}
+	_, err := ParseEnvs(strings.Join(r.Envs, ","))
+	return err
+}
+
+// validateShared checks the fields both modes use.
+func (r SubmitRequest) validateShared() error {
 	if r.Policy != strings.TrimSpace(r.Policy) {
 		return fmt.Errorf("--policy %q: surrounding spaces", r.Policy)
 	}
@@ -49,12 +58,10 @@ func (r SubmitRequest) Validate() error {
 	if err := r.validateBudgets(); err != nil {
 		return err
 	}
-	for _, u := range []struct{ flag, value string }{{"--env-url", r.EnvURL}, {"--model-url", r.ModelURL}} {
-		if u.value != "" && !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
-			return fmt.Errorf("%s %q: want an http:// or https:// URL", u.flag, u.value)
-		}
+	if err := checkURL("--env-url", r.EnvURL); err != nil {
+		return err
 	}
-	return nil
+	return checkURL("--model-url", r.ModelURL)
 }
 
 // RolloutID is the id of rollout i of set: "<set>-0007". Zero-padding keeps
@@ -111,6 +118,9 @@ func ParseEnvs(value string) ([]string, error) {
 func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
+	}
+	if r.isDataset() {
+		return buildDatasetInputs(r)
 	}
 	out := make([]rollout.Input, r.Count)
 	for i := range out {
@@ -194,7 +204,7 @@ type workflowStarter interface {
 
 // searchAttributeHint tells what to do when the server does not know the
 // rollout search attributes.
-const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase (Keyword) and RolloutAttempt, RolloutTurn (Int) — `make devserver` does"
+const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase, RolloutGroup (Keyword) and RolloutAttempt, RolloutTurn, RolloutRepeat (Int) — `make devserver` does"
 
 // startAll starts every input with bounded concurrency and returns how many
 // started. The first failure stops the starts not yet begun.

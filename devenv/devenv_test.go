@@ -254,6 +254,7 @@ func TestRepoFile(t *testing.T) {
 	wantSA := map[string]string{
 		"RolloutId": "Keyword", "RolloutSet": "Keyword", "RolloutAttempt": "Int",
 		"RolloutTurn": "Int", "RolloutPhase": "Keyword", "CheckpointId": "Keyword",
+		"RolloutGroup": "Keyword", "RolloutRepeat": "Int",
 	}
 	if !reflect.DeepEqual(env.SearchAttributes, wantSA) {
 		t.Errorf("search attributes = %v, want %v", env.SearchAttributes, wantSA)

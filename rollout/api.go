@@ -44,6 +44,11 @@ const (
 	SARolloutAttempt = "RolloutAttempt" // Int
 	SARolloutTurn    = "RolloutTurn"    // Int
 	SARolloutPhase   = "RolloutPhase"   // Keyword
+	// Set at start, only for rollouts of a dataset (Input.Group not
+	// empty), so rollouts started before these attributes were registered,
+	// or on a server that lacks them, start exactly as before.
+	SARolloutGroup  = "RolloutGroup"  // Keyword: the dataset row id
+	SARolloutRepeat = "RolloutRepeat" // Int: the repeat index within the group
 )
 
 // Phase is where a rollout is.
@@ -216,6 +221,11 @@ type Input struct {
 	// acknowledged when a checkpoint was cut: a restored run offers it again,
 	// receipt unchanged, instead of running the rollout a second time.
 	Completed *Result `json:"completed,omitempty"`
+	// Group is the dataset row the rollout was drawn from and Repeat its
+	// index among that row's repeats: the rollouts of one group are the
+	// samples a GRPO trainer compares. Empty for rollouts not from a dataset.
+	Group  string `json:"group,omitempty"`
+	Repeat int    `json:"repeat,omitempty"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool
@@ -391,21 +401,27 @@ func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
 	if in.Resume != nil {
 		turn = in.Resume.Turn
 	}
+	sa := []temporal.SearchAttributeUpdate{
+		temporal.NewSearchAttributeKeyKeyword(SARolloutID).ValueSet(in.RolloutID),
+		temporal.NewSearchAttributeKeyKeyword(SARolloutSet).ValueSet(in.Set),
+		temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(in.Attempt)),
+		temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(int64(turn)),
+		temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(string(phase)),
+	}
+	if in.Group != "" {
+		sa = append(sa,
+			temporal.NewSearchAttributeKeyKeyword(SARolloutGroup).ValueSet(in.Group),
+			temporal.NewSearchAttributeKeyInt64(SARolloutRepeat).ValueSet(int64(in.Repeat)))
+	}
 	return client.StartWorkflowOptions{
 		ID:                                       WorkflowID(in.RolloutID),
 		TaskQueue:                                taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    reuse,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(SARolloutID).ValueSet(in.RolloutID),
-			temporal.NewSearchAttributeKeyKeyword(SARolloutSet).ValueSet(in.Set),
-			temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(in.Attempt)),
-			temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(int64(turn)),
-			temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(string(phase)),
-		),
-		Memo:          map[string]any{MemoEnv: in.Env.Name},
-		StaticSummary: fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
+		Memo:                                     map[string]any{MemoEnv: in.Env.Name},
+		StaticSummary:                            fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
 	}
 }
 

@@ -6,6 +6,8 @@
 //	starter status --set s1 --verbose
 //	starter summary --set s1
 //	starter results --set s1 > s1.jsonl
+//	starter submit --set d1 --tasks rows.jsonl --repeats 8
+//	starter export --set d1 --file d1.trajectories.jsonl
 //	starter checkpoint --set s1 --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
 //	starter restore --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
 //	starter resume --set s1 --id ck1 --participants http://127.0.0.1:8091
@@ -96,7 +98,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatConsole, "format of those log lines: console or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
-		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g))
+		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newExportCmd(g))
 	return root
 }
 

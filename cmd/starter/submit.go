@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -24,17 +26,16 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		wait    bool
 		dryRun  bool
 		timeout time.Duration
+		tasks   string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
 		Short: "Start a set of rollouts (attempt 0 each)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			envNames, err := tsclient.ParseEnvs(envList)
-			if err != nil {
+			if err := fillMode(cmd, &req, envList, tasks); err != nil {
 				return err
 			}
-			req.Envs = envNames
 			if dryRun {
 				inputs, err := tsclient.BuildInputs(req)
 				if err != nil {
@@ -53,6 +54,8 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set (rollout ids are <set>-0000, <set>-0001, …)")
 	f.IntVar(&req.Count, "count", 1, "number of rollouts")
+	f.StringVar(&tasks, "tasks", "", "JSONL dataset, one task per row (see README, \"Dataset format\"); instead of --count/--env/--seed")
+	f.IntVar(&req.Repeats, "repeats", 1, "with --tasks: rollouts per row, one group (rollout ids <set>-<row id>-r<repeat>)")
 	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(catalog.Names(), ", ")+")")
 	f.StringVar(&req.EnvURL, "env-url", "", "environment server URL (default: the worker's)")
 	f.StringVar(&req.Policy, "policy", "", "policy model name of every rollout (default: scripted-<env> of each rollout's environment)")
@@ -68,8 +71,39 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	_ = cmd.MarkFlagRequired("set")
-	_ = cmd.MarkFlagRequired("env")
+	cmd.MarkFlagsMutuallyExclusive("tasks", "env")
+	cmd.MarkFlagsMutuallyExclusive("tasks", "count")
+	cmd.MarkFlagsMutuallyExclusive("tasks", "seed")
 	return cmd
+}
+
+// fillMode completes req for one of the two modes: --count rollouts of
+// --env, or the rows of the --tasks dataset, each --repeats times.
+func fillMode(cmd *cobra.Command, req *tsclient.SubmitRequest, envList, tasks string) error {
+	if tasks == "" {
+		if cmd.Flags().Changed("repeats") {
+			return cli.Usage(errors.New("--repeats needs --tasks"))
+		}
+		req.Repeats = 0
+		envNames, err := tsclient.ParseEnvs(envList)
+		if err != nil {
+			return err
+		}
+		req.Envs = envNames
+		return nil
+	}
+	req.Count = 0
+	f, err := os.Open(tasks)
+	if err != nil {
+		return fmt.Errorf("--tasks: %w", err)
+	}
+	defer f.Close()
+	rows, err := tsclient.ReadDataset(f)
+	if err != nil {
+		return fmt.Errorf("--tasks %s: %w", tasks, err)
+	}
+	req.Rows = rows
+	return nil
 }
 
 // submitWait is how `starter submit` waits for its set, and the address
@@ -88,7 +122,7 @@ func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "started %d rollouts of set %s (%s) on task queue %s at %s\n", res.Started, req.Set, strings.Join(req.Envs, ", "), c.TaskQueue(), w.addr)
+	fmt.Fprintf(out, "started %d rollouts of set %s (%s) on task queue %s at %s\n", res.Started, req.Set, describeMode(req), c.TaskQueue(), w.addr)
 	if !w.wait {
 		return nil
 	}
@@ -109,6 +143,15 @@ func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, 
 		fmt.Fprintf(out, "results are held until acknowledged: starter acknowledge --set %s --all-completed (or --receipts FILE)\n", req.Set)
 	}
 	return nil
+}
+
+// describeMode names what a submission draws from: its environments, or
+// its dataset's rows and repeats.
+func describeMode(req tsclient.SubmitRequest) string {
+	if req.Rows != nil {
+		return fmt.Sprintf("%d rows × %d repeats", len(req.Rows), req.Repeats)
+	}
+	return strings.Join(req.Envs, ", ")
 }
 
 // writePlan prints what a submit of inputs would start: one line per

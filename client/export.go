@@ -1,0 +1,246 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/turnstile-rl/turnstile/fanout"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// exportWindow is how many rollouts an export reads at once. Their lines
+// are the only ones held in memory, so an export of 10,000 rollouts needs
+// no more than one of 16.
+const exportWindow = 16
+
+// finishedQuery selects the runs whose rollout is finished: those that
+// ended for good (a run that continued as new handed its rollout on), and
+// running ones holding a completed result for acknowledgement, so a
+// pipeline can export what it will acknowledge.
+var finishedQuery = fmt.Sprintf(`((ExecutionStatus != "Running" AND ExecutionStatus != "ContinuedAsNew") OR (ExecutionStatus = "Running" AND %s = %q))`,
+	rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+
+// ExportStats counts what an export wrote and passed over.
+type ExportStats struct {
+	Completed int // lines of completed rollouts, held ones included
+	Held      int // of which held for acknowledgement
+	Failed    int // lines of rollouts that closed any other way
+	// Skipped counts listed runs not exported: a later run of the same
+	// rollout replaced them (a restored attempt; only the latest is
+	// exported), or a held result was acknowledged meanwhile.
+	Skipped int
+}
+
+// exportSource is what Export reads from Temporal.
+type exportSource interface {
+	rollout.Lister
+	runGetter
+	statusQuerier
+}
+
+// Export writes one JSON line (ExportLine) per finished rollout of set to
+// w, reading trajectories from store, the worker's transcript directory.
+// It streams: visibility is read page by page, and only a window of
+// rollouts is held at a time. A set still running may be exported: only
+// finished rollouts are written, each once: those whose latest run has
+// closed, and those holding a completed result for acknowledgement (held
+// true, with the receipt to acknowledge it by). Lines come in visibility's
+// order, not by rollout id.
+func (c *Client) Export(ctx context.Context, set string, store TranscriptReader, w io.Writer) (ExportStats, error) {
+	if err := rollout.ValidateSet(set); err != nil {
+		return ExportStats{}, err
+	}
+	return exportSet(ctx, c.tc, store, set, w)
+}
+
+func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer) (ExportStats, error) {
+	var stats ExportStats
+	window := make([]*workflowpb.WorkflowExecutionInfo, 0, exportWindow)
+	flush := func() error {
+		err := exportWindowOf(ctx, exportJob{src: src, store: store, set: set, w: w}, window, &stats)
+		window = window[:0]
+		return err
+	}
+	err := rollout.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+		window = append(window, info)
+		if len(window) < exportWindow {
+			return nil
+		}
+		return flush()
+	})
+	if err != nil {
+		return stats, fmt.Errorf("export set %q: %w", set, err)
+	}
+	if err := flush(); err != nil {
+		return stats, fmt.Errorf("export set %q: %w", set, err)
+	}
+	return stats, nil
+}
+
+// exportJob is what every window of one export shares.
+type exportJob struct {
+	src   exportSource
+	store TranscriptReader
+	set   string
+	w     io.Writer
+}
+
+// exportWindowOf builds the lines of a window of closed runs concurrently
+// and writes them in listing order.
+func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo, stats *ExportStats) error {
+	lines := make([][]byte, len(infos))
+	kinds := make([]string, len(infos))
+	err := fanout.Each(ctx, len(infos), exportWindow, func(ctx context.Context, i int) error {
+		f, ok, err := finished(ctx, job.src, job.set, infos[i])
+		if err != nil || !ok {
+			return err
+		}
+		line, err := buildLine(ctx, job.store, f)
+		if err != nil {
+			return err
+		}
+		kinds[i] = line.Status
+		if line.Held {
+			kinds[i] = "held"
+		}
+		lines[i], err = encodeLine(line)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for i, b := range lines {
+		if b == nil {
+			stats.Skipped++
+			continue
+		}
+		if _, err := job.w.Write(b); err != nil {
+			return fmt.Errorf("write export line: %w", err)
+		}
+		switch kinds[i] {
+		case "held":
+			stats.Held++
+			stats.Completed++
+		case "completed":
+			stats.Completed++
+		default:
+			stats.Failed++
+		}
+	}
+	return nil
+}
+
+// encodeLine is line as one line of JSON, HTML characters unescaped
+// (tool arguments and code read as written).
+func encodeLine(line ExportLine) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(line); err != nil {
+		return nil, fmt.Errorf("encode export line of %s: %w", line.RolloutID, err)
+	}
+	return b.Bytes(), nil
+}
+
+// finished reads what the export needs of the rollout of a listed run:
+// its attempts (every run of its workflow ID), and its result or failure.
+// ok is false when the run is not to be exported: a later run replaced it
+// (the later run is exported once finished), or it no longer holds a result.
+func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo) (f finishedRollout, ok bool, err error) {
+	rec := recordFromInfo(info)
+	runs, err := listRuns(ctx, src, rec.WorkflowID)
+	if err != nil {
+		return f, false, err
+	}
+	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
+		return f, false, nil
+	}
+	if ok, err := fetchFinished(ctx, src, &rec); err != nil || !ok {
+		return f, false, err
+	}
+	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
+	sa := info.GetSearchAttributes()
+	if g, ok := rollout.SAKeyword(sa, rollout.SARolloutGroup); ok {
+		f.group = &g
+		r, _ := rollout.SAInt(sa, rollout.SARolloutRepeat)
+		repeat := int(r)
+		f.repeat = &repeat
+	}
+	return f, true, nil
+}
+
+// fetchFinished fills rec's result or failure: from the closed run, or
+// from a running run's status query when it holds a result for
+// acknowledgement. ok is false when a listed held result is no longer held
+// (acknowledged since): the rollout is then not finished as listed.
+func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (ok bool, err error) {
+	if rec.Closed() {
+		return true, fetchResult(ctx, src, rec)
+	}
+	st, err := queryStatus(ctx, src, rec.WorkflowID)
+	if err != nil {
+		return false, err
+	}
+	if st.Phase != rollout.PhaseAwaitingAck || st.Result == nil {
+		return false, nil
+	}
+	rec.Result = st.Result
+	return true, nil
+}
+
+// listRuns returns every run of workflowID that visibility holds, the
+// latest first.
+func listRuns(ctx context.Context, l rollout.Lister, workflowID string) ([]RolloutRecord, error) {
+	query := fmt.Sprintf("WorkflowId = %q", workflowID)
+	var runs []RolloutRecord
+	var token []byte
+	for {
+		resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list runs of %s: %w", workflowID, err)
+		}
+		for _, info := range resp.GetExecutions() {
+			runs = append(runs, recordFromInfo(info))
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return newer(runs[i], runs[j]) })
+	return runs, nil
+}
+
+// attemptsOf condenses runs (latest first) into one record per attempt,
+// oldest attempt first.
+func attemptsOf(runs []RolloutRecord) []AttemptRecord {
+	out := []AttemptRecord{}
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		if n := len(out); n > 0 && out[n-1].Attempt == int(r.Attempt) {
+			out[n-1].Status, out[n-1].Close = exportRunStatus(r), r.Close
+			out[n-1].Runs++
+			continue
+		}
+		out = append(out, AttemptRecord{Attempt: int(r.Attempt), Status: exportRunStatus(r), Runs: 1, Start: r.Start, Close: r.Close})
+	}
+	return out
+}
+
+// exportRunStatus names any run's status, open ones included.
+func exportRunStatus(r RolloutRecord) string {
+	switch r.Status {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return "running"
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		return "continued_as_new"
+	}
+	return closedStatus(r.Status)
+}

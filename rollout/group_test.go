@@ -1,0 +1,32 @@
+package rollout
+
+import (
+	"testing"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// TestStartOptionsGroup: a dataset rollout carries its group and repeat as
+// search attributes; any other rollout sets neither, so it starts on a
+// server that has not registered them.
+func TestStartOptionsGroup(t *testing.T) {
+	groupKey := temporal.NewSearchAttributeKeyKeyword(SARolloutGroup)
+	repeatKey := temporal.NewSearchAttributeKeyInt64(SARolloutRepeat)
+
+	in := Input{RolloutID: "s1-q7-r2", Set: "s1", Group: "q7", Repeat: 2, Env: EnvRef{Name: "counter"}}
+	sa := StartOptions(in, TaskQueue).TypedSearchAttributes
+	if g, ok := sa.GetKeyword(groupKey); !ok || g != "q7" {
+		t.Errorf("%s = %q, %v; want q7", SARolloutGroup, g, ok)
+	}
+	if r, ok := sa.GetInt64(repeatKey); !ok || r != 2 {
+		t.Errorf("%s = %d, %v; want 2", SARolloutRepeat, r, ok)
+	}
+
+	plain := StartOptions(Input{RolloutID: "s1-0001", Set: "s1"}, TaskQueue).TypedSearchAttributes
+	if _, ok := plain.GetKeyword(groupKey); ok {
+		t.Errorf("a rollout without a group sets %s", SARolloutGroup)
+	}
+	if _, ok := plain.GetInt64(repeatKey); ok {
+		t.Errorf("a rollout without a group sets %s", SARolloutRepeat)
+	}
+}
