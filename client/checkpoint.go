@@ -93,7 +93,14 @@ func CheckpointStartOptions(checkpointID, taskQueue string) tclient.StartWorkflo
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            "checkpoint " + checkpointID,
+		TypedSearchAttributes:                    checkpointAttributes(checkpointID),
 	}
+}
+
+// checkpointAttributes make a Checkpoint or Restore run searchable by its
+// checkpoint, beside the rollouts held for it.
+func checkpointAttributes(checkpointID string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID).ValueSet(checkpointID))
 }
 
 // coordinatorStart is one start of a Checkpoint or Restore workflow.

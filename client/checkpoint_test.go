@@ -12,8 +12,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 func validCheckpoint() CheckpointRequest {
@@ -101,6 +103,12 @@ func TestCoordinatorStartOptions(t *testing.T) {
 	}
 	if rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
 		t.Errorf("restore with an id: %s", rs.ID)
+	}
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	for _, o := range []client.StartWorkflowOptions{ck, rs} {
+		if id, _ := o.TypedSearchAttributes.GetKeyword(key); id != "ck1" {
+			t.Errorf("%s: CheckpointId %q, want ck1", o.ID, id)
+		}
 	}
 }
 

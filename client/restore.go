@@ -66,5 +66,6 @@ func RestoreStartOptions(in checkpoint.RestoreInput, taskQueue string) tclient.S
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		StaticSummary:                            "restore " + restoreID + " of checkpoint " + in.CheckpointID,
+		TypedSearchAttributes:                    checkpointAttributes(in.CheckpointID),
 	}
 }

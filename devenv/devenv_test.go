@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // validFile is a minimal complete settings file; invalid cases are built by
@@ -251,10 +254,11 @@ func TestRepoFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantSA := map[string]string{
-		"RolloutId": "Keyword", "RolloutSet": "Keyword", "RolloutAttempt": "Int",
-		"RolloutTurn": "Int", "RolloutPhase": "Keyword", "CheckpointId": "Keyword",
-		"RolloutGroup": "Keyword", "RolloutRepeat": "Int",
+	// The dev server registers exactly what turnstile sets (the list
+	// `starter setup` registers on a cluster).
+	wantSA := map[string]string{}
+	for name, typ := range rollout.SearchAttributes() {
+		wantSA[name] = map[enumspb.IndexedValueType]string{enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword", enumspb.INDEXED_VALUE_TYPE_INT: "Int"}[typ]
 	}
 	if !reflect.DeepEqual(env.SearchAttributes, wantSA) {
 		t.Errorf("search attributes = %v, want %v", env.SearchAttributes, wantSA)

@@ -49,7 +49,27 @@ const (
 	// or on a server that lacks them, start exactly as before.
 	SARolloutGroup  = "RolloutGroup"  // Keyword: the dataset row id
 	SARolloutRepeat = "RolloutRepeat" // Int: the repeat index within the group
+	// SARolloutEnv is the rollout's environment, set at start ("all running
+	// workplace rollouts": RolloutEnv="workplace" AND ExecutionStatus="Running").
+	SARolloutEnv = "RolloutEnv" // Keyword
+	// SACheckpointID is the checkpoint a rollout is held for (parked, or a
+	// restored run held until its restore resumes it) and the checkpoint of
+	// a Checkpoint or Restore run ("everything held for checkpoint k42":
+	// CheckpointId="k42").
+	SACheckpointID = "CheckpointId" // Keyword
 )
+
+// SearchAttributes are every search attribute turnstile sets, with their
+// types: what `starter setup` registers on a cluster and temporal-dev.yaml
+// registers on the dev server.
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	keyword, integer := enumspb.INDEXED_VALUE_TYPE_KEYWORD, enumspb.INDEXED_VALUE_TYPE_INT
+	return map[string]enumspb.IndexedValueType{
+		SARolloutID: keyword, SARolloutSet: keyword, SARolloutAttempt: integer, SARolloutTurn: integer,
+		SARolloutPhase: keyword, SARolloutGroup: keyword, SARolloutRepeat: integer, SARolloutEnv: keyword,
+		SACheckpointID: keyword,
+	}
+}
 
 // Phase is where a rollout is.
 type Phase string
@@ -407,6 +427,10 @@ func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
 		temporal.NewSearchAttributeKeyInt64(SARolloutAttempt).ValueSet(int64(in.Attempt)),
 		temporal.NewSearchAttributeKeyInt64(SARolloutTurn).ValueSet(int64(turn)),
 		temporal.NewSearchAttributeKeyKeyword(SARolloutPhase).ValueSet(string(phase)),
+		temporal.NewSearchAttributeKeyKeyword(SARolloutEnv).ValueSet(in.Env.Name),
+	}
+	if in.HoldFor != "" {
+		sa = append(sa, temporal.NewSearchAttributeKeyKeyword(SACheckpointID).ValueSet(in.HoldFor))
 	}
 	if in.Group != "" {
 		sa = append(sa,

@@ -336,13 +336,23 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 	if p == r.saPhase && r.b.Turn == r.saTurn {
 		return
 	}
-	err := workflow.UpsertTypedSearchAttributes(ctx,
+	updates := []temporal.SearchAttributeUpdate{
 		rolloutIDKey.ValueSet(r.in.RolloutID),
 		rolloutSetKey.ValueSet(r.in.Set),
 		rolloutAttemptKey.ValueSet(int64(r.in.Attempt)),
 		rolloutTurnKey.ValueSet(int64(r.b.Turn)),
 		rolloutPhaseKey.ValueSet(string(p)),
-	)
+	}
+	// CheckpointId names the checkpoint a parked rollout is held for, and
+	// goes when it moves on. It rides on the upsert the phase change makes
+	// anyway: one command as before, so recorded histories replay.
+	switch {
+	case p == PhaseParked && r.park != nil:
+		updates = append(updates, checkpointIDKey.ValueSet(r.park.CheckpointID))
+	case r.saPhase == PhaseParked:
+		updates = append(updates, checkpointIDKey.ValueUnset())
+	}
+	err := workflow.UpsertTypedSearchAttributes(ctx, updates...)
 	if err != nil {
 		r.logger.Warn("search attribute upsert failed", "error", err)
 		return
@@ -617,4 +627,5 @@ var (
 	rolloutAttemptKey = temporal.NewSearchAttributeKeyInt64(SARolloutAttempt)
 	rolloutTurnKey    = temporal.NewSearchAttributeKeyInt64(SARolloutTurn)
 	rolloutPhaseKey   = temporal.NewSearchAttributeKeyKeyword(SARolloutPhase)
+	checkpointIDKey   = temporal.NewSearchAttributeKeyKeyword(SACheckpointID)
 )

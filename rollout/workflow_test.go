@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -521,4 +522,50 @@ func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
 	require.ErrorAs(t, parkErr, &ae)
 	require.Equal(t, rollout.ErrNotParked, ae.Type())
 	require.Equal(t, 1.0, res.Reward, "the rollout went on after the abort")
+}
+
+// A parked rollout is searchable by the checkpoint it is held for
+// (CheckpointId), and stops being so once resumed.
+func TestRolloutParkedCarriesCheckpointID(t *testing.T) {
+	w := newWorld(3)
+	w.operateErr = func(n int) error { // wait on a timer mid-episode, as above
+		if n == 1 {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
+	env := newEnv(t, w)
+	var upserts []temporal.SearchAttributes
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		upserts = append(upserts, args.Get(0).(temporal.SearchAttributes))
+	}).Return(nil)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("park rejected: %v", err) }, OnAccept: func() {},
+			OnComplete: func(any, error) {
+				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+					OnReject: func(err error) { t.Errorf("resume rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+				}, rollout.ResumeRequest{CheckpointID: "cp-7"})
+			},
+		}, rollout.ParkRequest{CheckpointID: "cp-7", Deadline: time.Now().Add(time.Hour)})
+	}, time.Millisecond)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	result(t, env)
+
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	phase := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase)
+	parked := -1
+	for i, sa := range upserts {
+		if p, _ := sa.GetKeyword(phase); p == string(rollout.PhaseParked) {
+			parked = i
+			id, ok := sa.GetKeyword(key)
+			require.True(t, ok, "the parked upsert sets CheckpointId")
+			require.Equal(t, "cp-7", id)
+		}
+	}
+	require.GreaterOrEqual(t, parked, 0, "the rollout parked")
+	require.Greater(t, len(upserts), parked+1, "it moved on after the resume")
+	for _, sa := range upserts[parked+1:] {
+		require.False(t, sa.ContainsKey(key), "no upsert after the resume names the checkpoint")
+	}
 }
