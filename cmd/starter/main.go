@@ -50,8 +50,8 @@ type globals struct {
 	output    string // table or json
 	conn      workers.Connection
 	logFormat string
-	// addr is the address withClient dialled, for messages.
-	addr string
+	// addr and namespace are what withClient dialled, for messages.
+	addr, namespace string
 }
 
 func main() {
@@ -98,7 +98,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatConsole, "format of those log lines: console or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
-		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newExportCmd(g))
+		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g))
 	return root
 }
 
@@ -133,6 +133,7 @@ func (g *globals) dial(ctx context.Context) (client.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	g.namespace = workers.Namespace(opts)
 	return c, workers.HostPort(opts), nil
 }
 
