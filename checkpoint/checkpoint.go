@@ -58,6 +58,23 @@ func stepOptions(summary string, timeout time.Duration) workflow.ActivityOptions
 	}
 }
 
+// markCheckpoint makes the run searchable by its checkpoint
+// (CheckpointId), however it was started (the starter sets it at start; the
+// Temporal CLI does not). Runs recorded before this existed have no such
+// command: the version keeps them replaying.
+func markCheckpoint(ctx workflow.Context, checkpointID string, logger log.Logger) {
+	if workflow.GetVersion(ctx, searchAttributeChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	if err := workflow.UpsertTypedSearchAttributes(ctx, key.ValueSet(checkpointID)); err != nil {
+		logger.Warn("search attribute upsert failed", "error", err)
+	}
+}
+
+// searchAttributeChange is the change id of markCheckpoint.
+const searchAttributeChange = "checkpoint-id-search-attribute"
+
 // step is one coordinator activity of the Checkpoint or Restore workflow.
 type step struct {
 	summary string // shown in the Web UI, and the prefix of its error
@@ -137,6 +154,7 @@ func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, err
 		logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "set", in.Set),
 	}
 	res := CheckpointResult{CheckpointID: in.CheckpointID, Dir: c.dir}
+	markCheckpoint(ctx, in.CheckpointID, c.logger)
 
 	// The cut runs under the deadline: a timer cancels it at deadline+settle.
 	cutCtx, cancelCut := workflow.WithCancel(ctx)

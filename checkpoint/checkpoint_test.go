@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 // coord is a fake of the coordinator activities: it records the order of
@@ -133,6 +134,21 @@ func TestCheckpointCommitsThenResumes(t *testing.T) {
 	prep := c.inputs[checkpoint.PrepareParticipantsName].(checkpoint.PrepareParticipantsInput)
 	require.True(t, park.Deadline.Equal(prep.Deadline), "rollouts and servers share one deadline")
 	require.Equal(t, checkpoint.ListParked, c.inputs[checkpoint.ResumeRolloutsName].(checkpoint.ResumeRolloutsInput).List)
+}
+
+// A Checkpoint run is searchable by its checkpoint however it was started.
+func TestCheckpointRunCarriesCheckpointID(t *testing.T) {
+	var ids []string
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	_, _, err := runCheckpoint(t, newCoord(), checkpointInput(), func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+			if id, ok := args.Get(0).(temporal.SearchAttributes).GetKeyword(key); ok {
+				ids = append(ids, id)
+			}
+		}).Return(nil)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"ck1"}, ids)
 }
 
 func TestCheckpointStayPausedDoesNotResume(t *testing.T) {

@@ -65,6 +65,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	in.RestoreID = in.EffectiveRestoreID()
 	r := &restoreRun{in: in, logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "restore", in.RestoreID)}
 	res := RestoreResult{CheckpointID: in.CheckpointID}
+	markCheckpoint(ctx, in.CheckpointID, r.logger)
 
 	r.setPhase(ctx, "validate", "reading and checking the whole checkpoint")
 	var val ValidateCheckpointResult
