@@ -25,7 +25,7 @@ func TestBinariesHelpAndBadFlags(t *testing.T) {
 		{"policyserver", "--no-such-flag", 2, []string{"flag provided but not defined"}},
 		{"worker", "--help", 0, []string{"Usage: worker", "TEMPORAL_ADDRESS", "TURNSTILE_TRANSCRIPT_DIR", "TURNSTILE_MODEL_BASE_URL"}},
 		{"worker", "--no-such-flag", 2, []string{"flag provided but not defined"}},
-		{"devserver", "--help", 0, []string{"-ui-port"}},
+		{"devserver", "--help", 0, []string{"Usage: devserver", "-ui-port"}},
 		{"devserver", "--no-such-flag", 2, []string{"flag provided but not defined"}},
 		{"starter", "--help", 0, []string{"submit", "checkpoint", "restore"}},
 		{"starter", "submit --help", 0, []string{"--set", "--count"}},

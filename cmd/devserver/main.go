@@ -23,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/devenv"
 )
 
@@ -52,6 +53,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&headless, "headless", false, "start without the Web UI")
 	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "server log level (default: from the settings file)")
 	fs.BoolVar(&o.printFlags, "print-flags", false, "print the temporal command line and exit")
+	cli.SetUsage(fs, "Starts the Temporal dev server from the settings file (namespace, ports, search attributes, dynamic config),\n"+
+		"installing the pinned Temporal CLI into ./bin first when temporal is not on PATH. It reads no environment variables.", nil)
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
