@@ -51,7 +51,7 @@ func setup(ctx context.Context, ns namespaceAPI, op operatorAPI, namespace strin
 		return SetupResult{}, fmt.Errorf("list search attributes of %q: %w", namespace, err)
 	}
 	have := list.GetCustomAttributes()
-	res := SetupResult{Namespace: namespace}
+	res := SetupResult{Namespace: namespace, Registered: []string{}, Present: []string{}}
 	missing := map[string]enumspb.IndexedValueType{}
 	want := rollout.SearchAttributes()
 	names := make([]string, 0, len(want))
