@@ -63,6 +63,10 @@ func (c *Client) TaskQueue() string { return c.taskQueue }
 type SubmitRequest struct {
 	Set   string
 	Count int
+	// Sampling applies to every rollout of the set (a dataset row's own
+	// sampling replaces it for that row); nil leaves the endpoint's
+	// defaults.
+	Sampling *rollout.Sampling
 	// Envs are the environments of the set; rollout i runs in
 	// Envs[i % len(Envs)].
 	Envs   []string

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -149,7 +150,7 @@ func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
 				Policy:     policy,
 				Seed:       rowSeed(r.Set, row, id, rep),
 				Limits:     r.limits(maxTurns),
-				Sampling:   row.Sampling,
+				Sampling:   cmp.Or(row.Sampling, r.Sampling),
 				RequireAck: r.RequireAck,
 				Group:      id,
 				Repeat:     rep,

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/rollout"
 )
 
 const goodDataset = `{"id":"q1","env":"counter","task":{"target":3}}
@@ -183,5 +185,41 @@ func TestDatasetRequestRejects(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A set's sampling reaches every rollout of a --count set, and every
+// dataset row without sampling of its own; a row's own sampling wins.
+func TestSetSampling(t *testing.T) {
+	temp := 0.2
+	set := &rollout.Sampling{Temperature: &temp}
+
+	counted, err := BuildInputs(SubmitRequest{Set: "s1", Count: 3, Envs: []string{"counter"}, Sampling: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range counted {
+		if in.Sampling != set {
+			t.Errorf("%s: sampling %+v, want the set's", in.RolloutID, in.Sampling)
+		}
+	}
+
+	req := datasetRequest(t)
+	req.Sampling = set
+	rows, err := BuildInputs(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1, row3 := rows[0], rows[2]
+	if q1.Sampling != set {
+		t.Errorf("q1 (no sampling of its own): %+v, want the set's", q1.Sampling)
+	}
+	if row3.Sampling == set || row3.Sampling == nil || *row3.Sampling.Temperature != 0.7 || !row3.Sampling.CaptureTokens {
+		t.Errorf("row3 keeps its own sampling, got %+v", row3.Sampling)
+	}
+
+	bad := -1.0
+	if err := (SubmitRequest{Set: "s1", Count: 1, Envs: []string{"counter"}, Sampling: &rollout.Sampling{Temperature: &bad}}).Validate(); err == nil {
+		t.Error("a negative temperature was accepted")
 	}
 }

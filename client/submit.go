@@ -58,6 +58,9 @@ func (r SubmitRequest) validateShared() error {
 	if err := r.validateBudgets(); err != nil {
 		return err
 	}
+	if err := r.Sampling.Validate(); err != nil {
+		return err
+	}
 	if err := checkURL("--env-url", r.EnvURL); err != nil {
 		return err
 	}
@@ -146,6 +149,7 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL},
 			Seed:       RolloutSeed(r.Seed, i),
 			Limits:     r.limits(maxTurns),
+			Sampling:   r.Sampling,
 			RequireAck: r.RequireAck,
 		}
 	}

@@ -27,6 +27,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		dryRun  bool
 		timeout time.Duration
 		tasks   string
+		samp    samplingFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
@@ -35,6 +36,10 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fillMode(cmd, &req, envList, tasks); err != nil {
 				return err
+			}
+			var err error
+			if req.Sampling, err = samp.sampling(cmd); err != nil {
+				return cli.Usage(err)
 			}
 			if dryRun {
 				inputs, err := tsclient.BuildInputs(req)
@@ -67,6 +72,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.ModelCallRetries, "model-retries", 0, "attempts of one model call at most before the rollout fails with BudgetExhausted (0 = unlimited)")
 	f.DurationVar(&req.Deadline, "deadline", 0, "wall-clock budget of each rollout from its first start, parked and restored time included; then it fails with BudgetExhausted (0 = none)")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
+	samp.register(f)
 	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
