@@ -298,7 +298,7 @@ log "submitting set $SET_ID ($DEMO_COUNT rollouts over $DEMO_ENVS, scripted poli
 # runs in the background so that a SIGTERM or Ctrl-C reaches the traps at
 # once (bash defers traps until a foreground command ends) and stop_all
 # stops it with the rest.
-"$root/bin/starter" submit --set "$SET_ID" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 --wait \
+"$root/bin/starter" submit --set "$SET_ID" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 --capture-tokens --wait \
   </dev/null >"$run_dir/starter-submit.log" 2> >(tee "$run_dir/starter-progress.log" >&3) &
 pids+=("$!")
 names+=("starter submit")
@@ -441,7 +441,7 @@ if [[ "$DEMO_CRASH" != "0" ]]; then
   expected="$(env_applied)" || fail "read the environment server's stats"
   log "recovery: the uninterrupted set applied $expected environment mutations"
 
-  "$root/bin/starter" submit --set "$REC_SET" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 --require-ack \
+  "$root/bin/starter" submit --set "$REC_SET" --count "$DEMO_COUNT" --env "$DEMO_ENVS" --seed 7 --capture-tokens --require-ack \
     </dev/null >"$run_dir/starter-submit-rec.log" 2>&1 || {
     logs+=("$run_dir/starter-submit-rec.log")
     names+=("starter submit (recovery)")
@@ -517,6 +517,17 @@ if [[ "$DEMO_CRASH" != "0" ]]; then
   compare_results "$run_dir/results-uninterrupted.jsonl" "$run_dir/results-recovered.jsonl"
 fi
 # ----------------------------------------------------------------------------
+
+# The trainer's view of the last set: every finished rollout as one JSON
+# line, token ids and log-probs included (the scripted policy server speaks
+# vLLM's token dialect; after a restore the transcripts came back from the
+# checkpoint).
+export_set="$SET_ID"
+[[ "$DEMO_CRASH" != "0" ]] && export_set="$REC_SET"
+"$root/bin/starter" export --set "$export_set" --transcript-dir "$run_dir/transcripts" --file "$run_dir/export.jsonl" ||
+  fail "starter export --set $export_set"
+log "exported $(wc -l <"$run_dir/export.jsonl") trajectories of $export_set to $run_dir/export.jsonl; the first:"
+python3 "$root/scripts/show-trajectory.py" "$run_dir/export.jsonl" | while IFS= read -r line; do log "  $line"; done
 
 log "done. Web UI for this set: $ui_url"
 log "logs and transcripts: $run_dir"
