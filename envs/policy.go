@@ -89,3 +89,15 @@ func CallID(msgs []Message, index int) string {
 	fmt.Fprintf(h, "#%d", index)
 	return fmt.Sprintf("call_%x", h.Sum(nil)[:8])
 }
+
+// ToolReplies counts the tool messages of a conversation: for a scripted
+// policy that makes one tool call per turn, the index of its next step.
+func ToolReplies(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == "tool" {
+			n++
+		}
+	}
+	return n
+}

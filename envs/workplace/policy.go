@@ -37,12 +37,7 @@ func (Policy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
 	if err != nil {
 		return envs.PolicyResponse{}, err
 	}
-	step := 0
-	for _, m := range req.Messages {
-		if m.Role == "tool" {
-			step++
-		}
-	}
+	step := envs.ToolReplies(req.Messages)
 	if step >= len(plan) {
 		return envs.PolicyResponse{Content: Done}, nil
 	}
