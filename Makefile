@@ -32,7 +32,7 @@ PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 
-.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal clean distclean
+.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz clean distclean
 
 ## build: compile every binary under ./cmd into ./bin
 build:
@@ -99,6 +99,13 @@ DEMO_CRASH ?= 1
 ## demo: run a rollout set end to end, then checkpoint, crash and restore it (DEMO_ENVS, DEMO_COUNT, DEMO_CRASH)
 demo:
 	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' DEMO_CRASH='$(DEMO_CRASH)' scripts/demo.sh
+
+# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m).
+FUZZTIME ?= 1m
+
+## fuzz: run every fuzz target for FUZZTIME each and print the execs per target
+fuzz:
+	FUZZTIME='$(FUZZTIME)' scripts/fuzz.sh
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:
