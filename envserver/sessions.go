@@ -290,7 +290,10 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	for k, v := range sess.Receipts {
 		rec.Receipts[k] = v
 	}
-	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) == envs.ModeExportRestore {
+	// A stateless session is cut with its (small) state too: the coordinator
+	// continues such a rollout at its boundary, so the restored server must
+	// hold the session. Only restart-only sessions are cut as a fence alone.
+	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) != envs.ModeRestartOnly {
 		state, err := sess.live.Export()
 		if err != nil {
 			return sessionRecord{}, false, fmt.Errorf("export session %q (env %s): %w", sl.id, sess.Env, err)
