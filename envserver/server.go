@@ -413,28 +413,37 @@ func (s *Server) recordApplied(kind string, id protocol.Identity) {
 	s.fp.Hit(failpoint.EnvAfterApplyBeforeReply)
 }
 
-func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
+// decodeStart decodes and checks a start and returns its digest.
+func (s *Server) decodeStart(body []byte) (protocol.StartRequest, envs.Environment, string, error) {
 	var req protocol.StartRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "env")...); aerr != nil {
-		return nil, aerr
+		return req, nil, "", aerr
 	}
 	if aerr := checkIdentity(req.Identity, ""); aerr != nil {
-		return nil, aerr
+		return req, nil, "", aerr
 	}
 	env, ok := s.envs[req.Env]
 	if !ok {
-		return nil, refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
+		return req, nil, "", refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
 	}
 	canon := req
 	canon.Attempt = 0
 	task, err := canonical(req.Task)
 	if err != nil {
-		return nil, refuse(protocol.CodeMalformed, "task: %v", err)
+		return req, nil, "", refuse(protocol.CodeMalformed, "task: %v", err)
 	}
 	canon.Task = task
 	dg, err := digest(kindStart, canon)
 	if err != nil {
-		return nil, refuse(protocol.CodeInternal, "%v", err)
+		return req, nil, "", refuse(protocol.CodeInternal, "%v", err)
+	}
+	return req, env, dg, nil
+}
+
+func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
+	req, env, dg, aerr := s.decodeStart(body)
+	if aerr != nil {
+		return nil, aerr
 	}
 
 	defer s.gate.hold(req.RolloutID, req.Attempt)()

@@ -36,30 +36,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 
-	req := protocol.StartRequest{
-		Identity: protocol.Identity{
-			RolloutID: in.RolloutID,
-			Attempt:   in.Attempt,
-			RequestID: protocol.SeedRequestID(in.RolloutID),
-		},
-		Env:  in.Env.Name,
-		Seed: in.Seed,
-		Task: in.Task,
-	}
-	resp, err := a.envClient(base).Start(ctx, req)
-	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
-		// A start-over no restore installed (a restart-only environment's
-		// rollout started again, a retried group member): only the
-		// control plane may install the attempt, then the start is sent
-		// again. A restore installs its attempts itself, so this is
-		// skipped there.
-		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
-			return StartEnvironmentResult{}, err
-		}
-		resp, err = a.envClient(base).Start(ctx, req)
-	}
+	resp, err := a.startSession(ctx, base, in)
 	if err != nil {
-		return StartEnvironmentResult{}, envError("start "+in.RolloutID, err)
+		return StartEnvironmentResult{}, err
 	}
 
 	style := resp.Spec.Style
@@ -97,6 +76,36 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		Style:    style,
 		Mode:     envs.EffectiveMode(resp.Spec.Mode),
 	}, nil
+}
+
+// startSession sends the start of in's attempt to the server at base. A
+// start-over no restore installed (a restart-only environment's rollout
+// started again, a retried group member) is refused attempt_not_installed:
+// only the control plane may install the attempt, so it is authorised there
+// and the start sent again. A restore installs its attempts itself, so a
+// restored start-over goes through at once.
+func (a *Activities) startSession(ctx context.Context, base string, in StartEnvironmentInput) (protocol.StartResponse, error) {
+	req := protocol.StartRequest{
+		Identity: protocol.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: protocol.SeedRequestID(in.RolloutID),
+		},
+		Env:  in.Env.Name,
+		Seed: in.Seed,
+		Task: in.Task,
+	}
+	resp, err := a.envClient(base).Start(ctx, req)
+	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
+		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
+			return protocol.StartResponse{}, err
+		}
+		resp, err = a.envClient(base).Start(ctx, req)
+	}
+	if err != nil {
+		return protocol.StartResponse{}, envError("start "+in.RolloutID, err)
+	}
+	return resp, nil
 }
 
 // AuthoriseAttempt installs in.Attempt of in.RolloutID on its environment

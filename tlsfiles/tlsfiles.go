@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 )
@@ -72,6 +73,20 @@ func (f ServerFiles) Config() (*tls.Config, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// Listen listens on addr (TCP) and, when cfg is not nil, serves TLS on the
+// listener. It returns the listener and the URL scheme, "http://" or
+// "https://".
+func Listen(addr string, cfg *tls.Config) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if cfg == nil {
+		return ln, "http://", nil
+	}
+	return tls.NewListener(ln, cfg), "https://", nil
 }
 
 // ClientFiles names a client's TLS files; all empty means the system roots

@@ -22,12 +22,10 @@ import (
 	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -112,21 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	seen := map[string]bool{}
-	for _, n := range strings.Split(*envList, ",") {
-		n = strings.TrimSpace(n)
-		if n == "" || seen[n] {
-			continue
-		}
-		seen[n] = true
-		e, err := catalog.Find(n)
-		if err != nil {
-			return config{}, fmt.Errorf("--envs: %w", err)
-		}
-		cfg.envs = append(cfg.envs, e.New())
-	}
-	if len(cfg.envs) == 0 {
-		return config{}, errors.New("--envs: no environment selected")
+	var err error
+	if cfg.envs, err = selectEnvs(*envList); err != nil {
+		return config{}, err
 	}
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
@@ -139,6 +125,43 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// logListening says where the server listens and how it is protected.
+func logListening(log *zap.Logger, cfg config, base string) {
+	names := make([]string, 0, len(cfg.envs))
+	for _, e := range cfg.envs {
+		names = append(names, e.Spec().Name)
+	}
+	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
+		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""),
+		zap.Bool("data_auth", !cfg.insecureData), zap.Bool("tls", cfg.tls.Enabled()), zap.Bool("mutual_tls", cfg.tls.ClientCA != ""))
+	if cfg.insecureData {
+		log.Warn("the data plane is unauthenticated (--insecure-no-data-auth): any process that reaches it can mutate sessions")
+	}
+}
+
+// selectEnvs builds the catalog's environments named in list (comma
+// separated, duplicates ignored).
+func selectEnvs(list string) ([]envs.Environment, error) {
+	var out []envs.Environment
+	seen := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" || seen[n] {
+			continue
+		}
+		seen[n] = true
+		e, err := catalog.Find(n)
+		if err != nil {
+			return nil, fmt.Errorf("--envs: %w", err)
+		}
+		out = append(out, e.New())
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--envs: no environment selected")
+	}
+	return out, nil
 }
 
 // run serves until ctx is cancelled, then shuts down gracefully.
@@ -166,13 +189,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	ln, scheme, err := tlsfiles.Listen(cfg.listen, tlsCfg)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
-	}
-	scheme := "http://"
-	if tlsCfg != nil {
-		ln, scheme = tls.NewListener(ln, tlsCfg), "https://"
+		return err
 	}
 	base := scheme + ln.Addr().String()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
@@ -185,16 +204,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("write ready file: %w", err)
 		}
 	}
-	names := make([]string, 0, len(cfg.envs))
-	for _, e := range cfg.envs {
-		names = append(names, e.Spec().Name)
-	}
-	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
-		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""),
-		zap.Bool("data_auth", !cfg.insecureData), zap.Bool("tls", tlsCfg != nil), zap.Bool("mutual_tls", cfg.tls.ClientCA != ""))
-	if cfg.insecureData {
-		log.Warn("the data plane is unauthenticated (--insecure-no-data-auth): any process that reaches it can mutate sessions")
-	}
+	logListening(log, cfg, base)
 
 	select {
 	case err := <-served:

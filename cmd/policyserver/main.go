@@ -16,7 +16,6 @@ import (
 	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -124,14 +123,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	if err != nil {
 		return cli.Usage(err)
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, scheme, err := tlsfiles.Listen(o.listen, tlsCfg)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.listen, err)
+		return err
 	}
-	baseURL := baseURL(ln.Addr())
-	if tlsCfg != nil {
-		ln, baseURL = tls.NewListener(ln, tlsCfg), "https://"+strings.TrimPrefix(baseURL, "http://")
-	}
+	baseURL := scheme + strings.TrimPrefix(baseURL(ln.Addr()), "http://")
 	srv := &http.Server{
 		Handler:           policy.NewServer(o.server),
 		ReadHeaderTimeout: 10 * time.Second,
