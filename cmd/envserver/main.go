@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if v := os.Getenv(ListenEnvVar); v != "" {
 		listen = v
 	}
-	names := catalog.Names()
+	names := catalog.HostedNames()
 
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
@@ -105,6 +105,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		e, err := catalog.Find(n)
 		if err != nil {
 			return config{}, fmt.Errorf("--envs: %w", err)
+		}
+		if !e.Hosted() {
+			return config{}, fmt.Errorf("--envs: %s runs in %s, not in this server (hosted here: %s)", n, e.Remote, strings.Join(names, ", "))
 		}
 		cfg.envs = append(cfg.envs, e.New())
 	}
