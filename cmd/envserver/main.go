@@ -10,6 +10,12 @@
 // plane (/v1/control/…) is on only with a bearer token, from
 // TURNSTILE_CONTROL_TOKEN or --control-token (the variable keeps the token out
 // of the process list); --name is the participant name it reports.
+//
+// --remote puts an environment that is already served over HTTP (a NeMo Gym
+// resources server, or a Gymnasium-style reset/step server) behind the
+// same protocol (package envs/remote):
+//
+//	envserver --envs '' --remote name=weather,url=http://127.0.0.1:9000,kind=nemo-gym,tools=tools.json
 package main
 
 import (
@@ -34,6 +40,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envs/remote"
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
@@ -64,6 +71,7 @@ type config struct {
 	name         string
 	controlToken string
 	envs         []envs.Environment
+	remotes      []remote.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -83,7 +91,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
-	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
+	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+"); may be empty with --remote")
+	fs.Func("remote", "host an environment served over HTTP (repeatable): name=NAME,url=URL,kind=nemo-gym|gymnasium[,tools=FILE][,timeout=DURATION]; "+
+		"restart_only unless the remote declares export/restore", func(v string) error {
+		rc, err := remote.ParseSpec(v)
+		if err == nil {
+			cfg.remotes = append(cfg.remotes, rc)
+		}
+		return err
+	})
 	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
@@ -111,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		cfg.envs = append(cfg.envs, e.New())
 	}
-	if len(cfg.envs) == 0 {
+	if len(cfg.envs) == 0 && len(cfg.remotes) == 0 {
 		return config{}, errors.New("--envs: no environment selected")
 	}
 	if strings.TrimSpace(cfg.name) == "" {
@@ -141,6 +157,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	for _, rc := range cfg.remotes {
+		env, err := remote.New(ctx, rc, nil)
+		if err != nil {
+			return err
+		}
+		cfg.envs = append(cfg.envs, env)
+	}
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken})
 	if err != nil {
