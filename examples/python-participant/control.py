@@ -109,23 +109,25 @@ class ControlPlane:
     def env_capabilities(self):
         return [{"name": s["name"], "mode": self.data.mode_of(s["name"]), "style": s.get("style") or ""} for s in self.data.specs]
 
+    # Capabilities and status take no control lock: a participant that is
+    # draining for a prepare stays observable (R11).
+
     def capabilities(self, _body):
-        with self.mu:
-            f = self.fence
-            out = {"component": COMPONENT, "name": self.name, "schema_version": SCHEMA_VERSION,
-                   "envs": self.env_capabilities(), "features": FEATURES, "phase": f.phase}
-            return _with_ids(out, f)
+        f = self.fence
+        out = {"component": COMPONENT, "name": self.name, "schema_version": SCHEMA_VERSION,
+               "envs": self.env_capabilities(), "features": FEATURES, "phase": f.phase}
+        return _with_ids(out, f)
 
     def status(self, _body):
-        with self.mu:
-            f = self.fence
-            out = _with_ids({"phase": f.phase}, f)
-            out["admission"] = "closed" if self.data.gate.closed else "open"
-            out["sessions"] = self.data.stats()["sessions"]
-            if f.frozen is not None and f.frozen["sessions"]:
-                out["cut_sessions"] = len(f.frozen["sessions"])
-            out["in_flight"] = self.data.gate.in_flight()
-            return out
+        f = self.fence
+        out = _with_ids({"phase": f.phase}, f)
+        out["admission"] = "closed" if self.data.gate.closed else "open"
+        out["sessions"] = self.data.live_count
+        frozen = f.frozen
+        if frozen is not None and frozen["sessions"]:
+            out["cut_sessions"] = len(frozen["sessions"])
+        out["in_flight"] = self.data.gate.in_flight()
+        return out
 
     # --- prepare ----------------------------------------------------------------
 
@@ -404,10 +406,11 @@ class ControlPlane:
         n = req["attempt"]
         with self.mu:
             with self.data.lock:
-                fence = self.data.fence_of(rid)
-                if fence is not None and n == fence:
+                # An unseen rollout is at attempt 0: its fence is 0.
+                fence = self.data.fence_of(rid) or 0
+                if n == fence:
                     return {"rollout_id": rid, "attempt": n, "fence": fence, "changed": False, "dropped": False, "pending": False}
-                if fence is not None and n < fence:
+                if n < fence:
                     raise refuse("stale_attempt", f"rollout {rid!r}: attempt {n} is below attempt {fence} already installed")
                 self._check_raise_phase("authorise", rid)
                 dropped = self.data.drop_below(rid, n)

@@ -111,6 +111,8 @@ class Handler(BaseHTTPRequestHandler):
     # Headers and body go out in two writes; with Nagle's algorithm the
     # second waits for the client's delayed ACK (~40 ms a request).
     disable_nagle_algorithm = True
+    # An idle keep-alive connection holds a thread; close it after a while.
+    timeout = 300
     participant = None  # set by serve()
 
     def do_GET(self):
