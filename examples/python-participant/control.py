@@ -26,7 +26,7 @@ from wire import refuse
 SCHEMA_VERSION = 1
 COMPONENT = "environment_server"
 FEATURES = ["absolute_deadline_v1", "retire_straggler_v1", "receipts_in_checkpoint_v1",
-            "restart_only_discard_v1", "restore_sessions_v1"]
+            "restart_only_discard_v1", "restore_sessions_v1", "authorise_start_over_v1"]
 IDLE, PREPARING, PREPARED, COMMITTING, COMMITTED, RESTORING, RESTORED = (
     "idle", "preparing", "prepared", "committing", "committed", "restoring", "restored")
 SECTIONS = ["fences", "receipts", "server", "sessions"]
