@@ -122,7 +122,9 @@ class ParticipantTest(unittest.TestCase):
         for name, body in cases.items():
             with self.subTest(name):
                 self.assertEqual(self.code(self.s.call("POST", "/v1/sessions", body)), (400, "malformed_request"))
-        for name, raw in {"trailing data": json.dumps(base).encode() + b" {}", "not an object": b"[1]", "not JSON": b"{"}.items():
+        deep = b'{"rollout_id":"m","attempt":0,"request_id":"d","env":"notes","task":' + b"[" * 100000 + b"]" * 100000 + b"}"
+        for name, raw in {"trailing data": json.dumps(base).encode() + b" {}", "not an object": b"[1]", "not JSON": b"{",
+                          "NaN": b'{"rollout_id":"m","attempt":NaN}', "too deep": deep}.items():
             with self.subTest(name):
                 self.assertEqual(self.code(self.s.call("POST", "/v1/sessions", raw=raw)), (400, "malformed_request"))
         self.s.start("m")

@@ -169,7 +169,7 @@ def decode_request(data, fields, required):
     malformed_request naming the problem."""
     try:
         obj = parse_exact(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise refuse("malformed_request", f"decode request: {e}")
     if not isinstance(obj, dict):
         raise refuse("malformed_request", "decode request: the body is not a JSON object")
