@@ -351,7 +351,7 @@ func startEnvProc(t *testing.T, c *cluster) *envProc {
 	p := c.startEnvServer("TMPDIR=" + tmp)
 	hc := &http.Client{Transport: &http.Transport{}}
 	return &envProc{c: c, p: p, hc: hc,
-		data: protocol.NewClient(c.envURL, hc),
+		data: protocol.NewDataClient(c.envURL, c.dataToken, hc),
 		ctl:  protocol.NewControlClient(c.envURL, c.token, hc)}
 }
 

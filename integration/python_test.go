@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // TestPythonParticipantCheckpointKillEverythingRestore is the whole recovery
@@ -41,9 +43,8 @@ func (c *cluster) startPythonParticipant() *proc {
 	ready := filepath.Join(c.dir, fmt.Sprintf("py-ready-%d", time.Now().UnixNano()))
 	script := filepath.Join(bins.root, "examples", "python-participant", "participant.py")
 	p := c.start("python-participant", py,
-		[]string{script, "--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0",
-			"--insecure-no-data-auth"},
-		"PYTHONDONTWRITEBYTECODE=1")
+		[]string{script, "--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"},
+		"PYTHONDONTWRITEBYTECODE=1", protocol.DataTokenEnvVar+"="+c.dataToken)
 	c.waitFor("python participant", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
 		if err != nil || len(data) == 0 {

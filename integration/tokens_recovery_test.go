@@ -17,7 +17,6 @@ import (
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -243,7 +242,7 @@ func tokenRunCheckpointRestore(t *testing.T, ctx context.Context) map[string][]b
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy := 0
 		for i := range tokenCount {
-			info, err := protocol.NewClient(c.envURL, nil).Session(ctx, fmt.Sprintf("%s-%04d", tokenSet, i))
+			info, err := c.dataClient(c.envURL).Session(ctx, fmt.Sprintf("%s-%04d", tokenSet, i))
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 			}

@@ -19,6 +19,7 @@ const (
 	CallModelName          = "CallModel"
 	OperateEnvironmentName = "OperateEnvironment"
 	VerifyName             = "Verify"
+	AuthoriseAttemptName   = "AuthoriseAttempt"
 )
 
 // Application error types the workflow tells apart.
@@ -44,6 +45,14 @@ type StartEnvironmentInput struct {
 	Env       EnvRef          `json:"env"`
 	Seed      int64           `json:"seed"`
 	Task      json.RawMessage `json:"task"`
+}
+
+// AuthoriseAttemptInput names the attempt of a rollout to install on its
+// environment server for a fresh start (a start-over).
+type AuthoriseAttemptInput struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	Env       EnvRef `json:"env"`
 }
 
 // StartEnvironmentResult is the seeded session: the conversation so far

@@ -36,7 +36,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 
-	resp, err := protocol.NewClient(base, a.HTTPClient).Start(ctx, protocol.StartRequest{
+	req := protocol.StartRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -45,7 +45,19 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		Env:  in.Env.Name,
 		Seed: in.Seed,
 		Task: in.Task,
-	})
+	}
+	resp, err := a.envClient(base).Start(ctx, req)
+	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
+		// A start-over no restore installed (a restart-only environment's
+		// rollout started again, a retried group member): only the
+		// control plane may install the attempt, then the start is sent
+		// again. A restore installs its attempts itself, so this is
+		// skipped there.
+		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
+			return StartEnvironmentResult{}, err
+		}
+		resp, err = a.envClient(base).Start(ctx, req)
+	}
 	if err != nil {
 		return StartEnvironmentResult{}, envError("start "+in.RolloutID, err)
 	}
@@ -87,6 +99,58 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	}, nil
 }
 
+// AuthoriseAttempt installs in.Attempt of in.RolloutID on its environment
+// server through the control plane (POST /v1/control/sessions/{id}/authorise),
+// so that a data-plane start of that attempt begins a fresh episode: the
+// data plane can never install an attempt itself (RULES.md R7, R8). Every
+// path that starts a rollout over as a higher attempt goes through here;
+// StartEnvironment calls it when the server answers attempt_not_installed.
+// It is idempotent. A newer attempt already installed fails it with
+// ErrStaleAttempt; a checkpoint in progress with ErrParked (wait, retry).
+func (a *Activities) AuthoriseAttempt(ctx context.Context, in AuthoriseAttemptInput) error {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return err
+	}
+	op := fmt.Sprintf("authorise attempt %d of %s", in.Attempt, in.RolloutID)
+	if a.ControlToken == "" {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"environment %s: %s at %s: this worker has no control token (%s) to install a start-over's attempt",
+			op, in.RolloutID, base, protocol.ControlTokenEnvVar), ErrEnvironment, nil)
+	}
+	_, err = protocol.NewControlClient(base, a.ControlToken, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
+	if remoteCode(err) == protocol.CodeInvalidPhase {
+		// A committed cut or a restore holds the server: the workflow
+		// waits at its boundary and sends the start again.
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("environment %s: %v", op, err), ErrParked, nil)
+	}
+	if err != nil {
+		return envError(op, err)
+	}
+	return nil
+}
+
+// envClient is the data-plane client of the server at base, with the data
+// token when the worker has one.
+func (a *Activities) envClient(base string) *protocol.Client {
+	if a.DataToken == "" {
+		return protocol.NewClient(base, a.HTTPClient)
+	}
+	return protocol.NewDataClient(base, a.DataToken, a.HTTPClient)
+}
+
+// remoteCode is the protocol error code of err, or "".
+func remoteCode(err error) string {
+	var re *protocol.RemoteError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return ""
+}
+
 // OperateEnvironment applies one tool call (or gym step) at the environment
 // server and appends what the model should see next to the transcript: the
 // observation, or the environment's refusal.
@@ -125,7 +189,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
 	}
 
-	resp, err := protocol.NewClient(base, a.HTTPClient).Operate(ctx, protocol.OperateRequest{
+	resp, err := a.envClient(base).Operate(ctx, protocol.OperateRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -199,7 +263,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if requestID == "" {
 		requestID = protocol.VerifyRequestID(in.RolloutID)
 	}
-	resp, err := protocol.NewClient(base, a.HTTPClient).Verify(ctx, protocol.VerifyRequest{
+	resp, err := a.envClient(base).Verify(ctx, protocol.VerifyRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,

@@ -227,12 +227,14 @@ export TEMPORAL_NAMESPACE
 require_free_ports "$TEMPORAL_ADDRESS=Temporal frontend" "$ip:$ui_port=Temporal Web UI" \
   "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server"
 
-# The environment servers' checkpoint control plane is on only with a bearer
-# token: a fresh random one per demo run. The environment server, the worker
-# (its Checkpoint/Restore activities) and the starter (resume) all read it
-# from this variable, which keeps it out of the process list.
+# The environment servers' two planes each want a bearer token: fresh random
+# ones per demo run. The environment server, the worker (its environment
+# activities send the data token; its Checkpoint/Restore activities and
+# start-overs the control token) and the starter (resume) all read them from
+# these variables, which keeps them out of the process list.
 TURNSTILE_CONTROL_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export TURNSTILE_CONTROL_TOKEN
+TURNSTILE_DATA_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export TURNSTILE_CONTROL_TOKEN TURNSTILE_DATA_TOKEN
 
 # start_devserver, start_envserver and start_worker start one component each
 # and wait until it is ready; SUFFIX ("" or "-2") names the log files, so
@@ -328,9 +330,12 @@ log "every rollout closed; summary:"
 # paused, then everything but the policy server and the checkpoint directory
 # dies (SIGKILL), comes back empty, and the checkpoint is restored.
 
-# env_applied prints the environment server's count of applied mutations.
+# env_applied prints the environment server's count of applied mutations
+# (a data-plane read: the token goes in a header read from a file
+# descriptor, not on curl's command line).
 env_applied() {
-  curl -fsS --max-time 2 "$env_url/v1/stats" | grep -o '"applied":[0-9]*' | cut -d: -f2
+  curl -fsS --max-time 2 -H @<(printf 'Authorization: Bearer %s\n' "$TURNSTILE_DATA_TOKEN") "$env_url/v1/stats" |
+    grep -o '"applied":[0-9]*' | cut -d: -f2
 }
 
 # count_runs QUERY prints how many runs visibility finds for QUERY.

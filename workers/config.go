@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
 // Environment variables a worker reads. Temporal's own connection settings
@@ -37,6 +38,16 @@ const (
 	// checkpoint control plane, used by the Checkpoint and Restore
 	// coordinator activities.
 	EnvControlToken = protocol.ControlTokenEnvVar
+	// EnvDataToken is the bearer token of the environment servers' data
+	// plane, sent by the environment activities.
+	EnvDataToken = protocol.DataTokenEnvVar
+	// EnvTLSCA, EnvTLSClientCert and EnvTLSClientKey are what the worker's
+	// HTTP client (environment servers, model endpoint, control plane)
+	// trusts and presents: a private CA and a client certificate for
+	// mutual TLS.
+	EnvTLSCA         = tlsfiles.EnvCA
+	EnvTLSClientCert = tlsfiles.EnvClientCert
+	EnvTLSClientKey  = tlsfiles.EnvClientKey
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local
@@ -62,8 +73,14 @@ type Config struct {
 	LogLevel    string
 	LogFormat   string
 	// ControlToken authorises checkpoint control calls to environment
-	// servers; like the API key, it never travels in workflow input.
+	// servers, and start-overs (rollout.Activities.AuthoriseAttempt); like
+	// the API key, it never travels in workflow input.
 	ControlToken string
+	// DataToken is sent to the environment servers' data plane.
+	DataToken string
+	// TLS names the CA the worker trusts and its client certificate; empty
+	// means the system roots and no client certificate.
+	TLS tlsfiles.ClientFiles
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -89,6 +106,8 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
 		LogFormat:     get(EnvLogFormat, DefaultLogFormat),
 		ControlToken:  get(EnvControlToken, ""),
+		DataToken:     get(EnvDataToken, ""),
+		TLS:           tlsfiles.ClientFiles{CA: get(EnvTLSCA, ""), Cert: get(EnvTLSClientCert, ""), Key: get(EnvTLSClientKey, "")},
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -108,6 +127,12 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(u.value, "http://") && !strings.HasPrefix(u.value, "https://") {
 			return fmt.Errorf("%s=%q: want an http:// or https:// URL", u.name, u.value)
 		}
+	}
+	if c.DataToken != "" && c.DataToken == c.ControlToken {
+		return fmt.Errorf("%s and %s are equal: the environment servers refuse that", EnvDataToken, EnvControlToken)
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		return fmt.Errorf("%s and %s: a client certificate needs both", EnvTLSClientCert, EnvTLSClientKey)
 	}
 	if c.TaskQueue == "" {
 		return fmt.Errorf("%s: empty task queue", EnvTaskQueue)

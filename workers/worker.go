@@ -2,7 +2,6 @@ package workers
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 
 	"go.temporal.io/sdk/client"
@@ -15,6 +14,7 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -40,6 +40,10 @@ func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error)
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
+		zap.Bool("data_token_set", cfg.DataToken != ""),
+		zap.Bool("control_token_set", cfg.ControlToken != ""),
+		zap.Bool("tls_ca_set", cfg.TLS.CA != ""),
+		zap.Bool("tls_client_cert_set", cfg.TLS.Cert != ""),
 		zap.Bool("failpoints_armed", os.Getenv(failpoint.EnvVar) != ""),
 	)
 	return w, nil
@@ -61,14 +65,20 @@ func NewActivities(cfg Config) (*rollout.Activities, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", failpoint.EnvVar, err)
 	}
+	tlsCfg, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
 	return &rollout.Activities{
 		Store:        store,
 		EnvURL:       cfg.EnvURL,
 		ModelBaseURL: cfg.ModelBaseURL,
 		ModelAPIKey:  cfg.ModelAPIKey,
+		DataToken:    cfg.DataToken,
+		ControlToken: cfg.ControlToken,
 		// No client-wide timeout: a model call may legitimately take
 		// minutes; the activity's context bounds each call.
-		HTTPClient: &http.Client{},
+		HTTPClient: tlsfiles.HTTPClient(tlsCfg),
 		Failpoints: fps,
 	}, nil
 }
@@ -81,9 +91,10 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 		Client:       c,
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
-		// No client-wide timeout: a prepare waits up to its absolute
-		// deadline, which the activity's context bounds.
-		HTTPClient: &http.Client{},
+		// The rollout activities' client: the same trust and client
+		// certificate, and no client-wide timeout (a prepare waits up to
+		// its absolute deadline, which the activity's context bounds).
+		HTTPClient: acts.HTTPClient,
 		TaskQueue:  cfg.TaskQueue,
 		Failpoints: acts.Failpoints,
 	}

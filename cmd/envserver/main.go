@@ -6,10 +6,14 @@
 //
 // With --ready-file it writes its base URL (http://HOST:PORT) to that file
 // once it is listening, so a test harness can use port 0 and learn the port.
-// Failpoints are armed through TURNSTILE_FAILPOINTS. The checkpoint control
-// plane (/v1/control/…) is on only with a bearer token, from
-// TURNSTILE_CONTROL_TOKEN or --control-token (the variable keeps the token out
-// of the process list); --name is the participant name it reports.
+// Failpoints are armed through TURNSTILE_FAILPOINTS. The data plane wants a
+// bearer token, from TURNSTILE_DATA_TOKEN or --data-token (without one the
+// server refuses to start unless --insecure-no-data-auth). The checkpoint
+// control plane (/v1/control/…) is on only with a different bearer token,
+// from TURNSTILE_CONTROL_TOKEN or --control-token (the variables keep the
+// tokens out of the process list); --name is the participant name it
+// reports. --tls-cert/--tls-key serve HTTPS, --tls-client-ca requires client
+// certificates (mutual TLS); the ready file then holds an https:// URL.
 //
 // --remote puts an environment that is already served over HTTP (a NeMo Gym
 // resources server, or a Gymnasium-style reset/step server) behind the
@@ -24,6 +28,7 @@ import (
 	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +49,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
 // Defaults and names of the command's settings.
@@ -70,6 +76,9 @@ type config struct {
 	readyFile    string
 	name         string
 	controlToken string
+	dataToken    string
+	insecureData bool
+	tls          tlsfiles.ServerFiles
 	envs         []envs.Environment
 	remotes      []remote.Config
 }
@@ -89,6 +98,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.name, "name", envserver.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
 	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
 		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
+	fs.StringVar(&cfg.dataToken, "data-token", os.Getenv(protocol.DataTokenEnvVar),
+		"bearer token of the data plane (must differ from the control token); default from $"+protocol.DataTokenEnvVar)
+	fs.BoolVar(&cfg.insecureData, "insecure-no-data-auth", false, "serve the data plane without a token (local development only)")
+	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+"); may be empty with --remote")
@@ -103,6 +116,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
+		{Env: protocol.DataTokenEnvVar, Meaning: "bearer token of the data plane (required unless --insecure-no-data-auth)"},
+		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
+		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
+		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
 	})
 	if err := fs.Parse(args); err != nil {
@@ -133,10 +150,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
 	}
-	if cfg.controlToken != strings.TrimSpace(cfg.controlToken) {
-		// A token with stray whitespace (a trailing newline from a file)
-		// would never match what a client sends.
-		return config{}, errors.New("--control-token: leading or trailing whitespace")
+	for _, tok := range []struct{ flag, value string }{{"--control-token", cfg.controlToken}, {"--data-token", cfg.dataToken}} {
+		if tok.value != strings.TrimSpace(tok.value) {
+			// A token with stray whitespace (a trailing newline from a
+			// file) would never match what a client sends.
+			return config{}, fmt.Errorf("%s: leading or trailing whitespace", tok.flag)
+		}
 	}
 	return cfg, nil
 }
@@ -165,16 +184,24 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.envs = append(cfg.envs, env)
 	}
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
-		Name: cfg.name, ControlToken: cfg.controlToken})
+		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData})
 	if err != nil {
-		return err
+		return cli.Usage(err)
+	}
+	tlsCfg, err := cfg.tls.Config()
+	if err != nil {
+		return cli.Usage(err)
 	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	base := "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http://"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https://"
+	}
+	base := scheme + ln.Addr().String()
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -189,7 +216,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		names = append(names, e.Spec().Name)
 	}
 	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
-		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""))
+		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""),
+		zap.Bool("data_auth", !cfg.insecureData), zap.Bool("tls", tlsCfg != nil), zap.Bool("mutual_tls", cfg.tls.ClientCA != ""))
+	if cfg.insecureData {
+		log.Warn("the data plane is unauthenticated (--insecure-no-data-auth): any process that reaches it can mutate sessions")
+	}
 
 	select {
 	case err := <-served:

@@ -20,7 +20,7 @@ func TestRemoteFlag(t *testing.T) {
 	t.Cleanup(gym.Close)
 	base := startRun(t, "--remote", "name=walk,url="+gym.URL+",kind=gymnasium")
 	var specs []envs.Spec
-	if err := protocol.NewClient(base, nil).Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs); err != nil {
+	if err := protocol.NewDataClient(base, testDataToken, nil).Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]envs.Spec{}
@@ -38,7 +38,7 @@ func TestRemoteFlag(t *testing.T) {
 		{"name=walk,kind=gymnasium", "not an http(s) URL"},
 		{"name=walk,url=" + down.URL + ",kind=gymnasium", "cannot reach"},
 	} {
-		err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--envs", "", "--remote", tt.spec}, io.Discard)
+		err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--envs", "", "--data-token", testDataToken, "--remote", tt.spec}, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("--remote %s: error %v, want %q", tt.spec, err, tt.want)
 		}

@@ -4,6 +4,10 @@
 // real model.
 //
 //	policyserver --listen 127.0.0.1:0 --ready-file /tmp/policy.url --latency 200ms --jitter 50ms --error-rate 0.05
+//
+// --tls-cert/--tls-key (TURNSTILE_TLS_CERT, TURNSTILE_TLS_KEY) serve HTTPS;
+// --tls-client-ca (TURNSTILE_TLS_CLIENT_CA) also requires client
+// certificates signed by that CA (mutual TLS).
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"github.com/turnstile-rl/turnstile/logging"
 
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,10 +26,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
 const (
@@ -51,6 +58,7 @@ type options struct {
 	listen    string
 	readyFile string
 	faultSeed uint64
+	tls       tlsfiles.ServerFiles
 	server    policy.ServerConfig
 }
 
@@ -72,10 +80,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
 	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
+	o.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&o.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
 		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
+		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
+		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
+		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
 	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -108,18 +120,26 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 		o.server.Rand = rand.New(rand.NewPCG(o.faultSeed, 0))
 	}
 
+	tlsCfg, err := o.tls.Config()
+	if err != nil {
+		return cli.Usage(err)
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
+	baseURL := baseURL(ln.Addr())
+	if tlsCfg != nil {
+		ln, baseURL = tls.NewListener(ln, tlsCfg), "https://"+strings.TrimPrefix(baseURL, "http://")
+	}
 	srv := &http.Server{
 		Handler:           policy.NewServer(o.server),
 		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         tlsCfg,
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	baseURL := baseURL(ln.Addr())
 	if o.readyFile != "" {
 		if err := atomicfile.WriteFile(o.readyFile, []byte(baseURL+"\n"), 0o644); err != nil {
 			_ = srv.Close()
@@ -128,7 +148,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	}
 	log.Sugar().Infow("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
 		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
-		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection)
+		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection,
+		"tls", tlsCfg != nil, "mutual_tls", o.tls.ClientCA != "")
 	if ready != nil {
 		ready(baseURL)
 	}

@@ -21,7 +21,10 @@ import (
 	"github.com/turnstile-rl/turnstile/protocol"
 )
 
-const token = "remote-test-token"
+const (
+	token     = "remote-test-token"
+	dataToken = "remote-test-data-token"
+)
 
 // standIn is a small NeMo Gym resources server: a counter per session
 // (cookie session_id), seeded from the task's "start", raised by the "add"
@@ -127,11 +130,12 @@ func (f *fixture) server(t *testing.T, kind string) (*protocol.Client, *protocol
 	env, err := remote.New(context.Background(), remote.Config{Name: "gym-counter", URL: f.rurl, Kind: kind, Tools: addTool,
 		Timeout: 10 * time.Second}, nil)
 	require.NoError(t, err)
-	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{env}, ControlToken: token, Name: "remote-env"})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{env}, ControlToken: token, DataToken: dataToken,
+		Name: "remote-env"})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return protocol.NewClient(hs.URL, nil), protocol.NewControlClient(hs.URL, token, nil)
+	return protocol.NewDataClient(hs.URL, dataToken, nil), protocol.NewControlClient(hs.URL, token, nil)
 }
 
 func id(rollout string, attempt int, req string) protocol.Identity {

@@ -25,7 +25,12 @@ import (
 	"github.com/turnstile-rl/turnstile/protocol"
 )
 
-const controlToken = "py-control-token"
+// The participants these tests start take their tokens from the
+// environment, as a deployment would.
+const (
+	controlToken = "py-control-token"
+	dataToken    = "py-data-token"
+)
 
 func python(t *testing.T) string {
 	t.Helper()
@@ -125,7 +130,8 @@ func startParticipant(t *testing.T, name string, extra ...string) *participant {
 	require.NoError(t, err)
 	args := append([]string{"participant.py", "--listen", "127.0.0.1:0", "--ready-file", ready, "--name", name}, extra...)
 	p.cmd = exec.Command(python(t), args...)
-	p.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "TURNSTILE_CONTROL_TOKEN="+controlToken)
+	p.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1",
+		protocol.ControlTokenEnvVar+"="+controlToken, protocol.DataTokenEnvVar+"="+dataToken)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, p.cmd.Start())
@@ -220,8 +226,8 @@ func (e *episode) verify(ctx context.Context, t *testing.T, c *protocol.Client) 
 // tasks with the scripted policy against the participant: a perfect policy
 // passes within the catalog's turn limit, an imperfect one finishes in it.
 func TestScriptedPolicyFinishesWithinTheDefaultLimit(t *testing.T) {
-	p := startParticipant(t, "py-limits", "--insecure-no-data-auth")
-	c := protocol.NewClient(p.url, nil)
+	p := startParticipant(t, "py-limits")
+	c := protocol.NewDataClient(p.url, dataToken, nil)
 	entry, err := catalog.Find(notes.Name)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -272,11 +278,11 @@ func TestCheckpointKillRestoreThroughGoClients(t *testing.T) {
 		}
 		return out
 	}
-	base := startParticipant(t, "py-base", "--insecure-no-data-auth")
-	want := finish(protocol.NewClient(base.url, nil), run(protocol.NewClient(base.url, nil), "r"))
+	base := startParticipant(t, "py-base")
+	want := finish(protocol.NewDataClient(base.url, dataToken, nil), run(protocol.NewDataClient(base.url, dataToken, nil), "r"))
 
-	first := startParticipant(t, "py-0", "--insecure-no-data-auth")
-	c := protocol.NewClient(first.url, nil)
+	first := startParticipant(t, "py-0")
+	c := protocol.NewDataClient(first.url, dataToken, nil)
 	eps := run(c, "r")
 	for i, e := range eps {
 		for range i { // rollout i is cut after i operations
@@ -295,7 +301,7 @@ func TestCheckpointKillRestoreThroughGoClients(t *testing.T) {
 	require.Equal(t, commit.ManifestDigest, cp.Manifest().Digest)
 	first.kill()
 
-	second := startParticipant(t, "py-0", "--insecure-no-data-auth")
+	second := startParticipant(t, "py-0")
 	cc = protocol.NewControlClient(second.url, controlToken, nil)
 	attempts := map[string]int{}
 	for _, e := range eps {
@@ -306,7 +312,7 @@ func TestCheckpointKillRestoreThroughGoClients(t *testing.T) {
 	require.Len(t, restored.Restored, n)
 	_, err = cc.Resume(ctx, "k1")
 	require.NoError(t, err)
-	c = protocol.NewClient(second.url, nil)
+	c = protocol.NewDataClient(second.url, dataToken, nil)
 	for _, e := range eps {
 		_, err := c.Operate(ctx, protocol.OperateRequest{Identity: protocol.Identity{RolloutID: e.rollout, Attempt: 0, RequestID: e.rollout + "/stale"},
 			ExpectedRevision: e.revision, Tool: notes.ToolList, Arguments: json.RawMessage(`{}`)})
