@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 
@@ -126,6 +127,10 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) {
 	s.routes = append(s.routes, pattern)
 	s.mux.HandleFunc(pattern, h)
 }
+
+// Routes returns the patterns the server registered ("METHOD /path", the
+// protocol package's Route* spelling), in registration order.
+func (s *Server) Routes() []string { return slices.Clone(s.routes) }
 
 // ServeHTTP authenticates a data-plane request, then routes it; the control
 // plane checks its own token (controlRoute).
