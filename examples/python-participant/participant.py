@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import signal
+import ssl
 import sys
 import threading
 import traceback
@@ -115,6 +116,13 @@ class Handler(BaseHTTPRequestHandler):
     timeout = 300
     participant = None  # set by serve()
 
+    def setup(self):
+        super().setup()
+        if isinstance(self.request, ssl.SSLSocket):
+            # The TLS handshake runs here, in the connection's thread, not in
+            # the accept loop, so a slow client stalls only itself.
+            self.request.do_handshake()
+
     def do_GET(self):
         self._handle()
 
@@ -187,6 +195,15 @@ class Handler(BaseHTTPRequestHandler):
             log("debug", "request", line=fmt % args)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A failed connection (a refused TLS handshake, a client gone) is
+        # one log line, not a traceback.
+        log("warn", "connection failed", client=str(client_address[0]), error=str(sys.exc_info()[1]))
+
+
 def log(level, msg, **fields):
     print(json.dumps(dict({"level": level, "msg": msg}, **fields)), file=sys.stderr, flush=True)
 
@@ -216,6 +233,12 @@ def parse_args(argv):
                    help="bearer token of the control plane; empty turns it off; default from $TURNSTILE_CONTROL_TOKEN")
     p.add_argument("--insecure-no-data-auth", action="store_true", help="serve the data plane without a token (local development only)")
     p.add_argument("--retired-sessions", type=int, default=0, help="verified sessions that keep their receipts (default 4096)")
+    p.add_argument("--tls-cert", default=os.environ.get("TURNSTILE_TLS_CERT", ""),
+                   help="serve HTTPS with this certificate chain (PEM); default from $TURNSTILE_TLS_CERT")
+    p.add_argument("--tls-key", default=os.environ.get("TURNSTILE_TLS_KEY", ""),
+                   help="private key of --tls-cert (PEM); default from $TURNSTILE_TLS_KEY")
+    p.add_argument("--tls-client-ca", default=os.environ.get("TURNSTILE_TLS_CLIENT_CA", ""),
+                   help="require client certificates signed by this CA (mutual TLS); default from $TURNSTILE_TLS_CLIENT_CA")
     a = p.parse_args(argv)
     return a, _check_args(p, a)
 
@@ -237,19 +260,36 @@ def _check_args(p, a):
             p.error(f"--envs: unknown environment {n!r} (known: {', '.join(sorted(ENVIRONMENTS))})")
         if n not in [e.name for e in envs]:
             envs.append(ENVIRONMENTS[n]())
+    if bool(a.tls_cert) != bool(a.tls_key) or (a.tls_client_ca and not a.tls_cert):
+        p.error("--tls-cert and --tls-key go together, and --tls-client-ca needs them")
     if not envs or not a.name.strip() or a.retired_sessions < 0:
         p.error("--envs, --name and --retired-sessions need a value")
     return envs, (host.strip("[]") or "127.0.0.1", int(port))
+
+
+def tls_context(a):
+    """TLS 1.2 or later with the given certificate; with a client CA, a
+    client without a certificate signed by it is refused (mutual TLS)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(a.tls_cert, a.tls_key)
+    if a.tls_client_ca:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(a.tls_client_ca)
+    return ctx
 
 
 def serve(argv):
     a, (envs, addr) = parse_args(argv)
     participant = Participant(envs, a.name, a.data_token, a.control_token, a.retired_sessions)
     handler = type("BoundHandler", (Handler,), {"participant": participant})
-    httpd = ThreadingHTTPServer(addr, handler)
-    httpd.daemon_threads = True
+    httpd = Server(addr, handler)
+    scheme = "http"
+    if a.tls_cert:
+        httpd.socket = tls_context(a).wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+        scheme = "https"
     host, port = httpd.server_address[:2]
-    base = f"http://{host}:{port}"
+    base = f"{scheme}://{host}:{port}"
     if a.ready_file:
         write_ready_file(a.ready_file, base)
     log("info", "participant listening", url=base, name=a.name, envs=[e.name for e in envs],
