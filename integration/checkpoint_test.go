@@ -26,7 +26,7 @@ import (
 )
 
 // maxTurns per environment: enough for a perfect scripted policy to finish.
-var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12}
+var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12, "notes": 12}
 
 // setInput builds rollout i of a set over envList (round-robin); tasks and
 // seeds depend only on i, so two sets are comparable rollout by rollout.
@@ -85,6 +85,8 @@ type recoverOptions struct {
 	// checkpointKill / restoreKill arm the worker that runs the checkpoint /
 	// the restore with a failpoint spec; the test then starts a fresh worker.
 	checkpointKill, restoreKill string
+	// python hosts the set on the Python participant instead of envserver.
+	python bool
 }
 
 // replaceWhenDead waits until p dies at its failpoint (SIGKILL) and starts a
@@ -124,7 +126,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	twoServers := opts.twoServers
 	c := newCluster(t)
 	c.startTemporal()
-	c.startEnvServer()
+	c.startParticipant(opts)
 	// server gives each rollout its environment server: "" is the worker's
 	// default (the first server).
 	second := ""
@@ -234,7 +236,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 
 	// 4. Fresh processes, then the restore.
 	c.startTemporal()
-	c.startEnvServer()
+	c.startParticipant(opts)
 	old := second
 	if twoServers {
 		second = c.startSecondEnvServer() // a new address

@@ -14,6 +14,12 @@
 // tokens out of the process list); --name is the participant name it
 // reports. --tls-cert/--tls-key serve HTTPS, --tls-client-ca requires client
 // certificates (mutual TLS); the ready file then holds an https:// URL.
+//
+// --remote puts an environment that is already served over HTTP (a NeMo Gym
+// resources server, or a Gymnasium-style reset/step server) behind the
+// same protocol (package envs/remote):
+//
+//	envserver --envs '' --remote name=weather,url=http://127.0.0.1:9000,kind=nemo-gym,tools=tools.json
 package main
 
 import (
@@ -37,6 +43,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envs/remote"
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
@@ -71,6 +78,7 @@ type config struct {
 	insecureData bool
 	tls          tlsfiles.ServerFiles
 	envs         []envs.Environment
+	remotes      []remote.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -80,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if v := os.Getenv(ListenEnvVar); v != "" {
 		listen = v
 	}
-	names := catalog.Names()
+	names := catalog.HostedNames()
 
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
@@ -94,7 +102,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
-	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
+	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+"); may be empty with --remote")
+	fs.Func("remote", "host an environment served over HTTP (repeatable): name=NAME,url=URL,kind=nemo-gym|gymnasium[,tools=FILE][,timeout=DURATION]; "+
+		"restart_only unless the remote declares export/restore", func(v string) error {
+		rc, err := remote.ParseSpec(v)
+		if err == nil {
+			cfg.remotes = append(cfg.remotes, rc)
+		}
+		return err
+	})
 	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
@@ -111,8 +127,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
-	if cfg.envs, err = selectEnvs(*envList); err != nil {
+	if cfg.envs, err = selectEnvs(*envList, names); err != nil {
 		return config{}, err
+	}
+	if len(cfg.envs) == 0 && len(cfg.remotes) == 0 {
+		return config{}, errors.New("--envs: no environment selected")
 	}
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
@@ -143,7 +162,7 @@ func logListening(log *zap.Logger, cfg config, base string) {
 
 // selectEnvs builds the catalog's environments named in list (comma
 // separated, duplicates ignored).
-func selectEnvs(list string) ([]envs.Environment, error) {
+func selectEnvs(list string, hosted []string) ([]envs.Environment, error) {
 	var out []envs.Environment
 	seen := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
@@ -156,10 +175,10 @@ func selectEnvs(list string) ([]envs.Environment, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--envs: %w", err)
 		}
+		if !e.Hosted() {
+			return nil, fmt.Errorf("--envs: %s runs in %s, not in this server (hosted here: %s)", n, e.Remote, strings.Join(hosted, ", "))
+		}
 		out = append(out, e.New())
-	}
-	if len(out) == 0 {
-		return nil, errors.New("--envs: no environment selected")
 	}
 	return out, nil
 }
@@ -180,6 +199,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	for _, rc := range cfg.remotes {
+		env, err := remote.New(ctx, rc, nil)
+		if err != nil {
+			return err
+		}
+		cfg.envs = append(cfg.envs, env)
+	}
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData})
 	if err != nil {
