@@ -36,7 +36,8 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 
-	resp, err := protocol.NewClient(base, a.HTTPClient).Start(ctx, protocol.StartRequest{
+	env := protocol.NewClient(base, a.HTTPClient)
+	req := protocol.StartRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -45,7 +46,13 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		Env:  in.Env.Name,
 		Seed: in.Seed,
 		Task: in.Task,
-	})
+	}
+	var resp protocol.StartResponse
+	if in.Retry != nil {
+		resp, err = a.startRetriedAttempt(ctx, env, *in.Retry, req)
+	} else {
+		resp, err = env.Start(ctx, req)
+	}
 	if err != nil {
 		return StartEnvironmentResult{}, envError("start "+in.RolloutID, err)
 	}
@@ -85,6 +92,20 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		Style:    style,
 		Mode:     envs.EffectiveMode(resp.Spec.Mode),
 	}, nil
+}
+
+// startRetriedAttempt is the one place where a group retry's new attempt
+// creates its session at the environment server: a fresh episode (same
+// seed, same task) under an attempt the server has not seen, which fences
+// off the failed attempt. Today the data plane accepts any higher attempt
+// on a start; where attempts must first be authorised through the
+// participant's control plane, that authorisation belongs here, before the
+// start.
+func (a *Activities) startRetriedAttempt(ctx context.Context, env *protocol.Client, g GroupGrant, req protocol.StartRequest) (protocol.StartResponse, error) {
+	if g.RolloutID != req.RolloutID || g.Attempt != req.Attempt || g.Attempt < 1 {
+		return protocol.StartResponse{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", req.RolloutID, req.Attempt, g.RolloutID, g.Attempt)
+	}
+	return env.Start(ctx, req)
 }
 
 // OperateEnvironment applies one tool call (or gym step) at the environment
@@ -210,7 +231,32 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, envError("verify "+in.RolloutID, err)
 	}
-	return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	if !in.StoreDetails {
+		return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	}
+	ref, err := a.storeDetails(ctx, in.RolloutID, resp.Verdict.Details)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
+}
+
+// storeDetails puts a verdict's details in the transcript store as they
+// came ("null" when there are none): a replayed verify gets the same
+// bytes, so a recovered rollout names the same blob.
+func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details json.RawMessage) (transcript.Digest, error) {
+	store, err := a.store()
+	if err != nil {
+		return "", err
+	}
+	if len(details) == 0 {
+		details = json.RawMessage("null")
+	}
+	ref, err := store.Put(ctx, details)
+	if err != nil {
+		return "", StoreError("store verify details of "+rolloutID, err)
+	}
+	return ref, nil
 }
 
 // envError maps an environment server failure to what the workflow must do:
