@@ -27,6 +27,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	if in.Env.Name == "" {
 		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
 	}
+	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
+		return StartEnvironmentResult{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
+	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
 		return StartEnvironmentResult{}, err
@@ -101,10 +104,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 // on a start; where attempts must first be authorised through the
 // participant's control plane, that authorisation belongs here, before the
 // start.
-func (a *Activities) startRetriedAttempt(ctx context.Context, env *protocol.Client, g GroupGrant, req protocol.StartRequest) (protocol.StartResponse, error) {
-	if g.RolloutID != req.RolloutID || g.Attempt != req.Attempt || g.Attempt < 1 {
-		return protocol.StartResponse{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", req.RolloutID, req.Attempt, g.RolloutID, g.Attempt)
-	}
+// The grant (checked against the request by StartEnvironment) is what such
+// an authorisation would present.
+func (a *Activities) startRetriedAttempt(ctx context.Context, env *protocol.Client, _ GroupGrant, req protocol.StartRequest) (protocol.StartResponse, error) {
 	return env.Start(ctx, req)
 }
 
