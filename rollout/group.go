@@ -65,14 +65,16 @@ func environmentFailure(err, ferr error) bool {
 // failureReason is a failure in one line for the group's ledger: the
 // budget's message, or what failed and the activity's own error.
 func failureReason(err, ferr error, what string) string {
-	var reason string
 	var ae *temporal.ApplicationError
 	if errors.As(ferr, &ae) && ae.Type() == ErrBudgetExhausted {
-		reason = ae.Error()
-	} else {
-		reason = what + ": " + rootCause(err).Error()
+		return truncate(ae.Message(), maxReasonLen)
 	}
-	return truncate(reason, maxReasonLen)
+	root := rootCause(err)
+	msg := root.Error()
+	if errors.As(root, &ae) {
+		msg = ae.Message() // without the "(type: …, retryable: …)" suffix
+	}
+	return truncate(what+": "+msg, maxReasonLen)
 }
 
 // groupFailure reports a failure to the group's ledger and acts on the
@@ -99,11 +101,11 @@ func (r *rollout) groupFailure(ctx workflow.Context, ferr error, reason string, 
 
 // retryAsNewAttempt starts the rollout over from its seed as the granted
 // attempt: a new run of the same workflow ID (continue-as-new) whose seed
-// goes to a fresh environment session. The fresh attempt's empty boundary
-// comes first, so a checkpoint asking now parks the rollout there, and its
-// record starts the rollout over on a restore. A relative deadline starts
-// again with the new attempt, or an environment that used it all up would
-// fail every retry at once.
+// goes to a fresh environment session. An empty boundary comes first, so a
+// checkpoint asking now parks the rollout there, and its record starts the
+// rollout over on a restore (as a later attempt, with no grant). A relative
+// deadline starts again with the new attempt, or an environment that used
+// it all up would fail every retry at once.
 func (r *rollout) retryAsNewAttempt(ctx workflow.Context, g GroupGrant) error {
 	next := r.in
 	next.Attempt, next.Retry = g.Attempt, &g
@@ -112,9 +114,10 @@ func (r *rollout) retryAsNewAttempt(ctx workflow.Context, g GroupGrant) error {
 		next.Limits.DeadlineAt = time.Time{}
 	}
 	r.logger.Warn("environment failure: the group retries the rollout as a new attempt",
-		"group", r.in.Group, "attempt", g.Attempt, "retry", g.Retry, "budget", g.Budget, "reason", g.Reason)
-	r.in = next
-	r.b = Boundary{RolloutID: next.RolloutID, Attempt: next.Attempt}
+		"group", r.in.Group, "new_attempt", g.Attempt, "retry", g.Retry, "budget", g.Budget, "reason", g.Reason)
+	// This run stays the failed attempt (its search attributes say so);
+	// only the boundary starts over.
+	r.b = Boundary{RolloutID: r.in.RolloutID, Attempt: r.in.Attempt}
 	if err := r.boundary(ctx); err != nil {
 		return err
 	}
