@@ -17,6 +17,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	tsclient "github.com/turnstile-rl/turnstile/client"
@@ -127,6 +129,49 @@ func TestGroupRetriesOnServer(t *testing.T) {
 	// The trainer's view: whole complete groups, nothing of the failed one.
 	view, _ := exportLines(t, ctx, c, "g1", "trainer", "--complete-groups")
 	require.Equal(t, []string{"g1-flaky-r0", "g1-flaky-r1", "g1-steady-r0", "g1-steady-r1"}, sortedIDs(view))
+
+	// The histories replay against the current code; with
+	// TURNSTILE_UPDATE_REPLAY=1 they become the fixtures that
+	// rollout.TestReplayRecordedHistories replays without a server.
+	retried := c.runIDs(ctx, fmt.Sprintf(`WorkflowId=%q AND ExecutionStatus="ContinuedAsNew"`, rollout.WorkflowID("g1-flaky-r0")))
+	require.Len(t, retried, 1, "attempt 0 of g1-flaky-r0 continued as its retry")
+	c.recordHistory(ctx, rollout.WorkflowID("g1-flaky-r0"), retried[0], "rollout-group-retry.json")
+	c.recordHistory(ctx, rollout.GroupWorkflowID("g1", "broken"), "", "group-ledger-failed.json")
+	c.recordHistory(ctx, rollout.GroupWorkflowID("g1", "flaky"), "", "group-ledger-complete.json")
+}
+
+// runIDs lists the run ids visibility finds for query.
+func (c *cluster) runIDs(ctx context.Context, query string) []string {
+	c.t.Helper()
+	resp, err := c.client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+	require.NoError(c.t, err)
+	var ids []string
+	for _, e := range resp.GetExecutions() {
+		ids = append(ids, e.GetExecution().GetRunId())
+	}
+	return ids
+}
+
+// recordHistory exports a run's history with the Temporal CLI, replays it
+// against the current Rollout and RolloutGroup code, and with
+// TURNSTILE_UPDATE_REPLAY=1 writes it to rollout/testdata/<fixture>.
+func (c *cluster) recordHistory(ctx context.Context, workflowID, runID, fixture string) {
+	c.t.Helper()
+	args := []string{"workflow", "show", "--workflow-id", workflowID, "--output", "json"}
+	if runID != "" {
+		args = append(args, "--run-id", runID)
+	}
+	out, err := c.temporalCLI(ctx, args...)
+	require.NoError(c.t, err, out)
+	path := filepath.Join(c.dir, fixture)
+	require.NoError(c.t, os.WriteFile(path, []byte(out), 0o644))
+	r := worker.NewWorkflowReplayer()
+	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
+	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
+	require.NoError(c.t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), "replay of %s", workflowID)
+	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {
+		require.NoError(c.t, os.WriteFile(filepath.Join(bins.root, "rollout", "testdata", fixture), []byte(out), 0o644))
+	}
 }
 
 // TestDatasetGroupsCheckpointRestore: a dataset set with groups is
