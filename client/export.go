@@ -37,6 +37,9 @@ type ExportStats struct {
 	// rollout replaced them (a restored attempt; only the latest is
 	// exported), or a held result was acknowledged meanwhile.
 	Skipped int
+	// Excluded counts finished rollouts left out by
+	// ExportOptions.CompleteGroupsOnly (not in the counts above).
+	Excluded int
 }
 
 // exportSource is what Export reads from Temporal.
@@ -44,6 +47,7 @@ type exportSource interface {
 	rollout.Lister
 	runGetter
 	statusQuerier
+	groupDescriber
 }
 
 // Export writes one JSON line (ExportLine) per finished rollout of set to
@@ -53,19 +57,28 @@ type exportSource interface {
 // finished rollouts are written, each once: those whose latest run has
 // closed, and those holding a completed result for acknowledgement (held
 // true, with the receipt to acknowledge it by). Lines come in visibility's
-// order, not by rollout id.
+// order, not by rollout id. Each line of a dataset's rollout says where its
+// group stands (group_status), as the group's ledger says at the group's
+// first line.
 func (c *Client) Export(ctx context.Context, set string, store TranscriptReader, w io.Writer) (ExportStats, error) {
+	return c.ExportWith(ctx, set, store, w, ExportOptions{})
+}
+
+// ExportWith is Export with options: with CompleteGroupsOnly, the export is
+// a trainer's view (completed rollouts of complete groups only).
+func (c *Client) ExportWith(ctx context.Context, set string, store TranscriptReader, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	if err := rollout.ValidateSet(set); err != nil {
 		return ExportStats{}, err
 	}
-	return exportSet(ctx, c.tc, store, set, w)
+	return exportSet(ctx, c.tc, store, set, w, opts)
 }
 
-func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer) (ExportStats, error) {
+func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	var stats ExportStats
+	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set)}
 	window := make([]*workflowpb.WorkflowExecutionInfo, 0, exportWindow)
 	flush := func() error {
-		err := exportWindowOf(ctx, exportJob{src: src, store: store, set: set, w: w}, window, &stats)
+		err := exportWindowOf(ctx, job, window, &stats)
 		window = window[:0]
 		return err
 	}
@@ -87,10 +100,12 @@ func exportSet(ctx context.Context, src exportSource, store TranscriptReader, se
 
 // exportJob is what every window of one export shares.
 type exportJob struct {
-	src   exportSource
-	store TranscriptReader
-	set   string
-	w     io.Writer
+	src    exportSource
+	store  TranscriptReader
+	set    string
+	w      io.Writer
+	opts   ExportOptions
+	groups *groupCache
 }
 
 // exportWindowOf builds the lines of a window of closed runs concurrently
@@ -103,12 +118,21 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 		if err != nil || !ok {
 			return err
 		}
+		if f.group != nil {
+			if f.groupStatus, err = job.groups.status(ctx, *f.group); err != nil {
+				return err
+			}
+		}
 		line, err := buildLine(ctx, job.store, f)
 		if err != nil {
 			return err
 		}
 		kinds[i] = line.Status
-		if line.Held {
+		switch {
+		case job.opts.CompleteGroupsOnly && !trainable(line):
+			kinds[i] = "excluded"
+			return nil
+		case line.Held:
 			kinds[i] = "held"
 		}
 		lines[i], err = encodeLine(line)
@@ -118,6 +142,10 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 		return err
 	}
 	for i, b := range lines {
+		if kinds[i] == "excluded" {
+			stats.Excluded++
+			continue
+		}
 		if b == nil {
 			stats.Skipped++
 			continue

@@ -40,6 +40,9 @@ func (r SubmitRequest) Validate() error {
 	if r.isDataset() {
 		return r.validateDataset()
 	}
+	if r.GroupRetries != nil {
+		return errors.New("--group-retries needs --tasks: only a dataset's rows are groups")
+	}
 	if r.Count < 1 || r.Count > maxCount {
 		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
 	}
@@ -208,7 +211,7 @@ type workflowStarter interface {
 
 // searchAttributeHint tells what to do when the server does not know the
 // rollout search attributes.
-const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase, RolloutGroup (Keyword) and RolloutAttempt, RolloutTurn, RolloutRepeat (Int) — `make devserver` does"
+const searchAttributeHint = "register the search attributes turnstile sets (`starter setup` does, so does `make devserver`)"
 
 // startAll starts every input with bounded concurrency and returns how many
 // started. The first failure stops the starts not yet begun.

@@ -27,6 +27,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	if in.Env.Name == "" {
 		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
 	}
+	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
+		return StartEnvironmentResult{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
+	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
 		return StartEnvironmentResult{}, err
@@ -283,7 +286,32 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, envError("verify "+in.RolloutID, err)
 	}
-	return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	if !in.StoreDetails {
+		return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	}
+	ref, err := a.storeDetails(ctx, in.RolloutID, resp.Verdict.Details)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
+}
+
+// storeDetails puts a verdict's details in the transcript store as they
+// came ("null" when there are none): a replayed verify gets the same
+// bytes, so a recovered rollout names the same blob.
+func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details json.RawMessage) (transcript.Digest, error) {
+	store, err := a.store()
+	if err != nil {
+		return "", err
+	}
+	if len(details) == 0 {
+		details = json.RawMessage("null")
+	}
+	ref, err := store.Put(ctx, details)
+	if err != nil {
+		return "", StoreError("store verify details of "+rolloutID, err)
+	}
+	return ref, nil
 }
 
 // envError maps an environment server failure to what the workflow must do:

@@ -100,14 +100,17 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 	}
 }
 
-// Register registers the workflows and activities on r.
+// Register registers the workflows and activities on r. The group
+// activities share the coordinator's Temporal client.
 func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
+	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
 	// The structs' methods become the activities, named after the methods
-	// (rollout.StartEnvironmentName, CallModelName, …; the coordinator's
-	// PrepareParticipants, ParkMembers, …).
+	// (rollout.StartEnvironmentName, CallModelName, …; ReportToGroup,
+	// CancelGroupMembers; the coordinator's PrepareParticipants, ParkMembers, …).
 	r.RegisterActivity(acts)
+	r.RegisterActivity(&rollout.GroupActivities{Client: coord.Client})
 	r.RegisterActivity(coord)
 }

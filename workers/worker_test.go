@@ -44,12 +44,15 @@ func TestRegister(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
-	want := []string{rollout.WorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
-	if len(r.activities) != 2 || r.activities[0] != any(acts) || r.activities[1] != any(coord) {
+	if len(r.activities) != 3 || r.activities[0] != any(acts) || r.activities[2] != any(coord) {
 		t.Errorf("activities registered: %v", r.activities)
+	}
+	if g, ok := r.activities[1].(*rollout.GroupActivities); !ok || g.Client != coord.Client {
+		t.Errorf("group activities registered: %#v", r.activities[1])
 	}
 	if coord.Store != acts.Store {
 		t.Error("the coordinator does not share the rollout activities' transcript store")
