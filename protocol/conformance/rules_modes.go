@@ -169,6 +169,9 @@ func checkRestartOnly(ctx context.Context, k *kit) (string, error) {
 	if err != nil || a.status != http.StatusOK {
 		return "", fmt.Errorf("restore: %s %v", a, err)
 	}
+	if mode == envs.ModeStateless {
+		return k.statelessRestored(ctx, res, start, ckpt, rid)
+	}
 	if m, ok := member(res.Restarted, id); !ok || m.Attempt != 1 {
 		return "", fmt.Errorf("restore answered restarted %+v, restored %+v; want %s restarted at attempt 1", res.Restarted, res.Restored, id)
 	}
@@ -185,11 +188,40 @@ func checkRestartOnly(ctx context.Context, k *kit) (string, error) {
 	if st, err := k.start(ctx, start); err != nil || st.Revision != 0 || st.Replayed {
 		return "", fmt.Errorf("the start-over of attempt 1: %+v, %v", st, err)
 	}
-	start.Attempt = 0
-	if err := k.refused(ctx, "a start of attempt 0 after the restore", protocol.RouteStart, "", start, http.StatusConflict, protocol.CodeStaleAttempt); err != nil {
+	if err := k.refusedOldStart(ctx, start); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%s (%s) is in the cut without state; restore lists it under restarted at attempt 1 and drops its session; attempt 1 starts over at revision 0; attempt 0 → 409 stale_attempt", k.cfg.RestartEnv, mode), nil
+}
+
+// statelessRestored: R14 for a stateless environment, whose session is cut
+// with its (small) state because the coordinator continues such a rollout
+// at its boundary: restore lists it under restored at the new attempt and
+// the session is there, at the revision it was cut at.
+func (k *kit) statelessRestored(ctx context.Context, res protocol.RestoreResponse, start protocol.StartRequest, ckpt, rid string) (string, error) {
+	id := start.RolloutID
+	if m, ok := member(res.Restored, id); !ok || m.Attempt != 1 {
+		return "", fmt.Errorf("restore answered restored %+v, restarted %+v; want %s restored at attempt 1 (a stateless rollout continues)", res.Restored, res.Restarted, id)
+	}
+	if _, err := k.resume(ctx, ckpt, rid); err != nil {
+		return "", err
+	}
+	info, ok, err := k.session(ctx, id)
+	if err != nil || !ok || info.Attempt != 1 || info.Revision != 0 {
+		return "", fmt.Errorf("the restored stateless session: %+v (found %v), %v; want attempt 1 at revision 0", info, ok, err)
+	}
+	start.Attempt = 1
+	if err := k.refusedOldStart(ctx, start); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s (stateless) is in the cut with its state; restore lists it under restored at attempt 1 and the session continues at revision 0; attempt 0 → 409 stale_attempt", k.cfg.RestartEnv), nil
+}
+
+// refusedOldStart checks that a start of the attempt before start's is
+// refused stale_attempt after a restore.
+func (k *kit) refusedOldStart(ctx context.Context, start protocol.StartRequest) error {
+	start.Attempt--
+	return k.refused(ctx, "a start of attempt 0 after the restore", protocol.RouteStart, "", start, http.StatusConflict, protocol.CodeStaleAttempt)
 }
 
 // envMode checks the modes /v1/envs declares for Env and RestartEnv and
