@@ -37,6 +37,9 @@ const (
 	// checkpoint control plane, used by the Checkpoint and Restore
 	// coordinator activities.
 	EnvControlToken = protocol.ControlTokenEnvVar
+	// EnvCPUProfile, when set, names a file the worker writes a CPU
+	// profile of its whole run to (for `make bench`; read by cmd/worker).
+	EnvCPUProfile = "TURNSTILE_CPU_PROFILE"
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -63,6 +64,7 @@ func settings() []cli.Setting {
 		{Env: workers.EnvLogLevel, Default: workers.DefaultLogLevel, Meaning: "log level: debug, info, warn, error"},
 		{Env: workers.EnvLogFormat, Default: workers.DefaultLogFormat, Meaning: "log format: json or console"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
+		{Env: workers.EnvCPUProfile, Meaning: "write a CPU profile of the whole run to this file (make bench -cpuprofile)"},
 	}
 }
 
@@ -82,6 +84,11 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopProfile, err := startCPUProfile(os.Getenv(workers.EnvCPUProfile))
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 
 	opts, err := workers.ClientOptions(logger)
 	if err != nil {
@@ -110,6 +117,26 @@ func run(args []string) error {
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// startCPUProfile profiles the process into path until the returned stop
+// is called; an empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // interruptOn adapts ctx to the channel worker.Run waits on.
