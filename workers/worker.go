@@ -25,24 +25,59 @@ type Registry interface {
 	RegisterActivity(a any)
 }
 
-// New builds a worker on cfg.TaskQueue with every turnstile workflow and
-// activity registered. It does not start it.
-func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error) {
+// Worker is the pair of Temporal workers one worker process runs: the data
+// plane on the rollout task queue (Rollout and its activities) and the
+// control plane on checkpoint.ControlTaskQueue of it (Checkpoint, Restore
+// and the coordinator activities). Each has its own pollers and task slots,
+// so a checkpoint never waits for slots or polls behind rollout work.
+type Worker struct {
+	Data, Control worker.Worker
+}
+
+// Slots of the control worker: a few checkpoints and restores run at once,
+// and each coordinator activity fans out over its whole set by itself.
+const (
+	ControlWorkflowSlots = 16
+	ControlActivitySlots = 16
+)
+
+// New builds the data and control workers of cfg with every turnstile
+// workflow and activity registered. It does not start them.
+func New(c client.Client, cfg Config, logger *zap.Logger) (*Worker, error) {
 	acts, err := NewActivities(cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&applicationErrors{}}})
-	Register(w, acts, NewCoordinator(c, cfg, acts))
+	coord := NewCoordinator(c, cfg, acts)
+	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
+	data := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: interceptors})
+	Register(data, acts, coord)
+	control := worker.New(c, checkpoint.ControlTaskQueue(cfg.TaskQueue), worker.Options{
+		Interceptors:                           interceptors,
+		MaxConcurrentWorkflowTaskExecutionSize: ControlWorkflowSlots,
+		MaxConcurrentActivityExecutionSize:     ControlActivitySlots,
+	})
+	RegisterControl(control, coord)
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
+		zap.String("control_task_queue", checkpoint.ControlTaskQueue(cfg.TaskQueue)),
 		zap.String("transcript_dir", cfg.TranscriptDir),
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
 		zap.Bool("failpoints_armed", os.Getenv(failpoint.EnvVar) != ""),
 	)
-	return w, nil
+	return &Worker{Data: data, Control: control}, nil
+}
+
+// Run starts the control worker, then runs the data worker until interrupt
+// fires (or it fails), and stops both.
+func (w *Worker) Run(interrupt <-chan any) error {
+	if err := w.Control.Start(); err != nil {
+		return fmt.Errorf("control worker: %w", err)
+	}
+	defer w.Control.Stop()
+	return w.Data.Run(interrupt)
 }
 
 // NewActivities builds the activities a worker hosts: the transcript store it
@@ -89,14 +124,22 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 	}
 }
 
-// Register registers the workflows and activities on r.
+// Register registers the workflows and activities of the data worker on r.
+// The coordinator workflows and activities are registered here too, so a
+// Checkpoint or Restore started on the rollout task queue (by an older
+// client, or a Temporal CLI command naming that queue) still runs.
 func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
+	// The struct's methods become the activities, named after the methods
+	// (rollout.StartEnvironmentName, CallModelName, …).
+	r.RegisterActivity(acts)
+	RegisterControl(r, coord)
+}
+
+// RegisterControl registers the Checkpoint and Restore workflows and the
+// coordinator activities (PrepareParticipants, ParkMembers, …) on r.
+func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
-	// The structs' methods become the activities, named after the methods
-	// (rollout.StartEnvironmentName, CallModelName, …; the coordinator's
-	// PrepareParticipants, ParkMembers, …).
-	r.RegisterActivity(acts)
 	r.RegisterActivity(coord)
 }
