@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -67,6 +68,8 @@ type Config struct {
 	// ControlToken authorises checkpoint control calls to environment
 	// servers; like the API key, it never travels in workflow input.
 	ControlToken string
+	// MetricsListen is the address /metrics is served on; empty serves none.
+	MetricsListen string
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -92,6 +95,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
 		LogFormat:     get(EnvLogFormat, DefaultLogFormat),
 		ControlToken:  get(EnvControlToken, ""),
+		MetricsListen: get(EnvMetricsListen, ""),
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -114,6 +118,11 @@ func (c Config) Validate() error {
 	}
 	if c.TaskQueue == "" {
 		return fmt.Errorf("%s: empty task queue", EnvTaskQueue)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("%s=%q: want host:port (port 0 picks one): %v", EnvMetricsListen, c.MetricsListen, err)
+		}
 	}
 	if _, err := zap.ParseAtomicLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, c.LogLevel)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
@@ -42,14 +43,18 @@ const (
 )
 
 // New builds the data and control workers of cfg with every turnstile
-// workflow and activity registered. It does not start them.
-func New(c client.Client, cfg Config, logger *zap.Logger) (*Worker, error) {
+// workflow and activity registered. It does not start them. With reg, the
+// worker's own metrics (NewMetrics) are registered there.
+func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Worker, error) {
 	acts, err := NewActivities(cfg)
 	if err != nil {
 		return nil, err
 	}
 	coord := NewCoordinator(c, cfg, acts)
 	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
+	if reg != nil {
+		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
+	}
 	data := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: interceptors})
 	Register(data, acts, coord)
 	control := worker.New(c, checkpoint.ControlTaskQueue(cfg.TaskQueue), worker.Options{
@@ -103,9 +108,24 @@ func NewActivities(cfg Config) (*rollout.Activities, error) {
 		ModelAPIKey:  cfg.ModelAPIKey,
 		// No client-wide timeout: a model call may legitimately take
 		// minutes; the activity's context bounds each call.
-		HTTPClient: &http.Client{},
+		HTTPClient: &http.Client{Transport: NewTransport()},
 		Failpoints: fps,
 	}, nil
+}
+
+// MaxIdleConnsPerHost is how many idle connections a worker keeps to each
+// environment server and model endpoint. Go's default is 2: with hundreds of
+// rollouts calling one server at once, every call beyond two dialled a new
+// connection and left it in TIME_WAIT.
+const MaxIdleConnsPerHost = 512
+
+// NewTransport is the HTTP transport of a worker's model, environment and
+// control calls: Go's default transport with MaxIdleConnsPerHost kept.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 4 * MaxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	return t
 }
 
 // NewCoordinator builds the activities of the Checkpoint and Restore
@@ -118,7 +138,7 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 		ControlToken: cfg.ControlToken,
 		// No client-wide timeout: a prepare waits up to its absolute
 		// deadline, which the activity's context bounds.
-		HTTPClient: &http.Client{},
+		HTTPClient: &http.Client{Transport: NewTransport()},
 		TaskQueue:  cfg.TaskQueue,
 		Failpoints: acts.Failpoints,
 	}

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,7 +76,10 @@ func TestNewActivities(t *testing.T) {
 		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
 	}
 	if acts.HTTPClient == nil {
-		t.Error("no HTTP client")
+		t.Fatal("no HTTP client")
+	}
+	if tr, ok := acts.HTTPClient.Transport.(*http.Transport); !ok || tr.MaxIdleConnsPerHost < 256 {
+		t.Errorf("transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
 	}
 }
 

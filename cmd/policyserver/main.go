@@ -10,6 +10,7 @@ import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 
 	"context"
 	"errors"
@@ -25,11 +26,14 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/policy"
+	"go.uber.org/zap"
 )
 
 const (
 	// ListenEnv overrides the default listen address.
-	ListenEnv     = "TURNSTILE_POLICY_LISTEN"
+	ListenEnv = "TURNSTILE_POLICY_LISTEN"
+	// MetricsEnv is the default of --metrics-listen.
+	MetricsEnv    = "TURNSTILE_POLICY_METRICS_LISTEN"
 	defaultListen = "127.0.0.1:8092"
 	// shutdownGrace bounds how long in-flight requests may finish on exit.
 	shutdownGrace = 10 * time.Second
@@ -46,12 +50,13 @@ func main() {
 
 // options are the parsed command line.
 type options struct {
-	logLevel  string
-	logFormat string
-	listen    string
-	readyFile string
-	faultSeed uint64
-	server    policy.ServerConfig
+	logLevel      string
+	logFormat     string
+	listen        string
+	metricsListen string
+	readyFile     string
+	faultSeed     uint64
+	server        policy.ServerConfig
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -63,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		listen = v
 	}
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnv)
+	fs.StringVar(&o.metricsListen, "metrics-listen", os.Getenv(MetricsEnv), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnv)
 	fs.StringVar(&o.readyFile, "ready-file", "", "once listening, atomically write the base URL (http://host:port/v1) to this file")
 	fs.DurationVar(&o.server.Latency, "latency", 0, "mean delay of a chat completion, e.g. 200ms")
 	fs.DurationVar(&o.server.Jitter, "jitter", 0, "uniform spread of the delay around --latency, e.g. 50ms")
@@ -76,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
 		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
+		{Env: MetricsEnv, Meaning: "address of /metrics (empty: none)"},
 	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -112,8 +119,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
+	handler := policy.NewServer(o.server)
+	if o.metricsListen != "" {
+		reg := metrics.NewRegistry()
+		bound, err := metrics.Serve(ctx, o.metricsListen, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+		handler = metrics.InstrumentHandler(reg, "policy", handler)
+	}
 	srv := &http.Server{
-		Handler:           policy.NewServer(o.server),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	serveErr := make(chan error, 1)

@@ -16,11 +16,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -64,6 +67,7 @@ func settings() []cli.Setting {
 		{Env: workers.EnvLogLevel, Default: workers.DefaultLogLevel, Meaning: "log level: debug, info, warn, error"},
 		{Env: workers.EnvLogFormat, Default: workers.DefaultLogFormat, Meaning: "log format: json or console"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
+		{Env: workers.EnvMetricsListen, Meaning: "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9093 (empty: none)"},
 		{Env: workers.EnvCPUProfile, Meaning: "write a CPU profile of the whole run to this file (make bench -cpuprofile)"},
 	}
 }
@@ -94,13 +98,18 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	reg, closeMetrics, err := serveMetrics(ctx, cfg.MetricsListen, &opts, logger)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
 	c, err := workers.Dial(ctx, opts, dialTimeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	w, err := workers.New(c, cfg, logger)
+	w, err := workers.New(c, cfg, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -117,6 +126,27 @@ func run(args []string) error {
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// serveMetrics serves /metrics on addr, with the SDK's metrics routed into
+// the registry through opts; an empty addr serves nothing (nil registry).
+func serveMetrics(ctx context.Context, addr string, opts *client.Options, logger *zap.Logger) (prometheus.Registerer, func(), error) {
+	if addr == "" {
+		return nil, func() {}, nil
+	}
+	reg := metrics.NewRegistry()
+	handler, closeSDK, err := metrics.SDKHandler(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.MetricsHandler = handler
+	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { logger.Error("metrics", zap.Error(err)) })
+	if err != nil {
+		_ = closeSDK()
+		return nil, nil, fmt.Errorf("%s: %w", workers.EnvMetricsListen, err)
+	}
+	logger.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+	return reg, func() { _ = closeSDK() }, nil
 }
 
 // startCPUProfile profiles the process into path until the returned stop
