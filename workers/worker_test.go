@@ -129,3 +129,26 @@ func TestNewActivitiesRejects(t *testing.T) {
 		})
 	}
 }
+
+// The control worker hosts only the coordinators: no Rollout task can take
+// its slots.
+func TestRegisterControl(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	acts, err := workers.NewActivities(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recordingRegistry
+	coord := workers.NewCoordinator(nil, testConfig(t), acts)
+	workers.RegisterControl(&r, coord)
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
+		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
+	}
+	if len(r.activities) != 1 || r.activities[0] != any(coord) {
+		t.Errorf("activities registered: %v, want the coordinator only", r.activities)
+	}
+	if got := checkpoint.ControlTaskQueue("q"); got != "q-control" {
+		t.Errorf("control queue of q = %q", got)
+	}
+}

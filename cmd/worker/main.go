@@ -44,7 +44,7 @@ func main() {
 func parseFlags(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cli.SetUsage(fs, "Polls the rollout task queue and hosts the Rollout, Checkpoint and Restore workflows and their activities until SIGINT or SIGTERM.", settings())
+	cli.SetUsage(fs, "Polls the rollout task queue (Rollout and its activities) and its -control queue (Checkpoint, Restore and the coordinator activities, with slots of their own) until SIGINT or SIGTERM.", settings())
 	if err := fs.Parse(args); err != nil {
 		return cli.Usage(err)
 	}
