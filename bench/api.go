@@ -219,7 +219,8 @@ type Cut struct {
 	QueuedMS float64 `json:"checkpoint_first_task_wait_ms"`
 	Bytes    int64   `json:"bytes"`
 	// RestoreMS is the wall time from the restore request to every
-	// restored rollout released (all running).
+	// restored rollout released (all running); -1 when that took longer
+	// than the bench waits (10 minutes).
 	RestoreMS float64 `json:"restore_ms"`
 	Restored  int     `json:"restored"`
 }
