@@ -34,6 +34,10 @@ readonly CONFIG="$root/temporal-dev.yaml"
 readonly DEV_ENV="dev"
 readonly ENV_LISTEN="127.0.0.1:8091"
 readonly POLICY_LISTEN="127.0.0.1:8092"
+# Prometheus /metrics of each process (README "Metrics").
+readonly ENV_METRICS="127.0.0.1:9091"
+readonly POLICY_METRICS="127.0.0.1:9092"
+readonly WORKER_METRICS="127.0.0.1:9093"
 readonly TASK_QUEUE="${TURNSTILE_TASK_QUEUE:-turnstile-rollouts}"
 readonly DEMO_ENVS="${DEMO_ENVS:-counter}"
 readonly DEMO_COUNT="${DEMO_COUNT:-24}"
@@ -225,7 +229,8 @@ TEMPORAL_NAMESPACE="$(flag_value --namespace "${devserver_cmd[@]}")"
 export TEMPORAL_NAMESPACE
 
 require_free_ports "$TEMPORAL_ADDRESS=Temporal frontend" "$ip:$ui_port=Temporal Web UI" \
-  "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server"
+  "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server" \
+  "$ENV_METRICS=environment server metrics" "$POLICY_METRICS=policy server metrics" "$WORKER_METRICS=worker metrics"
 
 # The environment servers' two planes each want a bearer token: fresh random
 # ones per demo run. The environment server, the worker (its environment
@@ -250,7 +255,7 @@ start_devserver() {
 # ---- environment server ----------------------------------------------------
 start_envserver() {
   env_ready="$run_dir/envserver$1.url"
-  start "envserver$1" "$root/bin/envserver" --listen "$ENV_LISTEN" --ready-file "$env_ready"
+  start "envserver$1" "$root/bin/envserver" --listen "$ENV_LISTEN" --ready-file "$env_ready" --metrics-listen "$ENV_METRICS"
   wait_until "environment server" "${pids[-1]}" test -s "$env_ready"
   env_url="$(head -n 1 "$env_ready")"
   wait_until "environment server health" "${pids[-1]}" http_ok "$env_url/healthz"
@@ -260,7 +265,7 @@ start_envserver() {
 start_policyserver() {
   policy_ready="$run_dir/policyserver.url"
   start policyserver "$root/bin/policyserver" --listen "$POLICY_LISTEN" \
-    --latency 200ms --jitter 50ms --imperfection 0.2 --ready-file "$policy_ready"
+    --latency 200ms --jitter 50ms --imperfection 0.2 --ready-file "$policy_ready" --metrics-listen "$POLICY_METRICS"
   wait_until "policy server" "${pids[-1]}" test -s "$policy_ready"
   wait_until "policy server health" "${pids[-1]}" http_ok "http://$POLICY_LISTEN/healthz"
 }
@@ -274,6 +279,7 @@ start_worker() {
     TURNSTILE_TRANSCRIPT_DIR="$run_dir/transcripts" \
     TEMPORAL_ADDRESS="$TEMPORAL_ADDRESS" \
     TEMPORAL_NAMESPACE="$TEMPORAL_NAMESPACE" \
+    TURNSTILE_METRICS_LISTEN="$WORKER_METRICS" \
     "$root/bin/worker"
   wait_until "worker" "${pids[-1]}" worker_polling
 }
@@ -291,6 +297,7 @@ ui_host="$ip"
 [[ "$ui_host" == "127.0.0.1" ]] && ui_host="localhost"
 ui_url="http://$ui_host:$ui_port/namespaces/$TEMPORAL_NAMESPACE/workflows?query=$query"
 log "Web UI for this set (live while the demo runs): $ui_url"
+log "Prometheus metrics: worker http://$WORKER_METRICS/metrics, environment server http://$ENV_METRICS/metrics, policy server http://$POLICY_METRICS/metrics"
 
 # ---- a set of rollouts -----------------------------------------------------
 # Each rollout uses its environment's scripted policy (scripted-<env>) and

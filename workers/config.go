@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ const (
 	EnvTLSCA         = tlsfiles.EnvCA
 	EnvTLSClientCert = tlsfiles.EnvClientCert
 	EnvTLSClientKey  = tlsfiles.EnvClientKey
+	// EnvCPUProfile, when set, names a file the worker writes a CPU
+	// profile of its whole run to (for `make bench`; read by cmd/worker).
+	EnvCPUProfile = "TURNSTILE_CPU_PROFILE"
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local
@@ -81,6 +85,8 @@ type Config struct {
 	// TLS names the CA the worker trusts and its client certificate; empty
 	// means the system roots and no client certificate.
 	TLS tlsfiles.ClientFiles
+	// MetricsListen is the address /metrics is served on; empty serves none.
+	MetricsListen string
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -108,6 +114,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		ControlToken:  get(EnvControlToken, ""),
 		DataToken:     get(EnvDataToken, ""),
 		TLS:           tlsfiles.ClientFiles{CA: get(EnvTLSCA, ""), Cert: get(EnvTLSClientCert, ""), Key: get(EnvTLSClientKey, "")},
+		MetricsListen: get(EnvMetricsListen, ""),
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -136,6 +143,11 @@ func (c Config) Validate() error {
 	}
 	if c.TaskQueue == "" {
 		return fmt.Errorf("%s: empty task queue", EnvTaskQueue)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("%s=%q: want host:port (port 0 picks one): %v", EnvMetricsListen, c.MetricsListen, err)
+		}
 	}
 	if _, err := zap.ParseAtomicLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, c.LogLevel)

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,10 @@ func TestNewActivities(t *testing.T) {
 		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
 	}
 	if acts.HTTPClient == nil {
-		t.Error("no HTTP client")
+		t.Fatal("no HTTP client")
+	}
+	if tr, ok := acts.HTTPClient.Transport.(*http.Transport); !ok || tr.MaxIdleConnsPerHost < 256 {
+		t.Errorf("transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
 	}
 }
 
@@ -126,5 +130,28 @@ func TestNewActivitiesRejects(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The control worker hosts only the coordinators: no Rollout task can take
+// its slots.
+func TestRegisterControl(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	acts, err := workers.NewActivities(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recordingRegistry
+	coord := workers.NewCoordinator(nil, testConfig(t), acts)
+	workers.RegisterControl(&r, coord)
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
+		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
+	}
+	if len(r.activities) != 1 || r.activities[0] != any(coord) {
+		t.Errorf("activities registered: %v, want the coordinator only", r.activities)
+	}
+	if got := checkpoint.ControlTaskQueue("q"); got != "q-control" {
+		t.Errorf("control queue of q = %q", got)
 	}
 }

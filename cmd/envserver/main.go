@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 
 	"context"
 	"errors"
@@ -52,7 +53,9 @@ import (
 
 // Defaults and names of the command's settings.
 const (
-	ListenEnvVar    = "TURNSTILE_ENV_LISTEN"
+	ListenEnvVar = "TURNSTILE_ENV_LISTEN"
+	// MetricsEnvVar is the default of --metrics-listen.
+	MetricsEnvVar   = "TURNSTILE_ENV_METRICS_LISTEN"
 	DefaultListen   = "127.0.0.1:8091"
 	shutdownTimeout = 10 * time.Second
 )
@@ -68,17 +71,18 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	logLevel     string
-	logFormat    string
-	listen       string
-	readyFile    string
-	name         string
-	controlToken string
-	dataToken    string
-	insecureData bool
-	tls          tlsfiles.ServerFiles
-	envs         []envs.Environment
-	remotes      []remote.Config
+	logLevel      string
+	logFormat     string
+	listen        string
+	metricsListen string
+	readyFile     string
+	name          string
+	controlToken  string
+	dataToken     string
+	insecureData  bool
+	tls           tlsfiles.ServerFiles
+	envs          []envs.Environment
+	remotes       []remote.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -92,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
+	fs.StringVar(&cfg.metricsListen, "metrics-listen", os.Getenv(MetricsEnvVar), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnvVar)
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
 	fs.StringVar(&cfg.name, "name", envserver.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
 	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
@@ -118,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
 		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
 		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
+		{Env: MetricsEnvVar, Meaning: "address of /metrics (empty: none)"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
 	})
 	if err := fs.Parse(args); err != nil {
@@ -220,7 +226,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	base := scheme + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	handler, err := serveMetrics(ctx, cfg.metricsListen, srv, log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -244,4 +255,27 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves the server's metrics on addr and returns srv
+// instrumented; an empty addr serves none and returns srv as it is.
+func serveMetrics(ctx context.Context, addr string, srv *envserver.Server, log *zap.Logger) (http.Handler, error) {
+	if addr == "" {
+		return srv, nil
+	}
+	reg := metrics.NewRegistry()
+	stat := func(v func(protocol.Stats) float64) func() float64 { return func() float64 { return v(srv.Stats()) } }
+	metrics.RegisterFuncs(reg, "env",
+		metrics.Func{Name: "applied_total", Help: "Mutations (start, operate, verify) applied.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Applied) })},
+		metrics.Func{Name: "replayed_total", Help: "Mutations answered with their stored response instead of applied again.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Replayed) })},
+		metrics.Func{Name: "refused_total", Help: "Requests refused with a 4xx (stale attempt, revision mismatch, bad input …).", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Refused) })},
+		metrics.Func{Name: "parked_total", Help: "Requests answered \"parked\" while admission was closed for a checkpoint.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Parked) })},
+		metrics.Func{Name: "sessions", Help: "Live sessions.", Value: stat(func(s protocol.Stats) float64 { return float64(s.Sessions) })},
+	)
+	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+	return metrics.InstrumentHandler(reg, "env", srv), nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 
 	"context"
 	"errors"
@@ -31,11 +32,14 @@ import (
 
 	"github.com/turnstile-rl/turnstile/policy"
 	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"go.uber.org/zap"
 )
 
 const (
 	// ListenEnv overrides the default listen address.
-	ListenEnv     = "TURNSTILE_POLICY_LISTEN"
+	ListenEnv = "TURNSTILE_POLICY_LISTEN"
+	// MetricsEnv is the default of --metrics-listen.
+	MetricsEnv    = "TURNSTILE_POLICY_METRICS_LISTEN"
 	defaultListen = "127.0.0.1:8092"
 	// shutdownGrace bounds how long in-flight requests may finish on exit.
 	shutdownGrace = 10 * time.Second
@@ -52,13 +56,14 @@ func main() {
 
 // options are the parsed command line.
 type options struct {
-	logLevel  string
-	logFormat string
-	listen    string
-	readyFile string
-	faultSeed uint64
-	tls       tlsfiles.ServerFiles
-	server    policy.ServerConfig
+	logLevel      string
+	logFormat     string
+	listen        string
+	metricsListen string
+	readyFile     string
+	faultSeed     uint64
+	tls           tlsfiles.ServerFiles
+	server        policy.ServerConfig
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		listen = v
 	}
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnv)
+	fs.StringVar(&o.metricsListen, "metrics-listen", os.Getenv(MetricsEnv), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnv)
 	fs.StringVar(&o.readyFile, "ready-file", "", "once listening, atomically write the base URL (http://host:port/v1) to this file")
 	fs.DurationVar(&o.server.Latency, "latency", 0, "mean delay of a chat completion, e.g. 200ms")
 	fs.DurationVar(&o.server.Jitter, "jitter", 0, "uniform spread of the delay around --latency, e.g. 50ms")
@@ -87,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
 		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
 		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
+		{Env: MetricsEnv, Meaning: "address of /metrics (empty: none)"},
 	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -128,8 +135,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 		return err
 	}
 	baseURL := scheme + strings.TrimPrefix(baseURL(ln.Addr()), "http://")
+	handler := policy.NewServer(o.server)
+	if o.metricsListen != "" {
+		reg := metrics.NewRegistry()
+		bound, err := metrics.Serve(ctx, o.metricsListen, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+		handler = metrics.InstrumentHandler(reg, "policy", handler)
+	}
 	srv := &http.Server{
-		Handler:           policy.NewServer(o.server),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         tlsCfg,
 	}
