@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -95,6 +96,11 @@ func (g *GroupActivities) update(ctx context.Context, r GroupReport, prior *Grou
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(strings.ToLower(err.Error()), "search attribute") {
+		// Retrying cannot register it: say what to do instead of hanging.
+		return GroupVerdict{}, BadInput("group %s: start its ledger: %v; register the search attributes turnstile sets (`starter setup`)", r.Group, err)
+	}
 	if err != nil {
 		return GroupVerdict{}, fmt.Errorf("report %s of %s to group %s: %w", r.Kind, r.RolloutID, r.Group, err)
 	}
