@@ -34,9 +34,10 @@ type GroupActivities struct {
 // returns the verdict, starting the ledger if it does not run (update with
 // start, one update id per rollout, attempt and kind, so a retried activity
 // is one report). A ledger that closed (its group complete or failed)
-// answers from its result: a failed group stays failed, and a report to a
-// complete one (a member restored after the group completed) reopens it as
-// a new run that starts from its final state.
+// answers from its result: a failed group stays failed, a result it counts
+// already changes nothing, and any other report to a complete one (a member
+// restored after the group completed) reopens it as a new run that starts
+// from its final state.
 func (g *GroupActivities) ReportToGroup(ctx context.Context, r GroupReport) (GroupVerdict, error) {
 	if err := checkReport(r); err != nil {
 		return GroupVerdict{}, err
@@ -49,10 +50,20 @@ func (g *GroupActivities) ReportToGroup(ctx context.Context, r GroupReport) (Gro
 	if err != nil {
 		return GroupVerdict{}, err
 	}
-	if prior != nil && prior.Status == GroupFailed {
-		return GroupVerdict{Status: GroupFailed, Reason: prior.Reason}, nil
+	if prior != nil && (prior.Status == GroupFailed || knownDone(*prior, r)) {
+		return GroupVerdict{Status: prior.Status, Reason: prior.Reason}, nil
 	}
 	return g.update(ctx, r, prior, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE)
+}
+
+// knownDone says whether a closed ledger already counts r's result: a
+// repeated report, which need not start the ledger again.
+func knownDone(st GroupState, r GroupReport) bool {
+	if r.Kind != ReportDone || r.Repeat >= len(st.Members) {
+		return false
+	}
+	m := st.Members[r.Repeat]
+	return m.State == MemberDone && m.Attempt >= r.Attempt
 }
 
 // checkReport refuses a report no ledger could accept, before any call.

@@ -281,6 +281,7 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 		r.reportDone(ctx)
 		return r.offer(ctx, *r.in.Completed)
 	}
+	r.reportRestored(ctx)
 	if err := r.boundary(ctx); err != nil {
 		return Result{}, err
 	}
