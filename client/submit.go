@@ -197,6 +197,11 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 	if err := preflight(ctx, c.tc, r.Set, c.taskQueue); err != nil {
 		return res, err
 	}
+	if r.isDataset() {
+		if err := checkGroupAttribute(ctx, c.tc); err != nil {
+			return res, err
+		}
+	}
 	res.Started, err = startAll(ctx, c.tc, inputs, c.taskQueue, startConcurrency)
 	if err != nil {
 		return res, fmt.Errorf("%w (started %d of %d)", err, res.Started, len(inputs))
@@ -268,4 +273,23 @@ func preflight(ctx context.Context, c tclient.Client, set, taskQueue string) err
 		return fmt.Errorf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())
 	}
 	return nil
+}
+
+// groupAttributeQuery is a query that only a namespace with the group
+// ledgers' search attribute accepts.
+var groupAttributeQuery = fmt.Sprintf(`WorkflowType=%q AND %s=%q`, rollout.GroupWorkflowName, rollout.SARolloutGroupStatus, rollout.GroupFailed)
+
+// checkGroupAttribute checks, before a dataset starts, that the namespace
+// knows the search attribute its groups' ledgers set: without it no ledger
+// could start, and no group could retry or complete.
+func checkGroupAttribute(ctx context.Context, c workflowCounter) error {
+	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: groupAttributeQuery})
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
+		return fmt.Errorf("the namespace lacks the search attribute %s of group ledgers: %w; %s", rollout.SARolloutGroupStatus, err, searchAttributeHint)
+	default:
+		return fmt.Errorf("look up group ledgers: %w", err)
+	}
 }

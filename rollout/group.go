@@ -127,6 +127,19 @@ func (r *rollout) retryAsNewAttempt(ctx workflow.Context, g GroupGrant) error {
 	return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 }
 
+// reportRestored tells the group a restore started the rollout again, held
+// for its checkpoint: a group that had completed (after the cut) is then
+// running again until this rollout finishes, and a trainer's view leaves it
+// out meanwhile instead of taking it short of this rollout.
+func (r *rollout) reportRestored(ctx workflow.Context) {
+	if !r.groups || r.in.HoldFor == "" {
+		return
+	}
+	if _, err := r.reportToGroup(ctx, ReportRestored, false, "restored for checkpoint "+r.in.HoldFor); err != nil {
+		r.logger.Error("report of the restore to the group failed", "group", r.in.Group, "error", err)
+	}
+}
+
 // reportDone tells the group the rollout has a result. The verdict does not
 // change the result: a failed group's results are excluded by whoever reads
 // them (the export marks them), not withdrawn.

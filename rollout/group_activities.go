@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -33,9 +34,10 @@ type GroupActivities struct {
 // returns the verdict, starting the ledger if it does not run (update with
 // start, one update id per rollout, attempt and kind, so a retried activity
 // is one report). A ledger that closed (its group complete or failed)
-// answers from its result: a failed group stays failed, and a report to a
-// complete one (a member restored after the group completed) reopens it as
-// a new run that starts from its final state.
+// answers from its result: a failed group stays failed, a result it counts
+// already changes nothing, and any other report to a complete one (a member
+// restored after the group completed) reopens it as a new run that starts
+// from its final state.
 func (g *GroupActivities) ReportToGroup(ctx context.Context, r GroupReport) (GroupVerdict, error) {
 	if err := checkReport(r); err != nil {
 		return GroupVerdict{}, err
@@ -48,10 +50,20 @@ func (g *GroupActivities) ReportToGroup(ctx context.Context, r GroupReport) (Gro
 	if err != nil {
 		return GroupVerdict{}, err
 	}
-	if prior != nil && prior.Status == GroupFailed {
-		return GroupVerdict{Status: GroupFailed, Reason: prior.Reason}, nil
+	if prior != nil && (prior.Status == GroupFailed || knownDone(*prior, r)) {
+		return GroupVerdict{Status: prior.Status, Reason: prior.Reason}, nil
 	}
 	return g.update(ctx, r, prior, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE)
+}
+
+// knownDone says whether a closed ledger already counts r's result: a
+// repeated report, which need not start the ledger again.
+func knownDone(st GroupState, r GroupReport) bool {
+	if r.Kind != ReportDone || r.Repeat >= len(st.Members) {
+		return false
+	}
+	m := st.Members[r.Repeat]
+	return m.State == MemberDone && m.Attempt >= r.Attempt
 }
 
 // checkReport refuses a report no ledger could accept, before any call.
@@ -95,6 +107,11 @@ func (g *GroupActivities) update(ctx context.Context, r GroupReport, prior *Grou
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(strings.ToLower(err.Error()), "search attribute") {
+		// Retrying cannot register it: say what to do instead of hanging.
+		return GroupVerdict{}, BadInput("group %s: start its ledger: %v; register the search attributes turnstile sets (`starter setup`)", r.Group, err)
+	}
 	if err != nil {
 		return GroupVerdict{}, fmt.Errorf("report %s of %s to group %s: %w", r.Kind, r.RolloutID, r.Group, err)
 	}

@@ -26,6 +26,7 @@ type fakeTemporal struct {
 	starts    []startedLedger     // update-with-start calls that got through
 	cancelled []string
 	missing   map[string]bool // workflow IDs that do not exist
+	startErr  error           // every update-with-start fails with it
 }
 
 type startedLedger struct {
@@ -48,6 +49,9 @@ func (f *fakeTemporal) UpdateWithStartWorkflow(_ context.Context, o client.Updat
 	op := o.StartWorkflowOperation.(fakeStartOp)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
 	if f.closed != nil && op.opts.WorkflowIDReusePolicy == enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE {
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("Workflow execution already finished", "", "")
 	}
@@ -137,10 +141,16 @@ func TestReportToGroup(t *testing.T) {
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE, f.starts[0].reuse)
 	require.Equal(t, complete, f.starts[0].input.Prior, "reopened from the closed run's state")
 
+	// A namespace without the ledger's search attribute: retrying cannot
+	// help, so the report fails at once, naming the fix.
+	f = &fakeTemporal{startErr: serviceerror.NewInvalidArgument("search attribute RolloutGroupStatus is not defined")}
+	_, err := groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, r)
+	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "starter setup"})
+
 	bad := r
 	bad.Repeat = 3
 	f = &fakeTemporal{}
-	_, err := groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, bad)
+	_, err = groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, bad)
 	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "repeat 3 is outside"})
 	require.Empty(t, f.starts)
 }

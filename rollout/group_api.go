@@ -71,6 +71,9 @@ const (
 	ReportDone     = "done"     // the member has a result
 	ReportFailure  = "failure"  // the member's attempt failed
 	ReportCanceled = "canceled" // the member was cancelled
+	// ReportRestored: a restore started the member again as this attempt,
+	// so a group that had completed is not complete until it finishes.
+	ReportRestored = "restored"
 )
 
 // Member states in a GroupState.
@@ -135,7 +138,7 @@ func (r GroupReport) validate(set, group string, size int) error {
 		return fmt.Errorf("repeat %d is outside the group's 0..%d", r.Repeat, size-1)
 	case r.RolloutID == "" || r.Attempt < 0:
 		return fmt.Errorf("report names rollout %q attempt %d", r.RolloutID, r.Attempt)
-	case r.Kind != ReportDone && r.Kind != ReportFailure && r.Kind != ReportCanceled:
+	case r.Kind != ReportDone && r.Kind != ReportFailure && r.Kind != ReportCanceled && r.Kind != ReportRestored:
 		return fmt.Errorf("unknown report kind %q", r.Kind)
 	}
 	return nil

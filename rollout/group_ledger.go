@@ -147,6 +147,10 @@ func (l *ledger) report(r GroupReport) GroupVerdict {
 	switch {
 	case r.Kind == ReportDone:
 		*m = MemberState{Attempt: r.Attempt, State: MemberDone}
+	case r.Kind == ReportRestored:
+		if l.st.Status != GroupFailed {
+			*m = MemberState{Attempt: r.Attempt, State: MemberRunning}
+		}
 	case l.st.Status == GroupFailed:
 		*m = MemberState{Attempt: r.Attempt, State: memberEnd(r.Kind)}
 	case r.Kind == ReportFailure && r.Retryable && len(l.st.Grants) < l.st.Budget:

@@ -205,3 +205,26 @@ func TestGroupLedgerRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupLedgerRestoredMemberReopensGroup: a member a restore started
+// again makes a complete group running until it reports its result again.
+func TestGroupLedgerRestoredMemberReopensGroup(t *testing.T) {
+	l := newLedgerRun(t)
+	prior := rollout.GroupState{Set: "s", Group: "g", Size: 3, Budget: 1, Status: rollout.GroupComplete,
+		Members: []rollout.MemberState{{State: rollout.MemberDone}, {State: rollout.MemberDone}, {State: rollout.MemberDone}}}
+	var statuses []rollout.GroupStatus
+	for i, r := range []rollout.GroupReport{report(2, 1, rollout.ReportRestored, false), report(2, 1, rollout.ReportDone, false)} {
+		l.env.RegisterDelayedCallback(func() {
+			l.env.UpdateWorkflow(rollout.UpdateGroupReport, fmt.Sprint(i), &testsuite.TestUpdateCallback{
+				OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+				OnComplete: func(v any, _ error) { statuses = append(statuses, v.(rollout.GroupVerdict).Status) },
+			}, r)
+		}, time.Duration(i+1)*time.Second)
+	}
+	l.env.ExecuteWorkflow(rollout.GroupLedger, rollout.GroupInput{Set: "s", Group: "g", Size: 3, Budget: 1, Prior: &prior})
+	require.NoError(t, l.env.GetWorkflowError())
+	require.Equal(t, []rollout.GroupStatus{rollout.GroupRunning, rollout.GroupComplete}, statuses)
+	var st rollout.GroupState
+	require.NoError(t, l.env.GetWorkflowResult(&st))
+	require.Equal(t, rollout.MemberState{Attempt: 1, State: rollout.MemberDone}, st.Members[2])
+}

@@ -343,3 +343,19 @@ func hasType(err error, typ string) bool {
 	}
 	return false
 }
+
+// TestGroupRestoredRunReportsRestored: a group member a restore starts
+// (held for its checkpoint) tells its group first, then its result.
+func TestGroupRestoredRunReportsRestored(t *testing.T) {
+	w, l := newWorld(2), &fakeLedger{}
+	env := newGroupEnv(t, w, l)
+	in := groupInput()
+	in.Attempt, in.HoldFor = 1, "ck1"
+	env.RegisterDelayedCallback(func() {
+		require.Equal(t, []string{rollout.ReportRestored}, l.kinds(), "reported while still held")
+		env.UpdateWorkflowNoRejection(rollout.UpdateResume, "resume", t, rollout.ResumeRequest{CheckpointID: "ck1"})
+	}, time.Minute)
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	require.Equal(t, 1, result(t, env).Attempt)
+	require.Equal(t, []string{rollout.ReportRestored, rollout.ReportDone}, l.kinds())
+}

@@ -281,6 +281,7 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 		r.reportDone(ctx)
 		return r.offer(ctx, *r.in.Completed)
 	}
+	r.reportRestored(ctx)
 	if err := r.boundary(ctx); err != nil {
 		return Result{}, err
 	}
@@ -634,7 +635,9 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	}
 	next := r.in
 	b := r.b
-	next.Resume = &b
+	// The run was released (it reached this boundary unparked): the next
+	// run must not wait again for a resume already given.
+	next.Resume, next.HoldFor = &b, ""
 	r.logger.Info("continuing as new", "turn", r.b.Turn)
 	return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 }
