@@ -98,33 +98,9 @@ type SetResponse struct {
 	Health  Health              `json:"health"`
 }
 
-// Health is what a trainer needs to decide whether to keep waiting.
-type Health struct {
-	// State is "ok", "degraded" (failures, model errors or stuck rollouts)
-	// or "stalled" (no progress within the window while rollouts run).
-	State     string `json:"state"`
-	Rollouts  int    `json:"rollouts"`
-	Completed int    `json:"completed"`
-	Failed    int    `json:"failed"`
-	Running   int    `json:"running"`
-	Held      int    `json:"held"`
-	// ProgressPerMin counts rollouts finished (held, completed or failed)
-	// per minute over the window.
-	ProgressPerMin float64 `json:"progress_per_min"`
-	// ConsecutiveFailures counts the rollouts that failed, in completion
-	// order, since the last one that completed (within the window).
-	ConsecutiveFailures int `json:"consecutive_failures"`
-	// ModelErrorRate is the share of sampled rollouts waiting on the
-	// model whose model call has failed at least once (retrying).
-	ModelErrorRate float64 `json:"model_error_rate"`
-	// ModelErrors are distinct last failures of sampled model calls.
-	ModelErrors []string `json:"model_errors"`
-	// Stuck are running rollouts with no progress within the window.
-	Stuck []string `json:"stuck"`
-	// Reason says why the state is not "ok".
-	Reason   string `json:"reason"`
-	WindowMS int64  `json:"window_ms"`
-}
+// Health is what a trainer needs to decide whether to keep waiting (see
+// client.Health for each field).
+type Health = client.Health
 
 // FeedResponse is GET /v1/sets/{set}/feed.
 type FeedResponse struct {
@@ -208,11 +184,7 @@ type PolicyVersionResponse struct {
 }
 
 // StaleRollout is one stale running rollout.
-type StaleRollout struct {
-	RolloutID     string `json:"rollout_id"`
-	OldestVersion int64  `json:"oldest_version"`
-	Lag           int64  `json:"lag"`
-}
+type StaleRollout = client.StaleRollout
 
 // CheckpointRequest is POST /v1/checkpoints; the checkpoint goes under the
 // gateway's checkpoint root. Timeout or Deadline (RFC 3339), not both.
