@@ -77,7 +77,7 @@ func (c *Client) startStamped(ctx context.Context, s stampedStart) (Started, boo
 		return Started{}, false, err
 	}
 	started := Started{WorkflowID: s.opts.ID, TaskQueue: s.opts.TaskQueue}
-	d, err := c.tc.DescribeWorkflowExecution(ctx, s.opts.ID, "")
+	d, err := c.describe(ctx, s.opts.ID)
 	var notFound *serviceerror.NotFound
 	switch {
 	case errors.As(err, &notFound):
@@ -102,6 +102,15 @@ func (c *Client) startStamped(ctx context.Context, s stampedStart) (Started, boo
 	}
 	started.RunID = run.GetRunID()
 	return started, false, nil
+}
+
+// describe reads the latest run of workflowID.
+func (c *Client) describe(ctx context.Context, workflowID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	d, err := c.tc.DescribeWorkflow(ctx, workflowID, "")
+	if err != nil {
+		return nil, err
+	}
+	return d.RawResponse, nil
 }
 
 // stampOf stamps a request id and the input it carries.
@@ -142,7 +151,7 @@ func (e *NotFoundError) Error() string { return e.Msg }
 // completed, decodes its result into result.
 func (c *Client) CoordinatorStatus(ctx context.Context, workflowID string, result any) (CoordinatorRun, error) {
 	run := CoordinatorRun{WorkflowID: workflowID}
-	d, err := c.tc.DescribeWorkflowExecution(ctx, workflowID, "")
+	d, err := c.describe(ctx, workflowID)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return run, &NotFoundError{Msg: fmt.Sprintf("no workflow %s", workflowID)}

@@ -45,6 +45,9 @@ func (s *Server) checkpointRequest(req CheckpointRequest) (client.CheckpointRequ
 		return cr, err
 	}
 	if req.Deadline != "" {
+		if req.Timeout != "" {
+			return cr, badRequest("deadline", "give timeout or deadline, not both")
+		}
 		if cr.Deadline, err = time.Parse(time.RFC3339Nano, req.Deadline); err != nil {
 			return cr, badRequest("deadline", fmt.Sprintf("deadline %q: want an RFC 3339 time", req.Deadline))
 		}
