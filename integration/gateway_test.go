@@ -198,6 +198,29 @@ func TestGatewayFeed(t *testing.T) {
 		require.NotContains(t, ids(first.Items), id, "an acknowledged result came back")
 	}
 
+	// A checkpoint through the gateway: a repeat finds the same run, the
+	// same id under another request is a conflict; it commits with the held
+	// results in it.
+	ck := gateway.CheckpointRequest{RequestID: "ck-1", CheckpointID: "gwk1", Set: set, Participants: []string{c.envURL}, Timeout: "60s"}
+	var started, repeated gateway.StartedResponse
+	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, &started)
+	require.Equal(t, http.StatusAccepted, status, "%s", raw)
+	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, &repeated)
+	require.Equal(t, http.StatusAccepted, status, "%s", raw)
+	require.True(t, repeated.Existing)
+	require.Equal(t, started.RunID, repeated.RunID)
+	ck.RequestID = "ck-2"
+	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, nil)
+	require.Equal(t, http.StatusConflict, status, "%s", raw)
+	var ckStatus gateway.CheckpointStatus
+	c.waitFor("checkpoint gwk1", nil, time.Minute, func() bool {
+		status, raw := g.do(ctx, "GET", "/v1/checkpoints/gwk1", nil, &ckStatus)
+		require.Equal(t, http.StatusOK, status, "%s", raw)
+		return ckStatus.Status != gateway.RunRunning
+	})
+	require.Equal(t, gateway.RunCompleted, ckStatus.Status, "checkpoint: %s", ckStatus.Error)
+	require.Positive(t, ckStatus.Result.Members, "%+v", ckStatus.Result)
+
 	// A gateway SIGKILLed and restarted loses nothing: the cursor of the
 	// dead one works on the new one.
 	cursor := first.Cursor
