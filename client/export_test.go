@@ -229,6 +229,11 @@ type fakeRunInfo struct {
 	group     string
 	repeat    int64
 	result    *rollout.Result
+	// finishedAt, when set, is the run's RolloutFinishedAt; queried, when
+	// set, the phase its status query answers (a held result acknowledged
+	// after the listing).
+	finishedAt time.Time
+	queried    rollout.Phase
 }
 
 func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
@@ -238,6 +243,9 @@ func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
 	}
 	if r.group != "" {
 		fields[rollout.SARolloutGroup], fields[rollout.SARolloutRepeat] = payload(f.t, r.group), payload(f.t, r.repeat)
+	}
+	if !r.finishedAt.IsZero() {
+		fields[rollout.SARolloutFinishedAt] = payload(f.t, r.finishedAt)
 	}
 	info := &workflowpb.WorkflowExecutionInfo{
 		Execution:        &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(r.id), RunId: r.runID},
@@ -261,7 +269,9 @@ func (f *fakeSet) ListWorkflow(_ context.Context, req *workflowservice.ListWorkf
 		byID := req.GetQuery() == fmt.Sprintf("WorkflowId = %q", rollout.WorkflowID(r.id))
 		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
-		if byID || strings.Contains(req.GetQuery(), finishedQuery) && finished {
+		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
+		if byID || strings.Contains(req.GetQuery(), finishedQuery) && finished || strings.Contains(req.GetQuery(), feedQuery) && inFeed {
 			match = append(match, f.info(r))
 		}
 	}
@@ -290,6 +300,9 @@ func (f *fakeSet) QueryWorkflow(_ context.Context, workflowID, runID, queryType 
 	}
 	for _, r := range f.runs {
 		if rollout.WorkflowID(r.id) == workflowID && r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			if r.queried != "" {
+				return encodedStatus{rollout.Status{Phase: r.queried, Result: r.result}}, nil
+			}
 			return encodedStatus{rollout.Status{Phase: r.phase, Result: r.result}}, nil
 		}
 	}

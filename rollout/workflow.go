@@ -100,6 +100,9 @@ type rollout struct {
 	// ledger (see groupsChange); details in runs that keep step rewards and
 	// verify details (see detailsChange).
 	groups, details bool
+	// progress: phase upserts carry the progress attributes (see
+	// progressChange); finishedAt: RolloutFinishedAt was upserted.
+	progress, finishedAt bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -169,6 +172,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupBudgets(ctx)
 	r.setupGroups(ctx)
 	r.setupDetails(ctx)
+	r.setupProgress(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -369,12 +373,14 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 	case r.saPhase == PhaseParked:
 		updates = append(updates, checkpointIDKey.ValueUnset())
 	}
-	err := workflow.UpsertTypedSearchAttributes(ctx, updates...)
+	progress := r.progressUpdates(ctx, p)
+	err := workflow.UpsertTypedSearchAttributes(ctx, append(updates, progress...)...)
 	if err != nil {
 		r.logger.Warn("search attribute upsert failed", "error", err)
 		return
 	}
 	r.saPhase, r.saTurn = p, r.b.Turn
+	r.finishedAt = r.finishedAt || len(progress) > 1
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — turn %d, attempt %d, revision %d", p, r.b.Turn, r.in.Attempt, r.b.Revision))
 }
 

@@ -1,0 +1,151 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// fakeHealth answers counts by filter, lists by filter and describes runs
+// with the pending model calls a test set.
+type fakeHealth struct {
+	counts   func(query string) int
+	lists    func(query string) []*workflowpb.WorkflowExecutionInfo
+	attempts map[string]int32 // workflow id → attempt of its pending model call
+	failure  string
+}
+
+func (f *fakeHealth) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	return &workflowservice.CountWorkflowExecutionsResponse{Count: int64(f.counts(req.GetQuery()))}, nil
+}
+
+func (f *fakeHealth) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	out := f.lists(req.GetQuery())
+	if n := int(req.GetPageSize()); n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: out}, nil
+}
+
+func (f *fakeHealth) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	resp := &workflowservice.DescribeWorkflowExecutionResponse{}
+	if a, ok := f.attempts[workflowID]; ok {
+		resp.PendingActivities = []*workflowpb.PendingActivityInfo{{
+			ActivityType: &commonpb.ActivityType{Name: rollout.CallModelName}, Attempt: a,
+			LastFailure: &failurepb.Failure{Message: workflowID[len("rollout/"):] + "/a0/t1: " + f.failure},
+		}}
+	}
+	return resp, nil
+}
+
+// finishedRun is a listed run that finished at t0+at with a status and
+// phase.
+func finishedRun(t *testing.T, id string, st enumspb.WorkflowExecutionStatus, phase string, at time.Duration) *workflowpb.WorkflowExecutionInfo {
+	i := info(t, id, "r", st, t0, 0, phase)
+	i.SearchAttributes.IndexedFields[rollout.SARolloutFinishedAt] = payload(t, t0.Add(at))
+	return i
+}
+
+// TestHealth: a set whose working rollouts made no progress within the
+// window is stalled, and the reason names the model errors (read once for
+// many rollouts); progress makes it ok; failures since the last success
+// make it degraded.
+func TestHealth(t *testing.T) {
+	waiting := []*workflowpb.WorkflowExecutionInfo{
+		info(t, "s1-0000", "r", running, t0, 0, "model"), info(t, "s1-0001", "r", running, t0, 0, "model"),
+	}
+	tests := []struct {
+		name       string
+		progressed int
+		attempts   map[string]int32
+		finished   []*workflowpb.WorkflowExecutionInfo
+		state      string
+		streak     int
+		rate       float64
+		reason     []string
+	}{
+		{name: "stalled", attempts: map[string]int32{"rollout/s1-0000": 4, "rollout/s1-0001": 3}, state: HealthStalled, rate: 1,
+			reason: []string{"no rollout of set s1 made progress in the last 5m0s while 3 are working", "model calls failing in 100% of sampled rollouts: call model: connection refused"}},
+		{name: "progressing", progressed: 2, state: HealthOK},
+		{name: "retrying", progressed: 1, attempts: map[string]int32{"rollout/s1-0001": 2}, state: HealthDegraded, rate: 0.5},
+		{name: "failing", progressed: 1, state: HealthDegraded, streak: 2, finished: []*workflowpb.WorkflowExecutionInfo{
+			finishedRun(t, "s1-0003", failed, "failed", time.Second),
+			finishedRun(t, "s1-0004", running, "awaiting_ack", 2*time.Second),
+			finishedRun(t, "s1-0005", failed, "failed", 3*time.Second),
+			finishedRun(t, "s1-0006", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, "failed", 4*time.Second),
+		}, reason: []string{"2 consecutive failures"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeHealth{attempts: tt.attempts, failure: "call model: connection refused"}
+			f.counts = func(q string) int {
+				switch {
+				case strings.Contains(q, rollout.SARolloutProgressAt):
+					return tt.progressed
+				case strings.Contains(q, rollout.SARolloutFinishedAt):
+					return len(tt.finished)
+				case strings.Contains(q, "RolloutPhase != "):
+					return 3
+				}
+				return 1
+			}
+			f.lists = func(q string) []*workflowpb.WorkflowExecutionInfo {
+				switch {
+				case strings.Contains(q, `RolloutPhase = "model"`):
+					return waiting
+				case strings.Contains(q, rollout.SARolloutFinishedAt):
+					return tt.finished
+				}
+				return nil
+			}
+			h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: 5 * time.Minute, Now: t0.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.State != tt.state || h.ConsecutiveFailures != tt.streak || h.ModelErrorRate != tt.rate {
+				t.Fatalf("health %+v", h)
+			}
+			for _, r := range tt.reason {
+				if !strings.Contains(h.Reason, r) {
+					t.Errorf("reason %q lacks %q", h.Reason, r)
+				}
+			}
+			if tt.rate > 0 && fmt.Sprint(h.ModelErrors) != "[call model: connection refused]" {
+				t.Errorf("model errors %q", h.ModelErrors)
+			}
+		})
+	}
+}
+
+// TestHealthQueriesUseTheWindow: every time filter compares against the
+// start of the window, as visibility spells a Datetime.
+func TestHealthQueriesUseTheWindow(t *testing.T) {
+	var queries []string
+	f := &fakeHealth{
+		counts: func(q string) int { queries = append(queries, q); return 0 },
+		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	since := `"2026-11-30T11:59:00Z"`
+	for _, q := range queries {
+		if !strings.HasPrefix(q, `RolloutSet = "s1" AND `) {
+			t.Errorf("query %q is not limited to the set", q)
+		}
+		if strings.Contains(q, "At ") && !strings.Contains(q, since) {
+			t.Errorf("query %q does not compare with %s", q, since)
+		}
+	}
+}

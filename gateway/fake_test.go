@@ -1,0 +1,251 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// fakeBackend records what the server asked and answers what a test set.
+// A nil function answers a zero value; calls counts every call by method.
+type fakeBackend struct {
+	mu    sync.Mutex
+	calls map[string]int
+
+	submit      func(client.SubmitRequest) (client.SubmitResult, error)
+	summary     func(string) (client.SetSummary, error)
+	runs        int
+	health      func(client.HealthRequest) (client.Health, error)
+	resultsPage func(set string, token []byte, size int) ([]client.RolloutRecord, []byte, error)
+	export      func(set string, w io.Writer) error
+	feed        func(client.FeedRequest) (client.FeedPage, error)
+	ack         func(client.AckRequest) (client.AckSummary, error)
+	staleness   func(client.StalenessRequest) (client.StalenessResult, error)
+	checkpoint  func(client.CheckpointRequest, string) (client.Started, bool, error)
+	restore     func(client.RestoreRequest, string) (client.Started, bool, error)
+	status      func(workflowID string, result any) (client.CoordinatorRun, error)
+	resume      func(client.ResumeRequest) (client.ResumeSummary, error)
+}
+
+func (f *fakeBackend) called(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		f.calls = map[string]int{}
+	}
+	f.calls[name]++
+}
+
+func (f *fakeBackend) count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[name]
+}
+
+func (f *fakeBackend) Submit(_ context.Context, r client.SubmitRequest) (client.SubmitResult, error) {
+	f.called("Submit")
+	if f.submit == nil {
+		return client.SubmitResult{}, nil
+	}
+	return f.submit(r)
+}
+
+func (f *fakeBackend) Summary(_ context.Context, set string) (client.SetSummary, error) {
+	f.called("Summary")
+	if f.summary == nil {
+		return client.SetSummary{}, nil
+	}
+	return f.summary(set)
+}
+
+func (f *fakeBackend) CountRuns(context.Context, string) (int, error) {
+	f.called("CountRuns")
+	return f.runs, nil
+}
+
+func (f *fakeBackend) Health(_ context.Context, r client.HealthRequest) (client.Health, error) {
+	f.called("Health")
+	if f.health == nil {
+		return client.Health{State: client.HealthOK, Rollouts: f.runs}, nil
+	}
+	return f.health(r)
+}
+
+func (f *fakeBackend) ResultsPage(_ context.Context, set string, token []byte, size int) ([]client.RolloutRecord, []byte, error) {
+	f.called("ResultsPage")
+	if f.resultsPage == nil {
+		return nil, nil, nil
+	}
+	return f.resultsPage(set, token, size)
+}
+
+func (f *fakeBackend) Export(_ context.Context, set string, _ client.TranscriptReader, w io.Writer) (client.ExportStats, error) {
+	f.called("Export")
+	if f.export == nil {
+		return client.ExportStats{}, nil
+	}
+	return client.ExportStats{}, f.export(set, w)
+}
+
+func (f *fakeBackend) Feed(_ context.Context, _ client.TranscriptReader, r client.FeedRequest) (client.FeedPage, error) {
+	f.called("Feed")
+	if f.feed == nil {
+		return client.FeedPage{Next: r.After}, nil
+	}
+	return f.feed(r)
+}
+
+func (f *fakeBackend) Acknowledge(_ context.Context, r client.AckRequest) (client.AckSummary, error) {
+	f.called("Acknowledge")
+	if f.ack == nil {
+		return client.AckSummary{Acknowledged: len(r.Receipts)}, nil
+	}
+	return f.ack(r)
+}
+
+func (f *fakeBackend) Staleness(_ context.Context, r client.StalenessRequest) (client.StalenessResult, error) {
+	f.called("Staleness")
+	if f.staleness == nil {
+		return client.StalenessResult{}, nil
+	}
+	return f.staleness(r)
+}
+
+func (f *fakeBackend) StartCheckpoint(_ context.Context, r client.CheckpointRequest, id string) (client.Started, bool, error) {
+	f.called("StartCheckpoint")
+	if f.checkpoint == nil {
+		return client.Started{WorkflowID: "checkpoint/" + r.CheckpointID, RunID: "run-1"}, false, nil
+	}
+	return f.checkpoint(r, id)
+}
+
+func (f *fakeBackend) StartRestore(_ context.Context, r client.RestoreRequest, id string) (client.Started, bool, error) {
+	f.called("StartRestore")
+	if f.restore == nil {
+		return client.Started{WorkflowID: "restore/" + r.CheckpointID, RunID: "run-1"}, false, nil
+	}
+	return f.restore(r, id)
+}
+
+func (f *fakeBackend) CoordinatorStatus(_ context.Context, workflowID string, result any) (client.CoordinatorRun, error) {
+	f.called("CoordinatorStatus")
+	if f.status == nil {
+		return client.CoordinatorRun{WorkflowID: workflowID, RunID: "run-1", Status: RunRunning}, nil
+	}
+	return f.status(workflowID, result)
+}
+
+func (f *fakeBackend) Resume(_ context.Context, r client.ResumeRequest) (client.ResumeSummary, error) {
+	f.called("Resume")
+	if f.resume == nil {
+		return client.ResumeSummary{}, nil
+	}
+	return f.resume(r)
+}
+
+// state-changing backend calls: none may happen on a refused request.
+var mutations = []string{"Submit", "Acknowledge", "Staleness", "StartCheckpoint", "StartRestore", "Resume"}
+
+const testToken = "s3cret-token"
+
+// fakeClock is a clock tests move by hand; Sleep-free.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newTestServer serves f with a token, a checkpoint root, a transcript
+// store and a control token.
+func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server {
+	t.Helper()
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Token: testToken, CheckpointRoot: "/ckpt", Transcripts: store, ControlToken: "ctl", PollInterval: time.Millisecond}
+	for _, fn := range tweak {
+		fn(&cfg)
+	}
+	s, err := New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// call sends a request with the token and returns the recorder; every
+// status a test sees must be one the OpenAPI document lists for the route.
+func call(t *testing.T, s *Server, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	checkDocumented(t, req, rec.Code)
+	return rec
+}
+
+// errorOf decodes an error answer.
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) ErrorBody {
+	t.Helper()
+	var b ErrorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
+		t.Fatalf("error body %q: %v", rec.Body.String(), err)
+	}
+	return b
+}
+
+// expectError checks status, code and field of an error answer.
+func expectError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, field string) ErrorBody {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
+	}
+	b := errorOf(t, rec)
+	if b.Error.Code != code || b.Error.Field != field {
+		t.Fatalf("error %+v, want code %q field %q", b.Error, code, field)
+	}
+	if b.Error.Message == "" {
+		t.Fatal("error without a message")
+	}
+	return b
+}
+
+func decodeOK[T any](t *testing.T, rec *httptest.ResponseRecorder, status int) T {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
+	}
+	var v T
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatalf("body %q: %v", rec.Body.String(), err)
+	}
+	return v
+}
+
+var errTemporalDown = errors.New("temporal: connection refused")

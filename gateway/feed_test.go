@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/client"
+)
+
+func feedURL(set string, q url.Values) string { return "/v1/sets/" + set + "/feed?" + q.Encode() }
+
+func TestFeedDeliversAPage(t *testing.T) {
+	var got client.FeedRequest
+	f := &fakeBackend{runs: 3,
+		health: func(client.HealthRequest) (client.Health, error) {
+			return client.Health{State: client.HealthOK, Rollouts: 3, Running: 2, Held: 2}, nil
+		},
+		feed: func(r client.FeedRequest) (client.FeedPage, error) {
+			got = r
+			return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: client.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}, More: 1}, nil
+		}}
+	s := newTestServer(t, f, func(c *Config) { c.FeedSettle = 3 * time.Second })
+	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"max": {"5"}}), ""), http.StatusOK)
+	if len(res.Items) != 1 || res.Done || res.Health.Held != 2 || res.Cursor == "" {
+		t.Fatalf("response %+v", res)
+	}
+	if got.Max != 5 || !got.After.IsZero() || got.Settle != 3*time.Second || got.Set != "s1" {
+		t.Errorf("feed request %+v", got)
+	}
+	// The cursor carries the position on, through any gateway.
+	call(t, s, "GET", feedURL("s1", url.Values{"cursor": {res.Cursor}}), "")
+	if got.After != (client.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}) || got.Max != defaultFeedMax {
+		t.Errorf("after the cursor: %+v", got)
+	}
+}
+
+func TestFeedRefuses(t *testing.T) {
+	s := newTestServer(t, &fakeBackend{runs: 1})
+	for name, q := range map[string]url.Values{
+		"cursor":  {"cursor": {"garbage"}},
+		"max":     {"max": {"0"}},
+		"wait_ms": {"wait_ms": {"600000"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			expectError(t, call(t, s, "GET", feedURL("s1", q), ""), http.StatusBadRequest, CodeBadRequest, name)
+		})
+	}
+	expectError(t, call(t, s, "GET", feedURL("s1", url.Values{"cursor": {cursorPrefix + "e30"}}), ""), http.StatusBadRequest, CodeBadRequest, "cursor")
+	noStore := newTestServer(t, &fakeBackend{runs: 1}, func(c *Config) { c.Transcripts = nil })
+	expectError(t, call(t, noStore, "GET", feedURL("s1", nil), ""), http.StatusServiceUnavailable, CodeUnavailable, "")
+}
+
+// TestFeedStalled: with nothing to deliver and the watchdog seeing no
+// progress, the feed is a 409 naming the reason, with the health.
+func TestFeedStalled(t *testing.T) {
+	f := &fakeBackend{runs: 4, health: func(client.HealthRequest) (client.Health, error) {
+		return client.Health{State: client.HealthStalled, Rollouts: 4, Running: 4, Reason: "no rollout made progress; model calls failing: connection refused"}, nil
+	}}
+	s := newTestServer(t, f)
+	b := expectError(t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusConflict, CodeSetStalled, "")
+	if b.Health == nil || b.Health.State != client.HealthStalled || b.Error.Message != b.Health.Reason {
+		t.Fatalf("body %+v", b)
+	}
+	// Results still to deliver come first: a stalled set's feed hands them over.
+	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
+		return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{}`)}, Next: client.FeedPosition{At: 1, RolloutID: "x"}}, nil
+	}
+	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
+	if len(res.Items) != 1 || res.Health.State != client.HealthStalled {
+		t.Fatalf("response %+v", res)
+	}
+}
+
+func TestFeedDone(t *testing.T) {
+	f := &fakeBackend{runs: 2, health: func(client.HealthRequest) (client.Health, error) {
+		return client.Health{State: client.HealthOK, Rollouts: 2, Completed: 2}, nil
+	}}
+	s := newTestServer(t, f)
+	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
+	if !res.Done || len(res.Items) != 0 {
+		t.Fatalf("response %+v", res)
+	}
+}
+
+// TestFeedWaits: a long poll looks again until a result is ready, and
+// passes over runs that were acknowledged meanwhile without waiting.
+func TestFeedWaits(t *testing.T) {
+	var polls atomic.Int32
+	f := &fakeBackend{runs: 2, health: func(client.HealthRequest) (client.Health, error) {
+		return client.Health{State: client.HealthOK, Rollouts: 2, Running: 2}, nil
+	}}
+	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
+		switch polls.Add(1) {
+		case 1, 2: // nothing yet
+			return client.FeedPage{Next: r.After}, nil
+		case 3: // a run acknowledged meanwhile: passed over
+			return client.FeedPage{Next: client.FeedPosition{At: 5, RolloutID: "s1-0000"}, More: 1}, nil
+		}
+		if r.After.RolloutID != "s1-0000" {
+			t.Errorf("the next poll starts after %+v", r.After)
+		}
+		return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: client.FeedPosition{At: 6, RolloutID: "s1-0001"}}, nil
+	}
+	s := newTestServer(t, f)
+	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
+	if len(res.Items) != 1 || polls.Load() != 4 {
+		t.Fatalf("response %+v after %d polls", res, polls.Load())
+	}
+}
+
+// TestFeedWaitEnds: a poll that finds nothing answers an empty page when
+// its wait is over; a set with no rollouts at all is a 404 then.
+func TestFeedWaitEnds(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	f := &fakeBackend{runs: 1}
+	f.health = func(client.HealthRequest) (client.Health, error) {
+		clock.Add(healthEvery) // each look costs time of the wait
+		return client.Health{State: client.HealthOK, Rollouts: f.runs, Running: f.runs}, nil
+	}
+	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
+		clock.Add(time.Second)
+		return client.FeedPage{Next: r.After}, nil
+	}
+	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })
+	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusOK)
+	if len(res.Items) != 0 || res.Done {
+		t.Fatalf("response %+v", res)
+	}
+	f.runs = 0
+	expectError(t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusNotFound, CodeNotFound, "set")
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	for _, p := range []client.FeedPosition{{}, {At: 1, RolloutID: "a"}, {At: 1 << 50, RolloutID: "s-0001", RunID: "9f0c"}} {
+		got, err := decodeCursor(encodeCursor(p))
+		if err != nil || got != p {
+			t.Errorf("%+v: got %+v, %v", p, got, err)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// The OpenAPI document is the contract other languages build against;
+// these tests fail when it and the server drift apart, either way.
+
+type apiDoc struct {
+	Paths      map[string]map[string]apiOperation `json:"paths"`
+	Components struct {
+		Schemas map[string]apiSchema `json:"schemas"`
+	} `json:"components"`
+}
+
+type apiOperation struct {
+	Security    *[]map[string][]string `json:"security"`
+	RequestBody *struct {
+		Content map[string]struct {
+			Schema apiSchema `json:"schema"`
+		} `json:"content"`
+	} `json:"requestBody"`
+	Responses map[string]struct {
+		Content map[string]struct {
+			Schema apiSchema `json:"schema"`
+		} `json:"content"`
+	} `json:"responses"`
+}
+
+type apiSchema struct {
+	Ref                  string               `json:"$ref"`
+	Type                 string               `json:"type"`
+	Properties           map[string]apiSchema `json:"properties"`
+	Required             []string             `json:"required"`
+	Items                *apiSchema           `json:"items"`
+	AdditionalProperties any                  `json:"additionalProperties"`
+}
+
+var (
+	docOnce sync.Once
+	doc     apiDoc
+	docErr  error
+)
+
+func loadDoc(t *testing.T) apiDoc {
+	t.Helper()
+	docOnce.Do(func() { docErr = json.Unmarshal(OpenAPI, &doc) })
+	if docErr != nil {
+		t.Fatalf("openapi.json: %v", docErr)
+	}
+	return doc
+}
+
+// routeStatuses are the server's routes as "METHOD path" → statuses.
+func routeStatuses(t *testing.T) map[string][]int {
+	t.Helper()
+	out := map[string][]int{}
+	for _, rt := range newTestServer(t, &fakeBackend{}).routes() {
+		out[rt.method+" "+rt.pattern] = slices.Sorted(slices.Values(rt.statuses))
+	}
+	return out
+}
+
+// docStatuses are the document's operations as "METHOD path" → statuses.
+func docStatuses(t *testing.T) map[string][]int {
+	t.Helper()
+	out := map[string][]int{}
+	for path, ops := range loadDoc(t).Paths {
+		for method, op := range ops {
+			var codes []int
+			for code := range op.Responses {
+				n, err := strconv.Atoi(code)
+				if err != nil {
+					t.Fatalf("%s %s: response %q is not a status code", method, path, code)
+				}
+				codes = append(codes, n)
+			}
+			sort.Ints(codes)
+			out[strings.ToUpper(method)+" "+path] = codes
+		}
+	}
+	return out
+}
+
+// TestOpenAPIRoutesMatchServer: every route, method and status code the
+// server has is in the document, and nothing else is.
+func TestOpenAPIRoutesMatchServer(t *testing.T) {
+	server, documented := routeStatuses(t), docStatuses(t)
+	for op, codes := range server {
+		got, ok := documented[op]
+		if !ok {
+			t.Errorf("%s is served but not documented", op)
+			continue
+		}
+		if !slices.Equal(got, codes) {
+			t.Errorf("%s: the server answers %v, the document lists %v", op, codes, got)
+		}
+	}
+	for op := range documented {
+		if _, ok := server[op]; !ok {
+			t.Errorf("%s is documented but not served", op)
+		}
+	}
+}
+
+// TestOpenAPIAuth: exactly the open routes are documented without
+// security, and every documented 401 belongs to a route that asks for the
+// token.
+func TestOpenAPIAuth(t *testing.T) {
+	d := loadDoc(t)
+	for _, rt := range newTestServer(t, &fakeBackend{}).routes() {
+		op := d.Paths[rt.pattern][strings.ToLower(rt.method)]
+		open := op.Security != nil && len(*op.Security) == 0
+		if open != rt.open {
+			t.Errorf("%s %s: open %v in the server, %v in the document", rt.method, rt.pattern, rt.open, open)
+		}
+		if rt.open == slices.Contains(rt.statuses, http.StatusUnauthorized) {
+			t.Errorf("%s %s: open %v but 401 listed %v", rt.method, rt.pattern, rt.open, !rt.open)
+		}
+	}
+}
+
+// schemaTypes are the Go types of the document's schemas: field names must
+// match both ways.
+var schemaTypes = map[string]any{
+	"ErrorBody": ErrorBody{}, "ErrorDetail": ErrorDetail{},
+	"SubmitRequest": SubmitRequest{}, "SubmitLimits": SubmitLimits{}, "SubmitResponse": SubmitResponse{},
+	"DatasetRow": client.DatasetRow{}, "Sampling": rollout.Sampling{}, "PolicyRef": rollout.PolicyRef{},
+	"Summary": client.Summary{}, "EnvSummary": client.EnvSummary{}, "SetResponse": SetResponse{}, "Health": Health{},
+	"FeedResponse": FeedResponse{}, "ExportLine": client.ExportLine{}, "Receipt": Receipt{},
+	"ResultsResponse": ResultsResponse{}, "ResultRecord": ResultRecord{}, "RolloutResult": rollout.Result{},
+	"AckRequest": AckRequest{}, "AckResponse": AckResponse{},
+	"PolicyVersionRequest": PolicyVersionRequest{}, "PolicyVersionResponse": PolicyVersionResponse{}, "StaleRollout": StaleRollout{},
+	"CheckpointRequest": CheckpointRequest{}, "RestoreRequest": RestoreRequest{}, "StartedResponse": StartedResponse{},
+	"CheckpointStatus": CheckpointStatus{}, "CheckpointResult": checkpoint.CheckpointResult{},
+	"RestoreStatus": RestoreStatus{}, "RestoreResult": checkpoint.RestoreResult{},
+	"ResumeRequest": ResumeRequest{}, "ResumeResponse": ResumeResponse{}, "HealthzResponse": HealthzResponse{},
+}
+
+// jsonFields are the JSON names of v's fields: from its MarshalJSON when it
+// has one (the zero value, so no field is omitted... unless omitempty),
+// else from the struct tags, embedded structs flattened.
+func jsonFields(typ reflect.Type) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported():
+		case f.Anonymous && name == "":
+			out = append(out, jsonFields(f.Type)...)
+		case name == "":
+			out = append(out, f.Name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// fieldsOf is jsonFields, with a MarshalJSON's extra names (Summary's
+// p50_ms, p95_ms) read from the encoding of the zero value.
+func fieldsOf(t *testing.T, v any) []string {
+	t.Helper()
+	typ := reflect.TypeOf(v)
+	if _, ok := v.(json.Marshaler); !ok {
+		return slices.Sorted(slices.Values(jsonFields(typ)))
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestOpenAPISchemasMatchTypes: every schema of the document has the
+// fields of its Go type, no more, no fewer; a schema open to additional
+// properties (ExportLine, documented in full by its JSON Schema) may list
+// fewer. Required fields exist.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	d := loadDoc(t)
+	for name, s := range d.Components.Schemas {
+		v, ok := schemaTypes[name]
+		if !ok {
+			t.Errorf("schema %s has no Go type in the test", name)
+			continue
+		}
+		var documented []string
+		for p := range s.Properties {
+			documented = append(documented, p)
+		}
+		sort.Strings(documented)
+		goFields := fieldsOf(t, v)
+		open, _ := s.AdditionalProperties.(bool)
+		for _, f := range documented {
+			if !slices.Contains(goFields, f) {
+				t.Errorf("schema %s: field %s is documented but %T has none", name, f, v)
+			}
+		}
+		if !open {
+			for _, f := range goFields {
+				if !slices.Contains(documented, f) {
+					t.Errorf("schema %s: %T has field %s, the document does not", name, v, f)
+				}
+			}
+		}
+		for _, r := range s.Required {
+			if !slices.Contains(documented, r) {
+				t.Errorf("schema %s: required %s is not a property", name, r)
+			}
+		}
+	}
+	for name := range schemaTypes {
+		if _, ok := d.Components.Schemas[name]; !ok {
+			t.Errorf("type of schema %s is mapped but the document has no such schema", name)
+		}
+	}
+}
+
+// TestOpenAPIErrorsUseErrorBody: every non-2xx answer of the document is
+// an ErrorBody, every 2xx a documented schema or the NDJSON stream.
+func TestOpenAPIErrorsUseErrorBody(t *testing.T) {
+	for path, ops := range loadDoc(t).Paths {
+		for method, op := range ops {
+			for code, resp := range op.Responses {
+				if code[0] == '2' {
+					continue
+				}
+				if ref := resp.Content["application/json"].Schema.Ref; ref != "#/components/schemas/ErrorBody" {
+					t.Errorf("%s %s %s: schema %q, want ErrorBody", method, path, code, ref)
+				}
+			}
+		}
+	}
+}
+
+// checkDocumented fails the test when a request got a status the document
+// does not list for its route (a route not in the document answers 404).
+func checkDocumented(t *testing.T, req *http.Request, status int) {
+	t.Helper()
+	d := loadDoc(t)
+	s := newTestServer(t, &fakeBackend{})
+	_, pattern := s.mux.Handler(req)
+	method, path, ok := strings.Cut(pattern, " ")
+	if !ok {
+		if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+			t.Errorf("%s %s: %d from no route", req.Method, req.URL.Path, status)
+		}
+		return
+	}
+	op, ok := d.Paths[path][strings.ToLower(method)]
+	if !ok {
+		t.Errorf("%s is not documented", pattern)
+		return
+	}
+	if _, ok := op.Responses[strconv.Itoa(status)]; !ok {
+		t.Errorf("%s answered %d, which the document does not list", pattern, status)
+	}
+}
+
+// TestOpenAPIServed: the document is served, open, as it is embedded.
+func TestOpenAPIServed(t *testing.T) {
+	s := newTestServer(t, &fakeBackend{})
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
+	if rec.Code != http.StatusOK || rec.Body.String() != string(OpenAPI) || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /v1/openapi.json: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+}
