@@ -137,6 +137,7 @@ class Options:
     checkpoint_wait: float = 120.0
     outage_timeout: float = 300.0
     stop_after: int = 0
+    step_ms: int = 0  # how long one training step (one batch) takes, to mimic a real trainer's pace
     submit: Optional[Dict[str, Any]] = None  # keyword arguments of Client.submit; None: attach
 
 
@@ -197,6 +198,8 @@ class Trainer:
         new = 0
         for item in page["items"]:
             new += self._take(item, receipts)
+        if new and self.opts.step_ms:
+            self.sleep(self.opts.step_ms / 1000.0)  # the gradient step this loop stands in for
         self.state.cursor = cursor
         if receipts:
             self.state.pending_ack = {"request_id": new_request_id("ack"), "receipts": receipts}
@@ -412,6 +415,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--checkpoint-timeout", default="60s", help="deadline of each checkpoint's cut (Go duration)")
     p.add_argument("--outage-timeout", type=float, default=300.0, help="seconds to ride out an unreachable gateway")
     p.add_argument("--stop-after", type=int, default=0, help="stop after this many results (state kept)")
+    p.add_argument("--step-ms", type=int, default=0, help="time one training step takes (a stand-in's pace)")
     args = p.parse_args(argv)
     if args.envs and not args.count:
         p.error("--envs needs --count")
@@ -446,7 +450,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         opts = Options(set=args.set, state_path=args.state, batch=args.batch, wait_ms=args.wait_ms,
                        checkpoint_every=args.checkpoint_every, participants=args.participant,
                        checkpoint_timeout=args.checkpoint_timeout, outage_timeout=args.outage_timeout,
-                       stop_after=args.stop_after, submit=submit_request(args))
+                       stop_after=args.stop_after, step_ms=args.step_ms,
+                       submit=submit_request(args))
         client = Client(args.gateway, args.token or None, retry=RetryPolicy(attempts=6), log=log)
         trainer = Trainer(client, opts, log)
     except (ValueError, OSError) as e:
