@@ -141,7 +141,7 @@ func PlanAcks(set string, lines []ReceiptLine, states map[string]HeldState) (Ack
 		}
 	}
 	if len(bad) > 0 {
-		return AckPlan{}, fmt.Errorf("%d of %d receipts do not match what set %s holds, nothing acknowledged:\n  %s", len(bad), len(lines), set, strings.Join(bad, "\n  "))
+		return AckPlan{}, &ConflictError{Msg: fmt.Sprintf("%d of %d receipts do not match what set %s holds, nothing acknowledged:\n  %s", len(bad), len(lines), set, strings.Join(bad, "\n  "))}
 	}
 	sort.Slice(plan.Send, func(i, j int) bool { return plan.Send[i].RolloutID < plan.Send[j].RolloutID })
 	sort.Strings(plan.Already)

@@ -93,6 +93,12 @@ type SubmitRequest struct {
 	// defaults of rows that set none.
 	Rows    []DatasetRow
 	Repeats int
+	// RequestID, when set, makes Submit idempotent under it: every rollout
+	// started carries it in its memo (MemoSubmit, with a digest of the
+	// request), and a set whose rollouts carry the same request id and
+	// digest is completed (rollouts not started yet are started, the
+	// others counted as Existing) instead of refused.
+	RequestID string `json:"-"`
 }
 
 // SubmitResult is what a submission started.
@@ -100,8 +106,10 @@ type SubmitResult struct {
 	// Inputs are the attempt-0 inputs of every rollout, in index order.
 	Inputs []rollout.Input
 	// Started counts the rollouts started; below len(Inputs) only when
-	// Submit failed.
-	Started int
+	// Submit failed. Existing counts those an earlier submission of the
+	// same request (RequestID) had started.
+	Started  int
+	Existing int
 }
 
 // WaitRequest is what Wait waits for.

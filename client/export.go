@@ -96,36 +96,19 @@ type exportJob struct {
 // exportWindowOf builds the lines of a window of closed runs concurrently
 // and writes them in listing order.
 func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo, stats *ExportStats) error {
-	lines := make([][]byte, len(infos))
-	kinds := make([]string, len(infos))
-	err := fanout.Each(ctx, len(infos), exportWindow, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, job.src, job.set, infos[i])
-		if err != nil || !ok {
-			return err
-		}
-		line, err := buildLine(ctx, job.store, f)
-		if err != nil {
-			return err
-		}
-		kinds[i] = line.Status
-		if line.Held {
-			kinds[i] = "held"
-		}
-		lines[i], err = encodeLine(line)
-		return err
-	})
+	lines, err := buildWindow(ctx, job, infos)
 	if err != nil {
 		return err
 	}
-	for i, b := range lines {
-		if b == nil {
+	for _, l := range lines {
+		if l.data == nil {
 			stats.Skipped++
 			continue
 		}
-		if _, err := job.w.Write(b); err != nil {
+		if _, err := job.w.Write(l.data); err != nil {
 			return fmt.Errorf("write export line: %w", err)
 		}
-		switch kinds[i] {
+		switch l.kind {
 		case "held":
 			stats.Held++
 			stats.Completed++
@@ -136,6 +119,36 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 		}
 	}
 	return nil
+}
+
+// builtLine is one encoded export line (nil data: the run is not to be
+// exported) and its kind: "held", "completed" or the failed status.
+type builtLine struct {
+	data []byte
+	kind string
+}
+
+// buildWindow builds the lines of listed runs concurrently, in listing
+// order.
+func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo) ([]builtLine, error) {
+	lines := make([]builtLine, len(infos))
+	err := fanout.Each(ctx, len(infos), exportWindow, func(ctx context.Context, i int) error {
+		f, ok, err := finished(ctx, job.src, job.set, infos[i])
+		if err != nil || !ok {
+			return err
+		}
+		line, err := buildLine(ctx, job.store, f)
+		if err != nil {
+			return err
+		}
+		lines[i].kind = line.Status
+		if line.Held {
+			lines[i].kind = "held"
+		}
+		lines[i].data, err = encodeLine(line)
+		return err
+	})
+	return lines, err
 }
 
 // encodeLine is line as one line of JSON, HTML characters unescaped

@@ -253,6 +253,11 @@ func addTokens(ctx context.Context, store TranscriptReader, m *ExportMessage, d 
 	return nil
 }
 
+// Outcome names a finished rollout's status as the export does:
+// "completed" (held results included), "failed", "terminated", "timed_out"
+// or "canceled".
+func (r RolloutRecord) Outcome() string { return exportStatus(r) }
+
 // exportStatus names a finished rollout's status in the export: a
 // running run holding its result has completed.
 func exportStatus(rec RolloutRecord) string {

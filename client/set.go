@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -27,6 +28,19 @@ func (c *Client) List(ctx context.Context, set string) ([]RolloutRecord, error) 
 		return nil, err
 	}
 	return listLatest(ctx, c.tc, set)
+}
+
+// CountRuns counts every run of set that visibility holds: zero for a set
+// that does not exist (or whose first start is not visible yet).
+func (c *Client) CountRuns(ctx context.Context, set string) (int, error) {
+	if err := rollout.ValidateSet(set); err != nil {
+		return 0, err
+	}
+	resp, err := c.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(set)})
+	if err != nil {
+		return 0, fmt.Errorf("count runs of set %q: %w", set, err)
+	}
+	return int(resp.GetCount()), nil
 }
 
 // Results returns the latest run of every rollout of set with its outcome:

@@ -183,18 +183,27 @@ func Plan(inputs []rollout.Input) []PlanGroup {
 }
 
 // Submit checks r, checks that a worker polls the task queue and that the
-// set does not exist yet, and starts every rollout of r (attempt 0). On a
-// failed start, the result counts the rollouts started before it.
+// set does not exist yet (or, with r.RequestID, that it was submitted by the
+// same request), and starts every rollout of r (attempt 0). On a failed
+// start, the result counts the rollouts started before it.
 func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, error) {
 	inputs, err := BuildInputs(r)
 	if err != nil {
 		return SubmitResult{}, err
 	}
 	res := SubmitResult{Inputs: inputs}
-	if err := preflight(ctx, c.tc, r.Set, c.taskQueue); err != nil {
+	stamp, err := r.Stamp()
+	if err != nil {
 		return res, err
 	}
-	res.Started, err = startAll(ctx, c.tc, inputs, c.taskQueue, startConcurrency)
+	pre, err := preflight(ctx, c.tc, r.Set, c.taskQueue, stamp)
+	if err != nil {
+		return res, err
+	}
+	for i := range inputs {
+		inputs[i].ProgressAttributes = pre.progress
+	}
+	res.Started, res.Existing, err = startAll(ctx, c.tc, inputs, startSpec{taskQueue: c.taskQueue, stamp: stamp, limit: startConcurrency})
 	if err != nil {
 		return res, fmt.Errorf("%w (started %d of %d)", err, res.Started, len(inputs))
 	}
@@ -210,26 +219,48 @@ type workflowStarter interface {
 // rollout search attributes.
 const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase, RolloutGroup (Keyword) and RolloutAttempt, RolloutTurn, RolloutRepeat (Int) — `make devserver` does"
 
+// startSpec is how startAll starts a submission's rollouts.
+type startSpec struct {
+	taskQueue string
+	// stamp, when set, goes into every rollout's memo, and a rollout
+	// started before (by the same request: preflight checked) counts as
+	// existing instead of failing the submission.
+	stamp *SubmitStamp
+	limit int
+}
+
 // startAll starts every input with bounded concurrency and returns how many
-// started. The first failure stops the starts not yet begun.
-func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, taskQueue string, limit int) (int, error) {
-	started := make([]bool, len(inputs))
-	err := fanout.Each(ctx, len(inputs), limit, func(ctx context.Context, i int) error {
+// started and how many existed. The first failure stops the starts not yet
+// begun.
+func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, spec startSpec) (started, existing int, err error) {
+	outcome := make([]int8, len(inputs)) // 1 started, 2 existing
+	err = fanout.Each(ctx, len(inputs), spec.limit, func(ctx context.Context, i int) error {
 		in := inputs[i]
-		opts := rollout.StartOptions(in, taskQueue)
-		if _, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in); err != nil {
+		opts := rollout.StartOptions(in, spec.taskQueue)
+		if spec.stamp != nil {
+			opts.Memo[MemoSubmit] = *spec.stamp
+		}
+		_, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case err == nil:
+			outcome[i] = 1
+		case spec.stamp != nil && errors.As(err, &already):
+			outcome[i] = 2
+		default:
 			return startError(in, opts.ID, err)
 		}
-		started[i] = true
 		return nil
 	})
-	n := 0
-	for _, ok := range started {
-		if ok {
-			n++
+	for _, o := range outcome {
+		switch o {
+		case 1:
+			started++
+		case 2:
+			existing++
 		}
 	}
-	return n, err
+	return started, existing, err
 }
 
 func startError(in rollout.Input, workflowID string, err error) error {
@@ -244,25 +275,40 @@ func startError(in rollout.Input, workflowID string, err error) error {
 	}
 }
 
+// preflightResult is what preflight learned.
+type preflightResult struct {
+	// progress: the namespace has the progress attributes registered, so
+	// the rollouts may upsert them (rollout.Input.ProgressAttributes).
+	progress bool
+}
+
 // preflight checks, before anything starts, that a worker polls the task
-// queue and that the set does not exist yet.
-func preflight(ctx context.Context, c tclient.Client, set, taskQueue string) error {
+// queue and that the set does not exist yet, or (with a stamp) that it was
+// submitted by the same request.
+func preflight(ctx context.Context, c tclient.Client, set, taskQueue string, stamp *SubmitStamp) (preflightResult, error) {
+	var pre preflightResult
 	resp, err := c.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
 	if err != nil {
-		return fmt.Errorf("describe task queue %s: %w", taskQueue, err)
+		return pre, fmt.Errorf("describe task queue %s: %w", taskQueue, err)
 	}
 	if len(resp.GetPollers()) == 0 {
-		return fmt.Errorf("no worker polls task queue %q: start one with `bin/worker` (same TEMPORAL_ADDRESS and %s), then submit again", taskQueue, "TURNSTILE_TASK_QUEUE")
+		return pre, &UnavailableError{Msg: fmt.Sprintf("no worker polls task queue %q: start one with `bin/worker` (same TEMPORAL_ADDRESS and %s), then submit again", taskQueue, "TURNSTILE_TASK_QUEUE")}
 	}
 	count, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(set)})
 	if err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), "search attribute") {
-			return fmt.Errorf("look up set %q: %w; %s", set, err, searchAttributeHint)
+			return pre, fmt.Errorf("look up set %q: %w; %s", set, err, searchAttributeHint)
 		}
-		return fmt.Errorf("look up set %q: %w", set, err)
+		return pre, fmt.Errorf("look up set %q: %w", set, err)
 	}
-	if count.GetCount() > 0 {
-		return fmt.Errorf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())
+	if pre.progress, err = hasProgressAttributes(ctx, c, set); err != nil {
+		return pre, err
 	}
-	return nil
+	if count.GetCount() == 0 {
+		return pre, nil
+	}
+	if stamp == nil {
+		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())}
+	}
+	return pre, sameSubmission(ctx, c, set, *stamp)
 }

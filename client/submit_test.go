@@ -209,7 +209,7 @@ func TestStartAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	var f fakeStarter
-	n, err := startAll(t.Context(), &f, inputs, "q", 4)
+	n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestStartAllErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := fakeStarter{failAt: "rollout/s1-0002", failWith: tt.err}
-			n, err := startAll(t.Context(), &f, inputs, "q", 1)
+			n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 1})
 			if err == nil {
 				t.Fatal("no error")
 			}

@@ -57,6 +57,15 @@ const (
 	// a Checkpoint or Restore run ("everything held for checkpoint k42":
 	// CheckpointId="k42").
 	SACheckpointID = "CheckpointId" // Keyword
+	// SARolloutProgressAt is the time (Unix milliseconds, workflow time) of
+	// the rollout's last phase or turn change, and SARolloutFinishedAt the
+	// time it first held, completed or failed with a result: what a results
+	// feed orders by and a watchdog measures progress with (SQL visibility
+	// cannot ORDER BY, but it can filter and count by them). Upserted only by
+	// runs whose input asks for them (Input.ProgressAttributes), so a server
+	// that lacks them never sees them.
+	SARolloutProgressAt = "RolloutProgressAt" // Int
+	SARolloutFinishedAt = "RolloutFinishedAt" // Int
 )
 
 // SearchAttributes are every search attribute turnstile sets, with their
@@ -67,7 +76,7 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 	return map[string]enumspb.IndexedValueType{
 		SARolloutID: keyword, SARolloutSet: keyword, SARolloutAttempt: integer, SARolloutTurn: integer,
 		SARolloutPhase: keyword, SARolloutGroup: keyword, SARolloutRepeat: integer, SARolloutEnv: keyword,
-		SACheckpointID: keyword,
+		SACheckpointID: keyword, SARolloutProgressAt: integer, SARolloutFinishedAt: integer,
 	}
 }
 
@@ -246,6 +255,11 @@ type Input struct {
 	// samples a GRPO trainer compares. Empty for rollouts not from a dataset.
 	Group  string `json:"group,omitempty"`
 	Repeat int    `json:"repeat,omitempty"`
+	// ProgressAttributes makes the run upsert SARolloutProgressAt and
+	// SARolloutFinishedAt with its phase. The submitter sets it after
+	// checking the namespace has them registered: an upsert of an unknown
+	// attribute fails the workflow task over and over.
+	ProgressAttributes bool `json:"progress_attributes,omitempty"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool

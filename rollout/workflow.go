@@ -92,6 +92,9 @@ type rollout struct {
 	saTurn  int
 	// budgets is set in runs started since budgets exist (see budgetsChange).
 	budgets bool
+	// progress: phase upserts carry the progress attributes (see
+	// progressChange); finishedAt: RolloutFinishedAt was upserted.
+	progress, finishedAt bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -156,6 +159,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	}
 	r.logger = log.With(workflow.GetLogger(ctx), "rollout", in.RolloutID, "attempt", in.Attempt)
 	r.setupBudgets(ctx)
+	r.setupProgress(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -352,12 +356,14 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 	case r.saPhase == PhaseParked:
 		updates = append(updates, checkpointIDKey.ValueUnset())
 	}
-	err := workflow.UpsertTypedSearchAttributes(ctx, updates...)
+	progress := r.progressUpdates(ctx, p)
+	err := workflow.UpsertTypedSearchAttributes(ctx, append(updates, progress...)...)
 	if err != nil {
 		r.logger.Warn("search attribute upsert failed", "error", err)
 		return
 	}
 	r.saPhase, r.saTurn = p, r.b.Turn
+	r.finishedAt = r.finishedAt || len(progress) > 1
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — turn %d, attempt %d, revision %d", p, r.b.Turn, r.in.Attempt, r.b.Revision))
 }
 

@@ -1,0 +1,260 @@
+// Package gateway is turnstile's HTTP door for a training pipeline: REST and
+// JSON over the Go client library (package client), with a long-poll
+// results feed that hands finished rollouts to a trainer in completion
+// order and keeps each held until its receipt is acknowledged.
+//
+// The gateway is stateless: everything it answers comes from Temporal (and
+// the checkpoint and transcript directories), and every state-changing call
+// is idempotent under the request_id its body carries, so any number of
+// gateways may serve one set and a restarted gateway loses nothing.
+//
+// This file is the wire contract; openapi.json documents the same shapes and
+// a test keeps the two in step.
+package gateway
+
+import (
+	"encoding/json"
+
+	"github.com/turnstile-rl/turnstile/checkpoint"
+	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// Error codes of an ErrorBody, each with one HTTP status.
+const (
+	CodeUnauthorized = "unauthorized" // 401
+	CodeBadRequest   = "bad_request"  // 400
+	CodeNotFound     = "not_found"    // 404
+	CodeConflict     = "conflict"     // 409
+	CodeSetStalled   = "set_stalled"  // 409: the feed's watchdog saw no progress
+	CodeUnavailable  = "unavailable"  // 503: Temporal, a worker or a directory is missing
+)
+
+// ErrorBody is every non-2xx answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+	// Health is set on a set_stalled error: what the watchdog saw.
+	Health *Health `json:"health,omitempty"`
+}
+
+// ErrorDetail says what went wrong; Field is the JSON path of the request
+// field at fault ("count", "receipts[2].sha256", "cursor"), or empty.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
+}
+
+// SubmitRequest is POST /v1/sets: the fields of client.SubmitRequest in
+// snake case. Exactly one of envs+count, rows or dataset_path.
+type SubmitRequest struct {
+	RequestID string `json:"request_id"`
+	Set       string `json:"set"`
+	// Envs and Count: Count rollouts, rollout i in Envs[i % len(Envs)].
+	Envs  []string `json:"envs,omitempty"`
+	Count int      `json:"count,omitempty"`
+	Seed  int64    `json:"seed,omitempty"`
+	// Rows (inline) or DatasetPath (a JSONL file the gateway can read): a
+	// dataset, each row Repeats times as one group.
+	Rows        []client.DatasetRow `json:"rows,omitempty"`
+	DatasetPath string              `json:"dataset_path,omitempty"`
+	Repeats     int                 `json:"repeats,omitempty"`
+	Policy      string              `json:"policy,omitempty"`
+	ModelURL    string              `json:"model_url,omitempty"`
+	EnvURL      string              `json:"env_url,omitempty"`
+	MaxTurns    int                 `json:"max_turns,omitempty"`
+	Sampling    *rollout.Sampling   `json:"sampling,omitempty"`
+	Limits      *SubmitLimits       `json:"limits,omitempty"`
+	// RequireAck holds every result until acknowledged; default true (the
+	// feed delivers held results).
+	RequireAck *bool `json:"require_ack,omitempty"`
+}
+
+// SubmitLimits are a set's budgets; durations are Go duration strings
+// ("90s", "5m").
+type SubmitLimits struct {
+	ModelCallTimeout string `json:"model_call_timeout,omitempty"`
+	EnvCallTimeout   string `json:"env_call_timeout,omitempty"`
+	ModelCallRetries int    `json:"model_call_retries,omitempty"`
+	Deadline         string `json:"deadline,omitempty"`
+}
+
+// SubmitResponse says what the set holds after the call: Started rollouts
+// this call started, Existing ones an earlier call with the same request
+// started (a repeat starts nothing and reports them all as existing).
+type SubmitResponse struct {
+	Set       string `json:"set"`
+	RequestID string `json:"request_id"`
+	Rollouts  int    `json:"rollouts"`
+	Started   int    `json:"started"`
+	Existing  int    `json:"existing"`
+}
+
+// SetResponse is GET /v1/sets/{set}: the set's summary and health.
+type SetResponse struct {
+	Set     string              `json:"set"`
+	Overall client.Summary      `json:"overall"`
+	ByEnv   []client.EnvSummary `json:"by_env"`
+	Health  Health              `json:"health"`
+}
+
+// Health is what a trainer needs to decide whether to keep waiting (see
+// client.Health for each field).
+type Health = client.Health
+
+// FeedResponse is GET /v1/sets/{set}/feed.
+type FeedResponse struct {
+	// Items are export lines (docs/trajectory.schema.json) of finished
+	// rollouts in completion order: held results with their receipt, and
+	// failed rollouts with their failure.
+	Items []json.RawMessage `json:"items"`
+	// Cursor resumes the feed after the last item (or where this poll
+	// stopped looking); pass it back unchanged.
+	Cursor string `json:"cursor"`
+	Health Health `json:"health"`
+	// Done: nothing runs and nothing is left to deliver after the cursor.
+	Done bool `json:"done"`
+}
+
+// ResultsResponse is GET /v1/sets/{set}/results: one page of finished
+// rollouts.
+type ResultsResponse struct {
+	Results []ResultRecord `json:"results"`
+	// NextPageToken is empty on the last page.
+	NextPageToken string `json:"next_page_token"`
+}
+
+// ResultRecord is one finished rollout: its result (with receipt) or its
+// failure.
+type ResultRecord struct {
+	RolloutID string          `json:"rollout_id"`
+	Status    string          `json:"status"`
+	Held      bool            `json:"held"`
+	Attempt   int             `json:"attempt"`
+	Env       string          `json:"env"`
+	Result    *rollout.Result `json:"result,omitempty"`
+	Failure   string          `json:"failure,omitempty"`
+}
+
+// Receipt is rollout.Receipt: an acknowledgement names the result it
+// accepts.
+type Receipt = rollout.Receipt
+
+// AckRequest is POST /v1/sets/{set}/acks.
+type AckRequest struct {
+	RequestID string    `json:"request_id"`
+	Receipts  []Receipt `json:"receipts"`
+}
+
+// AckResponse counts what the acknowledgement did; Receipts counts the
+// results now accepted (the same on a repeat).
+type AckResponse struct {
+	Receipts     int `json:"receipts"`
+	Acknowledged int `json:"acknowledged"`
+	Already      int `json:"already"`
+	Closed       int `json:"closed"`
+}
+
+// PolicyVersionRequest is POST /v1/sets/{set}/policy_version: the trainer's
+// current policy version; running rollouts whose oldest model call was
+// sampled more than MaxLag versions earlier are stale.
+type PolicyVersionRequest struct {
+	RequestID string `json:"request_id"`
+	Version   int64  `json:"version"`
+	MaxLag    int64  `json:"max_lag"`
+	// Action is "cancel" (stop stale rollouts, freeing model capacity) or
+	// "flag" (only report them).
+	Action string `json:"action"`
+}
+
+// Staleness actions.
+const (
+	ActionCancel = "cancel"
+	ActionFlag   = "flag"
+)
+
+// PolicyVersionResponse counts stale rollouts and lists them.
+type PolicyVersionResponse struct {
+	Version   int64          `json:"version"`
+	Checked   int            `json:"checked"`
+	Stale     int            `json:"stale"`
+	Cancelled int            `json:"cancelled"`
+	Flagged   int            `json:"flagged"`
+	Rollouts  []StaleRollout `json:"rollouts"`
+}
+
+// StaleRollout is one stale running rollout.
+type StaleRollout = client.StaleRollout
+
+// CheckpointRequest is POST /v1/checkpoints; the checkpoint goes under the
+// gateway's checkpoint root. Timeout or Deadline (RFC 3339), not both.
+type CheckpointRequest struct {
+	RequestID    string   `json:"request_id"`
+	CheckpointID string   `json:"checkpoint_id"`
+	Set          string   `json:"set"`
+	Participants []string `json:"participants"`
+	Timeout      string   `json:"timeout,omitempty"`
+	Deadline     string   `json:"deadline,omitempty"`
+	StayPaused   bool     `json:"stay_paused,omitempty"`
+}
+
+// RestoreRequest is POST /v1/restores.
+type RestoreRequest struct {
+	RequestID    string   `json:"request_id"`
+	CheckpointID string   `json:"checkpoint_id"`
+	RestoreID    string   `json:"restore_id,omitempty"`
+	Participants []string `json:"participants"`
+}
+
+// StartedResponse names a Checkpoint or Restore run: started by this call,
+// or Existing (an earlier call with the same request started it).
+type StartedResponse struct {
+	ID         string `json:"id"`
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	Existing   bool   `json:"existing"`
+}
+
+// Run statuses of a coordinator workflow.
+const (
+	RunRunning   = "running"
+	RunCompleted = "completed"
+	RunFailed    = "failed"
+)
+
+// CheckpointStatus is GET /v1/checkpoints/{id}.
+type CheckpointStatus struct {
+	ID         string                       `json:"id"`
+	WorkflowID string                       `json:"workflow_id"`
+	RunID      string                       `json:"run_id"`
+	Status     string                       `json:"status"`
+	Result     *checkpoint.CheckpointResult `json:"result,omitempty"`
+	Error      string                       `json:"error,omitempty"`
+}
+
+// RestoreStatus is GET /v1/restores/{id}.
+type RestoreStatus struct {
+	ID         string                    `json:"id"`
+	WorkflowID string                    `json:"workflow_id"`
+	RunID      string                    `json:"run_id"`
+	Status     string                    `json:"status"`
+	Result     *checkpoint.RestoreResult `json:"result,omitempty"`
+	Error      string                    `json:"error,omitempty"`
+}
+
+// ResumeRequest is POST /v1/resumes: release a checkpoint taken with
+// stay_paused (the gateway holds the environment servers' control token).
+type ResumeRequest struct {
+	RequestID    string   `json:"request_id"`
+	Set          string   `json:"set"`
+	CheckpointID string   `json:"checkpoint_id"`
+	Participants []string `json:"participants"`
+}
+
+// ResumeResponse is client.ResumeSummary.
+type ResumeResponse = client.ResumeSummary
+
+// HealthzResponse is GET /healthz.
+type HealthzResponse struct {
+	OK bool `json:"ok"`
+}

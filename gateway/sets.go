@@ -1,0 +1,318 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/turnstile-rl/turnstile/client"
+)
+
+// submit is POST /v1/sets.
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
+	var req SubmitRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	cr, err := submitRequest(req)
+	if err != nil {
+		return err
+	}
+	res, err := s.backend.Submit(r.Context(), cr)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, SubmitResponse{
+		Set: req.Set, RequestID: req.RequestID, Rollouts: len(res.Inputs), Started: res.Started, Existing: res.Existing,
+	})
+}
+
+// submitRequest checks req and turns it into the client library's request;
+// every error is a 400 naming the field.
+func submitRequest(req SubmitRequest) (client.SubmitRequest, error) {
+	if err := checkRequestID(req.RequestID); err != nil {
+		return client.SubmitRequest{}, err
+	}
+	modes := 0
+	for _, set := range []bool{len(req.Envs) > 0 || req.Count != 0, len(req.Rows) > 0, req.DatasetPath != ""} {
+		if set {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return client.SubmitRequest{}, badRequest("", "give exactly one of envs+count, rows or dataset_path")
+	}
+	cr := client.SubmitRequest{
+		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvURL: req.EnvURL, Policy: req.Policy,
+		ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns, RequireAck: req.RequireAck == nil || *req.RequireAck,
+		Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
+	}
+	if err := setLimits(&cr, req.Limits); err != nil {
+		return client.SubmitRequest{}, err
+	}
+	if req.DatasetPath != "" {
+		rows, err := readDataset(req.DatasetPath)
+		if err != nil {
+			return client.SubmitRequest{}, err
+		}
+		cr.Rows = rows
+	}
+	if len(cr.Rows) > 0 && cr.Repeats == 0 {
+		cr.Repeats = 1
+	}
+	if err := cr.Validate(); err != nil {
+		return client.SubmitRequest{}, invalid(err, nil)
+	}
+	return cr, nil
+}
+
+// setLimits copies the budgets of a request.
+func setLimits(cr *client.SubmitRequest, l *SubmitLimits) error {
+	if l == nil {
+		return nil
+	}
+	var err error
+	if cr.ModelCallTimeout, err = duration("limits.model_call_timeout", l.ModelCallTimeout); err != nil {
+		return err
+	}
+	if cr.EnvCallTimeout, err = duration("limits.env_call_timeout", l.EnvCallTimeout); err != nil {
+		return err
+	}
+	if cr.Deadline, err = duration("limits.deadline", l.Deadline); err != nil {
+		return err
+	}
+	cr.ModelCallRetries = l.ModelCallRetries
+	return nil
+}
+
+// readDataset reads a JSONL dataset the gateway can see.
+func readDataset(path string) ([]client.DatasetRow, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path: %v", err))
+	}
+	defer f.Close()
+	rows, err := client.ReadDataset(f)
+	if err != nil {
+		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path %s: %v", path, err))
+	}
+	return rows, nil
+}
+
+// getSet is GET /v1/sets/{set}.
+func (s *Server) getSet(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	sum, err := s.backend.Summary(r.Context(), set)
+	if err != nil {
+		return err
+	}
+	if sum.Overall.Rollouts == 0 {
+		return noSet(set)
+	}
+	h, err := s.health(r, set)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, SetResponse{Set: set, Overall: sum.Overall, ByEnv: sum.ByEnv, Health: h})
+}
+
+// noSet is the 404 of a set without rollouts.
+func noSet(set string) *apiError {
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, field: "set",
+		msg: fmt.Sprintf("set %q has no rollouts (a submission shows in visibility a moment after it returns)", set)}
+}
+
+// requireSet answers 404 unless set has runs.
+func (s *Server) requireSet(r *http.Request, set string) error {
+	n, err := s.backend.CountRuns(r.Context(), set)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return noSet(set)
+	}
+	return nil
+}
+
+// results is GET /v1/sets/{set}/results.
+func (s *Server) results(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	size, err := queryInt(r, "page_size", 100, 1, client.MaxResultsPage)
+	if err != nil {
+		return err
+	}
+	token, err := base64.RawURLEncoding.DecodeString(r.URL.Query().Get("page_token"))
+	if err != nil {
+		return badRequest("page_token", "page_token is not one this gateway handed out")
+	}
+	if len(token) == 0 {
+		if err := s.requireSet(r, set); err != nil {
+			return err
+		}
+	}
+	recs, next, err := s.backend.ResultsPage(r.Context(), set, token, size)
+	if err != nil {
+		return err
+	}
+	out := ResultsResponse{Results: make([]ResultRecord, 0, len(recs)), NextPageToken: base64.RawURLEncoding.EncodeToString(next)}
+	for _, rec := range recs {
+		rr := ResultRecord{RolloutID: rec.RolloutID, Status: rec.Outcome(), Held: !rec.Closed() && rec.Result != nil,
+			Attempt: int(rec.Attempt), Env: rec.Env, Result: rec.Result, Failure: rec.Err}
+		out.Results = append(out.Results, rr)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// export is GET /v1/sets/{set}/export: NDJSON streamed as it is built. An
+// error after the first line aborts the response (the client sees a
+// truncated body, never a partial export passed off as whole).
+func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	if s.cfg.Transcripts == nil {
+		return unavailable("this gateway was started without --transcripts (the workers' transcript directory)")
+	}
+	if err := s.requireSet(r, set); err != nil {
+		return err
+	}
+	sw := &startedWriter{w: w}
+	if _, err := s.backend.Export(r.Context(), set, s.cfg.Transcripts, sw); err != nil {
+		if sw.started {
+			panic(http.ErrAbortHandler)
+		}
+		return err
+	}
+	if !sw.started {
+		sw.start()
+	}
+	return nil
+}
+
+// startedWriter writes the NDJSON headers with the first line.
+type startedWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *startedWriter) start() {
+	s.w.Header().Set("Content-Type", "application/x-ndjson")
+	s.w.WriteHeader(http.StatusOK)
+	s.started = true
+}
+
+func (s *startedWriter) Write(p []byte) (int, error) {
+	if !s.started {
+		s.start()
+	}
+	return s.w.Write(p)
+}
+
+// acks is POST /v1/sets/{set}/acks: the whole batch is checked against what
+// the set holds before any is sent.
+func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	var req AckRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	lines, err := receiptLines(req)
+	if err != nil {
+		return err
+	}
+	if err := s.requireSet(r, set); err != nil {
+		return err
+	}
+	sum, err := s.backend.Acknowledge(r.Context(), client.AckRequest{Set: set, Receipts: lines})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, AckResponse{
+		Receipts: sum.Acknowledged + sum.Already + sum.Closed, Acknowledged: sum.Acknowledged, Already: sum.Already, Closed: sum.Closed,
+	})
+}
+
+// maxReceipts bounds one acknowledgement.
+const maxReceipts = 10000
+
+// receiptLines checks a batch's shape; receipts are numbered from 1 in the
+// library's messages ("line 3" is receipts[2]).
+func receiptLines(req AckRequest) ([]client.ReceiptLine, error) {
+	if err := checkRequestID(req.RequestID); err != nil {
+		return nil, err
+	}
+	if len(req.Receipts) == 0 || len(req.Receipts) > maxReceipts {
+		return nil, badRequest("receipts", fmt.Sprintf("receipts: want 1..%d, got %d", maxReceipts, len(req.Receipts)))
+	}
+	lines := make([]client.ReceiptLine, len(req.Receipts))
+	for i, rc := range req.Receipts {
+		field := fmt.Sprintf("receipts[%d]", i)
+		switch {
+		case rc.RolloutID == "":
+			return nil, badRequest(field+".rollout_id", field+".rollout_id is required")
+		case rc.Attempt < 0:
+			return nil, badRequest(field+".attempt", fmt.Sprintf("%s.attempt %d is negative", field, rc.Attempt))
+		case len(rc.SHA256) != 64 || strings.Trim(rc.SHA256, "0123456789abcdef") != "":
+			return nil, badRequest(field+".sha256", fmt.Sprintf("%s.sha256 %q: want 64 lower-case hex digits", field, rc.SHA256))
+		}
+		lines[i] = client.ReceiptLine{Line: i + 1, Receipt: rc}
+	}
+	return lines, nil
+}
+
+// policyVersion is POST /v1/sets/{set}/policy_version.
+func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	var req PolicyVersionRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkPolicyVersion(req); err != nil {
+		return err
+	}
+	if err := s.requireSet(r, set); err != nil {
+		return err
+	}
+	res, err := s.backend.Staleness(r.Context(), client.StalenessRequest{Set: set, Version: req.Version, MaxLag: req.MaxLag, Cancel: req.Action == ActionCancel})
+	if err != nil {
+		return err
+	}
+	out := PolicyVersionResponse{Version: req.Version, Checked: res.Checked, Stale: len(res.Stale), Cancelled: res.Cancelled, Rollouts: res.Stale}
+	if out.Rollouts == nil {
+		out.Rollouts = []StaleRollout{}
+	}
+	if req.Action == ActionFlag {
+		out.Flagged = len(res.Stale)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func checkPolicyVersion(req PolicyVersionRequest) error {
+	if err := checkRequestID(req.RequestID); err != nil {
+		return err
+	}
+	switch {
+	case req.Version < 0:
+		return badRequest("version", fmt.Sprintf("version %d is negative", req.Version))
+	case req.MaxLag < 0:
+		return badRequest("max_lag", fmt.Sprintf("max_lag %d is negative", req.MaxLag))
+	case req.Action != ActionCancel && req.Action != ActionFlag:
+		return badRequest("action", fmt.Sprintf("action %q: want %q or %q", req.Action, ActionCancel, ActionFlag))
+	}
+	return nil
+}

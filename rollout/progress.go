@@ -1,0 +1,46 @@
+package rollout
+
+import (
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// progressChange is the workflow.GetVersion change id of the progress
+// attributes. Only runs whose input asks for them (Input.ProgressAttributes)
+// call GetVersion, so runs recorded before, and runs started without the
+// flag, replay with exactly the commands they had. The attributes ride on
+// the phase upsert the run makes anyway: no command is added per turn.
+const progressChange = "progress-attributes"
+
+var (
+	progressAtKey = temporal.NewSearchAttributeKeyInt64(SARolloutProgressAt)
+	finishedAtKey = temporal.NewSearchAttributeKeyInt64(SARolloutFinishedAt)
+)
+
+// setupProgress decides, once per run, whether its phase upserts carry the
+// progress attributes.
+func (r *rollout) setupProgress(ctx workflow.Context) {
+	if !r.in.ProgressAttributes {
+		return
+	}
+	r.progress = workflow.GetVersion(ctx, progressChange, workflow.DefaultVersion, 1) >= 1
+}
+
+// progressUpdates are the attributes a phase upsert to p adds: the time of
+// this change and, the first time the rollout holds, completes or fails, the
+// time it finished (a later phase, such as completed after an
+// acknowledgement, keeps the first).
+func (r *rollout) progressUpdates(ctx workflow.Context, p Phase) []temporal.SearchAttributeUpdate {
+	if !r.progress {
+		return nil
+	}
+	now := workflow.Now(ctx).UnixMilli()
+	ups := []temporal.SearchAttributeUpdate{progressAtKey.ValueSet(now)}
+	switch p {
+	case PhaseAwaitingAck, PhaseCompleted, PhaseFailed:
+		if !r.finishedAt {
+			ups = append(ups, finishedAtKey.ValueSet(now))
+		}
+	}
+	return ups
+}
