@@ -166,10 +166,10 @@ func PositionOf(info *workflowpb.WorkflowExecutionInfo) FeedPosition {
 	if p.RolloutID == "" {
 		p.RolloutID = strings.TrimPrefix(info.GetExecution().GetWorkflowId(), rollout.WorkflowID(""))
 	}
-	at, ok := rollout.SAInt(sa, rollout.SARolloutFinishedAt)
+	at, ok := rollout.SATime(sa, rollout.SARolloutFinishedAt)
 	switch {
 	case ok:
-		p.At = at
+		p.At = at.UnixMilli()
 	case info.GetCloseTime() != nil:
 		p.At = info.GetCloseTime().AsTime().UnixMilli()
 	case info.GetStartTime() != nil:

@@ -121,15 +121,15 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 	h := Health{State: HealthOK, WindowMS: r.Window.Milliseconds(), ModelErrors: []string{}, Stuck: []string{}}
 	var n healthCounts
 	since := r.Now.Add(-r.Window)
-	sinceMS, sinceTS := since.UnixMilli(), since.UTC().Format(time.RFC3339Nano)
+	sinceTS := rollout.VisibilityTime(since)
 	counts := []struct {
 		dst    *int
 		filter string
 	}{
 		{&n.attempt0, rolloutsQ}, {&h.Running, runningQ}, {&h.Held, heldQ},
 		{&h.Completed, `ExecutionStatus = "Completed"`}, {&h.Failed, failedQ}, {&n.working, workingQ},
-		{&n.finished, fmt.Sprintf(`(%s >= %d OR (CloseTime >= %q AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceMS, sinceTS)},
-		{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %d OR StartTime >= %q)`, rollout.SARolloutProgressAt, sinceMS, sinceTS)},
+		{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
+		{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)},
 	}
 	for _, c := range counts {
 		v, err := countSet(ctx, src, r.Set, c.filter)
@@ -140,10 +140,10 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 	}
 	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
 	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
-	if err := sampleTrouble(ctx, src, r, sinceMS, sinceTS, &h); err != nil {
+	if err := sampleTrouble(ctx, src, r, sinceTS, &h); err != nil {
 		return Health{}, err
 	}
-	streak, err := failureStreak(ctx, src, r.Set, sinceMS)
+	streak, err := failureStreak(ctx, src, r.Set, sinceTS)
 	if err != nil {
 		return Health{}, err
 	}
@@ -164,8 +164,8 @@ func countSet(ctx context.Context, src healthSource, set, filter string) (int, e
 
 // sampleTrouble lists up to r.Sample stuck rollouts and describes up to
 // r.Sample rollouts waiting on the model, for the model error rate.
-func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, sinceMS int64, sinceTS string, h *Health) error {
-	stuckQ := fmt.Sprintf(`%s AND %s < %d AND StartTime < %q`, workingQ, rollout.SARolloutProgressAt, sinceMS, sinceTS)
+func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, sinceTS string, h *Health) error {
+	stuckQ := fmt.Sprintf(`%s AND %s < %s AND StartTime < %[3]s`, workingQ, rollout.SARolloutProgressAt, sinceTS)
 	stuck, err := listSome(ctx, src, r.Set, stuckQ, r.Sample)
 	if err != nil {
 		return err
@@ -250,13 +250,13 @@ func contains(list []string, s string) bool {
 // failureStreak counts the rollouts that failed after the last one that
 // succeeded, in completion order, among those that finished since sinceMS
 // (at most maxHealthScan of them are read).
-func failureStreak(ctx context.Context, src rollout.Lister, set string, sinceMS int64) (int, error) {
+func failureStreak(ctx context.Context, src rollout.Lister, set string, sinceTS string) (int, error) {
 	var (
 		lastOK   FeedPosition
 		failures []FeedPosition
 		read     int
 	)
-	filter := fmt.Sprintf(`%s >= %d`, rollout.SARolloutFinishedAt, sinceMS)
+	filter := fmt.Sprintf(`%s >= %s`, rollout.SARolloutFinishedAt, sinceTS)
 	err := rollout.ListSet(ctx, src, set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
 		if read++; read > maxHealthScan {
 			return errScanDone

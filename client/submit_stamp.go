@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
@@ -70,7 +71,8 @@ func sameSubmission(ctx context.Context, l rollout.Lister, set string, want Subm
 // that filters on them fails when it does not. Rollouts upsert them only
 // then, since an upsert of an unknown attribute fails their workflow task.
 func hasProgressAttributes(ctx context.Context, c countClient, set string) (bool, error) {
-	q := fmt.Sprintf("%s AND %s >= 0 AND %s >= 0", rollout.SetQuery(set), rollout.SARolloutProgressAt, rollout.SARolloutFinishedAt)
+	epoch := rollout.VisibilityTime(time.Unix(0, 0))
+	q := fmt.Sprintf("%s AND %s >= %s AND %s >= %s", rollout.SetQuery(set), rollout.SARolloutProgressAt, epoch, rollout.SARolloutFinishedAt, epoch)
 	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
 	switch {
 	case err == nil:

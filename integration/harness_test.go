@@ -54,7 +54,7 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bins.dir = dir
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/envserver", "./cmd/policyserver", "./cmd/worker", "./cmd/starter", "./cmd/devserver")
+	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/envserver", "./cmd/policyserver", "./cmd/worker", "./cmd/starter", "./cmd/devserver", "./cmd/gateway")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)

@@ -57,26 +57,28 @@ const (
 	// a Checkpoint or Restore run ("everything held for checkpoint k42":
 	// CheckpointId="k42").
 	SACheckpointID = "CheckpointId" // Keyword
-	// SARolloutProgressAt is the time (Unix milliseconds, workflow time) of
+	// SARolloutProgressAt is the time (workflow time) of
 	// the rollout's last phase or turn change, and SARolloutFinishedAt the
 	// time it first held, completed or failed with a result: what a results
 	// feed orders by and a watchdog measures progress with (SQL visibility
-	// cannot ORDER BY, but it can filter and count by them). Upserted only by
+	// cannot ORDER BY, but it can filter and count by them). Datetime, not
+	// Int: the SQL visibility stores have three Int columns, all taken.
+	// Upserted only by
 	// runs whose input asks for them (Input.ProgressAttributes), so a server
 	// that lacks them never sees them.
-	SARolloutProgressAt = "RolloutProgressAt" // Int
-	SARolloutFinishedAt = "RolloutFinishedAt" // Int
+	SARolloutProgressAt = "RolloutProgressAt" // Datetime
+	SARolloutFinishedAt = "RolloutFinishedAt" // Datetime
 )
 
 // SearchAttributes are every search attribute turnstile sets, with their
 // types: what `starter setup` registers on a cluster and temporal-dev.yaml
 // registers on the dev server.
 func SearchAttributes() map[string]enumspb.IndexedValueType {
-	keyword, integer := enumspb.INDEXED_VALUE_TYPE_KEYWORD, enumspb.INDEXED_VALUE_TYPE_INT
+	keyword, integer, datetime := enumspb.INDEXED_VALUE_TYPE_KEYWORD, enumspb.INDEXED_VALUE_TYPE_INT, enumspb.INDEXED_VALUE_TYPE_DATETIME
 	return map[string]enumspb.IndexedValueType{
 		SARolloutID: keyword, SARolloutSet: keyword, SARolloutAttempt: integer, SARolloutTurn: integer,
 		SARolloutPhase: keyword, SARolloutGroup: keyword, SARolloutRepeat: integer, SARolloutEnv: keyword,
-		SACheckpointID: keyword, SARolloutProgressAt: integer, SARolloutFinishedAt: integer,
+		SACheckpointID: keyword, SARolloutProgressAt: datetime, SARolloutFinishedAt: datetime,
 	}
 }
 

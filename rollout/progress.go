@@ -13,8 +13,8 @@ import (
 const progressChange = "progress-attributes"
 
 var (
-	progressAtKey = temporal.NewSearchAttributeKeyInt64(SARolloutProgressAt)
-	finishedAtKey = temporal.NewSearchAttributeKeyInt64(SARolloutFinishedAt)
+	progressAtKey = temporal.NewSearchAttributeKeyTime(SARolloutProgressAt)
+	finishedAtKey = temporal.NewSearchAttributeKeyTime(SARolloutFinishedAt)
 )
 
 // setupProgress decides, once per run, whether its phase upserts carry the
@@ -34,7 +34,7 @@ func (r *rollout) progressUpdates(ctx workflow.Context, p Phase) []temporal.Sear
 	if !r.progress {
 		return nil
 	}
-	now := workflow.Now(ctx).UnixMilli()
+	now := workflow.Now(ctx).UTC()
 	ups := []temporal.SearchAttributeUpdate{progressAtKey.ValueSet(now)}
 	switch p {
 	case PhaseAwaitingAck, PhaseCompleted, PhaseFailed:

@@ -17,8 +17,8 @@ import (
 // result) with RolloutFinishedAt, which the acknowledgement does not move; a
 // run not asked upserts neither.
 func TestRolloutProgressAttributes(t *testing.T) {
-	progressAt := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutProgressAt)
-	finishedAt := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutFinishedAt)
+	progressAt := temporal.NewSearchAttributeKeyTime(rollout.SARolloutProgressAt)
+	finishedAt := temporal.NewSearchAttributeKeyTime(rollout.SARolloutFinishedAt)
 	phaseKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase)
 	for _, asked := range []bool{true, false} {
 		t.Run(map[bool]string{true: "asked", false: "not asked"}[asked], func(t *testing.T) {
@@ -46,9 +46,9 @@ func TestRolloutProgressAttributes(t *testing.T) {
 			var finished []string
 			for _, sa := range upserts {
 				p, _ := sa.GetKeyword(phaseKey)
-				_, hasProgress := sa.GetInt64(progressAt)
+				_, hasProgress := sa.GetTime(progressAt)
 				require.Equal(t, asked, hasProgress, "RolloutProgressAt on the %s upsert", p)
-				if _, ok := sa.GetInt64(finishedAt); ok {
+				if _, ok := sa.GetTime(finishedAt); ok {
 					finished = append(finished, p)
 				}
 			}

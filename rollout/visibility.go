@@ -3,6 +3,8 @@ package rollout
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -62,6 +64,18 @@ func SAInt(sa *commonpb.SearchAttributes, name string) (int64, bool) {
 	ok := decodeSA(sa, name, &v)
 	return v, ok
 }
+
+// SATime decodes a Datetime search attribute; ok is false when it is
+// missing or not a time.
+func SATime(sa *commonpb.SearchAttributes, name string) (time.Time, bool) {
+	var v time.Time
+	ok := decodeSA(sa, name, &v)
+	return v, ok
+}
+
+// VisibilityTime is t as a visibility query compares Datetime attributes
+// ("RolloutFinishedAt >= " + VisibilityTime(t)), quoted.
+func VisibilityTime(t time.Time) string { return strconv.Quote(t.UTC().Format(time.RFC3339Nano)) }
 
 // SAKeyword decodes a Keyword search attribute; ok is false when it is
 // missing or not a string.
