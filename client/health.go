@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -217,7 +218,7 @@ func modelFailures(ctx context.Context, src healthSource, runs []*workflowpb.Wor
 			}
 			failed[i] = "model call retrying (attempt " + fmt.Sprint(pa.GetAttempt()) + ")"
 			if msg := pa.GetLastFailure().GetMessage(); msg != "" {
-				failed[i] = msg
+				failed[i] = withoutCallID(msg)
 			}
 		}
 		return nil
@@ -237,6 +238,13 @@ func modelFailures(ctx context.Context, src healthSource, runs []*workflowpb.Wor
 	}
 	return n, msgs, nil
 }
+
+// callIDPrefix is the model call id a model activity's error starts with
+// ("s1-0002/a0/t1: call model …"): left out, so the same failure of many
+// rollouts reads once.
+var callIDPrefix = regexp.MustCompile(`^\S+/a\d+/t\d+: `)
+
+func withoutCallID(msg string) string { return callIDPrefix.ReplaceAllString(msg, "") }
 
 func contains(list []string, s string) bool {
 	for _, v := range list {

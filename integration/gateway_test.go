@@ -232,3 +232,105 @@ func TestGatewayFeed(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", raw)
 	require.Equal(t, n, bytes.Count(raw, []byte("\n")))
 }
+
+// TestGatewayStalenessAndWatchdog: with the policy reporting version
+// step-3, a trainer at version 10 with max lag 2 finds the running
+// rollouts stale, flags them (nothing changes) and cancels them: they reach
+// the feed as cancelled, with their failure. Then the policy server is
+// killed in the middle of a second set, and its feed answers 409
+// set_stalled, naming the model errors, within the watchdog window.
+func TestGatewayStalenessAndWatchdog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	const window = 5 * time.Second
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	policy := c.startPolicyServer("--latency", "400ms", "--policy-version", "step-3")
+	c.startWorker()
+	_, base := c.startGateway("127.0.0.1:0", "--stall-window", window.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	g := gw{t: t, base: base, token: gatewayToken}
+	submit := func(set string, n int) {
+		status, raw := g.do(ctx, "POST", "/v1/sets", gateway.SubmitRequest{RequestID: "s-" + set, Set: set, Envs: []string{"counter"}, Count: n}, nil)
+		require.Equal(t, http.StatusOK, status, "%s", raw)
+	}
+
+	submit("gwstale", 4)
+	var stale gateway.PolicyVersionResponse
+	c.waitFor("a stale rollout", nil, time.Minute, func() bool {
+		status, raw := g.do(ctx, "POST", "/v1/sets/gwstale/policy_version", gateway.PolicyVersionRequest{RequestID: "pv-flag", Version: 10, MaxLag: 2, Action: gateway.ActionFlag}, &stale)
+		require.Equal(t, http.StatusOK, status, "%s", raw)
+		return stale.Stale > 0
+	})
+	require.Equal(t, stale.Stale, stale.Flagged)
+	require.Zero(t, stale.Cancelled, "flag cancels nothing")
+	require.EqualValues(t, 7, stale.Rollouts[0].Lag, "version 10 against step-3")
+	var cancelled gateway.PolicyVersionResponse
+	status, raw := g.do(ctx, "POST", "/v1/sets/gwstale/policy_version", gateway.PolicyVersionRequest{RequestID: "pv-cancel", Version: 10, MaxLag: 2, Action: gateway.ActionCancel}, &cancelled)
+	require.Equal(t, http.StatusOK, status, "%s", raw)
+	require.Positive(t, cancelled.Cancelled, "%+v", cancelled)
+	seen, cursor := map[string]string{}, ""
+	for done := false; !done; {
+		page := g.feed(ctx, "gwstale", cursor, 10, 20_000)
+		for _, it := range page.Items {
+			seen[it.RolloutID] = it.Status
+			if it.Status == "canceled" {
+				require.NotEmpty(t, it.Failure, "a cancelled rollout says why")
+			}
+		}
+		var held []feedItem
+		for _, it := range page.Items {
+			if it.Held {
+				held = append(held, it)
+			}
+		}
+		if len(held) > 0 {
+			g.ack(ctx, "gwstale", "ack-"+page.Cursor[len(page.Cursor)-8:], held)
+		}
+		cursor, done = page.Cursor, page.Done
+	}
+	require.Len(t, seen, 4)
+	ncancelled := 0
+	for _, st := range seen {
+		if st == "canceled" {
+			ncancelled++
+		}
+	}
+	require.Equal(t, cancelled.Cancelled, ncancelled, "feed %v", seen)
+
+	// The policy server dies mid-set: the feed says so within the window.
+	submit("gwstall", 6)
+	c.waitFor("the set under way", nil, time.Minute, func() bool {
+		var s gateway.SetResponse
+		status, _ := g.do(ctx, "GET", "/v1/sets/gwstall", nil, &s)
+		return status == http.StatusOK && s.Health.Running > 0
+	})
+	policy.kill()
+	killed := time.Now()
+	var body gateway.ErrorBody
+	for {
+		q := url.Values{"max": {"10"}, "wait_ms": {"2000"}}
+		status, raw := g.do(ctx, "GET", "/v1/sets/gwstall/feed?"+q.Encode(), nil, nil)
+		if status == http.StatusConflict {
+			require.NoError(t, json.Unmarshal(raw, &body))
+			break
+		}
+		require.Equal(t, http.StatusOK, status, "%s", raw)
+		var page feedPage
+		require.NoError(t, json.Unmarshal(raw, &page))
+		if len(page.Items) > 0 {
+			g.ack(ctx, "gwstall", fmt.Sprintf("ack-%d", time.Now().UnixNano()), page.Items)
+		}
+		require.Less(t, time.Since(killed), 3*window, "no set_stalled %s after the policy server died; health %+v", time.Since(killed), page.Health)
+	}
+	elapsed := time.Since(killed)
+	t.Logf("set_stalled %s after the policy server was killed (window %s): %s", elapsed, window, body.Error.Message)
+	require.Equal(t, gateway.CodeSetStalled, body.Error.Code)
+	require.NotNil(t, body.Health)
+	require.Equal(t, "stalled", body.Health.State)
+	require.Positive(t, body.Health.ModelErrorRate, "the model errors are named: %+v", body.Health)
+	require.Contains(t, body.Error.Message, "model calls failing")
+}
