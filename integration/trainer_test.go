@@ -243,21 +243,21 @@ func TestTrainerLoopExactlyOnceUnderCrashes(t *testing.T) {
 
 	const set, count = "py-crash", 120
 	tr := c.startTrainer(url, set, "--envs", "counter", "--count", fmt.Sprint(count), "--batch", "6",
-		"--wait-ms", "1000", "--step-ms", "150")
+		"--wait-ms", "1000", "--step-ms", "100")
 
-	c.waitTrained(tr, 15)
+	c.waitTrained(tr, 6)
 	gateway.kill()
 	t.Log("gateway SIGKILLed (1 of 2)")
 	gateway, _ = c.startGateway(addr)
 
-	c.waitTrained(tr, 45)
+	c.waitTrained(tr, 18)
 	worker.kill()
 	t.Logf("worker SIGKILLed with %d rollouts working and %d holding their results",
 		c.countSet(ctx, set, `ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`),
 		c.countSet(ctx, set, `ExecutionStatus="Running" AND RolloutPhase="awaiting_ack"`))
 	c.startWorker()
 
-	c.waitTrained(tr, 80)
+	c.waitTrained(tr, 70)
 	gateway.kill()
 	t.Log("gateway SIGKILLed (2 of 2)")
 	c.startGateway(addr)
