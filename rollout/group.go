@@ -84,6 +84,11 @@ func failureReason(err, ferr error, what string) string {
 // failed the group for it and cancels the other members).
 func (r *rollout) groupFailure(ctx workflow.Context, ferr error, reason string, envFailure bool) error {
 	v, err := r.reportToGroup(ctx, ReportFailure, envFailure, reason)
+	if temporal.IsCanceledError(err) {
+		// Cancelled meanwhile (its group failed through another member):
+		// the run ends cancelled, and says so to the group.
+		return err
+	}
 	if err != nil {
 		r.markFailed(ctx)
 		return fmt.Errorf("%w (and its report to group %s failed: %v)", ferr, r.in.Group, err)

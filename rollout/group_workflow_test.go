@@ -25,16 +25,25 @@ type fakeLedger struct {
 	mu      sync.Mutex
 	budget  int
 	reports []rollout.GroupReport
+	// holdFailures keeps failure reports waiting until cancelled, as a
+	// ledger busy failing the group through another member.
+	holdFailures bool
 }
 
 func (l *fakeLedger) register(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivityWithOptions(l.report, activity.RegisterOptions{Name: rollout.ReportToGroupName})
 }
 
-func (l *fakeLedger) report(_ context.Context, r rollout.GroupReport) (rollout.GroupVerdict, error) {
+func (l *fakeLedger) report(ctx context.Context, r rollout.GroupReport) (rollout.GroupVerdict, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reports = append(l.reports, r)
+	if l.holdFailures && r.Kind == rollout.ReportFailure {
+		l.mu.Unlock()
+		<-ctx.Done()
+		l.mu.Lock()
+		return rollout.GroupVerdict{}, ctx.Err()
+	}
 	switch {
 	case r.Kind == rollout.ReportDone:
 		return rollout.GroupVerdict{Status: rollout.GroupRunning}, nil
@@ -250,6 +259,20 @@ func TestGroupMemberCancelled(t *testing.T) {
 
 	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
 	require.Equal(t, []string{rollout.ReportCanceled}, l.kinds())
+}
+
+// TestGroupMemberCancelledWhileReporting: a member cancelled while its
+// failure report waits (its group is failing through another member) ends
+// cancelled, not failed, and tells its group so.
+func TestGroupMemberCancelledWhileReporting(t *testing.T) {
+	w, l := newWorld(2), &fakeLedger{holdFailures: true}
+	w.verifyErr = refusedVerify
+	env := newGroupEnv(t, w, l)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+	env.ExecuteWorkflow(rollout.Rollout, groupInput())
+
+	require.True(t, temporal.IsCanceledError(env.GetWorkflowError()), "%v", env.GetWorkflowError())
+	require.Equal(t, []string{rollout.ReportFailure, rollout.ReportCanceled}, l.kinds())
 }
 
 // TestRolloutOutsideGroupsMakesNoReport: a rollout without a group, or of a
