@@ -247,13 +247,15 @@ func policyHealth(base string) string { return strings.TrimSuffix(base, "/v1") +
 // startAll brings up the whole stack.
 func (s *stack) startAll(ctx context.Context) error {
 	s.token = "bench-control-token"
+	// The environment server refuses to start without a data-plane token
+	// (issue 10); the bench's stack is private, so a fixed one will do.
 	s.store = filepath.Join(s.cfg.OutDir, "transcripts")
 	s.logf("starting the Temporal dev server")
 	if err := s.startTemporal(ctx); err != nil {
 		return err
 	}
 	var err error
-	if s.env, s.envURL, err = s.startServer(ctx, "envserver", []string{"--control-token", s.token, "--name", "env-0"},
+	if s.env, s.envURL, err = s.startServer(ctx, "envserver", []string{"--control-token", s.token, "--data-token", benchDataToken, "--name", "env-0"},
 		func(b string) string { return b + "/healthz" }); err != nil {
 		return err
 	}
@@ -281,6 +283,7 @@ func (s *stack) startWorker(ctx context.Context) error {
 		"TURNSTILE_MODEL_BASE_URL=" + s.policyURL,
 		"TURNSTILE_TRANSCRIPT_DIR=" + s.store,
 		"TURNSTILE_CONTROL_TOKEN=" + s.token,
+		"TURNSTILE_DATA_TOKEN=" + benchDataToken,
 		"TURNSTILE_LOG_LEVEL=warn",
 	}
 	if s.cfg.CPUProfile {
@@ -344,3 +347,6 @@ func (quiet) Debug(string, ...any) {}
 func (quiet) Info(string, ...any)  {}
 func (quiet) Warn(string, ...any)  {}
 func (quiet) Error(string, ...any) {}
+
+// benchDataToken is the data-plane token of the bench's environment server.
+const benchDataToken = "bench-data-token"
