@@ -117,7 +117,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 	for _, k := range cutPoints(n) {
 		total++
 		t.Run(fmt.Sprintf("cut%d", k), func(t *testing.T) {
-			if ec.mode == envs.ModeExportRestore {
+			if ec.mode != envs.ModeRestartOnly { // stateless sessions are cut with their state too
 				srv = runExportRestoreCut(ctx, t, c, srv, ec, seed, task, k, want)
 			} else {
 				srv = runRestartCut(ctx, t, c, srv, ec, seed, task, k, want)

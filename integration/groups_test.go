@@ -81,7 +81,7 @@ func TestGroupRetriesOnServer(t *testing.T) {
 		require.Equal(t, []float64{0, 0, 0}, l.StepRewards.Values, id)
 		require.True(t, l.VerifyDetails.Available, id)
 		require.JSONEq(t, `{"value":3,"target":3}`, string(l.VerifyDetails.Details), id)
-		info, err := protocol.NewClient(c.envURL, nil).Session(ctx, id)
+		info, err := protocol.NewDataClient(c.envURL, c.dataToken, nil).Session(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, 1, info.Attempt, "%s: the environment holds the fresh session of attempt 1", id)
 	}
@@ -254,7 +254,7 @@ func cutAndRestore(t *testing.T, ctx context.Context, c *cluster, ids []string) 
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy := 0
 		for _, id := range ids {
-			info, err := protocol.NewClient(c.envURL, nil).Session(ctx, id)
+			info, err := protocol.NewDataClient(c.envURL, c.dataToken, nil).Session(ctx, id)
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 			}
