@@ -211,12 +211,9 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 // (restart_only, stateless) cut after k mutations: the restore raises only
 // the fence, and the rollout starts over as attempt 1.
 //
-// A stateless environment (arithmetic) is treated exactly like a
-// restart_only one: the server exports state only for export_restore
-// sessions, so a live stateless session is cut without state and the
-// restore lists it under Restarted (with mode stateless), installs neither
-// the session nor its receipts, and the rollout starts over. Its one answer
-// is not lost: the start-over answers again and reaches the same reward.
+// restart_only sessions only. A stateless environment (arithmetic) is cut
+// with its state like an export_restore one (the coordinator continues such
+// rollouts at their boundary), so it runs through runExportRestoreCut.
 func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, ec envCase, seed int64,
 	task json.RawMessage, k int, want episode) *envProc {
 	rollout := fmt.Sprintf("%s-s%d-b%d", ec.env, seed, k)
