@@ -208,10 +208,8 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 }
 
 // runRestartCut is run B of an environment whose state is not exported
-// (restart_only, stateless) cut after k mutations: the restore raises only
-// the fence, and the rollout starts over as attempt 1.
-//
-// restart_only sessions only. A stateless environment (arithmetic) is cut
+// (restart_only) cut after k mutations: the restore raises only the fence,
+// and the rollout starts over as attempt 1. A stateless environment (arithmetic) is cut
 // with its state like an export_restore one (the coordinator continues such
 // rollouts at their boundary), so it runs through runExportRestoreCut.
 func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, ec envCase, seed int64,
