@@ -241,15 +241,24 @@ func (c *cluster) startTemporal() *proc {
 // kept across restarts so rollouts find it again.
 func (c *cluster) startEnvServer(extraEnv ...string) *proc {
 	c.t.Helper()
+	return c.startEnvProcess("envserver", filepath.Join(bins.dir, "envserver"), nil, extraEnv...)
+}
+
+// startEnvProcess starts a participant (bin with args before the common
+// flags) as env-0 on the environment server's address (a free port the
+// first time, the same one after a restart), with the tokens, and waits for
+// its ready file and health.
+func (c *cluster) startEnvProcess(name, bin string, args []string, extraEnv ...string) *proc {
+	c.t.Helper()
 	listen := "127.0.0.1:0"
 	if c.envURL != "" {
 		listen = strings.TrimPrefix(c.envURL, "http://")
 	}
-	ready := filepath.Join(c.dir, fmt.Sprintf("env-ready-%d", time.Now().UnixNano()))
-	p := c.start("envserver", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"},
+	ready := filepath.Join(c.dir, fmt.Sprintf("%s-ready-%d", name, time.Now().UnixNano()))
+	p := c.start(name, bin,
+		append(args, "--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"),
 		append([]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, extraEnv...)...)
-	c.waitFor("environment server", p, 30*time.Second, func() bool {
+	c.waitFor(name, p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
 		if err != nil || len(data) == 0 {
 			return false

@@ -1,15 +1,9 @@
 package integration_test
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
-
-	"github.com/turnstile-rl/turnstile/protocol"
 )
 
 // TestPythonParticipantCheckpointKillEverythingRestore is the whole recovery
@@ -36,24 +30,8 @@ func (c *cluster) startPythonParticipant() *proc {
 	if err != nil {
 		c.t.Fatalf("the Python participant needs python3: %v", err)
 	}
-	listen := "127.0.0.1:0"
-	if c.envURL != "" {
-		listen = strings.TrimPrefix(c.envURL, "http://")
-	}
-	ready := filepath.Join(c.dir, fmt.Sprintf("py-ready-%d", time.Now().UnixNano()))
 	script := filepath.Join(bins.root, "examples", "python-participant", "participant.py")
-	p := c.start("python-participant", py,
-		[]string{script, "--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"},
-		"PYTHONDONTWRITEBYTECODE=1", protocol.DataTokenEnvVar+"="+c.dataToken)
-	c.waitFor("python participant", p, 30*time.Second, func() bool {
-		data, err := os.ReadFile(ready)
-		if err != nil || len(data) == 0 {
-			return false
-		}
-		c.envURL = strings.TrimSpace(string(data))
-		return healthy(c.envURL + "/healthz")
-	})
-	return p
+	return c.startEnvProcess("python-participant", py, []string{script}, "PYTHONDONTWRITEBYTECODE=1")
 }
 
 // startParticipant starts the environment server the options ask for.
