@@ -30,11 +30,7 @@ func TestDataPlaneAttackRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "150ms", "--jitter", "0s")
-	c.startWorker()
+	c := newStack(t, "--latency", "150ms", "--jitter", "0s")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

@@ -22,11 +22,7 @@ func TestRolloutBudgetsOnServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "6s")
-	c.startWorker()
+	c := newStack(t, "--latency", "6s")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

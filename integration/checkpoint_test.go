@@ -478,11 +478,7 @@ func TestCheckpointThatCannotFinishAborts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "200ms", "--jitter", "50ms")
-	c.startWorker()
+	c := newStack(t, "--latency", "200ms", "--jitter", "50ms")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

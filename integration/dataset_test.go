@@ -37,11 +37,7 @@ func TestDatasetSubmitExport(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer()
-	c.startWorker()
+	c := newStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -79,11 +75,7 @@ func TestDatasetExportHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer()
-	c.startWorker()
+	c := newStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

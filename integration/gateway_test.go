@@ -142,11 +142,7 @@ func TestGatewayFeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer()
-	c.startWorker()
+	c := newStack(t)
 	p, base := c.startGateway("127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

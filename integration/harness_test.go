@@ -147,6 +147,19 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
+// newStack is a cluster running the whole stack most tests need: the
+// Temporal dev server, an environment server, the scripted policy server
+// (with policyArgs, e.g. "--latency", "200ms") and a worker.
+func newStack(t *testing.T, policyArgs ...string) *cluster {
+	t.Helper()
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	c.startPolicyServer(policyArgs...)
+	c.startWorker()
+	return c
+}
+
 func (c *cluster) start(name, bin string, args []string, env ...string) *proc {
 	c.t.Helper()
 	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))

@@ -32,11 +32,7 @@ func TestTemporalNativeRoute(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer()
-	c.startWorker()
+	c := newStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

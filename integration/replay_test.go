@@ -24,11 +24,7 @@ func TestRecordedHistoryReplays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "50ms", "--jitter", "0s")
-	c.startWorker()
+	c := newStack(t, "--latency", "50ms", "--jitter", "0s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

@@ -55,11 +55,7 @@ func TestRolloutSetEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "5ms", "--jitter", "2ms", "--imperfection", "0.3")
-	c.startWorker()
+	c := newStack(t, "--latency", "5ms", "--jitter", "2ms", "--imperfection", "0.3")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
@@ -161,11 +157,7 @@ func TestHistoryBytesPerTurnStayFlat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "0s", "--jitter", "0s")
-	c.startWorker()
+	c := newStack(t, "--latency", "0s", "--jitter", "0s")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 

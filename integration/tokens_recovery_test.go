@@ -184,11 +184,7 @@ func exportSet(t *testing.T, ctx context.Context, c *cluster, name string) map[s
 }
 
 func tokenRunUninterrupted(t *testing.T, ctx context.Context) map[string][]byte {
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "5ms", "--jitter", "2ms", "--imperfection", "0.2")
-	c.startWorker()
+	c := newStack(t, "--latency", "5ms", "--jitter", "2ms", "--imperfection", "0.2")
 	for i := range tokenCount {
 		c.submit(ctx, tokenInput(t, i))
 	}

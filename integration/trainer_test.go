@@ -187,11 +187,7 @@ func TestTrainerLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	c.startPolicyServer("--latency", "50ms")
-	c.startWorker()
+	c := newStack(t, "--latency", "50ms")
 	_, url := c.startGateway("127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
