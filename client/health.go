@@ -2,13 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
@@ -255,54 +255,51 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// Filters of a failure streak: a finished run failed (it ended without a
+// result, or published the failed phase on its way there) or succeeded
+// (holds or completed with a result).
+var (
+	runFailedQ    = fmt.Sprintf(`(ExecutionStatus = "Failed" OR ExecutionStatus = "TimedOut" OR ExecutionStatus = "Canceled" OR %s = %q)`, rollout.SARolloutPhase, rollout.PhaseFailed)
+	runSucceededQ = fmt.Sprintf(`(ExecutionStatus = "Completed" OR (ExecutionStatus = "Running" AND %s = %q))`, rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+)
+
 // failureStreak counts the rollouts that failed after the last one that
-// succeeded, in completion order, among those that finished since sinceMS
-// (at most maxHealthScan of them are read).
-func failureStreak(ctx context.Context, src rollout.Lister, set string, sinceTS string) (int, error) {
-	var (
-		lastOK   FeedPosition
-		failures []FeedPosition
-		read     int
-	)
-	filter := fmt.Sprintf(`%s >= %s`, rollout.SARolloutFinishedAt, sinceTS)
+// succeeded, in completion order, among those that finished since sinceTS.
+// It reads the failures of the window (at most maxHealthScan) and no
+// success: a binary search over the failures, newest first, counts the
+// successes finished after each (SQL visibility cannot ORDER BY to find the
+// newest success), so a healthy set of thousands costs a few counts.
+func failureStreak(ctx context.Context, src healthSource, set string, sinceTS string) (int, error) {
+	var fails []time.Time
+	filter := fmt.Sprintf(`%s >= %s AND %s`, rollout.SARolloutFinishedAt, sinceTS, runFailedQ)
 	err := rollout.ListSet(ctx, src, set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
-		if read++; read > maxHealthScan {
+		if len(fails) >= maxHealthScan {
 			return errScanDone
 		}
-		pos := PositionOf(info)
-		switch {
-		case runFailed(info):
-			failures = append(failures, pos)
-		case lastOK.Before(pos):
-			lastOK = pos
-		}
+		at, _ := rollout.SATime(info.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		fails = append(fails, at)
 		return nil
 	})
 	if err != nil && err != errScanDone {
 		return 0, err
 	}
-	n := 0
-	for _, f := range failures {
-		if lastOK.Before(f) {
-			n++
+	sort.Slice(fails, func(i, j int) bool { return fails[i].After(fails[j]) })
+	// The streak is the largest k such that no success finished after the
+	// k-th newest failure.
+	var countErr error
+	k := sort.Search(len(fails), func(i int) bool {
+		if countErr != nil {
+			return true
 		}
-	}
-	return n, nil
+		n, err := countSet(ctx, src, set, fmt.Sprintf(`%s > %s AND %s`, rollout.SARolloutFinishedAt, rollout.VisibilityTime(fails[i]), runSucceededQ))
+		countErr = err
+		return n > 0
+	})
+	return k, countErr
 }
 
 // errScanDone stops a scan that has read enough.
-var errScanDone = fmt.Errorf("scan bound reached")
-
-// runFailed reports a run that ended without a result, or that published
-// the failed phase on its way there.
-func runFailed(info *workflowpb.WorkflowExecutionInfo) bool {
-	switch info.GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		return true
-	}
-	phase, _ := rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
-	return phase == string(rollout.PhaseFailed)
-}
+var errScanDone = errors.New("scan bound reached")
 
 // judge sets h's state and reason: stalled when rollouts are working and
 // none progressed within the window, degraded on failures, model errors or
