@@ -120,37 +120,64 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 		r.Sample = healthSample
 	}
 	h := Health{State: HealthOK, WindowMS: r.Window.Milliseconds(), ModelErrors: []string{}, Stuck: []string{}}
-	var n healthCounts
-	since := r.Now.Add(-r.Window)
-	sinceTS := rollout.VisibilityTime(since)
-	counts := []struct {
-		dst    *int
-		filter string
-	}{
-		{&n.attempt0, rolloutsQ}, {&h.Running, runningQ}, {&h.Held, heldQ},
-		{&h.Completed, `ExecutionStatus = "Completed"`}, {&h.Failed, failedQ}, {&n.working, workingQ},
-		{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
-		{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)},
-	}
-	for _, c := range counts {
-		v, err := countSet(ctx, src, r.Set, c.filter)
-		if err != nil {
-			return Health{}, err
-		}
-		*c.dst = v
-	}
-	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
-	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
-	if err := sampleTrouble(ctx, src, r, sinceTS, &h); err != nil {
-		return Health{}, err
-	}
-	streak, err := failureStreak(ctx, src, r.Set, sinceTS)
+	// A namespace set up before the progress attributes existed has no
+	// RolloutFinishedAt to count by: health without the watchdog then.
+	watchdog, err := hasProgressAttributes(ctx, src, r.Set)
 	if err != nil {
 		return Health{}, err
 	}
-	h.ConsecutiveFailures = streak
-	judge(&h, r, n)
+	var n healthCounts
+	sinceTS := rollout.VisibilityTime(r.Now.Add(-r.Window))
+	if err := countAll(ctx, src, r.Set, healthFilters(&h, &n, sinceTS, watchdog)); err != nil {
+		return Health{}, err
+	}
+	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
+	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
+	if err := sampleModel(ctx, src, r, &h); err != nil {
+		return Health{}, err
+	}
+	if watchdog {
+		if err := sampleStuck(ctx, src, r, sinceTS, &h); err != nil {
+			return Health{}, err
+		}
+		if h.ConsecutiveFailures, err = failureStreak(ctx, src, r.Set, sinceTS); err != nil {
+			return Health{}, err
+		}
+	}
+	judge(&h, r, n, watchdog)
 	return h, nil
+}
+
+// healthCount is one count of a health computation.
+type healthCount struct {
+	dst    *int
+	filter string
+}
+
+// healthFilters are the counts of a health computation: those by the
+// progress attributes only when the namespace has them.
+func healthFilters(h *Health, n *healthCounts, sinceTS string, watchdog bool) []healthCount {
+	counts := []healthCount{
+		{&n.attempt0, rolloutsQ}, {&h.Running, runningQ}, {&h.Held, heldQ},
+		{&h.Completed, `ExecutionStatus = "Completed"`}, {&h.Failed, failedQ}, {&n.working, workingQ},
+	}
+	if !watchdog {
+		return counts
+	}
+	return append(counts,
+		healthCount{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
+		healthCount{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)})
+}
+
+func countAll(ctx context.Context, src healthSource, set string, counts []healthCount) error {
+	for _, c := range counts {
+		v, err := countSet(ctx, src, set, c.filter)
+		if err != nil {
+			return err
+		}
+		*c.dst = v
+	}
+	return nil
 }
 
 // countSet counts the runs of set matching filter.
@@ -163,9 +190,9 @@ func countSet(ctx context.Context, src healthSource, set, filter string) (int, e
 	return int(resp.GetCount()), nil
 }
 
-// sampleTrouble lists up to r.Sample stuck rollouts and describes up to
-// r.Sample rollouts waiting on the model, for the model error rate.
-func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, sinceTS string, h *Health) error {
+// sampleStuck lists up to r.Sample rollouts working without progress
+// within the window.
+func sampleStuck(ctx context.Context, src healthSource, r HealthRequest, sinceTS string, h *Health) error {
 	stuckQ := fmt.Sprintf(`%s AND %s < %s AND StartTime < %[3]s`, workingQ, rollout.SARolloutProgressAt, sinceTS)
 	stuck, err := listSome(ctx, src, r.Set, stuckQ, r.Sample)
 	if err != nil {
@@ -175,6 +202,12 @@ func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, since
 		h.Stuck = append(h.Stuck, PositionOf(info).RolloutID)
 	}
 	sort.Strings(h.Stuck)
+	return nil
+}
+
+// sampleModel describes up to r.Sample rollouts waiting on the model, for
+// the model error rate.
+func sampleModel(ctx context.Context, src healthSource, r HealthRequest, h *Health) error {
 	modelQ := fmt.Sprintf(`ExecutionStatus = "Running" AND %s = %q`, rollout.SARolloutPhase, rollout.PhaseModel)
 	waiting, err := listSome(ctx, src, r.Set, modelQ, r.Sample)
 	if err != nil {
@@ -302,11 +335,14 @@ func failureStreak(ctx context.Context, src healthSource, set string, sinceTS st
 var errScanDone = errors.New("scan bound reached")
 
 // judge sets h's state and reason: stalled when rollouts are working and
-// none progressed within the window, degraded on failures, model errors or
-// stuck rollouts.
-func judge(h *Health, r HealthRequest, n healthCounts) {
+// none progressed within the window (with the watchdog on), degraded on
+// failures, model errors or stuck rollouts.
+func judge(h *Health, r HealthRequest, n healthCounts, watchdog bool) {
 	var why []string
-	if n.working > 0 && n.progressed == 0 && n.finished == 0 {
+	if !watchdog {
+		why = append(why, fmt.Sprintf("no watchdog: the namespace lacks the search attributes %s and %s (run starter setup; sets submitted after it have them)", rollout.SARolloutProgressAt, rollout.SARolloutFinishedAt))
+	}
+	if watchdog && n.working > 0 && n.progressed == 0 && n.finished == 0 {
 		h.State = HealthStalled
 		why = append(why, fmt.Sprintf("no rollout of set %s made progress in the last %s while %d are working", r.Set, r.Window, n.working))
 	}
@@ -319,7 +355,7 @@ func judge(h *Health, r HealthRequest, n healthCounts) {
 	if h.ConsecutiveFailures > 0 {
 		why = append(why, fmt.Sprintf("%d consecutive failures", h.ConsecutiveFailures))
 	}
-	if len(why) > 0 && h.State == HealthOK {
+	if len(why) > 0 && h.State == HealthOK && (watchdog || len(why) > 1) {
 		h.State = HealthDegraded
 	}
 	h.Reason = strings.Join(why, "; ")

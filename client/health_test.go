@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -23,9 +24,14 @@ type fakeHealth struct {
 	lists    func(query string) []*workflowpb.WorkflowExecutionInfo
 	attempts map[string]int32 // workflow id → attempt of its pending model call
 	failure  string
+	// noAttributes: the namespace lacks the progress attributes.
+	noAttributes bool
 }
 
 func (f *fakeHealth) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	if f.noAttributes && strings.Contains(req.GetQuery(), "At ") {
+		return nil, errors.New("invalid query: search attribute RolloutProgressAt is not defined")
+	}
 	return &workflowservice.CountWorkflowExecutionsResponse{Count: int64(f.counts(req.GetQuery()))}, nil
 }
 
@@ -152,7 +158,7 @@ func TestHealthQueriesUseTheWindow(t *testing.T) {
 		if !strings.HasPrefix(q, `RolloutSet = "s1" AND `) {
 			t.Errorf("query %q is not limited to the set", q)
 		}
-		if strings.Contains(q, "At ") && !strings.Contains(q, since) {
+		if strings.Contains(q, "At ") && !strings.Contains(q, since) && !strings.Contains(q, "1970-01-01") {
 			t.Errorf("query %q does not compare with %s", q, since)
 		}
 	}
@@ -230,5 +236,28 @@ func TestFailureStreak(t *testing.T) {
 				t.Errorf("%d counts for %d runs", counts, len(tt.runs))
 			}
 		})
+	}
+}
+
+// TestHealthWithoutProgressAttributes: on a namespace without the progress
+// attributes the health still answers, says the watchdog is off, and never
+// stalls.
+func TestHealthWithoutProgressAttributes(t *testing.T) {
+	var queries []string
+	f := &fakeHealth{noAttributes: true,
+		counts: func(q string) int { queries = append(queries, q); return 2 },
+		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
+	}
+	h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.State != HealthOK || !strings.Contains(h.Reason, "no watchdog") || h.Running != 2 {
+		t.Fatalf("health %+v", h)
+	}
+	for _, q := range queries {
+		if strings.Contains(q, "At ") {
+			t.Errorf("query %q uses an attribute the namespace lacks", q)
+		}
 	}
 }
