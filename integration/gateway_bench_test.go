@@ -140,9 +140,22 @@ func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n,
 	require.NoError(b, err)
 	tc := tsclient.New(c.client, rollout.TaskQueue)
 	start, done := time.Now(), 0
+	var feedTime, healthTime, ackTime time.Duration
+	pages := 0
+	defer func() {
+		per := func(d time.Duration) time.Duration { return (d / time.Duration(max(pages, 1))).Round(time.Millisecond) }
+		b.Logf("client library, per page of %d: feed %s, health %s, acknowledge %s", page, per(feedTime), per(healthTime), per(ackTime))
+	}()
 	for done < n {
+		began := time.Now()
+		_, err := tc.Health(ctx, tsclient.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()})
+		require.NoError(b, err)
+		healthTime += time.Since(began)
+		began = time.Now()
 		p, err := tc.Feed(ctx, store, tsclient.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
 		require.NoError(b, err)
+		feedTime += time.Since(began)
+		pages++
 		var lines []tsclient.ReceiptLine
 		for i, item := range p.Items {
 			var it feedItem
@@ -152,8 +165,10 @@ func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n,
 		if len(lines) == 0 {
 			continue
 		}
+		began = time.Now()
 		_, err = tc.Acknowledge(ctx, tsclient.AckRequest{Set: set, Receipts: lines})
 		require.NoError(b, err)
+		ackTime += time.Since(began)
 		done += len(lines)
 	}
 	return float64(n) / time.Since(start).Seconds()
