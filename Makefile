@@ -32,7 +32,7 @@ PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 
-.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal clean distclean
+.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench clean distclean
 
 ## build: compile every binary under ./cmd into ./bin
 build:
@@ -99,6 +99,23 @@ DEMO_CRASH ?= 1
 ## demo: run a rollout set end to end, then checkpoint, crash and restore it (DEMO_ENVS, DEMO_COUNT, DEMO_CRASH)
 demo:
 	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' DEMO_CRASH='$(DEMO_CRASH)' scripts/demo.sh
+
+# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m).
+FUZZTIME ?= 1m
+
+## fuzz: run every fuzz target for FUZZTIME each and print the execs per target
+fuzz:
+	FUZZTIME='$(FUZZTIME)' scripts/fuzz.sh
+# Flags of `make bench`, e.g. BENCH_FLAGS=-quick, or
+# BENCH_FLAGS='-concurrency 128 -sizes 100,1000 -with-10k -cpuprofile'
+# (bin/bench --help lists them).
+BENCH_FLAGS ?=
+
+## bench: turnstile against a plain two-activity Temporal loop on its own dev server; prints the ratio table (BENCH_FLAGS)
+bench: build
+	TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
+	export TURNSTILE_TEMPORAL_BIN
+	$(BIN)/bench -bin-dir $(BIN) -project $(CURDIR) $(BENCH_FLAGS)
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:

@@ -8,6 +8,17 @@ const (
 	RestoreWorkflowName    = "Restore"
 )
 
+// ControlQueueSuffix makes the control plane's task queue of a rollout
+// task queue.
+const ControlQueueSuffix = "-control"
+
+// ControlTaskQueue is the task queue of the Checkpoint and Restore
+// workflows and their coordinator activities beside the rollouts'
+// taskQueue: a worker polls it with pollers and slots of its own, so a cut
+// never queues behind rollout tasks. The coordinator activities run there
+// too (an activity's task queue defaults to its workflow's).
+func ControlTaskQueue(taskQueue string) string { return taskQueue + ControlQueueSuffix }
+
 // CheckpointWorkflowID is the workflow ID of a checkpoint: one per checkpoint
 // id, so a second start of the same checkpoint is refused by Temporal.
 func CheckpointWorkflowID(checkpointID string) string { return "checkpoint/" + checkpointID }

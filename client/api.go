@@ -93,6 +93,11 @@ type SubmitRequest struct {
 	// defaults of rows that set none.
 	Rows    []DatasetRow
 	Repeats int
+	// GroupRetries is the retry budget of each of a dataset's groups (see
+	// rollout.Limits.GroupRetries): environment-level failures retried as
+	// new attempts, over all of a group's rollouts, before the group fails
+	// as a whole. Nil means rollout.DefaultGroupRetries; dataset only.
+	GroupRetries *int
 	// RequestID, when set, makes Submit idempotent under it: every rollout
 	// started carries it in its memo (MemoSubmit, with a digest of the
 	// request), and a set whose rollouts carry the same request id and

@@ -29,7 +29,7 @@ func (c *Client) Checkpoint(ctx context.Context, r CheckpointRequest, wait bool)
 	if err != nil {
 		return nil, err
 	}
-	opts := CheckpointStartOptions(in.CheckpointID, c.taskQueue)
+	opts := CheckpointStartOptions(in.CheckpointID, checkpoint.ControlTaskQueue(c.taskQueue))
 	return runCoordinator[checkpoint.CheckpointResult](ctx, c, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in}, wait)
 }
 
@@ -84,7 +84,8 @@ func absRoot(root, cwd string) (string, error) {
 
 // CheckpointStartOptions start checkpoint id at most once: a running one
 // is not started twice, and one that committed is not run again; an
-// aborted one may be retried under the same id.
+// aborted one may be retried under the same id. taskQueue is the control
+// plane's (checkpoint.ControlTaskQueue of the rollouts' queue).
 func CheckpointStartOptions(checkpointID, taskQueue string) tclient.StartWorkflowOptions {
 	return tclient.StartWorkflowOptions{
 		ID:                                       checkpoint.CheckpointWorkflowID(checkpointID),

@@ -211,3 +211,37 @@ func TestStartCoordinator(t *testing.T) {
 		})
 	}
 }
+
+// queueRecorder records where the client starts a workflow.
+type queueRecorder struct {
+	client.Client
+	queues []string
+}
+
+func (q *queueRecorder) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	q.queues = append(q.queues, o.TaskQueue)
+	return fakeRun{}, nil
+}
+
+// Checkpoint and Restore run on the control plane's task queue, so a cut
+// never waits behind the rollouts' tasks; the restored rollouts still go to
+// the rollouts' queue.
+func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
+	rec := &queueRecorder{}
+	c := New(rec, "q")
+	if _, err := c.Checkpoint(t.Context(), CheckpointRequest{
+		Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute,
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"q-control", "q-control"}; strings.Join(rec.queues, ",") != strings.Join(want, ",") {
+		t.Errorf("coordinators started on %v, want %v", rec.queues, want)
+	}
+	in, err := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}.RestoreInput("/", c.TaskQueue())
+	if err != nil || in.TaskQueue != "q" {
+		t.Errorf("restored rollouts go to %q (%v), want q", in.TaskQueue, err)
+	}
+}

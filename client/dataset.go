@@ -21,7 +21,7 @@ const (
 	// workflow ID of its group.
 	MaxRowIDLen = 64
 	// MaxRepeats bounds the repeats of one row (a GRPO group size).
-	MaxRepeats = 4096
+	MaxRepeats = rollout.MaxGroupSize
 	// maxRowBytes bounds one JSONL line, so a file without newlines cannot
 	// be read into memory whole.
 	maxRowBytes = 16 << 20
@@ -202,7 +202,7 @@ func RowID(row DatasetRow, i int) string {
 // same rollout, so submitting a dataset twice is refused as a duplicate
 // instead of running it twice.
 func DatasetRolloutID(set, rowID string, repeat int) string {
-	return set + "-" + rowID + "-r" + strconv.Itoa(repeat)
+	return rollout.GroupRolloutID(set, rowID, repeat)
 }
 
 // DatasetSeed is the seed of repeat of row rowID of set when the row sets

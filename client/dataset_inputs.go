@@ -74,6 +74,9 @@ func checkTask(row DatasetRow, id string) error {
 	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return errors.New("task is required")
 	}
+	if !entry.Hosted() {
+		return nil // its host checks the task when the rollout starts
+	}
 	// The set is not known here; the seed only matters to environments
 	// whose Start uses it, and none refuses a task for its seed.
 	session, _, err := entry.New().Start(rowSeed("", row, id, 0), row.Task)
@@ -115,6 +118,9 @@ func (r SubmitRequest) validateDataset() error {
 	case len(r.Rows)*r.Repeats > maxCount:
 		return fmt.Errorf("%d rows × %d repeats = %d rollouts, more than %d", len(r.Rows), r.Repeats, len(r.Rows)*r.Repeats, maxCount)
 	}
+	if err := (rollout.Limits{GroupRetries: r.GroupRetries}).Validate(); err != nil {
+		return fmt.Errorf("--group-retries %d: %w", *r.GroupRetries, err)
+	}
 	bad := &DatasetError{}
 	for _, e := range CheckRows(r.Rows) {
 		bad.add(e.Line, e.Err)
@@ -141,6 +147,8 @@ func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
 		if maxTurns == 0 {
 			maxTurns = DefaultMaxTurns(row.Env)
 		}
+		limits := r.limits(maxTurns)
+		limits.GroupRetries = r.GroupRetries
 		for rep := range r.Repeats {
 			out = append(out, rollout.Input{
 				RolloutID:  DatasetRolloutID(r.Set, id, rep),
@@ -149,11 +157,12 @@ func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
 				Env:        rollout.EnvRef{Name: row.Env, URL: r.EnvURL},
 				Policy:     policy,
 				Seed:       rowSeed(r.Set, row, id, rep),
-				Limits:     r.limits(maxTurns),
+				Limits:     limits,
 				Sampling:   cmp.Or(row.Sampling, r.Sampling),
 				RequireAck: r.RequireAck,
 				Group:      id,
 				Repeat:     rep,
+				GroupSize:  r.Repeats,
 			})
 		}
 	}

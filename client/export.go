@@ -39,6 +39,9 @@ type ExportStats struct {
 	// rollout replaced them (a restored attempt; only the latest is
 	// exported), or a held result was acknowledged meanwhile.
 	Skipped int
+	// Excluded counts finished rollouts left out by
+	// ExportOptions.CompleteGroupsOnly (not in the counts above).
+	Excluded int
 }
 
 // exportSource is what Export reads from Temporal.
@@ -46,6 +49,7 @@ type exportSource interface {
 	rollout.Lister
 	runGetter
 	statusQuerier
+	groupDescriber
 }
 
 // Export writes one JSON line (ExportLine) per finished rollout of set to
@@ -55,19 +59,28 @@ type exportSource interface {
 // finished rollouts are written, each once: those whose latest run has
 // closed, and those holding a completed result for acknowledgement (held
 // true, with the receipt to acknowledge it by). Lines come in visibility's
-// order, not by rollout id.
+// order, not by rollout id. Each line of a dataset's rollout says where its
+// group stands (group_status), as the group's ledger says at the group's
+// first line.
 func (c *Client) Export(ctx context.Context, set string, store TranscriptReader, w io.Writer) (ExportStats, error) {
+	return c.ExportWith(ctx, set, store, w, ExportOptions{})
+}
+
+// ExportWith is Export with options: with CompleteGroupsOnly, the export is
+// a trainer's view (completed rollouts of complete groups only).
+func (c *Client) ExportWith(ctx context.Context, set string, store TranscriptReader, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	if err := rollout.ValidateSet(set); err != nil {
 		return ExportStats{}, err
 	}
-	return exportSet(ctx, c.tc, store, set, w)
+	return exportSet(ctx, c.tc, store, set, w, opts)
 }
 
-func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer) (ExportStats, error) {
+func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	var stats ExportStats
+	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set)}
 	window := make([]*workflowpb.WorkflowExecutionInfo, 0, exportWindow)
 	flush := func() error {
-		err := exportWindowOf(ctx, exportJob{src: src, store: store, set: set, w: w}, window, &stats)
+		err := exportWindowOf(ctx, job, window, &stats)
 		window = window[:0]
 		return err
 	}
@@ -89,10 +102,12 @@ func exportSet(ctx context.Context, src exportSource, store TranscriptReader, se
 
 // exportJob is what every window of one export shares.
 type exportJob struct {
-	src   exportSource
-	store TranscriptReader
-	set   string
-	w     io.Writer
+	src    exportSource
+	store  TranscriptReader
+	set    string
+	w      io.Writer
+	opts   ExportOptions
+	groups *groupCache
 }
 
 // exportWindowOf builds the lines of a window of closed runs concurrently
@@ -103,6 +118,10 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 		return err
 	}
 	for _, l := range lines {
+		if l.kind == "excluded" {
+			stats.Excluded++
+			continue
+		}
 		if l.data == nil {
 			stats.Skipped++
 			continue
@@ -124,14 +143,16 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 }
 
 // builtLine is one encoded export line (nil data: the run is not to be
-// exported) and its kind: "held", "completed" or the failed status.
+// exported) and its kind: "held", "completed", the failed status, or
+// "excluded" (left out by ExportOptions.CompleteGroupsOnly).
 type builtLine struct {
 	data []byte
 	kind string
 }
 
 // buildWindow builds the lines of listed runs concurrently, in listing
-// order.
+// order. A dataset rollout's line says where its group stands when the job
+// has a group cache.
 func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo) ([]builtLine, error) {
 	lines := make([]builtLine, len(infos))
 	runs, err := listRunsOf(ctx, job.src, "", workflowIDsOf(infos))
@@ -145,12 +166,21 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 		if err != nil || !ok {
 			return err
 		}
+		if f.group != nil && job.groups != nil {
+			if f.groupStatus, err = job.groups.status(ctx, *f.group); err != nil {
+				return err
+			}
+		}
 		line, err := buildLine(ctx, job.store, f)
 		if err != nil {
 			return err
 		}
 		lines[i].kind = line.Status
-		if line.Held {
+		switch {
+		case job.opts.CompleteGroupsOnly && !trainable(line):
+			lines[i].kind = "excluded"
+			return nil
+		case line.Held:
 			lines[i].kind = "held"
 		}
 		lines[i].data, err = encodeLine(line)

@@ -15,7 +15,7 @@ import (
 
 // ExportSchemaVersion is the version of the export line format
 // (docs/trajectory.schema.json); a reader refuses lines of a newer one.
-const ExportSchemaVersion = 1
+const ExportSchemaVersion = 2
 
 // ExportLine is one finished rollout as `starter export` writes it: one
 // JSON line, documented by docs/trajectory.schema.json. Field names follow
@@ -28,7 +28,10 @@ type ExportLine struct {
 	// rollout not submitted from a dataset.
 	Group  *string `json:"group"`
 	Repeat *int    `json:"repeat"`
-	Env    string  `json:"env"`
+	// GroupStatus says where the group stands (null outside a dataset):
+	// train on a group's lines only when it is complete.
+	GroupStatus *ExportGroup `json:"group_status"`
+	Env         string       `json:"env"`
 	// Status is "completed", or how the rollout failed: "failed",
 	// "terminated", "timed_out", "canceled"; Failure says why.
 	Status  string `json:"status"`
@@ -69,8 +72,10 @@ type AttemptRecord struct {
 	Close   time.Time `json:"close,omitzero"`
 }
 
-// StepRewards are the dense per-step rewards, when the rollout's result
-// records them; Reason says why they are not available.
+// StepRewards are the per-step rewards, when the rollout's result records
+// them: one per environment operation (tool call or gym step, a refused one
+// counting 0), in the order of the observation messages. Reason says why
+// they are not available.
 type StepRewards struct {
 	Available bool      `json:"available"`
 	Values    []float64 `json:"values"`
@@ -84,11 +89,11 @@ type VerifyDetails struct {
 	Reason    string          `json:"reason,omitempty"`
 }
 
-// Why step rewards and verify details are missing: the rollout result
-// (rollout.Result) keeps neither today, only their consequence.
+// Why step rewards and verify details are missing: a rollout that failed
+// has no result, and one that began before results kept them has neither.
 const (
-	stepRewardsReason   = "not recorded: the rollout result keeps only their sum (reward)"
-	verifyDetailsReason = "not recorded: the rollout result keeps only the verdict's reward"
+	notRecordedReason = "not recorded: the rollout began before results kept them"
+	noResultReason    = "the rollout has no result"
 )
 
 // ExportMessage is one chat message in OpenAI's shape; an assistant
@@ -140,16 +145,18 @@ type ExportTurn struct {
 type TranscriptReader interface {
 	Load(ctx context.Context, head transcript.Digest) ([]transcript.Item, error)
 	Generation(ctx context.Context, d transcript.Digest) (transcript.Generation, error)
+	Get(ctx context.Context, d transcript.Digest) ([]byte, error)
 }
 
 // finishedRollout is what the exporter knows of a finished rollout
 // before reading its transcript.
 type finishedRollout struct {
-	set      string
-	rec      RolloutRecord
-	group    *string
-	repeat   *int
-	attempts []AttemptRecord
+	set         string
+	rec         RolloutRecord
+	group       *string
+	repeat      *int
+	groupStatus *ExportGroup
+	attempts    []AttemptRecord
 }
 
 // buildLine builds the export line of f, reading its transcript from
@@ -161,13 +168,13 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 		RolloutID:     rec.RolloutID,
 		Set:           f.set,
 		Env:           rec.Env,
-		Group:         f.group, Repeat: f.repeat,
+		Group:         f.group, Repeat: f.repeat, GroupStatus: f.groupStatus,
 		Status:        exportStatus(rec),
 		Failure:       rec.Err,
 		Attempt:       int(rec.Attempt),
 		Attempts:      f.attempts,
-		StepRewards:   StepRewards{Reason: stepRewardsReason},
-		VerifyDetails: VerifyDetails{Reason: verifyDetailsReason},
+		StepRewards:   StepRewards{Reason: noResultReason},
+		VerifyDetails: VerifyDetails{Reason: noResultReason},
 		Tokens:        transcript.TokensAbsent,
 		Messages:      []ExportMessage{},
 		Turns:         []ExportTurn{},
@@ -181,6 +188,9 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 	reward, usage := res.Reward, res.Usage
 	line.Reward, line.Usage = &reward, &usage
 	line.NumTurns, line.Terminated, line.Truncated, line.Head = res.Turns, res.Terminated, res.Truncated, string(res.Head)
+	if err := addDetails(ctx, store, &line, res); err != nil {
+		return line, fmt.Errorf("rollout %s: %w", rec.RolloutID, err)
+	}
 	items, err := store.Load(ctx, res.Head)
 	if errors.Is(err, transcript.ErrNotFound) {
 		err = fmt.Errorf("%w; %w", err, errStoreMissing)
@@ -192,6 +202,28 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 		return line, fmt.Errorf("rollout %s: %w", rec.RolloutID, err)
 	}
 	return line, nil
+}
+
+// addDetails fills the step rewards and the verifier's details the result
+// records.
+func addDetails(ctx context.Context, store TranscriptReader, line *ExportLine, res *rollout.Result) error {
+	line.StepRewards = StepRewards{Reason: notRecordedReason}
+	if res.StepRewards != nil {
+		line.StepRewards = StepRewards{Available: true, Values: res.StepRewards}
+	}
+	line.VerifyDetails = VerifyDetails{Reason: notRecordedReason}
+	if res.VerifyDetailsRef == "" {
+		return nil
+	}
+	details, err := store.Get(ctx, res.VerifyDetailsRef)
+	if err != nil {
+		return fmt.Errorf("verify details %s: %w", res.VerifyDetailsRef, err)
+	}
+	if !json.Valid(details) {
+		return fmt.Errorf("verify details %s are not JSON", res.VerifyDetailsRef)
+	}
+	line.VerifyDetails = VerifyDetails{Available: true, Details: details}
+	return nil
 }
 
 // addMessages converts items to messages and turns, and fills the

@@ -15,6 +15,7 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
@@ -77,12 +78,18 @@ func TestBuildLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := storedRollout(t, store)
+	details, err := store.Put(context.Background(), []byte(`{"value":1,"target":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	group, repeat := "q1", 2
 	f := finishedRollout{
 		set: "s1", group: &group, repeat: &repeat,
+		groupStatus: &ExportGroup{Status: "complete", Size: 3, Retries: 1, RetryBudget: 2},
 		rec: RolloutRecord{RolloutID: "s1-q1-r2", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, Attempt: 1, Result: &rollout.Result{
 			RolloutID: "s1-q1-r2", Set: "s1", Env: "counter", Attempt: 1, Reward: 1, Turns: 2, Head: head,
-			Usage: rollout.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5, Calls: 2},
+			Usage:       rollout.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5, Calls: 2},
+			StepRewards: []float64{0}, VerifyDetailsRef: details,
 		}},
 		attempts: []AttemptRecord{{Attempt: 0, Status: "terminated", Runs: 1}, {Attempt: 1, Status: "completed", Runs: 2}},
 	}
@@ -93,8 +100,14 @@ func TestBuildLine(t *testing.T) {
 	if line.Set != "s1" || *line.Group != "q1" || *line.Repeat != 2 || line.Env != "counter" || line.Status != "completed" || *line.Reward != 1 || line.Attempt != 1 {
 		t.Errorf("line header %+v", line)
 	}
-	if len(line.Messages) != 5 || line.Tokens != "partial" || line.PrefixBreaks != 1 || line.StepRewards.Available || line.StepRewards.Reason == "" {
+	if len(line.Messages) != 5 || line.Tokens != "partial" || line.PrefixBreaks != 1 {
 		t.Fatalf("line %+v", line)
+	}
+	if !line.StepRewards.Available || fmt.Sprint(line.StepRewards.Values) != "[0]" || line.StepRewards.Reason != "" {
+		t.Errorf("step rewards %+v", line.StepRewards)
+	}
+	if !line.VerifyDetails.Available || string(line.VerifyDetails.Details) != `{"value":1,"target":1}` {
+		t.Errorf("verify details %+v", line.VerifyDetails)
 	}
 	first, last := line.Messages[2], line.Messages[4]
 	if first.Tokens != "present" || fmt.Sprint(first.PromptTokenIDs, first.GenerationTokenIDs, first.GenerationLogProbs) != "[1 2 3] [4 5] [-0.5 -0.25]" ||
@@ -118,6 +131,45 @@ func TestBuildLine(t *testing.T) {
 	if !strings.Contains(string(b), `"content":"done <ok>"`) {
 		t.Errorf("HTML escaped: %s", b)
 	}
+	if !strings.Contains(string(b), `"group_status":{"status":"complete","size":3,"retries":1,"retry_budget":2}`) {
+		t.Errorf("group status: %s", b)
+	}
+}
+
+// TestBuildLineNotRecorded: a result from before step rewards and verify
+// details were kept says so; a result that kept them with no operation has
+// an empty list, available.
+func TestBuildLineNotRecorded(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	for _, tt := range []struct {
+		steps     []float64
+		available bool
+		encoded   string
+	}{
+		{nil, false, `"step_rewards":{"available":false,"values":null,"reason":"not recorded: the rollout began before results kept them"}`},
+		{[]float64{}, true, `"step_rewards":{"available":true,"values":[]}`},
+	} {
+		f := finishedRollout{set: "s1", attempts: []AttemptRecord{}, rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+			Result: &rollout.Result{RolloutID: "s1-0001", Head: head, StepRewards: tt.steps}}}
+		line, err := buildLine(context.Background(), store, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := encodeLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line.StepRewards.Available != tt.available || !strings.Contains(string(b), tt.encoded) || line.VerifyDetails.Available {
+			t.Errorf("steps %v: %s", tt.steps, b)
+		}
+		if errs := trajectorySchema(t).Validate(b); len(errs) > 0 {
+			t.Errorf("line does not match the schema: %v\n%s", errs, b)
+		}
+	}
 }
 
 func TestBuildLineMissingTranscript(t *testing.T) {
@@ -140,6 +192,32 @@ type fakeSet struct {
 	runs    []fakeRunInfo
 	mu      sync.Mutex
 	queries []string
+	// ledgers are the groups' ledgers by group id; a group without one
+	// has none.
+	ledgers   map[string]ExportGroup
+	described []string
+}
+
+// DescribeWorkflowExecution describes a group's ledger as its search
+// attribute and memo show it.
+func (f *fakeSet) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	f.described = append(f.described, workflowID)
+	f.mu.Unlock()
+	for group, g := range f.ledgers {
+		if rollout.GroupWorkflowID("s1", group) != workflowID {
+			continue
+		}
+		memo := map[string]*commonpb.Payload{
+			rollout.MemoGroupSize: payload(f.t, g.Size), rollout.MemoGroupRetries: payload(f.t, g.Retries),
+			rollout.MemoGroupBudget: payload(f.t, g.RetryBudget), rollout.MemoGroupReason: payload(f.t, g.Reason),
+		}
+		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{rollout.SARolloutGroupStatus: payload(f.t, g.Status)}},
+			Memo:             &commonpb.Memo{Fields: memo},
+		}}, nil
+	}
+	return nil, serviceerror.NewNotFound("no ledger " + workflowID)
 }
 
 type fakeRunInfo struct {
@@ -268,7 +346,10 @@ func TestExportSet(t *testing.T) {
 	completed, failed := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
 	held := done("s1-q3-r0", 0)
 	held.Receipt = &rollout.Receipt{RolloutID: "s1-q3-r0", SHA256: strings.Repeat("a", 64)}
-	src := &fakeSet{t: t, runs: []fakeRunInfo{
+	src := &fakeSet{t: t, ledgers: map[string]ExportGroup{
+		"q1": {Status: "failed", Size: 2, Retries: 2, RetryBudget: 2, Reason: "group retry budget (2) exhausted"},
+		"q2": {Status: "complete", Size: 2, Retries: 1, RetryBudget: 2},
+	}, runs: []fakeRunInfo{
 		{id: "s1-q1-r0", runID: "a", status: completed, start: t0, group: "q1", result: done("s1-q1-r0", 0)},
 		{id: "s1-q1-r1", runID: "b", status: failed, start: t0, group: "q1", repeat: 1},
 		// Attempt 0 was replaced by a restored attempt 1: one line, of attempt 1.
@@ -280,7 +361,7 @@ func TestExportSet(t *testing.T) {
 		{id: "s1-q3-r0", runID: "e", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck, start: t0, group: "q3", result: held},
 	}}
 	var out bytes.Buffer
-	stats, err := exportSet(context.Background(), src, store, "s1", &out)
+	stats, err := exportSet(context.Background(), src, store, "s1", &out, ExportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,22 +380,36 @@ func TestExportSet(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d held=%v receipt=%v", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts), l.Held, l.Receipt != nil))
+		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d held=%v receipt=%v group=%s", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts), l.Held, l.Receipt != nil, l.GroupStatus.Status))
 		if l.Status == "failed" && (l.Failure == "" || l.Reward != nil || len(l.Messages) != 0) {
 			t.Errorf("failed line %s", sc.Bytes())
 		}
 	}
 	want := []string{
-		"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1 held=false receipt=false",
-		"s1-q1-r1 failed g=q1 r=1 a=0 attempts=1 held=false receipt=false",
-		"s1-q2-r0 completed g=q2 r=0 a=1 attempts=2 held=false receipt=false",
-		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true",
+		"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1 held=false receipt=false group=failed",
+		"s1-q1-r1 failed g=q1 r=1 a=0 attempts=1 held=false receipt=false group=failed",
+		"s1-q2-r0 completed g=q2 r=0 a=1 attempts=2 held=false receipt=false group=complete",
+		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true group=unknown",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+finishedQuery) {
 		t.Errorf("set query %q", src.queries[0])
+	}
+	if len(src.described) != 3 {
+		t.Errorf("ledgers described %v, want each of the 3 groups once", src.described)
+	}
+
+	// The trainer's view: the complete group's lines only; the failed
+	// group is left out whole, and so are groups not known complete.
+	out.Reset()
+	stats, err = exportSet(context.Background(), src, store, "s1", &out, ExportOptions{CompleteGroupsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats != (ExportStats{Completed: 1, Excluded: 3, Skipped: 1}) || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), `"rollout_id":"s1-q2-r0"`) {
+		t.Errorf("trainer's view: stats %+v\n%s", stats, out.String())
 	}
 }
 
@@ -356,7 +451,7 @@ func TestExportStreams(t *testing.T) {
 			start: time.Unix(int64(i), 0), result: &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head}})
 	}
 	w := &pageCountingWriter{src: src}
-	stats, err := exportSet(context.Background(), src, store, "s1", w)
+	stats, err := exportSet(context.Background(), src, store, "s1", w, ExportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

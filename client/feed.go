@@ -111,7 +111,7 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 	for i, c := range chosen {
 		infos[i] = c.info
 	}
-	lines, err := buildWindow(ctx, exportJob{src: src, store: store, set: r.Set}, infos)
+	lines, err := buildWindow(ctx, exportJob{src: src, store: store, set: r.Set, groups: newGroupCache(src, r.Set)}, infos)
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint"
 )
 
-// Restore starts the Restore workflow of r (its rollouts go to the
-// client's task queue) and, when wait, waits for its result (nil without
+// Restore starts the Restore workflow of r on the control plane's task
+// queue (its rollouts go to the client's task queue) and, when wait, waits for its result (nil without
 // wait).
 func (c *Client) Restore(ctx context.Context, r RestoreRequest, wait bool) (*checkpoint.RestoreResult, error) {
 	cwd, err := os.Getwd()
@@ -23,7 +23,7 @@ func (c *Client) Restore(ctx context.Context, r RestoreRequest, wait bool) (*che
 	if err != nil {
 		return nil, err
 	}
-	opts := RestoreStartOptions(in, c.taskQueue)
+	opts := RestoreStartOptions(in, checkpoint.ControlTaskQueue(c.taskQueue))
 	return runCoordinator[checkpoint.RestoreResult](ctx, c, coordinatorStart{opts: opts, name: checkpoint.RestoreWorkflowName, in: in}, wait)
 }
 
@@ -53,7 +53,7 @@ func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (checkpoint.RestoreI
 // restore/<restore_id>, the restore id defaulting to the checkpoint id). A
 // restore may be run again once it has closed (a re-run finishes an
 // interrupted one and never starts an attempt twice), but not while one is
-// running.
+// running. taskQueue is the control plane's.
 func RestoreStartOptions(in checkpoint.RestoreInput, taskQueue string) tclient.StartWorkflowOptions {
 	restoreID := in.RestoreID
 	if restoreID == "" {

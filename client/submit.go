@@ -40,6 +40,9 @@ func (r SubmitRequest) Validate() error {
 	if r.isDataset() {
 		return r.validateDataset()
 	}
+	if r.GroupRetries != nil {
+		return errors.New("--group-retries needs --tasks: only a dataset's rows are groups")
+	}
 	if r.Count < 1 || r.Count > maxCount {
 		return fmt.Errorf("--count %d: want 1..%d", r.Count, maxCount)
 	}
@@ -196,6 +199,11 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 	if err != nil {
 		return res, err
 	}
+	if r.isDataset() {
+		if err := checkGroupAttribute(ctx, c.tc); err != nil {
+			return res, err
+		}
+	}
 	pre, err := preflight(ctx, c.tc, r.Set, c.taskQueue, stamp)
 	if err != nil {
 		return res, err
@@ -217,7 +225,7 @@ type workflowStarter interface {
 
 // searchAttributeHint tells what to do when the server does not know the
 // rollout search attributes.
-const searchAttributeHint = "register the search attributes RolloutId, RolloutSet, RolloutPhase, RolloutGroup (Keyword) and RolloutAttempt, RolloutTurn, RolloutRepeat (Int) — `make devserver` does"
+const searchAttributeHint = "register the search attributes turnstile sets (`starter setup` does, so does `make devserver`)"
 
 // startSpec is how startAll starts a submission's rollouts.
 type startSpec struct {
@@ -311,4 +319,23 @@ func preflight(ctx context.Context, c tclient.Client, set, taskQueue string, sta
 		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())}
 	}
 	return pre, sameSubmission(ctx, c, set, *stamp)
+}
+
+// groupAttributeQuery is a query that only a namespace with the group
+// ledgers' search attribute accepts.
+var groupAttributeQuery = fmt.Sprintf(`WorkflowType=%q AND %s=%q`, rollout.GroupWorkflowName, rollout.SARolloutGroupStatus, rollout.GroupFailed)
+
+// checkGroupAttribute checks, before a dataset starts, that the namespace
+// knows the search attribute its groups' ledgers set: without it no ledger
+// could start, and no group could retry or complete.
+func checkGroupAttribute(ctx context.Context, c workflowCounter) error {
+	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: groupAttributeQuery})
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
+		return fmt.Errorf("the namespace lacks the search attribute %s of group ledgers: %w; %s", rollout.SARolloutGroupStatus, err, searchAttributeHint)
+	default:
+		return fmt.Errorf("look up group ledgers: %w", err)
+	}
 }

@@ -403,3 +403,22 @@ func TestAwaitHeld(t *testing.T) {
 		t.Errorf("queries %v lack %s", c.queries, want)
 	}
 }
+
+// failingCounter answers every count with err.
+type failingCounter struct{ err error }
+
+func (f failingCounter) CountWorkflow(context.Context, *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	return &workflowservice.CountWorkflowExecutionsResponse{}, f.err
+}
+
+// TestCheckGroupAttribute: a dataset is refused before anything starts on a
+// namespace that lacks the group ledgers' search attribute, with the fix.
+func TestCheckGroupAttribute(t *testing.T) {
+	if err := checkGroupAttribute(t.Context(), failingCounter{}); err != nil {
+		t.Fatal(err)
+	}
+	err := checkGroupAttribute(t.Context(), failingCounter{errors.New("invalid query: unknown search attribute: RolloutGroupStatus")})
+	if err == nil || !strings.Contains(err.Error(), "starter setup") || !strings.Contains(err.Error(), rollout.SARolloutGroupStatus) {
+		t.Fatalf("err = %v, want one naming the attribute and starter setup", err)
+	}
+}

@@ -258,7 +258,9 @@ func TestRepoFile(t *testing.T) {
 	// `starter setup` registers on a cluster).
 	wantSA := map[string]string{}
 	for name, typ := range rollout.SearchAttributes() {
-		wantSA[name] = map[enumspb.IndexedValueType]string{enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword", enumspb.INDEXED_VALUE_TYPE_INT: "Int"}[typ]
+		wantSA[name] = map[enumspb.IndexedValueType]string{
+			enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword", enumspb.INDEXED_VALUE_TYPE_INT: "Int", enumspb.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
+		}[typ]
 	}
 	if !reflect.DeepEqual(env.SearchAttributes, wantSA) {
 		t.Errorf("search attributes = %v, want %v", env.SearchAttributes, wantSA)

@@ -16,8 +16,15 @@ import (
 type Entry struct {
 	// Name is the environment's name on the wire; it must equal New().Spec().Name.
 	Name string
-	// New constructs the environment.
+	// New constructs the environment, for the Go environment server to host
+	// it. Nil for an environment another participant hosts (Remote).
 	New func() Environment
+	// Remote names where an environment not built into the Go server is
+	// hosted (e.g. "examples/python-participant"). The catalog still holds
+	// its task generator, turn limit and scripted policy, so the starter
+	// and the policy server serve it like any other; exactly one of New
+	// and Remote is set.
+	Remote string
 	// GenerateTask draws one task from r; the result is what Start accepts.
 	// It must use nothing but r, so a task is a pure function of the draws.
 	GenerateTask func(r *rand.Rand) (json.RawMessage, error)
@@ -30,6 +37,10 @@ type Entry struct {
 	// Policy is the scripted policy, served as ScriptedModel(Name).
 	Policy Policy
 }
+
+// Hosted reports whether the Go environment server can host the
+// environment (it has a constructor), rather than another participant.
+func (e Entry) Hosted() bool { return e.New != nil }
 
 // Model is the model name of the entry's scripted policy.
 func (e Entry) Model() string { return ScriptedModel(e.Name) }
@@ -76,14 +87,19 @@ func (e Entry) Validate() error {
 	switch {
 	case e.Name == "":
 		return errors.New("catalog entry has no name")
-	case e.New == nil:
+	case e.New == nil && e.Remote == "":
 		return fmt.Errorf("environment %q: no constructor", e.Name)
+	case e.New != nil && e.Remote != "":
+		return fmt.Errorf("environment %q: both a constructor and a remote host (%s)", e.Name, e.Remote)
 	case e.GenerateTask == nil:
 		return fmt.Errorf("environment %q: no task generator", e.Name)
 	case e.MaxTurns <= 0:
 		return fmt.Errorf("environment %q: default turn limit %d is not positive", e.Name, e.MaxTurns)
 	case e.Policy == nil:
 		return fmt.Errorf("environment %q: no scripted policy", e.Name)
+	}
+	if !e.Hosted() {
+		return nil // its host checks the name (examples/python-participant's tests)
 	}
 	env := e.New()
 	if env == nil {

@@ -50,6 +50,8 @@ func TestValidateNamesTheMissingPart(t *testing.T) {
 		{"complete", func(*envs.Entry) {}, ""},
 		{"no name", func(e *envs.Entry) { e.Name = "" }, "no name"},
 		{"no constructor", func(e *envs.Entry) { e.New = nil }, "no constructor"},
+		{"hosted elsewhere", func(e *envs.Entry) { e.New, e.Remote = nil, "examples/x" }, ""},
+		{"constructor and remote", func(e *envs.Entry) { e.Remote = "examples/x" }, "both a constructor and a remote host"},
 		{"constructor returns nil", func(e *envs.Entry) { e.New = func() envs.Environment { return nil } }, "returned nil"},
 		{"no task generator", func(e *envs.Entry) { e.GenerateTask = nil }, "no task generator"},
 		{"zero turn limit", func(e *envs.Entry) { e.MaxTurns = 0 }, "turn limit 0"},

@@ -22,7 +22,10 @@ const (
 	// ModeRestartOnly: state cannot be exported; after a restore the rollout
 	// starts over as a new attempt with a fresh session.
 	ModeRestartOnly Mode = "restart_only"
-	// ModeStateless: there is no session state worth saving (a pure verifier).
+	// ModeStateless: the session holds nothing but what Start derived from
+	// the seed and task (a pure verifier). Its Export is that, small and
+	// exact; a checkpoint carries it so the rollout continues at its
+	// boundary after a restore instead of starting over.
 	ModeStateless Mode = "stateless"
 )
 

@@ -2,8 +2,6 @@ package envserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,32 +25,26 @@ const DefaultServerName = "envserver"
 
 // control is the checkpoint control plane of one server.
 type control struct {
-	// tokenSum is the SHA-256 of the bearer token; comparing digests in
-	// constant time leaks neither the token nor its length.
-	tokenSum [32]byte
-	enabled  bool
-	name     string
-	fence    *phaseFence
+	token bearer
+	name  string
+	fence *phaseFence
 }
 
 func newControl(cfg ServerConfig) *control {
-	c := &control{name: cfg.Name, fence: newPhaseFence(), enabled: cfg.ControlToken != ""}
+	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken)}
 	if c.name == "" {
 		c.name = DefaultServerName
 	}
-	c.tokenSum = sha256.Sum256([]byte(cfg.ControlToken))
 	return c
 }
 
 // authorize checks the bearer token of a control request.
 func (c *control) authorize(r *http.Request) error {
-	if !c.enabled {
+	if !c.token.set {
 		return refuse(protocol.CodeControlDisabled,
 			"the checkpoint control plane is off: no control token is configured (--control-token or $%s)", protocol.ControlTokenEnvVar)
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	sum := sha256.Sum256([]byte(tok))
-	if !ok || subtle.ConstantTimeCompare(sum[:], c.tokenSum[:]) != 1 {
+	if !c.token.matches(r) {
 		return refuse(protocol.CodeUnauthorized, "missing or wrong bearer token for the control plane")
 	}
 	return nil
@@ -60,13 +52,14 @@ func (c *control) authorize(r *http.Request) error {
 
 // installControl registers the control routes.
 func (s *Server) installControl() {
-	s.mux.HandleFunc(protocol.RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
-	s.mux.HandleFunc(protocol.RouteControlStatus, s.controlRoute(s.handleStatus))
-	s.mux.HandleFunc(protocol.RouteControlPrepare, s.controlRoute(s.handlePrepare))
-	s.mux.HandleFunc(protocol.RouteControlCommit, s.controlRoute(s.handleCommit))
-	s.mux.HandleFunc(protocol.RouteControlRestore, s.controlRoute(s.handleRestore))
-	s.mux.HandleFunc(protocol.RouteControlResume, s.controlRoute(s.handleResume))
-	s.mux.HandleFunc(protocol.RouteControlRetire, s.controlRoute(s.handleRetire))
+	s.handle(protocol.RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
+	s.handle(protocol.RouteControlStatus, s.controlRoute(s.handleStatus))
+	s.handle(protocol.RouteControlPrepare, s.controlRoute(s.handlePrepare))
+	s.handle(protocol.RouteControlCommit, s.controlRoute(s.handleCommit))
+	s.handle(protocol.RouteControlRestore, s.controlRoute(s.handleRestore))
+	s.handle(protocol.RouteControlResume, s.controlRoute(s.handleResume))
+	s.handle(protocol.RouteControlRetire, s.controlRoute(s.handleRetire))
+	s.handle(protocol.RouteControlAuthorise, s.controlRoute(s.handleAuthorise))
 	s.mux.HandleFunc(protocol.ControlPrefix, s.controlRoute(func(r *http.Request, _ []byte) (any, error) {
 		return nil, refuse(protocol.CodeNotFound, "no control route %s %s", r.Method, r.URL.Path)
 	}))
@@ -78,7 +71,7 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if aerr := s.ctl.authorize(r); aerr != nil {
 			if isRefusal(aerr, protocol.CodeUnauthorized) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile-control"`)
+				w.Header().Set("WWW-Authenticate", realmControl)
 			}
 			s.writeControlError(w, r, aerr)
 			return
@@ -136,7 +129,7 @@ func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, error) {
 		SchemaVersion: protocol.ControlSchemaVersion,
 		Envs:          s.envCapabilities(),
 		Features: []string{protocol.FeatureAbsoluteDeadline, protocol.FeatureRetireStraggler, protocol.FeatureReceiptsInCheckpoint,
-			protocol.FeatureRestartOnlyDiscard, protocol.FeatureRestoreSessions},
+			protocol.FeatureRestartOnlyDiscard, protocol.FeatureRestoreSessions, protocol.FeatureAuthoriseStartOver},
 		Phase:        v.phase,
 		CheckpointID: v.checkpoint,
 		RestoreID:    v.restoreID,
@@ -276,29 +269,72 @@ func (s *Server) handleRetire(_ *http.Request, body []byte) (any, error) {
 	f := s.ctl.fence
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return s.raiseFenceLocked("retire", req.RolloutID, req.Attempt+1)
+}
+
+// raiseFenceLocked retires every attempt of rollout id below floor (the
+// fence rises to floor, older sessions are dropped) for a retire or an
+// authorise, and takes the retirement out of a cut being taken or frozen.
+// Callers hold the phase fence's lock.
+func (s *Server) raiseFenceLocked(op, id string, floor int) (protocol.RetireResponse, error) {
+	f := s.ctl.fence
 	switch f.phase {
 	case protocol.PhaseIdle, protocol.PhasePreparing, protocol.PhasePrepared:
 	default:
 		// A committed cut is on disk: retiring now would make the server
 		// and the checkpoint disagree about the execution.
-		return nil, refuse(protocol.CodeInvalidPhase,
-			"retire of rollout %q is not allowed in phase %s (allowed: idle, preparing, prepared)", req.RolloutID, f.phase)
+		return protocol.RetireResponse{}, refuse(protocol.CodeInvalidPhase,
+			"%s of rollout %q is not allowed in phase %s (allowed: idle, preparing, prepared)", op, id, f.phase)
 	}
-	ans := s.retireExecution(req.RolloutID, req.Attempt+1)
+	ans := s.retireExecution(id, floor)
 	switch f.phase {
 	case protocol.PhasePreparing:
 		if f.cutRetires == nil {
 			f.cutRetires = map[string]int{}
 		}
-		f.cutRetires[req.RolloutID] = max(f.cutRetires[req.RolloutID], req.Attempt+1)
+		f.cutRetires[id] = max(f.cutRetires[id], floor)
 	case protocol.PhasePrepared:
 		prep := f.results[opPrepare]
 		pr := prep.answer.(protocol.PrepareResponse)
-		*f.frozen, pr.Sessions = retireFromCut(*f.frozen, pr.Sessions, req.RolloutID, req.Attempt+1)
+		*f.frozen, pr.Sessions = retireFromCut(*f.frozen, pr.Sessions, id, floor)
 		prep.answer = pr
 		f.results[opPrepare] = prep
 	}
 	return ans, nil
+}
+
+// --- authorise ---
+
+// handleAuthorise installs an attempt for a fresh start (RULES.md R8): the
+// only way besides a restore and a retire that a rollout's fence rises.
+// Authorising the installed attempt changes nothing, in any phase.
+func (s *Server) handleAuthorise(r *http.Request, body []byte) (any, error) {
+	id := r.PathValue("rollout_id")
+	var req protocol.AuthoriseRequest
+	if aerr := decodeRequest(body, &req, "attempt"); aerr != nil {
+		return nil, aerr
+	}
+	if id == "" || req.Attempt < 0 {
+		return nil, refuse(protocol.CodeMalformed, "authorise needs a rollout id in the path and an attempt ≥ 0")
+	}
+	f := s.ctl.fence
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cur, seen := s.currentFence(id)
+	switch {
+	case seen && req.Attempt < cur:
+		return nil, refuse(protocol.CodeStaleAttempt,
+			"authorise of rollout %q: attempt %d is below attempt %d already installed", id, req.Attempt, cur)
+	case req.Attempt == cur:
+		return protocol.AuthoriseResponse{RolloutID: id, Attempt: req.Attempt, Fence: cur}, nil
+	}
+	ret, aerr := s.raiseFenceLocked("authorise", id, req.Attempt)
+	if aerr != nil {
+		return nil, aerr
+	}
+	s.log.Info("authorised attempt", zap.String("rollout_id", id), zap.Int("attempt", req.Attempt))
+	return protocol.AuthoriseResponse{RolloutID: id, Attempt: req.Attempt, Fence: ret.Fence, Changed: true,
+		Dropped: ret.Discarded, Pending: ret.Pending}, nil
 }
 
 // retireExecution fences every attempt below floor out of rollout id and
@@ -316,7 +352,7 @@ func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 	discarded := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
 	s.settle(sl)
 	s.log.Info("retired execution", zap.String("rollout_id", id), zap.Int("below_attempt", floor), zap.Bool("discarded", discarded))
-	return protocol.RetireResponse{RolloutID: id, Fence: sl.fence, Discarded: discarded}
+	return protocol.RetireResponse{RolloutID: id, Fence: sl.installed(), Discarded: discarded}
 }
 
 // --- commit ---
@@ -577,7 +613,7 @@ func (s *Server) dropBelow(id string, floor int) bool {
 	sl := s.store.slotFor(id)
 	sl.mu.Lock()
 	s.settle(sl)
-	sl.fence = max(sl.fence, floor)
+	sl.raise(floor)
 	sess, evicted := s.store.current(sl)
 	dropped := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
 	old := s.store.drop(sl, floor)
@@ -590,16 +626,15 @@ func (s *Server) dropBelow(id string, floor int) bool {
 	return dropped
 }
 
-// currentFence is the highest attempt this server has accepted for id,
-// pending retirements included. It changes nothing.
+// currentFence is the highest attempt this server has installed for id,
+// pending retirements included. It changes nothing and never waits for the
+// rollout's lock.
 func (s *Server) currentFence(id string) (int, bool) {
 	sl := s.store.lookup(id)
 	if sl == nil {
 		return 0, false
 	}
-	sl.mu.Lock()
-	f := sl.fence
-	sl.mu.Unlock()
+	f := sl.installed()
 	if p, ok := s.gate.floor(id); ok {
 		f = max(f, p)
 	}

@@ -20,7 +20,10 @@ import (
 	"github.com/turnstile-rl/turnstile/protocol"
 )
 
-const testToken = "test-control-token"
+const (
+	testToken     = "test-control-token"
+	testDataToken = "test-data-token"
+)
 
 // blockEnv is the counter under the name "block" whose tool "block" waits
 // until the test releases it, so a test can hold a mutation in flight (or
@@ -98,7 +101,6 @@ func (exportFailSession) Export() (json.RawMessage, error) { return nil, errors.
 // fixture work on it.
 type ctlFixture struct {
 	*fixture
-	cc    *protocol.ControlClient
 	block *blockEnv
 }
 
@@ -109,6 +111,7 @@ func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixtu
 		Envs:         []envs.Environment{counter.New(), block, restartEnv{}, exportFailEnv{}},
 		Name:         "env-a",
 		ControlToken: testToken,
+		DataToken:    testDataToken,
 	}
 	for _, m := range mod {
 		m(&cfg)
@@ -131,13 +134,15 @@ func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixtu
 		hs.Close()
 	})
 	return &ctlFixture{
-		fixture: &fixture{srv: srv, c: protocol.NewClient(hs.URL, hs.Client()), url: hs.URL},
-		cc:      protocol.NewControlClient(hs.URL, testToken, hs.Client()), block: block,
+		fixture: &fixture{srv: srv, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), url: hs.URL,
+			cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())},
+		block: block,
 	}
 }
 
 func (f *ctlFixture) startEnv(t *testing.T, env, rollout string, attempt int) {
 	t.Helper()
+	f.authorise(t, rollout, attempt)
 	if _, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	}); err != nil {

@@ -52,7 +52,7 @@ func TestHTTPError(t *testing.T) {
 func TestEveryCodeHasAStatus(t *testing.T) {
 	codes := []string{
 		protocol.CodeMalformed, protocol.CodeUnknownEnv, protocol.CodeUnknownSession, protocol.CodeSessionRetired,
-		protocol.CodeRevisionMismatch, protocol.CodeRequestConflict, protocol.CodeStaleAttempt, protocol.CodeParked,
+		protocol.CodeRevisionMismatch, protocol.CodeRequestConflict, protocol.CodeStaleAttempt, protocol.CodeAttemptNotInstalled, protocol.CodeParked,
 		protocol.CodeNotFound, protocol.CodeInternal, protocol.CodeControlDisabled, protocol.CodeUnauthorized,
 		protocol.CodeCheckpointConflict, protocol.CodeStaleCheckpoint, protocol.CodeInvalidPhase,
 		protocol.CodePrepareTimeout, protocol.CodePrepareAborted, protocol.CodeInvalidCheckpoint, protocol.CodeLocationConflict,

@@ -27,7 +27,7 @@ import (
 )
 
 // TestPhaseFenceProperty drives a real server through random sequences of
-// control operations (prepare, commit, resume, retire, with checkpoint ids
+// control operations (prepare, commit, resume, retire, authorise, with checkpoint ids
 // from a small pool) interleaved with data-plane mutations on a few
 // rollouts, and compares every answer with a model of the phase fence and
 // of the sessions. After every step the server's status, counters and
@@ -38,14 +38,15 @@ func TestPhaseFenceProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		h := newFenceHarness(rt, base)
 		actions := map[string]func(*rapid.T){
-			"prepare": h.prepare,
-			"commit":  h.commit,
-			"resume":  h.resume,
-			"retire":  h.retire,
-			"start":   h.start,
-			"operate": h.operate,
-			"replay":  h.replayOperate,
-			"verify":  h.verify,
+			"prepare":   h.prepare,
+			"commit":    h.commit,
+			"resume":    h.resume,
+			"retire":    h.retire,
+			"authorise": h.authorise,
+			"start":     h.start,
+			"operate":   h.operate,
+			"replay":    h.replayOperate,
+			"verify":    h.verify,
 		}
 		names := slices.Sorted(maps.Keys(actions))
 		// Short sequences (rather than rt.Repeat's ~30 steps) keep the
@@ -61,8 +62,9 @@ func TestPhaseFenceProperty(t *testing.T) {
 }
 
 const (
-	fenceToken  = "fence-property-token"
-	fenceTarget = 3 // the counter task's target: verify rewards 1 after exactly 3 increments
+	fenceToken     = "fence-property-token"
+	fenceDataToken = "fence-property-data-token"
+	fenceTarget    = 3 // the counter task's target: verify rewards 1 after exactly 3 increments
 	// fenceMaxSteps bounds the actions of one check.
 	fenceMaxSteps = 24
 )
@@ -117,7 +119,7 @@ type fenceHarness struct {
 
 func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
 	srv, err := envserver.NewServer(envserver.ServerConfig{
-		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken,
+		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken, DataToken: fenceDataToken,
 	})
 	if err != nil {
 		rt.Fatalf("NewServer: %v", err)
@@ -171,6 +173,8 @@ func (h *fenceHarness) call(rt *rapid.T, method, path string, in any) (int, []by
 	}
 	if strings.HasPrefix(path, protocol.ControlPrefix) {
 		req.Header.Set("Authorization", "Bearer "+fenceToken)
+	} else {
+		req.Header.Set("Authorization", "Bearer "+fenceDataToken)
 	}
 	resp, err := h.hc.Do(req)
 	if err != nil {
@@ -412,42 +416,89 @@ func (h *fenceHarness) retire(rt *rapid.T) {
 	}
 }
 
+// authorise installs an attempt for a start-over: below the fence it is
+// stale, at the fence a no-op, above it raises the fence and drops the
+// session (and takes it out of a frozen cut), except once a cut is
+// committed.
+func (h *fenceHarness) authorise(rt *rapid.T) {
+	rid, r := h.drawRollout(rt)
+	attempt := rapid.IntRange(max(r.fence-1, 0), r.fence+2).Draw(rt, "attempt")
+	status, body := h.call(rt, http.MethodPost, sessionPath(protocol.RouteControlAuthorise, rid),
+		protocol.AuthoriseRequest{Attempt: attempt})
+	what := fmt.Sprintf("authorise %s attempt %d (fence %d) in phase %s", rid, attempt, r.fence, h.m.phase)
+	var got protocol.AuthoriseResponse
+	switch {
+	case attempt < r.fence:
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleAttempt)
+	case attempt == r.fence:
+		wantOK(rt, what, status, body, &got)
+		if want := (protocol.AuthoriseResponse{RolloutID: rid, Attempt: attempt, Fence: attempt}); got != want {
+			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+		}
+	case h.m.phase == protocol.PhaseCommitted:
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeInvalidPhase)
+	default:
+		wantOK(rt, what, status, body, &got)
+		want := protocol.AuthoriseResponse{RolloutID: rid, Attempt: attempt, Fence: attempt, Changed: true, Dropped: r.started}
+		if got != want {
+			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
+		}
+		*r = fenceRollout{fence: attempt, nextOp: r.nextOp}
+		if h.m.phase == protocol.PhasePrepared {
+			cut := slices.DeleteFunc(slices.Clone(h.m.cut), func(s protocol.SessionSummary) bool { return s.RolloutID == rid })
+			if len(cut) != len(h.m.cut) {
+				h.m.cut, h.m.cutEdited = cut, true
+			}
+		}
+	}
+}
+
 // --- data-plane actions ---
 
+// start sends a start of the installed attempt (a first start, or the
+// replay of the session's own), of an attempt above it (never installed:
+// refused, nothing changes) or below it (stale).
 func (h *fenceHarness) start(rt *rapid.T) {
 	rid, r := h.drawRollout(rt)
-	attempt := r.fence
-	if r.started {
-		attempt = r.attempt + 1 // a start-over
+	kinds := []string{"installed", "installed", "above"}
+	if r.fence > 0 {
+		kinds = append(kinds, "stale")
 	}
-	stale := r.fence > 0 && rapid.Bool().Draw(rt, "stale_attempt")
-	if stale {
-		attempt = r.fence - 1
-	}
+	kind := rapid.SampledFrom(kinds).Draw(rt, "start_attempt")
+	attempt := map[string]int{"installed": r.fence, "above": r.fence + 1, "stale": r.fence - 1}[kind]
 	status, body := h.call(rt, http.MethodPost, routePath(protocol.RouteStart), protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: rid, Attempt: attempt, RequestID: protocol.SeedRequestID(rid)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(fmt.Sprintf(`{"target":%d}`, fenceTarget)),
 	})
-	what := fmt.Sprintf("start %s attempt %d", rid, attempt)
+	what := fmt.Sprintf("start %s attempt %d (fence %d)", rid, attempt, r.fence)
 	switch {
 	case h.closed():
 		h.parked(rt, what, status, body)
-	case stale:
+	case kind == "stale":
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleAttempt)
+	case kind == "above":
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeAttemptNotInstalled)
 	default:
 		var got protocol.StartResponse
 		wantOK(rt, what, status, body, &got)
-		if got.Revision != 0 || got.Replayed {
-			rt.Fatalf("%s: answered %+v, want a fresh episode at revision 0", what, got)
+		if got.Revision != 0 || got.Replayed != r.started {
+			rt.Fatalf("%s: answered %+v, want revision 0, replayed %v", what, got, r.started)
 		}
-		*r = fenceRollout{fence: attempt, started: true, attempt: attempt, nextOp: r.nextOp}
-		h.m.applied++
+		if !r.started {
+			*r = fenceRollout{fence: attempt, started: true, attempt: attempt, nextOp: r.nextOp}
+			h.m.applied++
+		}
 	}
 }
 
 func (h *fenceHarness) operate(rt *rapid.T) {
 	rid, r := h.drawRollout(rt)
 	attempt := r.fence
+	// Now and then from an attempt never installed: refused, nothing changes.
+	above := rapid.IntRange(0, 4).Draw(rt, "above_fence") == 0
+	if above {
+		attempt++
+	}
 	req := protocol.OperateRequest{
 		Identity:         protocol.Identity{RolloutID: rid, Attempt: attempt, RequestID: protocol.OperateRequestID(rid, r.nextOp, 0)},
 		ExpectedRevision: r.revision, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
@@ -458,6 +509,8 @@ func (h *fenceHarness) operate(rt *rapid.T) {
 	switch {
 	case h.closed():
 		h.parked(rt, what, status, body)
+	case above:
+		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeAttemptNotInstalled)
 	case !r.started:
 		wantRefusal(rt, what, status, body, http.StatusNotFound, protocol.CodeUnknownSession)
 	case r.verified:

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -30,21 +31,25 @@ import (
 // reaches the fuzzer instead of net/http's recovery, and inputs do not
 // depend on each other.
 
-// The live session every input finds: rollout fuzzLive at attempt 1, started
-// with fuzzTask and incremented once by 1 (request fuzzFirstOp), so it is at
-// revision 1 and the counter shows 3.
+// The live session every input finds: rollout fuzzLive at attempt 1
+// (installed through the control plane), started with fuzzTask and
+// incremented once by 1 (request fuzzFirstOp), so it is at revision 1 and
+// the counter shows 3.
 const (
 	fuzzLive    = "live"
 	fuzzAttempt = 1
 	fuzzTask    = `{"target":9,"start":2}`
 	fuzzFirstOp = "live/t0/c0"
+
+	fuzzDataToken    = "fuzz-data-token"
+	fuzzControlToken = "fuzz-control-token"
 )
 
 // fuzzCodes are the codes a data-plane 4xx may name.
 var fuzzCodes = []string{
 	protocol.CodeMalformed, protocol.CodeUnknownEnv, protocol.CodeUnknownSession,
 	protocol.CodeSessionRetired, protocol.CodeRevisionMismatch, protocol.CodeRequestConflict,
-	protocol.CodeStaleAttempt, protocol.CodeNotFound,
+	protocol.CodeStaleAttempt, protocol.CodeAttemptNotInstalled, protocol.CodeNotFound,
 	envs.CodeUnknownTool, envs.CodeBadArguments, envs.CodeIllegalAction, envs.CodeBadTask,
 	envs.CodeBadState, envs.CodeNotExportable, envs.CodeEpisodeOver,
 }
@@ -188,7 +193,7 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 	// Not applied: nothing changed, and the live session goes on from
 	// exactly where it was.
 	before.stats.Refused, after.stats.Refused = 0, 0
-	if after != before {
+	if !reflect.DeepEqual(after, before) {
 		t.Fatalf("answered %d %s, yet the server changed from %+v to %+v", status, answer, before, after)
 	}
 	fuzzProbe(t, srv)
@@ -215,16 +220,17 @@ func fuzzWantEnvelope(t *testing.T, status int, h http.Header, answer []byte) {
 
 // fuzzState is what a refused request must leave as it was.
 type fuzzState struct {
-	stats  protocol.Stats
-	status int
-	info   protocol.SessionInfo
+	stats   protocol.Stats
+	status  int
+	info    protocol.SessionInfo
+	control protocol.ControlStatus
 }
 
 func fuzzSnapshot(t *testing.T, srv *envserver.Server) fuzzState {
 	t.Helper()
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, protocol.RouteSessions, fuzzLive, nil))
-	st := fuzzState{stats: srv.Stats(), status: w.Code}
+	st := fuzzState{stats: srv.Stats(), status: w.Code, control: fuzzControlStatus(t, srv)}
 	if w.Code == http.StatusOK {
 		if err := json.Unmarshal(w.Body.Bytes(), &st.info); err != nil {
 			t.Fatalf("session %s: decode %s: %v", fuzzLive, w.Body.Bytes(), err)
@@ -237,10 +243,12 @@ func fuzzSnapshot(t *testing.T, srv *envserver.Server) fuzzState {
 // the counter at 3.
 func newFuzzServer(t *testing.T) *envserver.Server {
 	t.Helper()
-	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()},
+		DataToken: fuzzDataToken, ControlToken: fuzzControlToken})
 	if err != nil {
 		t.Fatalf("NewServer: %v", err)
 	}
+	fuzzMust(t, srv, "setup authorise", protocol.RouteControlAuthorise, protocol.AuthoriseRequest{Attempt: fuzzAttempt}, nil)
 	fuzzMust(t, srv, "setup start", protocol.RouteStart, protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: protocol.SeedRequestID(fuzzLive)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(fuzzTask),
@@ -290,12 +298,38 @@ func fuzzMust(t *testing.T, srv *envserver.Server, what, route string, in, out a
 }
 
 // fuzzRequest builds a request for route with rollout (any bytes) escaped
-// into its path.
+// into its path, carrying the token of the route's plane.
 func fuzzRequest(method, route, rollout string, body []byte) *http.Request {
+	tok := fuzzDataToken
+	if strings.HasPrefix(routePath(route), protocol.ControlPrefix) {
+		tok = fuzzControlToken
+	}
+	return fuzzRequestAuth(method, route, rollout, body, "Bearer "+tok)
+}
+
+// fuzzRequestAuth is fuzzRequest with authorization as the Authorization
+// header ("" sends none).
+func fuzzRequestAuth(method, route, rollout string, body []byte, authorization string) *http.Request {
 	p := routePath(route)
 	r := httptest.NewRequest(method, "/", bytes.NewReader(body))
 	r.URL.Path = strings.Replace(p, "{rollout_id}", rollout, 1)
 	r.URL.RawPath = strings.Replace(p, "{rollout_id}", url.PathEscape(rollout), 1)
 	r.RequestURI = r.URL.RequestURI()
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
+	}
 	return r
+}
+
+// fuzzControlStatus reads the control plane's status.
+func fuzzControlStatus(t *testing.T, srv *envserver.Server) protocol.ControlStatus {
+	t.Helper()
+	w := httptest.NewRecorder()
+	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, protocol.RouteControlStatus, "", nil))
+	var st protocol.ControlStatus
+	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &st) != nil {
+		t.Fatalf("control status answered %d %s", w.Code, w.Body.Bytes())
+	}
+	st.InFlight = nil // nothing runs between two snapshots; nil and [] alike
+	return st
 }

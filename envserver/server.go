@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 
@@ -40,6 +41,13 @@ type ServerConfig struct {
 	// ControlToken is the bearer token of the checkpoint control plane;
 	// empty turns the control plane off.
 	ControlToken string
+	// DataToken is the bearer token of the data plane (every route but
+	// /healthz and the control plane). It must differ from ControlToken.
+	// NewServer refuses an empty one unless InsecureNoDataAuth is set.
+	DataToken string
+	// InsecureNoDataAuth leaves the data plane unauthenticated, on purpose
+	// (local development, tests of the data plane alone).
+	InsecureNoDataAuth bool
 }
 
 // Server is the environment server's data plane: it hosts sessions of the
@@ -54,18 +62,29 @@ type Server struct {
 	store *sessionStore
 	gate  admission
 	ctl   *control
+	// dataToken guards the data plane unless dataOpen.
+	dataToken bearer
+	dataOpen  bool
+	// routes are the patterns registered on mux, in order (the drift test
+	// compares them with docs/protocol/openapi.json).
+	routes []string
 
 	applied, replayed, refused, parked atomic.Int64
 }
 
 // NewServer builds a server for cfg's environments.
 func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := checkTokens(cfg); err != nil {
+		return nil, fmt.Errorf("new env server: %w", err)
+	}
 	s := &Server{
-		envs:  map[string]envs.Environment{},
-		fp:    cfg.Failpoints,
-		log:   cfg.Logger,
-		mux:   http.NewServeMux(),
-		store: newSessionStore(cfg.RetiredSessions),
+		envs:      map[string]envs.Environment{},
+		fp:        cfg.Failpoints,
+		log:       cfg.Logger,
+		mux:       http.NewServeMux(),
+		store:     newSessionStore(cfg.RetiredSessions),
+		dataToken: newBearer(cfg.DataToken),
+		dataOpen:  cfg.InsecureNoDataAuth,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -88,23 +107,39 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.ctl = newControl(cfg)
 	s.installControl()
 
-	s.mux.HandleFunc(protocol.RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
+	s.handle(protocol.RouteHealth, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
 	})
-	s.mux.HandleFunc(protocol.RouteEnvs, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.specs) })
-	s.mux.HandleFunc(protocol.RouteStats, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.Stats()) })
-	s.mux.HandleFunc(protocol.RouteSessions, s.handleSession)
-	s.mux.HandleFunc(protocol.RouteStart, s.mutation(kindStart))
-	s.mux.HandleFunc(protocol.RouteOperate, s.mutation(kindOperate))
-	s.mux.HandleFunc(protocol.RouteVerify, s.mutation(kindVerify))
+	s.handle(protocol.RouteEnvs, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.specs) })
+	s.handle(protocol.RouteStats, func(w http.ResponseWriter, _ *http.Request) { s.writeValue(w, s.Stats()) })
+	s.handle(protocol.RouteSessions, s.handleSession)
+	s.handle(protocol.RouteStart, s.mutation(kindStart))
+	s.handle(protocol.RouteOperate, s.mutation(kindOperate))
+	s.handle(protocol.RouteVerify, s.mutation(kindVerify))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return s, nil
 }
 
-// ServeHTTP routes a request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// handle registers a route and remembers its pattern.
+func (s *Server) handle(pattern string, h http.HandlerFunc) {
+	s.routes = append(s.routes, pattern)
+	s.mux.HandleFunc(pattern, h)
+}
+
+// Routes returns the patterns the server registered ("METHOD /path", the
+// protocol package's Route* spelling), in registration order.
+func (s *Server) Routes() []string { return slices.Clone(s.routes) }
+
+// ServeHTTP authenticates a data-plane request, then routes it; the control
+// plane checks its own token (controlRoute).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorizeData(w, r) {
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Stats returns the server's counters.
 func (s *Server) Stats() protocol.Stats {
@@ -322,9 +357,8 @@ func (s *Server) replay(r receipt) ([]byte, error) {
 
 // lookupReceipt decides a request that has a receipt: the same digest
 // replays, a different one conflicts. ok is false when there is no receipt.
-// A replay accepts the request's attempt, so it raises the slot's fence as
-// the first answer did. Callers hold sl.mu.
-func (s *Server) lookupReceipt(sl *slot, sess *session, id protocol.Identity, dg string) (out []byte, ok bool, aerr error) {
+// Callers hold sl.mu and have checked the fence.
+func (s *Server) lookupReceipt(sess *session, id protocol.Identity, dg string) (out []byte, ok bool, aerr error) {
 	r, found := sess.Receipts[id.RequestID]
 	if !found {
 		return nil, false, nil
@@ -334,18 +368,40 @@ func (s *Server) lookupReceipt(sl *slot, sess *session, id protocol.Identity, dg
 			"request id %q was already used for a different %s request", id.RequestID, r.Kind)
 	}
 	out, aerr = s.replay(r)
-	if aerr == nil {
-		sl.fence = max(sl.fence, id.Attempt)
-	}
 	return out, true, aerr
 }
 
+// checkFence admits only the installed attempt: an older one is stale, and
+// a newer one was never installed by the control plane (a data-plane
+// request never moves the fence: RULES.md R6, R7). Callers hold sl.mu.
 func checkFence(sl *slot, attempt int) error {
-	if attempt < sl.fence {
+	switch f := sl.installed(); {
+	case attempt < f:
 		return refuse(protocol.CodeStaleAttempt,
-			"rollout %q: attempt %d is below attempt %d already accepted", sl.id, attempt, sl.fence)
+			"rollout %q: attempt %d is below attempt %d already installed", sl.id, attempt, f)
+	case attempt > f:
+		return notInstalled(sl.id, attempt, f)
 	}
 	return nil
+}
+
+func notInstalled(id string, attempt, fence int) error {
+	return refuse(protocol.CodeAttemptNotInstalled,
+		"rollout %q: attempt %d is above attempt %d installed; only the control plane installs an attempt (restore, or %s)",
+		id, attempt, fence, protocol.RouteControlAuthorise)
+}
+
+// slotForStart returns the slot a start addresses, creating it only for
+// attempt 0 of a rollout never seen (a new rollout): a refused start must
+// not leave a slot behind.
+func (s *Server) slotForStart(id string, attempt int) (*slot, error) {
+	if sl := s.store.lookup(id); sl != nil {
+		return sl, nil
+	}
+	if attempt > 0 {
+		return nil, notInstalled(id, attempt, 0)
+	}
+	return s.store.slotFor(id), nil
 }
 
 // applied records that a mutation was applied and its receipt stored, and
@@ -357,32 +413,44 @@ func (s *Server) recordApplied(kind string, id protocol.Identity) {
 	s.fp.Hit(failpoint.EnvAfterApplyBeforeReply)
 }
 
-func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
+// decodeStart decodes and checks a start and returns its digest.
+func (s *Server) decodeStart(body []byte) (protocol.StartRequest, envs.Environment, string, error) {
 	var req protocol.StartRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "env")...); aerr != nil {
-		return nil, aerr
+		return req, nil, "", aerr
 	}
 	if aerr := checkIdentity(req.Identity, ""); aerr != nil {
-		return nil, aerr
+		return req, nil, "", aerr
 	}
 	env, ok := s.envs[req.Env]
 	if !ok {
-		return nil, refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
+		return req, nil, "", refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
 	}
 	canon := req
 	canon.Attempt = 0
 	task, err := canonical(req.Task)
 	if err != nil {
-		return nil, refuse(protocol.CodeMalformed, "task: %v", err)
+		return req, nil, "", refuse(protocol.CodeMalformed, "task: %v", err)
 	}
 	canon.Task = task
 	dg, err := digest(kindStart, canon)
 	if err != nil {
-		return nil, refuse(protocol.CodeInternal, "%v", err)
+		return req, nil, "", refuse(protocol.CodeInternal, "%v", err)
+	}
+	return req, env, dg, nil
+}
+
+func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
+	req, env, dg, aerr := s.decodeStart(body)
+	if aerr != nil {
+		return nil, aerr
 	}
 
 	defer s.gate.hold(req.RolloutID, req.Attempt)()
-	sl := s.store.slotFor(req.RolloutID)
+	sl, aerr := s.slotForStart(req.RolloutID, req.Attempt)
+	if aerr != nil {
+		return nil, aerr
+	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if aerr := s.lockedChecks(sl); aerr != nil {
@@ -394,7 +462,7 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
 	sess, evicted := s.store.current(sl)
 	switch {
 	case sess != nil && req.Attempt <= sess.Attempt:
-		if out, ok, aerr := s.lookupReceipt(sl, sess, req.Identity, dg); ok {
+		if out, ok, aerr := s.lookupReceipt(sess, req.Identity, dg); ok {
 			return out, aerr
 		}
 		if sess.Retired {
@@ -408,7 +476,8 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
 			"rollout %q: the session of attempt %d was retired and its receipts dropped", req.RolloutID, evicted.Attempt)
 	}
 
-	// A first start, or a start-over from a higher attempt: a fresh episode.
+	// A first start, or a start-over of an attempt the control plane
+	// installed: a fresh episode.
 	live, st, err := env.Start(req.Seed, req.Task)
 	if err != nil {
 		return nil, envRefusal("start "+req.Env, err)
@@ -427,7 +496,6 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
 		Receipts: map[string]receipt{req.RequestID: {Kind: kindStart, Digest: dg, Response: out}},
 		live:     live,
 	}
-	sl.fence = max(sl.fence, req.Attempt)
 	if old := s.store.install(sl, fresh); old != nil {
 		if err := old.Close(); err != nil {
 			s.log.Warn("close replaced session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
@@ -476,6 +544,9 @@ func (s *Server) mutateSession(id protocol.Identity, expected int64, dg string,
 	defer s.gate.hold(id.RolloutID, id.Attempt)()
 	sl := s.store.lookup(id.RolloutID)
 	if sl == nil {
+		if id.Attempt > 0 {
+			return nil, notInstalled(id.RolloutID, id.Attempt, 0)
+		}
 		return nil, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
 	}
 	sl.mu.Lock()
@@ -487,7 +558,7 @@ func (s *Server) mutateSession(id protocol.Identity, expected int64, dg string,
 	if aerr != nil {
 		return nil, aerr
 	}
-	if out, ok, aerr := s.lookupReceipt(sl, sess, id, dg); ok {
+	if out, ok, aerr := s.lookupReceipt(sess, id, dg); ok {
 		return out, aerr
 	}
 	if aerr := checkMutable(sess, id, expected); aerr != nil {
@@ -535,7 +606,6 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		}
 		sess.Revision++
 		sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
-		sl.fence = max(sl.fence, req.Attempt)
 		s.recordApplied(kindOperate, req.Identity)
 		return out, nil
 	})
@@ -572,7 +642,6 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 		if err := sess.live.Close(); err != nil {
 			s.log.Warn("close verified session", zap.String("rollout_id", req.RolloutID), zap.Error(err))
 		}
-		sl.fence = max(sl.fence, req.Attempt)
 		s.store.retire(sl)
 		s.recordApplied(kindVerify, req.Identity)
 		return out, nil

@@ -238,7 +238,7 @@ func (s *Server) settle(sl *slot) {
 	if !ok {
 		return
 	}
-	sl.fence = max(sl.fence, f)
+	sl.raise(f)
 	if old := s.store.drop(sl, f); old != nil {
 		if err := old.Close(); err != nil {
 			s.log.Warn("close retired session", zap.String("rollout_id", sl.id), zap.Error(err))

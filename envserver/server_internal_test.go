@@ -55,7 +55,7 @@ func (s *gateSession) Apply(tool string, args json.RawMessage) (envs.Outcome, er
 
 func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *protocol.Client) {
 	t.Helper()
-	srv, err := NewServer(ServerConfig{Envs: append([]envs.Environment{counter.New()}, environments...)})
+	srv, err := NewServer(ServerConfig{Envs: append([]envs.Environment{counter.New()}, environments...), InsecureNoDataAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,6 +87,7 @@ func (s *probeSession) Close() error {
 type fixture struct {
 	srv   *envserver.Server
 	c     *protocol.Client
+	cc    *protocol.ControlClient
 	url   string
 	probe *probeEnv
 }
@@ -94,7 +95,7 @@ type fixture struct {
 func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 	t.Helper()
 	probe := newProbeEnv()
-	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), probe}}
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), probe}, DataToken: testDataToken, ControlToken: testToken}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -106,15 +107,19 @@ func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &fixture{srv: srv, c: protocol.NewClient(hs.URL, hs.Client()), url: hs.URL, probe: probe}
+	return &fixture{srv: srv, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), url: hs.URL, probe: probe,
+		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }
 
 func id(rollout string, attempt int, req string) protocol.Identity {
 	return protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req}
 }
 
+// start starts attempt of rollout, authorising the attempt through the
+// control plane first when it is above 0 (a start-over).
 func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) protocol.StartResponse {
 	t.Helper()
+	f.authorise(t, rollout, attempt)
 	resp, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
 	})
@@ -128,6 +133,18 @@ func inc(rollout string, attempt int, req string, rev int64, amount int) protoco
 	return protocol.OperateRequest{
 		Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: counter.ToolIncrement,
 		Arguments: json.RawMessage(`{"amount":` + strconv.Itoa(amount) + `}`),
+	}
+}
+
+// authorise installs attempt of rollout through the control plane (a no-op
+// for attempt 0, which needs no installing).
+func (f *fixture) authorise(t *testing.T, rollout string, attempt int) {
+	t.Helper()
+	if attempt == 0 {
+		return
+	}
+	if _, err := f.cc.Authorise(context.Background(), rollout, attempt); err != nil {
+		t.Fatalf("authorise %s attempt %d: %v", rollout, attempt, err)
 	}
 }
 
@@ -237,7 +254,12 @@ func TestMalformedRequests(t *testing.T) {
 	f := newFixture(t)
 	f.start(t, "r1", 0, `{"target":3}`)
 	post := func(path, body string) error {
-		resp, err := http.Post(f.url+path, "application/json", strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, f.url+path, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+testDataToken)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
@@ -303,15 +325,15 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 		t.Fatalf("start replay reset the session: %+v", info)
 	}
 
-	// The same request again, even with differently formatted arguments and
-	// from a higher attempt, replays the stored response.
+	// The same request again, even with differently formatted arguments,
+	// replays the stored response (a higher attempt replays too once it is
+	// installed: TestRestore…, where receipts travel with the checkpoint).
 	again := inc("r1", 0, "r1/t0/c0", 0, 2)
 	again.Arguments = json.RawMessage(`{ "amount" : 2 }`)
-	for _, attempt := range []int{0, 1} {
-		again.Attempt = attempt
+	for range 2 {
 		r := f.operate(t, again)
 		if !r.Replayed || r.Revision != first.Revision || r.Outcome != first.Outcome {
-			t.Fatalf("attempt %d: replay = %+v, first = %+v", attempt, r, first)
+			t.Fatalf("replay = %+v, first = %+v", r, first)
 		}
 	}
 	st := f.stats(t)
@@ -323,10 +345,10 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	}
 
 	// Same request id, different body: conflict, nothing applied.
-	_, err = f.c.Operate(context.Background(), inc("r1", 1, "r1/t0/c0", 0, 3))
+	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 3))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict, "r1/t0/c0")
 	// A request id used for a start cannot be reused for an operate.
-	_, err = f.c.Operate(context.Background(), inc("r1", 1, protocol.SeedRequestID("r1"), 1, 1))
+	_, err = f.c.Operate(context.Background(), inc("r1", 0, protocol.SeedRequestID("r1"), 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 	if st := f.stats(t); st.Applied != 2 || st.Replayed != 3 || st.Refused != 2 {
 		t.Fatalf("stats after conflicts = %+v", st)
@@ -353,28 +375,28 @@ func TestFencing(t *testing.T) {
 	f.start(t, "r1", 0, `{"target":9}`)
 	f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 1))
 
-	// Attempt 1 continues the session (e.g. after a restore) and raises the fence.
-	r := f.operate(t, inc("r1", 1, "r1/t1/c0", 1, 2))
-	if r.Revision != 2 {
-		t.Fatalf("attempt 1 operate = %+v", r)
+	// The control plane installs attempt 1 (a start-over): attempt 0's
+	// session is dropped and attempt 0 is fenced out.
+	if a, err := f.cc.Authorise(context.Background(), "r1", 1); err != nil || !a.Changed || !a.Dropped || a.Fence != 1 {
+		t.Fatalf("authorise = %+v, %v", a, err)
 	}
 	before := f.stats(t)
-	_, err := f.c.Operate(context.Background(), inc("r1", 0, "r1/t2/c0", 2, 1))
+	_, err := f.c.Operate(context.Background(), inc("r1", 0, "r1/t2/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "attempt 0", "attempt 1")
 	// Even a replay from the stale attempt is refused.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if after := f.stats(t); after.Applied != before.Applied || after.Replayed != before.Replayed || after.Refused != before.Refused+4 {
+	if after := f.stats(t); after.Applied != before.Applied || after.Replayed != before.Replayed || after.Refused != before.Refused+4 || after.Sessions != 0 {
 		t.Fatalf("stats %+v -> %+v", before, after)
 	}
-	if info := f.info(t, "r1"); info.Revision != 2 || info.Attempt != 0 {
-		t.Fatalf("stale requests changed the session: %+v", info)
+	// Attempt 1 starts over: a fresh episode.
+	if st := f.start(t, "r1", 1, `{"target":9}`); st.Replayed || st.Revision != 0 {
+		t.Fatalf("start-over = %+v", st)
 	}
-
 }
 
 func TestStartOverAndSameAttemptConflict(t *testing.T) {
@@ -385,7 +407,14 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "another-seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 
-	// Attempt 2 starts over with the same seed request: a fresh episode, not a replay.
+	// Attempt 2 is not installed: the data plane cannot start it.
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 2, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeAttemptNotInstalled)
+	if info := f.info(t, "r1"); info.Attempt != 0 || info.Revision != 1 {
+		t.Fatalf("a refused start-over changed the session: %+v", info)
+	}
+	// Installed through the control plane, attempt 2 starts over with the
+	// same seed request: a fresh episode, not a replay.
 	st := f.start(t, "r1", 2, `{"target":9}`)
 	if st.Replayed || st.Revision != 0 {
 		t.Fatalf("start-over = %+v", st)
@@ -409,6 +438,7 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 func TestStartOverClosesOldSession(t *testing.T) {
 	f := newFixture(t)
 	start := func(attempt int) {
+		f.authorise(t, "p", attempt)
 		_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
 		if err != nil {
 			t.Fatal(err)
@@ -444,22 +474,22 @@ func TestVerifyIsTerminal(t *testing.T) {
 	}
 	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
-	// Replays still work after retirement, from the same or a higher attempt.
-	for _, attempt := range []int{0, 3} {
-		vreq.Attempt = attempt
+	// Replays still work after retirement.
+	for range 2 {
 		again, err := f.c.Verify(context.Background(), vreq)
 		if err != nil || !again.Replayed || again.Verdict.Reward != 1 || string(again.Verdict.Details) != string(v.Verdict.Details) {
-			t.Fatalf("verify replay from attempt %d = %+v, %v", attempt, again, err)
+			t.Fatalf("verify replay = %+v, %v", again, err)
 		}
 	}
-	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 3, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	if err != nil || !op.Replayed {
 		t.Fatalf("operate replay after retirement = %+v, %v", op, err)
 	}
 	// A different verify request on a retired session is refused.
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 3, "p/verify2"), ExpectedRevision: 1})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 0, "p/verify2"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// The fence outlives the session.
+	f.authorise(t, "p", 3)
 	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 2, "p/verify"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if n := f.probe.closed.Load(); n != 1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 
@@ -55,10 +56,24 @@ func (s *session) info(rolloutID string) protocol.SessionInfo {
 // mu serialises the rollout's requests; lock order is slot.mu, then
 // sessionStore.mu.
 type slot struct {
-	mu    sync.Mutex
-	id    string
-	fence int      // highest attempt ever accepted
+	mu sync.Mutex
+	id string
+	// fence is the highest attempt installed: written only under mu (and
+	// only ever raised, by the control plane or a restore), read without
+	// it by the control plane, which must not wait behind a mutation that
+	// may never return.
+	fence atomic.Int64
 	live  *session // the live session, or nil
+}
+
+// installed is the slot's fence.
+func (sl *slot) installed() int { return int(sl.fence.Load()) }
+
+// raise raises the fence to at least v. Callers hold sl.mu.
+func (sl *slot) raise(v int) {
+	if int64(v) > sl.fence.Load() {
+		sl.fence.Store(int64(v))
+	}
 }
 
 // sessionStore holds the slots and the retired sessions.
@@ -278,7 +293,7 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	}
 	defer sl.mu.Unlock()
 	s.settle(sl)
-	fences[sl.id] = sl.fence
+	fences[sl.id] = sl.installed()
 	sess, _ := s.store.current(sl)
 	if sess == nil {
 		return sessionRecord{}, false, nil
@@ -290,7 +305,10 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	for k, v := range sess.Receipts {
 		rec.Receipts[k] = v
 	}
-	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) == envs.ModeExportRestore {
+	// A stateless session is cut with its (small) state too: the coordinator
+	// continues such a rollout at its boundary, so the restored server must
+	// hold the session. Only restart-only sessions are cut as a fence alone.
+	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) != envs.ModeRestartOnly {
 		state, err := sess.live.Export()
 		if err != nil {
 			return sessionRecord{}, false, fmt.Errorf("export session %q (env %s): %w", sl.id, sess.Env, err)
@@ -347,7 +365,7 @@ func (s *Server) installStateThen(st serverState, validated func()) error {
 		sl := s.store.slotFor(p.rec.RolloutID)
 		sl.mu.Lock()
 		s.settle(sl)
-		sl.fence = max(sl.fence, p.rec.Attempt, st.Fences[p.rec.RolloutID])
+		sl.raise(max(p.rec.Attempt, st.Fences[p.rec.RolloutID]))
 		if p.sess != nil {
 			if old := s.store.install(sl, p.sess); old != nil {
 				if err := old.Close(); err != nil {
@@ -361,7 +379,7 @@ func (s *Server) installStateThen(st serverState, validated func()) error {
 		sl := s.store.slotFor(id)
 		sl.mu.Lock()
 		s.settle(sl)
-		sl.fence = max(sl.fence, f)
+		sl.raise(f)
 		sl.mu.Unlock()
 	}
 	return nil

@@ -26,7 +26,7 @@ import (
 )
 
 // maxTurns per environment: enough for a perfect scripted policy to finish.
-var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12}
+var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12, "notes": 12}
 
 // setInput builds rollout i of a set over envList (round-robin); tasks and
 // seeds depend only on i, so two sets are comparable rollout by rollout.
@@ -85,6 +85,8 @@ type recoverOptions struct {
 	// checkpointKill / restoreKill arm the worker that runs the checkpoint /
 	// the restore with a failpoint spec; the test then starts a fresh worker.
 	checkpointKill, restoreKill string
+	// python hosts the set on the Python participant instead of envserver.
+	python bool
 }
 
 // replaceWhenDead waits until p dies at its failpoint (SIGKILL) and starts a
@@ -106,7 +108,8 @@ func (c *cluster) startSecondEnvServer() string {
 	c.t.Helper()
 	ready := filepath.Join(c.dir, fmt.Sprintf("env2-ready-%d", time.Now().UnixNano()))
 	p := c.start("envserver-2", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", "env-1"})
+		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", "env-1"},
+		protocol.DataTokenEnvVar+"="+c.dataToken)
 	var url string
 	c.waitFor("second environment server", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
@@ -123,7 +126,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	twoServers := opts.twoServers
 	c := newCluster(t)
 	c.startTemporal()
-	c.startEnvServer()
+	c.startParticipant(opts)
 	// server gives each rollout its environment server: "" is the worker's
 	// default (the first server).
 	second := ""
@@ -150,7 +153,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	applied := func() int64 {
 		var n int64
 		for _, u := range participantURLs() {
-			st, err := protocol.NewClient(u, nil).Stats(context.Background())
+			st, err := c.dataClient(u).Stats(context.Background())
 			require.NoError(t, err)
 			n += st.Applied
 		}
@@ -200,7 +203,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy, busyEnv := 0, map[string]bool{}
 		for i := range count {
-			info, err := protocol.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("rec-%04d", i))
+			info, err := c.dataClient(urlOf(i)).Session(ctx, fmt.Sprintf("rec-%04d", i))
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 				busyEnv[info.Env] = true
@@ -233,7 +236,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 
 	// 4. Fresh processes, then the restore.
 	c.startTemporal()
-	c.startEnvServer()
+	c.startParticipant(opts)
 	old := second
 	if twoServers {
 		second = c.startSecondEnvServer() // a new address
@@ -267,7 +270,7 @@ func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) 
 		}
 		var i int
 		fmt.Sscanf(strings.TrimPrefix(id, "rec-"), "%d", &i)
-		env := protocol.NewClient(urlOf(i), nil)
+		env := c.dataClient(urlOf(i))
 		_, err := env.Operate(ctx, protocol.OperateRequest{
 			Identity:         protocol.Identity{RolloutID: id, Attempt: rec.Boundary.Attempt, RequestID: id + "/stale-probe"},
 			ExpectedRevision: rec.Boundary.Revision, Tool: "step", Arguments: json.RawMessage(`{}`),
@@ -414,7 +417,7 @@ func (c *cluster) revisions(ctx context.Context, set string, count int, urlOf fu
 	c.t.Helper()
 	out := map[int]int64{}
 	for i := range count {
-		info, err := protocol.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("%s-%04d", set, i))
+		info, err := c.dataClient(urlOf(i)).Session(ctx, fmt.Sprintf("%s-%04d", set, i))
 		require.NoError(c.t, err)
 		out[i] = info.Revision
 	}

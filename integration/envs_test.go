@@ -117,7 +117,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 	for _, k := range cutPoints(n) {
 		total++
 		t.Run(fmt.Sprintf("cut%d", k), func(t *testing.T) {
-			if ec.mode == envs.ModeExportRestore {
+			if ec.mode != envs.ModeRestartOnly { // stateless sessions are cut with their state too
 				srv = runExportRestoreCut(ctx, t, c, srv, ec, seed, task, k, want)
 			} else {
 				srv = runRestartCut(ctx, t, c, srv, ec, seed, task, k, want)
@@ -208,15 +208,10 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 }
 
 // runRestartCut is run B of an environment whose state is not exported
-// (restart_only, stateless) cut after k mutations: the restore raises only
-// the fence, and the rollout starts over as attempt 1.
-//
-// A stateless environment (arithmetic) is treated exactly like a
-// restart_only one: the server exports state only for export_restore
-// sessions, so a live stateless session is cut without state and the
-// restore lists it under Restarted (with mode stateless), installs neither
-// the session nor its receipts, and the rollout starts over. Its one answer
-// is not lost: the start-over answers again and reaches the same reward.
+// (restart_only) cut after k mutations: the restore raises only the fence,
+// and the rollout starts over as attempt 1. A stateless environment (arithmetic) is cut
+// with its state like an export_restore one (the coordinator continues such
+// rollouts at their boundary), so it runs through runExportRestoreCut.
 func runRestartCut(ctx context.Context, t *testing.T, c *cluster, srv *envProc, ec envCase, seed int64,
 	task json.RawMessage, k int, want episode) *envProc {
 	rollout := fmt.Sprintf("%s-s%d-b%d", ec.env, seed, k)
@@ -351,7 +346,7 @@ func startEnvProc(t *testing.T, c *cluster) *envProc {
 	p := c.startEnvServer("TMPDIR=" + tmp)
 	hc := &http.Client{Transport: &http.Transport{}}
 	return &envProc{c: c, p: p, hc: hc,
-		data: protocol.NewClient(c.envURL, hc),
+		data: protocol.NewDataClient(c.envURL, c.dataToken, hc),
 		ctl:  protocol.NewControlClient(c.envURL, c.token, hc)}
 }
 

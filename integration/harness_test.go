@@ -117,13 +117,16 @@ type cluster struct {
 	client   client.Client
 	envURL   string
 	modelURL string
-	token    string
-	store    string
+	token    string // the environment servers' control token
+	// dataToken is the environment servers' data token: workers send it,
+	// and so must every client a test makes (dataClient).
+	dataToken string
+	store     string
 }
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token"}
+	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token", dataToken: "test-data-token"}
 	c.store = filepath.Join(c.dir, "transcripts")
 	t.Cleanup(func() {
 		if c.client != nil {
@@ -244,7 +247,8 @@ func (c *cluster) startEnvServer(extraEnv ...string) *proc {
 	}
 	ready := filepath.Join(c.dir, fmt.Sprintf("env-ready-%d", time.Now().UnixNano()))
 	p := c.start("envserver", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"}, extraEnv...)
+		[]string{"--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"},
+		append([]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, extraEnv...)...)
 	c.waitFor("environment server", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
 		if err != nil || len(data) == 0 {
@@ -288,6 +292,7 @@ func (c *cluster) startWorker(extraEnv ...string) *proc {
 		"TURNSTILE_MODEL_BASE_URL=" + c.modelURL,
 		"TURNSTILE_TRANSCRIPT_DIR=" + c.store,
 		"TURNSTILE_CONTROL_TOKEN=" + c.token,
+		protocol.DataTokenEnvVar + "=" + c.dataToken,
 		"TURNSTILE_LOG_LEVEL=warn",
 	}, extraEnv...)
 	p := c.start("worker", filepath.Join(bins.dir, "worker"), nil, env...)
@@ -358,9 +363,15 @@ func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[st
 	return out
 }
 
+// dataClient is a data-plane client of the environment server at url, with
+// the cluster's data token.
+func (c *cluster) dataClient(url string) *protocol.Client {
+	return protocol.NewDataClient(url, c.dataToken, nil)
+}
+
 func (c *cluster) envStats(ctx context.Context) protocol.Stats {
 	c.t.Helper()
-	st, err := protocol.NewClient(c.envURL, nil).Stats(ctx)
+	st, err := c.dataClient(c.envURL).Stats(ctx)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -47,7 +46,7 @@ func TestRecordedCoordinatorHistoriesReplay(t *testing.T) {
 	for i := range count {
 		c.submit(ctx, counterInput(set, i, 6))
 	}
-	env := protocol.NewClient(c.envURL, nil)
+	env := c.dataClient(c.envURL)
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		for i := range count {
 			info, err := env.Session(ctx, fmt.Sprintf("%s-%04d", set, i))

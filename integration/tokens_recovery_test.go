@@ -17,7 +17,6 @@ import (
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -170,19 +169,14 @@ func exportSet(t *testing.T, ctx context.Context, c *cluster, name string) map[s
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
-		var m map[string]any
-		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		d.UseNumber() // numbers (log-probs) kept as written
-		require.NoError(t, d.Decode(&m))
-		for _, k := range volatileExportFields {
-			delete(m, k)
+		var line struct {
+			RolloutID string `json:"rollout_id"`
 		}
-		id, _ := m["rollout_id"].(string)
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &line))
+		id := line.RolloutID
 		require.NotEmpty(t, id)
 		require.NotContains(t, lines, id, "%s exported twice", id)
-		norm, err := json.Marshal(m)
-		require.NoError(t, err)
-		lines[id] = norm
+		lines[id] = normalisedLine(t, sc.Bytes())
 	}
 	require.NoError(t, sc.Err())
 	require.Len(t, lines, tokenCount, "%s: one line per rollout", name)
@@ -243,7 +237,7 @@ func tokenRunCheckpointRestore(t *testing.T, ctx context.Context) map[string][]b
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy := 0
 		for i := range tokenCount {
-			info, err := protocol.NewClient(c.envURL, nil).Session(ctx, fmt.Sprintf("%s-%04d", tokenSet, i))
+			info, err := c.dataClient(c.envURL).Session(ctx, fmt.Sprintf("%s-%04d", tokenSet, i))
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 			}

@@ -26,6 +26,12 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
 }
 
+// NewDataClient returns a data-plane client that sends the data token
+// (docs/protocol/RULES.md R1) with every request. hc is not modified.
+func NewDataClient(baseURL, token string, hc *http.Client) *Client {
+	return NewClient(baseURL, withBearer(hc, token))
+}
+
 // BaseURL is the server's address.
 func (c *Client) BaseURL() string { return c.base }
 

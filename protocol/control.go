@@ -26,6 +26,9 @@ const (
 	RouteControlRestore      = "POST /v1/control/restore"     // RestoreRequest → RestoreResponse
 	RouteControlResume       = "POST /v1/control/resume"      // ResumeRequest → ResumeResponse
 	RouteControlRetire       = "POST /v1/control/retire"      // RetireRequest → RetireResponse
+	// RouteControlAuthorise installs an attempt for a fresh start (a
+	// start-over): AuthoriseRequest → AuthoriseResponse.
+	RouteControlAuthorise = "POST /v1/control/sessions/{rollout_id}/authorise"
 )
 
 // ControlTokenEnvVar names the environment variable that holds the control
@@ -60,6 +63,10 @@ const (
 	// checkpoint it took, and the same checkpoint more than once; only
 	// the rollouts the attempt map names are touched.
 	FeatureRestoreSessions = "restore_sessions_v1"
+	// FeatureAuthoriseStartOver: data-plane requests never raise the fence
+	// (attempt_not_installed); RouteControlAuthorise installs an attempt
+	// for a start-over.
+	FeatureAuthoriseStartOver = "authorise_start_over_v1"
 )
 
 // Phase is where the server is in the checkpoint protocol.
@@ -289,6 +296,29 @@ type ResumeResponse struct {
 type RetireRequest struct {
 	RolloutID string `json:"rollout_id"`
 	Attempt   int    `json:"attempt"`
+}
+
+// AuthoriseRequest installs Attempt of the rollout named in the path for a
+// fresh start: the fence rises to Attempt and any session of an older
+// attempt is dropped. The path names the rollout.
+type AuthoriseRequest struct {
+	Attempt int `json:"attempt"`
+}
+
+// AuthoriseResponse is the answer to authorise.
+type AuthoriseResponse struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	// Fence is the highest attempt installed now (Attempt).
+	Fence int `json:"fence"`
+	// Changed: the fence was raised by this call; false when Attempt was
+	// already installed (an idempotent repeat).
+	Changed bool `json:"changed"`
+	// Dropped: a session of an older attempt was dropped.
+	Dropped bool `json:"dropped"`
+	// Pending: a mutation of an older attempt is still running; its result
+	// will be discarded when it returns.
+	Pending bool `json:"pending"`
 }
 
 // RetireResponse is the answer to retire.

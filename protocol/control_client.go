@@ -15,6 +15,12 @@ type ControlClient struct {
 // hc means http.DefaultClient's settings; the token is added to every
 // request by a wrapping transport, so hc itself is not modified.
 func NewControlClient(baseURL, token string, hc *http.Client) *ControlClient {
+	return &ControlClient{c: NewClient(baseURL, withBearer(hc, token))}
+}
+
+// withBearer returns a copy of hc (nil: http.DefaultClient) whose transport
+// adds "Authorization: Bearer token" to every request.
+func withBearer(hc *http.Client, token string) *http.Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
@@ -24,7 +30,7 @@ func NewControlClient(baseURL, token string, hc *http.Client) *ControlClient {
 		base = http.DefaultTransport
 	}
 	withToken.Transport = bearerTransport{base: base, header: "Bearer " + token}
-	return &ControlClient{c: NewClient(baseURL, &withToken)}
+	return &withToken
 }
 
 type bearerTransport struct {
@@ -96,6 +102,15 @@ func (cc *ControlClient) ResumeRestore(ctx context.Context, checkpointID, restor
 func (cc *ControlClient) Retire(ctx context.Context, rolloutID string, attempt int) (RetireResponse, error) {
 	var out RetireResponse
 	err := cc.c.call(ctx, RouteControlRetire, "", RetireRequest{RolloutID: rolloutID, Attempt: attempt}, &out)
+	return out, err
+}
+
+// Authorise installs attempt of rolloutID for a fresh start (a start-over):
+// only after it does the participant accept a data-plane start of that
+// attempt.
+func (cc *ControlClient) Authorise(ctx context.Context, rolloutID string, attempt int) (AuthoriseResponse, error) {
+	var out AuthoriseResponse
+	err := cc.c.call(ctx, RouteControlAuthorise, rolloutID, AuthoriseRequest{Attempt: attempt}, &out)
 	return out, err
 }
 

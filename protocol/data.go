@@ -26,6 +26,10 @@ const (
 	RouteSessions = "GET /v1/sessions/{rollout_id}"          // SessionInfo (read only)
 )
 
+// DataTokenEnvVar names the environment variable that holds the data-plane
+// token: cmd/envserver's default for --data-token, and what workers send.
+const DataTokenEnvVar = "TURNSTILE_DATA_TOKEN"
+
 // Identity is who sends a request: the fencing token travels with every call.
 type Identity struct {
 	RolloutID string `json:"rollout_id"`
@@ -37,7 +41,9 @@ type Identity struct {
 }
 
 // StartRequest seeds a session. A start from a higher attempt than the
-// session's replaces it with a fresh episode (a start-over).
+// session's replaces it with a fresh episode (a start-over), once the
+// control plane installed that attempt (ControlClient.Authorise, or a
+// restore); before, it is refused CodeAttemptNotInstalled.
 type StartRequest struct {
 	Identity
 	Env  string          `json:"env"`

@@ -12,8 +12,12 @@ const (
 	CodeRevisionMismatch = "revision_mismatch"   // 409
 	CodeRequestConflict  = "request_id_conflict" // 409: same request id, different body
 	CodeStaleAttempt     = "stale_attempt"       // 409: attempt below the highest installed
-	CodeParked           = "parked"              // 503: admission closed; retry the same request later
-	CodeNotFound         = "not_found"           // 404: the server has no such route
+	// CodeAttemptNotInstalled (409): a data-plane request's attempt is above
+	// the highest the control plane installed for the rollout; only the
+	// control plane moves the fence (docs/protocol/RULES.md R7).
+	CodeAttemptNotInstalled = "attempt_not_installed"
+	CodeParked              = "parked"    // 503: admission closed; retry the same request later
+	CodeNotFound            = "not_found" // 404: the server has no such route
 	// CodeInternal (500): the server or an environment failed in a way that
 	// is not a refusal; the session is left unchanged.
 	CodeInternal = "internal"

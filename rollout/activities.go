@@ -55,6 +55,13 @@ type Activities struct {
 	// HTTPClient is used for environment and model calls; nil means the
 	// default client.
 	HTTPClient *http.Client
+	// DataToken is sent to environment servers' data plane (RULES.md R1);
+	// empty sends none (a server run with --insecure-no-data-auth).
+	DataToken string
+	// ControlToken lets AuthoriseAttempt install a start-over's attempt on
+	// an environment server's control plane; like the API key it never
+	// travels in workflow input.
+	ControlToken string
 	// Failpoints lets crash tests kill the worker at named places; nil is
 	// unarmed.
 	Failpoints *failpoint.Set

@@ -19,6 +19,7 @@ const (
 	CallModelName          = "CallModel"
 	OperateEnvironmentName = "OperateEnvironment"
 	VerifyName             = "Verify"
+	AuthoriseAttemptName   = "AuthoriseAttempt"
 )
 
 // Application error types the workflow tells apart.
@@ -44,6 +45,17 @@ type StartEnvironmentInput struct {
 	Env       EnvRef          `json:"env"`
 	Seed      int64           `json:"seed"`
 	Task      json.RawMessage `json:"task"`
+	// Retry is the group's grant when this attempt is a group retry: a new
+	// attempt whose session the environment has never seen.
+	Retry *GroupGrant `json:"retry,omitempty"`
+}
+
+// AuthoriseAttemptInput names the attempt of a rollout to install on its
+// environment server for a fresh start (a start-over).
+type AuthoriseAttemptInput struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	Env       EnvRef `json:"env"`
 }
 
 // StartEnvironmentResult is the seeded session: the conversation so far
@@ -136,10 +148,17 @@ type VerifyInput struct {
 	RequestID        string `json:"request_id"`
 	ExpectedRevision int64  `json:"expected_revision"`
 	Env              EnvRef `json:"env"`
+	// StoreDetails puts the verdict's details in the transcript store and
+	// returns their digest instead of the details themselves, which stay
+	// out of workflow history.
+	StoreDetails bool `json:"store_details,omitempty"`
 }
 
 // VerifyResult is the verdict.
 type VerifyResult struct {
 	Reward  float64         `json:"reward"`
 	Details json.RawMessage `json:"details,omitempty"`
+	// DetailsRef names the details (JSON; null when the environment gave
+	// none) in the transcript store, when the input asked for that.
+	DetailsRef transcript.Digest `json:"details_ref,omitempty"`
 }

@@ -78,7 +78,8 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 	return map[string]enumspb.IndexedValueType{
 		SARolloutID: keyword, SARolloutSet: keyword, SARolloutAttempt: integer, SARolloutTurn: integer,
 		SARolloutPhase: keyword, SARolloutGroup: keyword, SARolloutRepeat: integer, SARolloutEnv: keyword,
-		SACheckpointID: keyword, SARolloutProgressAt: datetime, SARolloutFinishedAt: datetime,
+		SACheckpointID: keyword, SARolloutGroupStatus: keyword,
+		SARolloutProgressAt: datetime, SARolloutFinishedAt: datetime,
 	}
 }
 
@@ -197,13 +198,30 @@ type Limits struct {
 	ModelCallRetries int `json:"model_call_retries,omitempty"`
 	// Deadline is the rollout's wall-clock budget, counted from its first
 	// attempt's start and including time spent parked or checkpointed.
-	// Default 0: none.
+	// Default 0: none. An attempt its group retries (see GroupRetries)
+	// starts over from the seed with a deadline of its own.
 	Deadline Duration `json:"deadline,omitzero"`
 	// DeadlineAt is the absolute deadline. The workflow sets it from Deadline
 	// when the first attempt starts and carries it through continue-as-new,
 	// park records and restores, so a later run never restarts the clock. A
 	// caller may set it instead of Deadline; when set, it wins.
 	DeadlineAt time.Time `json:"deadline_at,omitzero"`
+	// GroupRetries is the retry budget of the rollout's group (Input.Group):
+	// how many environment-level failures (a refusal, a crashed session, an
+	// environment call that outlives the deadline), over all the group's
+	// rollouts, start over as a new attempt with a fresh environment before
+	// the group fails as a whole. Nil means DefaultGroupRetries; 0 retries
+	// nothing. Every rollout of a group carries the same value; ignored
+	// outside a group.
+	GroupRetries *int `json:"group_retries,omitempty"`
+}
+
+// groupRetries is the group retry budget, default applied.
+func (l Limits) groupRetries() int {
+	if l.GroupRetries == nil {
+		return DefaultGroupRetries
+	}
+	return *l.GroupRetries
 }
 
 // Duration is a time.Duration that travels in JSON as a Go duration string.
@@ -257,6 +275,16 @@ type Input struct {
 	// samples a GRPO trainer compares. Empty for rollouts not from a dataset.
 	Group  string `json:"group,omitempty"`
 	Repeat int    `json:"repeat,omitempty"`
+	// GroupSize is the number of rollouts of the group, whose ids are
+	// GroupRolloutID(Set, Group, 0..GroupSize-1). Set, the rollout reports
+	// to its group's ledger (GroupWorkflowID): an environment-level failure
+	// is retried as a new attempt while the group's budget lasts, and any
+	// other failure fails the whole group. 0 (rollouts started before
+	// groups had ledgers) keeps the rollout on its own.
+	GroupSize int `json:"group_size,omitempty"`
+	// Retry is the ledger's grant that started this attempt over from the
+	// seed; nil for any attempt that is not a group retry.
+	Retry *GroupGrant `json:"retry,omitempty"`
 	// ProgressAttributes makes the run upsert SARolloutProgressAt and
 	// SARolloutFinishedAt with its phase. The submitter sets it after
 	// checking the namespace has them registered: an upsert of an unknown
@@ -285,10 +313,15 @@ type Boundary struct {
 	Lineage  []LineageEntry `json:"lineage,omitempty"`
 	Usage    Usage          `json:"usage"`
 	// Reward accumulates dense (gym) rewards.
-	Reward     float64 `json:"reward"`
-	Terminated bool    `json:"terminated,omitempty"`
-	Truncated  bool    `json:"truncated,omitempty"`
-	Done       bool    `json:"done,omitempty"` // the agent loop finished; verify next
+	Reward float64 `json:"reward"`
+	// StepRewards is the reward of every environment operation so far (a
+	// tool call or gym step; a refused one counts 0), in order. Nil when
+	// the rollout began before step rewards were kept: then they are not
+	// recorded, rather than recorded in part.
+	StepRewards []float64 `json:"step_rewards,omitzero"`
+	Terminated  bool      `json:"terminated,omitempty"`
+	Truncated   bool      `json:"truncated,omitempty"`
+	Done        bool      `json:"done,omitempty"` // the agent loop finished; verify next
 }
 
 // PendingCall is a model answer kept in a boundary until all its tool calls
@@ -345,6 +378,12 @@ type Result struct {
 	Lineage    []LineageEntry    `json:"lineage"`
 	Terminated bool              `json:"terminated,omitempty"`
 	Truncated  bool              `json:"truncated,omitempty"`
+	// StepRewards are the reward of each environment operation (see
+	// Boundary.StepRewards); nil when not recorded.
+	StepRewards []float64 `json:"step_rewards,omitzero"`
+	// VerifyDetailsRef names the verifier's details (any JSON) in the
+	// transcript store; empty when not recorded.
+	VerifyDetailsRef transcript.Digest `json:"verify_details_ref,omitempty"`
 	// Receipt identifies this result: its canonical digest, for acknowledgement.
 	Receipt *Receipt `json:"receipt,omitempty"`
 }

@@ -64,6 +64,9 @@ func (l Limits) Validate() error {
 	if l.Deadline != 0 && l.Deadline < Duration(MinBudget) {
 		return fmt.Errorf("limits.deadline %s is below %s (or unset for none)", time.Duration(l.Deadline), MinBudget)
 	}
+	if g := l.GroupRetries; g != nil && (*g < 0 || *g > MaxGroupRetries) {
+		return fmt.Errorf("limits.group_retries %d is outside 0..%d (or unset for %d)", *g, MaxGroupRetries, DefaultGroupRetries)
+	}
 	return nil
 }
 
@@ -120,7 +123,7 @@ func (r *rollout) activityCtx(ctx workflow.Context, opts workflow.ActivityOption
 	if r.hasDeadline() {
 		left := r.in.Limits.DeadlineAt.Sub(workflow.Now(ctx))
 		if left <= 0 {
-			return nil, r.deadlineError(ctx, nil)
+			return nil, r.deadlineError(nil)
 		}
 		opts.ScheduleToCloseTimeout = left
 		opts.StartToCloseTimeout = min(opts.StartToCloseTimeout, left)
@@ -166,36 +169,45 @@ func (r *rollout) budgetError(ctx workflow.Context, err error, model bool) error
 		!workflow.Now(ctx).Before(r.in.Limits.DeadlineAt))
 	switch {
 	case retries && state == enumspb.RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED:
-		return r.retriesError(ctx, err)
+		return r.retriesError(err)
 	case deadlineHit:
-		return r.deadlineError(ctx, err)
+		return r.deadlineError(err)
 	case retries:
-		return r.retriesError(ctx, err)
+		return r.retriesError(err)
 	case r.hasDeadline():
-		return r.deadlineError(ctx, err)
+		return r.deadlineError(err)
 	}
 	return nil
 }
 
-func (r *rollout) retriesError(ctx workflow.Context, cause error) error {
+func (r *rollout) retriesError(cause error) error {
 	turn := r.turnInProgress()
 	msg := fmt.Sprintf("model-call retries (%d) exhausted at turn %d: %v", r.in.Limits.ModelCallRetries, turn, rootCause(cause))
-	return r.budgetFailure(ctx, msg, BudgetFailure{Budget: BudgetModelCallRetries, Turn: turn}, cause)
+	return r.budgetFailure(msg, BudgetFailure{Budget: BudgetModelCallRetries, Turn: turn}, cause)
 }
 
-func (r *rollout) deadlineError(ctx workflow.Context, cause error) error {
+func (r *rollout) deadlineError(cause error) error {
 	turn := r.turnInProgress()
 	msg := fmt.Sprintf("rollout deadline %s passed at turn %d", r.in.Limits.deadlineLabel(), turn)
 	if cause != nil {
 		msg += ": " + rootCause(cause).Error()
 	}
-	return r.budgetFailure(ctx, msg, BudgetFailure{Budget: BudgetDeadline, Turn: turn}, cause)
+	return r.budgetFailure(msg, BudgetFailure{Budget: BudgetDeadline, Turn: turn}, cause)
 }
 
-func (r *rollout) budgetFailure(ctx workflow.Context, msg string, details BudgetFailure, cause error) error {
+// budgetFailure is the failure of an exhausted budget. The caller (fail)
+// publishes PhaseFailed, unless the rollout's group retries it.
+func (r *rollout) budgetFailure(msg string, details BudgetFailure, cause error) error {
 	r.logger.Warn("budget exhausted", "budget", details.Budget, "turn", details.Turn, "error", msg)
-	r.markFailed(ctx)
 	return temporal.NewNonRetryableApplicationError(msg, ErrBudgetExhausted, cause, details)
+}
+
+// isBudget says whether err is the failure of the named budget.
+func isBudget(err error, budget string) bool {
+	var ae *temporal.ApplicationError
+	var details BudgetFailure
+	return errors.As(err, &ae) && ae.Type() == ErrBudgetExhausted &&
+		ae.Details(&details) == nil && details.Budget == budget
 }
 
 // markFailed publishes PhaseFailed, so a failed rollout is found with

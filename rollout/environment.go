@@ -27,6 +27,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	if in.Env.Name == "" {
 		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
 	}
+	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
+		return StartEnvironmentResult{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
+	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
 		return StartEnvironmentResult{}, err
@@ -36,18 +39,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		return StartEnvironmentResult{}, err
 	}
 
-	resp, err := protocol.NewClient(base, a.HTTPClient).Start(ctx, protocol.StartRequest{
-		Identity: protocol.Identity{
-			RolloutID: in.RolloutID,
-			Attempt:   in.Attempt,
-			RequestID: protocol.SeedRequestID(in.RolloutID),
-		},
-		Env:  in.Env.Name,
-		Seed: in.Seed,
-		Task: in.Task,
-	})
+	resp, err := a.startSession(ctx, base, in)
 	if err != nil {
-		return StartEnvironmentResult{}, envError("start "+in.RolloutID, err)
+		return StartEnvironmentResult{}, err
 	}
 
 	style := resp.Spec.Style
@@ -85,6 +79,88 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		Style:    style,
 		Mode:     envs.EffectiveMode(resp.Spec.Mode),
 	}, nil
+}
+
+// startSession sends the start of in's attempt to the server at base. A
+// start-over no restore installed (a restart-only environment's rollout
+// started again, a retried group member) is refused attempt_not_installed:
+// only the control plane may install the attempt, so it is authorised there
+// and the start sent again. A restore installs its attempts itself, so a
+// restored start-over goes through at once.
+func (a *Activities) startSession(ctx context.Context, base string, in StartEnvironmentInput) (protocol.StartResponse, error) {
+	req := protocol.StartRequest{
+		Identity: protocol.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: protocol.SeedRequestID(in.RolloutID),
+		},
+		Env:  in.Env.Name,
+		Seed: in.Seed,
+		Task: in.Task,
+	}
+	resp, err := a.envClient(base).Start(ctx, req)
+	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
+		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
+			return protocol.StartResponse{}, err
+		}
+		resp, err = a.envClient(base).Start(ctx, req)
+	}
+	if err != nil {
+		return protocol.StartResponse{}, envError("start "+in.RolloutID, err)
+	}
+	return resp, nil
+}
+
+// AuthoriseAttempt installs in.Attempt of in.RolloutID on its environment
+// server through the control plane (POST /v1/control/sessions/{id}/authorise),
+// so that a data-plane start of that attempt begins a fresh episode: the
+// data plane can never install an attempt itself (RULES.md R7, R8). Every
+// path that starts a rollout over as a higher attempt goes through here;
+// StartEnvironment calls it when the server answers attempt_not_installed.
+// It is idempotent. A newer attempt already installed fails it with
+// ErrStaleAttempt; a checkpoint in progress with ErrParked (wait, retry).
+func (a *Activities) AuthoriseAttempt(ctx context.Context, in AuthoriseAttemptInput) error {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return err
+	}
+	op := fmt.Sprintf("authorise attempt %d of %s", in.Attempt, in.RolloutID)
+	if a.ControlToken == "" {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"environment %s: %s at %s: this worker has no control token (%s) to install a start-over's attempt",
+			op, in.RolloutID, base, protocol.ControlTokenEnvVar), ErrEnvironment, nil)
+	}
+	_, err = protocol.NewControlClient(base, a.ControlToken, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
+	if remoteCode(err) == protocol.CodeInvalidPhase {
+		// A committed cut or a restore holds the server: the workflow
+		// waits at its boundary and sends the start again.
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("environment %s: %v", op, err), ErrParked, nil)
+	}
+	if err != nil {
+		return envError(op, err)
+	}
+	return nil
+}
+
+// envClient is the data-plane client of the server at base, with the data
+// token when the worker has one.
+func (a *Activities) envClient(base string) *protocol.Client {
+	if a.DataToken == "" {
+		return protocol.NewClient(base, a.HTTPClient)
+	}
+	return protocol.NewDataClient(base, a.DataToken, a.HTTPClient)
+}
+
+// remoteCode is the protocol error code of err, or "".
+func remoteCode(err error) string {
+	var re *protocol.RemoteError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return ""
 }
 
 // OperateEnvironment applies one tool call (or gym step) at the environment
@@ -125,7 +201,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
 	}
 
-	resp, err := protocol.NewClient(base, a.HTTPClient).Operate(ctx, protocol.OperateRequest{
+	resp, err := a.envClient(base).Operate(ctx, protocol.OperateRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -199,7 +275,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if requestID == "" {
 		requestID = protocol.VerifyRequestID(in.RolloutID)
 	}
-	resp, err := protocol.NewClient(base, a.HTTPClient).Verify(ctx, protocol.VerifyRequest{
+	resp, err := a.envClient(base).Verify(ctx, protocol.VerifyRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -210,7 +286,32 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, envError("verify "+in.RolloutID, err)
 	}
-	return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	if !in.StoreDetails {
+		return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	}
+	ref, err := a.storeDetails(ctx, in.RolloutID, resp.Verdict.Details)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
+}
+
+// storeDetails puts a verdict's details in the transcript store as they
+// came ("null" when there are none): a replayed verify gets the same
+// bytes, so a recovered rollout names the same blob.
+func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details json.RawMessage) (transcript.Digest, error) {
+	store, err := a.store()
+	if err != nil {
+		return "", err
+	}
+	if len(details) == 0 {
+		details = json.RawMessage("null")
+	}
+	ref, err := store.Put(ctx, details)
+	if err != nil {
+		return "", StoreError("store verify details of "+rolloutID, err)
+	}
+	return ref, nil
 }
 
 // envError maps an environment server failure to what the workflow must do:

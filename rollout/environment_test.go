@@ -404,3 +404,61 @@ func TestVerify(t *testing.T) {
 	_, err = ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 1, ExpectedRevision: 8})
 	checkError(t, err, errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt below 2"})
 }
+
+// TestVerifyStoresDetails: asked to, Verify puts the verdict's details in
+// the transcript store as they came and returns only their digest; a
+// verdict without details stores null. The same answer names the same blob.
+func TestVerifyStoresDetails(t *testing.T) {
+	for _, tt := range []struct {
+		details json.RawMessage
+		want    string
+	}{{json.RawMessage(`{"reached":7}`), `{"reached":7}`}, {nil, `null`}} {
+		env := newFakeEnv(t)
+		env.verify = func(protocol.VerifyRequest) answer {
+			return ok(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: tt.details}})
+		}
+		store := newStore(t)
+		acts := &rollout.Activities{Store: store, EnvURL: env.URL}
+		ae := newActivityEnv(acts)
+		in := rollout.VerifyInput{RolloutID: "r1", Attempt: 0, ExpectedRevision: 8, StoreDetails: true}
+		val, err := ae.ExecuteActivity(acts.Verify, in)
+		require.NoError(t, err)
+		var res rollout.VerifyResult
+		require.NoError(t, val.Get(&res))
+		require.Nil(t, res.Details, "the details stay out of history")
+		got, err := store.Get(t.Context(), res.DetailsRef)
+		require.NoError(t, err)
+		require.JSONEq(t, tt.want, string(got))
+
+		val, err = ae.ExecuteActivity(acts.Verify, in)
+		require.NoError(t, err)
+		var again rollout.VerifyResult
+		require.NoError(t, val.Get(&again))
+		require.Equal(t, res, again)
+	}
+}
+
+// TestStartEnvironmentGroupRetry: a group retry seeds a fresh session under
+// its new attempt (a server that has not installed it is asked through
+// AuthoriseAttempt, like any start-over); a grant that is not this
+// attempt's is refused before anything is sent.
+func TestStartEnvironmentGroupRetry(t *testing.T) {
+	env := newFakeEnv(t)
+	env.start = func(protocol.StartRequest) answer {
+		return ok(protocol.StartResponse{Spec: envs.Spec{Name: "counter", Style: envs.StyleTools}, Start: envs.Start{Observation: "Reach 7."}})
+	}
+	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
+	ae := newActivityEnv(acts)
+	in := rollout.StartEnvironmentInput{RolloutID: "s-g-r0", Attempt: 1, Env: rollout.EnvRef{Name: "counter"}, Task: json.RawMessage(`{}`),
+		Retry: &rollout.GroupGrant{RolloutID: "s-g-r0", Attempt: 1, Retry: 1, Budget: 2}}
+	_, err := ae.ExecuteActivity(acts.StartEnvironment, in)
+	require.NoError(t, err)
+	starts := env.startRequests()
+	require.Len(t, starts, 1)
+	require.Equal(t, 1, starts[0].Attempt)
+
+	in.Retry.Attempt = 2
+	_, err = ae.ExecuteActivity(acts.StartEnvironment, in)
+	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "the group grant is for s-g-r0 attempt 2"})
+	require.Len(t, env.startRequests(), 1, "nothing sent for a foreign grant")
+}

@@ -141,3 +141,24 @@ func TestRestoredInputResumesAtTheCursor(t *testing.T) {
 	require.NotEmpty(t, w.calls)
 	require.Equal(t, 4, w.calls[0].Turn, "no repeated model call: the next call is turn 4")
 }
+
+// TestRestoredRunContinuesAsNewReleased: a restored run, once resumed, that
+// continues as new hands on an input no longer held for the checkpoint (the
+// resume it waited for will not come again).
+func TestRestoredRunContinuesAsNewReleased(t *testing.T) {
+	w := newWorld(2)
+	env := newEnv(t, w)
+	env.SetContinueAsNewSuggested(true)
+	rec, err := coordinator.DecodeRecord(parkRecord(t, envs.ModeExportRestore, false))
+	require.NoError(t, err)
+	in, _, err := coordinator.BuildRestoredInput(rec, "ck1", 3, nil)
+	require.NoError(t, err)
+	w.value, w.revision = 4, 5
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflowNoRejection(rollout.UpdateResume, "r1", t, rollout.ResumeRequest{CheckpointID: "ck1"})
+	}, time.Minute)
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	next := continuedAs(t, env)
+	require.Empty(t, next.HoldFor)
+	require.NotNil(t, next.Resume)
+}

@@ -73,7 +73,11 @@ func Rollout(ctx workflow.Context, in Input) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return r.run(ctx)
+	res, err := r.run(ctx)
+	if err != nil {
+		r.reportCanceled(ctx, err)
+	}
+	return res, err
 }
 
 // rollout is the state of one run.
@@ -92,6 +96,10 @@ type rollout struct {
 	saTurn  int
 	// budgets is set in runs started since budgets exist (see budgetsChange).
 	budgets bool
+	// groups is set in runs of a group's rollouts that report to its
+	// ledger (see groupsChange); details in runs that keep step rewards and
+	// verify details (see detailsChange).
+	groups, details bool
 	// progress: phase upserts carry the progress attributes (see
 	// progressChange); finishedAt: RolloutFinishedAt was upserted.
 	progress, finishedAt bool
@@ -115,6 +123,9 @@ func (in *Input) validate() error {
 		return err
 	}
 	if err := in.Sampling.Validate(); err != nil {
+		return err
+	}
+	if err := in.validateGroup(); err != nil {
 		return err
 	}
 	if b := in.Resume; b != nil {
@@ -159,6 +170,8 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	}
 	r.logger = log.With(workflow.GetLogger(ctx), "rollout", in.RolloutID, "attempt", in.Attempt)
 	r.setupBudgets(ctx)
+	r.setupGroups(ctx)
+	r.setupDetails(ctx)
 	r.setupProgress(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
@@ -267,8 +280,12 @@ func (r *rollout) onAck(_ workflow.Context, _ AckRequest) error {
 
 func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	if r.in.Completed != nil {
+		// A restored result: its group may not have heard of it (a ledger
+		// lost with the server); a report heard before changes nothing.
+		r.reportDone(ctx)
 		return r.offer(ctx, *r.in.Completed)
 	}
+	r.reportRestored(ctx)
 	if err := r.boundary(ctx); err != nil {
 		return Result{}, err
 	}
@@ -371,6 +388,9 @@ func (r *rollout) seed(ctx workflow.Context) error {
 	in := StartEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Env: r.in.Env, Seed: r.in.Seed, Task: r.in.Task,
 	}
+	if g := r.in.Retry; g != nil && g.Attempt == r.in.Attempt {
+		in.Retry = g // a restore's later attempt is no group retry
+	}
 	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
 		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "seed "+r.in.Env.Name)
@@ -403,7 +423,7 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 		actx, err := r.activityCtx(callCtx, r.modelActivityOptions(), fmt.Sprintf("model turn %d", turn))
 		if err != nil {
 			cancel()
-			return err
+			return r.fail(ctx, err, fmt.Sprintf("model call of turn %d", turn), true)
 		}
 		fut := workflow.ExecuteActivity(actx, CallModelName, in)
 
@@ -495,6 +515,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	}
 	r.b.Head, r.b.Revision = res.Head, res.Revision
 	r.b.Reward += res.Reward
+	r.recordStep(res.Reward)
 	r.b.Cursor++
 	if r.b.Cursor == len(r.b.Pending.ToolCalls) {
 		r.b.Pending, r.b.Cursor = nil, 0
@@ -527,28 +548,42 @@ func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
 }
 
 // fail turns an activity error into the rollout's failure: an exhausted
-// budget becomes a budget failure (already marked failed), a stale attempt a
-// fencing failure that says so. model says whether a model call failed.
+// budget becomes a budget failure, a stale attempt a fencing failure that
+// says so. model says whether a model call failed. A member of a group
+// reports the failure to its group, which may retry it as a new attempt
+// (fail then returns the continue-as-new); otherwise the rollout is marked
+// failed.
 func (r *rollout) fail(ctx workflow.Context, err error, what string, model bool) error {
-	if isType(err, ErrBudgetExhausted) {
-		return err // activityCtx refused the call: the deadline had passed
-	}
-	if be := r.budgetError(ctx, err, model); be != nil {
-		return be
+	ferr, fenced := r.failure(ctx, err, what, model)
+	if r.groups && !fenced && !temporal.IsCanceledError(err) {
+		return r.groupFailure(ctx, ferr, failureReason(err, ferr, what), !model && environmentFailure(err, ferr))
 	}
 	r.markFailed(ctx)
+	return ferr
+}
+
+// failure is the rollout failure an activity error amounts to, and whether
+// it is a fencing failure (a newer attempt of this rollout is installed).
+func (r *rollout) failure(ctx workflow.Context, err error, what string, model bool) (error, bool) {
+	if isType(err, ErrBudgetExhausted) {
+		return err, false // activityCtx refused the call: the deadline had passed
+	}
+	if be := r.budgetError(ctx, err, model); be != nil {
+		return be, false
+	}
 	if isType(err, ErrStaleAttempt) {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("attempt %d of %s is fenced off by a newer attempt: %v", r.in.Attempt, r.in.RolloutID, err),
-			ErrFenced, err)
+			ErrFenced, err), true
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err), false
 }
 
 func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 	in := VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
 		RequestID: protocol.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
+		StoreDetails: r.details,
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
@@ -566,16 +601,17 @@ func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 		// Gym episodes score by their accumulated dense reward.
 		reward = r.b.Reward
 	}
-	res := Result{
+	res := r.withDetails(Result{
 		RolloutID: r.in.RolloutID, Set: r.in.Set, Env: r.in.Env.Name, Attempt: r.in.Attempt,
 		Reward: reward, Turns: r.b.Turn, Usage: r.b.Usage, Head: r.b.Head, Lineage: r.b.Lineage,
 		Terminated: r.b.Terminated, Truncated: r.b.Truncated,
-	}
+	}, v)
 	receipt, err := NewReceipt(res)
 	if err != nil {
 		return Result{}, err
 	}
 	res.Receipt = &receipt
+	r.reportDone(ctx)
 	return r.offer(ctx, res)
 }
 
@@ -605,7 +641,9 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	}
 	next := r.in
 	b := r.b
-	next.Resume = &b
+	// The run was released (it reached this boundary unparked): the next
+	// run must not wait again for a resume already given.
+	next.Resume, next.HoldFor = &b, ""
 	r.logger.Info("continuing as new", "turn", r.b.Turn)
 	return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 }

@@ -39,7 +39,10 @@ type world struct {
 	modelBlock  chan struct{}                            // when set, model calls wait for it to close or for cancellation
 	operateHook func(in rollout.OperateEnvironmentInput) // observes operate calls
 	generation  func(turn int) *rollout.GenerationRef    // the generation a model call reports
+	verifyErr   func(in rollout.VerifyInput) error       // error of a verify call
 	operates    int
+	verifies    []rollout.VerifyInput
+	starts      []rollout.StartEnvironmentInput
 }
 
 func newWorld(target int) *world {
@@ -61,6 +64,7 @@ func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (roll
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.applied[protocol.SeedRequestID(in.RolloutID)]++
+	w.starts = append(w.starts, in)
 	return rollout.StartEnvironmentResult{Head: w.head("seed", 0), Tools: w.head("tools", 0), Style: w.style, Mode: envs.ModeExportRestore}, nil
 }
 
@@ -126,9 +130,18 @@ func (w *world) operate(_ context.Context, in rollout.OperateEnvironmentInput) (
 func (w *world) verify(_ context.Context, in rollout.VerifyInput) (rollout.VerifyResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.verifies = append(w.verifies, in)
+	if w.verifyErr != nil {
+		if err := w.verifyErr(in); err != nil {
+			return rollout.VerifyResult{}, err
+		}
+	}
 	reward := 0.0
 	if w.value == w.target {
 		reward = 1
+	}
+	if in.StoreDetails {
+		return rollout.VerifyResult{Reward: reward, DetailsRef: w.head("details", w.value)}, nil
 	}
 	return rollout.VerifyResult{Reward: reward}, nil
 }

@@ -34,6 +34,10 @@ readonly CONFIG="$root/temporal-dev.yaml"
 readonly DEV_ENV="dev"
 readonly ENV_LISTEN="127.0.0.1:8091"
 readonly POLICY_LISTEN="127.0.0.1:8092"
+# Prometheus /metrics of each process (README "Metrics").
+readonly ENV_METRICS="127.0.0.1:9091"
+readonly POLICY_METRICS="127.0.0.1:9092"
+readonly WORKER_METRICS="127.0.0.1:9093"
 readonly TASK_QUEUE="${TURNSTILE_TASK_QUEUE:-turnstile-rollouts}"
 readonly DEMO_ENVS="${DEMO_ENVS:-counter}"
 readonly DEMO_COUNT="${DEMO_COUNT:-24}"
@@ -225,14 +229,17 @@ TEMPORAL_NAMESPACE="$(flag_value --namespace "${devserver_cmd[@]}")"
 export TEMPORAL_NAMESPACE
 
 require_free_ports "$TEMPORAL_ADDRESS=Temporal frontend" "$ip:$ui_port=Temporal Web UI" \
-  "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server"
+  "$ENV_LISTEN=environment server" "$POLICY_LISTEN=policy server" \
+  "$ENV_METRICS=environment server metrics" "$POLICY_METRICS=policy server metrics" "$WORKER_METRICS=worker metrics"
 
-# The environment servers' checkpoint control plane is on only with a bearer
-# token: a fresh random one per demo run. The environment server, the worker
-# (its Checkpoint/Restore activities) and the starter (resume) all read it
-# from this variable, which keeps it out of the process list.
+# The environment servers' two planes each want a bearer token: fresh random
+# ones per demo run. The environment server, the worker (its environment
+# activities send the data token; its Checkpoint/Restore activities and
+# start-overs the control token) and the starter (resume) all read them from
+# these variables, which keeps them out of the process list.
 TURNSTILE_CONTROL_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export TURNSTILE_CONTROL_TOKEN
+TURNSTILE_DATA_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export TURNSTILE_CONTROL_TOKEN TURNSTILE_DATA_TOKEN
 
 # start_devserver, start_envserver and start_worker start one component each
 # and wait until it is ready; SUFFIX ("" or "-2") names the log files, so
@@ -248,7 +255,7 @@ start_devserver() {
 # ---- environment server ----------------------------------------------------
 start_envserver() {
   env_ready="$run_dir/envserver$1.url"
-  start "envserver$1" "$root/bin/envserver" --listen "$ENV_LISTEN" --ready-file "$env_ready"
+  start "envserver$1" "$root/bin/envserver" --listen "$ENV_LISTEN" --ready-file "$env_ready" --metrics-listen "$ENV_METRICS"
   wait_until "environment server" "${pids[-1]}" test -s "$env_ready"
   env_url="$(head -n 1 "$env_ready")"
   wait_until "environment server health" "${pids[-1]}" http_ok "$env_url/healthz"
@@ -258,7 +265,7 @@ start_envserver() {
 start_policyserver() {
   policy_ready="$run_dir/policyserver.url"
   start policyserver "$root/bin/policyserver" --listen "$POLICY_LISTEN" \
-    --latency 200ms --jitter 50ms --imperfection 0.2 --ready-file "$policy_ready"
+    --latency 200ms --jitter 50ms --imperfection 0.2 --ready-file "$policy_ready" --metrics-listen "$POLICY_METRICS"
   wait_until "policy server" "${pids[-1]}" test -s "$policy_ready"
   wait_until "policy server health" "${pids[-1]}" http_ok "http://$POLICY_LISTEN/healthz"
 }
@@ -272,6 +279,7 @@ start_worker() {
     TURNSTILE_TRANSCRIPT_DIR="$run_dir/transcripts" \
     TEMPORAL_ADDRESS="$TEMPORAL_ADDRESS" \
     TEMPORAL_NAMESPACE="$TEMPORAL_NAMESPACE" \
+    TURNSTILE_METRICS_LISTEN="$WORKER_METRICS" \
     "$root/bin/worker"
   wait_until "worker" "${pids[-1]}" worker_polling
 }
@@ -289,6 +297,7 @@ ui_host="$ip"
 [[ "$ui_host" == "127.0.0.1" ]] && ui_host="localhost"
 ui_url="http://$ui_host:$ui_port/namespaces/$TEMPORAL_NAMESPACE/workflows?query=$query"
 log "Web UI for this set (live while the demo runs): $ui_url"
+log "Prometheus metrics: worker http://$WORKER_METRICS/metrics, environment server http://$ENV_METRICS/metrics, policy server http://$POLICY_METRICS/metrics"
 
 # ---- a set of rollouts -----------------------------------------------------
 # Each rollout uses its environment's scripted policy (scripted-<env>) and
@@ -328,9 +337,12 @@ log "every rollout closed; summary:"
 # paused, then everything but the policy server and the checkpoint directory
 # dies (SIGKILL), comes back empty, and the checkpoint is restored.
 
-# env_applied prints the environment server's count of applied mutations.
+# env_applied prints the environment server's count of applied mutations
+# (a data-plane read: the token goes in a header read from a file
+# descriptor, not on curl's command line).
 env_applied() {
-  curl -fsS --max-time 2 "$env_url/v1/stats" | grep -o '"applied":[0-9]*' | cut -d: -f2
+  curl -fsS --max-time 2 -H @<(printf 'Authorization: Bearer %s\n' "$TURNSTILE_DATA_TOKEN") "$env_url/v1/stats" |
+    grep -o '"applied":[0-9]*' | cut -d: -f2
 }
 
 # count_runs QUERY prints how many runs visibility finds for QUERY.

@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/turnstile-rl/turnstile/atomicfile"
 )
@@ -79,7 +81,29 @@ var (
 // one directory: writes go to a temporary name and are renamed into place, and
 // equal content has equal names, so concurrent writers cannot disagree.
 type Store struct {
-	dir string
+	dir   string
+	stats counters
+	convs *convCache
+}
+
+// Stats counts a store's file operations since it was opened: blobs read
+// and written (a Put of content already stored writes nothing) and their
+// bytes. A worker exports them as metrics.
+type Stats struct {
+	Reads, ReadBytes   int64
+	Writes, WriteBytes int64
+}
+
+type counters struct {
+	reads, readBytes, writes, writeBytes atomic.Int64
+}
+
+// Stats returns the store's counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Reads: s.stats.reads.Load(), ReadBytes: s.stats.readBytes.Load(),
+		Writes: s.stats.writes.Load(), WriteBytes: s.stats.writeBytes.Load(),
+	}
 }
 
 // Open returns the store in dir, creating it if needed.
@@ -90,7 +114,7 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, convs: newConvCache(DefaultCacheItems)}, nil
 }
 
 // Dir is the store's directory.
@@ -118,6 +142,8 @@ func (s *Store) Put(ctx context.Context, data []byte) (Digest, error) {
 	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
 		return "", fmt.Errorf("transcript: put %s: %w", d, err)
 	}
+	s.stats.writes.Add(1)
+	s.stats.writeBytes.Add(int64(len(data)))
 	return d, nil
 }
 
@@ -130,6 +156,10 @@ func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
 		return nil, err
 	}
 	data, err := os.ReadFile(s.path(d))
+	if err == nil {
+		s.stats.reads.Add(1)
+		s.stats.readBytes.Add(int64(len(data)))
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, d)
 	}
@@ -188,23 +218,40 @@ func (s *Store) AppendAll(ctx context.Context, head Digest, items ...Item) (Dige
 	return head, nil
 }
 
-// Load returns the conversation ending at head, oldest item first.
+// Load returns the conversation ending at head, oldest item first. It
+// walks the chain back only to the newest conversation it has cached (the
+// one the previous model call of the rollout loaded, typically), so a
+// rollout's calls read each item once instead of once per later call.
 func (s *Store) Load(ctx context.Context, head Digest) ([]Item, error) {
-	var items []Item
-	err := s.walk(ctx, head, func(_ Digest, n node) error {
+	if head == "" {
+		return nil, ctx.Err()
+	}
+	if items, ok := s.convs.get(head); ok {
+		return slices.Clone(items), nil
+	}
+	var newest []Item // newest first
+	var base []Item
+	err := s.walkUntil(ctx, head, func(d Digest) bool {
+		var ok bool
+		base, ok = s.convs.get(d)
+		return ok
+	}, func(_ Digest, n node) error {
 		var it Item
 		if err := s.GetJSON(ctx, n.Item, &it); err != nil {
 			return err
 		}
-		items = append(items, it)
+		newest = append(newest, it)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for i, j := 0, len(items)-1; i < j; i, j = i+1, j-1 {
-		items[i], items[j] = items[j], items[i]
+	items := make([]Item, len(base), len(base)+len(newest))
+	copy(items, base)
+	for i := len(newest) - 1; i >= 0; i-- {
+		items = append(items, newest[i])
 	}
+	s.convs.put(head, slices.Clone(items))
 	return items, nil
 }
 
@@ -228,8 +275,14 @@ func (s *Store) Blobs(ctx context.Context, head Digest) ([]Digest, error) {
 }
 
 func (s *Store) walk(ctx context.Context, head Digest, fn func(Digest, node) error) error {
+	return s.walkUntil(ctx, head, func(Digest) bool { return false }, fn)
+}
+
+// walkUntil walks the chain from head back to the first node for which stop
+// holds (not visited), or to the start.
+func (s *Store) walkUntil(ctx context.Context, head Digest, stop func(Digest) bool, fn func(Digest, node) error) error {
 	seen := map[Digest]bool{}
-	for d := head; d != ""; {
+	for d := head; d != "" && !stop(d); {
 		if seen[d] {
 			return fmt.Errorf("%w: cycle at %s", ErrCorrupt, d)
 		}

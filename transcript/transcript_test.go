@@ -127,3 +127,36 @@ func TestCancelledContext(t *testing.T) {
 	_, err = s.Put(ctx, []byte("x"))
 	require.ErrorIs(t, err, context.Canceled)
 }
+
+// A rollout loads its conversation before every model call. Each load reads
+// only the items appended since the previous one: the chain is not walked
+// again (which made a rollout read O(turns²) files), and what it returns
+// equals a fresh store's answer.
+func TestLoadReadsOnlyNewItems(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := transcript.Open(dir)
+	require.NoError(t, err)
+	var head transcript.Digest
+	for turn := 0; turn < 50; turn++ {
+		head, err = s.AppendAll(ctx, head,
+			transcript.Item{Role: "assistant", Content: "call"},
+			transcript.Item{Role: "tool", Content: strings.Repeat("x", turn)})
+		require.NoError(t, err)
+		before := s.Stats().Reads
+		items, err := s.Load(ctx, head)
+		require.NoError(t, err)
+		require.Len(t, items, 2*(turn+1))
+		reads := s.Stats().Reads - before
+		require.EqualValues(t, 4, reads, "turn %d: only the two new nodes and items are read", turn)
+		items[0].Content = "changed by the caller" // must not reach the cache
+	}
+	again, err := s.Load(ctx, head)
+	require.NoError(t, err)
+	fresh, err := transcript.Open(dir)
+	require.NoError(t, err)
+	want, err := fresh.Load(ctx, head)
+	require.NoError(t, err)
+	require.Equal(t, want, again)
+	require.EqualValues(t, 200, fresh.Stats().Reads, "a fresh store walks the whole chain once")
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
 // Environment variables a worker reads. Temporal's own connection settings
@@ -37,6 +39,19 @@ const (
 	// checkpoint control plane, used by the Checkpoint and Restore
 	// coordinator activities.
 	EnvControlToken = protocol.ControlTokenEnvVar
+	// EnvDataToken is the bearer token of the environment servers' data
+	// plane, sent by the environment activities.
+	EnvDataToken = protocol.DataTokenEnvVar
+	// EnvTLSCA, EnvTLSClientCert and EnvTLSClientKey are what the worker's
+	// HTTP client (environment servers, model endpoint, control plane)
+	// trusts and presents: a private CA and a client certificate for
+	// mutual TLS.
+	EnvTLSCA         = tlsfiles.EnvCA
+	EnvTLSClientCert = tlsfiles.EnvClientCert
+	EnvTLSClientKey  = tlsfiles.EnvClientKey
+	// EnvCPUProfile, when set, names a file the worker writes a CPU
+	// profile of its whole run to (for `make bench`; read by cmd/worker).
+	EnvCPUProfile = "TURNSTILE_CPU_PROFILE"
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local
@@ -62,8 +77,16 @@ type Config struct {
 	LogLevel    string
 	LogFormat   string
 	// ControlToken authorises checkpoint control calls to environment
-	// servers; like the API key, it never travels in workflow input.
+	// servers, and start-overs (rollout.Activities.AuthoriseAttempt); like
+	// the API key, it never travels in workflow input.
 	ControlToken string
+	// DataToken is sent to the environment servers' data plane.
+	DataToken string
+	// TLS names the CA the worker trusts and its client certificate; empty
+	// means the system roots and no client certificate.
+	TLS tlsfiles.ClientFiles
+	// MetricsListen is the address /metrics is served on; empty serves none.
+	MetricsListen string
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -89,6 +112,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		LogLevel:      strings.ToLower(get(EnvLogLevel, DefaultLogLevel)),
 		LogFormat:     get(EnvLogFormat, DefaultLogFormat),
 		ControlToken:  get(EnvControlToken, ""),
+		DataToken:     get(EnvDataToken, ""),
+		TLS:           tlsfiles.ClientFiles{CA: get(EnvTLSCA, ""), Cert: get(EnvTLSClientCert, ""), Key: get(EnvTLSClientKey, "")},
+		MetricsListen: get(EnvMetricsListen, ""),
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -109,8 +135,19 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s=%q: want an http:// or https:// URL", u.name, u.value)
 		}
 	}
+	if c.DataToken != "" && c.DataToken == c.ControlToken {
+		return fmt.Errorf("%s and %s are equal: the environment servers refuse that", EnvDataToken, EnvControlToken)
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		return fmt.Errorf("%s and %s: a client certificate needs both", EnvTLSClientCert, EnvTLSClientKey)
+	}
 	if c.TaskQueue == "" {
 		return fmt.Errorf("%s: empty task queue", EnvTaskQueue)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("%s=%q: want host:port (port 0 picks one): %v", EnvMetricsListen, c.MetricsListen, err)
+		}
 	}
 	if _, err := zap.ParseAtomicLevel(c.LogLevel); err != nil {
 		return fmt.Errorf("%s=%q: want debug, info, warn or error", EnvLogLevel, c.LogLevel)

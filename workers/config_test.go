@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
 )
 
@@ -45,6 +46,11 @@ func TestConfigFromLookup(t *testing.T) {
 				workers.EnvOpenAIAPIKey:  "k2",
 				workers.EnvTaskQueue:     "q",
 				workers.EnvLogLevel:      "DEBUG",
+				workers.EnvDataToken:     "d1",
+				workers.EnvControlToken:  "c1",
+				workers.EnvTLSCA:         "/pki/ca.pem",
+				workers.EnvTLSClientCert: "/pki/w.pem",
+				workers.EnvTLSClientKey:  "/pki/w-key.pem",
 			},
 			want: workers.Config{
 				TranscriptDir: "/data/t",
@@ -54,6 +60,9 @@ func TestConfigFromLookup(t *testing.T) {
 				TaskQueue:     "q",
 				LogLevel:      "debug",
 				LogFormat:     "json",
+				DataToken:     "d1",
+				ControlToken:  "c1",
+				TLS:           tlsfiles.ClientFiles{CA: "/pki/ca.pem", Cert: "/pki/w.pem", Key: "/pki/w-key.pem"},
 			},
 		},
 		{
@@ -90,15 +99,22 @@ func TestConfigFromLookup(t *testing.T) {
 func TestConfigFromLookupRejects(t *testing.T) {
 	tests := []struct {
 		name, key, value string
+		more             map[string]string
 	}{
-		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091"},
-		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1"},
-		{"log level", workers.EnvLogLevel, "loud"},
-		{"log format", workers.EnvLogFormat, "xml"},
+		{"equal data and control tokens", workers.EnvDataToken, "same", map[string]string{workers.EnvControlToken: "same"}},
+		{"client certificate without key", workers.EnvTLSClientCert, "/pki/w.pem", nil},
+		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091", nil},
+		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},
+		{"log level", workers.EnvLogLevel, "loud", nil},
+		{"log format", workers.EnvLogFormat, "xml", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := workers.ConfigFromLookup(lookup(map[string]string{tt.key: tt.value}))
+			env := map[string]string{tt.key: tt.value}
+			for k, v := range tt.more {
+				env[k] = v
+			}
+			_, err := workers.ConfigFromLookup(lookup(env))
 			if err == nil {
 				t.Fatalf("%s=%q accepted", tt.key, tt.value)
 			}

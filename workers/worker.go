@@ -1,10 +1,12 @@
 package workers
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
@@ -25,24 +27,67 @@ type Registry interface {
 	RegisterActivity(a any)
 }
 
-// New builds a worker on cfg.TaskQueue with every turnstile workflow and
-// activity registered. It does not start it.
-func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error) {
+// Worker is the pair of Temporal workers one worker process runs: the data
+// plane on the rollout task queue (Rollout and its activities) and the
+// control plane on checkpoint.ControlTaskQueue of it (Checkpoint, Restore
+// and the coordinator activities). Each has its own pollers and task slots,
+// so a checkpoint never waits for slots or polls behind rollout work.
+type Worker struct {
+	Data, Control worker.Worker
+}
+
+// Slots of the control worker: a few checkpoints and restores run at once,
+// and each coordinator activity fans out over its whole set by itself.
+const (
+	ControlWorkflowSlots = 16
+	ControlActivitySlots = 16
+)
+
+// New builds the data and control workers of cfg with every turnstile
+// workflow and activity registered. It does not start them. With reg, the
+// worker's own metrics (NewMetrics) are registered there.
+func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Worker, error) {
 	acts, err := NewActivities(cfg)
 	if err != nil {
 		return nil, err
 	}
-	w := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&applicationErrors{}}})
-	Register(w, acts, NewCoordinator(c, cfg, acts))
+	coord := NewCoordinator(c, cfg, acts)
+	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
+	if reg != nil {
+		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
+	}
+	data := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: interceptors})
+	Register(data, acts, coord)
+	control := worker.New(c, checkpoint.ControlTaskQueue(cfg.TaskQueue), worker.Options{
+		Interceptors:                           interceptors,
+		MaxConcurrentWorkflowTaskExecutionSize: ControlWorkflowSlots,
+		MaxConcurrentActivityExecutionSize:     ControlActivitySlots,
+	})
+	RegisterControl(control, coord)
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
+		zap.String("control_task_queue", checkpoint.ControlTaskQueue(cfg.TaskQueue)),
 		zap.String("transcript_dir", cfg.TranscriptDir),
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
+		zap.Bool("data_token_set", cfg.DataToken != ""),
+		zap.Bool("control_token_set", cfg.ControlToken != ""),
+		zap.Bool("tls_ca_set", cfg.TLS.CA != ""),
+		zap.Bool("tls_client_cert_set", cfg.TLS.Cert != ""),
 		zap.Bool("failpoints_armed", os.Getenv(failpoint.EnvVar) != ""),
 	)
-	return w, nil
+	return &Worker{Data: data, Control: control}, nil
+}
+
+// Run starts the control worker, then runs the data worker until interrupt
+// fires (or it fails), and stops both.
+func (w *Worker) Run(interrupt <-chan any) error {
+	if err := w.Control.Start(); err != nil {
+		return fmt.Errorf("control worker: %w", err)
+	}
+	defer w.Control.Stop()
+	return w.Data.Run(interrupt)
 }
 
 // NewActivities builds the activities a worker hosts: the transcript store it
@@ -61,16 +106,48 @@ func NewActivities(cfg Config) (*rollout.Activities, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", failpoint.EnvVar, err)
 	}
+	tlsCfg, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
 	return &rollout.Activities{
 		Store:        store,
 		EnvURL:       cfg.EnvURL,
 		ModelBaseURL: cfg.ModelBaseURL,
 		ModelAPIKey:  cfg.ModelAPIKey,
+		DataToken:    cfg.DataToken,
+		ControlToken: cfg.ControlToken,
 		// No client-wide timeout: a model call may legitimately take
 		// minutes; the activity's context bounds each call.
-		HTTPClient: &http.Client{},
+		HTTPClient: httpClient(tlsCfg),
 		Failpoints: fps,
 	}, nil
+}
+
+// MaxIdleConnsPerHost is how many idle connections a worker keeps to each
+// environment server and model endpoint. Go's default is 2: with hundreds of
+// rollouts calling one server at once, every call beyond two dialled a new
+// connection and left it in TIME_WAIT.
+const MaxIdleConnsPerHost = 512
+
+// NewTransport is the HTTP transport of a worker's model, environment and
+// control calls: Go's default transport with MaxIdleConnsPerHost kept.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 4 * MaxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	return t
+}
+
+// httpClient is the worker's client of environment servers, model
+// endpoints and control planes: NewTransport's pool, trusting and
+// presenting what tlsCfg says (nil: the system roots).
+func httpClient(tlsCfg *tls.Config) *http.Client {
+	t := NewTransport()
+	if tlsCfg != nil {
+		t.TLSClientConfig = tlsCfg
+	}
+	return &http.Client{Transport: t}
 }
 
 // NewCoordinator builds the activities of the Checkpoint and Restore
@@ -81,22 +158,35 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 		Client:       c,
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
-		// No client-wide timeout: a prepare waits up to its absolute
-		// deadline, which the activity's context bounds.
-		HTTPClient: &http.Client{},
+		// The rollout activities' client: the same trust and client
+		// certificate, and no client-wide timeout (a prepare waits up to
+		// its absolute deadline, which the activity's context bounds).
+		HTTPClient: acts.HTTPClient,
 		TaskQueue:  cfg.TaskQueue,
 		Failpoints: acts.Failpoints,
 	}
 }
 
-// Register registers the workflows and activities on r.
+// Register registers the workflows and activities of the data worker on r.
+// The group activities share the coordinator's Temporal client. The
+// coordinator workflows and activities are registered here too, so a
+// Checkpoint or Restore started on the rollout task queue (by an older
+// client, or a Temporal CLI command naming that queue) still runs.
 func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
+	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
+	// The structs' methods become the activities, named after the methods
+	// (rollout.StartEnvironmentName, CallModelName, …; ReportToGroup,
+	// CancelGroupMembers; the coordinator's PrepareParticipants, ParkMembers, …).
+	r.RegisterActivity(acts)
+	r.RegisterActivity(&rollout.GroupActivities{Client: coord.Client})
+	RegisterControl(r, coord)
+}
+
+// RegisterControl registers the Checkpoint and Restore workflows and the
+// coordinator activities (PrepareParticipants, ParkMembers, …) on r.
+func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
-	// The structs' methods become the activities, named after the methods
-	// (rollout.StartEnvironmentName, CallModelName, …; the coordinator's
-	// PrepareParticipants, ParkMembers, …).
-	r.RegisterActivity(acts)
 	r.RegisterActivity(coord)
 }

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,12 +45,15 @@ func TestRegister(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
-	want := []string{rollout.WorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
-	if len(r.activities) != 2 || r.activities[0] != any(acts) || r.activities[1] != any(coord) {
+	if len(r.activities) != 3 || r.activities[0] != any(acts) || r.activities[2] != any(coord) {
 		t.Errorf("activities registered: %v", r.activities)
+	}
+	if g, ok := r.activities[1].(*rollout.GroupActivities); !ok || g.Client != coord.Client {
+		t.Errorf("group activities registered: %#v", r.activities[1])
 	}
 	if coord.Store != acts.Store {
 		t.Error("the coordinator does not share the rollout activities' transcript store")
@@ -75,7 +79,10 @@ func TestNewActivities(t *testing.T) {
 		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
 	}
 	if acts.HTTPClient == nil {
-		t.Error("no HTTP client")
+		t.Fatal("no HTTP client")
+	}
+	if tr, ok := acts.HTTPClient.Transport.(*http.Transport); !ok || tr.MaxIdleConnsPerHost < 256 {
+		t.Errorf("transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
 	}
 }
 
@@ -123,5 +130,28 @@ func TestNewActivitiesRejects(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// The control worker hosts only the coordinators: no Rollout task can take
+// its slots.
+func TestRegisterControl(t *testing.T) {
+	t.Setenv(failpoint.EnvVar, "")
+	acts, err := workers.NewActivities(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recordingRegistry
+	coord := workers.NewCoordinator(nil, testConfig(t), acts)
+	workers.RegisterControl(&r, coord)
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
+		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
+	}
+	if len(r.activities) != 1 || r.activities[0] != any(coord) {
+		t.Errorf("activities registered: %v, want the coordinator only", r.activities)
+	}
+	if got := checkpoint.ControlTaskQueue("q"); got != "q-control" {
+		t.Errorf("control queue of q = %q", got)
 	}
 }

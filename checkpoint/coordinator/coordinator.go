@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
@@ -92,19 +93,54 @@ func invalidCheckpoint(format string, args ...any) error {
 }
 
 // progress heartbeats done/total while a fan-out runs; outside an activity
-// (plain unit tests) it does nothing.
+// (plain unit tests) it does nothing. Besides a beat per finished item, it
+// beats on a clock: at 10,000 rollouts every one of the fan-out's calls may
+// wait longer than the heartbeat timeout (an update waits for its rollout's
+// workflow task, queued behind the set's work), and a silent activity would
+// be timed out and retried although its worker is alive and working.
 type progress struct {
 	ctx   context.Context
 	step  string
 	total int
 	done  atomic.Int64
+	quit  chan struct{}
 }
 
 func newProgress(ctx context.Context, step string, total int) *progress {
-	p := &progress{ctx: ctx, step: step, total: total}
+	p := &progress{ctx: ctx, step: step, total: total, quit: make(chan struct{})}
 	p.beat()
+	if every := keepaliveEvery(ctx); every > 0 {
+		go p.keepalive(every)
+	}
 	return p
 }
+
+// keepaliveEvery is a third of the activity's heartbeat timeout (0 outside
+// an activity or without one), so two beats may be lost before it expires.
+func keepaliveEvery(ctx context.Context) time.Duration {
+	if !activity.IsActivity(ctx) {
+		return 0
+	}
+	return activity.GetInfo(ctx).HeartbeatTimeout / 3
+}
+
+func (p *progress) keepalive(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.quit:
+			return
+		case <-p.ctx.Done():
+			return
+		case <-t.C:
+			p.beat()
+		}
+	}
+}
+
+// stop ends the clock's beats; call it when the fan-out is over.
+func (p *progress) stop() { close(p.quit) }
 
 func (p *progress) add() {
 	p.done.Add(1)

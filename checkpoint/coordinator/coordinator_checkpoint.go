@@ -61,6 +61,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	}
 	reports := make([]participantReport, len(in.Participants))
 	prog := newProgress(ctx, "prepare", len(in.Participants))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		url := in.Participants[i]
 		cc := c.control(url)
@@ -132,6 +133,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	}
 	visible := map[string]bool{}
 	prog := newProgress(ctx, "list", 0)
+	defer prog.stop()
 	err = listSet(ctx, tc, in.Set, `ExecutionStatus = "Running"`, func(r visibleRun) {
 		visible[r.RolloutID] = true
 		prog.add()
@@ -153,6 +155,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	extra = sortedUnique(extra)
 	member := make([]bool, len(extra))
 	prog = newProgress(ctx, "describe", len(extra))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(extra), c.limit(), func(ctx context.Context, i int) error {
 		ri, err := describeRollout(ctx, tc, extra[i])
 		if err != nil {
@@ -247,6 +250,7 @@ func (p *parking) ask(ctx context.Context) ([]client.WorkflowUpdateHandle, error
 	handles := make([]client.WorkflowUpdateHandle, len(p.ids))
 	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
 	prog := newProgress(ctx, "ask to park", len(p.ids))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
 		h, err := p.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(p.ids[i]), UpdateName: rollout.UpdatePark, UpdateID: rollout.ParkUpdateID(p.in.CheckpointID),
@@ -272,6 +276,7 @@ func (p *parking) collect(ctx context.Context, handles []client.WorkflowUpdateHa
 	records := map[string][]byte{}
 	res := checkpoint.ParkMembersResult{Members: len(p.ids)}
 	prog := newProgress(ctx, "parked", len(p.ids))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		if p.closed[i] {
@@ -427,6 +432,7 @@ func readCommitStaging(in checkpoint.CommitCheckpointInput) (commitStaging, erro
 func (c *Coordinator) commitParticipants(ctx context.Context, dir, checkpointID string, reports []participantReport) ([]ParticipantEntry, error) {
 	entries := make([]ParticipantEntry, len(reports))
 	prog := newProgress(ctx, "commit participants", len(reports))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(reports), c.limit(), func(ctx context.Context, i int) error {
 		p := reports[i]
 		loc := checkpoint.ParticipantLocation(dir, i)
@@ -518,6 +524,7 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 	}
 	sort.Strings(ids)
 	prog := newProgress(ctx, "collect transcripts", len(ids))
+	defer prog.stop()
 	for _, id := range ids {
 		raw := records[id]
 		agents.Records = append(agents.Records, artifact.Record{Key: id, Data: raw})
@@ -570,6 +577,7 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		if _, err := c.control(in.Participants[i]).Resume(ctx, in.CheckpointID); err != nil {
 			return controlError(in.Participants[i], "resume", err)
@@ -619,6 +627,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 		updateID = checkpointID + "/restore-resume"
 	}
 	prog := newProgress(ctx, "resume rollouts", len(ids))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{

@@ -209,7 +209,10 @@ func (f *fakeTemporal) TerminateWorkflow(_ context.Context, wid, runID, reason s
 	return nil
 }
 
-const testToken = "test-token"
+const (
+	testToken     = "test-token"
+	testDataToken = "test-data-token"
+)
 
 // envServer is a real environment server hosting the counter, with its
 // control plane on.
@@ -222,7 +225,7 @@ type envServer struct {
 func newEnvServer(t *testing.T, name string) *envServer {
 	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{
-		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken,
+		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -231,11 +234,18 @@ func newEnvServer(t *testing.T, name string) *envServer {
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &envServer{url: hs.URL, c: protocol.NewClient(hs.URL, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
+	return &envServer{url: hs.URL, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }
 
+// start starts attempt of rollout; an attempt above 0 is installed through
+// the control plane first, as a worker's start-over does.
 func (e *envServer) start(t *testing.T, rollout string, attempt int) {
 	t.Helper()
+	if attempt > 0 {
+		if _, err := e.cc.Authorise(context.Background(), rollout, attempt); err != nil {
+			t.Fatalf("authorise %s attempt %d: %v", rollout, attempt, err)
+		}
+	}
 	_, err := e.c.Start(context.Background(), protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.SeedRequestID(rollout)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),

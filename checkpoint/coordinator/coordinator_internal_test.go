@@ -1,7 +1,16 @@
 package coordinator
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 )
 
 func TestRecordsRoundTripSortedAndDeterministic(t *testing.T) {
@@ -35,4 +44,36 @@ func equalCompact(a, b []byte) bool {
 		return string(out)
 	}
 	return strip(a) == strip(b)
+}
+
+// A fan-out whose calls all wait longer than the heartbeat timeout still
+// heartbeats: the progress beats on a clock, not only per finished item.
+func TestProgressBeatsWhileNothingFinishes(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	// The activity sleeps on purpose; a loaded CI machine must not turn the
+	// workflow goroutine's wait into a reported deadlock.
+	env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: time.Minute})
+	var beats atomic.Int64
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats.Add(1) })
+	slow := func(ctx context.Context) error {
+		p := newProgress(ctx, "wait", 1)
+		defer p.stop()
+		time.Sleep(400 * time.Millisecond) // one item that takes four heartbeat timeouts
+		p.add()
+		return nil
+	}
+	env.RegisterActivityWithOptions(slow, activity.RegisterOptions{Name: "Slow"})
+	env.ExecuteWorkflow(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 100 * time.Millisecond})
+		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)
+	})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	// One beat at the start and one at the end; the clock adds about a
+	// dozen (every 33 ms for 400 ms).
+	if got := beats.Load(); got < 4 {
+		t.Fatalf("%d heartbeats in 400 ms with a 100 ms heartbeat timeout, want the clock's too", got)
+	}
 }

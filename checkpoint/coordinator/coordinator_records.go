@@ -55,7 +55,7 @@ func checkRecord(r rollout.ParkRecord, checkpointID, set, rolloutID string) erro
 
 // references lists what a record needs from the transcript store:
 // conversation heads (each walked to its root) and single blobs (the tool
-// schema).
+// schema, a held result's verify details).
 func references(r rollout.ParkRecord) (heads, blobs []transcript.Digest) {
 	add := func(list *[]transcript.Digest, d transcript.Digest) {
 		if d != "" {
@@ -68,6 +68,7 @@ func references(r rollout.ParkRecord) (heads, blobs []transcript.Digest) {
 	}
 	if r.Result != nil {
 		add(&heads, r.Result.Head)
+		add(&blobs, r.Result.VerifyDetailsRef)
 	}
 	add(&blobs, r.Boundary.Tools)
 	return heads, blobs

@@ -533,6 +533,7 @@ func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
 func (c *Coordinator) describeAll(ctx context.Context, tc client.Client, ids []string) ([]runInfo, error) {
 	runs := make([]runInfo, len(ids))
 	prog := newProgress(ctx, "describe", len(ids))
+	defer prog.stop()
 	err := fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		ri, err := describeRollout(ctx, tc, ids[i])
@@ -608,6 +609,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	var mu sync.Mutex
 	res := checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}
 	prog := newProgress(ctx, "restore participants", len(in.Participants))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		url := in.Participants[i]
@@ -653,6 +655,7 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in checkpoint.Terminat
 	var mu sync.Mutex
 	n := 0
 	prog := newProgress(ctx, "terminate", len(ids))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id, attempt := ids[i], af.Attempts[ids[i]]
@@ -734,6 +737,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	var mu sync.Mutex
 	var res checkpoint.StartRestoredResult
 	prog := newProgress(ctx, "start", len(af.Start))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
@@ -829,6 +833,7 @@ func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoi
 		return temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", rollout.ErrBadInput, nil)
 	}
 	prog := newProgress(ctx, "transcripts", len(lc.blobs))
+	defer prog.stop()
 	for d, data := range lc.blobs {
 		got, err := c.Store.Put(ctx, data)
 		if err != nil {
@@ -857,6 +862,7 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		if _, err := c.control(in.Participants[i]).ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
 			return controlError(in.Participants[i], "resume", err)
@@ -893,6 +899,7 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 	var mu sync.Mutex
 	res := checkpoint.ResumeRolloutsResult{}
 	prog := newProgress(ctx, "resume rollouts", len(l.Rollouts))
+	defer prog.stop()
 	err = fanout.Each(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := l.Rollouts[i]

@@ -102,7 +102,11 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 		final, err := w.store.Append(ctx, head, transcript.Item{Role: "assistant", Content: "done"})
 		require.NoError(t, err)
 		w.want(t, final)
-		res := rollout.Result{RolloutID: id, Set: "s1", Attempt: attempt, Reward: 1, Turns: 1, Head: final}
+		details, err := w.store.Put(ctx, []byte(`{"value":9,"target":9}`))
+		require.NoError(t, err)
+		w.wanted[details] = true
+		res := rollout.Result{RolloutID: id, Set: "s1", Attempt: attempt, Reward: 1, Turns: 1, Head: final,
+			StepRewards: []float64{0}, VerifyDetailsRef: details}
 		receipt, err := rollout.NewReceipt(res)
 		require.NoError(t, err)
 		res.Receipt = &receipt

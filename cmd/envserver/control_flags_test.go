@@ -16,15 +16,19 @@ import (
 	"github.com/turnstile-rl/turnstile/protocol"
 )
 
-// startRun runs the command in the background and returns its base URL once
-// the ready file appears; the command stops at cleanup.
+// testDataToken is the data token startRun gives the command.
+const testDataToken = "cmd-test-data-token"
+
+// startRun runs the command in the background (with --data-token
+// testDataToken; a later --data-token in args wins) and returns its base
+// URL once the ready file appears; the command stops at cleanup.
 func startRun(t *testing.T, args ...string) string {
 	t.Helper()
 	ready := filepath.Join(t.TempDir(), "env.url")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--envs", "counter"}, args...), io.Discard)
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--envs", "counter", "--data-token", testDataToken}, args...), io.Discard)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -38,6 +42,7 @@ func startRun(t *testing.T, args ...string) string {
 	for {
 		select {
 		case err := <-done:
+			done <- nil // for the cleanup, which waits for run to return
 			t.Fatalf("run returned before ready: %v", err)
 		case <-deadline:
 			t.Fatal("no ready file")

@@ -6,23 +6,33 @@
 //
 // With --ready-file it writes its base URL (http://HOST:PORT) to that file
 // once it is listening, so a test harness can use port 0 and learn the port.
-// Failpoints are armed through TURNSTILE_FAILPOINTS. The checkpoint control
-// plane (/v1/control/…) is on only with a bearer token, from
-// TURNSTILE_CONTROL_TOKEN or --control-token (the variable keeps the token out
-// of the process list); --name is the participant name it reports.
+// Failpoints are armed through TURNSTILE_FAILPOINTS. The data plane wants a
+// bearer token, from TURNSTILE_DATA_TOKEN or --data-token (without one the
+// server refuses to start unless --insecure-no-data-auth). The checkpoint
+// control plane (/v1/control/…) is on only with a different bearer token,
+// from TURNSTILE_CONTROL_TOKEN or --control-token (the variables keep the
+// tokens out of the process list); --name is the participant name it
+// reports. --tls-cert/--tls-key serve HTTPS, --tls-client-ca requires client
+// certificates (mutual TLS); the ready file then holds an https:// URL.
+//
+// --remote puts an environment that is already served over HTTP (a NeMo Gym
+// resources server, or a Gymnasium-style reset/step server) behind the
+// same protocol (package envs/remote):
+//
+//	envserver --envs '' --remote name=weather,url=http://127.0.0.1:9000,kind=nemo-gym,tools=tools.json
 package main
 
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -34,14 +44,18 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envs/remote"
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
 // Defaults and names of the command's settings.
 const (
-	ListenEnvVar    = "TURNSTILE_ENV_LISTEN"
+	ListenEnvVar = "TURNSTILE_ENV_LISTEN"
+	// MetricsEnvVar is the default of --metrics-listen.
+	MetricsEnvVar   = "TURNSTILE_ENV_METRICS_LISTEN"
 	DefaultListen   = "127.0.0.1:8091"
 	shutdownTimeout = 10 * time.Second
 )
@@ -57,13 +71,18 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	logLevel     string
-	logFormat    string
-	listen       string
-	readyFile    string
-	name         string
-	controlToken string
-	envs         []envs.Environment
+	logLevel      string
+	logFormat     string
+	listen        string
+	metricsListen string
+	readyFile     string
+	name          string
+	controlToken  string
+	dataToken     string
+	insecureData  bool
+	tls           tlsfiles.ServerFiles
+	envs          []envs.Environment
+	remotes       []remote.Config
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -73,20 +92,38 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if v := os.Getenv(ListenEnvVar); v != "" {
 		listen = v
 	}
-	names := catalog.Names()
+	names := catalog.HostedNames()
 
 	var cfg config
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
+	fs.StringVar(&cfg.metricsListen, "metrics-listen", os.Getenv(MetricsEnvVar), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnvVar)
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
 	fs.StringVar(&cfg.name, "name", envserver.DefaultServerName, "participant name reported by the control plane and written into checkpoints")
 	fs.StringVar(&cfg.controlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar),
 		"bearer token of the checkpoint control plane; empty turns it off; default from $"+protocol.ControlTokenEnvVar)
+	fs.StringVar(&cfg.dataToken, "data-token", os.Getenv(protocol.DataTokenEnvVar),
+		"bearer token of the data plane (must differ from the control token); default from $"+protocol.DataTokenEnvVar)
+	fs.BoolVar(&cfg.insecureData, "insecure-no-data-auth", false, "serve the data plane without a token (local development only)")
+	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
-	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+")")
+	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+"); may be empty with --remote")
+	fs.Func("remote", "host an environment served over HTTP (repeatable): name=NAME,url=URL,kind=nemo-gym|gymnasium[,tools=FILE][,timeout=DURATION]; "+
+		"restart_only unless the remote declares export/restore", func(v string) error {
+		rc, err := remote.ParseSpec(v)
+		if err == nil {
+			cfg.remotes = append(cfg.remotes, rc)
+		}
+		return err
+	})
 	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
+		{Env: protocol.DataTokenEnvVar, Meaning: "bearer token of the data plane (required unless --insecure-no-data-auth)"},
+		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
+		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
+		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
+		{Env: MetricsEnvVar, Meaning: "address of /metrics (empty: none)"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
 	})
 	if err := fs.Parse(args); err != nil {
@@ -95,8 +132,46 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	var err error
+	if cfg.envs, err = selectEnvs(*envList, names); err != nil {
+		return config{}, err
+	}
+	if len(cfg.envs) == 0 && len(cfg.remotes) == 0 {
+		return config{}, errors.New("--envs: no environment selected")
+	}
+	if strings.TrimSpace(cfg.name) == "" {
+		return config{}, errors.New("--name: empty participant name")
+	}
+	for _, tok := range []struct{ flag, value string }{{"--control-token", cfg.controlToken}, {"--data-token", cfg.dataToken}} {
+		if tok.value != strings.TrimSpace(tok.value) {
+			// A token with stray whitespace (a trailing newline from a
+			// file) would never match what a client sends.
+			return config{}, fmt.Errorf("%s: leading or trailing whitespace", tok.flag)
+		}
+	}
+	return cfg, nil
+}
+
+// logListening says where the server listens and how it is protected.
+func logListening(log *zap.Logger, cfg config, base string) {
+	names := make([]string, 0, len(cfg.envs))
+	for _, e := range cfg.envs {
+		names = append(names, e.Spec().Name)
+	}
+	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
+		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""),
+		zap.Bool("data_auth", !cfg.insecureData), zap.Bool("tls", cfg.tls.Enabled()), zap.Bool("mutual_tls", cfg.tls.ClientCA != ""))
+	if cfg.insecureData {
+		log.Warn("the data plane is unauthenticated (--insecure-no-data-auth): any process that reaches it can mutate sessions")
+	}
+}
+
+// selectEnvs builds the catalog's environments named in list (comma
+// separated, duplicates ignored).
+func selectEnvs(list string, hosted []string) ([]envs.Environment, error) {
+	var out []envs.Environment
 	seen := map[string]bool{}
-	for _, n := range strings.Split(*envList, ",") {
+	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
 		if n == "" || seen[n] {
 			continue
@@ -104,22 +179,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		seen[n] = true
 		e, err := catalog.Find(n)
 		if err != nil {
-			return config{}, fmt.Errorf("--envs: %w", err)
+			return nil, fmt.Errorf("--envs: %w", err)
 		}
-		cfg.envs = append(cfg.envs, e.New())
+		if !e.Hosted() {
+			return nil, fmt.Errorf("--envs: %s runs in %s, not in this server (hosted here: %s)", n, e.Remote, strings.Join(hosted, ", "))
+		}
+		out = append(out, e.New())
 	}
-	if len(cfg.envs) == 0 {
-		return config{}, errors.New("--envs: no environment selected")
-	}
-	if strings.TrimSpace(cfg.name) == "" {
-		return config{}, errors.New("--name: empty participant name")
-	}
-	if cfg.controlToken != strings.TrimSpace(cfg.controlToken) {
-		// A token with stray whitespace (a trailing newline from a file)
-		// would never match what a client sends.
-		return config{}, errors.New("--control-token: leading or trailing whitespace")
-	}
-	return cfg, nil
+	return out, nil
 }
 
 // run serves until ctx is cancelled, then shuts down gracefully.
@@ -138,17 +205,33 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	for _, rc := range cfg.remotes {
+		env, err := remote.New(ctx, rc, nil)
+		if err != nil {
+			return err
+		}
+		cfg.envs = append(cfg.envs, env)
+	}
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
-		Name: cfg.name, ControlToken: cfg.controlToken})
+		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData})
+	if err != nil {
+		return cli.Usage(err)
+	}
+	tlsCfg, err := cfg.tls.Config()
+	if err != nil {
+		return cli.Usage(err)
+	}
+	ln, scheme, err := tlsfiles.Listen(cfg.listen, tlsCfg)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.listen)
+	base := scheme + ln.Addr().String()
+	handler, err := serveMetrics(ctx, cfg.metricsListen, srv, log)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+		_ = ln.Close()
+		return err
 	}
-	base := "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -158,12 +241,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("write ready file: %w", err)
 		}
 	}
-	names := make([]string, 0, len(cfg.envs))
-	for _, e := range cfg.envs {
-		names = append(names, e.Spec().Name)
-	}
-	log.Info("env server listening", zap.String("url", base), zap.Strings("envs", names),
-		zap.String("name", cfg.name), zap.Bool("control_plane", cfg.controlToken != ""))
+	logListening(log, cfg, base)
 
 	select {
 	case err := <-served:
@@ -177,4 +255,27 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// serveMetrics serves the server's metrics on addr and returns srv
+// instrumented; an empty addr serves none and returns srv as it is.
+func serveMetrics(ctx context.Context, addr string, srv *envserver.Server, log *zap.Logger) (http.Handler, error) {
+	if addr == "" {
+		return srv, nil
+	}
+	reg := metrics.NewRegistry()
+	stat := func(v func(protocol.Stats) float64) func() float64 { return func() float64 { return v(srv.Stats()) } }
+	metrics.RegisterFuncs(reg, "env",
+		metrics.Func{Name: "applied_total", Help: "Mutations (start, operate, verify) applied.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Applied) })},
+		metrics.Func{Name: "replayed_total", Help: "Mutations answered with their stored response instead of applied again.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Replayed) })},
+		metrics.Func{Name: "refused_total", Help: "Requests refused with a 4xx (stale attempt, revision mismatch, bad input …).", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Refused) })},
+		metrics.Func{Name: "parked_total", Help: "Requests answered \"parked\" while admission was closed for a checkpoint.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Parked) })},
+		metrics.Func{Name: "sessions", Help: "Live sessions.", Value: stat(func(s protocol.Stats) float64 { return float64(s.Sessions) })},
+	)
+	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+	return metrics.InstrumentHandler(reg, "env", srv), nil
 }

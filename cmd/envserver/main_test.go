@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
+	t.Setenv(protocol.DataTokenEnvVar, "data-from-env")
 	ready := filepath.Join(t.TempDir(), "env.url")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -43,7 +46,10 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if !strings.HasPrefix(base, "http://127.0.0.1:") || strings.HasSuffix(base, ":0") {
 		t.Fatalf("ready file holds %q", base)
 	}
-	c := protocol.NewClient(base, nil)
+	if _, err := protocol.NewClient(base, nil).Stats(context.Background()); !isUnauthorized(err) {
+		t.Fatalf("stats without the data token = %v, want 401 unauthorized", err)
+	}
+	c := protocol.NewDataClient(base, "data-from-env", nil)
 	if _, err := c.Stats(context.Background()); err != nil {
 		t.Fatalf("stats: %v", err)
 	}
@@ -77,4 +83,9 @@ func TestRunRefusesBadSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+func isUnauthorized(err error) bool {
+	var re *protocol.RemoteError
+	return errors.As(err, &re) && re.Status == http.StatusUnauthorized && re.Code == protocol.CodeUnauthorized
 }

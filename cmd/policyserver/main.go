@@ -4,12 +4,17 @@
 // real model.
 //
 //	policyserver --listen 127.0.0.1:0 --ready-file /tmp/policy.url --latency 200ms --jitter 50ms --error-rate 0.05
+//
+// --tls-cert/--tls-key (TURNSTILE_TLS_CERT, TURNSTILE_TLS_KEY) serve HTTPS;
+// --tls-client-ca (TURNSTILE_TLS_CLIENT_CA) also requires client
+// certificates signed by that CA (mutual TLS).
 package main
 
 import (
 	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 
 	"context"
 	"errors"
@@ -21,15 +26,20 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"go.uber.org/zap"
 )
 
 const (
 	// ListenEnv overrides the default listen address.
-	ListenEnv     = "TURNSTILE_POLICY_LISTEN"
+	ListenEnv = "TURNSTILE_POLICY_LISTEN"
+	// MetricsEnv is the default of --metrics-listen.
+	MetricsEnv    = "TURNSTILE_POLICY_METRICS_LISTEN"
 	defaultListen = "127.0.0.1:8092"
 	// shutdownGrace bounds how long in-flight requests may finish on exit.
 	shutdownGrace = 10 * time.Second
@@ -46,12 +56,14 @@ func main() {
 
 // options are the parsed command line.
 type options struct {
-	logLevel  string
-	logFormat string
-	listen    string
-	readyFile string
-	faultSeed uint64
-	server    policy.ServerConfig
+	logLevel      string
+	logFormat     string
+	listen        string
+	metricsListen string
+	readyFile     string
+	faultSeed     uint64
+	tls           tlsfiles.ServerFiles
+	server        policy.ServerConfig
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -63,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		listen = v
 	}
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnv)
+	fs.StringVar(&o.metricsListen, "metrics-listen", os.Getenv(MetricsEnv), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnv)
 	fs.StringVar(&o.readyFile, "ready-file", "", "once listening, atomically write the base URL (http://host:port/v1) to this file")
 	fs.DurationVar(&o.server.Latency, "latency", 0, "mean delay of a chat completion, e.g. 200ms")
 	fs.DurationVar(&o.server.Jitter, "jitter", 0, "uniform spread of the delay around --latency, e.g. 50ms")
@@ -72,10 +85,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
 	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
+	o.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&o.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
 	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
 		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
+		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
+		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
+		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
+		{Env: MetricsEnv, Meaning: "address of /metrics (empty: none)"},
 	})
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
@@ -108,18 +126,34 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 		o.server.Rand = rand.New(rand.NewPCG(o.faultSeed, 0))
 	}
 
-	ln, err := net.Listen("tcp", o.listen)
+	tlsCfg, err := o.tls.Config()
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.listen, err)
+		return cli.Usage(err)
+	}
+	ln, scheme, err := tlsfiles.Listen(o.listen, tlsCfg)
+	if err != nil {
+		return err
+	}
+	baseURL := scheme + strings.TrimPrefix(baseURL(ln.Addr()), "http://")
+	handler := policy.NewServer(o.server)
+	if o.metricsListen != "" {
+		reg := metrics.NewRegistry()
+		bound, err := metrics.Serve(ctx, o.metricsListen, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+		handler = metrics.InstrumentHandler(reg, "policy", handler)
 	}
 	srv := &http.Server{
-		Handler:           policy.NewServer(o.server),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         tlsCfg,
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
-	baseURL := baseURL(ln.Addr())
 	if o.readyFile != "" {
 		if err := atomicfile.WriteFile(o.readyFile, []byte(baseURL+"\n"), 0o644); err != nil {
 			_ = srv.Close()
@@ -128,7 +162,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	}
 	log.Sugar().Infow("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
 		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
-		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection)
+		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection,
+		"tls", tlsCfg != nil, "mutual_tls", o.tls.ClientCA != "")
 	if ready != nil {
 		ready(baseURL)
 	}

@@ -16,6 +16,7 @@ import (
 
 func newExportCmd(g *globals) *cobra.Command {
 	var set, file, dir string
+	var opts tsclient.ExportOptions
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Write one JSON line per finished rollout of a set: ids, group, reward, usage and the trajectory with token fields",
@@ -23,6 +24,8 @@ func newExportCmd(g *globals) *cobra.Command {
 			"of docs/trajectory.schema.json: messages in OpenAI's shape, each assistant message with its model\n" +
 			"call's prompt_token_ids, generation_token_ids and generation_log_probs (or tokens \"absent\").\n" +
 			"It streams, and may run while the set is still going: rollouts not finished yet are left out.\n" +
+			"A dataset rollout's line says where its group stands (group_status: complete, failed and why,\n" +
+			"running); --complete-groups writes only what a trainer may use: completed rollouts of complete groups.\n" +
 			"Trajectories are read from the worker's transcript directory.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -34,7 +37,7 @@ func newExportCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				return export(cmd, c, exportTarget{set: set, file: file, store: store})
+				return export(cmd, c, exportTarget{set: set, file: file, store: store, opts: opts})
 			})
 		},
 	}
@@ -48,6 +51,7 @@ func newExportCmd(g *globals) *cobra.Command {
 	// export is always JSON lines.
 	f.StringVarP(&file, "file", "f", "", "file to write (default: standard output); written under a temporary name and renamed when complete")
 	f.StringVar(&dir, "transcript-dir", defaultDir, "the worker's transcript directory (env "+workers.EnvTranscriptDir+")")
+	f.BoolVar(&opts.CompleteGroupsOnly, "complete-groups", false, "write only completed rollouts whose group (if any) is complete: a trainer's view, with no failed or partial group")
 	_ = cmd.MarkFlagRequired("set")
 	return cmd
 }
@@ -74,6 +78,7 @@ func openTranscripts(dir string) (*transcript.Store, error) {
 type exportTarget struct {
 	set, file string
 	store     *transcript.Store
+	opts      tsclient.ExportOptions
 }
 
 // export writes the set's lines to standard output or to the file, and a
@@ -83,7 +88,7 @@ func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
 	write := func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
 		var err error
-		if stats, err = c.Export(cmd.Context(), t.set, t.store, bw); err != nil {
+		if stats, err = c.ExportWith(cmd.Context(), t.set, t.store, bw, t.opts); err != nil {
 			return err
 		}
 		if err := bw.Flush(); err != nil {
@@ -100,8 +105,12 @@ func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rollouts of set %s (%d completed, %d of them held for acknowledgement, %d failed); %d runs skipped (superseded or acknowledged meanwhile)\n",
-		stats.Completed+stats.Failed, t.set, stats.Completed, stats.Held, stats.Failed, stats.Skipped)
+	excluded := ""
+	if t.opts.CompleteGroupsOnly {
+		excluded = fmt.Sprintf("; %d finished rollouts left out (failed, or their group is not complete)", stats.Excluded)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "exported %d rollouts of set %s (%d completed, %d of them held for acknowledgement, %d failed); %d runs skipped (superseded or acknowledged meanwhile)%s\n",
+		stats.Completed+stats.Failed, t.set, stats.Completed, stats.Held, stats.Failed, stats.Skipped, excluded)
 	return nil
 }
 

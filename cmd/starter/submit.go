@@ -28,6 +28,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		timeout time.Duration
 		tasks   string
 		samp    samplingFlags
+		retries int
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
@@ -36,6 +37,9 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fillMode(cmd, &req, envList, tasks); err != nil {
 				return err
+			}
+			if cmd.Flags().Changed("group-retries") {
+				req.GroupRetries = &retries
 			}
 			var err error
 			if req.Sampling, err = samp.sampling(cmd); err != nil {
@@ -61,6 +65,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.Count, "count", 1, "number of rollouts")
 	f.StringVar(&tasks, "tasks", "", "JSONL dataset, one task per row (see README, \"Dataset format\"); instead of --count/--env/--seed")
 	f.IntVar(&req.Repeats, "repeats", 1, "with --tasks: rollouts per row, one group (rollout ids <set>-<row id>-r<repeat>)")
+	f.IntVar(&retries, "group-retries", rollout.DefaultGroupRetries, "with --tasks: environment failures (refusal, crashed session, deadline in an environment call) a group retries as new attempts, over all its rollouts, before the whole group fails")
 	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(catalog.Names(), ", ")+")")
 	f.StringVar(&req.EnvURL, "env-url", "", "environment server URL (default: the worker's)")
 	f.StringVar(&req.Policy, "policy", "", "policy model name of every rollout (default: scripted-<env> of each rollout's environment)")
@@ -166,6 +171,14 @@ func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
 	fmt.Fprintf(w, "would start %d rollouts of set %s:\n", len(inputs), set)
 	for _, g := range tsclient.Plan(inputs) {
 		fmt.Fprintf(w, "  %d × %s, policy %s, max turns %d\n", g.Count, g.Env, g.Model, g.MaxTurns)
+	}
+	if len(inputs) > 0 && inputs[0].GroupSize > 0 {
+		in := inputs[0]
+		budget := rollout.DefaultGroupRetries
+		if in.Limits.GroupRetries != nil {
+			budget = *in.Limits.GroupRetries
+		}
+		fmt.Fprintf(w, "  in %d groups of %d, each with a retry budget of %d\n", len(inputs)/in.GroupSize, in.GroupSize, budget)
 	}
 	return nil
 }

@@ -37,6 +37,10 @@ func TestSubmitModes(t *testing.T) {
 		ok   bool
 	}{
 		{[]string{"--tasks", rows, "--repeats", "3"}, "would start 6 rollouts of set s1", true},
+		{[]string{"--tasks", rows, "--repeats", "3"}, "in 2 groups of 3, each with a retry budget of 2", true},
+		{[]string{"--tasks", rows, "--repeats", "2", "--group-retries", "5"}, "in 2 groups of 2, each with a retry budget of 5", true},
+		{[]string{"--tasks", rows, "--group-retries", "-1"}, "--group-retries -1", false},
+		{[]string{"--count", "2", "--env", "counter", "--group-retries", "1"}, "--group-retries needs --tasks", false},
 		{[]string{"--count", "2", "--env", "counter"}, "2 × counter", true},
 		{[]string{"--tasks", rows, "--env", "counter"}, "[env tasks] were all set", false},
 		{[]string{"--tasks", rows, "--count", "2"}, "were all set", false},

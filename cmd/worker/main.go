@@ -12,14 +12,18 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/logging"
+	"github.com/turnstile-rl/turnstile/metrics"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -40,7 +44,7 @@ func main() {
 func parseFlags(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cli.SetUsage(fs, "Polls the rollout task queue and hosts the Rollout, Checkpoint and Restore workflows and their activities until SIGINT or SIGTERM.", settings())
+	cli.SetUsage(fs, "Polls the rollout task queue (Rollout and its activities) and its -control queue (Checkpoint, Restore and the coordinator activities, with slots of their own) until SIGINT or SIGTERM.", settings())
 	if err := fs.Parse(args); err != nil {
 		return cli.Usage(err)
 	}
@@ -59,10 +63,15 @@ func settings() []cli.Setting {
 		{Env: workers.EnvEnvURL, Default: workers.DefaultEnvURL, Meaning: "default environment server"},
 		{Env: workers.EnvModelBaseURL, Default: workers.DefaultModelBaseURL, Meaning: "default OpenAI-compatible endpoint"},
 		{Env: workers.EnvModelAPIKey, Meaning: "model API key (or " + workers.EnvOpenAIAPIKey + "); never written to history"},
-		{Env: workers.EnvControlToken, Meaning: "bearer token of the environment servers' control plane"},
+		{Env: workers.EnvControlToken, Meaning: "bearer token of the environment servers' control plane (checkpoint, restore, start-overs)"},
+		{Env: workers.EnvDataToken, Meaning: "bearer token of the environment servers' data plane"},
+		{Env: workers.EnvTLSCA, Meaning: "CA certificate (PEM) trusted for environment servers and the model endpoint over HTTPS"},
+		{Env: workers.EnvTLSClientCert, Meaning: "client certificate (PEM) for servers that require mutual TLS (with " + workers.EnvTLSClientKey + ")"},
 		{Env: workers.EnvLogLevel, Default: workers.DefaultLogLevel, Meaning: "log level: debug, info, warn, error"},
 		{Env: workers.EnvLogFormat, Default: workers.DefaultLogFormat, Meaning: "log format: json or console"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
+		{Env: workers.EnvMetricsListen, Meaning: "serve Prometheus metrics at /metrics on this address, e.g. 127.0.0.1:9093 (empty: none)"},
+		{Env: workers.EnvCPUProfile, Meaning: "write a CPU profile of the whole run to this file (make bench -cpuprofile)"},
 	}
 }
 
@@ -82,18 +91,28 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopProfile, err := startCPUProfile(os.Getenv(workers.EnvCPUProfile))
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 
 	opts, err := workers.ClientOptions(logger)
 	if err != nil {
 		return err
 	}
+	reg, closeMetrics, err := serveMetrics(ctx, cfg.MetricsListen, &opts, logger)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
 	c, err := workers.Dial(ctx, opts, dialTimeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 
-	w, err := workers.New(c, cfg, logger)
+	w, err := workers.New(c, cfg, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -110,6 +129,47 @@ func run(args []string) error {
 	}
 	logger.Info("worker stopped")
 	return nil
+}
+
+// serveMetrics serves /metrics on addr, with the SDK's metrics routed into
+// the registry through opts; an empty addr serves nothing (nil registry).
+func serveMetrics(ctx context.Context, addr string, opts *client.Options, logger *zap.Logger) (prometheus.Registerer, func(), error) {
+	if addr == "" {
+		return nil, func() {}, nil
+	}
+	reg := metrics.NewRegistry()
+	handler, closeSDK, err := metrics.SDKHandler(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.MetricsHandler = handler
+	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { logger.Error("metrics", zap.Error(err)) })
+	if err != nil {
+		_ = closeSDK()
+		return nil, nil, fmt.Errorf("%s: %w", workers.EnvMetricsListen, err)
+	}
+	logger.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
+	return reg, func() { _ = closeSDK() }, nil
+}
+
+// startCPUProfile profiles the process into path until the returned stop
+// is called; an empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // interruptOn adapts ctx to the channel worker.Run waits on.

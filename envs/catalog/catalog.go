@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envs/notes"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
 )
@@ -26,6 +27,7 @@ func All() []envs.Entry {
 		arithmetic.Entry(),
 		blackjack.Entry(),
 		counter.Entry(),
+		notes.Entry(),
 		sandbox.Entry(),
 		workplace.Entry(),
 	}
@@ -39,6 +41,18 @@ func Names() []string {
 	names := make([]string, len(all))
 	for i, e := range all {
 		names[i] = e.Name
+	}
+	return names
+}
+
+// HostedNames returns the names of the environments the Go environment
+// server can host (the rest run in other participants), sorted.
+func HostedNames() []string {
+	var names []string
+	for _, e := range All() {
+		if e.Hosted() {
+			names = append(names, e.Name)
+		}
 	}
 	return names
 }

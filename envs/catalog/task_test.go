@@ -95,8 +95,12 @@ func TestTaskErrors(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	got := strings.Join(catalog.Names(), ",")
-	if want := "arithmetic,blackjack,counter,sandbox,workplace"; got != want {
+	if want := "arithmetic,blackjack,counter,notes,sandbox,workplace"; got != want {
 		t.Fatalf("Names() = %s, want %s (sorted)", got, want)
+	}
+	hosted := strings.Join(catalog.HostedNames(), ",")
+	if want := "arithmetic,blackjack,counter,sandbox,workplace"; hosted != want {
+		t.Fatalf("HostedNames() = %s, want %s (notes runs in the Python participant)", hosted, want)
 	}
 }
 
@@ -120,6 +124,9 @@ func TestTaskBytesPinned(t *testing.T) {
 		{"counter", 7, 0, `{"target":3}`},
 		{"counter", 7, 3, `{"target":7}`},
 		{"counter", -3, 11, `{"target":7}`},
+		{"notes", 7, 0, `{"steps":2}`},
+		{"notes", 7, 3, `{"steps":4}`},
+		{"notes", -3, 11, `{"steps":4}`},
 		{"sandbox", 7, 0, `{"files":{"notes.txt":"lantern alpha\nmaple bravo\norbit maple\n","summary.txt":"bravo orbit\n","todo.txt":"ember river\nriver orbit lantern\nmeadow cloud cloud ember\n"}}`},
 		{"sandbox", 7, 3, `{"files":{"plan.txt":"cloud ember ember\nember cloud alpha\nharbor river\n","summary.txt":"bravo lantern lantern river\n"}}`},
 		{"sandbox", -3, 11, `{"files":{"ideas.txt":"bravo harbor\norbit harbor\nbravo delta\n"}}`},

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/turnstile-rl/turnstile/envs"
 )
@@ -46,11 +47,27 @@ type Task struct {
 	Target  int64 `json:"target"`
 	Start   int64 `json:"start"`
 	Padding int   `json:"padding"`
+	// RefuseVerify injects an environment failure, for tests of what
+	// happens to a rollout whose environment fails (group retries):
+	// RefuseFirst refuses the verify of an episode (task and seed) the
+	// first time this environment is asked, as a sandbox that crashes on a
+	// rollout's first attempt only; RefuseAlways refuses every verify.
+	RefuseVerify string `json:"refuse_verify"`
 }
 
+// Values of Task.RefuseVerify.
+const (
+	RefuseFirst  = "first"
+	RefuseAlways = "always"
+)
+
 // Env is the counter environment. It holds no state of its own, so one value
-// serves any number of concurrent sessions.
-type Env struct{}
+// serves any number of concurrent sessions; only tasks with RefuseVerify
+// "first" make it remember the episodes it has refused.
+type Env struct {
+	mu      sync.Mutex
+	refused map[string]bool
+}
 
 // New returns the counter environment.
 func New() *Env { return &Env{} }
@@ -73,12 +90,15 @@ func (*Env) Spec() envs.Spec {
 
 // Start begins an episode. The seed is unused: the task alone decides the
 // episode, which keeps recovered runs identical to uninterrupted ones.
-func (*Env) Start(_ int64, task json.RawMessage) (envs.Session, envs.Start, error) {
+func (e *Env) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
 	t, err := ParseTask(task)
 	if err != nil {
 		return nil, envs.Start{}, err
 	}
-	s := &Session{st: State{Start: t.Start, Target: t.Target, Padding: t.Padding, Value: t.Start}}
+	s := &Session{env: e, st: State{Start: t.Start, Target: t.Target, Padding: t.Padding, Value: t.Start, RefuseVerify: t.RefuseVerify}}
+	if t.RefuseVerify != "" {
+		s.st.Seed = seed // the episode's identity for RefuseFirst
+	}
 	return s, envs.Start{
 		Instructions: Instructions,
 		Observation: fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}",
@@ -91,9 +111,10 @@ func (*Env) Start(_ int64, task json.RawMessage) (envs.Session, envs.Start, erro
 // envs.CodeBadTask.
 func ParseTask(raw json.RawMessage) (Task, error) {
 	var in struct {
-		Target  *int64 `json:"target"`
-		Start   *int64 `json:"start"`
-		Padding *int   `json:"padding"`
+		Target       *int64 `json:"target"`
+		Start        *int64 `json:"start"`
+		Padding      *int   `json:"padding"`
+		RefuseVerify string `json:"refuse_verify"`
 	}
 	if err := decodeStrict(raw, &in); err != nil {
 		return Task{}, envs.Errorf(envs.CodeBadTask, "counter task: %v", err)
@@ -101,7 +122,10 @@ func ParseTask(raw json.RawMessage) (Task, error) {
 	if in.Target == nil {
 		return Task{}, envs.Errorf(envs.CodeBadTask, "counter task: target is required")
 	}
-	t := Task{Target: *in.Target}
+	if err := checkRefuse(in.RefuseVerify); err != nil {
+		return Task{}, err
+	}
+	t := Task{Target: *in.Target, RefuseVerify: in.RefuseVerify}
 	if in.Start != nil {
 		t.Start = *in.Start
 	}
@@ -119,6 +143,15 @@ func ParseTask(raw json.RawMessage) (Task, error) {
 	return t, nil
 }
 
+// checkRefuse refuses an unknown RefuseVerify mode.
+func checkRefuse(mode string) error {
+	switch mode {
+	case "", RefuseFirst, RefuseAlways:
+		return nil
+	}
+	return envs.Errorf(envs.CodeBadTask, "counter task: refuse_verify %q: want %q or %q", mode, RefuseFirst, RefuseAlways)
+}
+
 // State is the whole state of a session, as Export writes it.
 type State struct {
 	Start   int64 `json:"start"`
@@ -126,11 +159,16 @@ type State struct {
 	Padding int   `json:"padding"`
 	Value   int64 `json:"value"`
 	Ops     int64 `json:"ops"` // increments applied
+	// RefuseVerify and Seed are set only for a task that injects a
+	// failure, so every other state exports exactly as before.
+	RefuseVerify string `json:"refuse_verify,omitempty"`
+	Seed         int64  `json:"seed,omitempty"`
 }
 
 // Session is one counter episode.
 type Session struct {
-	st State
+	env *Env
+	st  State
 }
 
 var _ envs.Session = (*Session)(nil)
@@ -183,8 +221,13 @@ func observation(value int64, padding int) string {
 	return b.String()
 }
 
-// Verify scores 1 when the counter equals the target, else 0.
+// Verify scores 1 when the counter equals the target, else 0; a task that
+// injects a failure may refuse instead.
 func (s *Session) Verify() (envs.Verdict, error) {
+	if s.env.refuses(s.st) {
+		return envs.Verdict{}, envs.Errorf(envs.CodeBadState,
+			"counter verify refused (refuse_verify %q): the environment failed", s.st.RefuseVerify)
+	}
 	details, err := json.Marshal(struct {
 		Value  int64 `json:"value"`
 		Target int64 `json:"target"`
@@ -197,6 +240,26 @@ func (s *Session) Verify() (envs.Verdict, error) {
 		reward = 1
 	}
 	return envs.Verdict{Reward: reward, Details: details}, nil
+}
+
+// refuses says whether the verify of a session in state st is refused, and
+// remembers a RefuseFirst episode it refused.
+func (e *Env) refuses(st State) bool {
+	switch st.RefuseVerify {
+	case RefuseAlways:
+		return true
+	case RefuseFirst:
+		key := fmt.Sprintf("%d/%d/%d/%d", st.Seed, st.Start, st.Target, st.Padding)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.refused == nil {
+			e.refused = map[string]bool{}
+		}
+		first := !e.refused[key]
+		e.refused[key] = true
+		return first
+	}
+	return false
 }
 
 // Export returns the state as JSON; the struct's field order makes it
@@ -215,13 +278,15 @@ func (*Session) Close() error { return nil }
 // Restore rebuilds a session from Export output. Every field is required and
 // checked, including that value and ops agree (each op adds 1..10), so a
 // corrupt state is refused instead of installed.
-func (*Env) Restore(state json.RawMessage) (envs.Session, error) {
+func (e *Env) Restore(state json.RawMessage) (envs.Session, error) {
 	var in struct {
-		Start   *int64 `json:"start"`
-		Target  *int64 `json:"target"`
-		Padding *int   `json:"padding"`
-		Value   *int64 `json:"value"`
-		Ops     *int64 `json:"ops"`
+		Start        *int64 `json:"start"`
+		Target       *int64 `json:"target"`
+		Padding      *int   `json:"padding"`
+		Value        *int64 `json:"value"`
+		Ops          *int64 `json:"ops"`
+		RefuseVerify string `json:"refuse_verify"`
+		Seed         int64  `json:"seed"`
 	}
 	if err := decodeStrict(state, &in); err != nil {
 		return nil, envs.Errorf(envs.CodeBadState, "counter state: %v", err)
@@ -234,7 +299,10 @@ func (*Env) Restore(state json.RawMessage) (envs.Session, error) {
 			return nil, envs.Errorf(envs.CodeBadState, "counter state: %s is missing", f.name)
 		}
 	}
-	st := State{Start: *in.Start, Target: *in.Target, Padding: *in.Padding, Value: *in.Value, Ops: *in.Ops}
+	if err := checkRefuse(in.RefuseVerify); err != nil {
+		return nil, envs.Errorf(envs.CodeBadState, "counter state: %v", err)
+	}
+	st := State{Start: *in.Start, Target: *in.Target, Padding: *in.Padding, Value: *in.Value, Ops: *in.Ops, RefuseVerify: in.RefuseVerify, Seed: in.Seed}
 	switch {
 	case st.Start < 0 || st.Target < 0 || st.Value < 0 || st.Ops < 0:
 		return nil, envs.Errorf(envs.CodeBadState, "counter state: negative value in %+v", st)
@@ -247,7 +315,7 @@ func (*Env) Restore(state json.RawMessage) (envs.Session, error) {
 	if st.Ops > grown || (st.Ops <= math.MaxInt64/MaxAmount && grown > st.Ops*MaxAmount) {
 		return nil, envs.Errorf(envs.CodeBadState, "counter state: value %d from start %d cannot be reached in %d ops", st.Value, st.Start, st.Ops)
 	}
-	return &Session{st: st}, nil
+	return &Session{env: e, st: st}, nil
 }
 
 // decodeStrict decodes one JSON object into v, refusing unknown fields, wrong

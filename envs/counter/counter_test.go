@@ -193,3 +193,62 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// TestRefuseVerify: a task may inject an environment failure. "first"
+// refuses an episode's (task and seed's) first verify on this environment
+// only, as a sandbox that fails a rollout's first attempt; "always" refuses
+// every one; a restored session keeps its mode. Tasks without it export as
+// before.
+func TestRefuseVerify(t *testing.T) {
+	env := counter.New()
+	verify := func(seed int64, task string) error {
+		t.Helper()
+		s, _, err := env.Start(seed, json.RawMessage(task))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Verify()
+		return err
+	}
+	first := `{"target":0,"refuse_verify":"first"}`
+	if err := verify(1, first); envs.CodeOf(err) != envs.CodeBadState {
+		t.Fatalf("first verify of seed 1: %v, want a refusal", err)
+	}
+	if err := verify(1, first); err != nil {
+		t.Fatalf("second verify of seed 1: %v", err)
+	}
+	if err := verify(2, first); envs.CodeOf(err) != envs.CodeBadState {
+		t.Fatalf("first verify of seed 2: %v, want a refusal", err)
+	}
+	for range 2 {
+		if err := verify(1, `{"target":0,"refuse_verify":"always"}`); envs.CodeOf(err) != envs.CodeBadState {
+			t.Fatalf("always: %v, want a refusal", err)
+		}
+	}
+	if _, _, err := env.Start(1, json.RawMessage(`{"target":0,"refuse_verify":"sometimes"}`)); envs.CodeOf(err) != envs.CodeBadTask {
+		t.Fatalf("unknown mode: %v, want bad_task", err)
+	}
+
+	s, _, err := env.Start(3, json.RawMessage(`{"target":0,"refuse_verify":"always"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := s.Export()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := env.Restore(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restored.Verify(); envs.CodeOf(err) != envs.CodeBadState {
+		t.Fatalf("restored always: %v, want a refusal", err)
+	}
+	plain, _, err := env.Start(3, json.RawMessage(`{"target":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state, _ := plain.Export(); string(state) != `{"start":0,"target":2,"padding":0,"value":0,"ops":0}` {
+		t.Errorf("plain state %s", state)
+	}
+}

@@ -103,7 +103,8 @@ export TEMPORAL_ADDRESS="127.0.0.1:$port" TEMPORAL_NAMESPACE=default
 wait_until "Temporal dev server ready on $TEMPORAL_ADDRESS" "$temporal" operator cluster health --address "$TEMPORAL_ADDRESS"
 
 TURNSTILE_CONTROL_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export TURNSTILE_CONTROL_TOKEN
+TURNSTILE_DATA_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export TURNSTILE_CONTROL_TOKEN TURNSTILE_DATA_TOKEN
 # start_envserver LISTEN: an environment server; sets env_url and env_index.
 start_envserver() {
   rm -f "$work/env.url"

@@ -1,0 +1,226 @@
+// Package bench measures turnstile against a naive Temporal loop on one dev
+// server, in one run: ms per turn of one rollout, turns/s of many at once,
+// history bytes per turn, and the wall time of a checkpoint and a restore of
+// sets of in-flight rollouts. It starts every process it measures (the
+// Temporal dev server, an environment server, policy servers, the turnstile
+// worker and the floor's worker), writes the figures as JSON and CSV, draws
+// an SVG chart and prints the ratios. Timings are judged here, never in
+// tests.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is one bench run.
+type Config struct {
+	// BinDir holds the worker, envserver, policyserver and bench binaries.
+	BinDir string
+	// Temporal is the Temporal CLI binary.
+	Temporal string
+	// DevConfig is temporal-dev.yaml (the dev server's settings).
+	DevConfig string
+	// OutDir receives bench.json, bench.csv, bench.svg and the process
+	// logs (and worker.pprof with CPUProfile).
+	OutDir string
+
+	// Latency: LatencyRollouts rollouts of LatencyTurns turns, one at a
+	// time (concurrency 1).
+	LatencyRollouts int
+	LatencyTurns    int
+	// Throughput: Concurrency rollouts of ThroughputTurns turns at once.
+	Concurrency     int
+	ThroughputTurns int
+	// History: one rollout of HistoryTurns turns with ObservationBytes
+	// observations; bytes per turn are reported at turns HistoryAt.
+	HistoryTurns     int
+	HistoryAt        []int
+	ObservationBytes int
+	// Checkpoint: one checkpoint and one restore for each set size in
+	// CheckpointSizes, with the policy answering after SlowPolicy ± SlowJitter
+	// so rollouts are mid-episode when the cut is taken.
+	CheckpointSizes   []int
+	SlowPolicy        time.Duration
+	SlowJitter        time.Duration
+	CheckpointTimeout time.Duration
+	// Only runs these scenarios (names from Scenarios); empty runs all.
+	Only []string
+	// CPUProfile writes a CPU profile of the turnstile worker to
+	// OutDir/worker.pprof.
+	CPUProfile bool
+	// Log receives progress lines; nil is silent.
+	Log func(format string, args ...any)
+}
+
+// Scenario names, for Config.Only.
+const (
+	ScenarioLatency    = "latency"
+	ScenarioThroughput = "throughput"
+	ScenarioHistory    = "history"
+	ScenarioCheckpoint = "checkpoint"
+)
+
+// Scenarios lists every scenario in the order a run takes them.
+var Scenarios = []string{ScenarioLatency, ScenarioThroughput, ScenarioHistory, ScenarioCheckpoint}
+
+// Default is the full run of `make bench`.
+func Default() Config {
+	return Config{
+		LatencyRollouts: 3, LatencyTurns: 30,
+		Concurrency: 256, ThroughputTurns: 20,
+		HistoryTurns: 100, HistoryAt: []int{10, 100}, ObservationBytes: 10 << 10,
+		CheckpointSizes: []int{100, 1000},
+		SlowPolicy:      2 * time.Second, SlowJitter: time.Second,
+		CheckpointTimeout: 2 * time.Minute,
+	}
+}
+
+// Quick is a run of a few minutes (`make bench BENCH_FLAGS=-quick`).
+func Quick() Config {
+	c := Default()
+	c.LatencyRollouts, c.LatencyTurns = 2, 15
+	c.Concurrency, c.ThroughputTurns = 64, 10
+	c.CheckpointSizes = []int{100, 300}
+	return c
+}
+
+// Smoke is the smallest run that still takes every step: what the package's
+// test runs.
+func Smoke() Config {
+	c := Default()
+	c.LatencyRollouts, c.LatencyTurns = 1, 3
+	c.Concurrency, c.ThroughputTurns = 4, 3
+	c.HistoryTurns, c.HistoryAt, c.ObservationBytes = 12, []int{2, 10}, 1<<10
+	c.CheckpointSizes = []int{4}
+	c.SlowPolicy, c.SlowJitter = 300*time.Millisecond, 100*time.Millisecond
+	c.CheckpointTimeout = 30 * time.Second
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.BinDir == "" || c.Temporal == "" || c.DevConfig == "" || c.OutDir == "":
+		return errors.New("bin dir, Temporal CLI, dev config and output dir are required")
+	case c.LatencyRollouts < 1 || c.LatencyTurns < 2:
+		return fmt.Errorf("latency: %d rollouts of %d turns: want at least 1 rollout of 2 turns", c.LatencyRollouts, c.LatencyTurns)
+	case c.Concurrency < 1 || c.ThroughputTurns < 1:
+		return fmt.Errorf("throughput: concurrency %d, %d turns: want at least 1 each", c.Concurrency, c.ThroughputTurns)
+	case c.ObservationBytes < 0:
+		return fmt.Errorf("observation bytes %d: want 0 or more", c.ObservationBytes)
+	case c.SlowPolicy <= 0 || c.SlowJitter < 0 || c.SlowJitter > c.SlowPolicy:
+		return fmt.Errorf("slow policy %s ± %s: want a positive latency and a jitter no larger", c.SlowPolicy, c.SlowJitter)
+	case c.CheckpointTimeout <= 0:
+		return fmt.Errorf("checkpoint timeout %s: want a positive duration", c.CheckpointTimeout)
+	}
+	for _, at := range c.HistoryAt {
+		if at < 2 || at > c.HistoryTurns {
+			return fmt.Errorf("history at turn %d: want 2..%d (the history rollout's turns)", at, c.HistoryTurns)
+		}
+	}
+	for _, n := range c.CheckpointSizes {
+		if n < 1 {
+			return fmt.Errorf("checkpoint size %d: want at least 1", n)
+		}
+	}
+	for _, s := range c.Only {
+		if !contains(Scenarios, s) {
+			return fmt.Errorf("scenario %q: want one of %v", s, Scenarios)
+		}
+	}
+	return nil
+}
+
+func (c Config) runs(scenario string) bool { return len(c.Only) == 0 || contains(c.Only, scenario) }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Report is what a run measured. Durations are milliseconds.
+type Report struct {
+	Started  time.Time  `json:"started"`
+	Config   ConfigEcho `json:"config"`
+	Latency  *Latency   `json:"latency,omitempty"`
+	Through  *Through   `json:"throughput,omitempty"`
+	History  *History   `json:"history,omitempty"`
+	Cuts     []Cut      `json:"checkpoints,omitempty"`
+	Warnings []string   `json:"warnings,omitempty"`
+}
+
+// ConfigEcho is the part of Config a reader of the report needs.
+type ConfigEcho struct {
+	LatencyTurns     int     `json:"latency_turns"`
+	Concurrency      int     `json:"concurrency"`
+	ThroughputTurns  int     `json:"throughput_turns"`
+	ObservationBytes int     `json:"observation_bytes"`
+	SlowPolicyMS     float64 `json:"slow_policy_ms"`
+	SlowJitterMS     float64 `json:"slow_jitter_ms"`
+}
+
+// Pair is one figure of the floor and of turnstile.
+type Pair struct {
+	Floor     float64 `json:"floor"`
+	Turnstile float64 `json:"turnstile"`
+}
+
+// Latency is ms per turn of one rollout at a time: the steady-state turn
+// (from the first to the last model call in the history) and end to end
+// (start to result, divided by turns).
+type Latency struct {
+	TurnMS    Pair `json:"turn_ms"`
+	EndToEnd  Pair `json:"end_to_end_ms_per_turn"`
+	Rollouts  int  `json:"rollouts"`
+	TurnsEach int  `json:"turns_each"`
+}
+
+// Through is many rollouts at once.
+type Through struct {
+	TurnsPerSec Pair `json:"turns_per_s"`
+	P95RolloutS Pair `json:"p95_rollout_s"`
+	// CPUMSPerTurn is CPU milliseconds per turn of each process during the
+	// scenario: "temporal" (the dev server), "worker" (turnstile's or the
+	// floor's), "envserver", "policyserver".
+	CPUMSPerTurn map[string]Pair `json:"cpu_ms_per_turn"`
+	Turns        Pair            `json:"turns"`
+}
+
+// History is history bytes (and events) per turn at given turns.
+type History struct {
+	At            []int  `json:"at"`
+	BytesPerTurn  []Pair `json:"bytes_per_turn"`
+	EventsPerTurn []Pair `json:"events_per_turn"`
+}
+
+// Cut is one checkpoint and restore of a set of in-flight rollouts.
+type Cut struct {
+	Rollouts int `json:"rollouts"`
+	// InFlight counts the rollouts mid-episode when the checkpoint was
+	// requested; Parked how many the checkpoint parked.
+	InFlight int `json:"in_flight"`
+	Parked   int `json:"parked"`
+	// CutMS is the Checkpoint workflow's own cut (start to last park);
+	// BeyondSlowestMS is CutMS less the slowest in-flight turn (the slow
+	// policy's latency plus jitter).
+	CutMS           float64 `json:"cut_ms"`
+	BeyondSlowestMS float64 `json:"beyond_slowest_turn_ms"`
+	// ManifestMS is the wall time from the request to the manifest on
+	// disk; CheckpointMS to the workflow's result (rollouts resumed).
+	ManifestMS   float64 `json:"request_to_manifest_ms"`
+	CheckpointMS float64 `json:"checkpoint_total_ms"`
+	// QueuedMS is how long the Checkpoint workflow's first task waited.
+	QueuedMS float64 `json:"checkpoint_first_task_wait_ms"`
+	Bytes    int64   `json:"bytes"`
+	// RestoreMS is the wall time from the restore request to every
+	// restored rollout released (all running); -1 when that took longer
+	// than the bench waits (10 minutes).
+	RestoreMS float64 `json:"restore_ms"`
+	Restored  int     `json:"restored"`
+}

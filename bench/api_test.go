@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	base := Smoke()
+	base.BinDir, base.Temporal, base.DevConfig, base.OutDir = "bin", "temporal", "temporal-dev.yaml", "out"
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{"smoke", func(*Config) {}, ""},
+		{"no bin dir", func(c *Config) { c.BinDir = "" }, "required"},
+		{"one-turn latency", func(c *Config) { c.LatencyTurns = 1 }, "latency"},
+		{"no concurrency", func(c *Config) { c.Concurrency = 0 }, "throughput"},
+		{"history past the rollout", func(c *Config) { c.HistoryAt = []int{c.HistoryTurns + 1} }, "history at turn"},
+		{"jitter above latency", func(c *Config) { c.SlowJitter = 2 * c.SlowPolicy }, "slow policy"},
+		{"empty set", func(c *Config) { c.CheckpointSizes = []int{0} }, "checkpoint size"},
+		{"unknown scenario", func(c *Config) { c.Only = []string{"speed"} }, `scenario "speed"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.change(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The table prints a ratio only where the floor has a figure, and the chart
+// draws both panels.
+func TestTableAndChart(t *testing.T) {
+	r := &Report{
+		Config:  ConfigEcho{Concurrency: 8},
+		Latency: &Latency{TurnMS: Pair{Floor: 50, Turnstile: 40}},
+		Through: &Through{TurnsPerSec: Pair{Floor: 20, Turnstile: 10}, CPUMSPerTurn: map[string]Pair{}},
+		Cuts:    []Cut{{Rollouts: 100, ManifestMS: 2000, RestoreMS: 3000}, {Rollouts: 1000, ManifestMS: 9000, RestoreMS: 12000}},
+	}
+	var out bytes.Buffer
+	PrintTable(&out, r)
+	for _, want := range []string{"0.80×", "0.50×", "throughput, 8 rollouts", "checkpoint 1000: restore to all running"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	svg := Chart(r)
+	for _, want := range []string{"<svg", "turnstile ÷ floor", "request → manifest", "1000"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// The floor is the plainest Temporal loop a rollout could be: per turn one
+// "model" activity and one "environment" activity, both regular activities
+// with the SDK's default worker options, no search attributes, no
+// transcript store, no environment or policy server. Whatever turnstile
+// costs beyond it is turnstile's.
+const (
+	FloorWorkflowName = "BenchFloor"
+	floorModelName    = "FloorModel"
+	floorEnvName      = "FloorEnvironment"
+	// FloorWorkerCommand is the bench binary's argument that runs the
+	// floor's worker instead of the bench.
+	FloorWorkerCommand = "floor-worker"
+)
+
+// FloorInput is one floor rollout: Turns turns, each environment answer
+// ObservationBytes long (a naive loop keeps it in history).
+type FloorInput struct {
+	Turns            int `json:"turns"`
+	ObservationBytes int `json:"observation_bytes"`
+}
+
+// FloorResult counts the turns run.
+type FloorResult struct {
+	Turns int `json:"turns"`
+}
+
+var floorActivity = workflow.ActivityOptions{
+	StartToCloseTimeout: 15 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 500 * time.Millisecond},
+}
+
+// FloorWorkflow runs in.Turns turns: model, then environment, passing the
+// last observation to the next model call.
+func FloorWorkflow(ctx workflow.Context, in FloorInput) (FloorResult, error) {
+	ctx = workflow.WithActivityOptions(ctx, floorActivity)
+	var obs string
+	for turn := 1; turn <= in.Turns; turn++ {
+		var action string
+		if err := workflow.ExecuteActivity(ctx, floorModelName, turn, obs).Get(ctx, &action); err != nil {
+			return FloorResult{}, err
+		}
+		if err := workflow.ExecuteActivity(ctx, floorEnvName, action, in.ObservationBytes).Get(ctx, &obs); err != nil {
+			return FloorResult{}, err
+		}
+	}
+	return FloorResult{Turns: in.Turns}, nil
+}
+
+// FloorModel answers at once with a fixed action.
+func FloorModel(_ context.Context, turn int, _ string) (string, error) {
+	return fmt.Sprintf(`{"amount":1,"turn":%d}`, turn), nil
+}
+
+// FloorEnvironment answers an observation of size bytes.
+func FloorEnvironment(_ context.Context, action string, size int) (string, error) {
+	obs := "ok " + action
+	if size > len(obs) {
+		obs += strings.Repeat("x", size-len(obs))
+	}
+	return obs, nil
+}
+
+// RunFloorWorker runs the floor's worker on taskQueue of the server at
+// hostPort until stop is closed.
+func RunFloorWorker(hostPort, taskQueue string, stop <-chan any) error {
+	c, err := tclient.Dial(tclient.Options{HostPort: hostPort, Logger: quiet{}})
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", hostPort, err)
+	}
+	defer c.Close()
+	w := worker.New(c, taskQueue, worker.Options{})
+	w.RegisterWorkflowWithOptions(FloorWorkflow, workflow.RegisterOptions{Name: FloorWorkflowName})
+	w.RegisterActivityWithOptions(FloorModel, activity.RegisterOptions{Name: floorModelName})
+	w.RegisterActivityWithOptions(FloorEnvironment, activity.RegisterOptions{Name: floorEnvName})
+	if err := w.Run(stop); err != nil {
+		return fmt.Errorf("floor worker on %s: %w", taskQueue, err)
+	}
+	return nil
+}

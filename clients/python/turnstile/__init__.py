@@ -1,0 +1,39 @@
+"""Python client of the turnstile gateway: submit sets of agent rollouts,
+consume their results exactly once through the feed, acknowledge them,
+checkpoint, restore and resume. Standard library only.
+
+See examples/trainer_loop.py for a complete trainer loop, and the
+gateway's OpenAPI document (GET /v1/openapi.json) for every field.
+"""
+
+from .client import Client, RetryPolicy, new_request_id
+from .errors import (
+    APIError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    SetStalled,
+    TransportError,
+    TurnstileError,
+    Unauthorized,
+    Unavailable,
+)
+from .types import (
+    AckResponse,
+    DatasetRow,
+    ExportLine,
+    FeedResponse,
+    Health,
+    Receipt,
+    SetResponse,
+    SubmitResponse,
+    receipt_of,
+)
+
+__all__ = [
+    "Client", "RetryPolicy", "new_request_id",
+    "TurnstileError", "TransportError", "APIError", "Unauthorized", "BadRequest", "NotFound", "Conflict",
+    "SetStalled", "Unavailable",
+    "AckResponse", "DatasetRow", "ExportLine", "FeedResponse", "Health", "Receipt", "SetResponse",
+    "SubmitResponse", "receipt_of",
+]

@@ -1,0 +1,180 @@
+// Command bench measures turnstile against a naive Temporal loop (two plain
+// activities per turn) on one dev server it starts itself, and prints the
+// ratios (`make bench`; `make bench BENCH_FLAGS=-quick` for a short run).
+//
+//	bench [-quick | -smoke] [-out DIR] [-concurrency N] [-sizes 100,1000] [-with-10k] [-only latency,throughput] [-cpuprofile]
+//	bench floor-worker --address HOST:PORT --task-queue Q   (started by the bench itself)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/bench"
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/devenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == bench.FloorWorkerCommand {
+		err = floorWorker(ctx, os.Args[2:], os.Stderr)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
+	if code := cli.Report(os.Stderr, "bench", err); code != cli.ExitOK {
+		stop()
+		os.Exit(code)
+	}
+}
+
+// options are the bench's command line beyond bench.Config.
+type options struct {
+	cfg        bench.Config
+	with10k    bool
+	temporal   string
+	projectDir string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "a run of a few minutes: fewer turns, 64 concurrent rollouts, checkpoints of 100 and 300")
+	smoke := fs.Bool("smoke", false, "the smallest run that takes every step (what the test runs); figures mean nothing")
+	def := bench.Default()
+	o := options{}
+	exe, _ := os.Executable()
+	binDir := fs.String("bin-dir", filepath.Dir(exe), "directory of the worker, envserver, policyserver and bench binaries (make build)")
+	fs.StringVar(&o.temporal, "temporal", os.Getenv("TURNSTILE_TEMPORAL_BIN"), "Temporal CLI; empty: $TURNSTILE_TEMPORAL_BIN, else `temporal` on PATH or ./bin/temporal (installed if missing)")
+	fs.StringVar(&o.projectDir, "project", ".", "project root (temporal-dev.yaml, ./bin)")
+	out := fs.String("out", "", "output directory (default .turnstile/bench/<time>)")
+	conc := fs.Int("concurrency", 0, fmt.Sprintf("concurrent rollouts of the throughput scenario (default %d)", def.Concurrency))
+	tturns := fs.Int("throughput-turns", 0, fmt.Sprintf("turns per rollout of the throughput scenario (default %d)", def.ThroughputTurns))
+	lturns := fs.Int("latency-turns", 0, fmt.Sprintf("turns per rollout of the latency scenario (default %d)", def.LatencyTurns))
+	sizes := fs.String("sizes", "", "comma-separated set sizes to checkpoint and restore (default 100,1000)")
+	fs.BoolVar(&o.with10k, "with-10k", false, "also checkpoint and restore 10,000 in-flight rollouts (tens of minutes on 2 cores)")
+	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all)")
+	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of the turnstile worker to OUT/worker.pprof")
+	timeout := fs.Duration("checkpoint-timeout", 0, fmt.Sprintf("deadline of each checkpoint's cut (default %s)", def.CheckpointTimeout))
+	cli.SetUsage(fs, "Measures turnstile against a plain two-activity Temporal loop on a dev server it starts, and prints the ratios.", []cli.Setting{
+		{Env: "TURNSTILE_TEMPORAL_BIN", Meaning: "Temporal CLI binary"},
+	})
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case *quick && *smoke:
+		return options{}, fmt.Errorf("-quick and -smoke: give one")
+	case *quick:
+		o.cfg = bench.Quick()
+	case *smoke:
+		o.cfg = bench.Smoke()
+	default:
+		o.cfg = def
+	}
+	o.cfg.BinDir, o.cfg.CPUProfile, o.cfg.OutDir = *binDir, *cpuProfile, *out
+	setPositive(&o.cfg.Concurrency, *conc)
+	setPositive(&o.cfg.ThroughputTurns, *tturns)
+	setPositive(&o.cfg.LatencyTurns, *lturns)
+	if *timeout > 0 {
+		o.cfg.CheckpointTimeout = *timeout
+	}
+	if *sizes != "" {
+		n, err := parseSizes(*sizes)
+		if err != nil {
+			return options{}, err
+		}
+		o.cfg.CheckpointSizes = n
+	}
+	if o.with10k {
+		o.cfg.CheckpointSizes = append(o.cfg.CheckpointSizes, 10000)
+	}
+	if *only != "" {
+		o.cfg.Only = strings.Split(*only, ",")
+	}
+	return o, nil
+}
+
+func setPositive(dst *int, v int) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-sizes: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	cfg := o.cfg
+	cfg.DevConfig = filepath.Join(o.projectDir, devenv.DefaultConfigFile)
+	if cfg.OutDir == "" {
+		cfg.OutDir = filepath.Join(o.projectDir, ".turnstile", "bench", time.Now().Format("20060102-150405"))
+	}
+	if cfg.OutDir, err = filepath.Abs(cfg.OutDir); err != nil {
+		return err
+	}
+	cfg.Temporal = "temporal" // checked once the flags are known good
+	if err := cfg.Validate(); err != nil {
+		return cli.Usage(err)
+	}
+	if cfg.Temporal = o.temporal; cfg.Temporal == "" {
+		if cfg.Temporal, err = devenv.EnsureCLI(ctx, o.projectDir); err != nil {
+			return err
+		}
+	}
+	cfg.Log = func(format string, a ...any) {
+		fmt.Fprintf(stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	cfg.Log("output in %s", cfg.OutDir)
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		fmt.Fprintln(stdout)
+		bench.PrintTable(stdout, rep)
+		fmt.Fprintf(stdout, "\nwrote %s, %s and %s in %s\n", bench.JSONFile, bench.CSVFile, bench.SVGFile, cfg.OutDir)
+	}
+	return err
+}
+
+// floorWorker runs the floor's worker until interrupted.
+func floorWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench "+bench.FloorWorkerCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("address", "127.0.0.1:7233", "Temporal frontend")
+	queue := fs.String("task-queue", "bench-floor", "task queue")
+	if err := fs.Parse(args); err != nil {
+		return cli.Usage(err)
+	}
+	stop := make(chan any)
+	go func() {
+		<-ctx.Done()
+		close(stop)
+	}()
+	return bench.RunFloorWorker(*addr, *queue, stop)
+}

@@ -1,0 +1,143 @@
+// Command conformance drives a running participant (an environment server in
+// any language) through every numbered rule of docs/protocol/RULES.md and
+// prints one line per rule, PASS/FAIL/SKIP with the evidence; the exit
+// status is 1 when any rule fails (2 for a bad command line).
+//
+//	conformance --url http://127.0.0.1:8091 --data-token "$TURNSTILE_DATA_TOKEN" --control-token "$TURNSTILE_CONTROL_TOKEN"
+//
+// The defaults of --env, --task, --tool, --args and --restart-env fit the Go
+// envserver's catalog; a participant of another language names its own.
+// The tokens default to TURNSTILE_DATA_TOKEN and TURNSTILE_CONTROL_TOKEN
+// (the variables keep them out of the process list).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/protocol/conformance"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if code := cli.Report(os.Stderr, "conformance", run(ctx, os.Args[1:], os.Stdout, os.Stderr)); code != cli.ExitOK {
+		stop()
+		os.Exit(code)
+	}
+}
+
+// errFailed is the run's error when a rule failed: the lines said why.
+var errFailed = errors.New("the participant fails at least one rule")
+
+type options struct {
+	cfg     conformance.Config
+	tls     tlsfiles.ClientFiles
+	timeout time.Duration
+	list    bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var task, argsJSON, restartTask string
+	fs.StringVar(&o.cfg.URL, "url", "", "base URL of the participant (http:// or https://); required")
+	fs.StringVar(&o.cfg.DataToken, "data-token", os.Getenv(protocol.DataTokenEnvVar), "the participant's data-plane token; default from $"+protocol.DataTokenEnvVar)
+	fs.StringVar(&o.cfg.ControlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar), "the participant's control-plane token; default from $"+protocol.ControlTokenEnvVar)
+	fs.StringVar(&o.cfg.Env, "env", conformance.DefaultEnv, "an export_restore environment of the participant")
+	fs.StringVar(&task, "task", conformance.DefaultTask, "a task (JSON) of --env")
+	fs.StringVar(&o.cfg.Tool, "tool", conformance.DefaultTool, "a tool of --env the task accepts at least three times in a row")
+	fs.StringVar(&argsJSON, "args", conformance.DefaultArgs, "the arguments (JSON) of --tool")
+	fs.StringVar(&o.cfg.RestartEnv, "restart-env", conformance.DefaultRestartEnv, "a restart_only or stateless environment, for R14; empty skips R14")
+	fs.StringVar(&restartTask, "restart-task", conformance.DefaultRestartTask, "a task (JSON) of --restart-env")
+	fs.StringVar(&o.cfg.Dir, "dir", "", "absolute directory the participant can write checkpoints into; default a new temporary directory (removed at the end)")
+	fs.StringVar(&o.cfg.Prefix, "prefix", "", "prefix of the rollout and checkpoint ids the kit uses; default a random one")
+	fs.StringVar(&o.tls.CA, "tls-ca", os.Getenv(tlsfiles.EnvCA), "CA (PEM) to trust for an https:// participant; default from $"+tlsfiles.EnvCA)
+	fs.StringVar(&o.tls.Cert, "tls-cert", os.Getenv(tlsfiles.EnvClientCert), "client certificate (PEM) for mutual TLS; default from $"+tlsfiles.EnvClientCert)
+	fs.StringVar(&o.tls.Key, "tls-key", os.Getenv(tlsfiles.EnvClientKey), "key of --tls-cert; default from $"+tlsfiles.EnvClientKey)
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the whole run")
+	fs.BoolVar(&o.list, "list", false, "print the rules and exit")
+	cli.SetUsage(fs, "Checks a participant against every numbered rule of docs/protocol/RULES.md: one PASS/FAIL line per rule; exit 1 on any FAIL.", []cli.Setting{
+		{Env: protocol.DataTokenEnvVar, Meaning: "the participant's data-plane token"},
+		{Env: protocol.ControlTokenEnvVar, Meaning: "the participant's control-plane token"},
+		{Env: tlsfiles.EnvCA, Meaning: "CA to trust for https://"},
+		{Env: tlsfiles.EnvClientCert, Meaning: "client certificate for mutual TLS (with " + tlsfiles.EnvClientKey + ")"},
+	})
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.list {
+		return o, nil
+	}
+	if o.cfg.URL == "" {
+		return o, errors.New("--url is required")
+	}
+	for _, j := range []struct {
+		flag, value string
+		dst         *json.RawMessage
+	}{{"--task", task, &o.cfg.Task}, {"--args", argsJSON, &o.cfg.Args}, {"--restart-task", restartTask, &o.cfg.RestartTask}} {
+		if !json.Valid([]byte(j.value)) {
+			return o, fmt.Errorf("%s: %q is not JSON", j.flag, j.value)
+		}
+		*j.dst = json.RawMessage(j.value)
+	}
+	if o.cfg.Dir != "" && !filepath.IsAbs(o.cfg.Dir) {
+		return o, fmt.Errorf("--dir %q is not an absolute path", o.cfg.Dir)
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	if o.list {
+		for _, r := range conformance.Rules() {
+			fmt.Fprintf(stdout, "%s %s\n", r.ID, r.Name)
+		}
+		return nil
+	}
+	tlsCfg, err := o.tls.Config()
+	if err != nil {
+		return cli.Usage(err)
+	}
+	o.cfg.HTTPClient = tlsfiles.HTTPClient(tlsCfg)
+	if o.cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "turnstile-conformance-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.cfg.Dir = dir
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	res, err := conformance.Run(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	if err := conformance.Print(stdout, res); err != nil {
+		return err
+	}
+	if conformance.Failed(res) {
+		return errFailed
+	}
+	return nil
+}

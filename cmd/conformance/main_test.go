@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/protocol/conformance"
+)
+
+func TestRunAgainstTheGoEnvServer(t *testing.T) {
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, DataToken: "d", ControlToken: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"--url", hs.URL, "--data-token", "d", "--control-token", "c"}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(conformance.Rules()) {
+		t.Fatalf("%d lines for %d rules:\n%s", len(lines), len(conformance.Rules()), out.String())
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "PASS R") {
+			t.Errorf("line %q", l)
+		}
+	}
+	// A wrong token fails rules and exits 1, not 2.
+	out.Reset()
+	err = run(context.Background(), []string{"--url", hs.URL, "--data-token", "wrong", "--control-token", "c"}, &out, &errOut)
+	if !errors.Is(err, errFailed) || cli.ExitCode(err) != cli.ExitFailure || !strings.Contains(out.String(), "FAIL R") {
+		t.Fatalf("run with a wrong data token = %v (exit %d):\n%s", err, cli.ExitCode(err), out.String())
+	}
+}
+
+func TestRunRefusesBadCommandLines(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--url"},
+		{[]string{"--url", "http://x", "--task", "{"}, "--task"},
+		{[]string{"--url", "http://x", "--dir", "relative"}, "--dir"},
+		{[]string{"--url", "http://x", "extra"}, "unexpected"},
+		{[]string{"--url", "http://x", "--tls-cert", "/c.pem"}, "both"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &errOut)
+		if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("run %q = %v (exit %d), want a usage error naming %q", tc.args, err, cli.ExitCode(err), tc.want)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--list"}, &out, &out); err != nil || !strings.Contains(out.String(), "R16 ") {
+		t.Fatalf("--list = %v:\n%s", err, out.String())
+	}
+}

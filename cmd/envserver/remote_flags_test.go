@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/protocol"
+)
+
+// TestRemoteFlag: --remote hosts an HTTP environment next to (or instead
+// of) the catalog's; a bad spec or an unreachable remote stops the start.
+func TestRemoteFlag(t *testing.T) {
+	gym := httptest.NewServer(http.NotFoundHandler()) // declares nothing: restart-only
+	t.Cleanup(gym.Close)
+	base := startRun(t, "--remote", "name=walk,url="+gym.URL+",kind=gymnasium")
+	var specs []envs.Spec
+	if err := protocol.NewDataClient(base, testDataToken, nil).Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]envs.Spec{}
+	for _, s := range specs {
+		got[s.Name] = s
+	}
+	if w, ok := got["walk"]; !ok || w.Mode != envs.ModeRestartOnly || w.Style != envs.StyleGym || got["counter"].Name == "" {
+		b, _ := json.Marshal(specs)
+		t.Fatalf("/v1/envs = %s, want counter and walk (gym, restart_only)", b)
+	}
+
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	for _, tt := range []struct{ spec, want string }{
+		{"name=walk,kind=gymnasium", "not an http(s) URL"},
+		{"name=walk,url=" + down.URL + ",kind=gymnasium", "cannot reach"},
+	} {
+		err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--envs", "", "--data-token", testDataToken, "--remote", tt.spec}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("--remote %s: error %v, want %q", tt.spec, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/tlsfiles/tlstest"
+)
+
+// TestTLSAndMutualTLS serves the policy over HTTPS with certificates made
+// for the test, then requires client certificates.
+func TestTLSAndMutualTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	get := func(t *testing.T, base string, files tlsfiles.ClientFiles) error {
+		t.Helper()
+		cfg, err := files.Config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tlsfiles.HTTPClient(cfg).Get(base + "/models")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("models answered %d", resp.StatusCode)
+		}
+		return nil
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		accept []tlsfiles.ClientFiles
+		refuse []tlsfiles.ClientFiles
+	}{
+		{"TLS", []string{"--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey},
+			[]tlsfiles.ClientFiles{{CA: certs.CA}}, []tlsfiles.ClientFiles{{CA: certs.OtherCA}, {}}},
+		{"mutual TLS", []string{"--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey, "--tls-client-ca", certs.CA},
+			[]tlsfiles.ClientFiles{{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey}},
+			[]tlsfiles.ClientFiles{{CA: certs.CA}, {CA: certs.CA, Cert: certs.OtherCert, Key: certs.OtherKey}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			ready := make(chan string, 1)
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, append([]string{"--listen", "127.0.0.1:0"}, tc.args...), io.Discard, func(u string) { ready <- u })
+			}()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+			})
+			var base string
+			select {
+			case base = <-ready:
+			case err := <-done:
+				done <- nil
+				t.Fatalf("run ended before listening: %v", err)
+			}
+			if !strings.HasPrefix(base, "https://127.0.0.1:") {
+				t.Fatalf("base URL %q, want https", base)
+			}
+			for _, f := range tc.accept {
+				if err := get(t, base, f); err != nil {
+					t.Errorf("client %+v refused: %v", f, err)
+				}
+			}
+			for _, f := range tc.refuse {
+				if err := get(t, base, f); err == nil {
+					t.Errorf("client %+v accepted", f)
+				}
+			}
+		})
+	}
+	if err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--tls-cert", certs.ServerCert}, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "--tls-key") {
+		t.Fatalf("a certificate without its key: run = %v", err)
+	}
+}

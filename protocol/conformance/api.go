@@ -1,0 +1,109 @@
+// Package conformance drives a running participant (an environment server
+// in any language) through every numbered rule of docs/protocol/RULES.md
+// and reports one Result per rule, with the evidence: the oracle a
+// participant passes before it holds rollouts through checkpoint and
+// restore. bin/conformance is its command line; Go tests call Run.
+//
+// The kit needs a fresh participant (control phase idle, admission open)
+// hosting one export_restore environment it can drive (Config.Env, Task,
+// Tool, Args), optionally a restart_only or stateless one (RestartEnv), and a
+// directory the participant can write checkpoints into (Config.Dir). It uses
+// rollout ids with a random prefix and its own checkpoint ids, and leaves
+// admission open.
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// Verdicts of a rule.
+const (
+	Pass = "PASS"
+	Fail = "FAIL"
+	// Skip: the participant lacks what the rule needs (e.g. no
+	// restart-only environment); it does not fail a run.
+	Skip = "SKIP"
+)
+
+// Defaults fit the Go envserver's catalog.
+const (
+	DefaultEnv         = "counter"
+	DefaultTask        = `{"target":5}`
+	DefaultTool        = "increment"
+	DefaultArgs        = `{"amount":1}`
+	DefaultRestartEnv  = "arithmetic"
+	DefaultRestartTask = `{"a":2,"b":3,"op":"+"}`
+)
+
+// Config says which participant to drive and how.
+type Config struct {
+	// URL is the participant's base URL (http:// or https://).
+	URL          string
+	DataToken    string
+	ControlToken string
+	// HTTPClient carries TLS settings; nil means http.DefaultClient.
+	HTTPClient *http.Client
+	// Env is an export_restore environment; Task a task of it; Tool and
+	// Args a call it accepts at least three times in a row from the
+	// task's start, whose outcome depends only on the session state.
+	Env  string
+	Task json.RawMessage
+	Tool string
+	Args json.RawMessage
+	// RestartEnv is a restart_only or stateless environment with task
+	// RestartTask, for R14; empty skips R14.
+	RestartEnv  string
+	RestartTask json.RawMessage
+	// Dir is an absolute directory the participant can create checkpoint
+	// directories in.
+	Dir string
+	// Prefix starts every rollout id the kit uses; empty picks a random
+	// one, so runs against a long-lived participant never collide.
+	Prefix string
+}
+
+// Rule is one numbered rule of RULES.md.
+type Rule struct {
+	ID   string // "R1"
+	Name string
+}
+
+// Result is the verdict on one rule.
+type Result struct {
+	Rule
+	Verdict  string // Pass, Fail or Skip
+	Evidence string
+}
+
+// Rules lists every rule the kit checks, in order.
+func Rules() []Rule {
+	checks := allChecks()
+	out := make([]Rule, len(checks))
+	for i, c := range checks {
+		out[i] = c.Rule
+	}
+	return out
+}
+
+// Print writes one line per result, "PASS R3 request-id replay: evidence".
+func Print(w io.Writer, results []Result) error {
+	for _, r := range results {
+		if _, err := fmt.Fprintf(w, "%s %s %s: %s\n", r.Verdict, r.ID, r.Name, r.Evidence); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Failed reports whether any rule failed.
+func Failed(results []Result) bool {
+	for _, r := range results {
+		if r.Verdict == Fail {
+			return true
+		}
+	}
+	return false
+}

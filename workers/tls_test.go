@@ -1,0 +1,61 @@
+package workers_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envserver"
+	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/workers"
+)
+
+// TestActivitiesOverMutualTLS: a worker configured with the CA, a client
+// certificate and the data token seeds a session on an environment server
+// that requires all three; without the client certificate it cannot.
+func TestActivitiesOverMutualTLS(t *testing.T) {
+	certs := tlstest.New(t)
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "wd", ControlToken: "wc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := tlsfiles.ServerFiles{Cert: certs.ServerCert, Key: certs.ServerKey, ClientCA: certs.CA}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv)
+	hs.TLS = serverTLS
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+
+	seed := func(t *testing.T, files tlsfiles.ClientFiles) error {
+		cfg := workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: "https://127.0.0.1:1/v1", TaskQueue: "q",
+			LogLevel: "info", LogFormat: "json", DataToken: "wd", ControlToken: "wc", TLS: files}
+		acts, err := workers.NewActivities(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var suite testsuite.WorkflowTestSuite
+		env := suite.NewTestActivityEnvironment()
+		env.RegisterActivity(acts)
+		_, err = env.ExecuteActivity(acts.StartEnvironment, rollout.StartEnvironmentInput{RolloutID: "r", Attempt: 0,
+			Env: rollout.EnvRef{Name: counter.Name}, Task: json.RawMessage(`{"target":1}`)})
+		return err
+	}
+	if err := seed(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey}); err != nil {
+		t.Fatalf("seed over mutual TLS: %v", err)
+	}
+	if err := seed(t, tlsfiles.ClientFiles{CA: certs.CA}); err == nil {
+		t.Fatal("a worker without a client certificate got through")
+	}
+	if _, err := workers.NewActivities(workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: hs.URL, TaskQueue: "q",
+		LogLevel: "info", LogFormat: "json", TLS: tlsfiles.ClientFiles{CA: "/nonexistent/ca.pem"}}); err == nil {
+		t.Fatal("NewActivities accepted a CA file that does not exist")
+	}
+}
