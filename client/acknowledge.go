@@ -219,7 +219,7 @@ func sendAcks(ctx context.Context, upd workflowUpdater, plan AckPlan) (AckSummar
 // in want, or all when want is nil): a running one by its status query, a
 // closed one by its result.
 func fetchStates(ctx context.Context, c tclient.Client, set string, want map[string]bool) (map[string]HeldState, error) {
-	latest, err := listLatest(ctx, c, set)
+	latest, err := latestOf(ctx, c, set, want)
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +257,31 @@ func fetchStates(ctx context.Context, c tclient.Client, set string, want map[str
 	out := make(map[string]HeldState, len(recs))
 	for i, r := range recs {
 		out[r.RolloutID] = states[i]
+	}
+	return out, nil
+}
+
+// latestOf is the latest run of every rollout of set (want nil), or of the
+// rollouts in want only: those are looked up by workflow id, a query per
+// runsChunk of them, so acknowledging a page does not list the whole set.
+func latestOf(ctx context.Context, l rollout.Lister, set string, want map[string]bool) ([]RolloutRecord, error) {
+	if want == nil {
+		return listLatest(ctx, l, set)
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, rollout.WorkflowID(id))
+	}
+	sort.Strings(ids)
+	runs, err := listRunsOf(ctx, l, rollout.SetQuery(set), ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []RolloutRecord
+	for _, id := range ids {
+		if rs := runs[id]; len(rs) > 0 {
+			out = append(out, rs[0])
+		}
 	}
 	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
+	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -153,8 +155,14 @@ type builtLine struct {
 // has a group cache.
 func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.WorkflowExecutionInfo) ([]builtLine, error) {
 	lines := make([]builtLine, len(infos))
-	err := fanout.Each(ctx, len(infos), exportWindow, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, job.src, job.set, infos[i])
+	runs, err := listRunsOf(ctx, job.src, "", workflowIDsOf(infos))
+	if err != nil {
+		return nil, err
+	}
+	// Each line waits on a status query or a result: latency-bound, so a
+	// feed page reads as many at once as updates are sent.
+	err = fanout.Each(ctx, len(infos), updateConcurrency, func(ctx context.Context, i int) error {
+		f, ok, err := finished(ctx, job.src, job.set, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
 		if err != nil || !ok {
 			return err
 		}
@@ -194,15 +202,12 @@ func encodeLine(line ExportLine) ([]byte, error) {
 }
 
 // finished reads what the export needs of the rollout of a listed run:
-// its attempts (every run of its workflow ID), and its result or failure.
+// its attempts (runs: every run of its workflow ID, the latest first; see
+// listRunsOf), and its result or failure.
 // ok is false when the run is not to be exported: a later run replaced it
 // (the later run is exported once finished), or it no longer holds a result.
-func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo) (f finishedRollout, ok bool, err error) {
+func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
-	runs, err := listRuns(ctx, src, rec.WorkflowID)
-	if err != nil {
-		return f, false, err
-	}
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
 		return f, false, nil
 	}
@@ -239,26 +244,57 @@ func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (o
 	return true, nil
 }
 
-// listRuns returns every run of workflowID that visibility holds, the
-// latest first.
-func listRuns(ctx context.Context, l rollout.Lister, workflowID string) ([]RolloutRecord, error) {
-	query := fmt.Sprintf("WorkflowId = %q", workflowID)
-	var runs []RolloutRecord
-	var token []byte
-	for {
-		resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
-		if err != nil {
-			return nil, fmt.Errorf("list runs of %s: %w", workflowID, err)
+// runsChunk bounds the workflow ids of one visibility query.
+const runsChunk = 100
+
+// listRunsOf returns every run visibility holds of each of workflowIDs
+// (within filter, when not empty), the latest first: one query per
+// runsChunk ids, not one per rollout.
+func listRunsOf(ctx context.Context, l rollout.Lister, filter string, workflowIDs []string) (map[string][]RolloutRecord, error) {
+	out := map[string][]RolloutRecord{}
+	for len(workflowIDs) > 0 {
+		chunk := workflowIDs[:min(runsChunk, len(workflowIDs))]
+		workflowIDs = workflowIDs[len(chunk):]
+		quoted := make([]string, len(chunk))
+		for i, id := range chunk {
+			quoted[i] = strconv.Quote(id)
 		}
-		for _, info := range resp.GetExecutions() {
-			runs = append(runs, recordFromInfo(info))
+		query := "WorkflowId IN (" + strings.Join(quoted, ", ") + ")"
+		if filter != "" {
+			query = filter + " AND " + query
 		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
+		var token []byte
+		for {
+			resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+			if err != nil {
+				return nil, fmt.Errorf("list runs of %d rollouts: %w", len(chunk), err)
+			}
+			for _, info := range resp.GetExecutions() {
+				rec := recordFromInfo(info)
+				out[rec.WorkflowID] = append(out[rec.WorkflowID], rec)
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
 		}
 	}
-	sort.SliceStable(runs, func(i, j int) bool { return newer(runs[i], runs[j]) })
-	return runs, nil
+	for _, runs := range out {
+		sort.SliceStable(runs, func(i, j int) bool { return newer(runs[i], runs[j]) })
+	}
+	return out, nil
+}
+
+// workflowIDsOf are the distinct workflow ids of infos, in order.
+func workflowIDsOf(infos []*workflowpb.WorkflowExecutionInfo) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, info := range infos {
+		if id := info.GetExecution().GetWorkflowId(); !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // attemptsOf condenses runs (latest first) into one record per attempt,

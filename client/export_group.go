@@ -52,37 +52,61 @@ type groupDescriber interface {
 
 // groupCache reads each group's ledger once per export: every line of a
 // group then says the same, and an export of N rollouts in groups of k
-// describes N/k ledgers. It holds one small entry per group.
+// describes N/k ledgers, however many lines of one group are built at
+// once (the first lookup describes, the others wait for it). It holds one
+// small entry per group.
 type groupCache struct {
 	src    groupDescriber
 	set    string
 	mu     sync.Mutex
-	groups map[string]*ExportGroup
+	groups map[string]*groupEntry
+}
+
+// groupEntry is one group's ledger, read once.
+type groupEntry struct {
+	done chan struct{} // closed once g or err is set
+	g    *ExportGroup
+	err  error
 }
 
 func newGroupCache(src groupDescriber, set string) *groupCache {
-	return &groupCache{src: src, set: set, groups: map[string]*ExportGroup{}}
+	return &groupCache{src: src, set: set, groups: map[string]*groupEntry{}}
 }
 
-// status is the group's state, read at its first use in this export.
+// status is the group's state, read at its first use in this export. A
+// failed read is not kept: the next line of the group tries again.
 func (c *groupCache) status(ctx context.Context, group string) (*ExportGroup, error) {
 	c.mu.Lock()
-	g, ok := c.groups[group]
+	e, ok := c.groups[group]
+	if !ok {
+		e = &groupEntry{done: make(chan struct{})}
+		c.groups[group] = e
+	}
 	c.mu.Unlock()
 	if ok {
-		return g, nil
+		select {
+		case <-e.done:
+			if e.err == nil {
+				return e.g, nil
+			}
+			return c.retry(ctx, group, e)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	g, err := describeGroup(ctx, c.src, c.set, group)
-	if err != nil {
-		return nil, err
-	}
+	e.g, e.err = describeGroup(ctx, c.src, c.set, group)
+	close(e.done)
+	return e.g, e.err
+}
+
+// retry forgets a failed read and reads the group again.
+func (c *groupCache) retry(ctx context.Context, group string, failed *groupEntry) (*ExportGroup, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if prev, ok := c.groups[group]; ok {
-		return prev, nil // read concurrently: the first answer stands
+	if c.groups[group] == failed {
+		delete(c.groups, group)
 	}
-	c.groups[group] = g
-	return g, nil
+	c.mu.Unlock()
+	return c.status(ctx, group)
 }
 
 // describeGroup reads a group's status from its ledger's search attribute

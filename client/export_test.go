@@ -266,7 +266,7 @@ func (f *fakeSet) ListWorkflow(_ context.Context, req *workflowservice.ListWorkf
 	f.mu.Unlock()
 	var match []*workflowpb.WorkflowExecutionInfo
 	for _, r := range f.runs {
-		byID := req.GetQuery() == fmt.Sprintf("WorkflowId = %q", rollout.WorkflowID(r.id))
+		byID := strings.HasPrefix(req.GetQuery(), "WorkflowId IN (") && strings.Contains(req.GetQuery(), fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
 		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED

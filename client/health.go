@@ -2,13 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
@@ -120,37 +120,64 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 		r.Sample = healthSample
 	}
 	h := Health{State: HealthOK, WindowMS: r.Window.Milliseconds(), ModelErrors: []string{}, Stuck: []string{}}
-	var n healthCounts
-	since := r.Now.Add(-r.Window)
-	sinceTS := rollout.VisibilityTime(since)
-	counts := []struct {
-		dst    *int
-		filter string
-	}{
-		{&n.attempt0, rolloutsQ}, {&h.Running, runningQ}, {&h.Held, heldQ},
-		{&h.Completed, `ExecutionStatus = "Completed"`}, {&h.Failed, failedQ}, {&n.working, workingQ},
-		{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
-		{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)},
-	}
-	for _, c := range counts {
-		v, err := countSet(ctx, src, r.Set, c.filter)
-		if err != nil {
-			return Health{}, err
-		}
-		*c.dst = v
-	}
-	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
-	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
-	if err := sampleTrouble(ctx, src, r, sinceTS, &h); err != nil {
-		return Health{}, err
-	}
-	streak, err := failureStreak(ctx, src, r.Set, sinceTS)
+	// A namespace set up before the progress attributes existed has no
+	// RolloutFinishedAt to count by: health without the watchdog then.
+	watchdog, err := hasProgressAttributes(ctx, src, r.Set)
 	if err != nil {
 		return Health{}, err
 	}
-	h.ConsecutiveFailures = streak
-	judge(&h, r, n)
+	var n healthCounts
+	sinceTS := rollout.VisibilityTime(r.Now.Add(-r.Window))
+	if err := countAll(ctx, src, r.Set, healthFilters(&h, &n, sinceTS, watchdog)); err != nil {
+		return Health{}, err
+	}
+	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
+	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
+	if err := sampleModel(ctx, src, r, &h); err != nil {
+		return Health{}, err
+	}
+	if watchdog {
+		if err := sampleStuck(ctx, src, r, sinceTS, &h); err != nil {
+			return Health{}, err
+		}
+		if h.ConsecutiveFailures, err = failureStreak(ctx, src, r.Set, sinceTS); err != nil {
+			return Health{}, err
+		}
+	}
+	judge(&h, r, n, watchdog)
 	return h, nil
+}
+
+// healthCount is one count of a health computation.
+type healthCount struct {
+	dst    *int
+	filter string
+}
+
+// healthFilters are the counts of a health computation: those by the
+// progress attributes only when the namespace has them.
+func healthFilters(h *Health, n *healthCounts, sinceTS string, watchdog bool) []healthCount {
+	counts := []healthCount{
+		{&n.attempt0, rolloutsQ}, {&h.Running, runningQ}, {&h.Held, heldQ},
+		{&h.Completed, `ExecutionStatus = "Completed"`}, {&h.Failed, failedQ}, {&n.working, workingQ},
+	}
+	if !watchdog {
+		return counts
+	}
+	return append(counts,
+		healthCount{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
+		healthCount{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)})
+}
+
+func countAll(ctx context.Context, src healthSource, set string, counts []healthCount) error {
+	for _, c := range counts {
+		v, err := countSet(ctx, src, set, c.filter)
+		if err != nil {
+			return err
+		}
+		*c.dst = v
+	}
+	return nil
 }
 
 // countSet counts the runs of set matching filter.
@@ -163,9 +190,9 @@ func countSet(ctx context.Context, src healthSource, set, filter string) (int, e
 	return int(resp.GetCount()), nil
 }
 
-// sampleTrouble lists up to r.Sample stuck rollouts and describes up to
-// r.Sample rollouts waiting on the model, for the model error rate.
-func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, sinceTS string, h *Health) error {
+// sampleStuck lists up to r.Sample rollouts working without progress
+// within the window.
+func sampleStuck(ctx context.Context, src healthSource, r HealthRequest, sinceTS string, h *Health) error {
 	stuckQ := fmt.Sprintf(`%s AND %s < %s AND StartTime < %[3]s`, workingQ, rollout.SARolloutProgressAt, sinceTS)
 	stuck, err := listSome(ctx, src, r.Set, stuckQ, r.Sample)
 	if err != nil {
@@ -175,6 +202,12 @@ func sampleTrouble(ctx context.Context, src healthSource, r HealthRequest, since
 		h.Stuck = append(h.Stuck, PositionOf(info).RolloutID)
 	}
 	sort.Strings(h.Stuck)
+	return nil
+}
+
+// sampleModel describes up to r.Sample rollouts waiting on the model, for
+// the model error rate.
+func sampleModel(ctx context.Context, src healthSource, r HealthRequest, h *Health) error {
 	modelQ := fmt.Sprintf(`ExecutionStatus = "Running" AND %s = %q`, rollout.SARolloutPhase, rollout.PhaseModel)
 	waiting, err := listSome(ctx, src, r.Set, modelQ, r.Sample)
 	if err != nil {
@@ -255,61 +288,61 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// Filters of a failure streak: a finished run failed (it ended without a
+// result, or published the failed phase on its way there) or succeeded
+// (holds or completed with a result).
+var (
+	runFailedQ    = fmt.Sprintf(`(ExecutionStatus = "Failed" OR ExecutionStatus = "TimedOut" OR ExecutionStatus = "Canceled" OR %s = %q)`, rollout.SARolloutPhase, rollout.PhaseFailed)
+	runSucceededQ = fmt.Sprintf(`(ExecutionStatus = "Completed" OR (ExecutionStatus = "Running" AND %s = %q))`, rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+)
+
 // failureStreak counts the rollouts that failed after the last one that
-// succeeded, in completion order, among those that finished since sinceMS
-// (at most maxHealthScan of them are read).
-func failureStreak(ctx context.Context, src rollout.Lister, set string, sinceTS string) (int, error) {
-	var (
-		lastOK   FeedPosition
-		failures []FeedPosition
-		read     int
-	)
-	filter := fmt.Sprintf(`%s >= %s`, rollout.SARolloutFinishedAt, sinceTS)
+// succeeded, in completion order, among those that finished since sinceTS.
+// It reads the failures of the window (at most maxHealthScan) and no
+// success: a binary search over the failures, newest first, counts the
+// successes finished after each (SQL visibility cannot ORDER BY to find the
+// newest success), so a healthy set of thousands costs a few counts.
+func failureStreak(ctx context.Context, src healthSource, set string, sinceTS string) (int, error) {
+	var fails []time.Time
+	filter := fmt.Sprintf(`%s >= %s AND %s`, rollout.SARolloutFinishedAt, sinceTS, runFailedQ)
 	err := rollout.ListSet(ctx, src, set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
-		if read++; read > maxHealthScan {
+		if len(fails) >= maxHealthScan {
 			return errScanDone
 		}
-		pos := PositionOf(info)
-		switch {
-		case runFailed(info):
-			failures = append(failures, pos)
-		case lastOK.Before(pos):
-			lastOK = pos
-		}
+		at, _ := rollout.SATime(info.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		fails = append(fails, at)
 		return nil
 	})
 	if err != nil && err != errScanDone {
 		return 0, err
 	}
-	n := 0
-	for _, f := range failures {
-		if lastOK.Before(f) {
-			n++
+	sort.Slice(fails, func(i, j int) bool { return fails[i].After(fails[j]) })
+	// The streak is the largest k such that no success finished after the
+	// k-th newest failure.
+	var countErr error
+	k := sort.Search(len(fails), func(i int) bool {
+		if countErr != nil {
+			return true
 		}
-	}
-	return n, nil
+		n, err := countSet(ctx, src, set, fmt.Sprintf(`%s > %s AND %s`, rollout.SARolloutFinishedAt, rollout.VisibilityTime(fails[i]), runSucceededQ))
+		countErr = err
+		return n > 0
+	})
+	return k, countErr
 }
 
 // errScanDone stops a scan that has read enough.
-var errScanDone = fmt.Errorf("scan bound reached")
-
-// runFailed reports a run that ended without a result, or that published
-// the failed phase on its way there.
-func runFailed(info *workflowpb.WorkflowExecutionInfo) bool {
-	switch info.GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
-		return true
-	}
-	phase, _ := rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
-	return phase == string(rollout.PhaseFailed)
-}
+var errScanDone = errors.New("scan bound reached")
 
 // judge sets h's state and reason: stalled when rollouts are working and
-// none progressed within the window, degraded on failures, model errors or
-// stuck rollouts.
-func judge(h *Health, r HealthRequest, n healthCounts) {
+// none progressed within the window (with the watchdog on), degraded on
+// failures, model errors or stuck rollouts.
+func judge(h *Health, r HealthRequest, n healthCounts, watchdog bool) {
 	var why []string
-	if n.working > 0 && n.progressed == 0 && n.finished == 0 {
+	if !watchdog {
+		why = append(why, fmt.Sprintf("no watchdog: the namespace lacks the search attributes %s and %s (run starter setup; sets submitted after it have them)", rollout.SARolloutProgressAt, rollout.SARolloutFinishedAt))
+	}
+	if watchdog && n.working > 0 && n.progressed == 0 && n.finished == 0 {
 		h.State = HealthStalled
 		why = append(why, fmt.Sprintf("no rollout of set %s made progress in the last %s while %d are working", r.Set, r.Window, n.working))
 	}
@@ -322,7 +355,7 @@ func judge(h *Health, r HealthRequest, n healthCounts) {
 	if h.ConsecutiveFailures > 0 {
 		why = append(why, fmt.Sprintf("%d consecutive failures", h.ConsecutiveFailures))
 	}
-	if len(why) > 0 && h.State == HealthOK {
+	if len(why) > 0 && h.State == HealthOK && (watchdog || len(why) > 1) {
 		h.State = HealthDegraded
 	}
 	h.Reason = strings.Join(why, "; ")

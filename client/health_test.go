@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -23,9 +24,14 @@ type fakeHealth struct {
 	lists    func(query string) []*workflowpb.WorkflowExecutionInfo
 	attempts map[string]int32 // workflow id → attempt of its pending model call
 	failure  string
+	// noAttributes: the namespace lacks the progress attributes.
+	noAttributes bool
 }
 
 func (f *fakeHealth) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	if f.noAttributes && strings.Contains(req.GetQuery(), "At ") {
+		return nil, errors.New("invalid query: search attribute RolloutProgressAt is not defined")
+	}
 	return &workflowservice.CountWorkflowExecutionsResponse{Count: int64(f.counts(req.GetQuery()))}, nil
 }
 
@@ -90,6 +96,8 @@ func TestHealth(t *testing.T) {
 			f := &fakeHealth{attempts: tt.attempts, failure: "call model: connection refused"}
 			f.counts = func(q string) int {
 				switch {
+				case strings.Contains(q, runSucceededQ):
+					return countAfter(t, q, tt.finished, false)
 				case strings.Contains(q, rollout.SARolloutProgressAt):
 					return tt.progressed
 				case strings.Contains(q, rollout.SARolloutFinishedAt):
@@ -103,8 +111,14 @@ func TestHealth(t *testing.T) {
 				switch {
 				case strings.Contains(q, `RolloutPhase = "model"`):
 					return waiting
-				case strings.Contains(q, rollout.SARolloutFinishedAt):
-					return tt.finished
+				case strings.Contains(q, runFailedQ):
+					var out []*workflowpb.WorkflowExecutionInfo
+					for _, i := range tt.finished {
+						if failedRun(i) {
+							out = append(out, i)
+						}
+					}
+					return out
 				}
 				return nil
 			}
@@ -144,8 +158,106 @@ func TestHealthQueriesUseTheWindow(t *testing.T) {
 		if !strings.HasPrefix(q, `RolloutSet = "s1" AND `) {
 			t.Errorf("query %q is not limited to the set", q)
 		}
-		if strings.Contains(q, "At ") && !strings.Contains(q, since) {
+		if strings.Contains(q, "At ") && !strings.Contains(q, since) && !strings.Contains(q, "1970-01-01") {
 			t.Errorf("query %q does not compare with %s", q, since)
+		}
+	}
+}
+
+// failedRun is the fake's reading of runFailedQ.
+func failedRun(i *workflowpb.WorkflowExecutionInfo) bool {
+	phase, _ := rollout.SAKeyword(i.GetSearchAttributes(), rollout.SARolloutPhase)
+	return i.GetStatus() == failed || i.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED || phase == "failed"
+}
+
+// countAfter counts the successes (or failures) of runs that finished after
+// the time a "RolloutFinishedAt > \"…\"" filter names.
+func countAfter(t *testing.T, q string, runs []*workflowpb.WorkflowExecutionInfo, failures bool) int {
+	t.Helper()
+	_, rest, ok := strings.Cut(q, rollout.SARolloutFinishedAt+" > ")
+	if !ok {
+		t.Fatalf("query %q has no lower bound", q)
+	}
+	raw, _, _ := strings.Cut(rest[1:], `"`)
+	after, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, i := range runs {
+		at, _ := rollout.SATime(i.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		if at.After(after) && failedRun(i) == failures {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFailureStreak: the failures after the newest success, found with a
+// few counts (never a scan of the successes).
+func TestFailureStreak(t *testing.T) {
+	ok := func(at int) *workflowpb.WorkflowExecutionInfo {
+		return finishedRun(t, fmt.Sprintf("s1-ok%d", at), enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, "completed", time.Duration(at)*time.Second)
+	}
+	bad := func(at int) *workflowpb.WorkflowExecutionInfo {
+		return finishedRun(t, fmt.Sprintf("s1-bad%d", at), failed, "failed", time.Duration(at)*time.Second)
+	}
+	tests := []struct {
+		name string
+		runs []*workflowpb.WorkflowExecutionInfo
+		want int
+	}{
+		{"none", nil, 0},
+		{"only successes", []*workflowpb.WorkflowExecutionInfo{ok(1), ok(2)}, 0},
+		{"only failures", []*workflowpb.WorkflowExecutionInfo{bad(1), bad(2), bad(3)}, 3},
+		{"success last", []*workflowpb.WorkflowExecutionInfo{bad(1), bad(2), ok(3)}, 0},
+		{"failures after a success", []*workflowpb.WorkflowExecutionInfo{bad(1), ok(2), bad(3), bad(4), bad(5), ok(0)}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			counts := 0
+			f := &fakeHealth{
+				counts: func(q string) int { counts++; return countAfter(t, q, tt.runs, false) },
+				lists: func(string) []*workflowpb.WorkflowExecutionInfo {
+					var out []*workflowpb.WorkflowExecutionInfo
+					for _, i := range tt.runs {
+						if failedRun(i) {
+							out = append(out, i)
+						}
+					}
+					return out
+				},
+			}
+			got, err := failureStreak(context.Background(), f, "s1", rollout.VisibilityTime(t0))
+			if err != nil || got != tt.want {
+				t.Fatalf("streak %d (%v), want %d", got, err, tt.want)
+			}
+			if counts > 3 {
+				t.Errorf("%d counts for %d runs", counts, len(tt.runs))
+			}
+		})
+	}
+}
+
+// TestHealthWithoutProgressAttributes: on a namespace without the progress
+// attributes the health still answers, says the watchdog is off, and never
+// stalls.
+func TestHealthWithoutProgressAttributes(t *testing.T) {
+	var queries []string
+	f := &fakeHealth{noAttributes: true,
+		counts: func(q string) int { queries = append(queries, q); return 2 },
+		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
+	}
+	h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.State != HealthOK || !strings.Contains(h.Reason, "no watchdog") || h.Running != 2 {
+		t.Fatalf("health %+v", h)
+	}
+	for _, q := range queries {
+		if strings.Contains(q, "At ") {
+			t.Errorf("query %q uses an attribute the namespace lacks", q)
 		}
 	}
 }

@@ -36,9 +36,13 @@ func resultsPage(ctx context.Context, src exportSource, set string, token []byte
 		return nil, nil, fmt.Errorf("list results of set %q: %w", set, err)
 	}
 	infos := resp.GetExecutions()
+	runs, err := listRunsOf(ctx, src, "", workflowIDsOf(infos))
+	if err != nil {
+		return nil, nil, fmt.Errorf("results of set %q: %w", set, err)
+	}
 	recs := make([]*RolloutRecord, len(infos))
 	err = fanout.Each(ctx, len(infos), fetchConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, src, set, infos[i])
+		f, ok, err := finished(ctx, src, set, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
 		if ok {
 			recs[i] = &f.rec
 		}

@@ -49,7 +49,7 @@ func (c *cluster) startGateway(addr string, args ...string) (*proc, string) {
 
 // gw calls a gateway.
 type gw struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 }

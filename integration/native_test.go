@@ -184,7 +184,7 @@ func (c *cluster) cliJSON(ctx context.Context, v any, args ...string) {
 	require.NoError(c.t, json.Unmarshal(stdout.Bytes(), v), "temporal %s printed:\n%s", strings.Join(args, " "), stdout.String())
 }
 
-func mustJSON(t *testing.T, v any) string {
+func mustJSON(t testing.TB, v any) string {
 	t.Helper()
 	data, err := json.Marshal(v)
 	require.NoError(t, err)

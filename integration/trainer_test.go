@@ -85,7 +85,7 @@ func (tr *trainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 }
 
 // read returns the trainer's saved state, and false before the first save.
-func (tr *trainer) read(t *testing.T) (trainerState, bool) {
+func (tr *trainer) read(t testing.TB) (trainerState, bool) {
 	t.Helper()
 	var st trainerState
 	data, err := os.ReadFile(tr.state)

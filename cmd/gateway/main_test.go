@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+)
+
+func TestHelpListsSettings(t *testing.T) {
+	var out bytes.Buffer
+	_, err := parseFlags([]string{"-h"}, &out)
+	if !errors.Is(err, flag.ErrHelp) || cli.ExitCode(cli.Usage(err)) != cli.ExitOK {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, want := range []string{"-addr", "-token", "-insecure-no-auth", "-stall-window", "-checkpoint-root", "-transcripts", "-task-queue",
+		EnvAddr, EnvToken, EnvStallWindow, "TEMPORAL_ADDRESS", "TURNSTILE_CONTROL_TOKEN"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %s:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // error substring; empty for success
+	}{
+		{name: "no token", want: "--token"},
+		{name: "token", args: []string{"--token", "t"}},
+		{name: "token from env", env: map[string]string{EnvToken: "t"}},
+		{name: "explicitly insecure", args: []string{"--insecure-no-auth"}},
+		{name: "both", args: []string{"--token", "t", "--insecure-no-auth"}, want: "not both"},
+		{name: "padded token", args: []string{"--token", " t"}, want: "whitespace"},
+		{name: "zero window", args: []string{"--token", "t", "--stall-window", "0s"}, want: "--stall-window"},
+		{name: "bad window env", env: map[string]string{EnvToken: "t", EnvStallWindow: "soon"}, want: EnvStallWindow},
+		{name: "negative settle", args: []string{"--token", "t", "--feed-settle", "-1s"}, want: "--feed-settle"},
+		{name: "argument", args: []string{"--token", "t", "extra"}, want: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{EnvToken, EnvStallWindow, EnvAddr, EnvCheckpointRoot} {
+				t.Setenv(k, tt.env[k])
+			}
+			_, err := parseFlags(tt.args, &bytes.Buffer{})
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("error %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaultsFromEnvironment(t *testing.T) {
+	t.Setenv(EnvToken, "t")
+	t.Setenv(EnvAddr, "127.0.0.1:9999")
+	t.Setenv(EnvStallWindow, "90s")
+	t.Setenv(EnvCheckpointRoot, "ckpt")
+	c, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.addr != "127.0.0.1:9999" || c.stallWindow != 90*time.Second || !strings.HasSuffix(c.checkpointRoot, "/ckpt") || !strings.HasPrefix(c.checkpointRoot, "/") {
+		t.Errorf("config %+v", c)
+	}
+}
+
+// TestRunRefusesBadFlagsAsUsage: a bad command line exits 2 before any
+// connection is tried.
+func TestRunRefusesBadFlagsAsUsage(t *testing.T) {
+	t.Setenv(EnvToken, "")
+	err := run(context.Background(), []string{"--stall-window", "0s", "--insecure-no-auth"}, &bytes.Buffer{})
+	if cli.ExitCode(err) != cli.ExitUsage {
+		t.Fatalf("exit %d (%v), want %d", cli.ExitCode(err), err, cli.ExitUsage)
+	}
+}
