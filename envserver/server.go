@@ -18,6 +18,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // maxRequestBytes bounds a request body; tasks and tool arguments are small.
@@ -40,6 +41,10 @@ type ServerConfig struct {
 	// ControlToken is the bearer token of the checkpoint control plane;
 	// empty turns the control plane off.
 	ControlToken string
+	// Storage opens checkpoint locations that are object-store URLs
+	// (s3://…), with this process's credentials; nil accepts local
+	// directories only.
+	Storage *storage.Opener
 }
 
 // Server is the environment server's data plane: it hosts sessions of the

@@ -1,9 +1,11 @@
 package workers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -15,8 +17,12 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
+
+// openTimeout bounds opening the transcript store at start-up.
+const openTimeout = 30 * time.Second
 
 // Registry is the part of worker.Worker that registrations need; a test can
 // record them without a server.
@@ -28,15 +34,18 @@ type Registry interface {
 // New builds a worker on cfg.TaskQueue with every turnstile workflow and
 // activity registered. It does not start it.
 func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error) {
-	acts, err := NewActivities(cfg)
+	opener := &storage.Opener{}
+	acts, err := NewActivitiesWith(cfg, opener)
 	if err != nil {
 		return nil, err
 	}
 	w := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{&applicationErrors{}}})
-	Register(w, acts, NewCoordinator(c, cfg, acts))
+	coord := NewCoordinator(c, cfg, acts)
+	coord.Storage = opener
+	Register(w, acts, coord)
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
-		zap.String("transcript_dir", cfg.TranscriptDir),
+		zap.String("transcript_store", acts.Store.Location()),
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
@@ -50,10 +59,18 @@ func New(c client.Client, cfg Config, logger *zap.Logger) (worker.Worker, error)
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
 func NewActivities(cfg Config) (*rollout.Activities, error) {
+	return NewActivitiesWith(cfg, &storage.Opener{})
+}
+
+// NewActivitiesWith is NewActivities opening an object-store transcript
+// store through opener (which keeps its connection).
+func NewActivitiesWith(cfg Config, opener *storage.Opener) (*rollout.Activities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := transcript.Open(cfg.TranscriptDir)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	store, err := transcript.OpenLocation(ctx, opener, cfg.TranscriptDir)
 	if err != nil {
 		return nil, fmt.Errorf("open transcript store %s: %w", cfg.TranscriptDir, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -171,7 +172,7 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0003", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListMembers)))
 	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListParked)))
 
-	m, err := coordinator.ReadAggregateManifest(dir, "ck1")
+	m, err := readAggregate(t, dir, "ck1")
 	require.NoError(t, err)
 	require.Equal(t, res.ManifestDigest, m.Digest)
 	require.Equal(t, "s1", m.Set)
@@ -273,7 +274,7 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	st := w.env.status(t)
 	require.Equal(t, protocol.PhaseIdle, st.Phase)
 	require.Equal(t, protocol.AdmissionOpen, st.Admission)
-	_, err = coordinator.ReadAggregateManifest(dir, "ck1")
+	_, err = readAggregate(t, dir, "ck1")
 	require.ErrorContains(t, err, "not a checkpoint")
 	// The id is spent: a second checkpoint under it is refused up front.
 	_, err = w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
@@ -533,4 +534,12 @@ func TestRemapEnvURL(t *testing.T) {
 			require.Equal(t, want, got)
 		})
 	}
+}
+
+// readAggregate reads the aggregate manifest of the checkpoint in dir.
+func readAggregate(t *testing.T, dir, checkpointID string) (coordinator.AggregateManifest, error) {
+	t.Helper()
+	st, err := storage.Dir(dir)
+	require.NoError(t, err)
+	return coordinator.ReadAggregateManifest(context.Background(), st, checkpointID)
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // Defaults and names of the command's settings.
@@ -138,8 +139,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	// Checkpoint locations may be object-store URLs: the coordinator names
+	// them, this process's environment holds the credentials.
+	opener := &storage.Opener{}
+	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
-		Name: cfg.name, ControlToken: cfg.controlToken})
+		Name: cfg.name, ControlToken: cfg.controlToken, Storage: opener})
 	if err != nil {
 		return err
 	}
