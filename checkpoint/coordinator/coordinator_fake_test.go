@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
 
@@ -221,8 +222,15 @@ type envServer struct {
 
 func newEnvServer(t *testing.T, name string) *envServer {
 	t.Helper()
+	return newEnvServerWith(t, name, nil)
+}
+
+// newEnvServerWith is newEnvServer with an opener for object-store
+// checkpoint locations.
+func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
+	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{
-		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken,
+		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, Storage: opener,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -45,14 +45,21 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	ctx := context.Background()
 	store, err := transcript.Open(t.TempDir())
 	require.NoError(t, err)
-	w := &world{root: t.TempDir(), store: store, env: newEnvServer(t, "env-a"), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
-	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3}
+	return newWorldIn(t, store, t.TempDir(), nil)
+}
+
+// newWorldIn is newWorld with the transcript store, checkpoint root and
+// object-store opener given (nil: local directories only).
+func newWorldIn(t *testing.T, store *transcript.Store, root string, opener *storage.Opener) *world {
+	t.Helper()
+	ctx := context.Background()
+	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
+	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener}
 
 	// A blob nobody references must not be copied.
-	_, err = store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})
+	_, err := store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})
 	require.NoError(t, err)
 
 	w.env.start(t, "s1-0000", 0)
