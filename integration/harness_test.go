@@ -109,7 +109,7 @@ func (p *proc) exited() (bool, error) {
 
 // cluster is one set of real processes.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	mu       sync.Mutex
 	procs    []*proc
@@ -121,7 +121,7 @@ type cluster struct {
 	store    string
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token"}
 	c.store = filepath.Join(c.dir, "transcripts")
@@ -187,7 +187,7 @@ func (c *cluster) waitFor(what string, p *proc, timeout time.Duration, cond func
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
