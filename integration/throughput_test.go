@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,7 +60,7 @@ func benchSet(b *testing.B, workers, envServers int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	pids := serverPIDs(c)
-	cpu0 := cpuSeconds(pids)
+	cpu0, wcpu0, ecpu0 := cpuSeconds(pids), cpuSeconds(procPIDs(c, "worker")), cpuSeconds(procPIDs(c, "envserver", "envserver-2"))
 	set := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
 	start := time.Now()
 	runs := make([]client.WorkflowRun, benchRollouts)
@@ -71,6 +72,8 @@ func benchSet(b *testing.B, workers, envServers int) {
 	res := c.results(ctx, runs)
 	elapsed := time.Since(start)
 	cpu := cpuSeconds(pids) - cpu0
+	wcpu := cpuSeconds(procPIDs(c, "worker")) - wcpu0
+	ecpu := cpuSeconds(procPIDs(c, "envserver", "envserver-2")) - ecpu0
 	turns := 0
 	for _, r := range res {
 		turns += r.Turns
@@ -96,6 +99,8 @@ func benchSet(b *testing.B, workers, envServers int) {
 	if cpu > 0 {
 		b.ReportMetric(cpu*1000/float64(turns), "server-cpu-ms/turn")
 	}
+	b.ReportMetric(wcpu*1000/float64(turns), "worker-cpu-ms/turn")
+	b.ReportMetric(ecpu*1000/float64(turns), "envserver-cpu-ms/turn")
 	b.Logf("%d rollouts, %d turns in %s", len(res), turns, elapsed.Round(time.Millisecond))
 }
 
@@ -111,10 +116,16 @@ func serverPIDs(c *cluster) []int {
 	if len(pids) > 0 {
 		return pids
 	}
+	return procPIDs(c, "temporal")
+}
+
+// procPIDs are the pids of the processes the cluster started under names.
+func procPIDs(c *cluster, names ...string) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var pids []int
 	for _, p := range c.procs {
-		if p.name == "temporal" {
+		if slices.Contains(names, p.name) {
 			pids = append(pids, p.cmd.Process.Pid)
 		}
 	}
