@@ -26,8 +26,8 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // fakeRun is the current run of one rollout workflow in fakeTemporal.
