@@ -32,17 +32,20 @@ PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 
-.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench clean distclean
+.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench cluster cluster-down cluster-test clean distclean
 
 ## build: compile every binary under ./cmd into ./bin
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: lint, then all tests with the race detector (integration tests get the Temporal CLI path)
+## test: lint, then all tests with the race detector (integration tests get the Temporal CLI path, storage tests an S3-compatible server)
 test: lint
 	@TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
 	export TURNSTILE_TEMPORAL_BIN
 	echo "TURNSTILE_TEMPORAL_BIN=$$TURNSTILE_TEMPORAL_BIN"
+	TURNSTILE_VERSITYGW_BIN="$${TURNSTILE_VERSITYGW_BIN:-$$(scripts/ensure-versitygw.sh)}"
+	export TURNSTILE_VERSITYGW_BIN
+	echo "TURNSTILE_VERSITYGW_BIN=$$TURNSTILE_VERSITYGW_BIN"
 	echo "$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)"
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
@@ -120,6 +123,22 @@ bench: build
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:
 	$(GO) run ./cmd/devserver $(ARGS)
+
+## cluster: start a Temporal cluster (server v1.29.1, PostgreSQL 15 persistence and visibility) on free ports; prints the export lines
+cluster:
+	scripts/cluster.sh up
+
+## cluster-down: stop the cluster and remove its state
+cluster-down:
+	scripts/cluster.sh down
+
+## cluster-test: the many-process integration test (2 workers, 2 environment servers, S3 storage, SIGKILLs) on the cluster
+cluster-test:
+	@eval "$$(scripts/cluster.sh up)"
+	TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
+	TURNSTILE_VERSITYGW_BIN="$${TURNSTILE_VERSITYGW_BIN:-$$(scripts/ensure-versitygw.sh)}"
+	export TURNSTILE_TEMPORAL_BIN TURNSTILE_VERSITYGW_BIN
+	TURNSTILE_CLUSTER_ADDRESS="$$TEMPORAL_ADDRESS" $(GO) test -race -count=1 -timeout 20m -run 'TestManyProcesses' -v ./integration
 
 ## clean: remove the binaries built from ./cmd (keeps the slow-to-build tools)
 clean:

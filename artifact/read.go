@@ -12,14 +12,16 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // Checkpoint is a checkpoint directory that Open has validated in full.
 type Checkpoint struct {
+	st       storage.Store
 	dir      string
 	manifest Manifest
 	sections map[string]sectionIndex
@@ -38,6 +40,18 @@ func invalid(dir, file, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s: %s", ErrInvalid, dir, file, fmt.Sprintf(format, args...))
 }
 
+// unreadable reports a file that could not be opened or listed. A store
+// that did not answer (an object store out of reach) or a cancelled
+// context is no verdict on the checkpoint: such an error does not wrap
+// ErrInvalid, so a caller may retry. Anything else (a symlink, a
+// directory, a local I/O error) is.
+func unreadable(ctx context.Context, dir, file string, err error) error {
+	if ctx.Err() != nil || errors.Is(err, storage.ErrUnavailable) {
+		return fmt.Errorf("checkpoint %s: %s: %w", dir, file, err)
+	}
+	return invalid(dir, file, "%v", err)
+}
+
 // Open validates the checkpoint in dir completely and returns it, or returns
 // an error wrapping ErrInvalid that names the file and the problem. It checks:
 // the manifest (known schema, canonical encoding, its own digest, checkpoint
@@ -50,10 +64,22 @@ func invalid(dir, file, format string, args ...any) error {
 // its index lists, in order, as regular files with safe names, deterministic
 // headers, matching sizes and SHA-256s, and nothing else.
 func Open(ctx context.Context, dir, wantCheckpointID string) (*Checkpoint, error) {
+	st, err := storage.Dir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, dir, err)
+	}
+	return OpenStore(ctx, st, wantCheckpointID)
+}
+
+// OpenStore is Open of a checkpoint in a store: a local directory or an
+// object-store prefix. For an object store, "regular file" means an object
+// and a subdirectory is a common key prefix.
+func OpenStore(ctx context.Context, st storage.Store, wantCheckpointID string) (*Checkpoint, error) {
+	dir := st.Location()
 	if err := validCheckpointID(wantCheckpointID); err != nil {
 		return nil, fmt.Errorf("%w: %s: wanted %w", ErrInvalid, dir, err)
 	}
-	b, err := readManifestBytes(dir)
+	b, err := readManifestBytes(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +87,12 @@ func Open(ctx context.Context, dir, wantCheckpointID string) (*Checkpoint, error
 	if err != nil {
 		return nil, err
 	}
-	if err := checkInventory(dir, m); err != nil {
+	if err := checkInventory(ctx, st, m); err != nil {
 		return nil, err
 	}
-	c := &Checkpoint{dir: dir, manifest: m, sections: make(map[string]sectionIndex, len(m.Sections))}
+	c := &Checkpoint{st: st, dir: dir, manifest: m, sections: make(map[string]sectionIndex, len(m.Sections))}
 	for _, sm := range m.Sections {
-		idx, err := readFileExact(dir, sm.Index)
+		idx, err := readFileExact(ctx, st, sm.Index)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +101,7 @@ func Open(ctx context.Context, dir, wantCheckpointID string) (*Checkpoint, error
 			return nil, err
 		}
 		si := sectionIndex{manifest: sm, entries: entries}
-		if err := si.readShards(ctx, dir, nil); err != nil {
+		if err := si.readShards(ctx, st, nil); err != nil {
 			return nil, err
 		}
 		c.sections[sm.Name] = si
@@ -112,7 +138,7 @@ func (c *Checkpoint) Section(ctx context.Context, name string) ([]Record, error)
 		return nil, fmt.Errorf("checkpoint %s: no section %q: %w", c.dir, name, fs.ErrNotExist)
 	}
 	recs := make([]Record, len(si.entries))
-	err := si.readShards(ctx, c.dir, func(i int, data []byte) {
+	err := si.readShards(ctx, c.st, func(i int, data []byte) {
 		recs[i] = Record{Key: si.entries[i].Key, Data: data}
 	})
 	if err != nil {
@@ -121,36 +147,14 @@ func (c *Checkpoint) Section(ctx context.Context, name string) ([]Record, error)
 	return recs, nil
 }
 
-// openRegular opens dir/name, refusing anything but a regular file (no
-// symlinks), and returns its size.
-func openRegular(dir, name string) (*os.File, int64, error) {
-	path := filepath.Join(dir, name)
-	lfi, err := os.Lstat(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	if !lfi.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("not a regular file (%s)", lfi.Mode().Type())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, 0, err
-	}
-	fi, err := f.Stat()
-	if err != nil || !os.SameFile(lfi, fi) {
-		f.Close()
-		return nil, 0, fmt.Errorf("changed while opening it")
-	}
-	return f, fi.Size(), nil
-}
-
-func readManifestBytes(dir string) ([]byte, error) {
-	f, size, err := openRegular(dir, ManifestName)
+func readManifestBytes(ctx context.Context, st storage.Store) ([]byte, error) {
+	dir := st.Location()
+	f, size, err := st.Open(ctx, ManifestName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s: %s: %w: not a checkpoint (its commit tore before the end or never ran)", ErrInvalid, dir, ManifestName, ErrNoManifest)
 	}
 	if err != nil {
-		return nil, invalid(dir, ManifestName, "%v", err)
+		return nil, unreadable(ctx, dir, ManifestName, err)
 	}
 	defer f.Close()
 	if size > maxManifestBytes {
@@ -265,7 +269,8 @@ func checkRef(name, wantName string, size int64, sum string) error {
 
 // checkInventory demands that dir holds exactly the manifest and the files it
 // lists, all regular files.
-func checkInventory(dir string, m Manifest) error {
+func checkInventory(ctx context.Context, st storage.Store, m Manifest) error {
+	dir := st.Location()
 	want := map[string]bool{ManifestName: true}
 	var order []string
 	for _, sm := range m.Sections {
@@ -276,20 +281,22 @@ func checkInventory(dir string, m Manifest) error {
 		want[sm.Index.Name] = true
 		order = append(order, sm.Index.Name)
 	}
-	entries, err := os.ReadDir(dir)
+	entries, err := st.List(ctx)
 	if err != nil {
-		return invalid(dir, ".", "list directory: %v", err)
+		return unreadable(ctx, dir, ".", err)
 	}
 	have := make(map[string]bool, len(entries))
 	for _, e := range entries {
-		name := e.Name()
+		name := e.Name
 		switch {
 		case !want[name] && strings.HasPrefix(name, tempPrefix):
 			return invalid(dir, name, "leftover temporary file (a commit was interrupted or is still running)")
 		case !want[name]:
 			return invalid(dir, name, "unexpected entry, not listed in the manifest")
-		case !e.Type().IsRegular():
-			return invalid(dir, name, "not a regular file (%s)", e.Type())
+		case e.Dir:
+			return invalid(dir, name, "not a regular file (a directory)")
+		case !e.Regular:
+			return invalid(dir, name, "not a regular file")
 		}
 		have[name] = true
 	}
@@ -303,10 +310,11 @@ func checkInventory(dir string, m Manifest) error {
 
 // readFileExact reads a file the manifest binds and checks its size and
 // digest before anything parses it.
-func readFileExact(dir string, ref FileRef) ([]byte, error) {
-	f, size, err := openRegular(dir, ref.Name)
+func readFileExact(ctx context.Context, st storage.Store, ref FileRef) ([]byte, error) {
+	dir := st.Location()
+	f, size, err := st.Open(ctx, ref.Name)
 	if err != nil {
-		return nil, invalid(dir, ref.Name, "%v", err)
+		return nil, unreadable(ctx, dir, ref.Name, err)
 	}
 	defer f.Close()
 	if size != ref.Size {
@@ -380,7 +388,8 @@ func parseIndex(dir string, sm SectionManifest, b []byte) ([]IndexEntry, error) 
 // index; collect, if set, receives each record's data by index position. It
 // is a method because the manifest and the entries are one parsed section and
 // travel together.
-func (si sectionIndex) readShards(ctx context.Context, dir string, collect func(int, []byte)) error {
+func (si sectionIndex) readShards(ctx context.Context, st storage.Store, collect func(int, []byte)) error {
+	dir := st.Location()
 	first := 0
 	for _, sh := range si.manifest.Shards {
 		if err := ctx.Err(); err != nil {
@@ -392,7 +401,7 @@ func (si sectionIndex) readShards(ctx context.Context, dir string, collect func(
 			base := first
 			each = func(i int, data []byte) { collect(base+i, data) }
 		}
-		if err := readShard(dir, sh, part, each); err != nil {
+		if err := readShard(ctx, st, sh, part, each); err != nil {
 			return err
 		}
 		first += sh.Records
@@ -404,10 +413,11 @@ func (si sectionIndex) readShards(ctx context.Context, dir string, collect func(
 // tar reader walks the members. A member problem is reported only when the
 // archive as a whole matches its manifest digest; otherwise the digest
 // mismatch is the error, since it says more about what happened.
-func readShard(dir string, ref ShardRef, entries []IndexEntry, collect func(int, []byte)) error {
-	f, size, err := openRegular(dir, ref.Name)
+func readShard(ctx context.Context, st storage.Store, ref ShardRef, entries []IndexEntry, collect func(int, []byte)) error {
+	dir := st.Location()
+	f, size, err := st.Open(ctx, ref.Name)
 	if err != nil {
-		return invalid(dir, ref.Name, "%v", err)
+		return unreadable(ctx, dir, ref.Name, err)
 	}
 	defer f.Close()
 	if size != ref.Size {

@@ -13,14 +13,12 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/atomicfile"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // plannedSection is a validated, sorted section cut into shards.
@@ -54,51 +52,68 @@ func Write(ctx context.Context, dir string, meta Meta, sections []Section, opts 
 	if dir == "" {
 		return Manifest{}, fmt.Errorf("write checkpoint: empty directory: %w", ErrInvalid)
 	}
+	st, err := storage.Dir(dir)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+	}
+	return WriteTo(ctx, st, meta, sections, opts)
+}
+
+// WriteTo is Write into a store: a local directory or an object-store
+// prefix. Every file is one atomic write (a whole object PUT, or a local
+// temporary file renamed into place); the manifest comes last and is
+// created conditionally, so of two commits racing for one location only one
+// manifest is ever stored and the other validates it as a retry.
+func WriteTo(ctx context.Context, st storage.Store, meta Meta, sections []Section, opts Options) (Manifest, error) {
+	loc := st.Location()
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", dir, err, ErrInvalid)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", loc, err, ErrInvalid)
 	}
 	if err := validCheckpointID(meta.CheckpointID); err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", dir, err, ErrInvalid)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", loc, err, ErrInvalid)
 	}
 	if err := validLabels(meta.Labels); err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", dir, err, ErrInvalid)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", loc, err, ErrInvalid)
 	}
 	planned, err := plan(sections, opts)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", dir, err, ErrInvalid)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w: %w", loc, err, ErrInvalid)
 	}
 
-	_, err = os.Lstat(filepath.Join(dir, ManifestName))
+	_, err = st.Stat(ctx, ManifestName)
 	switch {
 	case err == nil:
-		return retryWrite(ctx, dir, meta, planned)
+		return retryWrite(ctx, st, meta, planned)
 	case !errors.Is(err, fs.ErrNotExist):
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 	}
 
-	if err := prepareDir(dir); err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+	if err := prepareDir(ctx, st); err != nil {
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 	}
-	w := fileWriter{ctx: ctx, dir: dir, between: opts.BetweenFiles}
+	w := fileWriter{ctx: ctx, st: st, between: opts.BetweenFiles}
 	m := newManifest(meta)
 	for _, ps := range planned {
 		sm, err := writeSection(&w, ps)
 		if err != nil {
-			return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+			return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 		}
 		m.Sections = append(m.Sections, sm)
 		m.Records += sm.Records
 	}
 	mb, err := encodeManifest(&m)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 	}
-	if _, err := w.write(ManifestName, false, func(out io.Writer) error {
-		_, err := out.Write(mb)
-		return err
-	}); err != nil {
-		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
+	err = st.Create(ctx, ManifestName, mb)
+	if errors.Is(err, fs.ErrExist) {
+		// Another commit of this location won the race: ours is a retry
+		// of it, if it wrote the same content.
+		return retryWrite(ctx, st, meta, planned)
+	}
+	if err != nil {
+		return Manifest{}, fmt.Errorf("write checkpoint %q: %s: %w", loc, ManifestName, err)
 	}
 	return m, nil
 }
@@ -276,21 +291,21 @@ func (hashSink) write(name string, _ bool, fill func(io.Writer) error) (FileRef,
 	return ch.ref(name), nil
 }
 
-// fileWriter writes files atomically and durably into dir.
+// fileWriter writes files atomically (and, locally, durably) into a store.
 type fileWriter struct {
 	ctx     context.Context
-	dir     string
+	st      storage.Store
 	between func()
 }
 
-// write writes one file atomically and durably (atomicfile); then, if
-// between is set, calls the BetweenFiles hook.
+// write writes one file atomically; then, if between is set, calls the
+// BetweenFiles hook.
 func (fw *fileWriter) write(name string, between bool, fill func(io.Writer) error) (FileRef, error) {
 	if err := fw.ctx.Err(); err != nil {
 		return FileRef{}, fmt.Errorf("%s: %w", name, err)
 	}
 	var ref FileRef
-	err := atomicfile.Write(filepath.Join(fw.dir, name), 0o644, func(w io.Writer) error {
+	err := fw.st.Write(fw.ctx, name, func(w io.Writer) error {
 		ch := &countingHash{h: sha256.New()}
 		bw := bufio.NewWriterSize(io.MultiWriter(w, ch), 256<<10)
 		if err := fill(bw); err != nil {
@@ -315,35 +330,25 @@ func (fw *fileWriter) write(name string, between bool, fill func(io.Writer) erro
 // shards and indexes.
 var leftoverRE = regexp.MustCompile(`^(\.tmp-.*|[a-z0-9][a-z0-9._-]*(-[0-9]{5}\.tar|\.index\.jsonl))$`)
 
-// prepareDir creates dir if needed and removes the leftovers of a torn
-// commit. It refuses, removing nothing, if dir holds anything else.
-func prepareDir(dir string) error {
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := atomicfile.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dir)
+// prepareDir removes the leftovers of a torn commit from the store. It
+// refuses, removing nothing, if the store holds anything else.
+func prepareDir(ctx context.Context, st storage.Store) error {
+	entries, err := st.List(ctx)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !leftoverRE.MatchString(e.Name()) {
-			return fmt.Errorf("directory holds %q, which is no checkpoint file; refusing to write there: %w", e.Name(), ErrConflict)
+		if !e.Regular || !leftoverRE.MatchString(e.Name) {
+			return fmt.Errorf("directory holds %q, which is no checkpoint file; refusing to write there: %w", e.Name, ErrConflict)
 		}
 	}
 	for _, e := range entries {
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+		if err := st.Remove(ctx, e.Name); err != nil {
 			return fmt.Errorf("remove leftover of a torn commit: %w", err)
 		}
 	}
 	if len(entries) > 0 {
-		return atomicfile.SyncDir(dir)
+		return storage.Sync(ctx, st)
 	}
 	return nil
 }
@@ -351,7 +356,8 @@ func prepareDir(dir string) error {
 // retryWrite handles a Write into a directory that already has a manifest:
 // the same content validates and returns the manifest, anything else is
 // refused. Nothing is written.
-func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSection) (Manifest, error) {
+func retryWrite(ctx context.Context, st storage.Store, meta Meta, planned []plannedSection) (Manifest, error) {
+	dir := st.Location()
 	want := newManifest(meta)
 	for _, ps := range planned {
 		sm, err := writeSection(hashSink{}, ps)
@@ -365,7 +371,7 @@ func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSec
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
 	}
-	have, err := readManifestBytes(dir)
+	have, err := readManifestBytes(ctx, st)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: existing checkpoint: %w", dir, err)
 	}
@@ -373,12 +379,12 @@ func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSec
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %s exists and describes other content than this write (digest %s); nothing overwritten: %w",
 			dir, ManifestName, want.Digest, ErrConflict)
 	}
-	if _, err := Open(ctx, dir, meta.CheckpointID); err != nil {
+	if _, err := OpenStore(ctx, st, meta.CheckpointID); err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: existing checkpoint does not validate; nothing overwritten: %w", dir, err)
 	}
 	// A previous attempt may have renamed the manifest and then failed
 	// before its directory fsync.
-	if err := atomicfile.SyncDir(dir); err != nil {
+	if err := storage.Sync(ctx, st); err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
 	}
 	return want, nil
@@ -388,11 +394,20 @@ func retryWrite(ctx context.Context, dir string, meta Meta, planned []plannedSec
 // manifest file and every shard and index m names. The sizes of shards and
 // indexes come from m; only the manifest file is looked at.
 func Size(dir string, m Manifest) (int64, error) {
-	fi, err := os.Stat(filepath.Join(dir, ManifestName))
+	st, err := storage.Dir(dir)
 	if err != nil {
 		return 0, fmt.Errorf("size of checkpoint %q: %w", dir, err)
 	}
-	n := fi.Size()
+	return SizeIn(context.Background(), st, m)
+}
+
+// SizeIn is Size of a checkpoint in a store.
+func SizeIn(ctx context.Context, st storage.Store, m Manifest) (int64, error) {
+	e, err := st.Stat(ctx, ManifestName)
+	if err != nil {
+		return 0, fmt.Errorf("size of checkpoint %q: %w", st.Location(), err)
+	}
+	n := e.Size
 	for _, sm := range m.Sections {
 		n += sm.Index.Size
 		for _, sh := range sm.Shards {

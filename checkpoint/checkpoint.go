@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -100,8 +99,8 @@ func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
 	if err := rollout.ValidateSet(in.Set); err != nil {
 		return time.Time{}, err
 	}
-	if !filepath.IsAbs(in.Root) {
-		return time.Time{}, fmt.Errorf("root %q is not an absolute path", in.Root)
+	if err := ValidateRoot(in.Root); err != nil {
+		return time.Time{}, err
 	}
 	if _, err := protocol.ValidateParticipants(in.Participants); err != nil {
 		return time.Time{}, err
@@ -150,7 +149,7 @@ func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, err
 		return CheckpointResult{}, temporal.NewNonRetryableApplicationError("invalid checkpoint input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
 	}
 	c := &checkpointRun{
-		in: in, deadline: deadline, dir: CheckpointDir(filepath.Clean(in.Root), in.CheckpointID),
+		in: in, deadline: deadline, dir: CheckpointDir(cleanRoot(in.Root), in.CheckpointID),
 		logger: log.With(workflow.GetLogger(ctx), "checkpoint", in.CheckpointID, "set", in.Set),
 	}
 	res := CheckpointResult{CheckpointID: in.CheckpointID, Dir: c.dir}

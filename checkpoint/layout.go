@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // Layout of a checkpoint directory <root>/<checkpoint_id>/.
@@ -47,10 +48,49 @@ const MaxIDLen = 128
 // ValidateName checks a checkpoint or restore id (what names which).
 func ValidateName(what, name string) error { return rollout.ValidateName(what, name, MaxIDLen) }
 
-// CheckpointDir is the directory of checkpoint id under root.
-func CheckpointDir(root, checkpointID string) string { return filepath.Join(root, checkpointID) }
+// ValidateRoot checks a checkpoint root: an absolute directory, or a
+// storage URL (file:///…, s3://bucket/prefix?…; see package storage).
+// Relative paths are refused: the worker resolving one may run elsewhere.
+func ValidateRoot(root string) error {
+	if storage.IsURL(root) {
+		if _, err := storage.ParseLocation(root); err != nil {
+			return fmt.Errorf("root: %w", err)
+		}
+		return nil
+	}
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("root %q is not an absolute path (nor a storage URL)", root)
+	}
+	return nil
+}
+
+// CheckpointDir is the location of checkpoint id under root: a directory,
+// or a longer key prefix of the same object store.
+func CheckpointDir(root, checkpointID string) string { return joinLocation(root, checkpointID) }
 
 // ParticipantLocation is where participant n commits its artifact.
 func ParticipantLocation(dir string, n int) string {
-	return filepath.Join(dir, ParticipantsDir, fmt.Sprint(n))
+	return joinLocation(dir, ParticipantsDir, fmt.Sprint(n))
+}
+
+// joinLocation appends elems to a location; callers have validated both
+// (ValidateRoot, ValidateName), so a URL that does not join is "".
+func joinLocation(loc string, elems ...string) string {
+	if !storage.IsURL(loc) {
+		return filepath.Join(append([]string{loc}, elems...)...)
+	}
+	joined, err := storage.Join(loc, elems...)
+	if err != nil {
+		return ""
+	}
+	return joined
+}
+
+// cleanRoot is filepath.Clean of a directory; a URL is left as it is
+// (storage.Join cleans it).
+func cleanRoot(root string) string {
+	if storage.IsURL(root) {
+		return root
+	}
+	return filepath.Clean(root)
 }

@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -22,8 +21,8 @@ func (in RestoreInput) validate() error {
 			return err
 		}
 	}
-	if !filepath.IsAbs(in.Root) {
-		return fmt.Errorf("root %q is not an absolute path", in.Root)
+	if err := ValidateRoot(in.Root); err != nil {
+		return err
 	}
 	_, err := protocol.ValidateParticipants(in.Participants)
 	return err

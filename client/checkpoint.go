@@ -15,6 +15,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // Checkpoint starts the Checkpoint workflow of r and, when wait, waits for
@@ -69,9 +70,16 @@ func (r CheckpointRequest) CheckpointInput(cwd string) (checkpoint.CheckpointInp
 
 // absRoot makes a checkpoint root absolute against cwd (the worker may run
 // in another directory, so a relative path would mean something else there).
+// A storage URL (file:///…, s3://bucket/prefix?…) is checked and kept.
 func absRoot(root, cwd string) (string, error) {
 	if strings.TrimSpace(root) == "" {
-		return "", errors.New("--root: a directory is required")
+		return "", errors.New("--root: a directory or storage URL is required")
+	}
+	if storage.IsURL(root) {
+		if _, err := storage.ParseLocation(root); err != nil {
+			return "", fmt.Errorf("--root: %w", err)
+		}
+		return root, nil
 	}
 	if !filepath.IsAbs(root) {
 		if !filepath.IsAbs(cwd) {

@@ -17,6 +17,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // DefaultServerName is the participant name of a server configured without
@@ -28,10 +29,12 @@ type control struct {
 	token bearer
 	name  string
 	fence *phaseFence
+	// storage opens object-store locations; nil: directories only.
+	storage *storage.Opener
 }
 
 func newControl(cfg ServerConfig) *control {
-	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken)}
+	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage}
 	if c.name == "" {
 		c.name = DefaultServerName
 	}
@@ -357,14 +360,33 @@ func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 
 // --- commit ---
 
+// cleanLocation checks a commit or restore location, an absolute path or
+// a storage URL, and returns its canonical form.
 func cleanLocation(loc string) (string, error) {
 	if loc == "" {
 		return "", refuse(protocol.CodeMalformed, "missing field location")
 	}
-	if !filepath.IsAbs(loc) {
-		return "", refuse(protocol.CodeMalformed, "location %q is not an absolute path", loc)
+	if !storage.IsURL(loc) {
+		if !filepath.IsAbs(loc) {
+			return "", refuse(protocol.CodeMalformed, "location %q is not an absolute path", loc)
+		}
+		return filepath.Clean(loc), nil
 	}
-	return filepath.Clean(loc), nil
+	l, err := storage.ParseLocation(loc)
+	if err != nil {
+		return "", refuse(protocol.CodeMalformed, "location: %v", err)
+	}
+	return l.String(), nil
+}
+
+// openLocation opens a cleaned location: a directory, or an object store
+// through the server's opener (none configured: refused).
+func (s *Server) openLocation(ctx context.Context, loc string) (storage.Store, error) {
+	st, err := s.ctl.storage.Open(ctx, loc)
+	if err != nil {
+		return nil, refuse(protocol.CodeMalformed, "location %s: %v", loc, err)
+	}
+	return st, nil
 }
 
 func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
@@ -386,7 +408,11 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 	if replay != nil {
 		// A retried commit validates what is on disk before it answers.
 		ans := replay.(protocol.CommitResponse)
-		cp, err := artifact.Open(r.Context(), loc, req.CheckpointID)
+		st, aerr := s.openLocation(r.Context(), loc)
+		if aerr != nil {
+			return nil, aerr
+		}
+		cp, err := artifact.OpenStore(r.Context(), st, req.CheckpointID)
 		if err != nil {
 			return nil, refuse(protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
 		}
@@ -408,7 +434,12 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 		s.ctl.fence.fail(run)
 		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
-	m, err := artifact.Write(run.ctx, loc, artifact.Meta{
+	st, aerr := s.openLocation(run.ctx, loc)
+	if aerr != nil {
+		s.ctl.fence.fail(run)
+		return nil, aerr
+	}
+	m, err := artifact.WriteTo(run.ctx, st, artifact.Meta{
 		CheckpointID: req.CheckpointID,
 		Labels:       map[string]string{"component": protocol.ComponentEnvironmentServer, "name": s.ctl.name},
 	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }})
@@ -419,7 +450,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 		}
 		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
 	}
-	size, err := artifact.Size(loc, m)
+	size, err := artifact.SizeIn(run.ctx, st, m)
 	if err != nil {
 		s.ctl.fence.fail(run)
 		return nil, refuse(protocol.CodeInternal, "commit of checkpoint %q: %v", req.CheckpointID, err)
@@ -547,7 +578,14 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 		return protocol.RestoreResponse{}, refuse(protocol.CodePrepareTimeout,
 			"restore of checkpoint %q: mutations still running: %s: %v", req.CheckpointID, describeInFlight(list), err)
 	}
-	cp, err := artifact.Open(ctx, loc, req.CheckpointID)
+	where, aerr := s.openLocation(ctx, loc)
+	if aerr != nil {
+		return protocol.RestoreResponse{}, aerr
+	}
+	cp, err := artifact.OpenStore(ctx, where, req.CheckpointID)
+	if errors.Is(err, storage.ErrUnavailable) {
+		return protocol.RestoreResponse{}, refuse(protocol.CodeInternal, "restore of checkpoint %q: %v", req.CheckpointID, err)
+	}
 	if err != nil {
 		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint, "restore of checkpoint %q: %v", req.CheckpointID, err)
 	}

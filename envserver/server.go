@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // maxRequestBytes bounds a request body; tasks and tool arguments are small.
@@ -48,6 +49,10 @@ type ServerConfig struct {
 	// InsecureNoDataAuth leaves the data plane unauthenticated, on purpose
 	// (local development, tests of the data plane alone).
 	InsecureNoDataAuth bool
+	// Storage opens checkpoint locations that are object-store URLs
+	// (s3://…), with this process's credentials; nil accepts local
+	// directories only.
+	Storage *storage.Opener
 }
 
 // Server is the environment server's data plane: it hosts sessions of the

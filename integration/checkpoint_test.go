@@ -30,7 +30,7 @@ var maxTurns = map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "
 
 // setInput builds rollout i of a set over envList (round-robin); tasks and
 // seeds depend only on i, so two sets are comparable rollout by rollout.
-func setInput(t *testing.T, set string, envList []string, i int) rollout.Input {
+func setInput(t testing.TB, set string, envList []string, i int) rollout.Input {
 	env := envList[i%len(envList)]
 	task, err := catalog.Task(env, 7, i)
 	require.NoError(t, err)

@@ -13,12 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 
-	"github.com/turnstile-rl/turnstile/atomicfile"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // Digest names a stored blob: "sha256:" followed by 64 hex digits. The empty
@@ -77,11 +76,12 @@ var (
 	ErrCorrupt  = errors.New("transcript: corrupt")
 )
 
-// Store is a directory of blobs named by digest. Several processes may share
-// one directory: writes go to a temporary name and are renamed into place, and
-// equal content has equal names, so concurrent writers cannot disagree.
+// Store is a set of blobs named by digest, in a local directory or an
+// object store (package storage). Several processes may share one: every
+// write is atomic and equal content has equal names, so concurrent writers
+// cannot disagree, and every read checks the content against its name.
 type Store struct {
-	dir   string
+	st    storage.Store
 	stats counters
 	convs *convCache
 }
@@ -106,7 +106,8 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Open returns the store in dir, creating it if needed.
+// Open returns the store in the local directory dir, creating it if
+// needed.
 func Open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("transcript: empty directory")
@@ -114,38 +115,61 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
 	}
-	return &Store{dir: dir, convs: newConvCache(DefaultCacheItems)}, nil
+	st, err := storage.Dir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
+	}
+	return New(st), nil
 }
 
-// Dir is the store's directory.
-func (s *Store) Dir() string { return s.dir }
+// OpenLocation returns the store at location: a directory (created if
+// needed) or an object-store URL, opened through o.
+func OpenLocation(ctx context.Context, o *storage.Opener, location string) (*Store, error) {
+	if location != "" && !storage.IsURL(location) {
+		return Open(location)
+	}
+	st, err := o.Open(ctx, location)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", location, err)
+	}
+	return New(st), nil
+}
 
-func (s *Store) path(d Digest) string {
+// New returns the store kept in st.
+func New(st storage.Store) *Store {
+	return &Store{st: st, convs: newConvCache(DefaultCacheItems)}
+}
+
+// Location is where the store keeps its blobs: a directory or a URL.
+func (s *Store) Location() string { return s.st.Location() }
+
+func name(d Digest) string {
 	h := strings.TrimPrefix(string(d), "sha256:")
-	return filepath.Join(s.dir, h[:2], h)
+	return h[:2] + "/" + h
 }
 
-// Put stores data and returns its digest. Storing existing content is a no-op.
+// Put stores data and returns its digest. Storing existing content is a
+// no-op: the write is conditional, and whoever wrote the name first wrote
+// the same bytes.
 func (s *Store) Put(ctx context.Context, data []byte) (Digest, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
 	d := DigestOf(data)
-	p := s.path(d)
-	if _, err := os.Stat(p); err == nil {
+	err := s.st.Create(ctx, name(d), data)
+	if errors.Is(err, storage.ErrExist) {
 		return d, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return "", fmt.Errorf("transcript: put %s: %w", d, err)
-	}
-	// Atomic, so that a reader never sees a partial blob.
-	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
+	if err != nil {
 		return "", fmt.Errorf("transcript: put %s: %w", d, err)
 	}
 	s.stats.writes.Add(1)
 	s.stats.writeBytes.Add(int64(len(data)))
 	return d, nil
 }
+
+// maxBlobBytes bounds a blob Get reads; far above any item or record.
+const maxBlobBytes = 256 << 20
 
 // Get returns the blob named d, checking that its content still matches.
 func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
@@ -155,12 +179,12 @@ func (s *Store) Get(ctx context.Context, d Digest) ([]byte, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(s.path(d))
+	data, err := storage.ReadAll(ctx, s.st, name(d), maxBlobBytes)
 	if err == nil {
 		s.stats.reads.Add(1)
 		s.stats.readBytes.Add(int64(len(data)))
 	}
-	if errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, storage.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, d)
 	}
 	if err != nil {

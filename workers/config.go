@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
@@ -67,6 +68,10 @@ const (
 
 // Config is what a worker needs besides the Temporal connection.
 type Config struct {
+	// TranscriptDir is where the transcript store lives: a directory (a
+	// relative one is taken against the working directory) or an object
+	// store URL (s3://bucket/prefix?region=…; see package storage). Every
+	// worker of a deployment must name the same store.
 	TranscriptDir string
 	EnvURL        string
 	ModelBaseURL  string
@@ -126,6 +131,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 func (c Config) Validate() error {
 	if c.TranscriptDir == "" {
 		return fmt.Errorf("%s: empty transcript directory", EnvTranscriptDir)
+	}
+	if storage.IsURL(c.TranscriptDir) {
+		if _, err := storage.ParseLocation(c.TranscriptDir); err != nil {
+			return fmt.Errorf("%s: %w", EnvTranscriptDir, err)
+		}
 	}
 	for _, u := range []struct{ name, value string }{
 		{EnvEnvURL, c.EnvURL},

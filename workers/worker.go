@@ -1,10 +1,12 @@
 package workers
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
@@ -17,8 +19,12 @@ import (
 	"github.com/turnstile-rl/turnstile/checkpoint/coordinator"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
+
+// openTimeout bounds opening the transcript store at start-up.
+const openTimeout = 30 * time.Second
 
 // Registry is the part of worker.Worker that registrations need; a test can
 // record them without a server.
@@ -47,11 +53,13 @@ const (
 // workflow and activity registered. It does not start them. With reg, the
 // worker's own metrics (NewMetrics) are registered there.
 func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Worker, error) {
-	acts, err := NewActivities(cfg)
+	opener := &storage.Opener{}
+	acts, err := NewActivitiesWith(cfg, opener)
 	if err != nil {
 		return nil, err
 	}
 	coord := NewCoordinator(c, cfg, acts)
+	coord.Storage = opener
 	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
 	if reg != nil {
 		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
@@ -67,7 +75,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 	logger.Info("worker built",
 		zap.String("task_queue", cfg.TaskQueue),
 		zap.String("control_task_queue", checkpoint.ControlTaskQueue(cfg.TaskQueue)),
-		zap.String("transcript_dir", cfg.TranscriptDir),
+		zap.String("transcript_store", acts.Store.Location()),
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
@@ -95,10 +103,18 @@ func (w *Worker) Run(interrupt <-chan any) error {
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
 func NewActivities(cfg Config) (*rollout.Activities, error) {
+	return NewActivitiesWith(cfg, &storage.Opener{})
+}
+
+// NewActivitiesWith is NewActivities opening an object-store transcript
+// store through opener (which keeps its connection).
+func NewActivitiesWith(cfg Config, opener *storage.Opener) (*rollout.Activities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := transcript.Open(cfg.TranscriptDir)
+	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	defer cancel()
+	store, err := transcript.OpenLocation(ctx, opener, cfg.TranscriptDir)
 	if err != nil {
 		return nil, fmt.Errorf("open transcript store %s: %w", cfg.TranscriptDir, err)
 	}

@@ -68,7 +68,7 @@ func TestNewActivities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if acts.Store == nil || acts.Store.Dir() != cfg.TranscriptDir {
+	if acts.Store == nil || acts.Store.Location() != cfg.TranscriptDir {
 		t.Errorf("store not opened in %s", cfg.TranscriptDir)
 	}
 	if _, err := os.Stat(cfg.TranscriptDir); err != nil {

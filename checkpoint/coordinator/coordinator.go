@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -45,6 +45,9 @@ type Coordinator struct {
 	Failpoints *failpoint.Set
 	// Concurrency bounds concurrent calls of one activity (0: default).
 	Concurrency int
+	// Storage opens checkpoint roots that are object-store URLs and keeps
+	// their connections; with none, only local directories can be roots.
+	Storage *storage.Opener
 }
 
 func (c *Coordinator) limit() int {
@@ -65,16 +68,27 @@ func (c *Coordinator) temporal() (client.Client, error) {
 	return c.Client, nil
 }
 
-// checkDir validates a checkpoint id and root and returns the checkpoint
-// directory.
-func checkDir(root, checkpointID string) (string, error) {
+// checkDir validates a checkpoint id and root and opens the checkpoint's
+// store: a directory, or a prefix of an object store.
+func (c *Coordinator) checkDir(ctx context.Context, root, checkpointID string) (storage.Store, error) {
 	if err := checkpoint.ValidateName("checkpoint_id", checkpointID); err != nil {
-		return "", rollout.BadInput("%v", err)
+		return nil, rollout.BadInput("%v", err)
 	}
-	if !filepath.IsAbs(root) {
-		return "", rollout.BadInput("root %q is not an absolute path", root)
+	if err := checkpoint.ValidateRoot(root); err != nil {
+		return nil, rollout.BadInput("%v", err)
 	}
-	return checkpoint.CheckpointDir(filepath.Clean(root), checkpointID), nil
+	loc, err := storage.Join(root, checkpointID)
+	if err != nil {
+		return nil, rollout.BadInput("%v", err)
+	}
+	// A nil Storage opens local directories only.
+	st, err := c.Storage.Open(ctx, loc)
+	if err != nil {
+		// An unknown scheme, a bad query parameter, no opener: no retry
+		// helps.
+		return nil, rollout.BadInput("checkpoint root %s: %v", root, err)
+	}
+	return st, nil
 }
 
 // checkParticipants is protocol.ValidateParticipants as a non-retryable
@@ -90,6 +104,16 @@ func checkParticipants(urls []string) error {
 // validate.
 func invalidCheckpoint(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), checkpoint.ErrCheckpointInvalid, nil)
+}
+
+// invalidOrUnavailable is invalidCheckpoint, unless err says the store did
+// not answer: then it is a retryable error, since nothing is known about
+// the checkpoint yet.
+func invalidOrUnavailable(err error, format string, args ...any) error {
+	if errors.Is(err, storage.ErrUnavailable) {
+		return fmt.Errorf(format, args...)
+	}
+	return invalidCheckpoint(format, args...)
 }
 
 // progress heartbeats done/total while a fan-out runs; outside an activity

@@ -1,12 +1,11 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -19,9 +18,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/artifact"
-	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -41,7 +40,7 @@ type stagedParticipants struct {
 // and the cut freezes. The reports (live sessions by rollout and attempt) go
 // to the staging directory.
 func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.PrepareParticipantsInput) (checkpoint.PrepareParticipantsResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return checkpoint.PrepareParticipantsResult{}, err
 	}
@@ -55,8 +54,10 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 		return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("prepare of checkpoint %s: no deadline", in.CheckpointID)
 	}
 	for _, name := range []string{checkpoint.AggregateManifestName, abortedMarker} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
-			return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("checkpoint %s: %s already exists: a checkpoint id is used once; take a new one", in.CheckpointID, filepath.Join(dir, name))
+		if _, err := dir.Stat(ctx, name); err == nil {
+			return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("checkpoint %s: %s already exists: a checkpoint id is used once; take a new one", in.CheckpointID, at(dir, name))
+		} else if !errors.Is(err, storage.ErrNotExist) {
+			return checkpoint.PrepareParticipantsResult{}, fmt.Errorf("checkpoint %s: %w", in.CheckpointID, err)
 		}
 	}
 	reports := make([]participantReport, len(in.Participants))
@@ -91,7 +92,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	for _, r := range reports {
 		sessions += len(r.Sessions)
 	}
-	digest, err := writeJSONAtomic(filepath.Join(dir, checkpoint.StagingParticipants), stagedParticipants{
+	digest, err := writeJSONAtomic(ctx, at(dir, checkpoint.StagingParticipants), stagedParticipants{
 		CheckpointID: in.CheckpointID, Set: in.Set, Participants: reports,
 	})
 	if err != nil {
@@ -100,9 +101,9 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	return checkpoint.PrepareParticipantsResult{Participants: len(reports), Sessions: sessions, Digest: digest}, nil
 }
 
-func readStagedParticipants(dir, checkpointID string) (stagedParticipants, error) {
+func readStagedParticipants(ctx context.Context, dir storage.Store, checkpointID string) (stagedParticipants, error) {
 	var sp stagedParticipants
-	if _, err := readJSONStrict(filepath.Join(dir, checkpoint.StagingParticipants), &sp); err != nil {
+	if _, err := readJSONStrict(ctx, at(dir, checkpoint.StagingParticipants), &sp); err != nil {
 		return stagedParticipants{}, fmt.Errorf("read staged participant reports: %w", err)
 	}
 	if sp.CheckpointID != checkpointID {
@@ -116,7 +117,7 @@ func readStagedParticipants(dir, checkpointID string) (stagedParticipants, error
 // sessions for, so a rollout started while the checkpoint began is a member
 // too. The list goes to staging/members.json.
 func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.FreezeMembershipInput) (checkpoint.FreezeMembershipResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
@@ -127,7 +128,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
-	sp, err := readStagedParticipants(dir, in.CheckpointID)
+	sp, err := readStagedParticipants(ctx, dir, in.CheckpointID)
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
@@ -184,7 +185,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	}
 	ids = sortedUnique(ids)
 	res.Members = len(ids)
-	res.Digest, err = writeJSONAtomic(filepath.Join(dir, checkpoint.ListMembers), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: ids})
+	res.Digest, err = writeJSONAtomic(ctx, at(dir, checkpoint.ListMembers), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: ids})
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
@@ -199,7 +200,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 // naming it. The update id is <checkpoint_id>/park, so a retried activity
 // gets the same records back.
 func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembersInput) (checkpoint.ParkMembersResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
@@ -207,7 +208,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
-	members, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
+	members, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), in.CheckpointID)
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
 	}
@@ -220,7 +221,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	if res.RecordsDigest, err = writeRecords(filepath.Join(dir, checkpoint.StagingRecords), records); err != nil {
+	if res.RecordsDigest, err = writeRecords(ctx, at(dir, checkpoint.StagingRecords), records); err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
 	parked := make([]string, 0, len(records))
@@ -228,7 +229,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 		parked = append(parked, id)
 	}
 	sort.Strings(parked)
-	if _, err := writeJSONAtomic(filepath.Join(dir, checkpoint.ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
+	if _, err := writeJSONAtomic(ctx, at(dir, checkpoint.ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
 	return res, nil
@@ -346,7 +347,7 @@ func (c *Coordinator) closedOrMissing(ctx context.Context, tc client.Client, id 
 // reference into agents/, then, last, MANIFEST.json. A retried commit finds
 // the same files, validates them and returns the same answer.
 func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.CommitCheckpointInput) (checkpoint.CommitCheckpointResult, error) {
-	st, err := readCommitStaging(in)
+	st, err := c.readCommitStaging(ctx, in)
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, err
 	}
@@ -371,7 +372,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 			m.CompletedUnacked++
 		}
 	}
-	size, err := c.writeManifest(st.dir, in.CheckpointID, &m)
+	size, err := c.writeManifest(ctx, st.dir, in.CheckpointID, &m)
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, err
 	}
@@ -380,7 +381,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 		total += e.Bytes
 	}
 	return checkpoint.CommitCheckpointResult{
-		Dir: st.dir, ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
+		Dir: st.dir.Location(), ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
 		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
 	}, nil
 }
@@ -388,7 +389,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 // commitStaging is what the earlier steps of a checkpoint staged for its
 // commit.
 type commitStaging struct {
-	dir          string
+	dir          storage.Store
 	participants stagedParticipants
 	members      rolloutList
 	records      map[string][]byte
@@ -396,15 +397,15 @@ type commitStaging struct {
 
 // readCommitStaging checks a commit's input against what prepare staged and
 // reads the membership and the park records.
-func readCommitStaging(in checkpoint.CommitCheckpointInput) (commitStaging, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+func (c *Coordinator) readCommitStaging(ctx context.Context, in checkpoint.CommitCheckpointInput) (commitStaging, error) {
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return commitStaging{}, err
 	}
 	if err := rollout.ValidateSet(in.Set); err != nil {
 		return commitStaging{}, rollout.BadInput("%v", err)
 	}
-	sp, err := readStagedParticipants(dir, in.CheckpointID)
+	sp, err := readStagedParticipants(ctx, dir, in.CheckpointID)
 	if err != nil {
 		return commitStaging{}, err
 	}
@@ -416,11 +417,11 @@ func readCommitStaging(in checkpoint.CommitCheckpointInput) (commitStaging, erro
 			return commitStaging{}, rollout.BadInput("participant %d is %s, prepare had %s", i, in.Participants[i], p.URL)
 		}
 	}
-	members, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
+	members, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), in.CheckpointID)
 	if err != nil {
 		return commitStaging{}, fmt.Errorf("read membership: %w", err)
 	}
-	records, err := readRecords(filepath.Join(dir, checkpoint.StagingRecords))
+	records, err := readRecords(ctx, at(dir, checkpoint.StagingRecords))
 	if err != nil {
 		return commitStaging{}, fmt.Errorf("read park records: %w", err)
 	}
@@ -429,19 +430,22 @@ func readCommitStaging(in checkpoint.CommitCheckpointInput) (commitStaging, erro
 
 // commitParticipants has every environment server commit its artifact into
 // participants/<n>/ and checks that it validates here.
-func (c *Coordinator) commitParticipants(ctx context.Context, dir, checkpointID string, reports []participantReport) ([]ParticipantEntry, error) {
+func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store, checkpointID string, reports []participantReport) ([]ParticipantEntry, error) {
 	entries := make([]ParticipantEntry, len(reports))
 	prog := newProgress(ctx, "commit participants", len(reports))
 	defer prog.stop()
 	err := fanout.Each(ctx, len(reports), c.limit(), func(ctx context.Context, i int) error {
 		p := reports[i]
-		loc := checkpoint.ParticipantLocation(dir, i)
+		loc := checkpoint.ParticipantLocation(dir.Location(), i)
 		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
 		if err != nil {
 			return controlError(p.URL, "commit", err)
 		}
 		// What the coordinator cannot read, a restore cannot either.
-		cp, err := artifact.Open(ctx, loc, checkpointID)
+		cp, err := openParticipant(ctx, dir, i, checkpointID)
+		if errors.Is(err, storage.ErrUnavailable) {
+			return err
+		}
 		if err != nil {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("participant %s committed to %s, which does not validate here: %v", p.URL, loc, err), checkpoint.ErrCheckpointInvalid, nil)
 		}
@@ -459,29 +463,31 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir, checkpointID 
 // writeManifest writes MANIFEST.json, the last file of a checkpoint, and
 // returns its size. A retried commit finds the same manifest and only makes
 // its rename durable; a different one, or an aborted checkpoint, is refused.
-func (c *Coordinator) writeManifest(dir, checkpointID string, m *AggregateManifest) (int64, error) {
+func (c *Coordinator) writeManifest(ctx context.Context, dir storage.Store, checkpointID string, m *AggregateManifest) (int64, error) {
 	b, err := encodeAggregate(m)
 	if err != nil {
 		return 0, err
 	}
-	path := filepath.Join(dir, checkpoint.AggregateManifestName)
-	existing, err := os.ReadFile(path)
+	path := at(dir, checkpoint.AggregateManifestName)
+	existing, err := storage.ReadAll(ctx, dir, path.name, maxFileBytes)
 	switch {
-	case err == nil && string(existing) != string(b):
-		return 0, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), checkpoint.ErrCheckpointInvalid, nil)
 	case err == nil:
-		// A retried commit: the manifest is ours; make its rename durable.
-		if err := atomicfile.SyncDir(dir); err != nil {
-			return 0, err
-		}
-	case errors.Is(err, os.ErrNotExist):
-		if _, err := os.Lstat(filepath.Join(dir, abortedMarker)); err == nil {
+		return c.checkExistingManifest(ctx, dir, path, existing, b)
+	case errors.Is(err, storage.ErrNotExist):
+		if _, err := dir.Stat(ctx, abortedMarker); err == nil {
 			return 0, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint %s was aborted; its manifest is not written", checkpointID), checkpoint.ErrCheckpointInvalid, nil)
+		} else if !errors.Is(err, storage.ErrNotExist) {
+			return 0, fmt.Errorf("checkpoint %s: %w", checkpointID, err)
 		}
 		c.Failpoints.Hit(failpoint.CheckpointBetweenFiles)
-		if err := writeFileAtomic(path, b); err != nil {
+		// Conditional: of two commits racing here, one manifest is stored
+		// and the other compares against it.
+		err := dir.Create(ctx, path.name, b)
+		if errors.Is(err, storage.ErrExist) {
+			return c.writeManifest(ctx, dir, checkpointID, m)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("write %s: %w", path, err)
 		}
 	default:
@@ -490,23 +496,40 @@ func (c *Coordinator) writeManifest(dir, checkpointID string, m *AggregateManife
 	return int64(len(b)), nil
 }
 
+// checkExistingManifest handles a commit that finds a manifest: the same
+// bytes are a retried commit (its write is made durable), other bytes are
+// refused and nothing is overwritten.
+func (c *Coordinator) checkExistingManifest(ctx context.Context, dir storage.Store, path file, existing, want []byte) (int64, error) {
+	if !bytes.Equal(existing, want) {
+		return 0, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s already holds a different manifest; nothing overwritten", path), checkpoint.ErrCheckpointInvalid, nil)
+	}
+	if err := storage.Sync(ctx, dir); err != nil {
+		return 0, err
+	}
+	return int64(len(want)), nil
+}
+
 // writeAgents writes the agents artifact: every park record, and every
 // transcript blob the records reference (conversations walked to their
 // root, the tool schemas), keyed by digest.
-func (c *Coordinator) writeAgents(ctx context.Context, dir, checkpointID, set string, records map[string][]byte) (AgentsEntry, error) {
+func (c *Coordinator) writeAgents(ctx context.Context, dir storage.Store, checkpointID, set string, records map[string][]byte) (AgentsEntry, error) {
 	sections, blobs, err := c.agentSections(ctx, records)
 	if err != nil {
 		return AgentsEntry{}, err
 	}
-	loc := filepath.Join(dir, checkpoint.AgentsDir)
-	m, err := artifact.Write(ctx, loc, artifact.Meta{
+	loc, err := dir.Sub(checkpoint.AgentsDir)
+	if err != nil {
+		return AgentsEntry{}, err
+	}
+	m, err := artifact.WriteTo(ctx, loc, artifact.Meta{
 		CheckpointID: checkpointID,
 		Labels:       map[string]string{"component": "coordinator", "set": set},
 	}, sections, artifact.Options{BetweenFiles: func() { c.Failpoints.Hit(failpoint.CheckpointBetweenFiles) }})
 	if err != nil {
 		return AgentsEntry{}, fmt.Errorf("write agents artifact: %w", err)
 	}
-	size, err := artifact.Size(loc, m)
+	size, err := artifact.SizeIn(ctx, loc, m)
 	if err != nil {
 		return AgentsEntry{}, err
 	}
@@ -595,7 +618,7 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 // rollout that is not held is unaffected, so a retry is harmless; one held
 // for another checkpoint refuses, and the error names it.
 func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, err
 	}
@@ -606,7 +629,7 @@ func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRo
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, err
 	}
-	l, err := readRolloutList(filepath.Join(dir, in.List), in.CheckpointID)
+	l, err := readRolloutList(ctx, at(dir, in.List), in.CheckpointID)
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}
@@ -661,7 +684,7 @@ func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, chec
 // releases every member that may have parked. It tries every step even when
 // one fails, and reports all failures.
 func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
-	dir, err := checkDir(in.Root, in.CheckpointID)
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
 		return checkpoint.AbortCheckpointResult{}, err
 	}
@@ -670,16 +693,12 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	}
 	var res checkpoint.AbortCheckpointResult
 	var errs []error
-	if err := writeFileAtomic(filepath.Join(dir, abortedMarker), []byte(in.CheckpointID+"\n")); err != nil {
+	if err := writeFileAtomic(ctx, at(dir, abortedMarker), []byte(in.CheckpointID+"\n")); err != nil {
 		errs = append(errs, fmt.Errorf("mark aborted: %w", err))
 	}
-	switch err := os.Remove(filepath.Join(dir, checkpoint.AggregateManifestName)); {
-	case err == nil:
-		res.ManifestRemoved = true
-		if err := atomicfile.SyncDir(dir); err != nil {
-			errs = append(errs, err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
+	removed, err := removeManifest(ctx, dir)
+	res.ManifestRemoved = removed
+	if err != nil {
 		errs = append(errs, fmt.Errorf("remove manifest: %w", err))
 	}
 	if _, err := c.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: in.CheckpointID, Participants: in.Participants}); err != nil {
@@ -689,9 +708,9 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	}
 	// Every member, not only those known parked: a park may have been
 	// accepted without its answer reaching the coordinator.
-	l, err := readRolloutList(filepath.Join(dir, checkpoint.ListMembers), in.CheckpointID)
+	l, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), in.CheckpointID)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, storage.ErrNotExist):
 		// Membership never frozen: no rollout was asked to park.
 	case err != nil:
 		errs = append(errs, err)
@@ -710,4 +729,28 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// removeManifest removes the aggregate manifest, durably, and reports
+// whether there was one.
+func removeManifest(ctx context.Context, dir storage.Store) (bool, error) {
+	if _, err := dir.Stat(ctx, checkpoint.AggregateManifestName); errors.Is(err, storage.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if err := dir.Remove(ctx, checkpoint.AggregateManifestName); err != nil {
+		return false, err
+	}
+	return true, storage.Sync(ctx, dir)
+}
+
+// openParticipant opens and validates participant i's artifact in the
+// checkpoint store dir.
+func openParticipant(ctx context.Context, dir storage.Store, i int, checkpointID string) (*artifact.Checkpoint, error) {
+	sub, err := dir.Sub(checkpoint.ParticipantsDir + "/" + fmt.Sprint(i))
+	if err != nil {
+		return nil, err
+	}
+	return artifact.OpenStore(ctx, sub, checkpointID)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // fakeRun is the current run of one rollout workflow in fakeTemporal.
@@ -224,8 +225,16 @@ type envServer struct {
 
 func newEnvServer(t *testing.T, name string) *envServer {
 	t.Helper()
+	return newEnvServerWith(t, name, nil)
+}
+
+// newEnvServerWith is newEnvServer with an opener for object-store
+// checkpoint locations.
+func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
+	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
+		Storage: opener,
 	})
 	if err != nil {
 		t.Fatal(err)

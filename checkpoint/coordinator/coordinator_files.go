@@ -2,21 +2,21 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"path"
 	"sort"
 	"strings"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
 
-	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 // rolloutList is a staging or restore file naming rollouts (members.json,
@@ -95,22 +95,43 @@ func encodeAggregate(m *AggregateManifest) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// ReadAggregateManifest reads and checks dir/MANIFEST.json: strict decoding,
-// canonical bytes, its own digest, schema, checkpoint id and the shape of
-// every location. It does not open the artifacts it names.
-func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) {
-	path := filepath.Join(dir, checkpoint.AggregateManifestName)
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return AggregateManifest{}, fmt.Errorf("%s has no %s: not a checkpoint (its commit tore or never ran)", dir, checkpoint.AggregateManifestName)
+// maxFileBytes bounds what the coordinator reads of one of its own files.
+const maxFileBytes = 64 << 20
+
+// file names one object of a checkpoint's store; it prints as its
+// location, so errors say where it is.
+type file struct {
+	st   storage.Store
+	name string
+}
+
+// at is the file name in st.
+func at(st storage.Store, name string) file { return file{st: st, name: name} }
+
+func (f file) String() string {
+	if loc, err := storage.Join(f.st.Location(), f.name); err == nil {
+		return loc
+	}
+	return f.st.Location() + "/" + f.name
+}
+
+// ReadAggregateManifest reads and checks MANIFEST.json in the checkpoint
+// store dir: strict decoding, canonical bytes, its own digest, schema,
+// checkpoint id and the shape of every location. It does not open the
+// artifacts it names.
+func ReadAggregateManifest(ctx context.Context, dir storage.Store, checkpointID string) (AggregateManifest, error) {
+	path := at(dir, checkpoint.AggregateManifestName)
+	fi, err := dir.Stat(ctx, path.name)
+	if errors.Is(err, storage.ErrNotExist) {
+		return AggregateManifest{}, fmt.Errorf("%s has no %s: not a checkpoint (its commit tore or never ran)", dir.Location(), checkpoint.AggregateManifestName)
 	}
 	if err != nil {
 		return AggregateManifest{}, fmt.Errorf("read %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > 64<<20 {
+	if !fi.Regular || fi.Size > maxFileBytes {
 		return AggregateManifest{}, fmt.Errorf("%s is not a regular file of at most 64 MiB", path)
 	}
-	b, err := os.ReadFile(path)
+	b, err := storage.ReadAll(ctx, dir, path.name, maxFileBytes)
 	if err != nil {
 		return AggregateManifest{}, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -147,44 +168,40 @@ func ReadAggregateManifest(dir, checkpointID string) (AggregateManifest, error) 
 	return m, nil
 }
 
-// writeFileAtomic writes data atomically and durably (atomicfile), creating
-// path's directory if need be, so a crash leaves either the old file, or
-// none, or the whole new one.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, data, 0o600)
+// writeFileAtomic writes data atomically (and, locally, durably), so a
+// crash leaves either the old file, or none, or the whole new one.
+func writeFileAtomic(ctx context.Context, f file, data []byte) error {
+	return storage.WriteBytes(ctx, f.st, f.name, data)
 }
 
 // writeJSONAtomic writes v as indented JSON, atomically, and returns the
 // SHA-256 (hex) of the bytes written.
-func writeJSONAtomic(path string, v any) (string, error) {
+func writeJSONAtomic(ctx context.Context, f file, v any) (string, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+		return "", fmt.Errorf("encode %s: %w", path.Base(f.name), err)
 	}
 	b = append(b, '\n')
-	if err := writeFileAtomic(path, b); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
+	if err := writeFileAtomic(ctx, f, b); err != nil {
+		return "", fmt.Errorf("write %s: %w", f, err)
 	}
 	return sha256Hex(b), nil
 }
 
-// readJSONStrict reads path into v, refusing unknown fields and trailing
+// readJSONStrict reads f into v, refusing unknown fields and trailing
 // data.
-func readJSONStrict(path string, v any) ([]byte, error) {
-	b, err := os.ReadFile(path)
+func readJSONStrict(ctx context.Context, f file, v any) ([]byte, error) {
+	b, err := storage.ReadAll(ctx, f.st, f.name, maxFileBytes)
 	if err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", f, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("%s: trailing data", path)
+		return nil, fmt.Errorf("%s: trailing data", f)
 	}
 	return b, nil
 }
@@ -195,9 +212,9 @@ func sha256Hex(b []byte) string {
 }
 
 // readRolloutList reads a list file and checks it belongs to checkpointID.
-func readRolloutList(path, checkpointID string) (rolloutList, error) {
+func readRolloutList(ctx context.Context, path file, checkpointID string) (rolloutList, error) {
 	var l rolloutList
-	if _, err := readJSONStrict(path, &l); err != nil {
+	if _, err := readJSONStrict(ctx, path, &l); err != nil {
 		return rolloutList{}, err
 	}
 	if l.CheckpointID != checkpointID {
@@ -225,7 +242,7 @@ func sortedUnique(ids []string) []string {
 
 // writeRecords writes the park records, one JSON line each, sorted by
 // rollout id, atomically; it returns the file's SHA-256.
-func writeRecords(path string, recs map[string][]byte) (string, error) {
+func writeRecords(ctx context.Context, path file, recs map[string][]byte) (string, error) {
 	ids := make([]string, 0, len(recs))
 	for id := range recs {
 		ids = append(ids, id)
@@ -240,7 +257,7 @@ func writeRecords(path string, recs map[string][]byte) (string, error) {
 		buf.Write(compact.Bytes())
 		buf.WriteByte('\n')
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+	if err := writeFileAtomic(ctx, path, buf.Bytes()); err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return sha256Hex(buf.Bytes()), nil
@@ -248,8 +265,8 @@ func writeRecords(path string, recs map[string][]byte) (string, error) {
 
 // readRecords reads a records.jsonl file into raw records keyed by rollout
 // id.
-func readRecords(path string) (map[string][]byte, error) {
-	b, err := os.ReadFile(path)
+func readRecords(ctx context.Context, path file) (map[string][]byte, error) {
+	b, err := storage.ReadAll(ctx, path.st, path.name, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -11,23 +11,29 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/storage"
 )
 
 func TestRecordsRoundTripSortedAndDeterministic(t *testing.T) {
-	dir := t.TempDir()
+	ctx := context.Background()
+	dir, err := storage.Dir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	recs := map[string][]byte{
 		"b": []byte(`{"checkpoint_id":"c","set":"s","input":{"rollout_id":"b","set":"s"},"boundary":{"rollout_id":"b"}}`),
 		"a": []byte(`{ "checkpoint_id":"c", "set":"s","input":{"rollout_id":"a","set":"s"},"boundary":{"rollout_id":"a"}}`),
 	}
-	d1, err := writeRecords(dir+"/r1.jsonl", recs)
+	d1, err := writeRecords(ctx, at(dir, "r1.jsonl"), recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, err := writeRecords(dir+"/r2.jsonl", recs)
+	d2, err := writeRecords(ctx, at(dir, "r2.jsonl"), recs)
 	if err != nil || d1 != d2 {
 		t.Fatalf("same records, digests %s and %s (%v)", d1, d2, err)
 	}
-	back, err := readRecords(dir + "/r1.jsonl")
+	back, err := readRecords(ctx, at(dir, "r1.jsonl"))
 	if err != nil || len(back) != 2 || !equalCompact(back["a"], recs["a"]) {
 		t.Fatalf("read back %q, %v", back, err)
 	}

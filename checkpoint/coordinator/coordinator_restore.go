@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"path"
 	"sort"
 	"sync"
 
@@ -21,12 +20,13 @@ import (
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
 // loadedCheckpoint is a validated checkpoint, read whole.
 type loadedCheckpoint struct {
-	dir      string
+	dir      storage.Store
 	manifest AggregateManifest
 	records  map[string][]byte // rollout id → park record
 	parked   map[string]rollout.ParkRecord
@@ -69,16 +69,16 @@ func (c *Coordinator) ValidateCheckpoint(ctx context.Context, in checkpoint.Vali
 // loadCheckpoint validates and reads a checkpoint; any problem is a
 // non-retryable checkpoint.ErrCheckpointInvalid naming it.
 func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID string, urls []string) (*loadedCheckpoint, error) {
-	dir, err := checkDir(root, checkpointID)
+	dir, err := c.checkDir(ctx, root, checkpointID)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkParticipants(urls); err != nil {
 		return nil, err
 	}
-	m, err := ReadAggregateManifest(dir, checkpointID)
+	m, err := ReadAggregateManifest(ctx, dir, checkpointID)
 	if err != nil {
-		return nil, invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+		return nil, invalidOrUnavailable(err, "checkpoint %s: %v", checkpointID, err)
 	}
 	if len(m.Participants) != len(urls) {
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
@@ -101,9 +101,13 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 // decodes and names a rollout of the set) and every transcript blob.
 func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string) error {
 	m := lc.manifest
-	agents, err := artifact.Open(ctx, filepath.Join(lc.dir, checkpoint.AgentsDir), checkpointID)
+	sub, err := lc.dir.Sub(checkpoint.AgentsDir)
 	if err != nil {
-		return invalidCheckpoint("checkpoint %s: agents: %v", checkpointID, err)
+		return err
+	}
+	agents, err := artifact.OpenStore(ctx, sub, checkpointID)
+	if err != nil {
+		return invalidOrUnavailable(err, "checkpoint %s: agents: %v", checkpointID, err)
 	}
 	if d := agents.Manifest().Digest; d != m.Agents.ManifestDigest {
 		return invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
@@ -148,9 +152,9 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 // of its unfinished sessions and its fences.
 func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID string, i int) error {
 	p := lc.manifest.Participants[i]
-	cp, err := artifact.Open(ctx, checkpoint.ParticipantLocation(lc.dir, i), checkpointID)
+	cp, err := openParticipant(ctx, lc.dir, i, checkpointID)
 	if err != nil {
-		return invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
+		return invalidOrUnavailable(err, "checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
 	}
 	if d := cp.Manifest().Digest; d != p.ManifestDigest {
 		return invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
@@ -270,23 +274,26 @@ func restoreIDOf(checkpointID, restoreID string) (string, error) {
 
 // restoreFiles validates a checkpoint id, root and restore id and returns
 // the checkpoint directory, the restore id and the restore's directory.
-func restoreFiles(root, checkpointID, restoreID string) (dir, rid, rdir string, err error) {
-	if dir, err = checkDir(root, checkpointID); err != nil {
-		return "", "", "", err
+func (c *Coordinator) restoreFiles(ctx context.Context, root, checkpointID, restoreID string) (dir storage.Store, rid string, rdir storage.Store, err error) {
+	if dir, err = c.checkDir(ctx, root, checkpointID); err != nil {
+		return nil, "", nil, err
 	}
 	if rid, err = restoreIDOf(checkpointID, restoreID); err != nil {
-		return "", "", "", err
+		return nil, "", nil, err
 	}
-	return dir, rid, filepath.Join(dir, checkpoint.RestoreDir, rid), nil
+	if rdir, err = dir.Sub(checkpoint.RestoreDir + "/" + rid); err != nil {
+		return nil, "", nil, rollout.BadInput("%v", err)
+	}
+	return dir, rid, rdir, nil
 }
 
 // attemptsPath and startedPath are a restore's attempt map and started
 // list; the files keep the names checkpoint.RestoreAttempts and checkpoint.ListStarted give them.
-func attemptsPath(rdir string) string {
-	return filepath.Join(rdir, filepath.Base(checkpoint.RestoreAttempts))
+func attemptsPath(rdir storage.Store) file {
+	return at(rdir, path.Base(checkpoint.RestoreAttempts))
 }
-func startedPath(rdir string) string {
-	return filepath.Join(rdir, filepath.Base(checkpoint.ListStarted))
+func startedPath(rdir storage.Store) file {
+	return at(rdir, path.Base(checkpoint.ListStarted))
 }
 
 // restoreSetUp names what a restore step needs before its work. The
@@ -310,9 +317,9 @@ type restoreSetUp struct {
 
 // restoreStep is the set-up a restore step shares with the others.
 type restoreStep struct {
-	dir  string // the checkpoint's directory
-	rid  string // the restore id
-	rdir string // the restore's working directory, restore/<restore_id>/
+	dir  storage.Store // the checkpoint's directory
+	rid  string        // the restore id
+	rdir storage.Store // the restore's working directory, restore/<restore_id>/
 	tc   client.Client
 	lc   *loadedCheckpoint
 	af   attemptsFile
@@ -324,7 +331,7 @@ type restoreStep struct {
 func (c *Coordinator) setUpRestore(ctx context.Context, in restoreSetUp) (restoreStep, error) {
 	var rs restoreStep
 	var err error
-	if rs.dir, rs.rid, rs.rdir, err = restoreFiles(in.root, in.checkpointID, in.restoreID); err != nil {
+	if rs.dir, rs.rid, rs.rdir, err = c.restoreFiles(ctx, in.root, in.checkpointID, in.restoreID); err != nil {
 		return restoreStep{}, err
 	}
 	if in.checkParticipants {
@@ -344,7 +351,7 @@ func (c *Coordinator) setUpRestore(ctx context.Context, in restoreSetUp) (restor
 	}
 	if in.attempts {
 		path := attemptsPath(rs.rdir)
-		if rs.af, _, err = readAttempts(path, in.checkpointID, rs.rid); err != nil {
+		if rs.af, _, err = readAttempts(ctx, path, in.checkpointID, rs.rid); err != nil {
 			return restoreStep{}, invalidCheckpoint("read the attempt map: %v", err)
 		}
 		if rs.lc != nil {
@@ -390,18 +397,18 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 		return checkpoint.PlanAttemptsResult{}, err
 	}
 	path := attemptsPath(rs.rdir)
-	m, err := ReadAggregateManifest(rs.dir, in.CheckpointID)
+	m, err := ReadAggregateManifest(ctx, rs.dir, in.CheckpointID)
 	if err != nil {
 		return checkpoint.PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
 	}
 	// A re-run reuses the map it planned, and needs neither the whole
 	// checkpoint nor Temporal for that.
-	if af, b, err := readAttempts(path, in.CheckpointID, rs.rid); err == nil {
+	if af, b, err := readAttempts(ctx, path, in.CheckpointID, rs.rid); err == nil {
 		if err := af.plannedFor(path, m.Digest); err != nil {
 			return checkpoint.PlanAttemptsResult{}, err
 		}
 		return checkpoint.PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Reused: true, Digest: sha256Hex(b)}, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, storage.ErrNotExist) {
 		return checkpoint.PlanAttemptsResult{}, invalidCheckpoint("%v", err)
 	}
 	lc, err := c.loadCheckpoint(ctx, in.Root, in.CheckpointID, in.Participants)
@@ -417,7 +424,7 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 		return checkpoint.PlanAttemptsResult{}, err
 	}
 	af.RestoreID = rs.rid
-	digest, err := writeJSONAtomic(path, af)
+	digest, err := writeJSONAtomic(ctx, path, af)
 	if err != nil {
 		return checkpoint.PlanAttemptsResult{}, err
 	}
@@ -565,9 +572,9 @@ func (lc *loadedCheckpoint) highestAttempt(id string) int {
 	return highest
 }
 
-func readAttempts(path, checkpointID, restoreID string) (attemptsFile, []byte, error) {
+func readAttempts(ctx context.Context, path file, checkpointID, restoreID string) (attemptsFile, []byte, error) {
 	var af attemptsFile
-	b, err := readJSONStrict(path, &af)
+	b, err := readJSONStrict(ctx, path, &af)
 	if err != nil {
 		return attemptsFile{}, nil, err
 	}
@@ -585,7 +592,7 @@ func readAttempts(path, checkpointID, restoreID string) (attemptsFile, []byte, e
 
 // plannedFor checks that the attempt map at path was planned for the
 // checkpoint manifest of digest: a checkpoint rewritten since fails closed.
-func (af attemptsFile) plannedFor(path, digest string) error {
+func (af attemptsFile) plannedFor(path file, digest string) error {
 	if af.ManifestDigest != digest {
 		return invalidCheckpoint("%s was planned for manifest %s, the checkpoint is now %s", path, af.ManifestDigest, digest)
 	}
@@ -614,7 +621,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		defer prog.add()
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
-			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir, i), Attempts: rs.af.Attempts,
+			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
 		})
 		if remoteCode(err) == protocol.CodeStaleCheckpoint {
 			mu.Lock()
@@ -721,7 +728,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if err := c.installTranscripts(ctx, lc); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
-	if _, err := writeJSONAtomic(startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
+	if _, err := writeJSONAtomic(ctx, startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
 
@@ -886,7 +893,7 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 		return checkpoint.ResumeRolloutsResult{}, err
 	}
 	tc, rid := rs.tc, rs.rid
-	l, err := readRolloutList(startedPath(rs.rdir), in.CheckpointID)
+	l, err := readRolloutList(ctx, startedPath(rs.rdir), in.CheckpointID)
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}

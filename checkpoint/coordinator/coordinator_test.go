@@ -21,6 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
@@ -44,14 +45,21 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	ctx := context.Background()
 	store, err := transcript.Open(t.TempDir())
 	require.NoError(t, err)
-	w := &world{root: t.TempDir(), store: store, env: newEnvServer(t, "env-a"), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
-	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3}
+	return newWorldIn(t, store, t.TempDir(), nil)
+}
+
+// newWorldIn is newWorld with the transcript store, checkpoint root and
+// object-store opener given (nil: local directories only).
+func newWorldIn(t *testing.T, store *transcript.Store, root string, opener *storage.Opener) *world {
+	t.Helper()
+	ctx := context.Background()
+	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
+	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener}
 
 	// A blob nobody references must not be copied.
-	_, err = store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})
+	_, err := store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})
 	require.NoError(t, err)
 
 	w.env.start(t, "s1-0000", 0)
@@ -175,7 +183,7 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0003", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListMembers)))
 	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListParked)))
 
-	m, err := coordinator.ReadAggregateManifest(dir, "ck1")
+	m, err := readAggregate(t, dir, "ck1")
 	require.NoError(t, err)
 	require.Equal(t, res.ManifestDigest, m.Digest)
 	require.Equal(t, "s1", m.Set)
@@ -277,7 +285,7 @@ func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	st := w.env.status(t)
 	require.Equal(t, protocol.PhaseIdle, st.Phase)
 	require.Equal(t, protocol.AdmissionOpen, st.Admission)
-	_, err = coordinator.ReadAggregateManifest(dir, "ck1")
+	_, err = readAggregate(t, dir, "ck1")
 	require.ErrorContains(t, err, "not a checkpoint")
 	// The id is spent: a second checkpoint under it is refused up front.
 	_, err = w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
@@ -537,4 +545,12 @@ func TestRemapEnvURL(t *testing.T) {
 			require.Equal(t, want, got)
 		})
 	}
+}
+
+// readAggregate reads the aggregate manifest of the checkpoint in dir.
+func readAggregate(t *testing.T, dir, checkpointID string) (coordinator.AggregateManifest, error) {
+	t.Helper()
+	st, err := storage.Dir(dir)
+	require.NoError(t, err)
+	return coordinator.ReadAggregateManifest(context.Background(), st, checkpointID)
 }

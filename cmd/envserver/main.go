@@ -48,6 +48,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envserver"
 	"github.com/turnstile-rl/turnstile/failpoint"
 	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/tlsfiles"
 )
 
@@ -212,8 +213,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		cfg.envs = append(cfg.envs, env)
 	}
+	// Checkpoint locations may be object-store URLs: the coordinator names
+	// them, this process's environment holds the credentials.
+	opener := &storage.Opener{}
+	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
-		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData})
+		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
+		Storage: opener})
 	if err != nil {
 		return cli.Usage(err)
 	}

@@ -93,7 +93,7 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "the set to checkpoint")
 	f.StringVar(&req.CheckpointID, "id", "", "checkpoint id (workflow ID checkpoint/<id>; files under <root>/<id>/)")
-	f.StringVar(&req.Root, "root", "", "directory the checkpoint goes under (made absolute)")
+	f.StringVar(&req.Root, "root", "", "directory the checkpoint goes under (made absolute), or a storage URL such as s3://bucket/prefix?region=…")
 	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in a fixed order")
 	f.DurationVar(&req.Timeout, "timeout", 60*time.Second, "time the cut may take (turned into an absolute deadline at the start)")
 	f.StringVar(&deadline, "deadline", "", "absolute deadline of the cut (RFC 3339), instead of --timeout")

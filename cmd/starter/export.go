@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/transcript"
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -32,7 +34,9 @@ func newExportCmd(g *globals) *cobra.Command {
 			if err := rollout.ValidateSet(set); err != nil {
 				return err
 			}
-			store, err := openTranscripts(dir)
+			var opener storage.Opener
+			defer opener.Close()
+			store, err := openTranscripts(cmd.Context(), &opener, dir)
 			if err != nil {
 				return err
 			}
@@ -50,16 +54,24 @@ func newExportCmd(g *globals) *cobra.Command {
 	// Not -o: that is every command's output format (table or json); an
 	// export is always JSON lines.
 	f.StringVarP(&file, "file", "f", "", "file to write (default: standard output); written under a temporary name and renamed when complete")
-	f.StringVar(&dir, "transcript-dir", defaultDir, "the worker's transcript directory (env "+workers.EnvTranscriptDir+")")
 	f.BoolVar(&opts.CompleteGroupsOnly, "complete-groups", false, "write only completed rollouts whose group (if any) is complete: a trainer's view, with no failed or partial group")
+	f.StringVar(&dir, "transcript-dir", defaultDir, "the worker's transcript store: a directory or a storage URL such as s3://bucket/prefix?region=… (env "+workers.EnvTranscriptDir+")")
 	_ = cmd.MarkFlagRequired("set")
 	return cmd
 }
 
-// openTranscripts opens the worker's transcript directory, refusing one
-// that does not exist: transcript.Open would create an empty one, and the
-// export would fail on the first rollout instead of naming the mistake.
-func openTranscripts(dir string) (*transcript.Store, error) {
+// openTranscripts opens the worker's transcript store, refusing a
+// directory that does not exist: transcript.Open would create an empty
+// one, and the export would fail on the first rollout instead of naming the
+// mistake. An object store is opened as it is.
+func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*transcript.Store, error) {
+	if storage.IsURL(dir) {
+		store, err := transcript.OpenLocation(ctx, o, dir)
+		if err != nil {
+			return nil, fmt.Errorf("--transcript-dir: %w", err)
+		}
+		return store, nil
+	}
 	fi, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("--transcript-dir (the worker's %s): %w", workers.EnvTranscriptDir, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -31,10 +32,14 @@ func TestWriteFileAtomically(t *testing.T) {
 }
 
 func TestOpenTranscriptsRefusesMissingDir(t *testing.T) {
-	if _, err := openTranscripts(filepath.Join(t.TempDir(), "nope")); err == nil {
+	ctx := context.Background()
+	if _, err := openTranscripts(ctx, nil, filepath.Join(t.TempDir(), "nope")); err == nil {
 		t.Fatal("a missing transcript directory was accepted")
 	}
-	if _, err := openTranscripts(t.TempDir()); err != nil {
+	if _, err := openTranscripts(ctx, nil, t.TempDir()); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := openTranscripts(ctx, nil, "s3://bucket/x?nope=1"); err == nil {
+		t.Fatal("an object store without an opener was accepted")
 	}
 }

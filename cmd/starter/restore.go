@@ -52,7 +52,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.CheckpointID, "id", "", "checkpoint id to restore")
 	f.StringVar(&req.RestoreID, "restore-id", "", "name of this restore (default: the checkpoint id); restoring the same checkpoint again takes a new one")
-	f.StringVar(&req.Root, "root", "", "directory the checkpoint is under (made absolute)")
+	f.StringVar(&req.Root, "root", "", "directory the checkpoint is under (made absolute), or a storage URL")
 	f.StringSliceVar(&req.Participants, "participants", nil, "environment server base URLs, comma-separated, in the order they had at checkpoint time")
 	f.BoolVar(&wait, "wait", false, "wait for the restore and print its result")
 	for _, name := range []string{"id", "root", "participants"} {
