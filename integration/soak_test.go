@@ -13,7 +13,7 @@ import (
 )
 
 // TestSoakShort is the CI version of `make soak` (about two and a half
-// minutes): a hundred concurrent rollouts over four environment classes fed
+// minutes): a hundred concurrent rollouts over five environments (every class) fed
 // for a minute, on two workers and two environment servers, with a policy
 // answering in 1–3 s and injecting 503s and 429s, a checkpoint every 20 s
 // and a worker SIGKILLed every 20 s; samples every 15 s. Every rollout must complete exactly

@@ -71,7 +71,7 @@ func Defaults() Config {
 		DrainTimeout:      10 * time.Minute,
 		Concurrency:       1000,
 		MaxRollouts:       100000,
-		Envs:              []string{"counter", "blackjack", "workplace", "sandbox"},
+		Envs:              []string{"counter", "blackjack", "workplace", "sandbox", "arithmetic"},
 		Seed:              1,
 		PolicyLatency:     2 * time.Second,
 		PolicyJitter:      time.Second,
