@@ -90,42 +90,54 @@ func (r *run) load(ctx context.Context) error {
 	defer cancel()
 	r.cfg.Logf("load: %d concurrent rollouts for %s", r.cfg.Concurrency, r.cfg.Duration)
 	g, gctx := errgroup.WithContext(loadCtx)
-	loops := []struct {
-		every time.Duration
-		step  func(context.Context) error
-	}{
-		{feedEvery, r.feed},
-		{r.cfg.CheckpointEvery, r.checkpoint},
-		{r.cfg.WorkerKillEvery, r.killWorker},
-		{r.cfg.SampleEvery, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
+	// Kills come half an interval out of step, so with equal intervals a
+	// sample or a checkpoint never lands on a worker that just died; the
+	// feeder starts at once.
+	loops := []loop{
+		{feedEvery, time.Millisecond, r.feed},
+		{r.cfg.CheckpointEvery, 0, r.checkpoint},
+		{r.cfg.WorkerKillEvery, r.cfg.WorkerKillEvery / 2, r.killWorker},
+		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		loops = append(loops, struct {
-			every time.Duration
-			step  func(context.Context) error
-		}{r.cfg.EnvKillEvery, r.killEnv})
+		loops = append(loops, loop{r.cfg.EnvKillEvery, r.cfg.EnvKillEvery / 2, r.killEnv})
 	}
 	for _, l := range loops {
-		g.Go(func() error { return every(gctx, ctx, l.every, l.step) })
+		g.Go(func() error { return l.run(gctx, ctx) })
 	}
 	err := g.Wait()
 	r.report.Load = time.Since(r.start)
 	return err
 }
 
-// every calls step(ctx) each interval until loadCtx is done; a step's
-// error ends the load.
-func every(loadCtx, ctx context.Context, interval time.Duration, step func(context.Context) error) error {
-	t := time.NewTicker(interval)
+// loop is one periodic step of the load: first at first (or at every, when
+// first is zero), then every interval.
+type loop struct {
+	every, first time.Duration
+	step         func(context.Context) error
+}
+
+// run calls step(ctx) on schedule until loadCtx is done; a step's error
+// ends the load.
+func (l loop) run(loadCtx, ctx context.Context) error {
+	first := l.first
+	if first == 0 {
+		first = l.every
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
 		case <-loadCtx.Done():
 			return nil
 		case <-t.C:
-			if err := step(ctx); err != nil {
+			began := time.Now()
+			if err := l.step(ctx); err != nil {
 				return err
 			}
+			// The next step is due an interval after this one began (at
+			// once, if this one overran it).
+			t.Reset(max(0, l.every-time.Since(began)))
 		}
 	}
 }
