@@ -74,7 +74,9 @@ func (r *run) closed(ctx context.Context) (int, error) {
 }
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed
-// checkpoint is a problem of the report, not the end of the soak.
+// checkpoint (its cut missed the deadline, say, because a worker died
+// under it) is counted and printed, not an invariant violation: the
+// aborted cut resumes every rollout, which the end checks then cover.
 func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Lock()
 	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
@@ -86,7 +88,6 @@ func (r *run) checkpoint(ctx context.Context) error {
 	cp := Checkpoint{ID: id, Took: time.Since(began)}
 	if err != nil {
 		cp.Err = err.Error()
-		r.problem("checkpoint %s: %v", id, err)
 	} else {
 		cp.Members, cp.Parked = res.Members, res.Parked
 	}

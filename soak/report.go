@@ -110,6 +110,11 @@ func (r *Report) printCheckpoints(w io.Writer) {
 		fmt.Fprintf(w, "; took median %s, max %s; up to %d members", took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), members)
 	}
 	fmt.Fprintln(w)
+	for _, cp := range r.Checkpoints {
+		if cp.Err != "" {
+			fmt.Fprintf(w, "  checkpoint %s failed after %s: %s\n", cp.ID, cp.Took.Round(time.Second), cp.Err)
+		}
+	}
 }
 
 // Chart plots each process's RSS (left) and goroutines (right) against

@@ -113,15 +113,15 @@ func TestPrintAndChart(t *testing.T) {
 		Checkpoints: []Checkpoint{{ID: "cp1", Members: 10, Parked: 9, Took: 3 * time.Second}, {ID: "cp2", Err: "deadline"}},
 		Envs:        []EnvCounters{{Name: "env-0", Applied: 40, Want: 40}},
 		Samples:     append(samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}), samples("env-0", [2]int64{30, 15}, [2]int64{31, 16})...),
-		Problems:    []string{"checkpoint cp2: deadline"},
+		Problems:    []string{"env-0 applied 41 mutations"},
 	}
 	var out strings.Builder
 	rep.Print(&out)
 	for _, want := range []string{"10 started, 10 completed, 10 exported", "2 worker SIGKILLs", "1 committed, 1 failed",
-		"env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "checkpoint cp2: deadline"} {
+		"checkpoint cp2 failed after 0s: deadline", "env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations"} {
 		require.Contains(t, out.String(), want)
 	}
-	require.ErrorContains(t, rep.Err(), "checkpoint cp2")
+	require.ErrorContains(t, rep.Err(), "env-0 applied 41")
 	svg := Chart(rep)
 	require.Equal(t, 4, strings.Count(svg, "<polyline"), "RSS and goroutines of two processes")
 	require.Contains(t, svg, "worker-0")
