@@ -103,12 +103,16 @@ DEMO_CRASH ?= 1
 demo:
 	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' DEMO_CRASH='$(DEMO_CRASH)' scripts/demo.sh
 
-# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m).
+# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m);
+# FUZZ_ONLY picks packages by path, FUZZ_PARALLEL the fuzzing workers
+# (make fuzz FUZZ_ONLY=artifact FUZZ_PARALLEL=1 on a shared machine).
 FUZZTIME ?= 1m
+FUZZ_ONLY ?=
+FUZZ_PARALLEL ?=
 
-## fuzz: run every fuzz target for FUZZTIME each and print the execs per target
+## fuzz: run every fuzz target for FUZZTIME each and print the execs per target (FUZZ_ONLY, FUZZ_PARALLEL)
 fuzz:
-	FUZZTIME='$(FUZZTIME)' scripts/fuzz.sh
+	FUZZTIME='$(FUZZTIME)' FUZZ_ONLY='$(FUZZ_ONLY)' FUZZ_PARALLEL='$(FUZZ_PARALLEL)' scripts/fuzz.sh
 # Flags of `make bench`, e.g. BENCH_FLAGS=-quick, or
 # BENCH_FLAGS='-concurrency 128 -sizes 100,1000 -with-10k -cpuprofile'
 # (bin/bench --help lists them).
