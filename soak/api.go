@@ -132,6 +132,9 @@ type Checkpoint struct {
 	Parked  int
 	Took    time.Duration
 	Err     string `json:",omitempty"`
+	// Resumed counts the rollouts the soak resumed after a failed
+	// checkpoint, as an operator would.
+	Resumed int `json:",omitempty"`
 }
 
 // EnvCounters are one environment server's mutation counters at the end,

@@ -75,19 +75,22 @@ func (r *run) closed(ctx context.Context) (int, error) {
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed
 // checkpoint (its cut missed the deadline, say, because a worker died
-// under it) is counted and printed, not an invariant violation: the
-// aborted cut resumes every rollout, which the end checks then cover.
+// under it) is counted and printed, not an invariant violation; the soak
+// then resumes it as an operator would (its abort may not have finished
+// releasing everyone), and the end checks cover the rollouts.
 func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Lock()
 	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
 	r.mu.Unlock()
 	began := time.Now()
+	parts := r.st.envURLs()
 	res, err := r.ts.Checkpoint(ctx, client.CheckpointRequest{
-		Set: r.set, CheckpointID: id, Root: r.root, Participants: r.st.envURLs(), Timeout: r.cfg.CheckpointTimeout,
+		Set: r.set, CheckpointID: id, Root: r.root, Participants: parts, Timeout: r.cfg.CheckpointTimeout,
 	}, true)
 	cp := Checkpoint{ID: id, Took: time.Since(began)}
 	if err != nil {
 		cp.Err = err.Error()
+		cp.Resumed = r.resume(ctx, id, parts)
 	} else {
 		cp.Members, cp.Parked = res.Members, res.Parked
 	}
@@ -99,6 +102,17 @@ func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Unlock()
 	r.cfg.Logf("%s checkpoint %s: %d members, %d parked, %s %s", r.since(), id, cp.Members, cp.Parked, cp.Took.Round(time.Millisecond), cp.Err)
 	return nil
+}
+
+// resume releases a failed checkpoint's participants and rollouts (what
+// its error tells an operator to do) and returns how many rollouts it
+// sent the resume; a resume that fails leaves rollouts parked: a problem.
+func (r *run) resume(ctx context.Context, id string, parts []string) int {
+	sum, err := r.ts.Resume(ctx, client.ResumeRequest{Set: r.set, CheckpointID: id, Participants: parts, ControlToken: controlToken})
+	if err != nil {
+		r.problem("resume of failed checkpoint %s: %v", id, err)
+	}
+	return sum.Rollouts
 }
 
 // killWorker SIGKILLs one of the two workers at random; its work moves to

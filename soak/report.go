@@ -112,7 +112,7 @@ func (r *Report) printCheckpoints(w io.Writer) {
 	fmt.Fprintln(w)
 	for _, cp := range r.Checkpoints {
 		if cp.Err != "" {
-			fmt.Fprintf(w, "  checkpoint %s failed after %s: %s\n", cp.ID, cp.Took.Round(time.Second), cp.Err)
+			fmt.Fprintf(w, "  checkpoint %s failed after %s (then resumed: %d rollouts): %s\n", cp.ID, cp.Took.Round(time.Second), cp.Resumed, cp.Err)
 		}
 	}
 }

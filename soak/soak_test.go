@@ -110,7 +110,7 @@ func TestCheckFlat(t *testing.T) {
 func TestPrintAndChart(t *testing.T) {
 	rep := &Report{
 		Set: "soak-1", Config: Defaults(), Started: 10, Completed: 10, Exported: 10, WorkerKills: 2,
-		Checkpoints: []Checkpoint{{ID: "cp1", Members: 10, Parked: 9, Took: 3 * time.Second}, {ID: "cp2", Err: "deadline"}},
+		Checkpoints: []Checkpoint{{ID: "cp1", Members: 10, Parked: 9, Took: 3 * time.Second}, {ID: "cp2", Err: "deadline", Resumed: 7}},
 		Envs:        []EnvCounters{{Name: "env-0", Applied: 40, Want: 40}},
 		Samples:     append(samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}), samples("env-0", [2]int64{30, 15}, [2]int64{31, 16})...),
 		Problems:    []string{"env-0 applied 41 mutations"},
@@ -118,7 +118,7 @@ func TestPrintAndChart(t *testing.T) {
 	var out strings.Builder
 	rep.Print(&out)
 	for _, want := range []string{"10 started, 10 completed, 10 exported", "2 worker SIGKILLs", "1 committed, 1 failed",
-		"checkpoint cp2 failed after 0s: deadline", "env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations"} {
+		"checkpoint cp2 failed after 0s (then resumed: 7 rollouts): deadline", "env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations"} {
 		require.Contains(t, out.String(), want)
 	}
 	require.ErrorContains(t, rep.Err(), "env-0 applied 41")
