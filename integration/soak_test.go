@@ -16,7 +16,7 @@ import (
 // minutes): a hundred concurrent rollouts over five environments (every class) fed
 // for a minute, on two workers and two environment servers, with a policy
 // answering in 1–3 s and injecting 503s and 429s, a checkpoint every 20 s
-// and a worker SIGKILLed every 20 s; samples every 15 s. Every rollout must complete exactly
+// and a worker SIGKILLed every 20 s (10 s out of step); samples every 20 s. Every rollout must complete exactly
 // once (one completed run, one receipt, one export line), the environment
 // servers' counters must match the results, and no process may grow
 // without bound.
@@ -31,7 +31,7 @@ func TestSoakShort(t *testing.T) {
 	cfg.Concurrency = 100
 	cfg.CheckpointEvery, cfg.CheckpointTimeout = 20*time.Second, time.Minute
 	cfg.WorkerKillEvery, cfg.WorkerDownFor = 20*time.Second, 3*time.Second
-	cfg.SampleEvery = 15 * time.Second
+	cfg.SampleEvery = 20 * time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
