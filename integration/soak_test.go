@@ -12,14 +12,14 @@ import (
 	"github.com/turnstile-rl/turnstile/soak"
 )
 
-// TestSoakShort is the CI version of `make soak` (about two and a half
-// minutes): a hundred concurrent rollouts over five environments (every class) fed
-// for a minute, on two workers and two environment servers, with a policy
-// answering in 1–3 s and injecting 503s and 429s, a checkpoint every 20 s
-// and a worker SIGKILLed every 20 s (10 s out of step); samples every 20 s. Every rollout must complete exactly
-// once (one completed run, one receipt, one export line), the environment
-// servers' counters must match the results, and no process may grow
-// without bound.
+// TestSoakShort is the CI version of `make soak` (about two minutes): a
+// hundred concurrent rollouts over five environments (every class) fed for
+// a minute, on two workers and two environment servers, with a policy
+// answering in 1–3 s and injecting 503s and 429s, a checkpoint every 20 s,
+// a worker SIGKILLed every 20 s (10 s out of step) and samples every 20 s.
+// Every rollout must complete exactly once (one completed run, one
+// receipt, one export line), the environment servers' counters must match
+// the results, and no process may grow without bound.
 func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
