@@ -145,6 +145,9 @@ type EnvCounters struct {
 	Applied, Want    int64
 	Replayed, Parked int64
 	Refused          int64
+	// Sessions are the sessions the server still holds at the end (a
+	// finished one is kept for replays): what its memory grows with.
+	Sessions int
 }
 
 // Sample is one process's memory and goroutines at one moment.

@@ -151,7 +151,7 @@ func (r *run) checkCounters(ctx context.Context, want [2]int64) {
 			continue
 		}
 		c := EnvCounters{Name: m.role, Killed: m.killed, Applied: stats.Applied, Want: want[i],
-			Replayed: stats.Replayed, Parked: stats.Parked, Refused: stats.Refused}
+			Replayed: stats.Replayed, Parked: stats.Parked, Refused: stats.Refused, Sessions: stats.Sessions}
 		r.report.Envs = append(r.report.Envs, c)
 		if !c.Killed && c.Applied != c.Want {
 			r.problem("%s applied %d mutations, its rollouts' results account for %d", m.role, c.Applied, c.Want)

@@ -72,8 +72,8 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "kills: %d worker SIGKILLs, %d environment server SIGKILLs\n", r.WorkerKills, r.EnvKills)
 	r.printCheckpoints(w)
 	for _, e := range r.Envs {
-		fmt.Fprintf(w, "%s: applied %d (results account for %d), replayed %d, parked %d, refused %d%s\n",
-			e.Name, e.Applied, e.Want, e.Replayed, e.Parked, e.Refused, map[bool]string{true: " (replaced: not compared)"}[e.Killed])
+		fmt.Fprintf(w, "%s: applied %d (results account for %d), replayed %d, parked %d, refused %d, %d sessions held%s\n",
+			e.Name, e.Applied, e.Want, e.Replayed, e.Parked, e.Refused, e.Sessions, map[bool]string{true: " (replaced: not compared)"}[e.Killed])
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "t\tphase\tprocess\tpid\tRSS MiB\tgoroutines\t")
