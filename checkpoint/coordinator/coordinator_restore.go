@@ -36,6 +36,9 @@ type loadedCheckpoint struct {
 	sessions map[string]int
 	// fences are the participants' saved fences, by rollout: the highest.
 	fences map[string]int
+	// holders are the participants (indexes) holding an unfinished
+	// session of each rollout.
+	holders map[string][]int
 }
 
 // ValidateCheckpoint reads and checks the whole checkpoint before a restore
@@ -84,7 +87,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
 	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
-		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}}
+		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}, holders: map[string][]int{}}
 
 	if err := lc.loadAgents(ctx, checkpointID); err != nil {
 		return nil, err
@@ -174,6 +177,7 @@ func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID st
 		}
 		if !sv.Retired {
 			lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
+			lc.holders[sv.RolloutID] = append(lc.holders[sv.RolloutID], i)
 		}
 	}
 	fences, err := cp.Section(ctx, protocol.SectionFences)
@@ -241,17 +245,23 @@ func (lc *loadedCheckpoint) checkTranscripts() error {
 // idle or already restoring this checkpoint.
 func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheckpoint, urls []string) error {
 	return fanout.Each(ctx, len(urls), c.limit(), func(ctx context.Context, i int) error {
-		caps, err := c.control(urls[i]).Capabilities(ctx)
-		if err != nil {
-			return controlError(urls[i], "capabilities", err)
-		}
-		want := lc.manifest.Participants[i]
-		if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
-			return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
-				i, urls[i], caps.Component, caps.Name, caps.SchemaVersion, want.Name)
-		}
-		return nil
+		return c.checkParticipantLive(ctx, lc, i, urls[i])
 	})
+}
+
+// checkParticipantLive asks the server at url, read-only, whether it
+// carries the name participant i of the checkpoint had.
+func (c *Coordinator) checkParticipantLive(ctx context.Context, lc *loadedCheckpoint, i int, url string) error {
+	caps, err := c.control(url).Capabilities(ctx)
+	if err != nil {
+		return controlError(url, "capabilities", err)
+	}
+	want := lc.manifest.Participants[i]
+	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
+		return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
+			i, url, caps.Component, caps.Name, caps.SchemaVersion, want.Name)
+	}
+	return nil
 }
 
 // A restore is named by its restore id, which defaults to the id of the
@@ -383,6 +393,8 @@ type attemptsFile struct {
 	// back world they do not exist, so their sessions are dropped, their
 	// runs ended, and any later run of them must come above their attempt.
 	Fence []string `json:"fence,omitempty"`
+	// Recover is set when the map is a scoped recovery's plan.
+	Recover *recoverPlan `json:"recover,omitempty"`
 }
 
 // PlanAttempts gives every rollout of the set one more attempt than the
@@ -613,12 +625,17 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	if err != nil {
 		return checkpoint.RestoreParticipantsResult{}, err
 	}
+	indexes, err := participantIndexes(in.Participants, in.Indexes)
+	if err != nil {
+		return checkpoint.RestoreParticipantsResult{}, err
+	}
 	var mu sync.Mutex
-	res := checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}
-	prog := newProgress(ctx, "restore participants", len(in.Participants))
+	res := checkpoint.RestoreParticipantsResult{Participants: len(indexes)}
+	prog := newProgress(ctx, "restore participants", len(indexes))
 	defer prog.stop()
-	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(indexes), c.limit(), func(ctx context.Context, k int) error {
 		defer prog.add()
+		i := indexes[k]
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
 			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
@@ -644,6 +661,26 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		return checkpoint.RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
 	return res, nil
+}
+
+// participantIndexes are the participants a restore step installs: all of
+// them, or the ones indexes names (a scoped recovery), each in range once.
+func participantIndexes(urls []string, indexes []int) ([]int, error) {
+	if len(indexes) == 0 {
+		all := make([]int, len(urls))
+		for i := range all {
+			all[i] = i
+		}
+		return all, nil
+	}
+	seen := map[int]bool{}
+	for _, i := range indexes {
+		if i < 0 || i >= len(urls) || seen[i] {
+			return nil, rollout.BadInput("participant index %d: want each of 0..%d at most once", i, len(urls)-1)
+		}
+		seen[i] = true
+	}
+	return indexes, nil
 }
 
 // TerminateStale terminates every running run of a rollout of the set in
@@ -748,13 +785,9 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
-		rec, ok := lc.parked[id]
-		if !ok {
-			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
-		}
-		input, kind, err := BuildRestoredInput(rec, in.CheckpointID, af.Attempts[id], moved)
+		input, kind, err := af.restoredInput(lc, id, in.CheckpointID, moved)
 		if err != nil {
-			return invalidCheckpoint("%v", err)
+			return err
 		}
 		opts := rollout.StartOptions(input, taskQueue)
 		opts.StaticSummary = restoredSummary(input, kind, rid)

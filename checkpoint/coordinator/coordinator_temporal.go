@@ -21,6 +21,7 @@ type runInfo struct {
 	Attempt    int64
 	HasAttempt bool
 	Set        string
+	Phase      string
 }
 
 // describeRollout describes the current run of rollout id. A workflow that
@@ -42,6 +43,7 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 	}
 	ri.Attempt, ri.HasAttempt = rollout.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
 	ri.Set, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
+	ri.Phase, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
 	return ri, nil
 }
 
