@@ -106,12 +106,20 @@ func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
 // returns its base URL.
 func (c *cluster) startSecondEnvServer() string {
 	c.t.Helper()
-	ready := filepath.Join(c.dir, fmt.Sprintf("env2-ready-%d", time.Now().UnixNano()))
-	p := c.start("envserver-2", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", "env-1"},
+	url, _ := c.startNamedEnvServer("env-1")
+	return url
+}
+
+// startNamedEnvServer starts an environment server named name on a free
+// port and returns its base URL and process.
+func (c *cluster) startNamedEnvServer(name string) (string, *proc) {
+	c.t.Helper()
+	ready := filepath.Join(c.dir, fmt.Sprintf("%s-ready-%d", name, time.Now().UnixNano()))
+	p := c.start("envserver-"+name, filepath.Join(bins.dir, "envserver"),
+		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", name},
 		protocol.DataTokenEnvVar+"="+c.dataToken)
 	var url string
-	c.waitFor("second environment server", p, 30*time.Second, func() bool {
+	c.waitFor("environment server "+name, p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
 		if err != nil || len(data) == 0 {
 			return false
@@ -119,7 +127,7 @@ func (c *cluster) startSecondEnvServer() string {
 		url = strings.TrimSpace(string(data))
 		return healthy(url + "/healthz")
 	})
-	return url
+	return url, p
 }
 
 func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) {
