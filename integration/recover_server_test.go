@@ -180,4 +180,3 @@ func (c *cluster) allRuns(ctx context.Context, rolloutID string) int {
 	require.NoError(c.t, err)
 	return int(resp.GetCount())
 }
-
