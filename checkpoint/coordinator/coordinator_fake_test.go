@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -21,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -42,6 +44,8 @@ type fakeRun struct {
 	// record is what the park update answers.
 	record []byte
 	input  json.RawMessage // the input it was started with (restores)
+	// started is the run's start time (zero: unset).
+	started time.Time
 	// refuse: the update validator rejects every update with this message.
 	refuse string
 }
@@ -84,9 +88,14 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 	if r.running || (listing && r.listedRunning) {
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
+	var started *timestamppb.Timestamp
+	if !r.started.IsZero() {
+		started = timestamppb.New(r.started)
+	}
 	return &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
 		Status:    status,
+		StartTime: started,
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
 			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt),
 		}},

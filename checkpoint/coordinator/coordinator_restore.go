@@ -39,6 +39,9 @@ type loadedCheckpoint struct {
 	// holders are the participants (indexes) holding an unfinished
 	// session of each rollout.
 	holders map[string][]int
+	// retired are the rollouts some participant held a finished (verified)
+	// session of at the cut: they ran before it.
+	retired map[string]bool
 }
 
 // ValidateCheckpoint reads and checks the whole checkpoint before a restore
@@ -87,7 +90,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
 	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
-		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}, holders: map[string][]int{}}
+		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}, holders: map[string][]int{}, retired: map[string]bool{}}
 
 	if err := lc.loadAgents(ctx, checkpointID); err != nil {
 		return nil, err
@@ -178,6 +181,8 @@ func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID st
 		if !sv.Retired {
 			lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
 			lc.holders[sv.RolloutID] = append(lc.holders[sv.RolloutID], i)
+		} else {
+			lc.retired[sv.RolloutID] = true
 		}
 	}
 	fences, err := cp.Section(ctx, protocol.SectionFences)
@@ -450,15 +455,28 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 //     belongs to the set (visibility lists it under the set, or its run
 //     says so); another set's sessions, and sessions no run claims, are
 //     left to their owners;
-//   - every rollout of the set running now that the checkpoint does not
-//     know at all (no record, no session, no fence): it started after the
-//     cut, and in the rolled-back world it does not exist, so it is fenced
-//     (Fence) and its run ended, but not started.
+//   - every rollout of the set that has a run now (running or closed)
+//     that the checkpoint does not know at all (no record, no session,
+//     finished or not, no fence): it started after the cut, and in the
+//     rolled-back world it does not exist, so it is fenced (Fence) and a
+//     running run ended, but not started. A run that already closed is
+//     fenced too: a later run of it must come above its attempt, and its
+//     sessions are dropped.
 func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *loadedCheckpoint) (attemptsFile, error) {
 	set := lc.manifest.Set
 	visible, err := visibleAttempts(ctx, tc, set)
 	if err != nil {
 		return attemptsFile{}, err
+	}
+	cutAt, err := checkpointStart(ctx, tc, lc.manifest.CheckpointID)
+	if err != nil {
+		return attemptsFile{}, err
+	}
+	// afterCut: a run of the set the checkpoint does not know, running, or
+	// closed and started after the checkpoint began (a run that closed
+	// before it ended before the cut; its result stands).
+	afterCut := func(ri runInfo) bool {
+		return ri.Exists && ri.Set == set && (ri.Running || cutAt.IsZero() || ri.StartTime.After(cutAt))
 	}
 	ids := lc.candidates(visible)
 	runs, err := c.describeAll(ctx, tc, ids)
@@ -476,8 +494,8 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		case rec:
 		case session && !ofSet:
 			continue // another set's session, or one no run claims
-		case !session && !(ri.Running && ri.Set == set):
-			continue // listed running by a lagging index, closed since
+		case !session && !afterCut(ri):
+			continue // listed by a lagging index, or closed before the cut
 		}
 		highest := lc.highestAttempt(id)
 		if listed {
@@ -522,8 +540,9 @@ func visibleAttempts(ctx context.Context, tc client.Client, set string) (map[str
 }
 
 // candidates are the rollouts an attempt map may name, sorted: those with a
-// record or an unfinished session, and those running now that the
-// checkpoint does not know at all (no record, no session, no fence).
+// record or an unfinished session, and those with a run now (running or
+// closed) that the checkpoint does not know at all (no record, no session,
+// no finished session, no fence).
 func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
 	set := map[string]bool{}
 	for id := range lc.parked {
@@ -532,10 +551,10 @@ func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
 	for id := range lc.sessions {
 		set[id] = true
 	}
-	for id, v := range visible {
+	for id := range visible {
 		_, session := lc.sessions[id]
 		_, fence := lc.fences[id]
-		if _, rec := lc.parked[id]; v.running && !rec && !session && !fence {
+		if _, rec := lc.parked[id]; !rec && !session && !fence && !lc.retired[id] {
 			set[id] = true
 		}
 	}
