@@ -468,6 +468,9 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 	if err != nil {
 		return attemptsFile{}, err
 	}
+	if err := c.probeSubmitted(ctx, tc, set, lc, visible); err != nil {
+		return attemptsFile{}, err
+	}
 	cutAt, err := checkpointStart(ctx, tc, lc.manifest.CheckpointID)
 	if err != nil {
 		return attemptsFile{}, err

@@ -206,3 +206,28 @@ func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
 	// through the control plane (what a worker's start-over does).
 	w.env.start(t, "s1-0006", 2)
 }
+
+// TestRestoreFencesRunsVisibilityDoesNotListYet: a rollout of the set's
+// submission started just before the restore, which visibility has not
+// indexed (s1-0007, past a gap), is found by its submission id, fenced and
+// its run ended, like one visibility lists.
+func TestRestoreFencesRunsVisibilityDoesNotListYet(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.checkpoint(t)
+	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
+	require.NoError(t, err)
+	w.env.start(t, "s1-0007", 0)
+	w.tc.add("s1-0007", &fakeRun{set: "s1", attempt: 0, running: true, hidden: true, started: time.Now().Add(time.Second)})
+
+	r := runRestoreActivities(t, w, "r1")
+	af := readAttemptMap(t, w, "r1")
+	require.Equal(t, []any{"s1-0007"}, af["fence"])
+	require.Equal(t, 1.0, af["attempts"].(map[string]any)["s1-0007"])
+	require.Equal(t, 5, r.term.Terminated, "the four replaced runs and the invisible one")
+	w.tc.mu.Lock()
+	require.False(t, w.tc.runs["rollout/s1-0007"].running, "its run is ended")
+	w.tc.mu.Unlock()
+	_, err = w.env.c.Session(ctx, "s1-0007")
+	wantCode(t, err, protocol.CodeUnknownSession)
+}
