@@ -43,7 +43,8 @@ func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID stri
 		if in, ok := af.Recover.Fresh[id]; ok {
 			in.Attempt, in.HoldFor = af.Attempts[id], checkpointID
 			in.Resume, in.Completed = nil, nil
-			return RemapEnvURL(in, moved), checkpoint.RestoreStartOver, nil
+			in.Env.URL = af.Recover.Replacement
+			return in, checkpoint.RestoreStartOver, nil
 		}
 	}
 	rec, ok := lc.parked[id]
@@ -53,6 +54,10 @@ func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID stri
 	in, kind, err := BuildRestoredInput(rec, checkpointID, af.Attempts[id], moved)
 	if err != nil {
 		return rollout.Input{}, "", invalidCheckpoint("%v", err)
+	}
+	if af.Recover != nil {
+		// Only rollouts of the dead server move, all to the replacement.
+		in.Env.URL = af.Recover.Replacement
 	}
 	return in, kind, nil
 }
