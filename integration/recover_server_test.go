@@ -3,7 +3,9 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,7 +32,12 @@ func TestRecoverServer(t *testing.T) {
 		t.Skip("integration")
 	}
 	envList := []string{"counter", "blackjack", "workplace", "sandbox"}
-	const count = 16
+	count := 16
+	// A larger set measures the time to recover more rollouts
+	// (TURNSTILE_RECOVER_COUNT=64); CI runs 16.
+	if n, err := strconv.Atoi(os.Getenv("TURNSTILE_RECOVER_COUNT")); err == nil && n > 0 {
+		count = n
+	}
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
