@@ -118,3 +118,66 @@ type RestoreResult struct {
 	Terminated     int    `json:"terminated"`
 	AttemptsDigest string `json:"attempts_digest"`
 }
+
+// RecoverServerWorkflowName is the workflow type of a scoped recovery.
+const RecoverServerWorkflowName = "RecoverServer"
+
+// QueryRecoverStatus answers a RecoverServer run's RecoverStatus.
+const QueryRecoverStatus = "status"
+
+// RecoverServerWorkflowID is the workflow ID of the recovery of set from
+// the death of the environment server at serverURL:
+// "recover/<set>/<short digest of the URL>". One ID per (set, server), so a
+// repeated request finds the first instead of starting a second.
+func RecoverServerWorkflowID(set, serverURL string) string {
+	return "recover/" + set + "/" + ServerDigest(serverURL)
+}
+
+// RecoverServerInput starts a RecoverServer: the environment server at
+// Server died; the rollouts of Set whose sessions lived there go back to
+// their boundary in a committed checkpoint (or start over from their seed)
+// as a new attempt on Replacement, while every other rollout runs on.
+type RecoverServerInput struct {
+	Set string `json:"set"`
+	// Server is the dead server's base URL, as the checkpoint and the
+	// rollouts' env.url name it.
+	Server string `json:"server"`
+	// Replacement is the base URL of a fresh environment server started
+	// with the dead one's name (its --name), idle.
+	Replacement string `json:"replacement"`
+	// CheckpointID is the checkpoint to go back to; empty: the newest
+	// committed checkpoint of the set.
+	CheckpointID string `json:"checkpoint_id,omitempty"`
+	Root         string `json:"root"`
+	// RequestID names this recovery (empty: one derived from the server
+	// URL); it is the restore id the environment server and the
+	// checkpoint directory know it by.
+	RequestID string `json:"request_id,omitempty"`
+	// TaskQueue the recovered rollouts run on; empty means rollout.TaskQueue.
+	TaskQueue string `json:"task_queue,omitempty"`
+}
+
+// RecoverServerResult counts what a recovery did.
+type RecoverServerResult struct {
+	CheckpointID string `json:"checkpoint_id"`
+	RestoreID    string `json:"restore_id"`
+	// Participant is the dead server's index in the checkpoint.
+	Participant int `json:"participant"`
+	// Affected are the rollouts moved to the replacement: Continue from
+	// their boundary, StartOver from their seed (restart-only, or not in
+	// the checkpoint at all).
+	Affected   int `json:"affected"`
+	Continue   int `json:"continue"`
+	StartOver  int `json:"start_over"`
+	Terminated int `json:"terminated"`
+	Started    int `json:"started"`
+	// Untouched counts the set's running rollouts left as they were.
+	Untouched int `json:"untouched"`
+}
+
+// RecoverStatus answers QueryRecoverStatus.
+type RecoverStatus struct {
+	Phase  string              `json:"phase"`
+	Detail string              `json:"detail"`
+	Result RecoverServerResult `json:"result"`
+}

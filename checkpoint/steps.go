@@ -213,6 +213,11 @@ type RestoreParticipantsInput struct {
 	RestoreID    string   `json:"restore_id,omitempty"`
 	Root         string   `json:"root"`
 	Participants []string `json:"participants"`
+	// Indexes, when set, restores only these participants (a scoped
+	// recovery installs the dead server's artifact on its replacement and
+	// leaves the healthy servers alone); Participants still lists every
+	// one in the checkpoint's order.
+	Indexes []int `json:"indexes,omitempty"`
 }
 
 // RestoreParticipantsResult counts the installed sessions.
@@ -290,3 +295,33 @@ const (
 	// unacknowledged result again.
 	RestoreOfferAgain = "offer_again"
 )
+
+// PlanRecoveryName is the first step of a RecoverServer.
+const PlanRecoveryName = "PlanRecovery"
+
+// PlanRecoveryInput finds the rollouts a dead environment server held and
+// plans their new attempts on its replacement (persisted as the attempt map
+// of restore RestoreID of the checkpoint, so a re-run reuses it).
+type PlanRecoveryInput struct {
+	Set          string `json:"set"`
+	Server       string `json:"server"`
+	Replacement  string `json:"replacement"`
+	CheckpointID string `json:"checkpoint_id,omitempty"`
+	Root         string `json:"root"`
+	RestoreID    string `json:"restore_id"`
+}
+
+// PlanRecoveryResult names the checkpoint chosen and counts the plan.
+type PlanRecoveryResult struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// Participant is the dead server's index in the checkpoint;
+	// Participants the checkpoint's list with the replacement in its place.
+	Participant  int      `json:"participant"`
+	Participants []string `json:"participants"`
+	Affected     int      `json:"affected"`
+	Continue     int      `json:"continue"`
+	StartOver    int      `json:"start_over"`
+	Untouched    int      `json:"untouched"`
+	Reused       bool     `json:"reused"`
+	Digest       string   `json:"digest"`
+}

@@ -199,22 +199,8 @@ func fetchOutcome(ctx context.Context, c tclient.Client, rec *RolloutRecord) err
 // Temporal CLI) carry no memo; their input still names the environment.
 func startInput(ctx context.Context, c tclient.Client, workflowID, runID string) (rollout.Input, error) {
 	var in rollout.Input
-	iter := c.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !iter.HasNext() {
-		return in, errors.New("empty history")
-	}
-	ev, err := iter.Next()
-	if err != nil {
-		return in, err
-	}
-	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
-	if attrs == nil || len(attrs.GetInput().GetPayloads()) == 0 {
-		return in, fmt.Errorf("first event %s carries no start input", ev.GetEventType())
-	}
-	if err := converter.GetDefaultDataConverter().FromPayload(attrs.GetInput().GetPayloads()[0], &in); err != nil {
-		return in, fmt.Errorf("decode start input: %w", err)
-	}
-	return in, nil
+	err := rollout.DecodeStartInput(ctx, c, workflowID, runID, &in)
+	return in, err
 }
 
 // fetchResult fills rec.Result or rec.Err from a closed run.

@@ -70,9 +70,9 @@ func (r SubmitRequest) validateShared() error {
 	return checkURL("--model-url", r.ModelURL)
 }
 
-// RolloutID is the id of rollout i of set: "<set>-0007". Zero-padding keeps
-// ids sorted in index order for sets below 10,000.
-func RolloutID(set string, i int) string { return fmt.Sprintf("%s-%04d", set, i) }
+// RolloutID is the id of rollout i of set: "<set>-0007" (see
+// rollout.SubmittedID; a restore derives a submission's ids from it).
+func RolloutID(set string, i int) string { return rollout.SubmittedID(set, i) }
 
 // RolloutSeed is the seed of rollout i of a set seeded with seed.
 func RolloutSeed(seed int64, i int) int64 { return seed*seedStride + int64(i) }

@@ -107,12 +107,27 @@ func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
 // returns its base URL.
 func (c *cluster) startSecondEnvServer() string {
 	c.t.Helper()
-	var url string
-	sp, u, err := c.launch.StartServer(context.Background(), "envserver-2", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", "127.0.0.1:0", "--control-token", c.token, "--name", "env-1"},
-		[]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, stack.EnvHealth, 30*time.Second)
-	c.started(sp, err, func() { url = u })
+	url, _ := c.startEnvServerAs("envserver-2", "env-1")
 	return url
+}
+
+// startNamedEnvServer starts an environment server named name on a free
+// port and returns its base URL and process.
+func (c *cluster) startNamedEnvServer(name string) (string, *proc) {
+	c.t.Helper()
+	return c.startEnvServerAs("envserver-"+name, name)
+}
+
+// startEnvServerAs starts an environment server named name, its process
+// called proc (what killProc takes), on a free port.
+func (c *cluster) startEnvServerAs(procName, name string) (string, *proc) {
+	c.t.Helper()
+	var url string
+	sp, u, err := c.launch.StartServer(context.Background(), procName, filepath.Join(bins.dir, "envserver"),
+		[]string{"--listen", "127.0.0.1:0", "--control-token", c.token, "--name", name},
+		[]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, stack.EnvHealth, 30*time.Second)
+	p := c.started(sp, err, func() { url = u })
+	return url, p
 }
 
 func recoverSet(t *testing.T, envList []string, count int, opts recoverOptions) {

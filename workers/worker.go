@@ -199,10 +199,11 @@ func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinat
 	RegisterControl(r, coord)
 }
 
-// RegisterControl registers the Checkpoint and Restore workflows and the
+// RegisterControl registers the Checkpoint, Restore and RecoverServer workflows and the
 // coordinator activities (PrepareParticipants, ParkMembers, …) on r.
 func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
+	r.RegisterWorkflowWithOptions(checkpoint.RecoverServer, workflow.RegisterOptions{Name: checkpoint.RecoverServerWorkflowName})
 	r.RegisterActivity(coord)
 }

@@ -45,7 +45,7 @@ func TestRegister(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
-	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
@@ -144,7 +144,7 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}

@@ -12,15 +12,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -42,6 +45,10 @@ type fakeRun struct {
 	// record is what the park update answers.
 	record []byte
 	input  json.RawMessage // the input it was started with (restores)
+	// started is the run's start time (zero: unset); phase its
+	// RolloutPhase (empty: unset).
+	started time.Time
+	phase   string
 	// refuse: the update validator rejects every update with this message.
 	refuse string
 }
@@ -84,11 +91,16 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 	if r.running || (listing && r.listedRunning) {
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
+	var started *timestamppb.Timestamp
+	if !r.started.IsZero() {
+		started = timestamppb.New(r.started)
+	}
 	return &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
 		Status:    status,
+		StartTime: started,
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt),
+			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
 		}},
 	}
 }
@@ -293,4 +305,39 @@ func (e *envServer) status(t *testing.T) protocol.ControlStatus {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// fakeHistory is a history of one event: the run's start, with its input.
+type fakeHistory struct {
+	event *historypb.HistoryEvent
+}
+
+func (h *fakeHistory) HasNext() bool { return h.event != nil }
+func (h *fakeHistory) Next() (*historypb.HistoryEvent, error) {
+	ev := h.event
+	h.event = nil
+	return ev, nil
+}
+
+// GetWorkflowHistory answers the first event of a run: its start, with the
+// input it was started with.
+func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, wid, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[wid]
+	if !ok {
+		return &fakeHistory{}
+	}
+	var in map[string]any // JSON, as a start input travels
+	if r.input != nil {
+		if err := json.Unmarshal(r.input, &in); err != nil {
+			panic(err)
+		}
+	}
+	return &fakeHistory{event: &historypb.HistoryEvent{
+		EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{
+			Input: &commonpb.Payloads{Payloads: []*commonpb.Payload{payload(in)}},
+		}},
+	}}
 }

@@ -36,6 +36,12 @@ type loadedCheckpoint struct {
 	sessions map[string]int
 	// fences are the participants' saved fences, by rollout: the highest.
 	fences map[string]int
+	// holders are the participants (indexes) holding an unfinished
+	// session of each rollout.
+	holders map[string][]int
+	// retired are the rollouts some participant held a finished (verified)
+	// session of at the cut: they ran before it.
+	retired map[string]bool
 }
 
 // ValidateCheckpoint reads and checks the whole checkpoint before a restore
@@ -84,7 +90,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
 	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
-		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}}
+		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}, holders: map[string][]int{}, retired: map[string]bool{}}
 
 	if err := lc.loadAgents(ctx, checkpointID); err != nil {
 		return nil, err
@@ -174,6 +180,9 @@ func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID st
 		}
 		if !sv.Retired {
 			lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
+			lc.holders[sv.RolloutID] = append(lc.holders[sv.RolloutID], i)
+		} else {
+			lc.retired[sv.RolloutID] = true
 		}
 	}
 	fences, err := cp.Section(ctx, protocol.SectionFences)
@@ -241,17 +250,23 @@ func (lc *loadedCheckpoint) checkTranscripts() error {
 // idle or already restoring this checkpoint.
 func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheckpoint, urls []string) error {
 	return fanout.Each(ctx, len(urls), c.limit(), func(ctx context.Context, i int) error {
-		caps, err := c.control(urls[i]).Capabilities(ctx)
-		if err != nil {
-			return controlError(urls[i], "capabilities", err)
-		}
-		want := lc.manifest.Participants[i]
-		if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
-			return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
-				i, urls[i], caps.Component, caps.Name, caps.SchemaVersion, want.Name)
-		}
-		return nil
+		return c.checkParticipantLive(ctx, lc, i, urls[i])
 	})
+}
+
+// checkParticipantLive asks the server at url, read-only, whether it
+// carries the name participant i of the checkpoint had.
+func (c *Coordinator) checkParticipantLive(ctx context.Context, lc *loadedCheckpoint, i int, url string) error {
+	caps, err := c.control(url).Capabilities(ctx)
+	if err != nil {
+		return controlError(url, "capabilities", err)
+	}
+	want := lc.manifest.Participants[i]
+	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
+		return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
+			i, url, caps.Component, caps.Name, caps.SchemaVersion, want.Name)
+	}
+	return nil
 }
 
 // A restore is named by its restore id, which defaults to the id of the
@@ -383,6 +398,8 @@ type attemptsFile struct {
 	// back world they do not exist, so their sessions are dropped, their
 	// runs ended, and any later run of them must come above their attempt.
 	Fence []string `json:"fence,omitempty"`
+	// Recover is set when the map is a scoped recovery's plan.
+	Recover *recoverPlan `json:"recover,omitempty"`
 }
 
 // PlanAttempts gives every rollout of the set one more attempt than the
@@ -438,15 +455,31 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 //     belongs to the set (visibility lists it under the set, or its run
 //     says so); another set's sessions, and sessions no run claims, are
 //     left to their owners;
-//   - every rollout of the set running now that the checkpoint does not
-//     know at all (no record, no session, no fence): it started after the
-//     cut, and in the rolled-back world it does not exist, so it is fenced
-//     (Fence) and its run ended, but not started.
+//   - every rollout of the set that has a run now (running or closed)
+//     that the checkpoint does not know at all (no record, no session,
+//     finished or not, no fence): it started after the cut, and in the
+//     rolled-back world it does not exist, so it is fenced (Fence) and a
+//     running run ended, but not started. A run that already closed is
+//     fenced too: a later run of it must come above its attempt, and its
+//     sessions are dropped.
 func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *loadedCheckpoint) (attemptsFile, error) {
 	set := lc.manifest.Set
 	visible, err := visibleAttempts(ctx, tc, set)
 	if err != nil {
 		return attemptsFile{}, err
+	}
+	if err := c.probeSubmitted(ctx, tc, set, lc, visible); err != nil {
+		return attemptsFile{}, err
+	}
+	cutAt, err := checkpointStart(ctx, tc, lc.manifest.CheckpointID)
+	if err != nil {
+		return attemptsFile{}, err
+	}
+	// afterCut: a run of the set the checkpoint does not know, running, or
+	// closed and started after the checkpoint began (a run that closed
+	// before it ended before the cut; its result stands).
+	afterCut := func(ri runInfo) bool {
+		return ri.Exists && ri.Set == set && (ri.Running || cutAt.IsZero() || ri.StartTime.After(cutAt))
 	}
 	ids := lc.candidates(visible)
 	runs, err := c.describeAll(ctx, tc, ids)
@@ -464,8 +497,8 @@ func (c *Coordinator) planAttempts(ctx context.Context, tc client.Client, lc *lo
 		case rec:
 		case session && !ofSet:
 			continue // another set's session, or one no run claims
-		case !session && !(ri.Running && ri.Set == set):
-			continue // listed running by a lagging index, closed since
+		case !session && !afterCut(ri):
+			continue // listed by a lagging index, or closed before the cut
 		}
 		highest := lc.highestAttempt(id)
 		if listed {
@@ -510,8 +543,9 @@ func visibleAttempts(ctx context.Context, tc client.Client, set string) (map[str
 }
 
 // candidates are the rollouts an attempt map may name, sorted: those with a
-// record or an unfinished session, and those running now that the
-// checkpoint does not know at all (no record, no session, no fence).
+// record or an unfinished session, and those with a run now (running or
+// closed) that the checkpoint does not know at all (no record, no session,
+// no finished session, no fence).
 func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
 	set := map[string]bool{}
 	for id := range lc.parked {
@@ -520,10 +554,10 @@ func (lc *loadedCheckpoint) candidates(visible map[string]seenRuns) []string {
 	for id := range lc.sessions {
 		set[id] = true
 	}
-	for id, v := range visible {
+	for id := range visible {
 		_, session := lc.sessions[id]
 		_, fence := lc.fences[id]
-		if _, rec := lc.parked[id]; v.running && !rec && !session && !fence {
+		if _, rec := lc.parked[id]; !rec && !session && !fence && !lc.retired[id] {
 			set[id] = true
 		}
 	}
@@ -613,12 +647,17 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	if err != nil {
 		return checkpoint.RestoreParticipantsResult{}, err
 	}
+	indexes, err := participantIndexes(in.Participants, in.Indexes)
+	if err != nil {
+		return checkpoint.RestoreParticipantsResult{}, err
+	}
 	var mu sync.Mutex
-	res := checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}
-	prog := newProgress(ctx, "restore participants", len(in.Participants))
+	res := checkpoint.RestoreParticipantsResult{Participants: len(indexes)}
+	prog := newProgress(ctx, "restore participants", len(indexes))
 	defer prog.stop()
-	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, len(indexes), c.limit(), func(ctx context.Context, k int) error {
 		defer prog.add()
+		i := indexes[k]
 		url := in.Participants[i]
 		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
 			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
@@ -644,6 +683,26 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		return checkpoint.RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
 	return res, nil
+}
+
+// participantIndexes are the participants a restore step installs: all of
+// them, or the ones indexes names (a scoped recovery), each in range once.
+func participantIndexes(urls []string, indexes []int) ([]int, error) {
+	if len(indexes) == 0 {
+		all := make([]int, len(urls))
+		for i := range all {
+			all[i] = i
+		}
+		return all, nil
+	}
+	seen := map[int]bool{}
+	for _, i := range indexes {
+		if i < 0 || i >= len(urls) || seen[i] {
+			return nil, rollout.BadInput("participant index %d: want each of 0..%d at most once", i, len(urls)-1)
+		}
+		seen[i] = true
+	}
+	return indexes, nil
 }
 
 // TerminateStale terminates every running run of a rollout of the set in
@@ -748,13 +807,9 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		id := af.Start[i]
-		rec, ok := lc.parked[id]
-		if !ok {
-			return invalidCheckpoint("the attempt map starts %s, which has no record", id)
-		}
-		input, kind, err := BuildRestoredInput(rec, in.CheckpointID, af.Attempts[id], moved)
+		input, kind, err := af.restoredInput(lc, id, in.CheckpointID, moved)
 		if err != nil {
-			return invalidCheckpoint("%v", err)
+			return err
 		}
 		opts := rollout.StartOptions(input, taskQueue)
 		opts.StaticSummary = restoredSummary(input, kind, rid)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -166,4 +167,67 @@ func TestRestoreIDIsValidated(t *testing.T) {
 	_, err = w.coord.ResumeRestoredParticipants(ctx, checkpoint.ResumeRestoredParticipantsInput{CheckpointID: "ck1", RestoreID: "a/b", Participants: []string{w.env.url}})
 	requireType(t, err, rollout.ErrBadInput)
 	require.Equal(t, protocol.AdmissionOpen, w.env.status(t).Admission, "bad input changes nothing")
+}
+
+// TestRestoreFencesRunsThatClosedAfterTheCut: a rollout started after the
+// cut and already finished (its run closed) does not exist in the rolled
+// back world either. The restore fences it like a running one: its attempt
+// is in the map, its session is dropped, its attempt 0 is refused from then
+// on, and a deliberate re-submission comes in above the fence. A run that
+// closed before the cut (s1-0003) keeps its result and is not fenced.
+func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.checkpoint(t)
+	urls := []string{w.env.url}
+	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: urls})
+	require.NoError(t, err)
+
+	// s1-0006 starts after the cut, finishes and closes before the restore.
+	w.env.start(t, "s1-0006", 0)
+	w.env.verify(t, "s1-0006", 0, 0)
+	w.tc.add("s1-0006", &fakeRun{set: "s1", attempt: 0, running: false, started: time.Now().Add(time.Second)})
+
+	r := runRestoreActivities(t, w, "r1")
+	require.Equal(t, 1, r.plan.Fence)
+	af := readAttemptMap(t, w, "r1")
+	require.Equal(t, []any{"s1-0006"}, af["fence"])
+	require.Equal(t, 1.0, af["attempts"].(map[string]any)["s1-0006"])
+	require.NotContains(t, af["attempts"], "s1-0003", "closed before the cut: its result stands")
+	require.Equal(t, 4, r.term.Terminated, "the closed run needs no ending")
+	_, err = w.env.c.Session(ctx, "s1-0006")
+	wantCode(t, err, protocol.CodeUnknownSession)
+	_, err = w.env.c.Start(ctx, protocol.StartRequest{
+		Identity: protocol.Identity{RolloutID: "s1-0006", Attempt: 0, RequestID: protocol.SeedRequestID("s1-0006")},
+		Env:      "counter", Seed: 1, Task: json.RawMessage(`{"target":9}`),
+	})
+	wantCode(t, err, protocol.CodeStaleAttempt)
+	// The deliberate re-submission: an attempt above the fence, installed
+	// through the control plane (what a worker's start-over does).
+	w.env.start(t, "s1-0006", 2)
+}
+
+// TestRestoreFencesRunsVisibilityDoesNotListYet: a rollout of the set's
+// submission started just before the restore, which visibility has not
+// indexed (s1-0007, past a gap), is found by its submission id, fenced and
+// its run ended, like one visibility lists.
+func TestRestoreFencesRunsVisibilityDoesNotListYet(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.checkpoint(t)
+	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
+	require.NoError(t, err)
+	w.env.start(t, "s1-0007", 0)
+	w.tc.add("s1-0007", &fakeRun{set: "s1", attempt: 0, running: true, hidden: true, started: time.Now().Add(time.Second)})
+
+	r := runRestoreActivities(t, w, "r1")
+	af := readAttemptMap(t, w, "r1")
+	require.Equal(t, []any{"s1-0007"}, af["fence"])
+	require.Equal(t, 1.0, af["attempts"].(map[string]any)["s1-0007"])
+	require.Equal(t, 5, r.term.Terminated, "the four replaced runs and the invisible one")
+	w.tc.mu.Lock()
+	require.False(t, w.tc.runs["rollout/s1-0007"].running, "its run is ended")
+	w.tc.mu.Unlock()
+	_, err = w.env.c.Session(ctx, "s1-0007")
+	wantCode(t, err, protocol.CodeUnknownSession)
 }

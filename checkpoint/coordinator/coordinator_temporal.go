@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -21,6 +23,9 @@ type runInfo struct {
 	Attempt    int64
 	HasAttempt bool
 	Set        string
+	Phase      string
+	// StartTime is when the current run started.
+	StartTime time.Time
 }
 
 // describeRollout describes the current run of rollout id. A workflow that
@@ -42,7 +47,31 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 	}
 	ri.Attempt, ri.HasAttempt = rollout.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
 	ri.Set, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
+	ri.Phase, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
+	if st := info.GetStartTime(); st != nil {
+		ri.StartTime = st.AsTime()
+	}
 	return ri, nil
+}
+
+// checkpointStart is when the Checkpoint workflow of checkpointID started:
+// the earliest a run started after its cut can have started. Zero when
+// this Temporal holds no such workflow (a restore after everything was
+// lost: every run it holds started after the cut).
+func checkpointStart(ctx context.Context, c client.Client, checkpointID string) (time.Time, error) {
+	desc, err := c.DescribeWorkflow(ctx, checkpoint.CheckpointWorkflowID(checkpointID), "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("describe %s: %w", checkpoint.CheckpointWorkflowID(checkpointID), err)
+	}
+	st := desc.RawResponse.GetWorkflowExecutionInfo().GetStartTime()
+	if st == nil {
+		return time.Time{}, nil
+	}
+	return st.AsTime(), nil
 }
 
 // visibleRun is one run of a rollout as visibility lists it.

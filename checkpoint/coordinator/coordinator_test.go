@@ -139,6 +139,10 @@ func (w *world) want(t *testing.T, head transcript.Digest) {
 func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	t.Helper()
 	ctx := context.Background()
+	// The Checkpoint workflow's run: its start is when the cut began.
+	w.tc.mu.Lock()
+	w.tc.runs[checkpoint.CheckpointWorkflowID("ck1")] = &fakeRun{runID: "run-ck1", started: time.Now()}
+	w.tc.mu.Unlock()
 	prep, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 	})

@@ -10,6 +10,7 @@
 //	starter export --set d1 --file d1.trajectories.jsonl
 //	starter checkpoint --set s1 --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
 //	starter restore --id ck1 --root ckpt --participants http://127.0.0.1:8091 --wait
+//	starter recover --set s1 --server http://127.0.0.1:8092 --replacement http://127.0.0.1:8093 --root ckpt --wait
 //	starter resume --set s1 --id ck1 --participants http://127.0.0.1:8091
 //	starter acknowledge --set s1 --receipts s1.jsonl
 //
@@ -98,7 +99,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatConsole, "format of those log lines: console or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
-		newCheckpointCmd(g), newRestoreCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g))
+		newCheckpointCmd(g), newRestoreCmd(g), newRecoverCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g))
 	return root
 }
 
