@@ -101,8 +101,6 @@ func (c Config) Validate() error {
 		return errors.New("soak: checkpoint, checkpoint timeout, worker kill and sample intervals must be positive")
 	case c.WorkerDownFor < 0 || c.EnvKillEvery < 0:
 		return errors.New("soak: worker down time and environment server kill interval must not be negative")
-	case c.EnvKillEvery > 0 && !scopedRecoveryAvailable:
-		return errors.New("soak: environment server kills need scoped recovery (client.RecoverServer), which is not merged yet; set the interval to 0")
 	}
 	return nil
 }

@@ -54,13 +54,6 @@ func TestValidate(t *testing.T) {
 		{"zero checkpoint interval", func(c *Config) { c.CheckpointEvery = 0 }, "intervals"},
 		{"negative down time", func(c *Config) { c.WorkerDownFor = -time.Second }, "negative"},
 	}
-	if !scopedRecoveryAvailable {
-		tests = append(tests, struct {
-			name   string
-			change func(*Config)
-			err    string
-		}{"env kills without scoped recovery", func(c *Config) { c.EnvKillEvery = time.Minute }, "scoped recovery"})
-	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := ok
