@@ -643,6 +643,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	if err != nil {
 		return checkpoint.RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterParticipants)
 	return res, nil
 }
 
@@ -782,6 +783,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if err != nil {
 		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterStart)
 	return res, nil
 }
 
