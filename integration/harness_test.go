@@ -217,13 +217,20 @@ func freePort(t testing.TB) int {
 // temporal-dev.yaml on free ports, and connects a client.
 func (c *cluster) startTemporal() *proc {
 	c.t.Helper()
+	return c.startTemporalWith(freePort(c.t), "")
+}
+
+// startTemporalWith starts the dev server on port, keeping its state in the
+// database file db ("" for in-memory): a test about Temporal's own crash
+// restarts it on the same port and file, so workers reconnect to it.
+func (c *cluster) startTemporalWith(port int, db string) *proc {
+	c.t.Helper()
 	cfg, err := devenv.Load(filepath.Join(bins.root, "temporal-dev.yaml"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	headless := true
-	port := freePort(c.t)
-	args, err := cfg.StartDevArgs("dev", devenv.Overrides{Port: port, Headless: &headless, LogLevel: "error"})
+	args, err := cfg.StartDevArgs("dev", devenv.Overrides{Port: port, DBFilename: db, Headless: &headless, LogLevel: "error"})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -428,6 +428,7 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 	if err != nil {
 		return checkpoint.PlanAttemptsResult{}, err
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterPlan)
 	return checkpoint.PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Digest: digest}, nil
 }
 
@@ -695,6 +696,7 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in checkpoint.Terminat
 	if err != nil {
 		return checkpoint.TerminateStaleResult{}, fmt.Errorf("terminate stale runs of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterTerminate)
 	return checkpoint.TerminateStaleResult{Terminated: n}, nil
 }
 
@@ -882,6 +884,7 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 	if err != nil {
 		return checkpoint.ResumeParticipantsResult{}, fmt.Errorf("resume participants of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterResumeParticipants)
 	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 
