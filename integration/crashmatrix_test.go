@@ -38,8 +38,8 @@ const (
 	// matrixSeed is the fixed default sampling seed.
 	matrixSeed = 12
 	// matrixExtra is how many cases the sample draws beyond one per group:
-	// 5 groups + 3 = 8 cases, 32 scenarios, about 3–4 minutes two at a time
-	// on a 2-core machine (every case: 8–9 minutes).
+	// 7 groups + 3 = 10 cases, 40 scenarios, about 4 minutes two at a time
+	// on a loaded 2-core machine (every case: about 9 minutes).
 	matrixExtra = 3
 )
 
