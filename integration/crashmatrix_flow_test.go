@@ -208,7 +208,7 @@ func (s *matrixStack) awaitDeath(ctx context.Context, p *proc, mc matrixCase, fi
 	case <-ctx.Done():
 		s.t.Fatalf("%s never reached %s (pass %d)", p.name, mc.point, mc.killAt)
 	}
-	require.ErrorContains(s.t, p.err, "killed", "%s died by SIGKILL at its failpoint", p.name)
+	require.ErrorContains(s.t, p.Err(), "killed", "%s died by SIGKILL at its failpoint", p.name)
 	s.note("%s SIGKILLed at %s (pass %d)", p.name, mc.point, mc.killAt)
 }
 
