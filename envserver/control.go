@@ -593,7 +593,7 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	if aerr != nil {
 		return protocol.RestoreResponse{}, aerr
 	}
-	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }); err != nil {
+	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }, func() { s.fp.Hit(failpoint.EnvRestoreMidInstall) }); err != nil {
 		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint,
 			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
 	}

@@ -325,12 +325,14 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 // their fence: such rollouts start over. The caller sets each record's
 // Attempt (e.g. N+1 on a restore); fences are raised to at least it. Call it
 // with admission closed and waitIdle done.
-func (s *Server) installState(st serverState) error { return s.installStateThen(st, nil) }
+func (s *Server) installState(st serverState) error { return s.installStateThen(st, nil, nil) }
 
-// installStateThen is installState with a hook called after every record is
-// validated and restored and before anything is installed (the
-// restore.after-validate failpoint).
-func (s *Server) installStateThen(st serverState, validated func()) error {
+// installStateThen is installState with two hooks: validated is called after
+// every record is validated and restored and before anything is installed
+// (the restore.after-validate failpoint), installed after each session is
+// installed (env.restore-mid-install: a crash leaves a half-installed
+// server, which only a fresh process and a retried restore may replace).
+func (s *Server) installStateThen(st serverState, validated, installed func()) error {
 	type prepared struct {
 		rec  sessionRecord
 		sess *session // nil: fence only
@@ -374,6 +376,9 @@ func (s *Server) installStateThen(st serverState, validated func()) error {
 			}
 		}
 		sl.mu.Unlock()
+		if installed != nil {
+			installed()
+		}
 	}
 	for id, f := range st.Fences {
 		sl := s.store.slotFor(id)

@@ -17,32 +17,96 @@ import (
 	"syscall"
 )
 
-// The failpoints, in one list so a crash matrix can range over them.
+// The failpoints, in one list so a crash matrix can range over them. Each
+// names the place it stands and says why a crash there is worth a test: what
+// has happened that a restarted process must not lose or do twice.
 const (
-	// WorkerEnvAppliedBeforeReport: in the worker, an environment mutation was
-	// applied (the server answered) and its activity has not reported yet.
-	WorkerEnvAppliedBeforeReport = "worker.env-applied-before-report"
-	// WorkerModelAnsweredBeforeReport: the model answered, the activity has not
-	// reported.
+	// WorkerModelAnsweredBeforeTranscript: the model answered and its answer
+	// is not in the transcript store yet. The retried activity must ask the
+	// policy again and get the same answer (same messages, same seed), and
+	// no half-written transcript may be visible.
+	WorkerModelAnsweredBeforeTranscript = "worker.model-answered-before-transcript"
+	// WorkerModelAnsweredBeforeReport: the model answered and its answer is
+	// stored, the activity has not reported: the retry stores it again under
+	// the same digest.
 	WorkerModelAnsweredBeforeReport = "worker.model-answered-before-report"
+	// WorkerEnvAppliedBeforeTranscript: the environment server applied a
+	// mutation and answered, the observation is not stored yet: the retry
+	// must get the stored reply back (a replay), not a second application.
+	WorkerEnvAppliedBeforeTranscript = "worker.env-applied-before-transcript"
+	// WorkerEnvAppliedBeforeReport: in the worker, an environment mutation was
+	// applied (the server answered), its observation stored, and its activity
+	// has not reported yet.
+	WorkerEnvAppliedBeforeReport = "worker.env-applied-before-report"
 	// EnvAfterApplyBeforeReply: in the environment server, a mutation was
-	// applied and recorded and the reply not yet sent.
+	// applied and recorded and the reply not yet sent: the server's whole
+	// state is lost, so its rollouts must go back to a checkpoint.
 	EnvAfterApplyBeforeReply = "env.after-apply-before-reply"
-	// CheckpointBetweenFiles: while committing checkpoint artifacts, between two
-	// files.
+	// CheckpointBetweenFiles: while committing checkpoint artifacts, between
+	// two files (in the environment server and in the coordinator): a torn
+	// artifact must never look valid.
 	CheckpointBetweenFiles = "checkpoint.between-files"
+	// EnvRestoreMidInstall: the environment server installed the first
+	// session of a restore and not the rest: the retried restore on a fresh
+	// server must install all of them, once.
+	EnvRestoreMidInstall = "env.restore-mid-install"
 	// RestoreAfterValidate: a restore validated its checkpoint and installed
-	// nothing yet.
+	// nothing yet (in the coordinator and in the environment server).
 	RestoreAfterValidate = "restore.after-validate"
+
+	// The coordinator between the steps of a checkpoint: the step's work is
+	// done and the activity has not reported, so Temporal retries the step
+	// on another worker and the step must be idempotent.
+
+	// CoordinatorAfterPrepare: admission is closed at every server.
+	CoordinatorAfterPrepare = "coordinator.after-prepare"
+	// CoordinatorAfterFreeze: the membership is frozen (staged).
+	CoordinatorAfterFreeze = "coordinator.after-freeze"
+	// CoordinatorAfterPark: every member is parked at a boundary.
+	CoordinatorAfterPark = "coordinator.after-park"
+	// CoordinatorAfterCommit: the servers' artifacts, the agent records and
+	// the aggregate manifest are written.
+	CoordinatorAfterCommit = "coordinator.after-commit"
+	// CoordinatorAfterResumeParticipants: the servers reopened admission;
+	// the parked rollouts are not released yet.
+	CoordinatorAfterResumeParticipants = "coordinator.after-resume-participants"
+
+	// The coordinator between the steps of a restore (restore.after-validate
+	// above is the first).
+
+	// RestoreAfterPlan: the attempt map is planned and staged.
+	RestoreAfterPlan = "restore.after-plan"
+	// RestoreAfterParticipants: every server installed the new attempts.
+	RestoreAfterParticipants = "restore.after-participants"
+	// RestoreAfterTerminate: the runs of the replaced attempts are ended.
+	RestoreAfterTerminate = "restore.after-terminate"
+	// RestoreAfterStart: the new attempts are started, held paused.
+	RestoreAfterStart = "restore.after-start"
+	// RestoreAfterResumeParticipants: the servers are resumed; the restored
+	// rollouts are not released yet.
+	RestoreAfterResumeParticipants = "restore.after-resume-participants"
 )
 
 // All lists every failpoint.
 var All = []string{
-	WorkerEnvAppliedBeforeReport,
+	WorkerModelAnsweredBeforeTranscript,
 	WorkerModelAnsweredBeforeReport,
+	WorkerEnvAppliedBeforeTranscript,
+	WorkerEnvAppliedBeforeReport,
 	EnvAfterApplyBeforeReply,
 	CheckpointBetweenFiles,
+	EnvRestoreMidInstall,
 	RestoreAfterValidate,
+	CoordinatorAfterPrepare,
+	CoordinatorAfterFreeze,
+	CoordinatorAfterPark,
+	CoordinatorAfterCommit,
+	CoordinatorAfterResumeParticipants,
+	RestoreAfterPlan,
+	RestoreAfterParticipants,
+	RestoreAfterTerminate,
+	RestoreAfterStart,
+	RestoreAfterResumeParticipants,
 }
 
 // EnvVar arms failpoints.

@@ -186,12 +186,20 @@ func freePort(t testing.TB) int {
 // temporal-dev.yaml on free ports, and connects a client.
 func (c *cluster) startTemporal() *proc {
 	c.t.Helper()
+	return c.startTemporalWith(0, "")
+}
+
+// startTemporalWith starts the dev server on port (0: a free one), keeping
+// its state in the database file db ("" for in-memory): a test about
+// Temporal's own crash restarts it on the same port and file.
+func (c *cluster) startTemporalWith(port int, db string) *proc {
+	c.t.Helper()
 	if c.client != nil {
 		c.client.Close()
 		c.client = nil
 	}
 	sp, hostPort, cl, err := c.launch.StartTemporal(context.Background(),
-		stack.Temporal{CLI: bins.temporal, DevConfig: filepath.Join(bins.root, "temporal-dev.yaml")}, 90*time.Second)
+		stack.Temporal{CLI: bins.temporal, DevConfig: filepath.Join(bins.root, "temporal-dev.yaml"), Port: port, DB: db}, 90*time.Second)
 	var p *proc
 	if sp != nil {
 		p = c.track(sp)

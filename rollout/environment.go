@@ -223,6 +223,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 		return OperateEnvironmentResult{}, envError("operate "+in.RequestID, err)
 	}
 
+	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeTranscript)
 	head, err := store.Append(ctx, in.Head, observationItem(in, resp.Outcome.Observation))
 	if err != nil {
 		return OperateEnvironmentResult{}, StoreError("store observation of "+in.RequestID, err)

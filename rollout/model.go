@@ -56,6 +56,7 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 	if err != nil {
 		return CallModelResult{}, err
 	}
+	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeTranscript)
 	gen, err := recordGeneration(ctx, store, in, items, modelAnswer{completion: completion, header: header})
 	if err != nil {
 		return CallModelResult{}, StoreError("store generation record of "+callID, err)

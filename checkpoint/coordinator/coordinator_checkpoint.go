@@ -98,6 +98,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	if err != nil {
 		return checkpoint.PrepareParticipantsResult{}, err
 	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterPrepare)
 	return checkpoint.PrepareParticipantsResult{Participants: len(reports), Sessions: sessions, Digest: digest}, nil
 }
 
@@ -189,6 +190,7 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterFreeze)
 	return res, nil
 }
 
@@ -232,6 +234,7 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if _, err := writeJSONAtomic(ctx, at(dir, checkpoint.ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterPark)
 	return res, nil
 }
 
@@ -380,6 +383,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	for _, e := range entries {
 		total += e.Bytes
 	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterCommit)
 	return checkpoint.CommitCheckpointResult{
 		Dir: st.dir.Location(), ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
 		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
@@ -611,6 +615,7 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 	if err != nil {
 		return checkpoint.ResumeParticipantsResult{}, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterResumeParticipants)
 	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 

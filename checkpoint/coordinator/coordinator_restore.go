@@ -445,6 +445,7 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 	if err != nil {
 		return checkpoint.PlanAttemptsResult{}, err
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterPlan)
 	return checkpoint.PlanAttemptsResult{Rollouts: len(af.Attempts), Start: len(af.Start), Fence: len(af.Fence), Digest: digest}, nil
 }
 
@@ -682,6 +683,7 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 	if err != nil {
 		return checkpoint.RestoreParticipantsResult{}, fmt.Errorf("restore participants of checkpoint %s (restore %s): %w", in.CheckpointID, rs.rid, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterParticipants)
 	return res, nil
 }
 
@@ -753,6 +755,7 @@ func (c *Coordinator) TerminateStale(ctx context.Context, in checkpoint.Terminat
 	if err != nil {
 		return checkpoint.TerminateStaleResult{}, fmt.Errorf("terminate stale runs of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterTerminate)
 	return checkpoint.TerminateStaleResult{Terminated: n}, nil
 }
 
@@ -837,6 +840,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if err != nil {
 		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterStart)
 	return res, nil
 }
 
@@ -935,6 +939,7 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 	if err != nil {
 		return checkpoint.ResumeParticipantsResult{}, fmt.Errorf("resume participants of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
 	}
+	c.Failpoints.Hit(failpoint.RestoreAfterResumeParticipants)
 	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 

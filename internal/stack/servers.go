@@ -38,6 +38,11 @@ func (l *Launcher) StartServer(ctx context.Context, name, bin string, args, env 
 type Temporal struct {
 	CLI, DevConfig string
 	Extra          []string
+	// Port is the frontend port (0: a free one); DB the database file (""
+	// in-memory). A test about Temporal's own crash restarts the server on
+	// the same port and file, so the workers reconnect to it.
+	Port int
+	DB   string
 }
 
 // StartTemporal starts an in-memory, headless dev server with t's settings
@@ -48,12 +53,14 @@ func (l *Launcher) StartTemporal(ctx context.Context, t Temporal, timeout time.D
 	if err != nil {
 		return nil, "", nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, "", nil, err
+	port := t.Port
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	headless := true
-	args, err := cfg.StartDevArgs(devenv.DefaultEnv, devenv.Overrides{Port: port, Headless: &headless, LogLevel: "error"})
+	args, err := cfg.StartDevArgs(devenv.DefaultEnv, devenv.Overrides{Port: port, DBFilename: t.DB, Headless: &headless, LogLevel: "error"})
 	if err != nil {
 		return nil, "", nil, err
 	}
