@@ -34,8 +34,9 @@ const (
 )
 
 // Activity timeouts. A worker that dies mid-activity is detected by the
-// heartbeat timeout (model calls) or the start-to-close timeout (environment
-// calls), after which Temporal retries the activity on another worker.
+// heartbeat timeout (model calls, and environment calls run as regular
+// activities) or, for environment calls run as local activities, by the
+// workflow task timeout; then the call is retried on another worker.
 var (
 	modelOptions = workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
@@ -103,6 +104,9 @@ type rollout struct {
 	// progress: phase upserts carry the progress attributes (see
 	// progressChange); finishedAt: RolloutFinishedAt was upserted.
 	progress, finishedAt bool
+	// localEnv: environment operations run as local activities (see
+	// localEnvChange).
+	localEnv bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -173,6 +177,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupGroups(ctx)
 	r.setupDetails(ctx)
 	r.setupProgress(ctx)
+	r.setupEnvCalls(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -393,11 +398,7 @@ func (r *rollout) seed(ctx workflow.Context) error {
 	}
 	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "seed "+r.in.Env.Name)
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, StartEnvironmentName, in).Get(ctx, &res)
+		return r.callEnv(ctx, StartEnvironmentName, "seed "+r.in.Env.Name, in, &res)
 	})
 	if err != nil {
 		return r.fail(ctx, err, "seed environment", false)
@@ -504,11 +505,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	var res OperateEnvironmentResult
 	err := r.retryParked(ctx, func() error {
 		summary := fmt.Sprintf("%s turn %d call %d", call.Name, r.b.Turn, r.b.Cursor)
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), summary)
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, OperateEnvironmentName, in).Get(ctx, &res)
+		return r.callEnv(ctx, OperateEnvironmentName, summary, in, &res)
 	})
 	if err != nil {
 		return r.fail(ctx, err, fmt.Sprintf("environment call %s", in.RequestID), false)
@@ -587,11 +584,7 @@ func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "verify")
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, VerifyName, in).Get(ctx, &v)
+		return r.callEnv(ctx, VerifyName, "verify", in, &v)
 	})
 	if err != nil {
 		return Result{}, r.fail(ctx, err, "verify", false)
