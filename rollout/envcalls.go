@@ -82,3 +82,42 @@ func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out an
 	})
 	return workflow.ExecuteLocalActivity(lctx, name, in).Get(ctx, out)
 }
+
+// upsertChange is the workflow.GetVersion change id of one search-attribute
+// upsert per turn. With environment calls local, the phases "seeding",
+// "environment" and "verifying" last only inside the workflow task that runs
+// their local activities, and what a workflow task upserts becomes visible
+// only when it completes: so no reader could see them, and their upserts
+// (each one a history event and a visibility write) are skipped. The next
+// phase that is waited in (model, parked, awaiting ack, completed, failed)
+// carries the turn and progress time, so RolloutTurn, RolloutPhase and
+// RolloutProgressAt are right at every point a reader can observe. A run
+// recorded before it (DefaultVersion), or one with regular environment
+// calls, upserts every phase change as it did.
+const upsertChange = "one-upsert-per-turn"
+
+func (r *rollout) setupDeferredPhase(ctx workflow.Context) {
+	if !r.localEnv {
+		return
+	}
+	r.deferPhase = workflow.GetVersion(ctx, upsertChange, workflow.DefaultVersion, 1) >= 1
+}
+
+// advancePhase moves the rollout to phase p at a boundary: published at
+// once, unless the step p stands for is a local environment call that ends
+// in this same workflow task.
+func (r *rollout) advancePhase(ctx workflow.Context, p Phase) {
+	if r.deferPhase && (p == PhaseSeeding || p == PhaseEnvironment || p == PhaseVerifying) {
+		r.phase = p
+		return
+	}
+	r.setPhase(ctx, p)
+}
+
+// publishDeferred publishes a deferred phase before the rollout waits in
+// it (the environment answered "parked", and a timer runs).
+func (r *rollout) publishDeferred(ctx workflow.Context) {
+	if r.deferPhase {
+		r.setPhase(ctx, r.phase)
+	}
+}

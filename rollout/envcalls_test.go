@@ -2,12 +2,15 @@ package rollout_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/rollout"
@@ -82,4 +85,59 @@ func TestStartOptionsWorkflowTaskTimeout(t *testing.T) {
 	require.Zero(t, rollout.StartOptions(in, "q").WorkflowTaskTimeout, "unset: the server's default")
 	in.Limits.WorkflowTaskTimeout = rollout.Duration(20 * time.Second)
 	require.Equal(t, 20*time.Second, rollout.StartOptions(in, "q").WorkflowTaskTimeout)
+}
+
+// upserts records each search-attribute upsert as "phase@turn".
+func upserts(env *testsuite.TestWorkflowEnvironment) *[]string {
+	var seen []string
+	phaseKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase)
+	turnKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutTurn)
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		p, _ := sa.GetKeyword(phaseKey)
+		turn, _ := sa.GetInt64(turnKey)
+		seen = append(seen, fmt.Sprintf("%s@%d", p, turn))
+	})
+	return &seen
+}
+
+// With local environment calls a turn costs one upsert: the phases that
+// last only inside a workflow task (seeding, environment, verifying) are
+// never published on their own. Regular calls publish every phase a reader
+// can see while the activity runs. A parked environment publishes the
+// phase the rollout waits in.
+func TestRolloutUpsertsPerTurn(t *testing.T) {
+	parkedOnce := func(n int) error {
+		if n == 1 {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
+	tests := []struct {
+		name       string
+		limits     rollout.Limits
+		operateErr func(int) error
+		want       []string
+	}{
+		{"local", rollout.Limits{}, nil,
+			[]string{"model@0", "model@1", "model@2", "completed@3"}},
+		{"local, environment parked once", rollout.Limits{}, parkedOnce,
+			[]string{"model@0", "environment@1", "model@1", "model@2", "completed@3"}},
+		{"regular", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular}, nil,
+			[]string{"seeding@0", "model@0", "environment@1", "model@1", "environment@2", "model@2", "verifying@3", "completed@3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(2)
+			w.operateErr = tt.operateErr
+			env := newEnv(t, w)
+			seen := upserts(env)
+			in := input(16)
+			tt.limits.MaxTurns = in.Limits.MaxTurns
+			in.Limits = tt.limits
+			env.ExecuteWorkflow(rollout.Rollout, in)
+			require.Equal(t, 1.0, result(t, env).Reward)
+			require.Equal(t, tt.want, *seen)
+		})
+	}
 }

@@ -107,6 +107,9 @@ type rollout struct {
 	// localEnv: environment operations run as local activities (see
 	// localEnvChange).
 	localEnv bool
+	// deferPhase: a phase whose next step is a local environment call is
+	// published with the next upsert, not on its own (see upsertChange).
+	deferPhase bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -178,6 +181,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupDetails(ctx)
 	r.setupProgress(ctx)
 	r.setupEnvCalls(ctx)
+	r.setupDeferredPhase(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -326,7 +330,7 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 // boundary is where the rollout may park: it publishes its position and, when
 // a checkpoint asked, waits here until resumed.
 func (r *rollout) boundary(ctx workflow.Context) error {
-	r.setPhase(ctx, r.nextPhase())
+	r.advancePhase(ctx, r.nextPhase())
 	if r.park == nil {
 		return nil
 	}
@@ -535,6 +539,7 @@ func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
 			return err
 		}
 		r.logger.Info("environment parked the request; waiting")
+		r.publishDeferred(ctx) // it waits on the environment now: say so
 		if _, werr := workflow.AwaitWithTimeout(ctx, parkedRetry, func() bool { return r.park != nil }); werr != nil {
 			return werr
 		}
