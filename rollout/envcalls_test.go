@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -140,4 +141,17 @@ func TestRolloutUpsertsPerTurn(t *testing.T) {
 			require.Equal(t, tt.want, *seen)
 		})
 	}
+}
+
+// A run that continues as new publishes the position the next run starts
+// from (it inherits this run's search attributes), deferred or not.
+func TestRolloutPublishesBeforeContinueAsNew(t *testing.T) {
+	w := newWorld(2)
+	env := newEnv(t, w)
+	seen := upserts(env)
+	env.SetContinueAsNewSuggested(true)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, []string{"model@0", "environment@1"}, *seen)
 }

@@ -637,6 +637,9 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
+	// The next run starts with this run's search attributes: publish the
+	// position it starts from.
+	r.publishDeferred(ctx)
 	next := r.in
 	b := r.b
 	// The run was released (it reached this boundary unparked): the next
