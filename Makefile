@@ -32,7 +32,7 @@ PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 
-.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench cluster cluster-down cluster-test clean distclean
+.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench soak cluster cluster-down cluster-test clean distclean
 
 ## build: compile every binary under ./cmd into ./bin
 build:
@@ -103,12 +103,16 @@ DEMO_CRASH ?= 1
 demo:
 	DEMO_ENVS='$(DEMO_ENVS)' DEMO_COUNT='$(DEMO_COUNT)' DEMO_CRASH='$(DEMO_CRASH)' scripts/demo.sh
 
-# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m).
+# Time each fuzz target runs under `make fuzz` (make fuzz FUZZTIME=5m);
+# FUZZ_ONLY picks packages by path, FUZZ_PARALLEL the fuzzing workers
+# (make fuzz FUZZ_ONLY=artifact FUZZ_PARALLEL=1 on a shared machine).
 FUZZTIME ?= 1m
+FUZZ_ONLY ?=
+FUZZ_PARALLEL ?=
 
-## fuzz: run every fuzz target for FUZZTIME each and print the execs per target
+## fuzz: run every fuzz target for FUZZTIME each and print the execs per target (FUZZ_ONLY, FUZZ_PARALLEL)
 fuzz:
-	FUZZTIME='$(FUZZTIME)' scripts/fuzz.sh
+	FUZZTIME='$(FUZZTIME)' FUZZ_ONLY='$(FUZZ_ONLY)' FUZZ_PARALLEL='$(FUZZ_PARALLEL)' scripts/fuzz.sh
 # Flags of `make bench`, e.g. BENCH_FLAGS=-quick, or
 # BENCH_FLAGS='-concurrency 128 -sizes 100,1000 -with-10k -cpuprofile'
 # (bin/bench --help lists them).
@@ -119,6 +123,17 @@ bench: build
 	TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
 	export TURNSTILE_TEMPORAL_BIN
 	$(BIN)/bench -bin-dir $(BIN) -project $(CURDIR) $(BENCH_FLAGS)
+
+# Flags of `make soak`, e.g. SOAK_FLAGS='-duration 30m -concurrency 500'
+# (bin/soak --help lists them). Not part of `make test`: CI runs the short
+# version, TestSoakShort in ./integration.
+SOAK_FLAGS ?=
+
+## soak: 1,000 concurrent rollouts for 10 minutes with a slow, flaky policy, checkpoints every 30 s and worker SIGKILLs every minute; checks exactly-once and flat memory (SOAK_FLAGS)
+soak: build
+	TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
+	export TURNSTILE_TEMPORAL_BIN
+	$(BIN)/soak -bin-dir $(BIN) -project $(CURDIR) $(SOAK_FLAGS)
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:

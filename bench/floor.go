@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	procs "github.com/turnstile-rl/turnstile/internal/stack"
 )
 
 // The floor is the plainest Temporal loop a rollout could be: per turn one
@@ -78,7 +80,7 @@ func FloorEnvironment(_ context.Context, action string, size int) (string, error
 // RunFloorWorker runs the floor's worker on taskQueue of the server at
 // hostPort until stop is closed.
 func RunFloorWorker(hostPort, taskQueue string, stop <-chan any) error {
-	c, err := tclient.Dial(tclient.Options{HostPort: hostPort, Logger: quiet{}})
+	c, err := tclient.Dial(tclient.Options{HostPort: hostPort, Logger: procs.Quiet{}})
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", hostPort, err)
 	}

@@ -39,6 +39,22 @@ var coordinatorRetry = &temporal.RetryPolicy{
 // abortAttempts bounds the tries of a checkpoint's abort.
 const abortAttempts = 4
 
+// abortTimeoutChange is the change id of abortTryTimeout.
+const abortTimeoutChange = "abort-try-timeout"
+
+// abortTryTimeout is how long one try of the abort may run. It resumes every
+// member by an update each, and a busy set answers updates only between
+// rollout workflow tasks: a soak of 1,000 rollouts took minutes to resume
+// them, so one-minute tries all timed out and left hundreds parked. A try
+// heartbeats its progress, so a dead worker is still noticed within the
+// heartbeat timeout; runs recorded before keep their one-minute tries.
+func abortTryTimeout(ctx workflow.Context) time.Duration {
+	if workflow.GetVersion(ctx, abortTimeoutChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return time.Minute
+	}
+	return 30 * time.Minute
+}
+
 // coordinatorHeartbeat is how soon a dead coordinator worker is noticed, and
 // how soon a cancelled fan-out stops.
 const coordinatorHeartbeat = 20 * time.Second
@@ -275,7 +291,7 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	failedPhase := c.phase
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	c.setPhase(dctx, "abort", fmt.Sprintf("%s failed: resuming everything", failedPhase))
-	opts := stepOptions("abort checkpoint: resume everything", time.Minute)
+	opts := stepOptions("abort checkpoint: resume everything", abortTryTimeout(dctx))
 	opts.WaitForCancellation = false
 	// Each try resumes everything it can reach; a participant that stays
 	// unreachable must not hold the abort (and the pipeline) for long: after a

@@ -25,6 +25,8 @@ type coord struct {
 	calls  []string
 	inputs map[string]any
 	fail   map[string]error
+	// abortTry is the time the abort's try was given (deadline - start).
+	abortTry time.Duration
 }
 
 func newCoord() *coord { return &coord{inputs: map[string]any{}, fail: map[string]error{}} }
@@ -63,7 +65,11 @@ func (c *coord) register(env *testsuite.TestWorkflowEnvironment) {
 	reg(func(_ context.Context, in checkpoint.ResumeRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
 		return checkpoint.ResumeRolloutsResult{Resumed: 3}, c.record(checkpoint.ResumeRolloutsName, in)
 	}, checkpoint.ResumeRolloutsName)
-	reg(func(_ context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
+	reg(func(ctx context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
+		info := activity.GetInfo(ctx)
+		c.mu.Lock()
+		c.abortTry = info.Deadline.Sub(info.StartedTime)
+		c.mu.Unlock()
 		return checkpoint.AbortCheckpointResult{Participants: len(in.Participants), Rollouts: 4}, c.record(checkpoint.AbortCheckpointName, in)
 	}, checkpoint.AbortCheckpointName)
 	reg(func(_ context.Context, in checkpoint.ValidateCheckpointInput) (checkpoint.ValidateCheckpointResult, error) {
@@ -196,6 +202,19 @@ func TestCheckpointAbortsWhenAStepFails(t *testing.T) {
 			require.NotContains(t, calls, checkpoint.ResumeRolloutsName)
 		})
 	}
+}
+
+// TestCheckpointAbortHasTimeToResumeABusySet: one try of the abort resumes
+// every member, which takes minutes on a busy set; it is given far more
+// than the one minute that left a 1,000-rollout soak's members parked.
+func TestCheckpointAbortHasTimeToResumeABusySet(t *testing.T) {
+	c := newCoord()
+	c.fail[checkpoint.ParkMembersName] = temporal.NewNonRetryableApplicationError("boom", checkpoint.ErrParticipantRefused, nil)
+	_, _, err := runCheckpoint(t, c, checkpointInput(), nil)
+	requireAborted(t, err, "boom")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.GreaterOrEqual(t, c.abortTry, 10*time.Minute, "an abort try of %s", c.abortTry)
 }
 
 func TestCheckpointReportsFailedCleanup(t *testing.T) {

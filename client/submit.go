@@ -329,13 +329,12 @@ var groupAttributeQuery = fmt.Sprintf(`WorkflowType=%q AND %s=%q`, rollout.Group
 // knows the search attribute its groups' ledgers set: without it no ledger
 // could start, and no group could retry or complete.
 func checkGroupAttribute(ctx context.Context, c workflowCounter) error {
-	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: groupAttributeQuery})
+	known, err := knowsAttributes(ctx, c, groupAttributeQuery)
 	switch {
-	case err == nil:
-		return nil
-	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
-		return fmt.Errorf("the namespace lacks the search attribute %s of group ledgers: %w; %s", rollout.SARolloutGroupStatus, err, searchAttributeHint)
-	default:
+	case err != nil:
 		return fmt.Errorf("look up group ledgers: %w", err)
+	case !known:
+		return fmt.Errorf("the namespace lacks the search attribute %s of group ledgers; %s", rollout.SARolloutGroupStatus, searchAttributeHint)
 	}
+	return nil
 }

@@ -70,22 +70,29 @@ func sameSubmission(ctx context.Context, l rollout.Lister, set string, want Subm
 // attributes (rollout.SARolloutProgressAt, SARolloutFinishedAt): a count
 // that filters on them fails when it does not. Rollouts upsert them only
 // then, since an upsert of an unknown attribute fails their workflow task.
-func hasProgressAttributes(ctx context.Context, c countClient, set string) (bool, error) {
+func hasProgressAttributes(ctx context.Context, c workflowCounter, set string) (bool, error) {
 	epoch := rollout.VisibilityTime(time.Unix(0, 0))
 	q := fmt.Sprintf("%s AND %s >= %s AND %s >= %s", rollout.SetQuery(set), rollout.SARolloutProgressAt, epoch, rollout.SARolloutFinishedAt, epoch)
-	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: q})
-	switch {
-	case err == nil:
-		return true, nil
-	case strings.Contains(strings.ToLower(err.Error()), "search attribute") || strings.Contains(strings.ToLower(err.Error()), "invalid query"):
-		return false, nil
+	known, err := knowsAttributes(ctx, c, q)
+	if err != nil {
+		return false, fmt.Errorf("look up search attributes: %w", err)
 	}
-	return false, fmt.Errorf("look up search attributes: %w", err)
+	return known, nil
 }
 
-// countClient is the count part of a Temporal client.
-type countClient interface {
-	CountWorkflow(ctx context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
+// knowsAttributes probes the namespace with a count filtering on the
+// attributes of query: false when the server refuses it for an unknown
+// search attribute, an error when it cannot answer at all.
+func knowsAttributes(ctx context.Context, c workflowCounter, query string) (bool, error) {
+	_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+	if err == nil {
+		return true, nil
+	}
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "search attribute") || strings.Contains(msg, "invalid query") {
+		return false, nil
+	}
+	return false, err
 }
 
 // ConflictError is a request that contradicts what Temporal holds: a set

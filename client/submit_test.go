@@ -421,4 +421,9 @@ func TestCheckGroupAttribute(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "starter setup") || !strings.Contains(err.Error(), rollout.SARolloutGroupStatus) {
 		t.Fatalf("err = %v, want one naming the attribute and starter setup", err)
 	}
+	// A server that cannot answer is not taken for a missing attribute.
+	err = checkGroupAttribute(t.Context(), failingCounter{errors.New("connection refused")})
+	if err == nil || !strings.Contains(err.Error(), "look up group ledgers") || strings.Contains(err.Error(), "starter setup") {
+		t.Fatalf("err = %v, want a lookup failure, not a setup hint", err)
+	}
 }

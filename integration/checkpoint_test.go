@@ -21,6 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -98,7 +99,7 @@ func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
 	case <-ctx.Done():
 		c.t.Fatal("the armed worker never reached its failpoint")
 	}
-	require.ErrorContains(c.t, p.err, "killed", "the worker died by SIGKILL at its failpoint")
+	require.ErrorContains(c.t, p.Err(), "killed", "the worker died by SIGKILL at its failpoint")
 	c.startWorker()
 }
 
@@ -106,19 +107,11 @@ func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
 // returns its base URL.
 func (c *cluster) startSecondEnvServer() string {
 	c.t.Helper()
-	ready := filepath.Join(c.dir, fmt.Sprintf("env2-ready-%d", time.Now().UnixNano()))
-	p := c.start("envserver-2", filepath.Join(bins.dir, "envserver"),
-		[]string{"--listen", "127.0.0.1:0", "--ready-file", ready, "--control-token", c.token, "--name", "env-1"},
-		protocol.DataTokenEnvVar+"="+c.dataToken)
 	var url string
-	c.waitFor("second environment server", p, 30*time.Second, func() bool {
-		data, err := os.ReadFile(ready)
-		if err != nil || len(data) == 0 {
-			return false
-		}
-		url = strings.TrimSpace(string(data))
-		return healthy(url + "/healthz")
-	})
+	sp, u, err := c.launch.StartServer(context.Background(), "envserver-2", filepath.Join(bins.dir, "envserver"),
+		[]string{"--listen", "127.0.0.1:0", "--control-token", c.token, "--name", "env-1"},
+		[]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, stack.EnvHealth, 30*time.Second)
+	c.started(sp, err, func() { url = u })
 	return url
 }
 

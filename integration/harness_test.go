@@ -9,14 +9,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +22,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 )
@@ -73,44 +71,28 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// proc is a process a test started; it is killed by PID at cleanup.
+// proc is a process a test started; it is killed by PID at cleanup. The
+// lower-case fields and methods keep the tests' spelling of stack.Proc.
 type proc struct {
+	*stack.Proc
 	name string
 	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	done <-chan struct{}
 }
 
-func (p *proc) tail(n int) string {
-	data, _ := os.ReadFile(p.log)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (p *proc) tail(n int) string { return p.Tail(n) }
 
 // kill sends SIGKILL and waits until the process is gone.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
+func (p *proc) kill() { p.Kill() }
 
 // exited reports whether the process has ended, and how.
-func (p *proc) exited() (bool, error) {
-	select {
-	case <-p.done:
-		return true, p.err
-	default:
-		return false, nil
-	}
-}
+func (p *proc) exited() (bool, error) { return p.Exited() }
 
 // cluster is one set of real processes.
 type cluster struct {
 	t        testing.TB
 	dir      string
+	launch   *stack.Launcher
 	mu       sync.Mutex
 	procs    []*proc
 	hostPort string
@@ -127,6 +109,7 @@ type cluster struct {
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token", dataToken: "test-data-token"}
+	c.launch = &stack.Launcher{Dir: c.dir}
 	c.store = filepath.Join(c.dir, "transcripts")
 	t.Cleanup(func() {
 		if c.client != nil {
@@ -162,24 +145,16 @@ func newStack(t *testing.T, policyArgs ...string) *cluster {
 
 func (c *cluster) start(name, bin string, args []string, env ...string) *proc {
 	c.t.Helper()
-	logPath := filepath.Join(c.dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
-	f, err := os.Create(logPath)
+	sp, err := c.launch.Start(name, bin, args, env...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
+	return c.track(sp)
+}
+
+// track keeps a started process for cleanup and killProc.
+func (c *cluster) track(sp *stack.Proc) *proc {
+	p := &proc{Proc: sp, name: sp.Name, cmd: sp.Cmd, done: sp.Done()}
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
@@ -189,64 +164,42 @@ func (c *cluster) start(name, bin string, args []string, env ...string) *proc {
 // waitFor polls cond until it holds, the process dies, or the timeout.
 func (c *cluster) waitFor(what string, p *proc, timeout time.Duration, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if p != nil {
-			if done, err := p.exited(); done {
-				c.t.Fatalf("%s: %s exited (%v) before it was ready:\n%s", what, p.name, err, p.tail(30))
-			}
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: not ready after %s", what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval of a readiness probe, not a wait for an event
+	var sp *stack.Proc
+	if p != nil {
+		sp = p.Proc
+	}
+	if err := stack.WaitFor(context.Background(), what, sp, timeout, cond); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // startTemporal starts an in-memory dev server with the settings of
 // temporal-dev.yaml on free ports, and connects a client.
 func (c *cluster) startTemporal() *proc {
 	c.t.Helper()
-	cfg, err := devenv.Load(filepath.Join(bins.root, "temporal-dev.yaml"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	headless := true
-	port := freePort(c.t)
-	args, err := cfg.StartDevArgs("dev", devenv.Overrides{Port: port, Headless: &headless, LogLevel: "error"})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	p := c.start("temporal", bins.temporal, args)
-	c.hostPort = fmt.Sprintf("127.0.0.1:%d", port)
 	if c.client != nil {
 		c.client.Close()
 		c.client = nil
 	}
-	c.waitFor("temporal dev server", p, 90*time.Second, func() bool {
-		cl, err := client.Dial(client.Options{HostPort: c.hostPort, Logger: quietLogger{}})
-		if err != nil {
-			return false
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if _, err := cl.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-			cl.Close()
-			return false
-		}
-		c.client = cl
-		return true
-	})
+	sp, hostPort, cl, err := c.launch.StartTemporal(context.Background(),
+		stack.Temporal{CLI: bins.temporal, DevConfig: filepath.Join(bins.root, "temporal-dev.yaml")}, 90*time.Second)
+	var p *proc
+	if sp != nil {
+		p = c.track(sp)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.hostPort, c.client = hostPort, cl
 	return p
 }
 
@@ -267,18 +220,24 @@ func (c *cluster) startEnvProcess(name, bin string, args []string, extraEnv ...s
 	if c.envURL != "" {
 		listen = strings.TrimPrefix(c.envURL, "http://")
 	}
-	ready := filepath.Join(c.dir, fmt.Sprintf("%s-ready-%d", name, time.Now().UnixNano()))
-	p := c.start(name, bin,
-		append(args, "--listen", listen, "--ready-file", ready, "--control-token", c.token, "--name", "env-0"),
-		append([]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, extraEnv...)...)
-	c.waitFor(name, p, 30*time.Second, func() bool {
-		data, err := os.ReadFile(ready)
-		if err != nil || len(data) == 0 {
-			return false
-		}
-		c.envURL = strings.TrimSpace(string(data))
-		return healthy(c.envURL + "/healthz")
-	})
+	sp, url, err := c.launch.StartServer(context.Background(), name, bin,
+		append(args, "--listen", listen, "--control-token", c.token, "--name", "env-0"),
+		append([]string{protocol.DataTokenEnvVar + "=" + c.dataToken}, extraEnv...), stack.EnvHealth, 30*time.Second)
+	return c.started(sp, err, func() { c.envURL = url })
+}
+
+// started tracks a server StartServer started and, once it is ready, notes
+// its address; a server that never got ready fails the test.
+func (c *cluster) started(sp *stack.Proc, err error, ready func()) *proc {
+	c.t.Helper()
+	var p *proc
+	if sp != nil {
+		p = c.track(sp)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ready()
 	return p
 }
 
@@ -289,34 +248,19 @@ func (c *cluster) startPolicyServer(args ...string) *proc {
 		// A restarted policy server keeps its address: workers know it.
 		listen = strings.TrimSuffix(strings.TrimPrefix(c.modelURL, "http://"), "/v1")
 	}
-	ready := filepath.Join(c.dir, fmt.Sprintf("policy-ready-%d", time.Now().UnixNano()))
-	p := c.start("policyserver", filepath.Join(bins.dir, "policyserver"),
-		append([]string{"--listen", listen, "--ready-file", ready}, args...))
-	c.waitFor("policy server", p, 30*time.Second, func() bool {
-		data, err := os.ReadFile(ready)
-		if err != nil || len(data) == 0 {
-			return false
-		}
-		c.modelURL = strings.TrimSpace(string(data))
-		return healthy(strings.TrimSuffix(c.modelURL, "/v1") + "/healthz")
-	})
-	return p
+	sp, url, err := c.launch.StartServer(context.Background(), "policyserver", filepath.Join(bins.dir, "policyserver"),
+		append([]string{"--listen", listen}, args...), nil, stack.PolicyHealth, 30*time.Second)
+	return c.started(sp, err, func() { c.modelURL = url })
 }
 
 // startWorker starts a worker process; extra environment entries arm
 // failpoints.
 func (c *cluster) startWorker(extraEnv ...string) *proc {
 	c.t.Helper()
-	env := append([]string{
-		"TEMPORAL_ADDRESS=" + c.hostPort,
-		"TEMPORAL_NAMESPACE=default",
-		"TURNSTILE_ENV_URL=" + c.envURL,
-		"TURNSTILE_MODEL_BASE_URL=" + c.modelURL,
-		"TURNSTILE_TRANSCRIPT_DIR=" + c.store,
-		"TURNSTILE_CONTROL_TOKEN=" + c.token,
-		protocol.DataTokenEnvVar + "=" + c.dataToken,
-		"TURNSTILE_LOG_LEVEL=warn",
-	}, extraEnv...)
+	env := append(stack.WorkerEnv{
+		HostPort: c.hostPort, EnvURL: c.envURL, ModelURL: c.modelURL, Store: c.store,
+		ControlToken: c.token, DataToken: c.dataToken,
+	}.Environ(), extraEnv...)
 	p := c.start("worker", filepath.Join(bins.dir, "worker"), nil, env...)
 	c.waitFor("worker polling", p, 60*time.Second, func() bool { return c.hasPoller() })
 	return p
@@ -329,14 +273,7 @@ func (c *cluster) hasPoller() bool {
 	return err == nil && len(resp.GetPollers()) > 0
 }
 
-func healthy(url string) bool {
-	resp, err := http.Get(url)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+func healthy(url string) bool { return stack.Healthy(url) }
 
 // rolloutSpec builds the input of rollout i of a set: the task and seed
 // depend only on i, so two sets with the same specs are comparable.
@@ -426,12 +363,7 @@ func (c *cluster) historySizes(ctx context.Context, workflowID, runID string) ([
 }
 
 // quietLogger drops the SDK's client logs in readiness probes.
-type quietLogger struct{}
-
-func (quietLogger) Debug(string, ...any) {}
-func (quietLogger) Info(string, ...any)  {}
-func (quietLogger) Warn(string, ...any)  {}
-func (quietLogger) Error(string, ...any) {}
+type quietLogger = stack.Quiet
 
 // temporalCLI runs the official CLI against the test server.
 func (c *cluster) temporalCLI(ctx context.Context, args ...string) (string, error) {

@@ -42,7 +42,7 @@ func TestEnvCallHeartbeatRetriesKilledWorker(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the armed worker never reached its failpoint")
 	}
-	require.Contains(t, doomed.err.Error(), "killed", "the worker died by SIGKILL at the failpoint")
+	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
 	c.startWorker()
 
 	var res rollout.Result

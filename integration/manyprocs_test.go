@@ -13,7 +13,6 @@ import (
 
 	"github.com/turnstile-rl/turnstile/artifact"
 	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
 	"github.com/turnstile-rl/turnstile/rollout"
 	"github.com/turnstile-rl/turnstile/storage"
 	"github.com/turnstile-rl/turnstile/storage/s3test"
@@ -105,7 +104,7 @@ func TestManyProcesses(t *testing.T) {
 	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
 		busy := 0
 		for i := range count {
-			info, err := protocol.NewClient(urlOf(i), nil).Session(ctx, fmt.Sprintf("%s-%04d", rec, i))
+			info, err := c.dataClient(urlOf(i)).Session(ctx, fmt.Sprintf("%s-%04d", rec, i))
 			if err == nil && info.Revision >= 1 && !info.Retired {
 				busy++
 			}

@@ -136,7 +136,7 @@ func workerCrash(t *testing.T, fp string, replays bool) {
 	case <-ctx.Done():
 		t.Fatal("the armed worker never reached its failpoint")
 	}
-	require.Contains(t, doomed.err.Error(), "killed", "the worker died by SIGKILL at the failpoint")
+	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
 	c.startWorker()
 	crashed := c.results(ctx, runs)
 	after := c.envStats(ctx)

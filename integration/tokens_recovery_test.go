@@ -208,7 +208,7 @@ func tokenRunWorkerKilled(t *testing.T, ctx context.Context) map[string][]byte {
 	case <-ctx.Done():
 		t.Fatal("the armed worker never reached its failpoint")
 	}
-	require.Contains(t, doomed.err.Error(), "killed", "the worker died by SIGKILL at the failpoint")
+	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
 	c.startWorker()
 	res := c.acknowledgeAll(ctx, tokenSet, tokenCount)
 	for _, r := range res {

@@ -71,16 +71,16 @@ func (tr *trainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 	case <-time.After(timeout):
 		t.Fatalf("the trainer did not exit within %s:\n%s", timeout, tr.p.tail(40))
 	}
-	out, err := os.ReadFile(tr.p.log)
+	out, err := os.ReadFile(tr.p.Log)
 	require.NoError(t, err)
 	var ee *exec.ExitError
 	switch {
-	case tr.p.err == nil:
+	case tr.p.Err() == nil:
 		return 0, string(out)
-	case errors.As(tr.p.err, &ee):
+	case errors.As(tr.p.Err(), &ee):
 		return ee.ExitCode(), string(out)
 	}
-	t.Fatalf("trainer: %v", tr.p.err)
+	t.Fatalf("trainer: %v", tr.p.Err())
 	return -1, ""
 }
 

@@ -7,11 +7,14 @@
 #   scripts/fuzz.sh            # FUZZTIME=30s per target
 #   FUZZTIME=2m scripts/fuzz.sh
 #   FUZZ_ONLY=artifact scripts/fuzz.sh   # packages whose path contains "artifact"
+#   FUZZ_PARALLEL=1 scripts/fuzz.sh      # one fuzzing worker (default: one per CPU)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 fuzztime="${FUZZTIME:-30s}"
 only="${FUZZ_ONLY:-}"
+parallel=()
+if [[ -n "${FUZZ_PARALLEL:-}" ]]; then parallel=(-parallel "$FUZZ_PARALLEL"); fi
 log="$(mktemp -d)"
 trap 'rm -rf "$log"' EXIT
 
@@ -30,7 +33,7 @@ while IFS=$'\t' read -r dir name; do
 	[[ -n "$only" && "$dir" != *"$only"* ]] && continue
 	out="$log/$(echo "$dir-$name" | tr '/.' '__').txt"
 	outcome=ok
-	if ! go test "$dir" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" >"$out" 2>&1; then
+	if ! go test "$dir" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "${parallel[@]}" >"$out" 2>&1; then
 		outcome="FAIL (see $dir/testdata/fuzz/$name)"
 		failed=1
 	fi

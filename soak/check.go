@@ -1,0 +1,160 @@
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+
+	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/internal/stack"
+	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/transcript"
+)
+
+// drain waits until every rollout started has ended for good.
+func (r *run) drain(ctx context.Context) error {
+	began := time.Now()
+	defer func() { r.report.Drain = time.Since(began) }()
+	r.cfg.Logf("%s draining %d rollouts", r.since(), r.submitted)
+	var lastErr error
+	err := stack.WaitFor(ctx, "every rollout closed", nil, r.cfg.DrainTimeout, func() bool {
+		n, err := r.closed(ctx)
+		lastErr = err
+		return err == nil && n >= r.submitted
+	})
+	if err != nil && lastErr != nil {
+		return lastErr
+	}
+	return err
+}
+
+// check runs the end-of-soak checks; what fails goes to Problems.
+func (r *run) check(ctx context.Context) {
+	r.checkRuns(ctx)
+	want := r.checkResults(ctx)
+	r.checkExport(ctx)
+	r.checkCounters(ctx, want)
+	r.checkFlat()
+}
+
+// checkRuns: every rollout has exactly one completed run and no run that
+// failed, was terminated, timed out or was cancelled.
+func (r *run) checkRuns(ctx context.Context) {
+	completed, bad := map[string]int{}, map[string]int{}
+	err := rollout.ListSet(ctx, r.st.tc, r.set, "", func(e *workflowpb.WorkflowExecutionInfo) error {
+		id := e.GetExecution().GetWorkflowId()
+		switch e.GetStatus() {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+			completed[id]++
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		default:
+			bad[id]++
+		}
+		return nil
+	})
+	if err != nil {
+		r.problem("list runs: %v", err)
+		return
+	}
+	for i := range r.submitted {
+		id := rollout.WorkflowID(client.RolloutID(r.set, i))
+		if completed[id] != 1 {
+			r.problem("%s: %d completed runs, want 1", id, completed[id])
+		}
+		if bad[id] > 0 {
+			r.problem("%s: %d runs closed without completing", id, bad[id])
+		}
+	}
+	r.report.Completed = len(completed)
+}
+
+// checkResults: each completed rollout holds one result with its own
+// receipt. It returns the environment mutations each server should have
+// applied: per rollout a start, one per operation and a verify.
+func (r *run) checkResults(ctx context.Context) [2]int64 {
+	var want [2]int64
+	recs, err := r.ts.Results(ctx, r.set)
+	if err != nil {
+		r.problem("results: %v", err)
+		return want
+	}
+	for _, rec := range recs {
+		res := rec.Result
+		switch {
+		case res == nil:
+			r.problem("%s: no result (%s)", rec.RolloutID, rec.Err)
+			continue
+		case res.Receipt == nil:
+			r.problem("%s: result without receipt", rec.RolloutID)
+		case res.Receipt.RolloutID != rec.RolloutID || res.Receipt.Attempt != res.Attempt:
+			r.problem("%s: receipt %+v is not its own (attempt %d)", rec.RolloutID, *res.Receipt, res.Attempt)
+		}
+		want[r.serverOf[rec.RolloutID]] += int64(2 + len(res.StepRewards))
+	}
+	return want
+}
+
+// checkExport: the export holds every rollout exactly once.
+func (r *run) checkExport(ctx context.Context) {
+	store, err := transcript.Open(r.st.store)
+	if err != nil {
+		r.problem("transcript store: %v", err)
+		return
+	}
+	var buf bytes.Buffer
+	stats, err := r.ts.Export(ctx, r.set, store, &buf)
+	if err != nil {
+		r.problem("export: %v", err)
+		return
+	}
+	r.report.Exported = stats.Completed
+	lines := map[string]int{}
+	sc := bufio.NewScanner(&buf)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var line struct {
+			RolloutID string `json:"rollout_id"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			r.problem("export line: %v", err)
+			return
+		}
+		lines[line.RolloutID]++
+	}
+	if stats.Failed > 0 {
+		r.problem("export: %d failed rollouts", stats.Failed)
+	}
+	for i := range r.submitted {
+		if id := client.RolloutID(r.set, i); lines[id] != 1 {
+			r.problem("export: %s on %d lines, want 1", id, lines[id])
+		}
+	}
+}
+
+// checkCounters: a server that lived through the soak applied exactly the
+// mutations its rollouts' results account for (replays of re-sent
+// requests are counted apart); a replaced one is only reported.
+func (r *run) checkCounters(ctx context.Context, want [2]int64) {
+	for i := range r.st.envs {
+		r.st.mu.Lock()
+		m := *r.st.envs[i]
+		r.st.mu.Unlock()
+		stats, err := protocol.NewDataClient(m.url, dataToken, nil).Stats(ctx)
+		if err != nil {
+			r.problem("%s stats: %v", m.role, err)
+			continue
+		}
+		c := EnvCounters{Name: m.role, Killed: m.killed, Applied: stats.Applied, Want: want[i],
+			Replayed: stats.Replayed, Parked: stats.Parked, Refused: stats.Refused, Sessions: stats.Sessions}
+		r.report.Envs = append(r.report.Envs, c)
+		if !c.Killed && c.Applied != c.Want {
+			r.problem("%s applied %d mutations, its rollouts' results account for %d", m.role, c.Applied, c.Want)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/fanout"
+	"github.com/turnstile-rl/turnstile/rollout"
+)
+
+// feedEvery is how often the feeder tops the set up to its concurrency.
+const feedEvery = 2 * time.Second
+
+// startConcurrency bounds concurrent workflow starts of the feeder.
+const startConcurrency = 16
+
+// closedQuery selects the runs of a set that have ended for good.
+const closedQuery = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
+
+// feed starts rollouts until Concurrency are in flight: started minus
+// closed, as visibility shows them (its lag only under-counts closed ones,
+// so the set never overshoots).
+func (r *run) feed(ctx context.Context) error {
+	closed, err := r.closed(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	from := r.submitted
+	r.mu.Unlock()
+	n := min(r.cfg.Concurrency-(from-closed), r.cfg.MaxRollouts-from)
+	if n <= 0 {
+		return nil
+	}
+	inputs, err := client.BuildInputs(client.SubmitRequest{Set: r.set, Count: from + n, Envs: r.cfg.Envs, Seed: r.cfg.Seed})
+	if err != nil {
+		return fmt.Errorf("soak: inputs: %w", err)
+	}
+	inputs = inputs[from:]
+	for i := range inputs {
+		server := (from + i) % 2
+		inputs[i].Env.URL = r.st.envURL(server)
+		r.mu.Lock()
+		r.serverOf[inputs[i].RolloutID] = server
+		r.mu.Unlock()
+	}
+	err = fanout.Each(ctx, len(inputs), startConcurrency, func(ctx context.Context, i int) error {
+		_, err := r.st.tc.ExecuteWorkflow(ctx, rollout.StartOptions(inputs[i], rollout.TaskQueue), rollout.WorkflowName, inputs[i])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("soak: start rollouts %d–%d: %w", from, from+n-1, err)
+	}
+	r.mu.Lock()
+	r.submitted += n
+	r.report.Started = r.submitted
+	r.mu.Unlock()
+	return nil
+}
+
+// closed counts the set's runs that have ended for good.
+func (r *run) closed(ctx context.Context) (int, error) {
+	resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+		Query: rollout.SetQuery(r.set) + " AND " + closedQuery,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("soak: count closed rollouts: %w", err)
+	}
+	return int(resp.GetCount()), nil
+}
+
+// checkpoint takes one checkpoint of the set and waits for it. A failed
+// checkpoint (its cut missed the deadline, say, because a worker died
+// under it) is counted and printed, not an invariant violation; the soak
+// then resumes it as an operator would (its abort may not have finished
+// releasing everyone), and the end checks cover the rollouts.
+func (r *run) checkpoint(ctx context.Context) error {
+	r.mu.Lock()
+	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
+	r.mu.Unlock()
+	began := time.Now()
+	parts := r.st.envURLs()
+	res, err := r.ts.Checkpoint(ctx, client.CheckpointRequest{
+		Set: r.set, CheckpointID: id, Root: r.root, Participants: parts, Timeout: r.cfg.CheckpointTimeout,
+	}, true)
+	cp := Checkpoint{ID: id, Took: time.Since(began)}
+	if err != nil {
+		cp.Err = err.Error()
+		cp.Resumed = r.resume(ctx, id, parts)
+	} else {
+		cp.Members, cp.Parked = res.Members, res.Parked
+	}
+	r.mu.Lock()
+	r.report.Checkpoints = append(r.report.Checkpoints, cp)
+	if err == nil {
+		r.lastCP = id
+	}
+	r.mu.Unlock()
+	r.cfg.Logf("%s checkpoint %s: %d members, %d parked, %s %s", r.since(), id, cp.Members, cp.Parked, cp.Took.Round(time.Millisecond), cp.Err)
+	return nil
+}
+
+// resume releases a failed checkpoint's participants and rollouts (what
+// its error tells an operator to do) and returns how many rollouts it
+// sent the resume; a resume that fails leaves rollouts parked: a problem.
+func (r *run) resume(ctx context.Context, id string, parts []string) int {
+	sum, err := r.ts.Resume(ctx, client.ResumeRequest{Set: r.set, CheckpointID: id, Participants: parts, ControlToken: controlToken})
+	if err != nil {
+		r.problem("resume of failed checkpoint %s: %v", id, err)
+	}
+	return sum.Rollouts
+}
+
+// killWorker SIGKILLs one of the two workers at random; its work moves to
+// the survivor. It restarts WorkerDownFor later.
+func (r *run) killWorker(ctx context.Context) error {
+	i := r.rng.IntN(len(r.st.workers))
+	r.st.mu.Lock()
+	p := r.st.workers[i].proc
+	r.st.mu.Unlock()
+	p.Kill()
+	r.mu.Lock()
+	r.report.WorkerKills++
+	r.mu.Unlock()
+	r.cfg.Logf("%s SIGKILLed worker-%d (pid %d)", r.since(), i, p.PID())
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(r.cfg.WorkerDownFor): // the scheduled downtime, not a wait for an event
+	}
+	return r.st.startWorker(ctx, i)
+}
+
+// killEnv SIGKILLs one of the two environment servers at random, starts a
+// replacement at a new address and recovers the killed server's rollouts
+// onto it from the last checkpoint; new rollouts go to the replacement.
+func (r *run) killEnv(ctx context.Context) error {
+	i := r.rng.IntN(len(r.st.envs))
+	r.st.mu.Lock()
+	old := r.st.envs[i]
+	r.st.mu.Unlock()
+	old.proc.Kill()
+	repl, err := r.st.startEnv(ctx, i)
+	if err != nil {
+		return fmt.Errorf("soak: replace env-%d: %w", i, err)
+	}
+	repl.killed = true
+	r.st.mu.Lock()
+	r.st.envs[i] = repl
+	r.st.mu.Unlock()
+	r.mu.Lock()
+	r.report.EnvKills++
+	req := recoverRequest{Set: r.set, Server: old.url, Replacement: repl.url, Checkpoint: r.lastCP, Root: r.root,
+		RequestID: fmt.Sprintf("%s-recover-%d", r.set, r.report.EnvKills)}
+	r.mu.Unlock()
+	r.cfg.Logf("%s SIGKILLed env-%d (%s); recovering onto %s from %s", r.since(), i, old.url, repl.url, req.Checkpoint)
+	if err := recoverServer(ctx, r.ts, req); err != nil {
+		return fmt.Errorf("soak: recover env-%d: %w", i, err)
+	}
+	return nil
+}
