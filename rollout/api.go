@@ -214,6 +214,25 @@ type Limits struct {
 	// nothing. Every rollout of a group carries the same value; ignored
 	// outside a group.
 	GroupRetries *int `json:"group_retries,omitempty"`
+	// EnvActivities says how the environment operations (seed, tool call or
+	// step, verify) run: "local" (the default) as local activities inside
+	// the workflow task, which saves the server an activity's events and a
+	// matching round trip per operation, and is safe because the
+	// environment server answers a retried request id from its stored
+	// response; or "regular" as regular activities that heartbeat (see
+	// EnvHeartbeatTimeout), for environments whose calls take long.
+	EnvActivities string `json:"env_activities,omitempty"`
+	// EnvHeartbeatTimeout is the heartbeat timeout of an environment
+	// operation run as a regular activity: a worker that dies during one is
+	// noticed after this long and the call is retried on another worker.
+	// Default 5s.
+	EnvHeartbeatTimeout Duration `json:"env_heartbeat_timeout,omitzero"`
+	// WorkflowTaskTimeout is the workflow task timeout of the rollout's
+	// runs (set at start; continue-as-new keeps it). A worker that dies
+	// while a local environment operation runs is noticed after this long,
+	// and another worker runs the operation again with the same request id.
+	// Default 10s (Temporal's), at most 2m.
+	WorkflowTaskTimeout Duration `json:"workflow_task_timeout,omitzero"`
 }
 
 // groupRetries is the group retry budget, default applied.
@@ -501,6 +520,7 @@ func StartOptions(in Input, taskQueue string) client.StartWorkflowOptions {
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(sa...),
 		Memo:                                     map[string]any{MemoEnv: in.Env.Name},
 		StaticSummary:                            fmt.Sprintf("rollout %s · env %s · policy %s · seed %d", in.RolloutID, in.Env.Name, in.Policy.Model, in.Seed),
+		WorkflowTaskTimeout:                      time.Duration(in.Limits.WorkflowTaskTimeout),
 	}
 }
 

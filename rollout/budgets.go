@@ -67,7 +67,7 @@ func (l Limits) Validate() error {
 	if g := l.GroupRetries; g != nil && (*g < 0 || *g > MaxGroupRetries) {
 		return fmt.Errorf("limits.group_retries %d is outside 0..%d (or unset for %d)", *g, MaxGroupRetries, DefaultGroupRetries)
 	}
-	return nil
+	return l.validateEnvCalls()
 }
 
 func (l Limits) modelCallTimeout() time.Duration {
@@ -141,10 +141,14 @@ func (r *rollout) modelActivityOptions() workflow.ActivityOptions {
 	return opts
 }
 
-// envActivityOptions are the options of an environment call under the budgets.
+// envActivityOptions are the options of an environment call under the
+// budgets. The heartbeat timeout matters only to a regular activity (a
+// local one cannot heartbeat; callEnv drops it): it notices a dead worker in
+// seconds, far sooner than the start-to-close timeout would.
 func (r *rollout) envActivityOptions() workflow.ActivityOptions {
 	opts := envOptions
 	opts.StartToCloseTimeout = r.in.Limits.envCallTimeout()
+	opts.HeartbeatTimeout = r.in.Limits.envHeartbeatTimeout()
 	return opts
 }
 
@@ -225,17 +229,20 @@ func (r *rollout) markFailed(ctx workflow.Context) {
 }
 
 // retryableFailure says whether err is an activity failure its retry policy
-// would retry: not cancelled, not non-retryable.
+// would retry: not cancelled, not non-retryable. A regular activity's
+// failure is an ActivityError; a local activity's comes unwrapped, as the
+// application or timeout error itself.
 func retryableFailure(err error) bool {
 	var ae *temporal.ActivityError
-	if !errors.As(err, &ae) {
+	var te *temporal.TimeoutError
+	var app *temporal.ApplicationError
+	if !errors.As(err, &ae) && !errors.As(err, &te) && !errors.As(err, &app) {
 		return false
 	}
 	var ce *temporal.CanceledError
 	if errors.As(err, &ce) {
 		return false
 	}
-	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		return !app.NonRetryable() &&
 			!slices.Contains(modelOptions.RetryPolicy.NonRetryableErrorTypes, app.Type()) &&

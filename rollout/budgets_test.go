@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,7 +38,8 @@ func budgetFailure(t *testing.T, env *testsuite.TestWorkflowEnvironment, budget 
 	return ae.Error()
 }
 
-// activityLog records the timeouts every activity started with.
+// activityLog records the timeouts every activity started with, regular
+// and local alike.
 type activityLog struct {
 	mu    sync.Mutex
 	infos []activity.Info
@@ -45,10 +47,17 @@ type activityLog struct {
 
 func (l *activityLog) listen(env *testsuite.TestWorkflowEnvironment) {
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.infos = append(l.infos, *info)
+		l.add(info)
 	})
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+		l.add(info)
+	})
+}
+
+func (l *activityLog) add(info *activity.Info) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.infos = append(l.infos, *info)
 }
 
 // phases records the RolloutPhase values the workflow upserts.
@@ -115,11 +124,13 @@ func TestBudgetEnvCallTimeout(t *testing.T) {
 	env := newEnv(t, w)
 	var log activityLog
 	log.listen(env)
-	var timedOut int
+	// Counted when the attempt starts: a local activity's timeout is
+	// reported without waiting for the hung function to return.
+	var hung atomic.Int32
 	env.OnActivity(rollout.OperateEnvironmentName, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, in rollout.OperateEnvironmentInput) (rollout.OperateEnvironmentResult, error) {
+			hung.Add(1)
 			<-ctx.Done() // a hung environment server
-			timedOut++
 			return rollout.OperateEnvironmentResult{}, ctx.Err()
 		})
 	in := input(16)
@@ -132,7 +143,7 @@ func TestBudgetEnvCallTimeout(t *testing.T) {
 	require.True(t, env.IsWorkflowCompleted())
 	var te *temporal.TimeoutError
 	require.ErrorAs(t, env.GetWorkflowError(), &te)
-	require.Equal(t, 1, timedOut, "the hung attempt was cut at env_call_timeout")
+	require.Equal(t, int32(1), hung.Load(), "the hung attempt was cut at env_call_timeout")
 	require.Less(t, time.Since(began), 10*time.Second, "cut at 1s, not at the 15s default")
 	for _, info := range log.infos {
 		want := time.Second
@@ -270,6 +281,12 @@ func TestLimitsValidate(t *testing.T) {
 		{"too many retries", rollout.Limits{ModelCallRetries: rollout.MaxModelCallRetries + 1}, "limits.model_call_retries"},
 		{"deadline too short", rollout.Limits{Deadline: d("10ms")}, "limits.deadline 10ms"},
 		{"negative deadline", rollout.Limits{Deadline: d("-1m")}, "limits.deadline"},
+		{"env calls local", rollout.Limits{EnvActivities: rollout.EnvActivitiesLocal, WorkflowTaskTimeout: d("20s")}, ""},
+		{"env calls regular", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular, EnvHeartbeatTimeout: d("2s")}, ""},
+		{"env calls unknown", rollout.Limits{EnvActivities: "eager"}, `limits.env_activities "eager"`},
+		{"env heartbeat too short", rollout.Limits{EnvHeartbeatTimeout: d("100ms")}, "limits.env_heartbeat_timeout 100ms"},
+		{"task timeout too long", rollout.Limits{WorkflowTaskTimeout: d("3m")}, "limits.workflow_task_timeout 3m0s"},
+		{"task timeout negative", rollout.Limits{WorkflowTaskTimeout: d("-1s")}, "limits.workflow_task_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -17,10 +19,25 @@ import (
 	"github.com/turnstile-rl/turnstile/transcript"
 )
 
+// envHeartbeatWhile keeps an environment operation run as a regular activity
+// alive: it heartbeats at a third of its heartbeat timeout (a call shorter
+// than that costs the server no heartbeat at all), so a worker that dies in
+// the call is noticed after the heartbeat timeout, not the start-to-close. A
+// local activity cannot heartbeat (a dead worker is noticed by the workflow
+// task timeout instead) and one without a heartbeat timeout need not.
+func envHeartbeatWhile(ctx context.Context) (stop func()) {
+	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
+		return func() {}
+	}
+	return heartbeatEvery(ctx, max(info.HeartbeatTimeout/3, 10*time.Millisecond))
+}
+
 // StartEnvironment seeds the rollout's session at the environment server and
 // stores the beginning of the conversation (instructions, first observation)
 // and the tool schema in the transcript store.
 func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentInput) (StartEnvironmentResult, error) {
+	defer envHeartbeatWhile(ctx)()
 	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
 		return StartEnvironmentResult{}, err
 	}
@@ -167,6 +184,7 @@ func remoteCode(err error) string {
 // server and appends what the model should see next to the transcript: the
 // observation, or the environment's refusal.
 func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironmentInput) (OperateEnvironmentResult, error) {
+	defer envHeartbeatWhile(ctx)()
 	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
 		return OperateEnvironmentResult{}, err
 	}
@@ -265,6 +283,7 @@ func observationItem(in OperateEnvironmentInput, content string) transcript.Item
 
 // Verify scores the finished episode; the server retires the session.
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	defer envHeartbeatWhile(ctx)()
 	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
 		return VerifyResult{}, err
 	}

@@ -126,6 +126,7 @@ func (r *rollout) retryAsNewAttempt(ctx workflow.Context, g GroupGrant) error {
 	if err := r.boundary(ctx); err != nil {
 		return err
 	}
+	r.publishDeferred(ctx) // the next run starts with these attributes
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}

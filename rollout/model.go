@@ -253,12 +253,17 @@ func (a *Activities) modelClient(baseURL string) *openai.Client {
 // called, so a slow model call stays alive and can be cancelled (Temporal
 // delivers cancellation to an activity through its heartbeats).
 func (a *Activities) heartbeatWhile(ctx context.Context, details ...any) (stop func()) {
+	return heartbeatEvery(ctx, a.heartbeatEvery(), details...)
+}
+
+// heartbeatEvery heartbeats every interval until the returned stop is called.
+func heartbeatEvery(ctx context.Context, every time.Duration, details ...any) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(a.heartbeatEvery())
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

@@ -34,8 +34,9 @@ const (
 )
 
 // Activity timeouts. A worker that dies mid-activity is detected by the
-// heartbeat timeout (model calls) or the start-to-close timeout (environment
-// calls), after which Temporal retries the activity on another worker.
+// heartbeat timeout (model calls, and environment calls run as regular
+// activities) or, for environment calls run as local activities, by the
+// workflow task timeout; then the call is retried on another worker.
 var (
 	modelOptions = workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
@@ -103,6 +104,12 @@ type rollout struct {
 	// progress: phase upserts carry the progress attributes (see
 	// progressChange); finishedAt: RolloutFinishedAt was upserted.
 	progress, finishedAt bool
+	// localEnv: environment operations run as local activities (see
+	// localEnvChange).
+	localEnv bool
+	// deferPhase: a phase whose next step is a local environment call is
+	// published with the next upsert, not on its own (see upsertChange).
+	deferPhase bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -173,6 +180,8 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupGroups(ctx)
 	r.setupDetails(ctx)
 	r.setupProgress(ctx)
+	r.setupEnvCalls(ctx)
+	r.setupDeferredPhase(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -321,7 +330,7 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 // boundary is where the rollout may park: it publishes its position and, when
 // a checkpoint asked, waits here until resumed.
 func (r *rollout) boundary(ctx workflow.Context) error {
-	r.setPhase(ctx, r.nextPhase())
+	r.advancePhase(ctx, r.nextPhase())
 	if r.park == nil {
 		return nil
 	}
@@ -393,11 +402,7 @@ func (r *rollout) seed(ctx workflow.Context) error {
 	}
 	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "seed "+r.in.Env.Name)
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, StartEnvironmentName, in).Get(ctx, &res)
+		return r.callEnv(ctx, StartEnvironmentName, "seed "+r.in.Env.Name, in, &res)
 	})
 	if err != nil {
 		return r.fail(ctx, err, "seed environment", false)
@@ -504,11 +509,7 @@ func (r *rollout) operate(ctx workflow.Context) error {
 	var res OperateEnvironmentResult
 	err := r.retryParked(ctx, func() error {
 		summary := fmt.Sprintf("%s turn %d call %d", call.Name, r.b.Turn, r.b.Cursor)
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), summary)
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, OperateEnvironmentName, in).Get(ctx, &res)
+		return r.callEnv(ctx, OperateEnvironmentName, summary, in, &res)
 	})
 	if err != nil {
 		return r.fail(ctx, err, fmt.Sprintf("environment call %s", in.RequestID), false)
@@ -538,6 +539,7 @@ func (r *rollout) retryParked(ctx workflow.Context, call func() error) error {
 			return err
 		}
 		r.logger.Info("environment parked the request; waiting")
+		r.publishDeferred(ctx) // it waits on the environment now: say so
 		if _, werr := workflow.AwaitWithTimeout(ctx, parkedRetry, func() bool { return r.park != nil }); werr != nil {
 			return werr
 		}
@@ -587,11 +589,7 @@ func (r *rollout) finish(ctx workflow.Context) (Result, error) {
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
-		actx, err := r.activityCtx(ctx, r.envActivityOptions(), "verify")
-		if err != nil {
-			return err
-		}
-		return workflow.ExecuteActivity(actx, VerifyName, in).Get(ctx, &v)
+		return r.callEnv(ctx, VerifyName, "verify", in, &v)
 	})
 	if err != nil {
 		return Result{}, r.fail(ctx, err, "verify", false)
@@ -639,6 +637,9 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
+	// The next run starts with this run's search attributes: publish the
+	// position it starts from.
+	r.publishDeferred(ctx)
 	next := r.in
 	b := r.b
 	// The run was released (it reached this boundary unparked): the next

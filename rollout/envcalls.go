@@ -1,0 +1,123 @@
+package rollout
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+)
+
+// How environment operations run (Limits.EnvActivities).
+const (
+	EnvActivitiesLocal   = "local"
+	EnvActivitiesRegular = "regular"
+)
+
+// Defaults and bounds of the environment-call settings.
+const (
+	DefaultEnvHeartbeatTimeout = 5 * time.Second
+	DefaultWorkflowTaskTimeout = 10 * time.Second
+	// MaxWorkflowTaskTimeout is Temporal's own bound.
+	MaxWorkflowTaskTimeout = 2 * time.Minute
+)
+
+// localEnvChange is the workflow.GetVersion change id of environment
+// operations run as local activities. A run recorded before it
+// (DefaultVersion) schedules them as regular activities, as it did; a run
+// whose limits ask for regular activities never calls GetVersion, so its
+// commands are those of before too.
+const localEnvChange = "env-local-activities"
+
+// validateEnvCalls checks the environment-call settings of l.
+func (l Limits) validateEnvCalls() error {
+	switch l.EnvActivities {
+	case "", EnvActivitiesLocal, EnvActivitiesRegular:
+	default:
+		return fmt.Errorf("limits.env_activities %q is neither %q nor %q", l.EnvActivities, EnvActivitiesLocal, EnvActivitiesRegular)
+	}
+	if h := l.EnvHeartbeatTimeout; h != 0 && (h < Duration(MinBudget) || h > Duration(MaxCallTimeout)) {
+		return fmt.Errorf("limits.env_heartbeat_timeout %s is outside %s..%s (or unset for the default)", time.Duration(h), MinBudget, MaxCallTimeout)
+	}
+	if w := l.WorkflowTaskTimeout; w != 0 && (w < Duration(MinBudget) || w > Duration(MaxWorkflowTaskTimeout)) {
+		return fmt.Errorf("limits.workflow_task_timeout %s is outside %s..%s (or unset for the default)", time.Duration(w), MinBudget, MaxWorkflowTaskTimeout)
+	}
+	return nil
+}
+
+func (l Limits) envHeartbeatTimeout() time.Duration {
+	if l.EnvHeartbeatTimeout == 0 {
+		return DefaultEnvHeartbeatTimeout
+	}
+	return time.Duration(l.EnvHeartbeatTimeout)
+}
+
+// setupEnvCalls decides, once per run, whether its environment operations
+// are local activities.
+func (r *rollout) setupEnvCalls(ctx workflow.Context) {
+	if r.in.Limits.EnvActivities == EnvActivitiesRegular {
+		return
+	}
+	r.localEnv = workflow.GetVersion(ctx, localEnvChange, workflow.DefaultVersion, 1) >= 1
+}
+
+// callEnv runs the environment activity name with in and decodes its result
+// into out, under the rollout's budgets: a local activity in runs that use
+// them, else a regular activity that heartbeats. A local activity's failure
+// comes back unwrapped (no ActivityError around it); isType and the budget
+// checks read both shapes.
+func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out any) error {
+	actx, err := r.activityCtx(ctx, r.envActivityOptions(), summary)
+	if err != nil {
+		return err
+	}
+	if !r.localEnv {
+		return workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
+	}
+	opts := workflow.GetActivityOptions(actx)
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: opts.ScheduleToCloseTimeout,
+		StartToCloseTimeout:    opts.StartToCloseTimeout,
+		RetryPolicy:            opts.RetryPolicy,
+		Summary:                summary,
+	})
+	return workflow.ExecuteLocalActivity(lctx, name, in).Get(ctx, out)
+}
+
+// upsertChange is the workflow.GetVersion change id of one search-attribute
+// upsert per turn. With environment calls local, the phases "seeding",
+// "environment" and "verifying" last only inside the workflow task that runs
+// their local activities, and what a workflow task upserts becomes visible
+// only when it completes: so no reader could see them, and their upserts
+// (each one a history event and a visibility write) are skipped. The next
+// phase that is waited in (model, parked, awaiting ack, completed, failed)
+// carries the turn and progress time, so RolloutTurn, RolloutPhase and
+// RolloutProgressAt are right at every point a reader can observe. A run
+// recorded before it (DefaultVersion), or one with regular environment
+// calls, upserts every phase change as it did.
+const upsertChange = "one-upsert-per-turn"
+
+func (r *rollout) setupDeferredPhase(ctx workflow.Context) {
+	if !r.localEnv {
+		return
+	}
+	r.deferPhase = workflow.GetVersion(ctx, upsertChange, workflow.DefaultVersion, 1) >= 1
+}
+
+// advancePhase moves the rollout to phase p at a boundary: published at
+// once, unless the step p stands for is a local environment call that ends
+// in this same workflow task.
+func (r *rollout) advancePhase(ctx workflow.Context, p Phase) {
+	if r.deferPhase && (p == PhaseSeeding || p == PhaseEnvironment || p == PhaseVerifying) {
+		r.phase = p
+		return
+	}
+	r.setPhase(ctx, p)
+}
+
+// publishDeferred publishes a deferred phase before the rollout waits in
+// it (the environment answered "parked", and a timer runs).
+func (r *rollout) publishDeferred(ctx workflow.Context) {
+	if r.deferPhase {
+		r.setPhase(ctx, r.phase)
+	}
+}
