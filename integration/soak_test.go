@@ -31,7 +31,6 @@ func TestSoakShort(t *testing.T) {
 	cfg.Concurrency = 100
 	cfg.CheckpointEvery, cfg.CheckpointTimeout = 20*time.Second, time.Minute
 	cfg.WorkerKillEvery, cfg.WorkerDownFor = 20*time.Second, 3*time.Second
-	cfg.EnvKillEvery = 45 * time.Second // after two checkpoints; recovered by RecoverServer
 	cfg.SampleEvery = 20 * time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -47,7 +46,6 @@ func TestSoakShort(t *testing.T) {
 	require.Equal(t, rep.Started, rep.Completed)
 	require.Equal(t, rep.Started, rep.Exported)
 	require.Positive(t, rep.WorkerKills)
-	require.Positive(t, rep.EnvKills, "an environment server was killed and recovered")
 	committed := 0
 	for _, cp := range rep.Checkpoints {
 		if cp.Err == "" {

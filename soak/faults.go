@@ -118,7 +118,7 @@ func (r *run) resume(ctx context.Context, id string, parts []string) int {
 // killWorker SIGKILLs one of the two workers at random; its work moves to
 // the survivor. It restarts WorkerDownFor later.
 func (r *run) killWorker(ctx context.Context) error {
-	i := r.rng.IntN(len(r.st.workers))
+	i := r.pick(len(r.st.workers))
 	r.st.mu.Lock()
 	p := r.st.workers[i].proc
 	r.st.mu.Unlock()
@@ -139,7 +139,16 @@ func (r *run) killWorker(ctx context.Context) error {
 // replacement at a new address and recovers the killed server's rollouts
 // onto it from the last checkpoint; new rollouts go to the replacement.
 func (r *run) killEnv(ctx context.Context) error {
-	i := r.rng.IntN(len(r.st.envs))
+	r.mu.Lock()
+	last := r.lastCP
+	r.mu.Unlock()
+	if last == "" {
+		// Scoped recovery moves rollouts back to a committed checkpoint;
+		// before the first one there is nothing to recover from.
+		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed yet", r.since())
+		return nil
+	}
+	i := r.pick(len(r.st.envs))
 	r.st.mu.Lock()
 	old := r.st.envs[i]
 	r.st.mu.Unlock()

@@ -25,7 +25,8 @@ type run struct {
 	set   string
 	root  string // checkpoint root
 	start time.Time
-	rng   *rand.Rand // the fault schedule; used by one goroutine at a time
+	rngMu sync.Mutex
+	rng   *rand.Rand // the fault schedule; drawn through pick, by the worker and env-server kill loops at once
 
 	mu        sync.Mutex
 	report    Report
@@ -100,7 +101,9 @@ func (r *run) load(ctx context.Context) error {
 		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		loops = append(loops, loop{r.cfg.EnvKillEvery, r.cfg.EnvKillEvery / 2, r.killEnv})
+		// A full interval first: the first checkpoint must have had time to
+		// commit, or there is nothing to recover from.
+		loops = append(loops, loop{r.cfg.EnvKillEvery, 0, r.killEnv})
 	}
 	for _, l := range loops {
 		g.Go(func() error { return l.run(gctx, ctx) })
@@ -149,3 +152,10 @@ func (r *run) problem(format string, args ...any) {
 }
 
 func (r *run) since() time.Duration { return time.Since(r.start).Round(time.Second) }
+
+// pick draws the index of the process to kill among n.
+func (r *run) pick(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
+}
