@@ -31,6 +31,7 @@ func TestSoakShort(t *testing.T) {
 	cfg.Concurrency = 100
 	cfg.CheckpointEvery, cfg.CheckpointTimeout = 20*time.Second, time.Minute
 	cfg.WorkerKillEvery, cfg.WorkerDownFor = 20*time.Second, 3*time.Second
+	cfg.EnvKillEvery = 25 * time.Second // tried at 25 s and 50 s, once a checkpoint committed; recovered by RecoverServer
 	cfg.SampleEvery = 20 * time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -46,6 +47,7 @@ func TestSoakShort(t *testing.T) {
 	require.Equal(t, rep.Started, rep.Completed)
 	require.Equal(t, rep.Started, rep.Exported)
 	require.Positive(t, rep.WorkerKills)
+	require.Positive(t, rep.EnvKills, "an environment server was killed and its rollouts recovered")
 	committed := 0
 	for _, cp := range rep.Checkpoints {
 		if cp.Err == "" {

@@ -44,14 +44,21 @@ func (r *run) check(ctx context.Context) {
 }
 
 // checkRuns: every rollout has exactly one completed run and no run that
-// failed, was terminated, timed out or was cancelled.
+// failed, timed out or was cancelled. A terminated run is fine only below
+// the attempt that completed: scoped recovery ends the runs it replaces.
 func (r *run) checkRuns(ctx context.Context) {
-	completed, bad := map[string]int{}, map[string]int{}
+	completed, done := map[string]int{}, map[string]int64{}
+	var terminated []runAttempt
+	bad := map[string]int{}
 	err := rollout.ListSet(ctx, r.st.tc, r.set, "", func(e *workflowpb.WorkflowExecutionInfo) error {
 		id := e.GetExecution().GetWorkflowId()
+		attempt, _ := rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
 		switch e.GetStatus() {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 			completed[id]++
+			done[id] = attempt
+		case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+			terminated = append(terminated, runAttempt{id, attempt})
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
 		default:
 			bad[id]++
@@ -61,6 +68,11 @@ func (r *run) checkRuns(ctx context.Context) {
 	if err != nil {
 		r.problem("list runs: %v", err)
 		return
+	}
+	for _, t := range terminated {
+		if a, ok := done[t.id]; !ok || t.attempt >= a {
+			bad[t.id]++
+		}
 	}
 	for i := range r.submitted {
 		id := rollout.WorkflowID(client.RolloutID(r.set, i))
@@ -72,6 +84,12 @@ func (r *run) checkRuns(ctx context.Context) {
 		}
 	}
 	r.report.Completed = len(completed)
+}
+
+// runAttempt is one run of a rollout, by its attempt.
+type runAttempt struct {
+	id      string
+	attempt int64
 }
 
 // checkResults: each completed rollout holds one result with its own

@@ -64,13 +64,20 @@ func (r *run) feed(ctx context.Context) error {
 
 // closed counts the set's runs that have ended for good.
 func (r *run) closed(ctx context.Context) (int, error) {
-	resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-		Query: rollout.SetQuery(r.set) + " AND " + closedQuery,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("soak: count closed rollouts: %w", err)
+	count := func(q string) (int, error) {
+		resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(r.set) + " AND " + q})
+		if err != nil {
+			return 0, fmt.Errorf("soak: count rollouts: %w", err)
+		}
+		return int(resp.GetCount()), nil
 	}
-	return int(resp.GetCount()), nil
+	running, err := count("ExecutionStatus = 'Running'")
+	if err != nil || running > 0 {
+		// A recovery ends the runs it replaces: closed runs may outnumber
+		// the rollouts while some still run.
+		return 0, err
+	}
+	return count(closedQuery)
 }
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed

@@ -8,12 +8,9 @@ import (
 	"github.com/turnstile-rl/turnstile/client"
 )
 
-// envKillDefault is Defaults().EnvKillEvery: off. Kills and their scoped
-// recovery work (recoverServer), but the end checks do not yet tell the
-// runs a recovery terminated (older attempts of moved rollouts) from lost
-// ones, and the drain counts closed runs, not rollouts: with kills on, a
-// soak reports those as problems. Turn them on with -env-kill-every.
-const envKillDefault time.Duration = 0
+// envKillDefault is Defaults().EnvKillEvery: an environment server dies
+// every few minutes, as a long run meets it.
+const envKillDefault = 3 * time.Minute
 
 // recoverRequest is one scoped recovery: the rollouts of set whose sessions
 // lived on server go back to checkpoint (under root) on replacement.
