@@ -26,7 +26,7 @@ WORKFLOWCHECK_CONFIG := $(BIN)/workflowcheck.yaml
 # Packages holding workflow code (deterministic code only).
 WORKFLOW_PKGS := ./rollout ./checkpoint
 
-TEST_TIMEOUT := 25m
+TEST_TIMEOUT := 40m
 # Packages `make test` runs (e.g. make test PKGS=./devenv/...).
 PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
