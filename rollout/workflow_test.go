@@ -382,7 +382,18 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 	env.SetTestTimeout(30 * time.Second)
 	var rec rollout.ParkRecord
 	parked := false
-	env.RegisterDelayedCallback(func() {
+	// The park must meet the first model call in flight. Under load the
+	// call may not have started 10 ms (mock time) in, so look again until
+	// it has.
+	var park func()
+	park = func() {
+		w.mu.Lock()
+		inFlight := len(w.calls) > 0
+		w.mu.Unlock()
+		if !inFlight {
+			env.RegisterDelayedCallback(park, 10*time.Millisecond)
+			return
+		}
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept: func() {},
 			OnReject: func(err error) { t.Errorf("park rejected: %v", err) },
@@ -397,7 +408,8 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 				}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 			},
 		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(200 * time.Millisecond)})
-	}, 10*time.Millisecond)
+	}
+	env.RegisterDelayedCallback(park, 10*time.Millisecond)
 	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
 
