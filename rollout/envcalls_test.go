@@ -88,16 +88,24 @@ func TestStartOptionsWorkflowTaskTimeout(t *testing.T) {
 	require.Equal(t, 20*time.Second, rollout.StartOptions(in, "q").WorkflowTaskTimeout)
 }
 
-// upserts records each search-attribute upsert as "phase@turn".
+// upserts records, after each search-attribute upsert, the phase and turn a
+// reader then sees, as "phase@turn": an upsert merges into the attributes
+// the run has, so one that leaves a value out keeps it.
 func upserts(env *testsuite.TestWorkflowEnvironment) *[]string {
 	var seen []string
 	phaseKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase)
 	turnKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutTurn)
+	var phase string
+	var turn int64
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		sa := args.Get(0).(temporal.SearchAttributes)
-		p, _ := sa.GetKeyword(phaseKey)
-		turn, _ := sa.GetInt64(turnKey)
-		seen = append(seen, fmt.Sprintf("%s@%d", p, turn))
+		if p, ok := sa.GetKeyword(phaseKey); ok {
+			phase = p
+		}
+		if n, ok := sa.GetInt64(turnKey); ok {
+			turn = n
+		}
+		seen = append(seen, fmt.Sprintf("%s@%d", phase, turn))
 	})
 	return &seen
 }
@@ -154,4 +162,49 @@ func TestRolloutPublishesBeforeContinueAsNew(t *testing.T) {
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &can)
 	require.Equal(t, []string{"model@0", "environment@1"}, *seen)
+}
+
+// A run sends its fixed attributes (RolloutId, RolloutSet, RolloutAttempt)
+// with its first upsert only, once upsertDeltaChange is on; a run recorded
+// before it sends them with every upsert.
+func TestRolloutUpsertsFixedAttributesOnce(t *testing.T) {
+	tests := []struct {
+		name    string
+		version workflow.Version
+		once    bool
+	}{
+		{"changed attributes only", 1, true},
+		{"recorded before the change", workflow.DefaultVersion, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t, newWorld(2))
+			env.OnGetVersion("upsert-changed-attributes", workflow.DefaultVersion, 1).Return(tt.version)
+			var upserts, withID, withFixed int
+			idKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutID)
+			setKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutSet)
+			attemptKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt)
+			env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+				sa := args.Get(0).(temporal.SearchAttributes)
+				upserts++
+				_, id := sa.GetKeyword(idKey)
+				_, set := sa.GetKeyword(setKey)
+				_, attempt := sa.GetInt64(attemptKey)
+				if id {
+					withID++
+				}
+				if id || set || attempt {
+					withFixed++
+				}
+			})
+			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			require.Equal(t, 1.0, result(t, env).Reward)
+			require.Greater(t, upserts, 2)
+			if tt.once {
+				require.Equal(t, 1, withFixed, "fixed attributes in %d of %d upserts", withFixed, upserts)
+			} else {
+				require.Equal(t, upserts, withID)
+			}
+		})
+	}
 }

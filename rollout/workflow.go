@@ -92,9 +92,12 @@ type rollout struct {
 	parked bool         // the main loop is parked at a boundary
 	result *Result
 	acked  bool
-	// saPhase/saTurn are the search attribute values last upserted.
-	saPhase Phase
-	saTurn  int
+	// saPhase/saTurn are the search attribute values last upserted;
+	// saSent: this run has upserted; saDelta: later upserts send only what
+	// changed (upsertDeltaChange).
+	saPhase         Phase
+	saTurn          int
+	saSent, saDelta bool
 	// budgets is set in runs started since budgets exist (see budgetsChange).
 	budgets bool
 	// groups is set in runs of a group's rollouts that report to its
@@ -182,6 +185,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupProgress(ctx)
 	r.setupEnvCalls(ctx)
 	r.setupDeferredPhase(ctx)
+	r.setupUpsertDelta(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -366,13 +370,7 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 	if p == r.saPhase && r.b.Turn == r.saTurn {
 		return
 	}
-	updates := []temporal.SearchAttributeUpdate{
-		rolloutIDKey.ValueSet(r.in.RolloutID),
-		rolloutSetKey.ValueSet(r.in.Set),
-		rolloutAttemptKey.ValueSet(int64(r.in.Attempt)),
-		rolloutTurnKey.ValueSet(int64(r.b.Turn)),
-		rolloutPhaseKey.ValueSet(string(p)),
-	}
+	updates := r.phaseUpdates(p)
 	// CheckpointId names the checkpoint a parked rollout is held for, and
 	// goes when it moves on. It rides on the upsert the phase change makes
 	// anyway: one command as before, so recorded histories replay.
@@ -388,7 +386,7 @@ func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
 		r.logger.Warn("search attribute upsert failed", "error", err)
 		return
 	}
-	r.saPhase, r.saTurn = p, r.b.Turn
+	r.saPhase, r.saTurn, r.saSent = p, r.b.Turn, true
 	r.finishedAt = r.finishedAt || len(progress) > 1
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — turn %d, attempt %d, revision %d", p, r.b.Turn, r.in.Attempt, r.b.Revision))
 }
