@@ -190,6 +190,8 @@ type Through struct {
 	// floor's), "envserver", "policyserver".
 	CPUMSPerTurn map[string]Pair `json:"cpu_ms_per_turn"`
 	Turns        Pair            `json:"turns"`
+	// Tasks is where the rollouts' time went, from their histories.
+	Tasks *TaskWaits `json:"tasks,omitempty"`
 }
 
 // History is history bytes (and events) per turn at given turns.

@@ -54,6 +54,12 @@ func (r *Report) Rows() []Row {
 				pair("CPU per turn: "+name, "ms", p, "lower is better")
 			}
 		}
+		if w := t.Tasks; w != nil {
+			pair("workflow task schedule-to-start (median)", "ms", w.WorkflowScheduleToStart, "lower is better")
+			pair("workflow task start-to-close (median)", "ms", w.WorkflowStartToClose, "lower is better")
+			pair("activity schedule-to-start (median)", "ms", w.ActivityScheduleToStart, "lower is better")
+			pair("activity start-to-close (median)", "ms", w.ActivityStartToClose, "lower is better")
+		}
 	}
 	if h := r.History; h != nil {
 		for i, at := range h.At {

@@ -97,6 +97,8 @@ type turnMarks struct {
 	times  []time.Time
 	events []int
 	bytes  []int
+	// all is the run's whole history.
+	all []*historypb.HistoryEvent
 }
 
 func (s *stack) marks(ctx context.Context, k kind, run tclient.WorkflowRun) (turnMarks, error) {
@@ -115,6 +117,7 @@ func (s *stack) marks(ctx context.Context, k kind, run tclient.WorkflowRun) (tur
 		}
 		n++
 		size += eventSize(ev)
+		m.all = append(m.all, ev)
 	}
 	return m, nil
 }
@@ -169,18 +172,20 @@ func (s *stack) oneRollout(ctx context.Context, k kind, sp spec) (turnMarks, tim
 // throughput runs cfg.Concurrency rollouts of each kind at once.
 func (s *stack) throughput(ctx context.Context, stamp string) (*Through, error) {
 	out := &Through{CPUMSPerTurn: map[string]Pair{}}
+	runs := map[kind][]runTimes{}
 	for _, k := range []kind{floorKind, turnstileKind} {
 		worker := s.worker
 		if k == floorKind {
 			worker = s.floor
 		}
 		before := s.sampleCPU(worker)
-		durations, wall, err := s.many(ctx, k, s.cfg.Concurrency, func(i int) spec {
+		durations, wall, ids, err := s.many(ctx, k, s.cfg.Concurrency, func(i int) spec {
 			return spec{set: "tput-" + stamp, i: i + 100000*int(k), turns: s.cfg.ThroughputTurns}
 		})
 		if err != nil {
 			return nil, err
 		}
+		runs[k] = ids
 		turns := s.cfg.Concurrency * s.cfg.ThroughputTurns
 		for name, v := range perTurn(before, s.sampleCPU(worker), turns) {
 			p := out.CPUMSPerTurn[name]
@@ -192,31 +197,36 @@ func (s *stack) throughput(ctx context.Context, stamp string) (*Through, error) 
 		set(&out.Turns, k, float64(turns))
 		s.logf("throughput %-9s %.1f turns/s (%d rollouts × %d turns in %s)", k, float64(turns)/wall.Seconds(), s.cfg.Concurrency, s.cfg.ThroughputTurns, wall.Round(time.Millisecond))
 	}
-	return out, nil
+	var err error
+	out.Tasks, err = s.taskWaits(ctx, runs)
+	return out, err
 }
 
 // many starts n rollouts at once and waits for all; it returns each one's
-// duration in seconds and the wall time from the first start to the last
-// result.
-func (s *stack) many(ctx context.Context, k kind, n int, specOf func(int) spec) ([]float64, time.Duration, error) {
+// duration in seconds, the wall time from the first start to the last
+// result, and each run's ids and client-side times.
+func (s *stack) many(ctx context.Context, k kind, n int, specOf func(int) spec) ([]float64, time.Duration, []runTimes, error) {
 	t0 := time.Now()
 	var mu sync.Mutex
 	durations := make([]float64, 0, n)
+	ids := make([]runTimes, 0, n)
 	err := fanout.Each(ctx, n, n, func(ctx context.Context, i int) error {
 		start := time.Now()
 		run, err := s.startLimited(ctx, k, specOf(i))
 		if err != nil {
 			return err
 		}
+		started := time.Now()
 		if err := finish(ctx, k, run); err != nil {
 			return err
 		}
 		mu.Lock()
 		durations = append(durations, time.Since(start).Seconds())
+		ids = append(ids, runTimes{id: run.GetID(), runID: run.GetRunID(), called: start, started: started, done: time.Now()})
 		mu.Unlock()
 		return nil
 	})
-	return durations, time.Since(t0), err
+	return durations, time.Since(t0), ids, err
 }
 
 // startSlots bounds concurrent starts across many's goroutines.
@@ -256,6 +266,9 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 			set(&out.BytesPerTurn[j], k, float64(m.bytes[at]-m.bytes[at-1]))
 			set(&out.EventsPerTurn[j], k, float64(m.events[at]-m.events[at-1]))
 			s.logf("history %-9s turn %d: %d bytes, %d events", k, at, m.bytes[at]-m.bytes[at-1], m.events[at]-m.events[at-1])
+		}
+		if err := writeTurn(s.cfg.OutDir, k, m, s.cfg.HistoryAt[0]); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
