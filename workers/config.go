@@ -92,6 +92,8 @@ type Config struct {
 	TLS tlsfiles.ClientFiles
 	// MetricsListen is the address /metrics is served on; empty serves none.
 	MetricsListen string
+	// Tuning is the data worker's pollers, slots and sticky cache.
+	Tuning Tuning
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -120,6 +122,10 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		DataToken:     get(EnvDataToken, ""),
 		TLS:           tlsfiles.ClientFiles{CA: get(EnvTLSCA, ""), Cert: get(EnvTLSClientCert, ""), Key: get(EnvTLSClientKey, "")},
 		MetricsListen: get(EnvMetricsListen, ""),
+	}
+	var err error
+	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
+		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

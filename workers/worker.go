@@ -64,7 +64,11 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 	if reg != nil {
 		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
 	}
-	data := worker.New(c, cfg.TaskQueue, worker.Options{Interceptors: interceptors})
+	if cfg.Tuning.StickyCacheSize > 0 {
+		// Process-wide in the SDK; this process's workers are all turnstile's.
+		worker.SetStickyWorkflowCacheSize(cfg.Tuning.StickyCacheSize)
+	}
+	data := worker.New(c, cfg.TaskQueue, cfg.Tuning.options(worker.Options{Interceptors: interceptors}))
 	Register(data, acts, coord)
 	control := worker.New(c, checkpoint.ControlTaskQueue(cfg.TaskQueue), worker.Options{
 		Interceptors:                           interceptors,
@@ -84,6 +88,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 		zap.Bool("tls_ca_set", cfg.TLS.CA != ""),
 		zap.Bool("tls_client_cert_set", cfg.TLS.Cert != ""),
 		zap.Bool("failpoints_armed", os.Getenv(failpoint.EnvVar) != ""),
+		zap.Any("tuning", cfg.Tuning),
 	)
 	return &Worker{Data: data, Control: control}, nil
 }

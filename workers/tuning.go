@@ -1,0 +1,96 @@
+package workers
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/worker"
+)
+
+// Environment variables of the data worker's Temporal settings (the
+// rollout task queue's pollers and slots). Unset or blank: the default.
+const (
+	EnvWorkflowTaskPollers = "TURNSTILE_WORKFLOW_TASK_POLLERS"
+	EnvActivityTaskPollers = "TURNSTILE_ACTIVITY_TASK_POLLERS"
+	EnvWorkflowTaskSlots   = "TURNSTILE_WORKFLOW_TASK_SLOTS"
+	EnvActivitySlots       = "TURNSTILE_ACTIVITY_SLOTS"
+	EnvLocalActivitySlots  = "TURNSTILE_LOCAL_ACTIVITY_SLOTS"
+	EnvStickyCacheSize     = "TURNSTILE_STICKY_CACHE_SIZE"
+	// EnvPollerAutoscaling "true" lets the SDK scale the pollers between
+	// one and the pollers settings (its default maximum when unset).
+	EnvPollerAutoscaling = "TURNSTILE_POLLER_AUTOSCALING"
+)
+
+// Tuning is the data worker's Temporal settings. Zero means the SDK's
+// default for that field.
+type Tuning struct {
+	WorkflowTaskPollers int
+	ActivityTaskPollers int
+	WorkflowTaskSlots   int
+	ActivitySlots       int
+	LocalActivitySlots  int
+	// StickyCacheSize is how many workflows' state the process keeps
+	// between their tasks (the SDK's sticky cache, process-wide).
+	StickyCacheSize int
+	// PollerAutoscaling scales the pollers with the load, up to the
+	// pollers settings.
+	PollerAutoscaling bool
+}
+
+// DefaultTuning is what a worker runs with when nothing is set.
+var DefaultTuning = Tuning{}
+
+// maxTuning bounds every tuning value: far beyond what one process can use,
+// so a typo (an extra zero or two) is refused, not obeyed.
+const maxTuning = 1_000_000
+
+// tuningFromLookup reads Tuning through lookup; a value that is not a
+// whole number in 1..maxTuning is an error naming its variable.
+func tuningFromLookup(lookup func(string) (string, bool)) (Tuning, error) {
+	t := DefaultTuning
+	for _, f := range []struct {
+		env string
+		dst *int
+	}{
+		{EnvWorkflowTaskPollers, &t.WorkflowTaskPollers},
+		{EnvActivityTaskPollers, &t.ActivityTaskPollers},
+		{EnvWorkflowTaskSlots, &t.WorkflowTaskSlots},
+		{EnvActivitySlots, &t.ActivitySlots},
+		{EnvLocalActivitySlots, &t.LocalActivitySlots},
+		{EnvStickyCacheSize, &t.StickyCacheSize},
+	} {
+		v, ok := lookup(f.env)
+		if !ok || strings.TrimSpace(v) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > maxTuning {
+			return Tuning{}, fmt.Errorf("%s=%q: want a whole number from 1 to %d", f.env, v, maxTuning)
+		}
+		*f.dst = n
+	}
+	if v, ok := lookup(EnvPollerAutoscaling); ok && strings.TrimSpace(v) != "" {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return Tuning{}, fmt.Errorf("%s=%q: want true or false", EnvPollerAutoscaling, v)
+		}
+		t.PollerAutoscaling = b
+	}
+	return t, nil
+}
+
+// options applies t to the data worker's options.
+func (t Tuning) options(o worker.Options) worker.Options {
+	o.MaxConcurrentWorkflowTaskPollers = t.WorkflowTaskPollers
+	o.MaxConcurrentActivityTaskPollers = t.ActivityTaskPollers
+	o.MaxConcurrentWorkflowTaskExecutionSize = t.WorkflowTaskSlots
+	o.MaxConcurrentActivityExecutionSize = t.ActivitySlots
+	o.MaxConcurrentLocalActivityExecutionSize = t.LocalActivitySlots
+	if t.PollerAutoscaling {
+		o.MaxConcurrentWorkflowTaskPollers, o.MaxConcurrentActivityTaskPollers = 0, 0
+		o.WorkflowTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{MaximumNumberOfPollers: t.WorkflowTaskPollers})
+		o.ActivityTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{MaximumNumberOfPollers: t.ActivityTaskPollers})
+	}
+	return o
+}
