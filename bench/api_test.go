@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -62,5 +63,21 @@ func TestTableAndChart(t *testing.T) {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
 		}
+	}
+}
+
+// A task sample of a large set spreads over it, from the first run to
+// finish to near the last, and keeps a small set whole.
+func TestEvenlySample(t *testing.T) {
+	runs := make([]runTimes, 256)
+	for i := range runs {
+		runs[i].id = fmt.Sprint(i)
+	}
+	got := evenly(runs, 64)
+	if len(got) != 64 || got[0].id != "0" || got[1].id != "4" || got[63].id != "252" {
+		t.Fatalf("evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
+	}
+	if got := evenly(runs[:10], 64); len(got) != 10 {
+		t.Fatalf("evenly(10, 64) = %d runs, want all 10", len(got))
 	}
 }

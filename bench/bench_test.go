@@ -50,11 +50,17 @@ func TestSmokeRun(t *testing.T) {
 	require.EqualValues(t, cfg.Concurrency*cfg.ThroughputTurns, rep.Through.Turns.Turnstile)
 	require.Positive(t, rep.Through.TurnsPerSec.Floor)
 	require.Contains(t, rep.Through.CPUMSPerTurn, "temporal")
+	require.NotNil(t, rep.Through.Tasks, "task latencies read from the runs' histories")
+	require.Positive(t, rep.Through.Tasks.WorkflowStartToClose.Turnstile)
+	require.Positive(t, rep.Through.Tasks.ActivityStartToClose.Floor)
 	require.NotNil(t, rep.History)
 	for i := range cfg.HistoryAt {
 		require.Positive(t, rep.History.BytesPerTurn[i].Turnstile)
 		require.Positive(t, rep.History.EventsPerTurn[i].Floor)
 	}
+	turn, err := os.ReadFile(filepath.Join(cfg.OutDir, "history-turn-turnstile.jsonl"))
+	require.NoError(t, err)
+	require.Contains(t, string(turn), "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", "one turn's events, written for reading")
 	require.Len(t, rep.Cuts, 1)
 	cut := rep.Cuts[0]
 	require.Equal(t, cfg.CheckpointSizes[0], cut.InFlight, "every rollout was mid-episode at the cut")

@@ -109,9 +109,7 @@ func (s *stack) taskWaits(ctx context.Context, runs map[kind][]runTimes) (*TaskW
 	out := &TaskWaits{}
 	for k, ids := range runs {
 		var d taskDurations
-		if len(ids) > taskSample {
-			ids = ids[:taskSample]
-		}
+		ids = evenly(ids, taskSample)
 		for _, r := range ids {
 			if err := s.readTasks(ctx, r, &d); err != nil {
 				return nil, err
@@ -181,4 +179,18 @@ func writeTurn(dir string, k kind, m turnMarks, at int) error {
 		return fmt.Errorf("history turn %d: %w", at, err)
 	}
 	return nil
+}
+
+// evenly picks at most n of runs spread over the whole list (which is in
+// the order the runs finished), so a sample of a large set is not just
+// its fastest runs.
+func evenly(runs []runTimes, n int) []runTimes {
+	if len(runs) <= n {
+		return runs
+	}
+	out := make([]runTimes, 0, n)
+	for i := 0; i < n; i++ {
+		out = append(out, runs[i*len(runs)/n])
+	}
+	return out
 }
