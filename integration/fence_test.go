@@ -84,11 +84,11 @@ func TestRestoreFencesRunNotYetVisible(t *testing.T) {
 
 	_, err = tc.Restore(ctx, tsclient.RestoreRequest{CheckpointID: "k1", Root: root, Participants: []string{c.envURL}}, true)
 	require.NoError(t, err, "restore")
-	desc, err := c.client.DescribeWorkflowExecution(ctx, rollout.WorkflowID(late), "")
+	desc, err := c.client.DescribeWorkflow(ctx, rollout.WorkflowID(late), "")
 	require.NoError(t, err)
-	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, desc.GetWorkflowExecutionInfo().GetStatus(),
-		"the restore could not know the late run, so it did not end it")
-	require.Equal(t, run.GetRunID(), desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
+	require.Equal(t, enums.WORKFLOW_EXECUTION_STATUS_RUNNING, info.GetStatus(), "the restore could not know the late run, so it did not end it")
+	require.Equal(t, run.GetRunID(), info.GetExecution().GetRunId())
 
 	// Now a worker takes the late run: it must not act on the restored world.
 	c.startWorker(workers.EnvTaskQueue + "=" + heldQueue)
