@@ -78,6 +78,9 @@ func (c *coord) register(env *testsuite.TestWorkflowEnvironment) {
 	reg(func(_ context.Context, in checkpoint.PlanAttemptsInput) (checkpoint.PlanAttemptsResult, error) {
 		return checkpoint.PlanAttemptsResult{Rollouts: 3, Start: 3, Digest: "a1"}, c.record(checkpoint.PlanAttemptsName, in)
 	}, checkpoint.PlanAttemptsName)
+	reg(func(_ context.Context, in checkpoint.FenceSetInput) (checkpoint.FenceSetResult, error) {
+		return checkpoint.FenceSetResult{Restores: 1}, c.record(checkpoint.FenceSetName, in)
+	}, checkpoint.FenceSetName)
 	reg(func(_ context.Context, in checkpoint.RestoreParticipantsInput) (checkpoint.RestoreParticipantsResult, error) {
 		return checkpoint.RestoreParticipantsResult{Participants: len(in.Participants)}, c.record(checkpoint.RestoreParticipantsName, in)
 	}, checkpoint.RestoreParticipantsName)

@@ -82,6 +82,9 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 		return RestoreResult{}, r.fail(err)
 	}
 	res.AttemptsDigest = plan.Digest
+	if err := r.fenceSet(ctx, val.Set); err != nil {
+		return RestoreResult{}, r.fail(err)
+	}
 
 	r.setPhase(ctx, "participants", fmt.Sprintf("installing %d environment servers as the new attempts", len(in.Participants)))
 	var rp RestoreParticipantsResult
@@ -127,6 +130,27 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	}
 	r.setPhase(ctx, "done", fmt.Sprintf("%d continue, %d start over, %d offer their result again", res.Restored, res.StartedOver, res.OfferedAgain))
 	return res, nil
+}
+
+// setFenceChange is the workflow.GetVersion change id of the restore's
+// fence step: a restore recorded before it (DefaultVersion) writes no
+// fence record, as it did.
+const setFenceChange = "restore-set-fence"
+
+// fenceSet writes the set's fence record before anything is installed,
+// started or resumed: a run of the set started before it, which the
+// attempt map could not name (a dataset rollout or a custom id visibility
+// did not list yet), stops at its next check instead of acting on the
+// restored world.
+func (r *restoreRun) fenceSet(ctx workflow.Context, set string) error {
+	if workflow.GetVersion(ctx, setFenceChange, workflow.DefaultVersion, 1) < 1 {
+		return nil
+	}
+	r.setPhase(ctx, "fence", fmt.Sprintf("set %s: every run started before now is of the world this restore replaces", set))
+	var fr FenceSetResult
+	return runStep(ctx, step{"fence the set", 10 * time.Minute, FenceSetName}, FenceSetInput{
+		CheckpointID: r.in.CheckpointID, RestoreID: r.in.RestoreID, Set: set,
+	}, &fr)
 }
 
 func (r *restoreRun) setPhase(ctx workflow.Context, phase, detail string) {

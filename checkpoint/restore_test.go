@@ -44,10 +44,11 @@ func TestRestoreInstallsEverythingBeforeResuming(t *testing.T) {
 	c := newCoord()
 	res, err := runRestore(t, c, restoreInput())
 	require.NoError(t, err)
-	// Validate before touching anything; participants installed before the
+	// Validate before touching anything; the set fenced before anything is
+	// installed, started or resumed; participants installed before the
 	// old runs end and the new ones start; servers resumed before agents.
 	require.Equal(t, []string{
-		checkpoint.ValidateCheckpointName, checkpoint.PlanAttemptsName, checkpoint.RestoreParticipantsName,
+		checkpoint.ValidateCheckpointName, checkpoint.PlanAttemptsName, checkpoint.FenceSetName, checkpoint.RestoreParticipantsName,
 		checkpoint.TerminateStaleName, checkpoint.StartRestoredName,
 		checkpoint.ResumeRestoredParticipantsName, checkpoint.ResumeRestoredRolloutsName,
 	}, c.called())
@@ -59,6 +60,8 @@ func TestRestoreInstallsEverythingBeforeResuming(t *testing.T) {
 	require.Equal(t, restoreInput().Participants, start.Participants)
 	// Without a restore id, the restore is named by its checkpoint.
 	require.Equal(t, restoreIDs{"ck1", "ck1", "ck1", "ck1", "ck1", "ck1"}, c.restoreIDs())
+	require.Equal(t, checkpoint.FenceSetInput{CheckpointID: "ck1", RestoreID: "ck1", Set: "s1"}, c.inputs[checkpoint.FenceSetName],
+		"the fence names the validated checkpoint's set")
 }
 
 // restoreIDs are the restore ids the restore's activities got, in order:

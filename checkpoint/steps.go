@@ -22,6 +22,7 @@ const (
 	AbortCheckpointName     = "AbortCheckpoint"
 	ValidateCheckpointName  = "ValidateCheckpoint"
 	PlanAttemptsName        = "PlanAttempts"
+	FenceSetName            = "FenceSet"
 	RestoreParticipantsName = "RestoreParticipants"
 	TerminateStaleName      = "TerminateStale"
 	StartRestoredName       = "StartRestored"
@@ -204,6 +205,25 @@ type PlanAttemptsResult struct {
 	Fence  int    `json:"fence"`
 	Reused bool   `json:"reused"`
 	Digest string `json:"digest"`
+}
+
+// FenceSetInput writes the set's fence record for a restore
+// (rollout.SetFence) before it starts or resumes anything.
+type FenceSetInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	// RestoreID names this restore (empty: the checkpoint id).
+	RestoreID string `json:"restore_id,omitempty"`
+	Set       string `json:"set"`
+}
+
+// FenceSetResult says when the fence took effect: every run of the set
+// started no later than FencedAt is of the world the restore replaces.
+type FenceSetResult struct {
+	FencedAt time.Time `json:"fenced_at"`
+	// Restores counts the windows the record keeps; Reused says a re-run
+	// found this restore's fence already written.
+	Restores int  `json:"restores"`
+	Reused   bool `json:"reused"`
 }
 
 // RestoreParticipantsInput installs the checkpoint at every participant.

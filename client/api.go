@@ -156,6 +156,9 @@ type RolloutRecord struct {
 	// run that closed any other way.
 	Result *rollout.Result
 	Err    string
+	// Fenced is set for a run that stopped FencedByRestore: a restore of
+	// the set rolled back the world it started in. Readers leave it out.
+	Fenced bool
 }
 
 // StatusCounts counts the latest runs of a set by phase and by execution

@@ -77,14 +77,18 @@ func (c *Client) ExportWith(ctx context.Context, set string, store TranscriptRea
 
 func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	var stats ExportStats
-	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set)}
+	fence, err := rollout.ReadSetFence(ctx, src, set)
+	if err != nil {
+		return stats, fmt.Errorf("export set %q: %w", set, err)
+	}
+	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set), fence: fence}
 	window := make([]*workflowpb.WorkflowExecutionInfo, 0, exportWindow)
 	flush := func() error {
 		err := exportWindowOf(ctx, job, window, &stats)
 		window = window[:0]
 		return err
 	}
-	err := rollout.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err = rollout.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
 		window = append(window, info)
 		if len(window) < exportWindow {
 			return nil
@@ -108,6 +112,9 @@ type exportJob struct {
 	w      io.Writer
 	opts   ExportOptions
 	groups *groupCache
+	// fence is the set's fence record, read once: a run of a world a
+	// restore rolled back is not delivered.
+	fence rollout.SetFence
 }
 
 // exportWindowOf builds the lines of a window of closed runs concurrently
@@ -162,7 +169,7 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 	// Each line waits on a status query or a result: latency-bound, so a
 	// feed page reads as many at once as updates are sent.
 	err = fanout.Each(ctx, len(infos), updateConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, job.src, job.set, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
+		f, ok, err := finished(ctx, job.src, job.set, job.fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
 		if err != nil || !ok {
 			return err
 		}
@@ -205,13 +212,18 @@ func encodeLine(line ExportLine) ([]byte, error) {
 // its attempts (runs: every run of its workflow ID, the latest first; see
 // listRunsOf), and its result or failure.
 // ok is false when the run is not to be exported: a later run replaced it
-// (the later run is exported once finished), or it no longer holds a result.
-func finished(ctx context.Context, src exportSource, set string, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
+// (the later run is exported once finished), it no longer holds a result,
+// or a restore of the set fenced it (it started inside a restore's window,
+// or it stopped FencedByRestore): in the restored world it does not exist.
+func finished(ctx context.Context, src exportSource, set string, fence rollout.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
 		return f, false, nil
 	}
-	if ok, err := fetchFinished(ctx, src, &rec); err != nil || !ok {
+	if _, fenced := fence.FencesResult(rec.Start); fenced {
+		return f, false, nil
+	}
+	if ok, err := fetchFinished(ctx, src, &rec); err != nil || !ok || rec.Fenced {
 		return f, false, err
 	}
 	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}

@@ -397,8 +397,9 @@ func TestExportSet(t *testing.T) {
 	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+finishedQuery) {
 		t.Errorf("set query %q", src.queries[0])
 	}
-	if len(src.described) != 3 {
-		t.Errorf("ledgers described %v, want each of the 3 groups once", src.described)
+	// The set's fence record once, then each of the 3 groups' ledgers once.
+	if len(src.described) != 4 || src.described[0] != rollout.SetFenceWorkflowID("s1") {
+		t.Errorf("described %v, want the fence record, then each of the 3 groups once", src.described)
 	}
 
 	// The trainer's view: the complete group's lines only; the failed

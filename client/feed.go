@@ -111,7 +111,11 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 	for i, c := range chosen {
 		infos[i] = c.info
 	}
-	lines, err := buildWindow(ctx, exportJob{src: src, store: store, set: r.Set, groups: newGroupCache(src, r.Set)}, infos)
+	fence, err := rollout.ReadSetFence(ctx, src, r.Set)
+	if err != nil {
+		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
+	}
+	lines, err := buildWindow(ctx, exportJob{src: src, store: store, set: r.Set, groups: newGroupCache(src, r.Set), fence: fence}, infos)
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}

@@ -36,13 +36,17 @@ func resultsPage(ctx context.Context, src exportSource, set string, token []byte
 		return nil, nil, fmt.Errorf("list results of set %q: %w", set, err)
 	}
 	infos := resp.GetExecutions()
+	fence, err := rollout.ReadSetFence(ctx, src, set)
+	if err != nil {
+		return nil, nil, fmt.Errorf("results of set %q: %w", set, err)
+	}
 	runs, err := listRunsOf(ctx, src, "", workflowIDsOf(infos))
 	if err != nil {
 		return nil, nil, fmt.Errorf("results of set %q: %w", set, err)
 	}
 	recs := make([]*RolloutRecord, len(infos))
 	err = fanout.Each(ctx, len(infos), fetchConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, src, set, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
+		f, ok, err := finished(ctx, src, set, fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
 		if ok {
 			recs[i] = &f.rec
 		}

@@ -217,6 +217,8 @@ func fetchResult(ctx context.Context, c runGetter, rec *RolloutRecord) error {
 	var wee *temporal.WorkflowExecutionError
 	if errors.As(err, &wee) {
 		rec.Err = causeFirst(err).Error()
+		var ae *temporal.ApplicationError
+		rec.Fenced = errors.As(err, &ae) && ae.Type() == rollout.ErrFencedByRestore
 		return nil
 	}
 	return fmt.Errorf("result of rollout %s (run %s): %w", rec.RolloutID, rec.RunID, err)

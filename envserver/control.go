@@ -543,8 +543,9 @@ func (s *Server) handleRestore(r *http.Request, body []byte) (any, error) {
 	attemptsJSON, _ := json.Marshal(req.Attempts) // sorted keys: a canonical key
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
 		op: opRestore, id: req.RestoreID, checkpoint: req.CheckpointID,
-		key:     "checkpoint " + req.CheckpointID + " location " + loc + " attempts " + string(attemptsJSON),
-		allowed: []protocol.Phase{protocol.PhaseIdle}, during: protocol.PhaseRestoring,
+		key: "checkpoint " + req.CheckpointID + " location " + loc + " attempts " + string(attemptsJSON),
+		// committed: a checkpoint left paused (stay-paused), taken over.
+		allowed: []protocol.Phase{protocol.PhaseIdle, protocol.PhaseCommitted}, during: protocol.PhaseRestoring,
 	})
 	if aerr != nil || replay != nil {
 		return replay, aerr

@@ -23,6 +23,15 @@ const (
 	sessionRestore    = "restore"
 )
 
+// takenOverSession is what a restore took over of a committed checkpoint
+// session: its id and recorded answers.
+type takenOverSession struct {
+	id         string
+	results    map[string]recorded
+	frozen     *serverState
+	cutRetires map[string]int
+}
+
 // retiredSession is what the fence keeps of a session resume ended.
 type retiredSession struct {
 	answer protocol.ResumeResponse
@@ -53,6 +62,11 @@ type recorded struct {
 //     checkpoint k on a live server, under the default restore id k); once
 //     that restore is resumed the id is retired as a restore. Restoring the
 //     same checkpoint again takes a new restore id;
+//   - a restore may take over a checkpoint session left committed (a
+//     checkpoint taken with stay-paused, never resumed): admission stays
+//     closed throughout, and when the restore succeeds the checkpoint's id
+//     is retired as if resumed; when it fails the checkpoint session is
+//     back as it was;
 //   - an operation not allowed in the phase → invalid_phase;
 //   - a failed operation returns to the phase (and active id) it started
 //     from and records nothing, so it can be tried again;
@@ -110,8 +124,11 @@ type opRun struct {
 	entryActive string
 	entryKind   string
 	entryCkpt   string
-	ctx         context.Context // cancelled when resume aborts the operation
-	cancel      context.CancelFunc
+	// takenOver is the committed checkpoint session a restore took over,
+	// kept so a failed restore gives it back whole; nil otherwise.
+	takenOver *takenOverSession
+	ctx       context.Context // cancelled when resume aborts the operation
+	cancel    context.CancelFunc
 }
 
 // begin lets spec's operation start, or returns the recorded answer to
@@ -171,9 +188,12 @@ func (f *phaseFence) decideLocked(spec opSpec) (answer any, decided bool, err er
 					"(restore a checkpoint again under a new restore_id)", kindName(ret.kind), spec.id, spec.op)
 		}
 	}
-	if f.active != "" && f.active != spec.id {
+	if f.active != "" && f.active != spec.id && !f.takesOverLocked(spec) {
 		return nil, true, refuse(protocol.CodeCheckpointConflict,
 			"checkpoint %q is active (phase %s); %s of checkpoint %q refused", f.active, f.phase, spec.op, spec.id)
+	}
+	if f.takesOverLocked(spec) {
+		return nil, false, nil // the checkpoint's recorded answers are not the restore's
 	}
 	if r, ok := f.results[spec.op]; ok {
 		if r.key != spec.key {
@@ -183,6 +203,14 @@ func (f *phaseFence) decideLocked(spec opSpec) (answer any, decided bool, err er
 		return r.answer, true, nil
 	}
 	return nil, false, nil
+}
+
+// takesOverLocked says whether spec is a restore that takes over a
+// checkpoint session left committed (stay-paused): nothing of it runs, its
+// cut is written, and the restore replaces the world it paused. Callers
+// hold f.mu.
+func (f *phaseFence) takesOverLocked(spec opSpec) bool {
+	return spec.op == opRestore && f.running == "" && f.phase == protocol.PhaseCommitted && f.activeKind == sessionCheckpoint
 }
 
 // checkPhaseLocked refuses an operation the phase does not allow, and a
@@ -205,6 +233,11 @@ func (f *phaseFence) checkPhaseLocked(spec opSpec) error {
 func (f *phaseFence) startLocked(ctx context.Context, spec opSpec) *opRun {
 	run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
 	run.ctx, run.cancel = context.WithCancel(ctx)
+	if f.takesOverLocked(spec) {
+		run.takenOver = &takenOverSession{id: f.active, results: f.results, frozen: f.frozen, cutRetires: f.cutRetires}
+		f.results, f.frozen, f.cutRetires = map[string]recorded{}, nil, nil
+		f.activeCheckpoint = spec.checkpoint
+	}
 	if f.active != spec.id {
 		f.activeCheckpoint = spec.checkpoint
 	}
@@ -249,6 +282,10 @@ func (f *phaseFence) fail(run *opRun) {
 	f.phase = run.entryPhase
 	f.active = run.entryActive
 	f.activeKind, f.activeCheckpoint = run.entryKind, run.entryCkpt
+	if t := run.takenOver; t != nil {
+		// The committed checkpoint session, as it was.
+		f.results, f.frozen, f.cutRetires = t.results, t.frozen, t.cutRetires
+	}
 	if f.phase == protocol.PhaseIdle {
 		f.active, f.activeKind, f.activeCheckpoint = "", sessionNone, ""
 		f.frozen = nil
@@ -271,6 +308,11 @@ func (f *phaseFence) succeed(run *opRun, after protocol.Phase, answer any) {
 		f.cutRetires = nil
 	} else {
 		f.results[run.spec.op] = recorded{key: run.spec.key, answer: answer}
+	}
+	if t := run.takenOver; t != nil {
+		// The checkpoint session ends here, as a resume would have ended
+		// it: a late resume of it replays, a late prepare or commit is stale.
+		f.retired[t.id] = retiredSession{answer: protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: t.id}, kind: sessionCheckpoint}
 	}
 	f.endLocked(run)
 }

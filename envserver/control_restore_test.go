@@ -783,3 +783,67 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 		t.Fatalf("a after the restore = %+v", info)
 	}
 }
+
+// TestRestoreTakesOverStayPausedCheckpoint: a checkpoint taken with
+// stay-paused leaves the server committed, admission closed. A restore
+// takes that session over without reopening admission: a failed one gives
+// the checkpoint session back as it was, a successful one retires the
+// checkpoint's id (a late resume of it replays, a late prepare is stale)
+// and the server ends open after the restore's resume. Under the
+// checkpoint's own id and under a restore id of its own.
+func TestRestoreTakesOverStayPausedCheckpoint(t *testing.T) {
+	for _, restoreID := range []string{"", "r1"} {
+		t.Run("restore_id="+restoreID, func(t *testing.T) {
+			ctx := context.Background()
+			f := newCtlFixture(t)
+			f.startEnv(t, counter.Name, "a", 0)
+			f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
+			f.prepare(t, "k")
+			dir := filepath.Join(t.TempDir(), "k")
+			if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+			committed := func(what string) {
+				t.Helper()
+				if st := f.status(t); st.Phase != protocol.PhaseCommitted || st.CheckpointID != "k" || st.Admission != protocol.AdmissionClosed {
+					t.Fatalf("status %s = %+v, want committed k, admission closed", what, st)
+				}
+			}
+			committed("after a stay-paused commit")
+
+			bad := protocol.RestoreRequest{CheckpointID: "k", RestoreID: restoreID, Location: filepath.Join(t.TempDir(), "missing"), Attempts: map[string]int{"a": 1}}
+			if _, err := f.cc.Restore(ctx, bad); err == nil {
+				t.Fatal("restore of a missing location succeeded")
+			}
+			committed("after a failed restore")
+			_, err := f.c.Operate(ctx, inc("a", 0, "a/t1/c0", 1, 1))
+			wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+
+			res, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: restoreID, Location: dir, Attempts: map[string]int{"a": 1}})
+			if err != nil {
+				t.Fatalf("restore onto the stay-paused server: %v", err)
+			}
+			rid := restoreID
+			if rid == "" {
+				rid = "k"
+			}
+			if res.Phase != protocol.PhaseRestored || res.RestoreID != rid || len(res.Restored) != 1 {
+				t.Fatalf("restore = %+v", res)
+			}
+			if _, err := f.cc.ResumeRestore(ctx, "k", rid); err != nil {
+				t.Fatalf("resume restore %s: %v", rid, err)
+			}
+			if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
+				t.Fatalf("status after the restore's resume = %+v", st)
+			}
+			if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 1 {
+				t.Fatalf("a after the restore = %+v", info)
+			}
+			// The checkpoint session is over: a late resume of it replays and
+			// changes nothing, a late prepare is stale.
+			f.resume(t, "k")
+			_, err = f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "k", Deadline: future()})
+			wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
+		})
+	}
+}

@@ -309,6 +309,11 @@ type Input struct {
 	// checking the namespace has them registered: an upsert of an unknown
 	// attribute fails the workflow task over and over.
 	ProgressAttributes bool `json:"progress_attributes,omitempty"`
+	// StartedAt is when the first run of this rollout's chain started: the
+	// run sets it, and a continue-as-new or a group retry carries it on,
+	// while a restore starts a new chain without it. A set's fence record
+	// is compared with it (SetFence.FencesRun). Submitters leave it unset.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool

@@ -113,6 +113,9 @@ type rollout struct {
 	// deferPhase: a phase whose next step is a local environment call is
 	// published with the next upsert, not on its own (see upsertChange).
 	deferPhase bool
+	// setFence: the run consults its set's fence record before its first
+	// environment call and before its result (see setFenceChange).
+	setFence bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -186,6 +189,7 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	r.setupEnvCalls(ctx)
 	r.setupDeferredPhase(ctx)
 	r.setupUpsertDelta(ctx)
+	r.setupSetFence(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -293,6 +297,9 @@ func (r *rollout) onAck(_ workflow.Context, _ AckRequest) error {
 
 func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	if r.in.Completed != nil {
+		if err := r.checkSetFence(ctx, "its result lands"); err != nil {
+			return Result{}, err
+		}
 		// A restored result: its group may not have heard of it (a ledger
 		// lost with the server); a report heard before changes nothing.
 		r.reportDone(ctx)
@@ -300,6 +307,9 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	}
 	r.reportRestored(ctx)
 	if err := r.boundary(ctx); err != nil {
+		return Result{}, err
+	}
+	if err := r.checkSetFence(ctx, "its first environment call"); err != nil {
 		return Result{}, err
 	}
 	if !r.b.Seeded {
@@ -580,6 +590,9 @@ func (r *rollout) failure(ctx workflow.Context, err error, what string, model bo
 }
 
 func (r *rollout) finish(ctx workflow.Context) (Result, error) {
+	if err := r.checkSetFence(ctx, "verify and its result"); err != nil {
+		return Result{}, err
+	}
 	in := VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
 		RequestID: protocol.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,

@@ -41,6 +41,9 @@ type world struct {
 	generation  func(turn int) *rollout.GenerationRef    // the generation a model call reports
 	verifyErr   func(in rollout.VerifyInput) error       // error of a verify call
 	operates    int
+	// fence answers the set fence checks; fenceChecks records them.
+	fence       func(in rollout.CheckSetFenceInput) rollout.CheckSetFenceResult
+	fenceChecks []rollout.CheckSetFenceInput
 	verifies    []rollout.VerifyInput
 	starts      []rollout.StartEnvironmentInput
 }
@@ -58,6 +61,17 @@ func (w *world) register(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivityWithOptions(w.model, activity.RegisterOptions{Name: rollout.CallModelName})
 	env.RegisterActivityWithOptions(w.operate, activity.RegisterOptions{Name: rollout.OperateEnvironmentName})
 	env.RegisterActivityWithOptions(w.verify, activity.RegisterOptions{Name: rollout.VerifyName})
+	env.RegisterActivityWithOptions(w.checkFence, activity.RegisterOptions{Name: rollout.CheckSetFenceName})
+}
+
+func (w *world) checkFence(_ context.Context, in rollout.CheckSetFenceInput) (rollout.CheckSetFenceResult, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fenceChecks = append(w.fenceChecks, in)
+	if w.fence == nil {
+		return rollout.CheckSetFenceResult{}, nil
+	}
+	return w.fence(in), nil
 }
 
 func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (rollout.StartEnvironmentResult, error) {

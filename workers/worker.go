@@ -201,6 +201,7 @@ func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinat
 	// CancelGroupMembers; the coordinator's PrepareParticipants, ParkMembers, …).
 	r.RegisterActivity(acts)
 	r.RegisterActivity(&rollout.GroupActivities{Client: coord.Client})
+	r.RegisterActivity(&rollout.FenceActivities{Client: coord.Client})
 	RegisterControl(r, coord)
 }
 
@@ -210,5 +211,8 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.RecoverServer, workflow.RegisterOptions{Name: checkpoint.RecoverServerWorkflowName})
+	// A set's fence record, started by a restore's FenceSet step on the
+	// control queue.
+	r.RegisterWorkflowWithOptions(rollout.SetFenceWorkflow, workflow.RegisterOptions{Name: rollout.SetFenceWorkflowName})
 	r.RegisterActivity(coord)
 }

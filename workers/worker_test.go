@@ -45,15 +45,19 @@ func TestRegister(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
-	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName}
+	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
+		checkpoint.RecoverServerWorkflowName, rollout.SetFenceWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
-	if len(r.activities) != 3 || r.activities[0] != any(acts) || r.activities[2] != any(coord) {
+	if len(r.activities) != 4 || r.activities[0] != any(acts) || r.activities[3] != any(coord) {
 		t.Errorf("activities registered: %v", r.activities)
 	}
 	if g, ok := r.activities[1].(*rollout.GroupActivities); !ok || g.Client != coord.Client {
 		t.Errorf("group activities registered: %#v", r.activities[1])
+	}
+	if f, ok := r.activities[2].(*rollout.FenceActivities); !ok || f.Client != coord.Client {
+		t.Errorf("fence activities registered: %#v", r.activities[2])
 	}
 	if coord.Store != acts.Store {
 		t.Error("the coordinator does not share the rollout activities' transcript store")
@@ -144,7 +148,7 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, rollout.SetFenceWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
