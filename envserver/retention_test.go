@@ -59,7 +59,8 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 		}
 	}
 	clock.advance(40 * time.Second)
-	replays("a") // used at 40 s
+	replays("a")   // used at 40 s
+	f.info(t, "b") // reading its info is no use of it
 	clock.advance(30 * time.Second)
 	dropped("b") // unused for 70 s
 	replays("a") // unused for 30 s; used again at 70 s

@@ -207,7 +207,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sl.mu.Lock()
 	s.settle(sl)
-	sess, evicted := s.store.current(sl)
+	sess, evicted := s.store.peek(sl)
 	var info protocol.SessionInfo
 	switch {
 	case sess != nil:

@@ -151,9 +151,22 @@ func (st *sessionStore) slotFor(id string) *slot {
 
 // current returns the rollout's session, live or retired; when the retired
 // session's receipts were evicted, it returns the evicted session's info
-// instead. Callers hold sl.mu. A retired session is never modified, so
-// reading it after this returns is safe.
+// instead. It is for a data-plane request, which uses the session: a
+// retired session's grace starts over. Callers hold sl.mu. A retired
+// session is never modified, so reading it after this returns is safe.
 func (st *sessionStore) current(sl *slot) (*session, *protocol.SessionInfo) {
+	return st.find(sl, true)
+}
+
+// peek is current without using the session: for checkpoint exports, the
+// control plane and session info, which read a retired session but must
+// not keep its receipts alive (a checkpoint every 30 s would keep every
+// one forever).
+func (st *sessionStore) peek(sl *slot) (*session, *protocol.SessionInfo) {
+	return st.find(sl, false)
+}
+
+func (st *sessionStore) find(sl *slot, use bool) (*session, *protocol.SessionInfo) {
 	if sl.live != nil {
 		return sl.live, nil
 	}
@@ -161,9 +174,11 @@ func (st *sessionStore) current(sl *slot) (*session, *protocol.SessionInfo) {
 	defer st.mu.Unlock()
 	st.expireLocked()
 	if el, ok := st.retired[sl.id]; ok {
-		st.retiredLRU.MoveToFront(el)
 		e := el.Value.(*retiredEntry)
-		e.used = st.now()
+		if use {
+			st.retiredLRU.MoveToFront(el)
+			e.used = st.now()
+		}
 		return e.sess, nil
 	}
 	if info, ok := st.evictedInfo[sl.id]; ok {
@@ -358,7 +373,7 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	defer sl.mu.Unlock()
 	s.settle(sl)
 	fences[sl.id] = sl.installed()
-	sess, _ := s.store.current(sl)
+	sess, _ := s.store.peek(sl)
 	if sess == nil {
 		return sessionRecord{}, false, nil
 	}
