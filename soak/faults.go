@@ -21,10 +21,34 @@ const startConcurrency = 16
 // closedQuery selects the runs of a set that have ended for good.
 const closedQuery = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
 
-// feed starts rollouts until Concurrency are in flight: started minus
-// closed, as visibility shows them (its lag only under-counts closed ones,
-// so the set never overshoots).
-func (r *run) feed(ctx context.Context) error {
+// primeRollouts is how many rollouts run while the soak takes its first
+// checkpoint (see prime).
+const primeRollouts = 50
+
+// feed starts rollouts until Concurrency are in flight.
+func (r *run) feed(ctx context.Context) error { return r.feedUpTo(ctx, r.cfg.Concurrency) }
+
+// prime starts a first batch of rollouts and takes a checkpoint of them
+// before the full load, when environment server kills are on. Scoped
+// recovery needs a committed checkpoint, and on a starved machine no cut
+// of the full load may commit: parking 1,000 rollouts whose workflow tasks
+// queue for a minute misses its deadline, and every later kill would be
+// skipped. A rollout started after this cut and moved by a recovery starts
+// over on the replacement, as scoped recovery does for any such rollout.
+func (r *run) prime(ctx context.Context) error {
+	if r.cfg.EnvKillEvery == 0 {
+		return nil
+	}
+	if err := r.feedUpTo(ctx, min(r.cfg.Concurrency, primeRollouts)); err != nil {
+		return err
+	}
+	return r.checkpoint(ctx)
+}
+
+// feedUpTo starts rollouts until want are in flight: started minus closed,
+// as visibility shows them (its lag only under-counts closed ones, so the
+// set never overshoots).
+func (r *run) feedUpTo(ctx context.Context, want int) error {
 	closed, err := r.closed(ctx)
 	if err != nil {
 		return err
@@ -32,7 +56,7 @@ func (r *run) feed(ctx context.Context) error {
 	r.mu.Lock()
 	from := r.submitted
 	r.mu.Unlock()
-	n := min(r.cfg.Concurrency-(from-closed), r.cfg.MaxRollouts-from)
+	n := min(want-(from-closed), r.cfg.MaxRollouts-from)
 	if n <= 0 {
 		return nil
 	}

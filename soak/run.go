@@ -90,6 +90,9 @@ func (r *run) load(ctx context.Context) error {
 	loadCtx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer cancel()
 	r.cfg.Logf("load: %d concurrent rollouts for %s", r.cfg.Concurrency, r.cfg.Duration)
+	if err := r.prime(loadCtx); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(loadCtx)
 	// Kills come half an interval out of step, so with equal intervals a
 	// sample or a checkpoint never lands on a worker that just died; the
@@ -101,8 +104,8 @@ func (r *run) load(ctx context.Context) error {
 		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		// A full interval first: the first checkpoint must have had time to
-		// commit, or there is nothing to recover from.
+		// A full interval first, after prime's checkpoint of the first
+		// batch, so there is a committed checkpoint to recover from.
 		loops = append(loops, loop{r.cfg.EnvKillEvery, 0, r.killEnv})
 	}
 	for _, l := range loops {
