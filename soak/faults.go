@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
@@ -138,7 +139,12 @@ func (r *run) checkpoint(ctx context.Context) error {
 // resume releases a failed checkpoint's participants and rollouts (what
 // its error tells an operator to do) and returns how many rollouts it
 // sent the resume; a resume that fails leaves rollouts parked: a problem.
+// Only the participants still running are resumed: one SIGKILLed while
+// the checkpoint ran holds nothing (its replacement never took part), and
+// its dead address would fail the resume as it failed the abort.
 func (r *run) resume(ctx context.Context, id string, parts []string) int {
+	live := r.st.envURLs()
+	parts = slices.DeleteFunc(slices.Clone(parts), func(u string) bool { return !slices.Contains(live, u) })
 	sum, err := r.ts.Resume(ctx, client.ResumeRequest{Set: r.set, CheckpointID: id, Participants: parts, ControlToken: controlToken})
 	if err != nil {
 		r.problem("resume of failed checkpoint %s: %v", id, err)
