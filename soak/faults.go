@@ -22,6 +22,11 @@ const startConcurrency = 16
 // closedQuery selects the runs of a set that have ended for good.
 const closedQuery = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
 
+// finishedQuery selects the runs that ended a rollout: closed, but not
+// terminated (the runs a recovery replaces are terminated, and their
+// rollouts run on as a higher attempt). A rollout has at most one.
+const finishedQuery = closedQuery + " AND ExecutionStatus != 'Terminated'"
+
 // primeRollouts is how many rollouts run while the soak takes its first
 // checkpoint (see prime).
 const primeRollouts = 50
@@ -46,18 +51,20 @@ func (r *run) prime(ctx context.Context) error {
 	return r.checkpoint(ctx)
 }
 
-// feedUpTo starts rollouts until want are in flight: started minus closed,
-// as visibility shows them (its lag only under-counts closed ones, so the
-// set never overshoots).
+// feedUpTo starts rollouts until want are in flight: started minus
+// finished, as visibility shows them (its lag only under-counts finished
+// ones, so the set never overshoots). Not closed: that count is zero while
+// any run is running (see closed), which fed nothing after the first
+// batch until the whole set had ended.
 func (r *run) feedUpTo(ctx context.Context, want int) error {
-	closed, err := r.closed(ctx)
+	finished, err := r.count(ctx, finishedQuery)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	from := r.submitted
 	r.mu.Unlock()
-	n := min(want-(from-closed), r.cfg.MaxRollouts-from)
+	n := min(want-(from-finished), r.cfg.MaxRollouts-from)
 	if n <= 0 {
 		return nil
 	}
@@ -87,22 +94,24 @@ func (r *run) feedUpTo(ctx context.Context, want int) error {
 	return nil
 }
 
-// closed counts the set's runs that have ended for good.
+// closed counts the set's runs that have ended for good, and zero while
+// any still runs: a recovery ends the runs it replaces, so closed runs may
+// outnumber the rollouts while some still run. The drain waits on it.
 func (r *run) closed(ctx context.Context) (int, error) {
-	count := func(q string) (int, error) {
-		resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(r.set) + " AND " + q})
-		if err != nil {
-			return 0, fmt.Errorf("soak: count rollouts: %w", err)
-		}
-		return int(resp.GetCount()), nil
-	}
-	running, err := count("ExecutionStatus = 'Running'")
+	running, err := r.count(ctx, "ExecutionStatus = 'Running'")
 	if err != nil || running > 0 {
-		// A recovery ends the runs it replaces: closed runs may outnumber
-		// the rollouts while some still run.
 		return 0, err
 	}
-	return count(closedQuery)
+	return r.count(ctx, closedQuery)
+}
+
+// count counts the set's runs that match q, as visibility shows them.
+func (r *run) count(ctx context.Context, q string) (int, error) {
+	resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(r.set) + " AND " + q})
+	if err != nil {
+		return 0, fmt.Errorf("soak: count rollouts: %w", err)
+	}
+	return int(resp.GetCount()), nil
 }
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed
