@@ -57,6 +57,8 @@ func (r *run) prime(ctx context.Context) error {
 // any run is running (see closed), which fed nothing after the first
 // batch until the whole set had ended.
 func (r *run) feedUpTo(ctx context.Context, want int) error {
+	r.envSwap.RLock()
+	defer r.envSwap.RUnlock()
 	finished, err := r.count(ctx, finishedQuery)
 	if err != nil {
 		return err
@@ -194,6 +196,8 @@ func (r *run) killEnv(ctx context.Context) error {
 		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed yet", r.since())
 		return nil
 	}
+	r.envSwap.Lock()
+	defer r.envSwap.Unlock()
 	i := r.pick(len(r.st.envs))
 	r.st.mu.Lock()
 	old := r.st.envs[i]

@@ -28,6 +28,12 @@ type run struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand // the fault schedule; drawn through pick, by the worker and env-server kill loops at once
 
+	// envSwap is held shared by a feed (from choosing its rollouts'
+	// servers to the last start) and exclusively by an environment server
+	// kill until its recovery is done: a rollout started on the dead
+	// address after the recovery listed the set would never be moved.
+	envSwap sync.RWMutex
+
 	mu        sync.Mutex
 	report    Report
 	serverOf  map[string]int // rollout id → environment server index
