@@ -125,6 +125,8 @@ func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Lock()
 	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
 	r.mu.Unlock()
+	r.cutOrKill.Lock()
+	defer r.cutOrKill.Unlock()
 	began := time.Now()
 	parts := r.st.envURLs()
 	res, err := r.ts.Checkpoint(ctx, client.CheckpointRequest{
@@ -196,6 +198,8 @@ func (r *run) killEnv(ctx context.Context) error {
 		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed yet", r.since())
 		return nil
 	}
+	r.cutOrKill.Lock()
+	defer r.cutOrKill.Unlock()
 	r.envSwap.Lock()
 	defer r.envSwap.Unlock()
 	i := r.pick(len(r.st.envs))

@@ -33,6 +33,11 @@ type run struct {
 	// kill until its recovery is done: a rollout started on the dead
 	// address after the recovery listed the set would never be moved.
 	envSwap sync.RWMutex
+	// cutOrKill keeps a checkpoint and an environment server kill apart. A
+	// server killed after it prepared a cut leaves the coordinator retrying
+	// its commit against the dead address for the step's hour-long
+	// budget; the soak is about recovering from a kill, not about that.
+	cutOrKill sync.Mutex
 
 	mu        sync.Mutex
 	report    Report
