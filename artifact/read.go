@@ -453,6 +453,7 @@ func readShard(ctx context.Context, st storage.Store, ref ShardRef, entries []In
 // walkMembers demands that tr holds exactly entries, in order.
 func walkMembers(tr *tar.Reader, entries []IndexEntry, collect func(int, []byte)) error {
 	seen := make(map[string]bool, len(entries))
+	buf := copyBuffer(entries)
 	for i := 0; ; i++ {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -491,7 +492,7 @@ func walkMembers(tr *tar.Reader, entries []IndexEntry, collect func(int, []byte)
 				return fmt.Errorf("member %q (key %q): read: %v", hdr.Name, e.Key, err)
 			}
 			h.Write(data)
-		} else if n, err := io.Copy(h, tr); err != nil || n != e.Size {
+		} else if n, err := io.CopyBuffer(h, tr, buf); err != nil || n != e.Size {
 			return fmt.Errorf("member %q (key %q): read %d of %d bytes: %v", hdr.Name, e.Key, n, e.Size, err)
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != e.SHA256 {
@@ -501,6 +502,17 @@ func walkMembers(tr *tar.Reader, entries []IndexEntry, collect func(int, []byte)
 			collect(i, data)
 		}
 	}
+}
+
+// copyBuffer is the one buffer walkMembers hashes a shard's members
+// through: io.Copy would allocate 32 KiB per member, most of it unused for
+// the small records a rollout or session usually is.
+func copyBuffer(entries []IndexEntry) []byte {
+	size := int64(512)
+	for _, e := range entries {
+		size = max(size, min(e.Size, 32<<10))
+	}
+	return make([]byte, size)
 }
 
 // checkMemberHeader refuses unsafe names, anything but regular files, and

@@ -351,7 +351,7 @@ func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 		return protocol.RetireResponse{RolloutID: id, Fence: floor, Pending: true}
 	}
 	defer sl.mu.Unlock()
-	sess, evicted := s.store.current(sl)
+	sess, evicted := s.store.peek(sl)
 	discarded := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
 	s.settle(sl)
 	s.log.Info("retired execution", zap.String("rollout_id", id), zap.Int("below_attempt", floor), zap.Bool("discarded", discarded))
@@ -653,7 +653,7 @@ func (s *Server) dropBelow(id string, floor int) bool {
 	sl.mu.Lock()
 	s.settle(sl)
 	sl.raise(floor)
-	sess, evicted := s.store.current(sl)
+	sess, evicted := s.store.peek(sl)
 	dropped := (sess != nil && sess.Attempt < floor) || (evicted != nil && evicted.Attempt < floor)
 	old := s.store.drop(sl, floor)
 	sl.mu.Unlock()

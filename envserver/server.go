@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -36,6 +37,14 @@ type ServerConfig struct {
 	// RetiredSessions bounds how many retired sessions keep their receipts;
 	// 0 means DefaultRetiredSessions.
 	RetiredSessions int
+	// RetiredGrace is how long a retired session keeps its receipts after
+	// its last use; 0 means DefaultRetiredGrace, negative no time limit.
+	// Past either bound only the session's info is kept: a request its
+	// receipts would have answered is refused with session_retired, never
+	// applied again.
+	RetiredGrace time.Duration
+	// Now is the clock RetiredGrace is measured on; nil means time.Now.
+	Now func() time.Time
 	// Name is the participant's name in its capabilities and checkpoints;
 	// empty means DefaultServerName.
 	Name string
@@ -87,7 +96,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		fp:        cfg.Failpoints,
 		log:       cfg.Logger,
 		mux:       http.NewServeMux(),
-		store:     newSessionStore(cfg.RetiredSessions),
+		store:     newSessionStore(cfg.RetiredSessions, cfg.RetiredGrace, cfg.Now),
 		dataToken: newBearer(cfg.DataToken),
 		dataOpen:  cfg.InsecureNoDataAuth,
 	}
@@ -198,7 +207,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	sl.mu.Lock()
 	s.settle(sl)
-	sess, evicted := s.store.current(sl)
+	sess, evicted := s.store.peek(sl)
 	var info protocol.SessionInfo
 	switch {
 	case sess != nil:

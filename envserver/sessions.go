@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -18,6 +19,12 @@ import (
 // DefaultRetiredSessions is how many retired sessions keep their receipts
 // (so a verify retried after the session ended still gets its verdict).
 const DefaultRetiredSessions = 4096
+
+// DefaultRetiredGrace is how long a retired session keeps its receipts after
+// its last use (its retirement, or a request answered from them). A retry
+// of a finished rollout's request comes within an activity's timeout (the
+// longest, a rollout's model call, is 5 minutes); twice that is the grace.
+const DefaultRetiredGrace = 10 * time.Minute
 
 // Receipt kinds: which mutation a stored response answers.
 const (
@@ -76,12 +83,18 @@ func (sl *slot) raise(v int) {
 	}
 }
 
-// sessionStore holds the slots and the retired sessions.
+// sessionStore holds the slots and the retired sessions. A retired
+// session keeps its receipts while it is among the retiredCap most
+// recently used and was used within grace; then only its info is kept
+// (evictedInfo), and a request it would have answered fails closed.
 type sessionStore struct {
 	mu          sync.Mutex
 	slots       map[string]*slot
 	liveCount   int
 	retiredCap  int
+	grace       time.Duration // < 0: no time limit
+	now         func() time.Time
+	sweep       *time.Timer                     // pending sweep of the oldest retired session, or nil
 	retiredLRU  *list.List                      // of *retiredEntry, most recent first
 	retired     map[string]*list.Element        // rollout id → LRU element
 	evictedInfo map[string]protocol.SessionInfo // retired sessions whose receipts were dropped
@@ -90,15 +103,27 @@ type sessionStore struct {
 type retiredEntry struct {
 	id   string
 	sess *session
+	used time.Time // retired, or last answered from
 }
 
-func newSessionStore(retiredCap int) *sessionStore {
+// newSessionStore bounds retired sessions by count (retiredCap, 0: the
+// default) and by time since their last use (grace, 0: the default,
+// negative: none), measured on now (nil: time.Now).
+func newSessionStore(retiredCap int, grace time.Duration, now func() time.Time) *sessionStore {
 	if retiredCap <= 0 {
 		retiredCap = DefaultRetiredSessions
+	}
+	if grace == 0 {
+		grace = DefaultRetiredGrace
+	}
+	if now == nil {
+		now = time.Now
 	}
 	return &sessionStore{
 		slots:       map[string]*slot{},
 		retiredCap:  retiredCap,
+		grace:       grace,
+		now:         now,
 		retiredLRU:  list.New(),
 		retired:     map[string]*list.Element{},
 		evictedInfo: map[string]protocol.SessionInfo{},
@@ -126,17 +151,35 @@ func (st *sessionStore) slotFor(id string) *slot {
 
 // current returns the rollout's session, live or retired; when the retired
 // session's receipts were evicted, it returns the evicted session's info
-// instead. Callers hold sl.mu. A retired session is never modified, so
-// reading it after this returns is safe.
+// instead. It is for a data-plane request, which uses the session: a
+// retired session's grace starts over. Callers hold sl.mu. A retired
+// session is never modified, so reading it after this returns is safe.
 func (st *sessionStore) current(sl *slot) (*session, *protocol.SessionInfo) {
+	return st.find(sl, true)
+}
+
+// peek is current without using the session: for checkpoint exports, the
+// control plane and session info, which read a retired session but must
+// not keep its receipts alive (a checkpoint every 30 s would keep every
+// one forever).
+func (st *sessionStore) peek(sl *slot) (*session, *protocol.SessionInfo) {
+	return st.find(sl, false)
+}
+
+func (st *sessionStore) find(sl *slot, use bool) (*session, *protocol.SessionInfo) {
 	if sl.live != nil {
 		return sl.live, nil
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.expireLocked()
 	if el, ok := st.retired[sl.id]; ok {
-		st.retiredLRU.MoveToFront(el)
-		return el.Value.(*retiredEntry).sess, nil
+		e := el.Value.(*retiredEntry)
+		if use {
+			st.retiredLRU.MoveToFront(el)
+			e.used = st.now()
+		}
+		return e.sess, nil
 	}
 	if info, ok := st.evictedInfo[sl.id]; ok {
 		return nil, &info
@@ -163,14 +206,50 @@ func (st *sessionStore) pushRetiredLocked(id string, sess *session) {
 		st.retiredLRU.Remove(el)
 	}
 	delete(st.evictedInfo, id)
-	st.retired[id] = st.retiredLRU.PushFront(&retiredEntry{id: id, sess: sess})
+	st.retired[id] = st.retiredLRU.PushFront(&retiredEntry{id: id, sess: sess, used: st.now()})
 	for st.retiredLRU.Len() > st.retiredCap {
-		el := st.retiredLRU.Back()
-		e := el.Value.(*retiredEntry)
-		st.retiredLRU.Remove(el)
-		delete(st.retired, e.id)
-		st.evictedInfo[e.id] = e.sess.info(e.id)
+		st.evictLocked(st.retiredLRU.Back())
 	}
+	st.expireLocked()
+	st.armSweepLocked()
+}
+
+// evictLocked drops a retired session's receipts, keeping its info so that
+// a request it would have answered is refused, never applied again.
+func (st *sessionStore) evictLocked(el *list.Element) {
+	e := el.Value.(*retiredEntry)
+	st.retiredLRU.Remove(el)
+	delete(st.retired, e.id)
+	st.evictedInfo[e.id] = e.sess.info(e.id)
+}
+
+// expireLocked evicts the retired sessions unused for the grace period,
+// oldest first (the back of the LRU is the least recently used).
+func (st *sessionStore) expireLocked() {
+	if st.grace < 0 {
+		return
+	}
+	now := st.now()
+	for el := st.retiredLRU.Back(); el != nil && now.Sub(el.Value.(*retiredEntry).used) >= st.grace; el = st.retiredLRU.Back() {
+		st.evictLocked(el)
+	}
+}
+
+// armSweepLocked schedules one sweep for when the least recently used
+// retired session's grace ends, so that an idle server (a drained run)
+// lets go of receipts too, not only one that keeps retiring sessions.
+func (st *sessionStore) armSweepLocked() {
+	if st.grace < 0 || st.sweep != nil || st.retiredLRU.Len() == 0 {
+		return
+	}
+	wait := st.grace - st.now().Sub(st.retiredLRU.Back().Value.(*retiredEntry).used)
+	st.sweep = time.AfterFunc(max(wait, 0), func() {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.sweep = nil
+		st.expireLocked()
+		st.armSweepLocked()
+	})
 }
 
 // install makes sess the rollout's session (live or retired), dropping any
@@ -294,7 +373,7 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	defer sl.mu.Unlock()
 	s.settle(sl)
 	fences[sl.id] = sl.installed()
-	sess, _ := s.store.current(sl)
+	sess, _ := s.store.peek(sl)
 	if sess == nil {
 		return sessionRecord{}, false, nil
 	}

@@ -55,6 +55,11 @@ type Config struct {
 	// and recover its rollouts onto a replacement by scoped recovery; zero
 	// turns it off.
 	EnvKillEvery time.Duration
+	// RetiredGrace is the environment servers' --retired-grace: how long a
+	// finished session keeps its stored responses. The soak's default is
+	// shorter than the servers' own so that its ten minutes drop several
+	// generations of them; zero leaves the servers' default.
+	RetiredGrace time.Duration
 	// SampleEvery is the interval of memory and goroutine samples.
 	SampleEvery time.Duration
 
@@ -82,6 +87,7 @@ func Defaults() Config {
 		WorkerKillEvery:   time.Minute,
 		WorkerDownFor:     10 * time.Second,
 		EnvKillEvery:      envKillDefault,
+		RetiredGrace:      2 * time.Minute,
 		SampleEvery:       time.Minute,
 	}
 }
@@ -99,8 +105,8 @@ func (c Config) Validate() error {
 		return errors.New("soak: no environments")
 	case c.CheckpointEvery <= 0 || c.CheckpointTimeout <= 0 || c.WorkerKillEvery <= 0 || c.SampleEvery <= 0:
 		return errors.New("soak: checkpoint, checkpoint timeout, worker kill and sample intervals must be positive")
-	case c.WorkerDownFor < 0 || c.EnvKillEvery < 0:
-		return errors.New("soak: worker down time and environment server kill interval must not be negative")
+	case c.WorkerDownFor < 0 || c.EnvKillEvery < 0 || c.RetiredGrace < 0:
+		return errors.New("soak: worker down time, environment server kill interval and retired grace must not be negative")
 	}
 	return nil
 }

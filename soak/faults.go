@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
@@ -21,18 +22,51 @@ const startConcurrency = 16
 // closedQuery selects the runs of a set that have ended for good.
 const closedQuery = "ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
 
-// feed starts rollouts until Concurrency are in flight: started minus
-// closed, as visibility shows them (its lag only under-counts closed ones,
-// so the set never overshoots).
-func (r *run) feed(ctx context.Context) error {
-	closed, err := r.closed(ctx)
+// finishedQuery selects the runs that ended a rollout: closed, but not
+// terminated (the runs a recovery replaces are terminated, and their
+// rollouts run on as a higher attempt). A rollout has at most one.
+const finishedQuery = closedQuery + " AND ExecutionStatus != 'Terminated'"
+
+// primeRollouts is how many rollouts run while the soak takes its first
+// checkpoint (see prime).
+const primeRollouts = 50
+
+// feed starts rollouts until Concurrency are in flight.
+func (r *run) feed(ctx context.Context) error { return r.feedUpTo(ctx, r.cfg.Concurrency) }
+
+// prime starts a first batch of rollouts and takes a checkpoint of them
+// before the full load, when environment server kills are on. Scoped
+// recovery needs a committed checkpoint, and on a starved machine no cut
+// of the full load may commit: parking 1,000 rollouts whose workflow tasks
+// queue for a minute misses its deadline, and every later kill would be
+// skipped. A rollout started after this cut and moved by a recovery starts
+// over on the replacement, as scoped recovery does for any such rollout.
+func (r *run) prime(ctx context.Context) error {
+	if r.cfg.EnvKillEvery == 0 {
+		return nil
+	}
+	if err := r.feedUpTo(ctx, min(r.cfg.Concurrency, primeRollouts)); err != nil {
+		return err
+	}
+	return r.checkpoint(ctx)
+}
+
+// feedUpTo starts rollouts until want are in flight: started minus
+// finished, as visibility shows them (its lag only under-counts finished
+// ones, so the set never overshoots). Not closed: that count is zero while
+// any run is running (see closed), which fed nothing after the first
+// batch until the whole set had ended.
+func (r *run) feedUpTo(ctx context.Context, want int) error {
+	r.envSwap.RLock()
+	defer r.envSwap.RUnlock()
+	finished, err := r.count(ctx, finishedQuery)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	from := r.submitted
 	r.mu.Unlock()
-	n := min(r.cfg.Concurrency-(from-closed), r.cfg.MaxRollouts-from)
+	n := min(want-(from-finished), r.cfg.MaxRollouts-from)
 	if n <= 0 {
 		return nil
 	}
@@ -62,22 +96,24 @@ func (r *run) feed(ctx context.Context) error {
 	return nil
 }
 
-// closed counts the set's runs that have ended for good.
+// closed counts the set's runs that have ended for good, and zero while
+// any still runs: a recovery ends the runs it replaces, so closed runs may
+// outnumber the rollouts while some still run. The drain waits on it.
 func (r *run) closed(ctx context.Context) (int, error) {
-	count := func(q string) (int, error) {
-		resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(r.set) + " AND " + q})
-		if err != nil {
-			return 0, fmt.Errorf("soak: count rollouts: %w", err)
-		}
-		return int(resp.GetCount()), nil
-	}
-	running, err := count("ExecutionStatus = 'Running'")
+	running, err := r.count(ctx, "ExecutionStatus = 'Running'")
 	if err != nil || running > 0 {
-		// A recovery ends the runs it replaces: closed runs may outnumber
-		// the rollouts while some still run.
 		return 0, err
 	}
-	return count(closedQuery)
+	return r.count(ctx, closedQuery)
+}
+
+// count counts the set's runs that match q, as visibility shows them.
+func (r *run) count(ctx context.Context, q string) (int, error) {
+	resp, err := r.st.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(r.set) + " AND " + q})
+	if err != nil {
+		return 0, fmt.Errorf("soak: count rollouts: %w", err)
+	}
+	return int(resp.GetCount()), nil
 }
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed
@@ -89,6 +125,8 @@ func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Lock()
 	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
 	r.mu.Unlock()
+	r.cutOrKill.Lock()
+	defer r.cutOrKill.Unlock()
 	began := time.Now()
 	parts := r.st.envURLs()
 	res, err := r.ts.Checkpoint(ctx, client.CheckpointRequest{
@@ -114,7 +152,12 @@ func (r *run) checkpoint(ctx context.Context) error {
 // resume releases a failed checkpoint's participants and rollouts (what
 // its error tells an operator to do) and returns how many rollouts it
 // sent the resume; a resume that fails leaves rollouts parked: a problem.
+// Only the participants still running are resumed: one SIGKILLed while
+// the checkpoint ran holds nothing (its replacement never took part), and
+// its dead address would fail the resume as it failed the abort.
 func (r *run) resume(ctx context.Context, id string, parts []string) int {
+	live := r.st.envURLs()
+	parts = slices.DeleteFunc(slices.Clone(parts), func(u string) bool { return !slices.Contains(live, u) })
 	sum, err := r.ts.Resume(ctx, client.ResumeRequest{Set: r.set, CheckpointID: id, Participants: parts, ControlToken: controlToken})
 	if err != nil {
 		r.problem("resume of failed checkpoint %s: %v", id, err)
@@ -155,6 +198,10 @@ func (r *run) killEnv(ctx context.Context) error {
 		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed yet", r.since())
 		return nil
 	}
+	r.cutOrKill.Lock()
+	defer r.cutOrKill.Unlock()
+	r.envSwap.Lock()
+	defer r.envSwap.Unlock()
 	i := r.pick(len(r.st.envs))
 	r.st.mu.Lock()
 	old := r.st.envs[i]

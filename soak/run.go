@@ -28,6 +28,17 @@ type run struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand // the fault schedule; drawn through pick, by the worker and env-server kill loops at once
 
+	// envSwap is held shared by a feed (from choosing its rollouts'
+	// servers to the last start) and exclusively by an environment server
+	// kill until its recovery is done: a rollout started on the dead
+	// address after the recovery listed the set would never be moved.
+	envSwap sync.RWMutex
+	// cutOrKill keeps a checkpoint and an environment server kill apart. A
+	// server killed after it prepared a cut leaves the coordinator retrying
+	// its commit against the dead address for the step's hour-long
+	// budget; the soak is about recovering from a kill, not about that.
+	cutOrKill sync.Mutex
+
 	mu        sync.Mutex
 	report    Report
 	serverOf  map[string]int // rollout id → environment server index
@@ -90,6 +101,9 @@ func (r *run) load(ctx context.Context) error {
 	loadCtx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer cancel()
 	r.cfg.Logf("load: %d concurrent rollouts for %s", r.cfg.Concurrency, r.cfg.Duration)
+	if err := r.prime(loadCtx); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(loadCtx)
 	// Kills come half an interval out of step, so with equal intervals a
 	// sample or a checkpoint never lands on a worker that just died; the
@@ -101,8 +115,8 @@ func (r *run) load(ctx context.Context) error {
 		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		// A full interval first: the first checkpoint must have had time to
-		// commit, or there is nothing to recover from.
+		// A full interval first, after prime's checkpoint of the first
+		// batch, so there is a committed checkpoint to recover from.
 		loops = append(loops, loop{r.cfg.EnvKillEvery, 0, r.killEnv})
 	}
 	for _, l := range loops {

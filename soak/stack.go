@@ -87,10 +87,14 @@ func (s *soakStack) startEnv(ctx context.Context, i int) (*member, error) {
 	if m.metrics, err = stack.FreeAddr(); err != nil {
 		return nil, err
 	}
-	m.proc, m.url, err = s.launch.StartServer(ctx, m.role, filepath.Join(s.cfg.BinDir, "envserver"), []string{
+	args := []string{
 		"--listen", "127.0.0.1:0", "--control-token", controlToken, "--data-token", dataToken,
 		"--name", m.role, "--metrics-listen", m.metrics, "--log-level", "warn",
-	}, nil, stack.EnvHealth, readyTimeout)
+	}
+	if s.cfg.RetiredGrace > 0 {
+		args = append(args, "--retired-grace", s.cfg.RetiredGrace.String())
+	}
+	m.proc, m.url, err = s.launch.StartServer(ctx, m.role, filepath.Join(s.cfg.BinDir, "envserver"), args, nil, stack.EnvHealth, readyTimeout)
 	return m, err
 }
 

@@ -42,6 +42,12 @@ func (o *Opener) Open(ctx context.Context, location string) (Store, error) {
 	if l.Local() {
 		return Dir(l.Dir)
 	}
+	if l.Scheme == memScheme {
+		// An in-memory bucket is private to this process: a checkpoint or
+		// transcript "stored" there would be lost with it and invisible to
+		// every other process of the run.
+		return nil, fmt.Errorf("storage: open %s: in-memory stores are private to one process and cannot be shared by location (tests use storage.Memory)", location)
+	}
 	if o == nil {
 		return nil, fmt.Errorf("storage: open %s: no opener for object stores", l.bucketKey())
 	}

@@ -82,6 +82,13 @@ func backends(t *testing.T) map[string]func(t *testing.T) storage.Store {
 			}
 			return st
 		},
+		"memory": func(t *testing.T) storage.Store {
+			st, err := storage.Memory("bkt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
 		"s3": func(t *testing.T) storage.Store {
 			srv := s3test.Start(t)
 			srv.SetEnv(t)
@@ -261,6 +268,36 @@ func TestDirRefusesSymlink(t *testing.T) {
 	for _, e := range l {
 		if e.Name == "link" && e.Regular {
 			t.Fatal("List reports a symlink as regular")
+		}
+	}
+}
+
+// An in-memory store is private to its process: the Opener refuses to
+// hand one out by location, and two Memory stores share nothing.
+func TestMemoryIsPrivate(t *testing.T) {
+	ctx := context.Background()
+	var o storage.Opener
+	defer o.Close()
+	if st, err := o.Open(ctx, "mem://bkt/ckpt"); err == nil || st != nil {
+		t.Fatalf("Opener.Open(mem://…) = %v, %v; want a refusal", st, err)
+	}
+	a, err := storage.Memory("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := storage.Memory("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.WriteBytes(ctx, a, "x", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "x"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("a second memory store sees the first one's object: %v", err)
+	}
+	for _, bad := range []string{"", "bkt/prefix", "bkt?x=1"} {
+		if _, err := storage.Memory(bad); err == nil {
+			t.Errorf("Memory(%q) succeeded", bad)
 		}
 	}
 }

@@ -81,6 +81,8 @@ type config struct {
 	controlToken  string
 	dataToken     string
 	insecureData  bool
+	retired       int
+	retiredGrace  time.Duration
 	tls           tlsfiles.ServerFiles
 	envs          []envs.Environment
 	remotes       []remote.Config
@@ -105,6 +107,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.dataToken, "data-token", os.Getenv(protocol.DataTokenEnvVar),
 		"bearer token of the data plane (must differ from the control token); default from $"+protocol.DataTokenEnvVar)
 	fs.BoolVar(&cfg.insecureData, "insecure-no-data-auth", false, "serve the data plane without a token (local development only)")
+	fs.IntVar(&cfg.retired, "retired-sessions", envserver.DefaultRetiredSessions,
+		"how many finished (retired) sessions keep their stored responses for retries; beyond it the least recently used drop theirs")
+	fs.DurationVar(&cfg.retiredGrace, "retired-grace", envserver.DefaultRetiredGrace,
+		"how long a finished session keeps its stored responses after its last use; negative: no time limit. A retry of a dropped session's request is refused (session_retired), never applied again")
 	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
@@ -139,6 +145,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if len(cfg.envs) == 0 && len(cfg.remotes) == 0 {
 		return config{}, errors.New("--envs: no environment selected")
+	}
+	if cfg.retired < 1 {
+		return config{}, fmt.Errorf("--retired-sessions: %d, want at least 1", cfg.retired)
+	}
+	if cfg.retiredGrace == 0 {
+		return config{}, errors.New("--retired-grace: 0 would drop every response as its session finishes; give a duration, or a negative one for no time limit")
 	}
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
@@ -219,7 +231,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
-		Storage: opener})
+		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace})
 	if err != nil {
 		return cli.Usage(err)
 	}

@@ -74,6 +74,8 @@ func TestRunRefusesBadSettings(t *testing.T) {
 		{"no env", "", []string{"--listen", "127.0.0.1:0", "--envs", " , "}, "no environment"},
 		{"bad failpoint", "env.after-apply-before-reply=explode", []string{"--listen", "127.0.0.1:0"}, failpoint.EnvVar},
 		{"stray argument", "", []string{"--listen", "127.0.0.1:0", "extra"}, "unexpected arguments"},
+		{"no retired sessions", "", []string{"--listen", "127.0.0.1:0", "--retired-sessions", "0"}, "--retired-sessions: 0"},
+		{"zero retired grace", "", []string{"--listen", "127.0.0.1:0", "--retired-grace", "0s"}, "--retired-grace: 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(failpoint.EnvVar, tc.failpoints)

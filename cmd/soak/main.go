@@ -60,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (soak.Config, error) {
 	fs.DurationVar(&cfg.WorkerKillEvery, "worker-kill-every", cfg.WorkerKillEvery, "interval between worker SIGKILLs")
 	fs.DurationVar(&cfg.WorkerDownFor, "worker-down-for", cfg.WorkerDownFor, "how long a killed worker stays down")
 	fs.DurationVar(&cfg.EnvKillEvery, "env-kill-every", cfg.EnvKillEvery, "interval between environment server SIGKILLs, recovered by scoped recovery (0: off; needs client.RecoverServer)")
+	fs.DurationVar(&cfg.RetiredGrace, "retired-grace", cfg.RetiredGrace, "environment servers' --retired-grace: how long a finished session keeps its stored responses (0: the servers' default)")
 	fs.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "interval of memory and goroutine samples")
 	cli.SetUsage(fs, "Runs turnstile under load with faults and checks the invariants and that memory stays flat.", []cli.Setting{
 		{Env: "TURNSTILE_TEMPORAL_BIN", Meaning: "Temporal CLI binary"},
