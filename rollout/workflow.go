@@ -209,10 +209,62 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryParkRecord, r.parkRecord, workflow.QueryHandlerOptions{
+		Description: "the record of a rollout parked for the checkpoint named",
+	}); err != nil {
+		return err
+	}
+	r.receiveSignals(ctx)
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcknowledge, r.onAck, workflow.UpdateHandlerOptions{
 		Validator:   r.validateAck,
 		Description: "release a completed result held for acknowledgement",
 	})
+}
+
+// receiveSignals applies the park and resume signals as the updates would.
+// Handling a signal only changes r.park; the commands that follow are those
+// an update would have caused, so no version is needed and runs started
+// before the signals existed answer them too.
+func (r *rollout) receiveSignals(ctx workflow.Context) {
+	parkCh := workflow.GetSignalChannel(ctx, SignalPark)
+	resumeCh := workflow.GetSignalChannel(ctx, SignalResume)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(parkCh, func(c workflow.ReceiveChannel, _ bool) {
+			var req ParkRequest
+			c.Receive(ctx, &req)
+			if err := r.validatePark(req); err != nil {
+				r.logger.Warn("park signal ignored", "checkpoint", req.CheckpointID, "error", err)
+				return
+			}
+			r.requestPark(req)
+		})
+		sel.AddReceive(resumeCh, func(c workflow.ReceiveChannel, _ bool) {
+			var req ResumeRequest
+			c.Receive(ctx, &req)
+			if err := r.validateResume(req); err != nil {
+				r.logger.Warn("resume signal ignored", "checkpoint", req.CheckpointID, "error", err)
+				return
+			}
+			r.park = nil
+		})
+		for ctx.Err() == nil {
+			sel.Select(ctx)
+		}
+	})
+}
+
+// parkRecord answers QueryParkRecord.
+func (r *rollout) parkRecord(checkpointID string) (ParkRecord, error) {
+	switch {
+	case r.park == nil:
+		return ParkRecord{}, fmt.Errorf("%s: no park requested for checkpoint %q", NotParkedYet, checkpointID)
+	case r.park.CheckpointID != checkpointID:
+		return ParkRecord{}, fmt.Errorf("%s: rollout is held for checkpoint %q", HeldForOther, r.park.CheckpointID)
+	case !r.parked && r.result == nil:
+		return ParkRecord{}, fmt.Errorf("%s: turn %d, phase %s", NotParkedYet, r.b.Turn, r.phase)
+	}
+	return r.record(checkpointID), nil
 }
 
 // validatePark rejects (without writing history) a park for a second
@@ -227,12 +279,17 @@ func (r *rollout) validatePark(req ParkRequest) error {
 	return nil
 }
 
-func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, error) {
+// requestPark holds the rollout for req's checkpoint (validated).
+func (r *rollout) requestPark(req ParkRequest) {
 	if r.park == nil {
 		r.park = &req
 	} else if r.park.Deadline.IsZero() {
 		r.park.Deadline = req.Deadline // a held restore run learns its deadline
 	}
+}
+
+func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, error) {
+	r.requestPark(req)
 	// A completed rollout has no next boundary: its held result is its record.
 	// A resume (the abort of a checkpoint) that comes before the rollout
 	// reached a boundary ends the wait too, so the update never dangles.
