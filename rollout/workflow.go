@@ -90,8 +90,11 @@ type rollout struct {
 
 	park   *ParkRequest // a checkpoint asked to park; nil when none
 	parked bool         // the main loop is parked at a boundary
-	result *Result
-	acked  bool
+	// released are the checkpoints that released this run: a late park
+	// signal of one is ignored (see validateParkSignal).
+	released map[string]bool
+	result   *Result
+	acked    bool
 	// saPhase/saTurn are the search attribute values last upserted.
 	saPhase Phase
 	saTurn  int
@@ -233,7 +236,7 @@ func (r *rollout) receiveSignals(ctx workflow.Context) {
 		sel.AddReceive(parkCh, func(c workflow.ReceiveChannel, _ bool) {
 			var req ParkRequest
 			c.Receive(ctx, &req)
-			if err := r.validatePark(req); err != nil {
+			if err := r.validateParkSignal(ctx, req); err != nil {
 				r.logger.Warn("park signal ignored", "checkpoint", req.CheckpointID, "error", err)
 				return
 			}
@@ -246,12 +249,45 @@ func (r *rollout) receiveSignals(ctx workflow.Context) {
 				r.logger.Warn("resume signal ignored", "checkpoint", req.CheckpointID, "error", err)
 				return
 			}
-			r.park = nil
+			r.release(req.CheckpointID)
 		})
 		for ctx.Err() == nil {
 			sel.Select(ctx)
 		}
 	})
+}
+
+// staleParkAfter is how long past its deadline a park signal is taken as
+// late: a checkpoint's cut ends by its deadline plus its settle time (30s)
+// or aborts, so a park arriving after that belongs to a finished checkpoint.
+const staleParkAfter = time.Minute
+
+// validateParkSignal is validatePark, and refuses a late park signal: one
+// of a checkpoint that already released this run, or past its deadline. A
+// park update is deduplicated by its id, so a retried one after the resume
+// parks nothing; a signal has no id, and a late one would hold the rollout
+// for a checkpoint that is over.
+func (r *rollout) validateParkSignal(ctx workflow.Context, req ParkRequest) error {
+	if err := r.validatePark(req); err != nil {
+		return err
+	}
+	switch {
+	case r.released[req.CheckpointID]:
+		return fmt.Errorf("checkpoint %q already released this rollout", req.CheckpointID)
+	case !req.Deadline.IsZero() && workflow.Now(ctx).After(req.Deadline.Add(staleParkAfter)):
+		return fmt.Errorf("checkpoint %q's deadline %s has passed", req.CheckpointID, req.Deadline.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// release ends the hold of checkpointID and remembers it, so a late park
+// signal of the same checkpoint is ignored.
+func (r *rollout) release(checkpointID string) {
+	r.park = nil
+	if r.released == nil {
+		r.released = map[string]bool{}
+	}
+	r.released[checkpointID] = true
 }
 
 // parkRecord answers QueryParkRecord.
@@ -324,8 +360,8 @@ func (r *rollout) validateResume(req ResumeRequest) error {
 
 // onResume releases the rollout; resuming a rollout that is not held is a
 // no-op, so a retried resume is harmless.
-func (r *rollout) onResume(_ workflow.Context, _ ResumeRequest) error {
-	r.park = nil
+func (r *rollout) onResume(_ workflow.Context, req ResumeRequest) error {
+	r.release(req.CheckpointID)
 	return nil
 }
 

@@ -681,3 +681,29 @@ func TestRolloutResumeSignalEndsPendingPark(t *testing.T) {
 	require.Equal(t, rollout.ErrNotParked, ae.Type())
 	require.Equal(t, 1.0, res.Reward)
 }
+
+// A park signal that arrives after its checkpoint released the rollout (a
+// retried park step's late signal) or long past its deadline parks nothing.
+func TestRolloutIgnoresLateParkSignals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send func(env *testsuite.TestWorkflowEnvironment)
+	}{
+		{"after its resume", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+			env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+		}},
+		{"past its deadline", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-2", Deadline: env.Now().Add(-time.Hour)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t, newWorld(3))
+			env.SetTestTimeout(30 * time.Second)
+			env.RegisterDelayedCallback(func() { tc.send(env) }, time.Millisecond)
+			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			res := result(t, env)
+			require.Equal(t, 1.0, res.Reward, "the rollout ran to its end without parking")
+		})
+	}
+}
