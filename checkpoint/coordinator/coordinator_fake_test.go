@@ -52,6 +52,9 @@ type fakeRun struct {
 	phase   string
 	// refuse: the update validator rejects every update with this message.
 	refuse string
+	// heldFor is the checkpoint a park signal holds it for (its
+	// CheckpointId search attribute), until a resume signal.
+	heldFor string
 }
 
 // fakeTemporal is the part of a Temporal client the coordinator uses, over
@@ -96,13 +99,17 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 	if !r.started.IsZero() {
 		started = timestamppb.New(r.started)
 	}
+	sa := map[string]*commonpb.Payload{
+		"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
+	}
+	if r.heldFor != "" {
+		sa["CheckpointId"] = payload(r.heldFor)
+	}
 	return &workflowpb.WorkflowExecutionInfo{
-		Execution: &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
-		Status:    status,
-		StartTime: started,
-		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
-		}},
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
+		Status:           status,
+		StartTime:        started,
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: sa},
 	}
 }
 
@@ -211,6 +218,13 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, wid, _, name string, ar
 	}
 	if !r.running {
 		return serviceerror.NewNotFound("workflow execution already completed")
+	}
+	switch {
+	case r.refuse != "":
+	case name == rollout.SignalPark:
+		r.heldFor = ck
+	case name == rollout.SignalResume && r.heldFor == ck:
+		r.heldFor = ""
 	}
 	return nil
 }

@@ -35,12 +35,15 @@ import (
 const DefaultSignalConcurrency = 64
 
 // parkPoll is how often the park step looks for newly parked rollouts, and
-// fullSweepEvery how many looks apart it queries every rollout still
+// fullSweepEvery how many looks apart it describes every rollout still
 // pending, whatever visibility says (visibility lags behind; a member may
-// have closed).
+// have closed). queryTimeout bounds one park record query: a query waits
+// for the rollout's workflow task, and one that times out on a busy data
+// plane is asked again next round.
 const (
 	parkPoll       = 500 * time.Millisecond
 	fullSweepEvery = 6
+	queryTimeout   = 5 * time.Second
 )
 
 func (c *Coordinator) signalLimit() int {
@@ -110,12 +113,15 @@ func (p *parking) collect(ctx context.Context) (map[string][]byte, checkpoint.Pa
 		if len(pending) == 0 {
 			break
 		}
+		var err error
 		if round%fullSweepEvery != 0 {
-			listed, err := p.listParked(ctx)
-			if err != nil {
-				return nil, res, err
-			}
-			pending = filterIndexes(pending, func(i int) bool { return listed[p.ids[i]] })
+			listed, lerr := p.listParked(ctx)
+			pending, err = filterIndexes(pending, func(i int) bool { return listed[p.ids[i]] }), lerr
+		} else {
+			pending, err = p.describeParked(ctx, pending, prog)
+		}
+		if err != nil {
+			return nil, res, err
 		}
 		if err := p.readRecords(ctx, pending, prog); err != nil {
 			return nil, res, err
@@ -181,6 +187,40 @@ func (p *parking) listParked(ctx context.Context) (map[string]bool, error) {
 	return out, err
 }
 
+// describeParked describes every member of idx (the server answers from
+// the run's own state, without the worker and without visibility's lag):
+// it marks the closed ones and returns those parked for a checkpoint or
+// holding a result.
+func (p *parking) describeParked(ctx context.Context, idx []int, prog *progress) ([]int, error) {
+	var mu sync.Mutex
+	var out []int
+	err := fanout.Each(ctx, len(idx), p.c.signalLimit(), func(ctx context.Context, k int) error {
+		i := idx[k]
+		ri, err := describeRollout(ctx, p.tc, p.ids[i])
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !ri.Exists:
+			return temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("rollout %s is a member but workflow %s does not exist", p.ids[i], rollout.WorkflowID(p.ids[i])), checkpoint.ErrMemberMissing, nil)
+		case !ri.Running:
+			p.mu.Lock()
+			p.closed[i] = true
+			p.mu.Unlock()
+			prog.add()
+		case ri.CheckpointID != "" || ri.Phase == string(rollout.PhaseAwaitingAck):
+			// Parked for this checkpoint, holding a result, or held for
+			// another checkpoint (its query refuses, and the step fails).
+			out = append(out, i)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // readRecords queries the park record of every member of idx; a member not
 // parked yet stays pending.
 func (p *parking) readRecords(ctx context.Context, idx []int, prog *progress) error {
@@ -215,7 +255,9 @@ func (p *parking) readRecords(ctx context.Context, idx []int, prog *progress) er
 // queryRecord asks rollout id for its park record: the record; or closed;
 // or neither when it has not parked yet.
 func (p *parking) queryRecord(ctx context.Context, id string) (json.RawMessage, bool, error) {
-	resp, err := p.tc.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	resp, err := p.tc.QueryWorkflowWithOptions(qctx, &client.QueryWorkflowWithOptionsRequest{
 		WorkflowID: rollout.WorkflowID(id), QueryType: rollout.QueryParkRecord, Args: []any{p.in.CheckpointID},
 		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
 	})
@@ -225,6 +267,8 @@ func (p *parking) queryRecord(ctx context.Context, id string) (json.RawMessage, 
 		return nil, false, nil
 	case errors.As(err, &qf) && strings.HasPrefix(qf.Message, rollout.HeldForOther):
 		return nil, false, temporal.NewNonRetryableApplicationError(fmt.Sprintf("rollout %s refused: %s", id, qf.Message), checkpoint.ErrMemberRefused, nil)
+	case err != nil && ctx.Err() == nil && isTimeout(err):
+		return nil, false, nil // a busy data plane: ask again next round
 	case err != nil:
 		gone, gerr := p.c.closedOrMissing(ctx, p.tc, id, err)
 		return nil, gone, gerr
@@ -242,4 +286,11 @@ func (p *parking) queryRecord(ctx context.Context, id string) (json.RawMessage, 
 type parkingState struct {
 	mu      sync.Mutex
 	records map[string][]byte
+}
+
+// isTimeout tells a query that ran out of time from one that failed.
+func isTimeout(err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	var ce *serviceerror.Canceled
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || errors.As(err, &ce)
 }
