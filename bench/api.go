@@ -225,4 +225,12 @@ type Cut struct {
 	// than the bench waits (10 minutes).
 	RestoreMS float64 `json:"restore_ms"`
 	Restored  int     `json:"restored"`
+	// ReleasedMS is the wall time from the checkpoint request until
+	// visibility lists no rollout of the set parked; RestoreReleasedMS from
+	// the restore request until it lists every restored run running past
+	// its hold. Release goes by signal, so the workflows can return before
+	// their rollouts have moved on: these say when they had (-1: not within
+	// the bench's wait).
+	ReleasedMS        float64 `json:"request_to_released_ms"`
+	RestoreReleasedMS float64 `json:"restore_to_released_ms"`
 }

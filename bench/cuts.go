@@ -74,6 +74,7 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	}
 	out.CutMS, out.Bytes, out.Parked = float64(res.CutMillis), res.Bytes, res.Parked
 	out.BeyondSlowestMS = out.CutMS - ms(s.cfg.SlowPolicy+s.cfg.SlowJitter)
+	out.ReleasedMS = s.awaitRunning(ctx, set, t0, n, `RolloutPhase = "parked"`, 0)
 	out.QueuedMS = s.firstTaskWait(ctx, checkpoint.CheckpointWorkflowID(set))
 
 	s.logf("checkpoint %d: cut %.0f ms, manifest after %.0f ms, %d bytes; restoring", n, out.CutMS, out.ManifestMS, out.Bytes)
@@ -92,7 +93,8 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 		return out, err
 	}
 	out.RestoreMS, out.Restored = ms(time.Since(t1)), rres.Restored
-	s.logf("checkpoint %d: restore of %d rollouts to all running in %.0f ms", n, rres.Restored, out.RestoreMS)
+	out.RestoreReleasedMS = s.awaitRunning(ctx, set, t1, n, `RolloutPhase != "parked"`, rres.Restored)
+	s.logf("checkpoint %d: restore of %d rollouts to all running in %.0f ms, released after %.0f ms", n, rres.Restored, out.RestoreMS, out.RestoreReleasedMS)
 	return out, nil
 }
 
@@ -127,6 +129,28 @@ func (s *stack) awaitInFlight(ctx context.Context, set string, n int) (int, erro
 	default:
 		return int(got), fmt.Errorf("%d of %d rollouts in flight: %w", got, n, err)
 	}
+}
+
+// awaitRunning waits until visibility counts want running runs of set
+// matching extra (0: none), and returns the wall time since t0 (-1 when
+// that took longer than restoreTimeout).
+func (s *stack) awaitRunning(ctx context.Context, set string, t0 time.Time, n int, extra string, want int) float64 {
+	query := fmt.Sprintf(`%s AND ExecutionStatus = "Running" AND %s`, rollout.SetQuery(set), extra)
+	err := waitUntil(ctx, restoreTimeout, 250*time.Millisecond, func() (bool, error) {
+		resp, err := s.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		if err != nil {
+			return false, err
+		}
+		if want == 0 {
+			return resp.GetCount() == 0, nil
+		}
+		return resp.GetCount() >= int64(want), nil
+	})
+	if err != nil {
+		s.logf("warning: checkpoint %d: %s: %v", n, query, err)
+		return -1
+	}
+	return ms(time.Since(t0))
 }
 
 // firstTaskWait is how long the first workflow task of workflowID waited

@@ -76,9 +76,11 @@ func (r *Report) Rows() []Row {
 		one("cut (workflow)", "ms", c.CutMS, "")
 		one("request to manifest", "ms", c.ManifestMS, "")
 		one("request to resumed", "ms", c.CheckpointMS, "")
+		one("request to released (visibility)", "ms", c.ReleasedMS, "")
 		one("first task waited", "ms", c.QueuedMS, "≈ 0")
 		one("bytes", "B", float64(c.Bytes), "")
 		one("restore to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
+		one("restore to released (visibility)", "ms", c.RestoreReleasedMS, "")
 	}
 	return rows
 }

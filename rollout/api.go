@@ -439,6 +439,38 @@ const (
 	UpdateAcknowledge = "acknowledge"
 )
 
+// Signal and query forms of park and resume, for a coordinator that must not
+// wait on every rollout's workflow task. An update is answered only when the
+// rollout's next workflow task completes, and on a busy data plane that task
+// queues behind every other rollout's: 1,000 updates took minutes. A signal
+// is durable once the server has it, and the parked rollout's record is read
+// by QueryParkRecord, which writes no history.
+const (
+	// SignalPark asks the rollout to park (a ParkRequest), exactly as
+	// UpdatePark does; a park for a second checkpoint while one holds the
+	// rollout is ignored, and QueryParkRecord then names the holder.
+	SignalPark = "park-request"
+	// SignalResume releases the rollout (a ResumeRequest), exactly as
+	// UpdateResume does; a resume naming another checkpoint than the one
+	// holding the rollout is ignored. A resume that comes before the
+	// rollout reached its boundary ends a pending park update with
+	// ErrNotParked, as the update does.
+	SignalResume = "resume-request"
+	// QueryParkRecord takes a checkpoint id and returns the ParkRecord of a
+	// rollout parked (or completed and held) for it; otherwise it fails with
+	// a message starting with NotParkedYet or HeldForOther.
+	QueryParkRecord = "park-record"
+)
+
+// Prefixes of QueryParkRecord's failures.
+const (
+	// NotParkedYet: the rollout is held for the checkpoint but has not
+	// reached a boundary yet (or has not seen the park signal).
+	NotParkedYet = "not parked yet"
+	// HeldForOther: the rollout is held for another checkpoint.
+	HeldForOther = "held for another checkpoint"
+)
+
 // ParkUpdateID is the update id of checkpoint checkpointID's park request
 // to each of its members: one id per checkpoint, so a retried request gets
 // the same record back instead of parking twice.

@@ -90,8 +90,11 @@ type rollout struct {
 
 	park   *ParkRequest // a checkpoint asked to park; nil when none
 	parked bool         // the main loop is parked at a boundary
-	result *Result
-	acked  bool
+	// released are the checkpoints that released this run: a late park
+	// signal of one is ignored (see validateParkSignal).
+	released map[string]bool
+	result   *Result
+	acked    bool
 	// saPhase/saTurn are the search attribute values last upserted;
 	// saSent: this run has upserted; saDelta: later upserts send only what
 	// changed (upsertDeltaChange).
@@ -217,10 +220,95 @@ func (r *rollout) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryParkRecord, r.parkRecord, workflow.QueryHandlerOptions{
+		Description: "the record of a rollout parked for the checkpoint named",
+	}); err != nil {
+		return err
+	}
+	r.receiveSignals(ctx)
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateAcknowledge, r.onAck, workflow.UpdateHandlerOptions{
 		Validator:   r.validateAck,
 		Description: "release a completed result held for acknowledgement",
 	})
+}
+
+// receiveSignals applies the park and resume signals as the updates would.
+// Handling a signal only changes r.park; the commands that follow are those
+// an update would have caused, so no version is needed and runs started
+// before the signals existed answer them too.
+func (r *rollout) receiveSignals(ctx workflow.Context) {
+	parkCh := workflow.GetSignalChannel(ctx, SignalPark)
+	resumeCh := workflow.GetSignalChannel(ctx, SignalResume)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(parkCh, func(c workflow.ReceiveChannel, _ bool) {
+			var req ParkRequest
+			c.Receive(ctx, &req)
+			if err := r.validateParkSignal(ctx, req); err != nil {
+				r.logger.Warn("park signal ignored", "checkpoint", req.CheckpointID, "error", err)
+				return
+			}
+			r.requestPark(req)
+		})
+		sel.AddReceive(resumeCh, func(c workflow.ReceiveChannel, _ bool) {
+			var req ResumeRequest
+			c.Receive(ctx, &req)
+			if err := r.validateResume(req); err != nil {
+				r.logger.Warn("resume signal ignored", "checkpoint", req.CheckpointID, "error", err)
+				return
+			}
+			r.release(req.CheckpointID)
+		})
+		for ctx.Err() == nil {
+			sel.Select(ctx)
+		}
+	})
+}
+
+// staleParkAfter is how long past its deadline a park signal is taken as
+// late: a checkpoint's cut ends by its deadline plus its settle time (30s)
+// or aborts, so a park arriving after that belongs to a finished checkpoint.
+const staleParkAfter = time.Minute
+
+// validateParkSignal is validatePark, and refuses a late park signal: one
+// of a checkpoint that already released this run, or past its deadline. A
+// park update is deduplicated by its id, so a retried one after the resume
+// parks nothing; a signal has no id, and a late one would hold the rollout
+// for a checkpoint that is over.
+func (r *rollout) validateParkSignal(ctx workflow.Context, req ParkRequest) error {
+	if err := r.validatePark(req); err != nil {
+		return err
+	}
+	switch {
+	case r.released[req.CheckpointID]:
+		return fmt.Errorf("checkpoint %q already released this rollout", req.CheckpointID)
+	case !req.Deadline.IsZero() && workflow.Now(ctx).After(req.Deadline.Add(staleParkAfter)):
+		return fmt.Errorf("checkpoint %q's deadline %s has passed", req.CheckpointID, req.Deadline.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// release ends the hold of checkpointID and remembers it, so a late park
+// signal of the same checkpoint is ignored.
+func (r *rollout) release(checkpointID string) {
+	r.park = nil
+	if r.released == nil {
+		r.released = map[string]bool{}
+	}
+	r.released[checkpointID] = true
+}
+
+// parkRecord answers QueryParkRecord.
+func (r *rollout) parkRecord(checkpointID string) (ParkRecord, error) {
+	switch {
+	case r.park == nil:
+		return ParkRecord{}, fmt.Errorf("%s: no park requested for checkpoint %q", NotParkedYet, checkpointID)
+	case r.park.CheckpointID != checkpointID:
+		return ParkRecord{}, fmt.Errorf("%s: rollout is held for checkpoint %q", HeldForOther, r.park.CheckpointID)
+	case !r.parked && r.result == nil:
+		return ParkRecord{}, fmt.Errorf("%s: turn %d, phase %s", NotParkedYet, r.b.Turn, r.phase)
+	}
+	return r.record(checkpointID), nil
 }
 
 // validatePark rejects (without writing history) a park for a second
@@ -235,12 +323,17 @@ func (r *rollout) validatePark(req ParkRequest) error {
 	return nil
 }
 
-func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, error) {
+// requestPark holds the rollout for req's checkpoint (validated).
+func (r *rollout) requestPark(req ParkRequest) {
 	if r.park == nil {
 		r.park = &req
 	} else if r.park.Deadline.IsZero() {
 		r.park.Deadline = req.Deadline // a held restore run learns its deadline
 	}
+}
+
+func (r *rollout) onPark(ctx workflow.Context, req ParkRequest) (ParkRecord, error) {
+	r.requestPark(req)
 	// A completed rollout has no next boundary: its held result is its record.
 	// A resume (the abort of a checkpoint) that comes before the rollout
 	// reached a boundary ends the wait too, so the update never dangles.
@@ -275,8 +368,8 @@ func (r *rollout) validateResume(req ResumeRequest) error {
 
 // onResume releases the rollout; resuming a rollout that is not held is a
 // no-op, so a retried resume is harmless.
-func (r *rollout) onResume(_ workflow.Context, _ ResumeRequest) error {
-	r.park = nil
+func (r *rollout) onResume(_ workflow.Context, req ResumeRequest) error {
+	r.release(req.CheckpointID)
 	return nil
 }
 

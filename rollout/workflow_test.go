@@ -608,3 +608,116 @@ func TestRolloutParkedCarriesCheckpointID(t *testing.T) {
 		require.False(t, sa.ContainsKey(key), "no upsert after the resume names the checkpoint")
 	}
 }
+
+// The signal forms of park and resume do what the updates do: the park
+// record is read by query once the rollout is parked, a park for a second
+// checkpoint is ignored (the query names the holder), a resume naming
+// another checkpoint releases nothing, and the right one releases it.
+func TestRolloutParkAndResumeBySignal(t *testing.T) {
+	w := newWorld(3)
+	w.operateErr = func(n int) error { // wait on a timer mid-episode, as above
+		if n == 1 {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
+	env := newEnv(t, w)
+	var rec rollout.ParkRecord
+	var notYet, other error
+	env.RegisterDelayedCallback(func() {
+		_, notYet = env.QueryWorkflow(rollout.QueryParkRecord, "cp-1")
+		env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: time.Now().Add(time.Hour)})
+	}, time.Millisecond)
+	var collect func()
+	collect = func() {
+		v, err := env.QueryWorkflow(rollout.QueryParkRecord, "cp-1")
+		if err != nil {
+			env.RegisterDelayedCallback(collect, 10*time.Millisecond)
+			return
+		}
+		require.NoError(t, v.Get(&rec))
+		env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-2"})
+		env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-2"})
+		env.RegisterDelayedCallback(func() {
+			_, other = env.QueryWorkflow(rollout.QueryParkRecord, "cp-2")
+			v, err := env.QueryWorkflow(rollout.QueryParkRecord, "cp-1")
+			require.NoError(t, err, "still parked for cp-1 after the wrong resume")
+			var again rollout.ParkRecord
+			require.NoError(t, v.Get(&again))
+			require.Equal(t, rec.Boundary, again.Boundary, "nothing moved while parked")
+			env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+		}, time.Second)
+	}
+	env.RegisterDelayedCallback(collect, 2*time.Millisecond)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	res := result(t, env)
+
+	require.Equal(t, 1.0, res.Reward)
+	require.Equal(t, "cp-1", rec.CheckpointID)
+	require.Equal(t, rollout.PhaseParked, rec.Phase)
+	require.True(t, rec.Boundary.Seeded)
+	require.Nil(t, rec.Input.Resume)
+	require.ErrorContains(t, notYet, rollout.NotParkedYet)
+	require.ErrorContains(t, other, rollout.HeldForOther)
+	require.ErrorContains(t, other, "cp-1")
+}
+
+// A resume signal before the rollout reached its boundary (a checkpoint
+// aborted) ends a pending park update with NotParked, as the resume
+// update does.
+func TestRolloutResumeSignalEndsPendingPark(t *testing.T) {
+	w := newWorld(1)
+	w.modelBlock = make(chan struct{})
+	env := newEnv(t, w)
+	env.SetTestTimeout(30 * time.Second)
+	var parkErr error
+	parkDone := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { t.Errorf("park rejected: %v", err) },
+			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
+		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+		env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+		env.RegisterDelayedCallback(func() {
+			w.mu.Lock()
+			close(w.modelBlock)
+			w.modelBlock = nil
+			w.mu.Unlock()
+		}, time.Millisecond)
+	}, 10*time.Millisecond)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	res := result(t, env)
+
+	require.True(t, parkDone, "the park update returned instead of dangling")
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, parkErr, &ae)
+	require.Equal(t, rollout.ErrNotParked, ae.Type())
+	require.Equal(t, 1.0, res.Reward)
+}
+
+// A park signal that arrives after its checkpoint released the rollout (a
+// retried park step's late signal) or long past its deadline parks nothing.
+func TestRolloutIgnoresLateParkSignals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		send func(env *testsuite.TestWorkflowEnvironment)
+	}{
+		{"after its resume", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+			env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+		}},
+		{"past its deadline", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{CheckpointID: "cp-2", Deadline: env.Now().Add(-time.Hour)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t, newWorld(3))
+			env.SetTestTimeout(30 * time.Second)
+			env.RegisterDelayedCallback(func() { tc.send(env) }, time.Millisecond)
+			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			res := result(t, env)
+			require.Equal(t, 1.0, res.Reward, "the rollout ran to its end without parking")
+		})
+	}
+}

@@ -45,6 +45,9 @@ type Coordinator struct {
 	Failpoints *failpoint.Set
 	// Concurrency bounds concurrent calls of one activity (0: default).
 	Concurrency int
+	// SignalConcurrency bounds concurrent park and resume signals and park
+	// record queries of one activity (0: DefaultSignalConcurrency).
+	SignalConcurrency int
 	// Storage opens checkpoint roots that are object-store URLs and keeps
 	// their connections; with none, only local directories can be roots.
 	Storage *storage.Opener

@@ -3,12 +3,10 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"sync"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/fanout"
@@ -194,13 +192,14 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	return res, nil
 }
 
-// ParkMembers asks every member to park at its next boundary and keeps its
-// park record. Every rollout is asked first (the update is accepted at
-// once), then the answers are collected, so the rollouts park concurrently
-// however many there are. A member that already completed and closed is
-// skipped: its result was delivered. A member with no workflow is an error
-// naming it. The update id is <checkpoint_id>/park, so a retried activity
-// gets the same records back.
+// ParkMembers asks every member to park at its next boundary, by signal,
+// and keeps its park record, read by query once it has parked. Every
+// rollout is asked first, then the records are read, so the rollouts park
+// concurrently however many there are. A member that already completed and
+// closed is skipped: its result was delivered. A member with no workflow is
+// an error naming it; one held for another checkpoint refuses. A retried
+// activity asks again (a second park for the same checkpoint changes
+// nothing) and reads the same records.
 func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembersInput) (checkpoint.ParkMembersResult, error) {
 	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
@@ -215,11 +214,10 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
 	}
 	p := &parking{c: c, tc: tc, in: in, ids: members.Rollouts, closed: make([]bool, len(members.Rollouts))}
-	handles, err := p.ask(ctx)
-	if err != nil {
+	if err := p.ask(ctx); err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	records, res, err := p.collect(ctx, handles)
+	records, res, err := p.collect(ctx)
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
@@ -246,77 +244,7 @@ type parking struct {
 	in     checkpoint.ParkMembersInput
 	ids    []string
 	closed []bool
-}
-
-// ask sends every member the park update and waits only for its acceptance,
-// so the members park concurrently however many there are.
-func (p *parking) ask(ctx context.Context) ([]client.WorkflowUpdateHandle, error) {
-	handles := make([]client.WorkflowUpdateHandle, len(p.ids))
-	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
-	prog := newProgress(ctx, "ask to park", len(p.ids))
-	defer prog.stop()
-	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
-		h, err := p.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: rollout.WorkflowID(p.ids[i]), UpdateName: rollout.UpdatePark, UpdateID: rollout.ParkUpdateID(p.in.CheckpointID),
-			WaitForStage: client.WorkflowUpdateStageAccepted, Args: []any{req},
-		})
-		if err != nil {
-			gone, gerr := p.c.closedOrMissing(ctx, p.tc, p.ids[i], err)
-			if gerr != nil {
-				return gerr
-			}
-			p.closed[i] = gone
-		}
-		handles[i] = h
-		prog.add()
-		return nil
-	})
-	return handles, err
-}
-
-// collect waits for every park record, checks it, and counts the members.
-func (p *parking) collect(ctx context.Context, handles []client.WorkflowUpdateHandle) (map[string][]byte, checkpoint.ParkMembersResult, error) {
-	var mu sync.Mutex
-	records := map[string][]byte{}
-	res := checkpoint.ParkMembersResult{Members: len(p.ids)}
-	prog := newProgress(ctx, "parked", len(p.ids))
-	defer prog.stop()
-	err := fanout.Each(ctx, len(p.ids), p.c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		if p.closed[i] {
-			return nil
-		}
-		var raw json.RawMessage
-		if err := handles[i].Get(ctx, &raw); err != nil {
-			gone, gerr := p.c.closedOrMissing(ctx, p.tc, p.ids[i], err)
-			if gerr != nil {
-				return gerr
-			}
-			p.closed[i] = gone
-			return nil
-		}
-		rec, err := DecodeRecord(raw)
-		if err == nil {
-			err = checkRecord(rec, p.in.CheckpointID, p.in.Set, p.ids[i])
-		}
-		if err != nil {
-			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("park of %s: %v", p.ids[i], err), checkpoint.ErrCheckpointInvalid, nil)
-		}
-		mu.Lock()
-		records[p.ids[i]] = raw
-		if rec.Result != nil {
-			res.CompletedUnacked++
-		}
-		mu.Unlock()
-		return nil
-	})
-	for _, g := range p.closed {
-		if g {
-			res.Closed++
-		}
-	}
-	res.Parked = len(records)
-	return records, res, err
+	parkingState
 }
 
 // closedOrMissing explains a failed update to rollout id: closed (true, nil)
@@ -619,9 +547,8 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 
-// ResumeRollouts sends the resume update to every rollout of the list. A
-// rollout that is not held is unaffected, so a retry is harmless; one held
-// for another checkpoint refuses, and the error names it.
+// ResumeRollouts signals every rollout of the list to resume. A rollout
+// that is not held for the checkpoint ignores it, so a retry is harmless.
 func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
 	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
@@ -638,49 +565,11 @@ func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRo
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}
-	resumed, gone, err := c.resumeRollouts(ctx, tc, in.CheckpointID, in.List, l.Rollouts)
+	resumed, gone, err := c.releaseRollouts(ctx, tc, in.CheckpointID, l.Rollouts)
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
 	return checkpoint.ResumeRolloutsResult{Resumed: resumed, Gone: gone}, nil
-}
-
-func (c *Coordinator) resumeRollouts(ctx context.Context, tc client.Client, checkpointID, list string, ids []string) (int, int, error) {
-	var mu sync.Mutex
-	resumed, gone := 0, 0
-	// The update id names the list: a restored run is a new run, and the
-	// resume of attempt N must not be taken for the one of N+1.
-	updateID := rollout.ResumeUpdateID(checkpointID)
-	if list == checkpoint.ListStarted {
-		updateID = checkpointID + "/restore-resume"
-	}
-	prog := newProgress(ctx, "resume rollouts", len(ids))
-	defer prog.stop()
-	err := fanout.Each(ctx, len(ids), c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: rollout.WorkflowID(ids[i]), UpdateName: rollout.UpdateResume, UpdateID: updateID,
-			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{rollout.ResumeRequest{CheckpointID: checkpointID}},
-		})
-		if err == nil {
-			err = h.Get(ctx, nil)
-		}
-		if err != nil {
-			ri, derr := describeRollout(ctx, tc, ids[i])
-			if derr != nil || (ri.Exists && ri.Running) {
-				return fmt.Errorf("resume %s: %w", ids[i], err)
-			}
-			mu.Lock()
-			gone++
-			mu.Unlock()
-			return nil
-		}
-		mu.Lock()
-		resumed++
-		mu.Unlock()
-		return nil
-	})
-	return resumed, gone, err
 }
 
 // AbortCheckpoint makes a failed checkpoint harmless: it marks the staging
@@ -724,7 +613,7 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 		if err != nil {
 			return res, err
 		}
-		n, _, err := c.resumeRollouts(ctx, tc, in.CheckpointID, checkpoint.ListMembers, l.Rollouts)
+		n, _, err := c.releaseRollouts(ctx, tc, in.CheckpointID, l.Rollouts)
 		res.Rollouts = n
 		if err != nil {
 			errs = append(errs, err)

@@ -17,6 +17,7 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	querypb "go.temporal.io/api/query/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -51,6 +52,9 @@ type fakeRun struct {
 	phase   string
 	// refuse: the update validator rejects every update with this message.
 	refuse string
+	// heldFor is the checkpoint a park signal holds it for (its
+	// CheckpointId search attribute), until a resume signal.
+	heldFor string
 }
 
 // fakeTemporal is the part of a Temporal client the coordinator uses, over
@@ -95,13 +99,17 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 	if !r.started.IsZero() {
 		started = timestamppb.New(r.started)
 	}
+	sa := map[string]*commonpb.Payload{
+		"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
+	}
+	if r.heldFor != "" {
+		sa["CheckpointId"] = payload(r.heldFor)
+	}
 	return &workflowpb.WorkflowExecutionInfo{
-		Execution: &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
-		Status:    status,
-		StartTime: started,
-		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
-		}},
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
+		Status:           status,
+		StartTime:        started,
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: sa},
 	}
 }
 
@@ -186,6 +194,66 @@ func (f *fakeTemporal) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 		h.value = r.record
 	}
 	return h, nil
+}
+
+// SignalWorkflow counts park and resume signals as UpdateWorkflow counts
+// updates ("workflowID signal checkpointID"); a run that refuses ignores
+// them, as a rollout held for another checkpoint does.
+func (f *fakeTemporal) SignalWorkflow(_ context.Context, wid, _, name string, arg any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ck string
+	switch a := arg.(type) {
+	case rollout.ParkRequest:
+		ck = a.CheckpointID
+	case rollout.ResumeRequest:
+		ck = a.CheckpointID
+	default:
+		return fmt.Errorf("fake: unexpected signal %s with a %T", name, arg)
+	}
+	f.updates[wid+" "+name+" "+ck]++
+	r, ok := f.runs[wid]
+	if !ok {
+		return serviceerror.NewNotFound("workflow not found for ID: " + wid)
+	}
+	if !r.running {
+		return serviceerror.NewNotFound("workflow execution already completed")
+	}
+	switch {
+	case r.refuse != "":
+	case name == rollout.SignalPark:
+		r.heldFor = ck
+	case name == rollout.SignalResume && r.heldFor == ck:
+		r.heldFor = ""
+	}
+	return nil
+}
+
+// QueryWorkflowWithOptions answers the park record query: the run's record,
+// or the refusal of a run held for another checkpoint.
+func (f *fakeTemporal) QueryWorkflowWithOptions(_ context.Context, req *client.QueryWorkflowWithOptionsRequest) (*client.QueryWorkflowWithOptionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[req.WorkflowID]
+	switch {
+	case req.QueryType != rollout.QueryParkRecord:
+		return nil, fmt.Errorf("fake: unexpected query %s", req.QueryType)
+	case !ok:
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + req.WorkflowID)
+	case !r.running:
+		return &client.QueryWorkflowWithOptionsResponse{QueryRejected: &querypb.QueryRejected{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED}}, nil
+	case r.refuse != "":
+		return nil, serviceerror.NewQueryFailed(rollout.HeldForOther + ": " + r.refuse)
+	}
+	return &client.QueryWorkflowWithOptionsResponse{QueryResult: encodedValue{r.record}}, nil
+}
+
+// encodedValue is a query result holding JSON.
+type encodedValue struct{ data []byte }
+
+func (v encodedValue) HasValue() bool { return v.data != nil }
+func (v encodedValue) Get(ptr any) error {
+	return json.Unmarshal(v.data, ptr)
 }
 
 func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {

@@ -943,9 +943,9 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 	return checkpoint.ResumeParticipantsResult{Resumed: len(in.Participants)}, nil
 }
 
-// ResumeRestoredRollouts sends the resume update to every rollout of
-// restore/<restore_id>/started.json. A rollout that is not held is
-// unaffected, so a retry is harmless.
+// ResumeRestoredRollouts signals every rollout of
+// restore/<restore_id>/started.json to resume. A rollout that is not held
+// for the checkpoint ignores it, so a retry is harmless.
 func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.ResumeRestoredRolloutsInput) (checkpoint.ResumeRolloutsResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
 		temporal: true})
@@ -957,41 +957,8 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("read rollouts to resume: %w", err)
 	}
-	// The update id names the restore: each restore of a checkpoint starts
-	// new runs, and the resume of one must never be taken for another's.
-	updateID := in.CheckpointID + "/restore-resume"
-	if rid != in.CheckpointID {
-		updateID += "/" + rid
-	}
-	var mu sync.Mutex
-	res := checkpoint.ResumeRolloutsResult{}
-	prog := newProgress(ctx, "resume rollouts", len(l.Rollouts))
-	defer prog.stop()
-	err = fanout.Each(ctx, len(l.Rollouts), c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		id := l.Rollouts[i]
-		h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: rollout.WorkflowID(id), UpdateName: rollout.UpdateResume, UpdateID: updateID,
-			WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{rollout.ResumeRequest{CheckpointID: in.CheckpointID}},
-		})
-		if err == nil {
-			err = h.Get(ctx, nil)
-		}
-		if err != nil {
-			ri, derr := describeRollout(ctx, tc, id)
-			if derr != nil || (ri.Exists && ri.Running) {
-				return fmt.Errorf("resume %s: %w", id, err)
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			res.Gone++ // closed or gone: nothing to release
-		} else {
-			res.Resumed++
-		}
-		return nil
-	})
+	resumed, gone, err := c.releaseRollouts(ctx, tc, in.CheckpointID, l.Rollouts)
+	res := checkpoint.ResumeRolloutsResult{Resumed: resumed, Gone: gone}
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
 	}

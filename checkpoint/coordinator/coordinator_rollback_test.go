@@ -98,7 +98,7 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	require.Equal(t, 5, r1.term.Terminated, "the four replaced runs and the one started after the cut")
 	require.Equal(t, checkpoint.StartRestoredResult{Continue: 2, StartOver: 1, OfferAgain: 1, Started: 4}, r1.start)
 	require.Equal(t, 4, r1.roll.Resumed)
-	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume/r1"])
+	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume-request ck1"])
 	w.tc.mu.Lock()
 	require.False(t, w.tc.runs["rollout/s1-0005"].running, "the run started after the cut is ended")
 	require.True(t, w.tc.runs["rollout/s2-0000"].running, "another set's run is not this restore's")
@@ -136,6 +136,7 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 
 	// The trainer rolls back to ck1 again: a new restore id, attempts above
 	// every run so far.
+	resumes := w.tc.updates["rollout/s1-0000 resume-request ck1"]
 	r2 := runRestoreActivities(t, w, "r2")
 	require.False(t, r2.plan.Reused)
 	require.Zero(t, r2.plan.Fence, "s1-0005's run is closed; nothing new started after the cut")
@@ -143,7 +144,7 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	require.Equal(t, map[string]any{"s1-0000": 2.0, "s1-0001": 3.0, "s1-0002": 2.0, "s1-0004": 2.0}, af2["attempts"])
 	require.Equal(t, 4, r2.term.Terminated, "r1's runs")
 	require.Equal(t, 4, r2.start.Started)
-	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume/r2"])
+	require.Equal(t, resumes+1, w.tc.updates["rollout/s1-0000 resume-request ck1"], "r2 releases its run once")
 	info, err = w.env.c.Session(ctx, "s1-0000")
 	require.NoError(t, err)
 	require.Equal(t, protocol.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 2, Revision: 1}, info)

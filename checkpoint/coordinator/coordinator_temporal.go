@@ -24,6 +24,8 @@ type runInfo struct {
 	HasAttempt bool
 	Set        string
 	Phase      string
+	// CheckpointID is the checkpoint a parked run is held for.
+	CheckpointID string
 	// StartTime is when the current run started.
 	StartTime time.Time
 }
@@ -48,6 +50,7 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 	ri.Attempt, ri.HasAttempt = rollout.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
 	ri.Set, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
 	ri.Phase, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
+	ri.CheckpointID, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SACheckpointID)
 	if st := info.GetStartTime(); st != nil {
 		ri.StartTime = st.AsTime()
 	}

@@ -160,7 +160,7 @@ func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	require.Equal(t, 4, park.Parked)
 	require.Equal(t, 1, park.CompletedUnacked)
 	require.Equal(t, 1, park.Closed)
-	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 park ck1/park"])
+	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 park-request ck1"])
 
 	res, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
 	require.NoError(t, err)
@@ -236,7 +236,7 @@ func TestCheckpointActivitiesCommitEverythingManifestLast(t *testing.T) {
 	rr, err := w.coord.ResumeRollouts(ctx, checkpoint.ResumeRolloutsInput{CheckpointID: "ck1", Root: w.root, List: checkpoint.ListParked})
 	require.NoError(t, err)
 	require.Equal(t, checkpoint.ResumeRolloutsResult{Resumed: 4}, rr)
-	require.Equal(t, 1, w.tc.updates["rollout/s1-0004 resume ck1/resume"])
+	require.Equal(t, 1, w.tc.updates["rollout/s1-0004 resume-request ck1"])
 }
 
 func TestParkOfAMissingMemberNamesIt(t *testing.T) {
@@ -403,7 +403,7 @@ func TestRestoreActivities(t *testing.T) {
 	rr, err := coord.ResumeRestoredRollouts(ctx, checkpoint.ResumeRestoredRolloutsInput{CheckpointID: "ck1", Root: w.root})
 	require.NoError(t, err)
 	require.Equal(t, 4, rr.Resumed)
-	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume ck1/restore-resume"])
+	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 resume-request ck1"])
 
 	// The environment server refuses the old attempt from now on.
 	_, err = b.c.Operate(ctx, protocol.OperateRequest{
