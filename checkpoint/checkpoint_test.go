@@ -101,8 +101,7 @@ func checkpointInput() checkpoint.CheckpointInput {
 
 func runCheckpoint(t *testing.T, c *coord, in checkpoint.CheckpointInput, setup func(*testsuite.TestWorkflowEnvironment)) (*testsuite.TestWorkflowEnvironment, checkpoint.CheckpointResult, error) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := newTestEnv()
 	c.register(env)
 	if setup != nil {
 		setup(env)

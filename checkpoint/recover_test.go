@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
@@ -27,8 +26,7 @@ func recoverInput() checkpoint.RecoverServerInput {
 // PlanRecovery answers.
 func runRecover(t *testing.T, c *coord, in checkpoint.RecoverServerInput, plan checkpoint.PlanRecoveryResult) (checkpoint.RecoverServerResult, checkpoint.RecoverStatus, error) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := newTestEnv()
 	c.register(env)
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(_ context.Context, in checkpoint.PlanRecoveryInput) (checkpoint.PlanRecoveryResult, error) {

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/rollout"
@@ -20,8 +19,7 @@ func restoreInput() checkpoint.RestoreInput {
 
 func runRestore(t *testing.T, c *coord, in checkpoint.RestoreInput) (checkpoint.RestoreResult, error) {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := newTestEnv()
 	c.register(env)
 	// The activities that end a restore session.
 	env.RegisterActivityWithOptions(func(_ context.Context, in checkpoint.ResumeRestoredParticipantsInput) (checkpoint.ResumeParticipantsResult, error) {

@@ -28,8 +28,7 @@ type ledgerRun struct {
 
 func newLedgerRun(t *testing.T) *ledgerRun {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	l := &ledgerRun{env: s.NewTestWorkflowEnvironment()}
+	l := &ledgerRun{env: newTestEnv()}
 	l.env.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
 	l.env.RegisterActivityWithOptions(func(_ context.Context, in rollout.CancelGroupMembersInput) (rollout.CancelGroupMembersResult, error) {
 		l.mu.Lock()

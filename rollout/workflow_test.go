@@ -170,8 +170,7 @@ func input(maxTurns int) rollout.Input {
 
 func newEnv(t *testing.T, w *world) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env := newTestEnv()
 	env.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	w.register(env)
 	return env
