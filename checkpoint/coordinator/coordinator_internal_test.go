@@ -65,21 +65,25 @@ func TestProgressBeatsWhileNothingFinishes(t *testing.T) {
 	slow := func(ctx context.Context) error {
 		p := newProgress(ctx, "wait", 1)
 		defer p.stop()
-		time.Sleep(400 * time.Millisecond) // one item that takes four heartbeat timeouts
+		// One item that takes four heartbeat timeouts. The timeout is a
+		// second, not less: the clock beats every third of it, and on a
+		// loaded CI machine a 100 ms timeout left too little slack (one late
+		// beat failed the test with a heartbeat timeout).
+		time.Sleep(4 * time.Second)
 		p.add()
 		return nil
 	}
 	env.RegisterActivityWithOptions(slow, activity.RegisterOptions{Name: "Slow"})
 	env.ExecuteWorkflow(func(ctx workflow.Context) error {
-		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: 100 * time.Millisecond})
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: time.Second})
 		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)
 	})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
 	// One beat at the start and one at the end; the clock adds about a
-	// dozen (every 33 ms for 400 ms).
+	// dozen (every 333 ms for 4 s).
 	if got := beats.Load(); got < 4 {
-		t.Fatalf("%d heartbeats in 400 ms with a 100 ms heartbeat timeout, want the clock's too", got)
+		t.Fatalf("%d heartbeats in 4 s with a 1 s heartbeat timeout, want the clock's too", got)
 	}
 }
