@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -46,50 +48,115 @@ func (r *run) check(ctx context.Context) {
 // checkRuns: every rollout has exactly one completed run and no run that
 // failed, timed out or was cancelled. A terminated run is fine only below
 // the attempt that completed: scoped recovery ends the runs it replaces.
+// The judgment is judgeRuns; this lists the runs for it.
 func (r *run) checkRuns(ctx context.Context) {
-	completed, done := map[string]int{}, map[string]int64{}
-	var terminated []runAttempt
-	bad := map[string]int{}
+	runs := map[string][]runView{}
 	err := rollout.ListSet(ctx, r.st.tc, r.set, "", func(e *workflowpb.WorkflowExecutionInfo) error {
+		v := runView{RunID: e.GetExecution().GetRunId(), Status: e.GetStatus(),
+			Start: e.GetStartTime().AsTime(), Close: e.GetCloseTime().AsTime()}
+		v.Attempt, v.HasAttempt = rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
 		id := e.GetExecution().GetWorkflowId()
-		attempt, _ := rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
-		switch e.GetStatus() {
-		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-			completed[id]++
-			done[id] = attempt
-		case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
-			terminated = append(terminated, runAttempt{id, attempt})
-		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
-		default:
-			bad[id]++
-		}
+		runs[id] = append(runs[id], v)
 		return nil
 	})
 	if err != nil {
 		r.problem("list runs: %v", err)
 		return
 	}
-	for _, t := range terminated {
-		if a, ok := done[t.id]; !ok || t.attempt >= a {
-			bad[t.id]++
-		}
-	}
 	for i := range r.submitted {
 		id := rollout.WorkflowID(client.RolloutID(r.set, i))
-		if completed[id] != 1 {
-			r.problem("%s: %d completed runs, want 1", id, completed[id])
-		}
-		if bad[id] > 0 {
-			r.problem("%s: %d runs closed without completing", id, bad[id])
+		for _, p := range judgeRuns(runs[id]) {
+			r.problem("%s: %s", id, p)
 		}
 	}
-	r.report.Completed = len(completed)
+	for _, rs := range runs {
+		if completedRun(rs) != nil {
+			r.report.Completed++
+		}
+	}
 }
 
-// runAttempt is one run of a rollout, by its attempt.
-type runAttempt struct {
-	id      string
-	attempt int64
+// runView is one run of a rollout as visibility lists it.
+type runView struct {
+	RunID        string
+	Status       enumspb.WorkflowExecutionStatus
+	Attempt      int64
+	HasAttempt   bool
+	Start, Close time.Time
+}
+
+func (v runView) String() string {
+	attempt := "no RolloutAttempt"
+	if v.HasAttempt {
+		attempt = fmt.Sprintf("attempt %d", v.Attempt)
+	}
+	closed := ""
+	if !v.Close.IsZero() && v.Close.Unix() > 0 {
+		closed = " closed " + v.Close.UTC().Format("15:04:05.000")
+	}
+	return fmt.Sprintf("run %s (%s, %s, started %s%s)", v.RunID, strings.ToLower(strings.TrimPrefix(v.Status.String(), "WORKFLOW_EXECUTION_STATUS_")),
+		attempt, v.Start.UTC().Format("15:04:05.000"), closed)
+}
+
+// completedRun is the rollout's first completed run, nil when none.
+func completedRun(runs []runView) *runView {
+	for i := range runs {
+		if runs[i].Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			return &runs[i]
+		}
+	}
+	return nil
+}
+
+// judgeRuns names what is wrong with one rollout's runs: not exactly one
+// completed run; a run that failed, timed out or was cancelled; a
+// terminated run not below the completed run's attempt (an older attempt
+// that completed after a newer one started breaks the fence). Each
+// problem names the runs it compares, with their attempts and times, so a
+// report tells a fencing violation from a misread attribute. A run
+// without RolloutAttempt (every start sets it) is a problem of its own,
+// never read as attempt 0.
+func judgeRuns(runs []runView) []string {
+	var out []string
+	var completed []runView
+	for _, v := range runs {
+		if v.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			completed = append(completed, v)
+		}
+	}
+	if len(completed) != 1 {
+		out = append(out, fmt.Sprintf("%d completed runs, want 1%s", len(completed), listRuns(completed)))
+	}
+	for _, v := range runs {
+		switch v.Status {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+			enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			if !v.HasAttempt {
+				out = append(out, fmt.Sprintf("%s has no RolloutAttempt", v))
+			}
+		case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+			if len(completed) != 1 {
+				out = append(out, fmt.Sprintf("%s terminated and no single run completed", v))
+			} else if c := completed[0]; !v.HasAttempt || !c.HasAttempt || v.Attempt >= c.Attempt {
+				out = append(out, fmt.Sprintf("%s terminated, not below the completed %s", v, c))
+			}
+		default:
+			out = append(out, fmt.Sprintf("%s closed without completing", v))
+		}
+	}
+	return out
+}
+
+// listRuns is ": run, run" for a problem message, empty for none.
+func listRuns(runs []runView) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	s := make([]string, len(runs))
+	for i, v := range runs {
+		s[i] = v.String()
+	}
+	return ": " + strings.Join(s, "; ")
 }
 
 // checkResults: each completed rollout holds one result with its own

@@ -195,7 +195,7 @@ func (r *run) killEnv(ctx context.Context) error {
 	if last == "" {
 		// Scoped recovery moves rollouts back to a committed checkpoint;
 		// before the first one there is nothing to recover from.
-		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed yet", r.since())
+		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed since the start or the last recovery", r.since())
 		return nil
 	}
 	r.cutOrKill.Lock()
@@ -219,6 +219,11 @@ func (r *run) killEnv(ctx context.Context) error {
 	r.report.EnvKills++
 	req := recoverRequest{Set: r.set, Server: old.url, Replacement: repl.url, Checkpoint: r.lastCP, Root: r.root,
 		RequestID: fmt.Sprintf("%s-recover-%d", r.set, r.report.EnvKills)}
+	// That checkpoint names the killed server, not its replacement: the
+	// replacement can be recovered only from a checkpoint committed after
+	// it started (a second kill of env-0 recovering from the same one
+	// failed its plan with "has no participant"), so kills wait for one.
+	r.lastCP = ""
 	r.mu.Unlock()
 	r.cfg.Logf("%s SIGKILLed env-%d (%s); recovering onto %s from %s", r.since(), i, old.url, repl.url, req.Checkpoint)
 	if err := recoverServer(ctx, r.ts, req); err != nil {

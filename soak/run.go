@@ -76,6 +76,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.sample(ctx, "idle")
 	if err := r.load(ctx); err != nil {
+		// The report must not read PASS: no check ran.
+		r.problem("load stopped, so no end check ran: %v", err)
 		return &r.report, err
 	}
 	if err := r.drain(ctx); err != nil {
