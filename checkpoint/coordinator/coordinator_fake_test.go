@@ -55,6 +55,9 @@ type fakeRun struct {
 	// heldFor is the checkpoint a park signal holds it for (its
 	// CheckpointId search attribute), until a resume signal.
 	heldFor string
+	// ignoreParks: how many park signals it ignores first, as a restored
+	// run still held for its restore does.
+	ignoreParks int
 }
 
 // fakeTemporal is the part of a Temporal client the coordinator uses, over
@@ -221,6 +224,8 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, wid, _, name string, ar
 	}
 	switch {
 	case r.refuse != "":
+	case name == rollout.SignalPark && r.ignoreParks > 0:
+		r.ignoreParks--
 	case name == rollout.SignalPark:
 		r.heldFor = ck
 	case name == rollout.SignalResume && r.heldFor == ck:
@@ -244,6 +249,8 @@ func (f *fakeTemporal) QueryWorkflowWithOptions(_ context.Context, req *client.Q
 		return &client.QueryWorkflowWithOptionsResponse{QueryRejected: &querypb.QueryRejected{Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED}}, nil
 	case r.refuse != "":
 		return nil, serviceerror.NewQueryFailed(rollout.HeldForOther + ": " + r.refuse)
+	case len(req.Args) == 1 && r.heldFor != req.Args[0]:
+		return nil, serviceerror.NewQueryFailed(rollout.NotParkedYet)
 	}
 	return &client.QueryWorkflowWithOptionsResponse{QueryResult: encodedValue{r.record}}, nil
 }

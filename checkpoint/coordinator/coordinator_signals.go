@@ -78,14 +78,23 @@ func (c *Coordinator) releaseRollouts(ctx context.Context, tc client.Client, che
 	return int(resumed.Load()), int(gone.Load()), err
 }
 
-// ask signals every member to park. A member whose workflow has closed is
-// marked closed; one with no workflow fails the step, naming it.
+// ask signals every member to park.
 func (p *parking) ask(ctx context.Context) error {
-	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
 	prog := newProgress(ctx, "ask to park", len(p.ids))
 	defer prog.stop()
-	return fanout.Each(ctx, len(p.ids), p.c.signalLimit(), func(ctx context.Context, i int) error {
-		defer prog.add()
+	return p.signal(ctx, allIndexes(len(p.ids)), prog)
+}
+
+// signal sends the park signal to the members of idx. A member whose
+// workflow has closed is marked closed; one with no workflow fails the step,
+// naming it.
+func (p *parking) signal(ctx context.Context, idx []int, prog *progress) error {
+	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
+	return fanout.Each(ctx, len(idx), p.c.signalLimit(), func(ctx context.Context, k int) error {
+		i := idx[k]
+		if prog != nil {
+			defer prog.add()
+		}
 		err := p.tc.SignalWorkflow(ctx, rollout.WorkflowID(p.ids[i]), "", rollout.SignalPark, req)
 		if err == nil {
 			return nil
@@ -94,9 +103,21 @@ func (p *parking) ask(ctx context.Context) error {
 		if gerr != nil {
 			return gerr
 		}
-		p.closed[i] = gone
+		if gone {
+			p.mu.Lock()
+			p.closed[i] = true
+			p.mu.Unlock()
+		}
 		return nil
 	})
+}
+
+func allIndexes(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 // collect reads every member's park record once it has parked, checks it,
@@ -191,9 +212,15 @@ func (p *parking) listParked(ctx context.Context) (map[string]bool, error) {
 // the run's own state, without the worker and without visibility's lag):
 // it marks the closed ones and returns those parked for a checkpoint or
 // holding a result.
+//
+// A member running and parked for no checkpoint is signalled again: a run
+// held for another checkpoint when the first signal came (a restored run
+// not yet released by its restore or recovery) ignored it, and once
+// released it would never park; the soak saw a checkpoint miss its deadline
+// waiting on such runs. A second signal for this checkpoint is harmless.
 func (p *parking) describeParked(ctx context.Context, idx []int, prog *progress) ([]int, error) {
 	var mu sync.Mutex
-	var out []int
+	var out, again []int
 	err := fanout.Each(ctx, len(idx), p.c.signalLimit(), func(ctx context.Context, k int) error {
 		i := idx[k]
 		ri, err := describeRollout(ctx, p.tc, p.ids[i])
@@ -215,9 +242,14 @@ func (p *parking) describeParked(ctx context.Context, idx []int, prog *progress)
 			// Parked for this checkpoint, holding a result, or held for
 			// another checkpoint (its query refuses, and the step fails).
 			out = append(out, i)
+		default:
+			again = append(again, i)
 		}
 		return nil
 	})
+	if err == nil && len(again) > 0 {
+		err = p.signal(ctx, again, nil)
+	}
 	return out, err
 }
 

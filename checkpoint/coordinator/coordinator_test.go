@@ -276,6 +276,31 @@ func TestParkRefusedByARolloutFailsAtOnce(t *testing.T) {
 	require.ErrorContains(t, err, "other")
 }
 
+// A member that ignored the park signal (a restored run still held for its
+// restore when it came) and was released later is signalled again, and parks.
+func TestParkSignalsAgainAMemberThatIgnoredIt(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.tc.mu.Lock()
+	w.tc.runs["rollout/s1-0002"].ignoreParks = 1
+	w.tc.mu.Unlock()
+	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
+		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
+	})
+	require.NoError(t, err)
+	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	require.NoError(t, err)
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := w.coord.ParkMembers(pctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, res.Members, res.Parked+res.Closed)
+	w.tc.mu.Lock()
+	defer w.tc.mu.Unlock()
+	require.Equal(t, 2, w.tc.updates["rollout/s1-0002 park-request ck1"])
+	require.Equal(t, 1, w.tc.updates["rollout/s1-0001 park-request ck1"])
+}
+
 func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
