@@ -64,7 +64,17 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		url := in.Participants[i]
 		cc := c.control(url)
-		caps, err := cc.Capabilities(ctx)
+		var caps protocol.Capabilities
+		dead, err := callReachable(ctx, func(ctx context.Context) error {
+			var err error
+			caps, err = cc.Capabilities(ctx)
+			return err
+		})
+		if dead {
+			// Fail fast: waiting for the deadline only keeps the others'
+			// admission closed for a checkpoint that cannot commit.
+			return participantUnreachable(url, "capabilities", err)
+		}
 		if err != nil {
 			return controlError(url, "capabilities", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
@@ -124,4 +125,16 @@ func requireNotType(t *testing.T, err error, typ string) {
 	if errors.As(err, &ae) {
 		require.NotEqual(t, typ, ae.Type(), "error %v", err)
 	}
+}
+
+// A checkpoint naming a participant nothing listens at fails its prepare at
+// once, rather than retrying until the deadline.
+func TestPrepareWithAnUnreachableParticipantFailsAtOnce(t *testing.T) {
+	w := newWorld(t)
+	dead := deadURL(t)
+	_, err := w.coord.PrepareParticipants(context.Background(), checkpoint.PrepareParticipantsInput{
+		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url, dead}, Deadline: time.Now().Add(time.Minute),
+	})
+	requireType(t, err, checkpoint.ErrParticipantUnreachable)
+	require.ErrorContains(t, err, dead)
 }
