@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -99,7 +101,12 @@ type step struct {
 
 // runStep runs one coordinator activity and waits for its result in out.
 func runStep(ctx workflow.Context, s step, in, out any) error {
-	actx := workflow.WithActivityOptions(ctx, stepOptions(s.summary, s.timeout))
+	return runStepWith(ctx, s, stepOptions(s.summary, s.timeout), in, out)
+}
+
+// runStepWith is runStep with the activity options given.
+func runStepWith(ctx workflow.Context, s step, opts workflow.ActivityOptions, in, out any) error {
+	actx := workflow.WithActivityOptions(ctx, opts)
 	if err := workflow.ExecuteActivity(actx, s.name, in).Get(ctx, out); err != nil {
 		return fmt.Errorf("%s: %w", s.summary, err)
 	}
@@ -259,7 +266,8 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "commit", fmt.Sprintf("writing %d records and %d environment servers to %s", res.Parked, len(c.in.Participants), c.dir))
 	var out CommitCheckpointResult
-	err := runStep(ctx, step{"commit checkpoint", 30 * time.Minute, CommitCheckpointName}, CommitCheckpointInput{
+	s := step{"commit checkpoint", 30 * time.Minute, CommitCheckpointName}
+	err := runStepWith(ctx, s, commitOptions(ctx, s), CommitCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
 	}, &out)
 	if err != nil {
@@ -267,6 +275,35 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 	}
 	res.Bytes, res.ManifestDigest = out.Bytes, out.ManifestDigest
 	return nil
+}
+
+// commitBoundChange is the change id of commitOptions' bounded retries.
+const commitBoundChange = "commit-bounded-retries"
+
+// commitAttempts bounds the tries of a checkpoint's commit.
+const commitAttempts = 5
+
+// commitOptions are the commit step's options. The commit retried without
+// limit for up to two hours, so a participant killed after it prepared its
+// cut held the whole set parked that long. Now a participant nothing
+// listens at fails the commit at once (ErrParticipantUnreachable, decided by
+// the activity), and transient failures (5xx, timeouts) get commitAttempts
+// tries; then the checkpoint aborts and releases everything. No manifest is
+// written unless every participant's commit answered and its artifact
+// validated here: even an artifact a dead server had finished exporting is
+// not taken on trust, since a failed checkpoint costs one cut while a
+// manifest naming an unconfirmed member could fail a restore. Runs
+// recorded before keep their unlimited retries.
+func commitOptions(ctx workflow.Context, s step) workflow.ActivityOptions {
+	opts := stepOptions(s.summary, s.timeout)
+	if workflow.GetVersion(ctx, commitBoundChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return opts
+	}
+	retry := *coordinatorRetry
+	retry.MaximumAttempts = commitAttempts
+	retry.NonRetryableErrorTypes = append(slices.Clone(retry.NonRetryableErrorTypes), ErrParticipantUnreachable)
+	opts.RetryPolicy = &retry
+	return opts
 }
 
 // resume reopens the environment servers, then releases the rollouts.
@@ -313,6 +350,10 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 		msg += fmt.Sprintf("; CLEANUP FAILED, participants or rollouts may still be parked (resume them with checkpoint id %s): %v", c.in.CheckpointID, aerr)
 	} else {
 		msg += fmt.Sprintf("; resumed %d environment servers and %d rollouts; no manifest was written", out.Participants, out.Rollouts)
+	}
+	if len(out.Unreachable) > 0 {
+		msg += fmt.Sprintf("; unreachable environment servers (nothing listens there; they hold nothing, recover their rollouts with scoped recovery): %s",
+			strings.Join(out.Unreachable, ", "))
 	}
 	c.logger.Error("checkpoint aborted", "phase", failedPhase, "error", cause, "cleanup_error", aerr)
 	// The cause's text is in msg; it is not chained, because a cut cancelled

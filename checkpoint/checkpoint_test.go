@@ -27,6 +27,8 @@ type coord struct {
 	fail   map[string]error
 	// abortTry is the time the abort's try was given (deadline - start).
 	abortTry time.Duration
+	// unreachable is what the abort reports dead.
+	unreachable []string
 }
 
 func newCoord() *coord { return &coord{inputs: map[string]any{}, fail: map[string]error{}} }
@@ -70,7 +72,8 @@ func (c *coord) register(env *testsuite.TestWorkflowEnvironment) {
 		c.mu.Lock()
 		c.abortTry = info.Deadline.Sub(info.StartedTime)
 		c.mu.Unlock()
-		return checkpoint.AbortCheckpointResult{Participants: len(in.Participants), Rollouts: 4}, c.record(checkpoint.AbortCheckpointName, in)
+		res := checkpoint.AbortCheckpointResult{Participants: len(in.Participants) - len(c.unreachable), Rollouts: 4, Unreachable: c.unreachable}
+		return res, c.record(checkpoint.AbortCheckpointName, in)
 	}, checkpoint.AbortCheckpointName)
 	reg(func(_ context.Context, in checkpoint.ValidateCheckpointInput) (checkpoint.ValidateCheckpointResult, error) {
 		return checkpoint.ValidateCheckpointResult{Set: "s1", Records: 3, Continue: 1, StartOver: 1, OfferAgain: 1}, c.record(checkpoint.ValidateCheckpointName, in)
@@ -217,6 +220,43 @@ func TestCheckpointAbortHasTimeToResumeABusySet(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.GreaterOrEqual(t, c.abortTry, 10*time.Minute, "an abort try of %s", c.abortTry)
+}
+
+// A participant that stays unreachable fails the commit in bounded time:
+// a dead one at once, a failing one after a few tries (it was retried
+// without limit for hours, keeping the set parked); then the abort releases
+// everything and the failure names the dead server.
+func TestCheckpointCommitToAnUnreachableParticipantAbortsInBoundedTime(t *testing.T) {
+	cases := []struct {
+		name      string
+		err       error
+		wantTries int
+	}{
+		{"connection refused", temporal.NewNonRetryableApplicationError("participant http://127.0.0.1:2: commit: nothing listens there",
+			checkpoint.ErrParticipantUnreachable, nil), 1},
+		{"503 every time", errors.New("participant http://127.0.0.1:2: commit: 503"), 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCoord()
+			c.fail[checkpoint.CommitCheckpointName] = tc.err
+			c.unreachable = []string{"http://127.0.0.1:2"}
+			_, _, err := runCheckpoint(t, c, checkpointInput(), nil)
+			requireAborted(t, err, "phase commit")
+			require.Contains(t, err.Error(), "unreachable environment servers")
+			require.Contains(t, err.Error(), "http://127.0.0.1:2")
+			require.Contains(t, err.Error(), "resumed 1 environment servers and 4 rollouts")
+			calls := c.called()
+			tries := 0
+			for _, name := range calls {
+				if name == checkpoint.CommitCheckpointName {
+					tries++
+				}
+			}
+			require.Equal(t, tc.wantTries, tries)
+			require.Equal(t, checkpoint.AbortCheckpointName, calls[len(calls)-1])
+		})
+	}
 }
 
 func TestCheckpointReportsFailedCleanup(t *testing.T) {

@@ -41,6 +41,10 @@ const (
 	// ErrParticipantRefused: an environment server refused a control call in
 	// a way a retry cannot change.
 	ErrParticipantRefused = "ParticipantRefused"
+	// ErrParticipantUnreachable: nothing listens at an environment server's
+	// address (connection refused or no route, several tries): its process
+	// is gone, and with it what it had prepared.
+	ErrParticipantUnreachable = "ParticipantUnreachable"
 	// ErrAttemptConflict: a run of a higher attempt than the one a restore
 	// would start already exists.
 	ErrAttemptConflict = "AttemptConflict"
@@ -160,6 +164,9 @@ type AbortCheckpointResult struct {
 	Participants    int  `json:"participants"`
 	Rollouts        int  `json:"rollouts"`
 	ManifestRemoved bool `json:"manifest_removed"`
+	// Unreachable are the participants nothing listened at: dead servers
+	// hold no admission, so they are reported, not waited for.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // Names of the activities that end a restore (the Checkpoint workflow's

@@ -64,7 +64,17 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		url := in.Participants[i]
 		cc := c.control(url)
-		caps, err := cc.Capabilities(ctx)
+		var caps protocol.Capabilities
+		dead, err := callReachable(ctx, func(ctx context.Context) error {
+			var err error
+			caps, err = cc.Capabilities(ctx)
+			return err
+		})
+		if dead {
+			// Fail fast: waiting for the deadline only keeps the others'
+			// admission closed for a checkpoint that cannot commit.
+			return participantUnreachable(url, "capabilities", err)
+		}
 		if err != nil {
 			return controlError(url, "capabilities", err)
 		}
@@ -369,7 +379,17 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store,
 	err := fanout.Each(ctx, len(reports), c.limit(), func(ctx context.Context, i int) error {
 		p := reports[i]
 		loc := checkpoint.ParticipantLocation(dir.Location(), i)
-		resp, err := c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
+		var resp protocol.CommitResponse
+		dead, err := callReachable(ctx, func(ctx context.Context) error {
+			var err error
+			resp, err = c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
+			return err
+		})
+		if dead {
+			// Its prepared cut died with it: no retry can commit it, and a
+			// manifest naming it must not be written.
+			return participantUnreachable(p.URL, "commit", err)
+		}
 		if err != nil {
 			return controlError(p.URL, "commit", err)
 		}
@@ -576,7 +596,9 @@ func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRo
 // directory aborted (a late commit then writes no manifest), removes any
 // aggregate manifest, resumes every participant (resume is the abort) and
 // releases every member that may have parked. It tries every step even when
-// one fails, and reports all failures.
+// one fails, and reports all failures. A participant nothing listens at is
+// no failure: it is named in the result (it holds nothing, and failing the
+// abort for it only left the set parked).
 func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
 	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
 	if err != nil {
@@ -595,34 +617,45 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	if err != nil {
 		errs = append(errs, fmt.Errorf("remove manifest: %w", err))
 	}
-	if _, err := c.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: in.CheckpointID, Participants: in.Participants}); err != nil {
-		errs = append(errs, err)
+	// Participants first, so released rollouts find admission open; each
+	// call is bounded and none of their failures keeps the rollouts parked.
+	// A dead participant is reported, not an error: retrying the abort
+	// cannot resume it, and it holds nothing.
+	dead, err := c.resumeReachable(ctx, in.CheckpointID, in.Participants)
+	res.Unreachable = dead
+	if err != nil {
+		errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
 	} else {
-		res.Participants = len(in.Participants)
+		res.Participants = len(in.Participants) - len(dead)
 	}
-	// Every member, not only those known parked: a park may have been
-	// accepted without its answer reaching the coordinator.
-	l, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), in.CheckpointID)
-	switch {
-	case errors.Is(err, storage.ErrNotExist):
-		// Membership never frozen: no rollout was asked to park.
-	case err != nil:
+	n, err := c.releaseMembers(ctx, dir, in.CheckpointID)
+	res.Rollouts = n
+	if err != nil {
 		errs = append(errs, err)
-	default:
-		tc, err := c.temporal()
-		if err != nil {
-			return res, err
-		}
-		n, _, err := c.releaseRollouts(ctx, tc, in.CheckpointID, l.Rollouts)
-		res.Rollouts = n
-		if err != nil {
-			errs = append(errs, err)
-		}
 	}
 	if len(errs) > 0 {
 		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// releaseMembers releases every member of the checkpoint, not only those
+// known parked: a park may have been accepted without its answer reaching
+// the coordinator.
+func (c *Coordinator) releaseMembers(ctx context.Context, dir storage.Store, checkpointID string) (int, error) {
+	l, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), checkpointID)
+	switch {
+	case errors.Is(err, storage.ErrNotExist):
+		return 0, nil // membership never frozen: no rollout was asked to park
+	case err != nil:
+		return 0, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return 0, err
+	}
+	n, _, err := c.releaseRollouts(ctx, tc, checkpointID, l.Rollouts)
+	return n, err
 }
 
 // removeManifest removes the aggregate manifest, durably, and reports

@@ -306,8 +306,10 @@ const (
 // control plane on.
 type envServer struct {
 	url string
-	c   *protocol.Client
-	cc  *protocol.ControlClient
+	// kill stops the server: from then on nothing listens at url.
+	kill func()
+	c    *protocol.Client
+	cc   *protocol.ControlClient
 }
 
 func newEnvServer(t *testing.T, name string) *envServer {
@@ -330,7 +332,7 @@ func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envSer
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	t.Cleanup(hs.Close)
-	return &envServer{url: hs.URL, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
+	return &envServer{url: hs.URL, kill: hs.Close, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }
 
 // start starts attempt of rollout; an attempt above 0 is installed through

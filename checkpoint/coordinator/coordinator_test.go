@@ -138,6 +138,15 @@ func (w *world) want(t *testing.T, head transcript.Digest) {
 // does.
 func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	t.Helper()
+	w.cut(t)
+	res, err := w.coord.CommitCheckpoint(context.Background(), checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
+	require.NoError(t, err)
+	return res
+}
+
+// cut runs the checkpoint's activities up to its commit.
+func (w *world) cut(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	// The Checkpoint workflow's run: its start is when the cut began.
 	w.tc.mu.Lock()
@@ -161,10 +170,6 @@ func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	require.Equal(t, 1, park.CompletedUnacked)
 	require.Equal(t, 1, park.Closed)
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0000 park-request ck1"])
-
-	res, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
-	require.NoError(t, err)
-	return res
 }
 
 func readList(t *testing.T, path string) []string {
