@@ -56,9 +56,11 @@ type Config struct {
 	// turns it off.
 	EnvKillEvery time.Duration
 	// RetiredGrace is the environment servers' --retired-grace: how long a
-	// finished session keeps its stored responses. The soak's default is
-	// shorter than the servers' own so that its ten minutes drop several
-	// generations of them; zero leaves the servers' default.
+	// finished session keeps its stored responses; zero (the default) leaves
+	// the servers' own, 10 minutes, which a soak of ten minutes or more still
+	// reaches. A 2-minute grace was tried: on the loaded machine a worker's
+	// retry of a verify or a tool call came after a workflow task had waited
+	// over two minutes, was refused session_retired, and failed 2 rollouts.
 	RetiredGrace time.Duration
 	// SampleEvery is the interval of memory and goroutine samples.
 	SampleEvery time.Duration
@@ -87,7 +89,6 @@ func Defaults() Config {
 		WorkerKillEvery:   time.Minute,
 		WorkerDownFor:     10 * time.Second,
 		EnvKillEvery:      envKillDefault,
-		RetiredGrace:      2 * time.Minute,
 		SampleEvery:       time.Minute,
 	}
 }

@@ -46,8 +46,8 @@ func (r *run) check(ctx context.Context) {
 }
 
 // checkRuns: every rollout has exactly one completed run and no run that
-// failed, timed out or was cancelled. A terminated run is fine only below
-// the attempt that completed: scoped recovery ends the runs it replaces.
+// timed out or was cancelled. A terminated or failed run is fine only below
+// the attempt that completed (see judgeRuns).
 // The judgment is judgeRuns; this lists the runs for it.
 func (r *run) checkRuns(ctx context.Context) {
 	runs := map[string][]runView{}
@@ -134,11 +134,15 @@ func judgeRuns(runs []runView) []string {
 			if !v.HasAttempt {
 				out = append(out, fmt.Sprintf("%s has no RolloutAttempt", v))
 			}
-		case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED:
+		case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+			// Superseded: recovery terminates the runs it replaces, and a
+			// run whose environment server died may fail before recovery
+			// reaches it (its calls are refused); either is fine below the
+			// attempt that completed, and a fence broken otherwise.
 			if len(completed) != 1 {
-				out = append(out, fmt.Sprintf("%s terminated and no single run completed", v))
+				out = append(out, fmt.Sprintf("%s closed without completing and no single run completed", v))
 			} else if c := completed[0]; !v.HasAttempt || !c.HasAttempt || v.Attempt >= c.Attempt {
-				out = append(out, fmt.Sprintf("%s terminated, not below the completed %s", v, c))
+				out = append(out, fmt.Sprintf("%s closed without completing, not below the completed %s", v, c))
 			}
 		default:
 			out = append(out, fmt.Sprintf("%s closed without completing", v))

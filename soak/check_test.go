@@ -28,7 +28,7 @@ func TestJudgeRuns(t *testing.T) {
 			runs: []runView{run("old", term, 0, true), run("new", done, 1, true)}},
 		{name: "older attempt completed, newer one terminated (a fence broken)",
 			runs: []runView{run("new", term, 1, true), run("old", done, 0, true)},
-			want: []string{"run new (terminated, attempt 1, started 20:24:00.000 closed 20:25:00.000) terminated, not below the completed run old (completed, attempt 0"}},
+			want: []string{"run new (terminated, attempt 1, started 20:24:00.000 closed 20:25:00.000) closed without completing, not below the completed run old (completed, attempt 0"}},
 		{name: "terminated and completed runs of the same attempt",
 			runs: []runView{run("x", term, 1, true), run("y", done, 1, true)},
 			want: []string{"run x (terminated, attempt 1,"}},
@@ -38,13 +38,15 @@ func TestJudgeRuns(t *testing.T) {
 		{name: "completed run without an attempt is named, and the terminated one not judged against 0",
 			runs: []runView{run("x", term, 0, true), run("y", done, 0, false)},
 			want: []string{"run x (terminated, attempt 0", "run y (completed, no RolloutAttempt"}},
-		{name: "failed run", runs: []runView{run("x", fail, 0, true), run("y", done, 1, true)},
-			want: []string{"run x (failed, attempt 0, started 20:24:00.000 closed 20:25:00.000) closed without completing"}},
+		{name: "failed run below the completed attempt (its server died, recovery moved it)",
+			runs: []runView{run("x", fail, 0, true), run("y", done, 1, true)}},
+		{name: "failed run at the completed attempt", runs: []runView{run("x", fail, 1, true), run("y", done, 1, true)},
+			want: []string{"run x (failed, attempt 1, started 20:24:00.000 closed 20:25:00.000) closed without completing, not below the completed run y"}},
 		{name: "two completed runs", runs: []runView{run("x", done, 0, true), run("y", done, 1, true)},
 			want: []string{"2 completed runs, want 1: run x"}},
 		{name: "no run", want: []string{"0 completed runs, want 1"}},
 		{name: "terminated, nothing completed", runs: []runView{run("x", term, 0, true)},
-			want: []string{"0 completed runs, want 1", "run x (terminated, attempt 0, started 20:24:00.000 closed 20:25:00.000) terminated and no single run completed"}},
+			want: []string{"0 completed runs, want 1", "run x (terminated, attempt 0, started 20:24:00.000 closed 20:25:00.000) closed without completing and no single run completed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
