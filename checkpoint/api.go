@@ -41,6 +41,12 @@ const (
 	ErrRestoreFailed = "RestoreFailed"
 )
 
+// CleanupFailed is in the message of an aborted checkpoint whose abort
+// itself failed: participants or rollouts may still be parked, and an
+// operator resumes them (`starter resume`). Without it, the abort released
+// everything it could reach and there is nothing to resume.
+const CleanupFailed = "CLEANUP FAILED"
+
 // CheckpointInput starts a Checkpoint. Plain JSON, startable with
 // `temporal workflow start --type Checkpoint --workflow-id checkpoint/ck1
 // --input '{"checkpoint_id":"ck1","set":"s1","root":"/ckpt","participants":["http://127.0.0.1:8091"],"timeout":"2m"}'`.

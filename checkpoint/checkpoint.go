@@ -347,7 +347,7 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	}).Get(dctx, &out)
 	msg := fmt.Sprintf("checkpoint %s of set %s aborted in phase %s: %v", c.in.CheckpointID, c.in.Set, failedPhase, cause)
 	if aerr != nil {
-		msg += fmt.Sprintf("; CLEANUP FAILED, participants or rollouts may still be parked (resume them with checkpoint id %s): %v", c.in.CheckpointID, aerr)
+		msg += fmt.Sprintf("; %s, participants or rollouts may still be parked (resume them with checkpoint id %s): %v", CleanupFailed, c.in.CheckpointID, aerr)
 	} else {
 		msg += fmt.Sprintf("; resumed %d environment servers and %d rollouts; no manifest was written", out.Participants, out.Rollouts)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/fanout"
 	"github.com/turnstile-rl/turnstile/rollout"
@@ -118,9 +120,9 @@ func (r *run) count(ctx context.Context, q string) (int, error) {
 
 // checkpoint takes one checkpoint of the set and waits for it. A failed
 // checkpoint (its cut missed the deadline, say, because a worker died
-// under it) is counted and printed, not an invariant violation; the soak
-// then resumes it as an operator would (its abort may not have finished
-// releasing everyone), and the end checks cover the rollouts.
+// under it) is counted and printed, not an invariant violation; when its
+// abort failed too (checkpoint.CleanupFailed) the soak resumes it as an
+// operator would, and the end checks cover the rollouts.
 func (r *run) checkpoint(ctx context.Context) error {
 	r.mu.Lock()
 	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
@@ -133,10 +135,16 @@ func (r *run) checkpoint(ctx context.Context) error {
 		Set: r.set, CheckpointID: id, Root: r.root, Participants: parts, Timeout: r.cfg.CheckpointTimeout,
 	}, true)
 	cp := Checkpoint{ID: id, Took: time.Since(began)}
-	if err != nil {
+	switch {
+	case err != nil && strings.Contains(err.Error(), checkpoint.CleanupFailed):
 		cp.Err = err.Error()
 		cp.Resumed = r.resume(ctx, id, parts)
-	} else {
+	case err != nil:
+		// The abort released every rollout and reachable participant; an
+		// operator's resume, by update on a busy data plane, would only
+		// hold up the next checkpoint for minutes (a soak saw it).
+		cp.Err = err.Error()
+	default:
 		cp.Members, cp.Parked = res.Members, res.Parked
 	}
 	r.mu.Lock()
