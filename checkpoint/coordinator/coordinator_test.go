@@ -144,6 +144,19 @@ func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	return res
 }
 
+// prepareAndFreeze runs the checkpoint's prepare and membership steps,
+// for tests of the park step.
+func (w *world) prepareAndFreeze(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
+		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
+	})
+	require.NoError(t, err)
+	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
+	require.NoError(t, err)
+}
+
 // cut runs the checkpoint's activities up to its commit.
 func (w *world) cut(t *testing.T) {
 	t.Helper()
@@ -250,13 +263,8 @@ func TestParkOfAMissingMemberNamesIt(t *testing.T) {
 	w.tc.mu.Lock()
 	delete(w.tc.runs, "rollout/s1-0004") // the env server knows it, Temporal does not
 	w.tc.mu.Unlock()
-	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
-		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
-	})
-	require.NoError(t, err)
-	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
-	require.NoError(t, err)
-	_, err = w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	w.prepareAndFreeze(t)
+	_, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
 	requireType(t, err, checkpoint.ErrMemberMissing)
 	require.ErrorContains(t, err, "s1-0004")
 	_, err = os.Stat(filepath.Join(w.root, "ck1", checkpoint.AggregateManifestName))
@@ -269,13 +277,8 @@ func TestParkRefusedByARolloutFailsAtOnce(t *testing.T) {
 	w.tc.mu.Lock()
 	w.tc.runs["rollout/s1-0001"].refuse = `rollout is held for checkpoint "other"`
 	w.tc.mu.Unlock()
-	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
-		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
-	})
-	require.NoError(t, err)
-	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
-	require.NoError(t, err)
-	_, err = w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	w.prepareAndFreeze(t)
+	_, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
 	requireType(t, err, checkpoint.ErrMemberRefused)
 	require.ErrorContains(t, err, "s1-0001")
 	require.ErrorContains(t, err, "other")
@@ -289,12 +292,7 @@ func TestParkSignalsAgainAMemberThatIgnoredIt(t *testing.T) {
 	w.tc.mu.Lock()
 	w.tc.runs["rollout/s1-0002"].ignoreParks = 1
 	w.tc.mu.Unlock()
-	_, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
-		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
-	})
-	require.NoError(t, err)
-	_, err = w.coord.FreezeMembership(ctx, checkpoint.FreezeMembershipInput{CheckpointID: "ck1", Set: "s1", Root: w.root})
-	require.NoError(t, err)
+	w.prepareAndFreeze(t)
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := w.coord.ParkMembers(pctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
