@@ -24,10 +24,10 @@ WORKFLOWCHECK_STAMP := $(BIN)/.workflowcheck-$(WORKFLOWCHECK_VERSION)
 # json.Marshal and friends would all be reported as non-deterministic.
 WORKFLOWCHECK_CONFIG := $(BIN)/workflowcheck.yaml
 # Packages holding workflow code (deterministic code only).
-WORKFLOW_PKGS := ./rollout ./checkpoint
+WORKFLOW_PKGS := ./workflows/...
 
 TEST_TIMEOUT := 40m
-# Packages `make test` runs (e.g. make test PKGS=./devenv/...).
+# Packages `make test` runs (e.g. make test PKGS=./internal/devenv/...).
 PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))

@@ -20,7 +20,7 @@ type Entry struct {
 	// it. Nil for an environment another participant hosts (Remote).
 	New func() Environment
 	// Remote names where an environment not built into the Go server is
-	// hosted (e.g. "examples/python-participant"). The catalog still holds
+	// hosted (e.g. "clients/python/examples/participant"). The catalog still holds
 	// its task generator, turn limit and scripted policy, so the starter
 	// and the policy server serve it like any other; exactly one of New
 	// and Remote is set.
@@ -99,7 +99,7 @@ func (e Entry) Validate() error {
 		return fmt.Errorf("environment %q: no scripted policy", e.Name)
 	}
 	if !e.Hosted() {
-		return nil // its host checks the name (examples/python-participant's tests)
+		return nil // its host checks the name (clients/python/examples/participant's tests)
 	}
 	env := e.New()
 	if env == nil {

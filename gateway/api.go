@@ -15,9 +15,9 @@ package gateway
 import (
 	"encoding/json"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // Error codes of an ErrorBody, each with one HTTP status.
@@ -45,7 +45,7 @@ type ErrorDetail struct {
 	Field   string `json:"field"`
 }
 
-// SubmitRequest is POST /v1/sets: the fields of client.SubmitRequest in
+// SubmitRequest is POST /v1/sets: the fields of trainer.SubmitRequest in
 // snake case. Exactly one of envs+count, rows or dataset_path.
 type SubmitRequest struct {
 	RequestID string `json:"request_id"`
@@ -56,15 +56,15 @@ type SubmitRequest struct {
 	Seed  int64    `json:"seed,omitempty"`
 	// Rows (inline) or DatasetPath (a JSONL file the gateway can read): a
 	// dataset, each row Repeats times as one group.
-	Rows        []client.DatasetRow `json:"rows,omitempty"`
-	DatasetPath string              `json:"dataset_path,omitempty"`
-	Repeats     int                 `json:"repeats,omitempty"`
-	Policy      string              `json:"policy,omitempty"`
-	ModelURL    string              `json:"model_url,omitempty"`
-	EnvURL      string              `json:"env_url,omitempty"`
-	MaxTurns    int                 `json:"max_turns,omitempty"`
-	Sampling    *rollout.Sampling   `json:"sampling,omitempty"`
-	Limits      *SubmitLimits       `json:"limits,omitempty"`
+	Rows        []trainer.DatasetRow `json:"rows,omitempty"`
+	DatasetPath string               `json:"dataset_path,omitempty"`
+	Repeats     int                  `json:"repeats,omitempty"`
+	Policy      string               `json:"policy,omitempty"`
+	ModelURL    string               `json:"model_url,omitempty"`
+	EnvURL      string               `json:"env_url,omitempty"`
+	MaxTurns    int                  `json:"max_turns,omitempty"`
+	Sampling    *rollout.Sampling    `json:"sampling,omitempty"`
+	Limits      *SubmitLimits        `json:"limits,omitempty"`
 	// RequireAck holds every result until acknowledged; default true (the
 	// feed delivers held results).
 	RequireAck *bool `json:"require_ack,omitempty"`
@@ -92,15 +92,15 @@ type SubmitResponse struct {
 
 // SetResponse is GET /v1/sets/{set}: the set's summary and health.
 type SetResponse struct {
-	Set     string              `json:"set"`
-	Overall client.Summary      `json:"overall"`
-	ByEnv   []client.EnvSummary `json:"by_env"`
-	Health  Health              `json:"health"`
+	Set     string               `json:"set"`
+	Overall trainer.Summary      `json:"overall"`
+	ByEnv   []trainer.EnvSummary `json:"by_env"`
+	Health  Health               `json:"health"`
 }
 
 // Health is what a trainer needs to decide whether to keep waiting (see
-// client.Health for each field).
-type Health = client.Health
+// trainer.Health for each field).
+type Health = trainer.Health
 
 // FeedResponse is GET /v1/sets/{set}/feed.
 type FeedResponse struct {
@@ -184,7 +184,7 @@ type PolicyVersionResponse struct {
 }
 
 // StaleRollout is one stale running rollout.
-type StaleRollout = client.StaleRollout
+type StaleRollout = trainer.StaleRollout
 
 // CheckpointRequest is POST /v1/checkpoints; the checkpoint goes under the
 // gateway's checkpoint root. Timeout or Deadline (RFC 3339), not both.
@@ -251,8 +251,8 @@ type ResumeRequest struct {
 	Participants []string `json:"participants"`
 }
 
-// ResumeResponse is client.ResumeSummary.
-type ResumeResponse = client.ResumeSummary
+// ResumeResponse is trainer.ResumeSummary.
+type ResumeResponse = trainer.ResumeSummary
 
 // HealthzResponse is GET /healthz.
 type HealthzResponse struct {

@@ -1,6 +1,6 @@
 package gateway
 
-import "github.com/turnstile-rl/turnstile/client"
+import "github.com/turnstile-rl/turnstile/trainer"
 
 // The client library is the gateway's backend.
-var _ Backend = (*client.Client)(nil)
+var _ Backend = (*trainer.Client)(nil)

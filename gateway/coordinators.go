@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
 // coordinatorFields name the gateway's fields in the client library's
@@ -30,14 +30,14 @@ func (s *Server) startCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusAccepted, StartedResponse{ID: req.CheckpointID, WorkflowID: st.WorkflowID, RunID: st.RunID, Existing: existing})
 }
 
-func (s *Server) checkpointRequest(req CheckpointRequest) (client.CheckpointRequest, error) {
+func (s *Server) checkpointRequest(req CheckpointRequest) (trainer.CheckpointRequest, error) {
 	if err := checkRequestID(req.RequestID); err != nil {
-		return client.CheckpointRequest{}, err
+		return trainer.CheckpointRequest{}, err
 	}
 	if s.cfg.CheckpointRoot == "" {
-		return client.CheckpointRequest{}, unavailable("this gateway was started without --checkpoint-root")
+		return trainer.CheckpointRequest{}, unavailable("this gateway was started without --checkpoint-root")
 	}
-	cr := client.CheckpointRequest{
+	cr := trainer.CheckpointRequest{
 		Set: req.Set, CheckpointID: req.CheckpointID, Root: s.cfg.CheckpointRoot, Participants: req.Participants, StayPaused: req.StayPaused,
 	}
 	var err error
@@ -88,7 +88,7 @@ func (s *Server) startRestore(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.CheckpointRoot == "" {
 		return unavailable("this gateway was started without --checkpoint-root")
 	}
-	cr := client.RestoreRequest{CheckpointID: req.CheckpointID, RestoreID: req.RestoreID, Root: s.cfg.CheckpointRoot, Participants: req.Participants}
+	cr := trainer.RestoreRequest{CheckpointID: req.CheckpointID, RestoreID: req.RestoreID, Root: s.cfg.CheckpointRoot, Participants: req.Participants}
 	if _, err := cr.RestoreInput(s.cfg.CheckpointRoot, "check"); err != nil {
 		return invalid(err, coordinatorFields)
 	}
@@ -131,7 +131,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRequestID(req.RequestID); err != nil {
 		return err
 	}
-	cr := client.ResumeRequest{Set: req.Set, CheckpointID: req.CheckpointID, Participants: req.Participants, ControlToken: s.cfg.ControlToken}
+	cr := trainer.ResumeRequest{Set: req.Set, CheckpointID: req.CheckpointID, Participants: req.Participants, ControlToken: s.cfg.ControlToken}
 	if err := cr.Validate(); err != nil {
 		return invalid(err, coordinatorFields)
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // decode reads r's body into v strictly: one JSON object, no unknown

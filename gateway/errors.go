@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // apiError is an answer other than 2xx.
@@ -38,9 +38,9 @@ func unavailable(msg string) *apiError {
 func toAPIError(err error) *apiError {
 	var (
 		ae          *apiError
-		conflictErr *client.ConflictError
-		unavailErr  *client.UnavailableError
-		notFoundErr *client.NotFoundError
+		conflictErr *trainer.ConflictError
+		unavailErr  *trainer.UnavailableError
+		notFoundErr *trainer.NotFoundError
 		tooBig      *http.MaxBytesError
 	)
 	switch {
@@ -109,7 +109,7 @@ func invalid(err error, overrides map[string]string) *apiError {
 	case token == "set":
 		field = "set"
 	}
-	var de *client.DatasetError
+	var de *trainer.DatasetError
 	if errors.As(err, &de) {
 		field = "rows"
 	}

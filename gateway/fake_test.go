@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // fakeBackend records what the server asked and answers what a test set.
@@ -21,19 +21,19 @@ type fakeBackend struct {
 	mu    sync.Mutex
 	calls map[string]int
 
-	submit      func(client.SubmitRequest) (client.SubmitResult, error)
-	summary     func(string) (client.SetSummary, error)
+	submit      func(trainer.SubmitRequest) (trainer.SubmitResult, error)
+	summary     func(string) (trainer.SetSummary, error)
 	runs        int
-	health      func(client.HealthRequest) (client.Health, error)
-	resultsPage func(set string, token []byte, size int) ([]client.RolloutRecord, []byte, error)
+	health      func(trainer.HealthRequest) (trainer.Health, error)
+	resultsPage func(set string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error)
 	export      func(set string, w io.Writer) error
-	feed        func(client.FeedRequest) (client.FeedPage, error)
-	ack         func(client.AckRequest) (client.AckSummary, error)
-	staleness   func(client.StalenessRequest) (client.StalenessResult, error)
-	checkpoint  func(client.CheckpointRequest, string) (client.Started, bool, error)
-	restore     func(client.RestoreRequest, string) (client.Started, bool, error)
-	status      func(workflowID string, result any) (client.CoordinatorRun, error)
-	resume      func(client.ResumeRequest) (client.ResumeSummary, error)
+	feed        func(trainer.FeedRequest) (trainer.FeedPage, error)
+	ack         func(trainer.AckRequest) (trainer.AckSummary, error)
+	staleness   func(trainer.StalenessRequest) (trainer.StalenessResult, error)
+	checkpoint  func(trainer.CheckpointRequest, string) (trainer.Started, bool, error)
+	restore     func(trainer.RestoreRequest, string) (trainer.Started, bool, error)
+	status      func(workflowID string, result any) (trainer.CoordinatorRun, error)
+	resume      func(trainer.ResumeRequest) (trainer.ResumeSummary, error)
 }
 
 func (f *fakeBackend) called(name string) {
@@ -51,18 +51,18 @@ func (f *fakeBackend) count(name string) int {
 	return f.calls[name]
 }
 
-func (f *fakeBackend) Submit(_ context.Context, r client.SubmitRequest) (client.SubmitResult, error) {
+func (f *fakeBackend) Submit(_ context.Context, r trainer.SubmitRequest) (trainer.SubmitResult, error) {
 	f.called("Submit")
 	if f.submit == nil {
-		return client.SubmitResult{}, nil
+		return trainer.SubmitResult{}, nil
 	}
 	return f.submit(r)
 }
 
-func (f *fakeBackend) Summary(_ context.Context, set string) (client.SetSummary, error) {
+func (f *fakeBackend) Summary(_ context.Context, set string) (trainer.SetSummary, error) {
 	f.called("Summary")
 	if f.summary == nil {
-		return client.SetSummary{}, nil
+		return trainer.SetSummary{}, nil
 	}
 	return f.summary(set)
 }
@@ -72,15 +72,15 @@ func (f *fakeBackend) CountRuns(context.Context, string) (int, error) {
 	return f.runs, nil
 }
 
-func (f *fakeBackend) Health(_ context.Context, r client.HealthRequest) (client.Health, error) {
+func (f *fakeBackend) Health(_ context.Context, r trainer.HealthRequest) (trainer.Health, error) {
 	f.called("Health")
 	if f.health == nil {
-		return client.Health{State: client.HealthOK, Rollouts: f.runs}, nil
+		return trainer.Health{State: trainer.HealthOK, Rollouts: f.runs}, nil
 	}
 	return f.health(r)
 }
 
-func (f *fakeBackend) ResultsPage(_ context.Context, set string, token []byte, size int) ([]client.RolloutRecord, []byte, error) {
+func (f *fakeBackend) ResultsPage(_ context.Context, set string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error) {
 	f.called("ResultsPage")
 	if f.resultsPage == nil {
 		return nil, nil, nil
@@ -88,66 +88,66 @@ func (f *fakeBackend) ResultsPage(_ context.Context, set string, token []byte, s
 	return f.resultsPage(set, token, size)
 }
 
-func (f *fakeBackend) Export(_ context.Context, set string, _ client.TranscriptReader, w io.Writer) (client.ExportStats, error) {
+func (f *fakeBackend) Export(_ context.Context, set string, _ trainer.TranscriptReader, w io.Writer) (trainer.ExportStats, error) {
 	f.called("Export")
 	if f.export == nil {
-		return client.ExportStats{}, nil
+		return trainer.ExportStats{}, nil
 	}
-	return client.ExportStats{}, f.export(set, w)
+	return trainer.ExportStats{}, f.export(set, w)
 }
 
-func (f *fakeBackend) Feed(_ context.Context, _ client.TranscriptReader, r client.FeedRequest) (client.FeedPage, error) {
+func (f *fakeBackend) Feed(_ context.Context, _ trainer.TranscriptReader, r trainer.FeedRequest) (trainer.FeedPage, error) {
 	f.called("Feed")
 	if f.feed == nil {
-		return client.FeedPage{Next: r.After}, nil
+		return trainer.FeedPage{Next: r.After}, nil
 	}
 	return f.feed(r)
 }
 
-func (f *fakeBackend) Acknowledge(_ context.Context, r client.AckRequest) (client.AckSummary, error) {
+func (f *fakeBackend) Acknowledge(_ context.Context, r trainer.AckRequest) (trainer.AckSummary, error) {
 	f.called("Acknowledge")
 	if f.ack == nil {
-		return client.AckSummary{Acknowledged: len(r.Receipts)}, nil
+		return trainer.AckSummary{Acknowledged: len(r.Receipts)}, nil
 	}
 	return f.ack(r)
 }
 
-func (f *fakeBackend) Staleness(_ context.Context, r client.StalenessRequest) (client.StalenessResult, error) {
+func (f *fakeBackend) Staleness(_ context.Context, r trainer.StalenessRequest) (trainer.StalenessResult, error) {
 	f.called("Staleness")
 	if f.staleness == nil {
-		return client.StalenessResult{}, nil
+		return trainer.StalenessResult{}, nil
 	}
 	return f.staleness(r)
 }
 
-func (f *fakeBackend) StartCheckpoint(_ context.Context, r client.CheckpointRequest, id string) (client.Started, bool, error) {
+func (f *fakeBackend) StartCheckpoint(_ context.Context, r trainer.CheckpointRequest, id string) (trainer.Started, bool, error) {
 	f.called("StartCheckpoint")
 	if f.checkpoint == nil {
-		return client.Started{WorkflowID: "checkpoint/" + r.CheckpointID, RunID: "run-1"}, false, nil
+		return trainer.Started{WorkflowID: "checkpoint/" + r.CheckpointID, RunID: "run-1"}, false, nil
 	}
 	return f.checkpoint(r, id)
 }
 
-func (f *fakeBackend) StartRestore(_ context.Context, r client.RestoreRequest, id string) (client.Started, bool, error) {
+func (f *fakeBackend) StartRestore(_ context.Context, r trainer.RestoreRequest, id string) (trainer.Started, bool, error) {
 	f.called("StartRestore")
 	if f.restore == nil {
-		return client.Started{WorkflowID: "restore/" + r.CheckpointID, RunID: "run-1"}, false, nil
+		return trainer.Started{WorkflowID: "restore/" + r.CheckpointID, RunID: "run-1"}, false, nil
 	}
 	return f.restore(r, id)
 }
 
-func (f *fakeBackend) CoordinatorStatus(_ context.Context, workflowID string, result any) (client.CoordinatorRun, error) {
+func (f *fakeBackend) CoordinatorStatus(_ context.Context, workflowID string, result any) (trainer.CoordinatorRun, error) {
 	f.called("CoordinatorStatus")
 	if f.status == nil {
-		return client.CoordinatorRun{WorkflowID: workflowID, RunID: "run-1", Status: RunRunning}, nil
+		return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "run-1", Status: RunRunning}, nil
 	}
 	return f.status(workflowID, result)
 }
 
-func (f *fakeBackend) Resume(_ context.Context, r client.ResumeRequest) (client.ResumeSummary, error) {
+func (f *fakeBackend) Resume(_ context.Context, r trainer.ResumeRequest) (trainer.ResumeSummary, error) {
 	f.called("Resume")
 	if f.resume == nil {
-		return client.ResumeSummary{}, nil
+		return trainer.ResumeSummary{}, nil
 	}
 	return f.resume(r)
 }

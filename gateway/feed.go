@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // Bounds of a feed request.
@@ -59,7 +59,7 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) error {
 // feedQuery is a checked feed request.
 type feedQuery struct {
 	set      string
-	after    client.FeedPosition
+	after    trainer.FeedPosition
 	max      int
 	deadline time.Time
 }
@@ -73,7 +73,7 @@ func (s *Server) feedQuery(r *http.Request) (feedQuery, error) {
 	if err != nil {
 		return feedQuery{}, err
 	}
-	max, err := queryInt(r, "max", defaultFeedMax, 1, client.MaxFeedPage)
+	max, err := queryInt(r, "max", defaultFeedMax, 1, trainer.MaxFeedPage)
 	if err != nil {
 		return feedQuery{}, err
 	}
@@ -99,7 +99,7 @@ func (s *Server) feedOnce(r *http.Request, q feedQuery, h Health) (FeedResponse,
 		}
 		return resp, false, nil
 	}
-	page, err := s.backend.Feed(r.Context(), s.cfg.Transcripts, client.FeedRequest{
+	page, err := s.backend.Feed(r.Context(), s.cfg.Transcripts, trainer.FeedRequest{
 		Set: q.set, After: q.after, Max: q.max, Settle: s.cfg.FeedSettle, Now: s.cfg.Now(),
 	})
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *Server) feedOnce(r *http.Request, q feedQuery, h Health) (FeedResponse,
 	switch {
 	case len(resp.Items) > 0 || resp.Done:
 		return resp, true, nil
-	case h.State == client.HealthStalled:
+	case h.State == trainer.HealthStalled:
 		return resp, true, &apiError{status: http.StatusConflict, code: CodeSetStalled, msg: h.Reason, health: &h}
 	}
 	return resp, waitOver, nil
@@ -135,14 +135,14 @@ func (s *Server) sleep(r *http.Request, deadline time.Time) bool {
 
 // health computes a set's health over the stall window.
 func (s *Server) health(r *http.Request, set string) (Health, error) {
-	return s.backend.Health(r.Context(), client.HealthRequest{Set: set, Window: s.cfg.StallWindow, Now: s.cfg.Now()})
+	return s.backend.Health(r.Context(), trainer.HealthRequest{Set: set, Window: s.cfg.StallWindow, Now: s.cfg.Now()})
 }
 
 // cursorPrefix versions the cursor format.
 const cursorPrefix = "c1."
 
 // encodeCursor is the opaque form of a feed position ("" for the start).
-func encodeCursor(p client.FeedPosition) string {
+func encodeCursor(p trainer.FeedPosition) string {
 	if p.IsZero() {
 		return ""
 	}
@@ -151,8 +151,8 @@ func encodeCursor(p client.FeedPosition) string {
 }
 
 // decodeCursor reads a cursor this gateway (or any other) handed out.
-func decodeCursor(c string) (client.FeedPosition, error) {
-	var p client.FeedPosition
+func decodeCursor(c string) (trainer.FeedPosition, error) {
+	var p trainer.FeedPosition
 	if c == "" {
 		return p, nil
 	}

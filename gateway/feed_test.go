@@ -8,20 +8,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 func feedURL(set string, q url.Values) string { return "/v1/sets/" + set + "/feed?" + q.Encode() }
 
 func TestFeedDeliversAPage(t *testing.T) {
-	var got client.FeedRequest
+	var got trainer.FeedRequest
 	f := &fakeBackend{runs: 3,
-		health: func(client.HealthRequest) (client.Health, error) {
-			return client.Health{State: client.HealthOK, Rollouts: 3, Running: 2, Held: 2}, nil
+		health: func(trainer.HealthRequest) (trainer.Health, error) {
+			return trainer.Health{State: trainer.HealthOK, Rollouts: 3, Running: 2, Held: 2}, nil
 		},
-		feed: func(r client.FeedRequest) (client.FeedPage, error) {
+		feed: func(r trainer.FeedRequest) (trainer.FeedPage, error) {
 			got = r
-			return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: client.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}, More: 1}, nil
+			return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: trainer.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}, More: 1}, nil
 		}}
 	s := newTestServer(t, f, func(c *Config) { c.FeedSettle = 3 * time.Second })
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"max": {"5"}}), ""), http.StatusOK)
@@ -33,7 +33,7 @@ func TestFeedDeliversAPage(t *testing.T) {
 	}
 	// The cursor carries the position on, through any gateway.
 	call(t, s, "GET", feedURL("s1", url.Values{"cursor": {res.Cursor}}), "")
-	if got.After != (client.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}) || got.Max != defaultFeedMax {
+	if got.After != (trainer.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}) || got.Max != defaultFeedMax {
 		t.Errorf("after the cursor: %+v", got)
 	}
 }
@@ -57,27 +57,27 @@ func TestFeedRefuses(t *testing.T) {
 // TestFeedStalled: with nothing to deliver and the watchdog seeing no
 // progress, the feed is a 409 naming the reason, with the health.
 func TestFeedStalled(t *testing.T) {
-	f := &fakeBackend{runs: 4, health: func(client.HealthRequest) (client.Health, error) {
-		return client.Health{State: client.HealthStalled, Rollouts: 4, Running: 4, Reason: "no rollout made progress; model calls failing: connection refused"}, nil
+	f := &fakeBackend{runs: 4, health: func(trainer.HealthRequest) (trainer.Health, error) {
+		return trainer.Health{State: trainer.HealthStalled, Rollouts: 4, Running: 4, Reason: "no rollout made progress; model calls failing: connection refused"}, nil
 	}}
 	s := newTestServer(t, f)
 	b := expectError(t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusConflict, CodeSetStalled, "")
-	if b.Health == nil || b.Health.State != client.HealthStalled || b.Error.Message != b.Health.Reason {
+	if b.Health == nil || b.Health.State != trainer.HealthStalled || b.Error.Message != b.Health.Reason {
 		t.Fatalf("body %+v", b)
 	}
 	// Results still to deliver come first: a stalled set's feed hands them over.
-	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
-		return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{}`)}, Next: client.FeedPosition{At: 1, RolloutID: "x"}}, nil
+	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
+		return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{}`)}, Next: trainer.FeedPosition{At: 1, RolloutID: "x"}}, nil
 	}
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
-	if len(res.Items) != 1 || res.Health.State != client.HealthStalled {
+	if len(res.Items) != 1 || res.Health.State != trainer.HealthStalled {
 		t.Fatalf("response %+v", res)
 	}
 }
 
 func TestFeedDone(t *testing.T) {
-	f := &fakeBackend{runs: 2, health: func(client.HealthRequest) (client.Health, error) {
-		return client.Health{State: client.HealthOK, Rollouts: 2, Completed: 2}, nil
+	f := &fakeBackend{runs: 2, health: func(trainer.HealthRequest) (trainer.Health, error) {
+		return trainer.Health{State: trainer.HealthOK, Rollouts: 2, Completed: 2}, nil
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
@@ -90,20 +90,20 @@ func TestFeedDone(t *testing.T) {
 // passes over runs that were acknowledged meanwhile without waiting.
 func TestFeedWaits(t *testing.T) {
 	var polls atomic.Int32
-	f := &fakeBackend{runs: 2, health: func(client.HealthRequest) (client.Health, error) {
-		return client.Health{State: client.HealthOK, Rollouts: 2, Running: 2}, nil
+	f := &fakeBackend{runs: 2, health: func(trainer.HealthRequest) (trainer.Health, error) {
+		return trainer.Health{State: trainer.HealthOK, Rollouts: 2, Running: 2}, nil
 	}}
-	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
+	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
 		switch polls.Add(1) {
 		case 1, 2: // nothing yet
-			return client.FeedPage{Next: r.After}, nil
+			return trainer.FeedPage{Next: r.After}, nil
 		case 3: // a run acknowledged meanwhile: passed over
-			return client.FeedPage{Next: client.FeedPosition{At: 5, RolloutID: "s1-0000"}, More: 1}, nil
+			return trainer.FeedPage{Next: trainer.FeedPosition{At: 5, RolloutID: "s1-0000"}, More: 1}, nil
 		}
 		if r.After.RolloutID != "s1-0000" {
 			t.Errorf("the next poll starts after %+v", r.After)
 		}
-		return client.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: client.FeedPosition{At: 6, RolloutID: "s1-0001"}}, nil
+		return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: trainer.FeedPosition{At: 6, RolloutID: "s1-0001"}}, nil
 	}
 	s := newTestServer(t, f)
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
@@ -117,13 +117,13 @@ func TestFeedWaits(t *testing.T) {
 func TestFeedWaitEnds(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1000, 0)}
 	f := &fakeBackend{runs: 1}
-	f.health = func(client.HealthRequest) (client.Health, error) {
+	f.health = func(trainer.HealthRequest) (trainer.Health, error) {
 		clock.Add(healthEvery) // each look costs time of the wait
-		return client.Health{State: client.HealthOK, Rollouts: f.runs, Running: f.runs}, nil
+		return trainer.Health{State: trainer.HealthOK, Rollouts: f.runs, Running: f.runs}, nil
 	}
-	f.feed = func(r client.FeedRequest) (client.FeedPage, error) {
+	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
 		clock.Add(time.Second)
-		return client.FeedPage{Next: r.After}, nil
+		return trainer.FeedPage{Next: r.After}, nil
 	}
 	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusOK)
@@ -135,7 +135,7 @@ func TestFeedWaitEnds(t *testing.T) {
 }
 
 func TestCursorRoundTrip(t *testing.T) {
-	for _, p := range []client.FeedPosition{{}, {At: 1, RolloutID: "a"}, {At: 1 << 50, RolloutID: "s-0001", RunID: "9f0c"}} {
+	for _, p := range []trainer.FeedPosition{{}, {At: 1, RolloutID: "a"}, {At: 1 << 50, RolloutID: "s-0001", RunID: "9f0c"}} {
 		got, err := decodeCursor(encodeCursor(p))
 		if err != nil || got != p {
 			t.Errorf("%+v: got %+v, %v", p, got, err)

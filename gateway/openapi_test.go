@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // The OpenAPI document is the contract other languages build against;
@@ -139,9 +139,9 @@ func TestOpenAPIAuth(t *testing.T) {
 var schemaTypes = map[string]any{
 	"ErrorBody": ErrorBody{}, "ErrorDetail": ErrorDetail{},
 	"SubmitRequest": SubmitRequest{}, "SubmitLimits": SubmitLimits{}, "SubmitResponse": SubmitResponse{},
-	"DatasetRow": client.DatasetRow{}, "Sampling": rollout.Sampling{}, "PolicyRef": rollout.PolicyRef{},
-	"Summary": client.Summary{}, "EnvSummary": client.EnvSummary{}, "SetResponse": SetResponse{}, "Health": Health{},
-	"FeedResponse": FeedResponse{}, "ExportLine": client.ExportLine{}, "Receipt": Receipt{},
+	"DatasetRow": trainer.DatasetRow{}, "Sampling": rollout.Sampling{}, "PolicyRef": rollout.PolicyRef{},
+	"Summary": trainer.Summary{}, "EnvSummary": trainer.EnvSummary{}, "SetResponse": SetResponse{}, "Health": Health{},
+	"FeedResponse": FeedResponse{}, "ExportLine": trainer.ExportLine{}, "Receipt": Receipt{},
 	"ResultsResponse": ResultsResponse{}, "ResultRecord": ResultRecord{}, "RolloutResult": rollout.Result{},
 	"AckRequest": AckRequest{}, "AckResponse": AckResponse{},
 	"PolicyVersionRequest": PolicyVersionRequest{}, "PolicyVersionResponse": PolicyVersionResponse{}, "StaleRollout": StaleRollout{},

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // OpenAPI is the gateway's OpenAPI 3 document, served at /v1/openapi.json.
@@ -21,22 +21,22 @@ import (
 //go:embed openapi.json
 var OpenAPI []byte
 
-// Backend is what the gateway needs of turnstile: *client.Client is one, a
+// Backend is what the gateway needs of turnstile: *trainer.Client is one, a
 // fake is another (tests).
 type Backend interface {
-	Submit(ctx context.Context, r client.SubmitRequest) (client.SubmitResult, error)
-	Summary(ctx context.Context, set string) (client.SetSummary, error)
+	Submit(ctx context.Context, r trainer.SubmitRequest) (trainer.SubmitResult, error)
+	Summary(ctx context.Context, set string) (trainer.SetSummary, error)
 	CountRuns(ctx context.Context, set string) (int, error)
-	Health(ctx context.Context, r client.HealthRequest) (client.Health, error)
-	ResultsPage(ctx context.Context, set string, token []byte, size int) ([]client.RolloutRecord, []byte, error)
-	Export(ctx context.Context, set string, store client.TranscriptReader, w io.Writer) (client.ExportStats, error)
-	Feed(ctx context.Context, store client.TranscriptReader, r client.FeedRequest) (client.FeedPage, error)
-	Acknowledge(ctx context.Context, r client.AckRequest) (client.AckSummary, error)
-	Staleness(ctx context.Context, r client.StalenessRequest) (client.StalenessResult, error)
-	StartCheckpoint(ctx context.Context, r client.CheckpointRequest, requestID string) (client.Started, bool, error)
-	StartRestore(ctx context.Context, r client.RestoreRequest, requestID string) (client.Started, bool, error)
-	CoordinatorStatus(ctx context.Context, workflowID string, result any) (client.CoordinatorRun, error)
-	Resume(ctx context.Context, r client.ResumeRequest) (client.ResumeSummary, error)
+	Health(ctx context.Context, r trainer.HealthRequest) (trainer.Health, error)
+	ResultsPage(ctx context.Context, set string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error)
+	Export(ctx context.Context, set string, store trainer.TranscriptReader, w io.Writer) (trainer.ExportStats, error)
+	Feed(ctx context.Context, store trainer.TranscriptReader, r trainer.FeedRequest) (trainer.FeedPage, error)
+	Acknowledge(ctx context.Context, r trainer.AckRequest) (trainer.AckSummary, error)
+	Staleness(ctx context.Context, r trainer.StalenessRequest) (trainer.StalenessResult, error)
+	StartCheckpoint(ctx context.Context, r trainer.CheckpointRequest, requestID string) (trainer.Started, bool, error)
+	StartRestore(ctx context.Context, r trainer.RestoreRequest, requestID string) (trainer.Started, bool, error)
+	CoordinatorStatus(ctx context.Context, workflowID string, result any) (trainer.CoordinatorRun, error)
+	Resume(ctx context.Context, r trainer.ResumeRequest) (trainer.ResumeSummary, error)
 }
 
 // Config configures a Server.
@@ -50,7 +50,7 @@ type Config struct {
 	CheckpointRoot string
 	// Transcripts reads trajectories (the workers' transcript directory);
 	// nil refuses the feed and the export.
-	Transcripts client.TranscriptReader
+	Transcripts trainer.TranscriptReader
 	// ControlToken is the environment servers' control token, for resumes;
 	// empty refuses resumes.
 	ControlToken string

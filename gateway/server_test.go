@@ -16,9 +16,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func TestNewRefusesNoToken(t *testing.T) {
@@ -96,10 +96,10 @@ func TestUnknownRoute(t *testing.T) {
 }
 
 func TestSubmit(t *testing.T) {
-	var got client.SubmitRequest
-	f := &fakeBackend{submit: func(r client.SubmitRequest) (client.SubmitResult, error) {
+	var got trainer.SubmitRequest
+	f := &fakeBackend{submit: func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
 		got = r
-		return client.SubmitResult{Inputs: make([]rollout.Input, r.Count), Started: r.Count - 1, Existing: 1}, nil
+		return trainer.SubmitResult{Inputs: make([]rollout.Input, r.Count), Started: r.Count - 1, Existing: 1}, nil
 	}}
 	s := newTestServer(t, f)
 	rec := call(t, s, "POST", "/v1/sets", `{"request_id":"sub-1","set":"s1","envs":["counter"],"count":3,
@@ -118,10 +118,10 @@ func TestSubmitDatasetPath(t *testing.T) {
 	if err := writeFile(path, `{"id":"q1","env":"counter","task":{"target":2}}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
-	var got client.SubmitRequest
-	f := &fakeBackend{submit: func(r client.SubmitRequest) (client.SubmitResult, error) {
+	var got trainer.SubmitRequest
+	f := &fakeBackend{submit: func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
 		got = r
-		return client.SubmitResult{Inputs: make([]rollout.Input, 2), Started: 2}, nil
+		return trainer.SubmitResult{Inputs: make([]rollout.Input, 2), Started: 2}, nil
 	}}
 	s := newTestServer(t, f)
 	rec := call(t, s, "POST", "/v1/sets", fmt.Sprintf(`{"request_id":"d1","set":"d1","dataset_path":%q,"repeats":2,"require_ack":false}`, path))
@@ -159,13 +159,15 @@ func TestSubmitRefuses(t *testing.T) {
 		{"bad model url", `{"request_id":"r","set":"s","envs":["counter"],"count":1,"model_url":"ftp://x"}`, 400, CodeBadRequest, "model_url", nil},
 		{"bad row", `{"request_id":"r","set":"s","rows":[{"env":"nope","task":{}}]}`, 400, CodeBadRequest, "rows", nil},
 		{"missing dataset", `{"request_id":"r","set":"s","dataset_path":"/no/such/file.jsonl"}`, 400, CodeBadRequest, "dataset_path", nil},
-		{"set exists", `{"request_id":"r","set":"s","envs":["counter"],"count":1}`, 409, CodeConflict, "", &client.ConflictError{Msg: "set s exists"}},
-		{"no worker", `{"request_id":"r","set":"s","envs":["counter"],"count":1}`, 503, CodeUnavailable, "", &client.UnavailableError{Msg: "no worker"}},
+		{"set exists", `{"request_id":"r","set":"s","envs":["counter"],"count":1}`, 409, CodeConflict, "", &trainer.ConflictError{Msg: "set s exists"}},
+		{"no worker", `{"request_id":"r","set":"s","envs":["counter"],"count":1}`, 503, CodeUnavailable, "", &trainer.UnavailableError{Msg: "no worker"}},
 		{"temporal down", `{"request_id":"r","set":"s","envs":["counter"],"count":1}`, 503, CodeUnavailable, "", serviceerror.NewUnavailable("down")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeBackend{submit: func(client.SubmitRequest) (client.SubmitResult, error) { return client.SubmitResult{}, tt.backendErr }}
+			f := &fakeBackend{submit: func(trainer.SubmitRequest) (trainer.SubmitResult, error) {
+				return trainer.SubmitResult{}, tt.backendErr
+			}}
 			s := newTestServer(t, f)
 			rec := call(t, s, "POST", "/v1/sets", tt.body)
 			expectError(t, rec, tt.status, tt.code, tt.field)
@@ -177,27 +179,27 @@ func TestSubmitRefuses(t *testing.T) {
 }
 
 func TestGetSet(t *testing.T) {
-	f := &fakeBackend{runs: 2, summary: func(string) (client.SetSummary, error) {
-		return client.SetSummary{Overall: client.Summary{Rollouts: 2, Completed: 1, Running: 1}, ByEnv: []client.EnvSummary{{Env: "counter", Rollouts: 2}}}, nil
+	f := &fakeBackend{runs: 2, summary: func(string) (trainer.SetSummary, error) {
+		return trainer.SetSummary{Overall: trainer.Summary{Rollouts: 2, Completed: 1, Running: 1}, ByEnv: []trainer.EnvSummary{{Env: "counter", Rollouts: 2}}}, nil
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[SetResponse](t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusOK)
-	if res.Set != "s1" || res.Overall.Completed != 1 || len(res.ByEnv) != 1 || res.Health.State != client.HealthOK {
+	if res.Set != "s1" || res.Overall.Completed != 1 || len(res.ByEnv) != 1 || res.Health.State != trainer.HealthOK {
 		t.Errorf("response %+v", res)
 	}
 	f.summary = nil
 	expectError(t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusNotFound, CodeNotFound, "set")
 	expectError(t, call(t, s, "GET", "/v1/sets/bad..name%2Fx", ""), http.StatusBadRequest, CodeBadRequest, "set")
-	f.summary = func(string) (client.SetSummary, error) { return client.SetSummary{}, errTemporalDown }
+	f.summary = func(string) (trainer.SetSummary, error) { return trainer.SetSummary{}, errTemporalDown }
 	expectError(t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusServiceUnavailable, CodeUnavailable, "")
 }
 
 func TestResults(t *testing.T) {
 	var gotToken []byte
 	var gotSize int
-	f := &fakeBackend{runs: 3, resultsPage: func(_ string, token []byte, size int) ([]client.RolloutRecord, []byte, error) {
+	f := &fakeBackend{runs: 3, resultsPage: func(_ string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error) {
 		gotToken, gotSize = token, size
-		return []client.RolloutRecord{
+		return []trainer.RolloutRecord{
 			{RolloutID: "s1-0000", Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, Result: &rollout.Result{RolloutID: "s1-0000", Receipt: &rollout.Receipt{RolloutID: "s1-0000"}}},
 			{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, Err: "boom", Attempt: 1},
 		}, []byte("next"), nil
@@ -264,10 +266,10 @@ func receiptJSON(id string, c byte) string {
 }
 
 func TestAcks(t *testing.T) {
-	var got client.AckRequest
-	f := &fakeBackend{runs: 2, ack: func(r client.AckRequest) (client.AckSummary, error) {
+	var got trainer.AckRequest
+	f := &fakeBackend{runs: 2, ack: func(r trainer.AckRequest) (trainer.AckSummary, error) {
 		got = r
-		return client.AckSummary{Acknowledged: 1, Already: 1}, nil
+		return trainer.AckSummary{Acknowledged: 1, Already: 1}, nil
 	}}
 	s := newTestServer(t, f)
 	body := `{"request_id":"a1","receipts":[` + receiptJSON("s1-0000", 'a') + "," + receiptJSON("s1-0001", 'b') + `]}`
@@ -296,11 +298,11 @@ func TestAcksRefuse(t *testing.T) {
 		{"negative attempt", `{"request_id":"a","receipts":[{"rollout_id":"x","attempt":-1,"sha256":"` + strings.Repeat("a", 64) + `"}]}`, 1, nil, 400, CodeBadRequest, "receipts[0].attempt"},
 		{"attempt not a number", `{"request_id":"a","receipts":[{"rollout_id":"x","attempt":"0","sha256":"` + strings.Repeat("a", 64) + `"}]}`, 1, nil, 400, CodeBadRequest, "receipts.attempt"},
 		{"no such set", `{"request_id":"a","receipts":[` + receiptJSON("x", 'a') + `]}`, 0, nil, 404, CodeNotFound, "set"},
-		{"mismatch", `{"request_id":"a","receipts":[` + receiptJSON("x", 'a') + `]}`, 1, &client.ConflictError{Msg: "1 of 1 receipts do not match"}, 409, CodeConflict, ""},
+		{"mismatch", `{"request_id":"a","receipts":[` + receiptJSON("x", 'a') + `]}`, 1, &trainer.ConflictError{Msg: "1 of 1 receipts do not match"}, 409, CodeConflict, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeBackend{runs: tt.runs, ack: func(client.AckRequest) (client.AckSummary, error) { return client.AckSummary{}, tt.backendErr }}
+			f := &fakeBackend{runs: tt.runs, ack: func(trainer.AckRequest) (trainer.AckSummary, error) { return trainer.AckSummary{}, tt.backendErr }}
 			s := newTestServer(t, f)
 			expectError(t, call(t, s, "POST", "/v1/sets/s1/acks", tt.body), tt.status, tt.code, tt.field)
 			if tt.backendErr == nil && f.count("Acknowledge") != 0 {
@@ -311,10 +313,10 @@ func TestAcksRefuse(t *testing.T) {
 }
 
 func TestPolicyVersion(t *testing.T) {
-	var got client.StalenessRequest
-	f := &fakeBackend{runs: 1, staleness: func(r client.StalenessRequest) (client.StalenessResult, error) {
+	var got trainer.StalenessRequest
+	f := &fakeBackend{runs: 1, staleness: func(r trainer.StalenessRequest) (trainer.StalenessResult, error) {
 		got = r
-		res := client.StalenessResult{Checked: 5, Stale: []client.StaleRollout{{RolloutID: "s1-0001", OldestVersion: 3, Lag: 7}}}
+		res := trainer.StalenessResult{Checked: 5, Stale: []trainer.StaleRollout{{RolloutID: "s1-0001", OldestVersion: 3, Lag: 7}}}
 		if r.Cancel {
 			res.Cancelled = 1
 		}
@@ -346,11 +348,11 @@ func TestPolicyVersion(t *testing.T) {
 }
 
 func TestCheckpoint(t *testing.T) {
-	var got client.CheckpointRequest
+	var got trainer.CheckpointRequest
 	var gotID string
-	f := &fakeBackend{checkpoint: func(r client.CheckpointRequest, id string) (client.Started, bool, error) {
+	f := &fakeBackend{checkpoint: func(r trainer.CheckpointRequest, id string) (trainer.Started, bool, error) {
 		got, gotID = r, id
-		return client.Started{WorkflowID: "checkpoint/k1", RunID: "run-9"}, true, nil
+		return trainer.Started{WorkflowID: "checkpoint/k1", RunID: "run-9"}, true, nil
 	}}
 	s := newTestServer(t, f)
 	body := `{"request_id":"c1","checkpoint_id":"k1","set":"s1","participants":["http://127.0.0.1:8091"],"timeout":"60s","stay_paused":true}`
@@ -379,8 +381,8 @@ func TestCheckpoint(t *testing.T) {
 	if n := f.count("StartCheckpoint"); n != 1 {
 		t.Errorf("StartCheckpoint called %d times, want once", n)
 	}
-	f.checkpoint = func(client.CheckpointRequest, string) (client.Started, bool, error) {
-		return client.Started{}, false, &client.ConflictError{Msg: "checkpoint/k1 was started by another request"}
+	f.checkpoint = func(trainer.CheckpointRequest, string) (trainer.Started, bool, error) {
+		return trainer.Started{}, false, &trainer.ConflictError{Msg: "checkpoint/k1 was started by another request"}
 	}
 	expectError(t, call(t, s, "POST", "/v1/checkpoints", body), http.StatusConflict, CodeConflict, "")
 	noRoot := newTestServer(t, &fakeBackend{}, func(c *Config) { c.CheckpointRoot = "" })
@@ -388,15 +390,15 @@ func TestCheckpoint(t *testing.T) {
 }
 
 func TestCoordinatorStatus(t *testing.T) {
-	f := &fakeBackend{status: func(workflowID string, result any) (client.CoordinatorRun, error) {
+	f := &fakeBackend{status: func(workflowID string, result any) (trainer.CoordinatorRun, error) {
 		switch workflowID {
 		case checkpoint.CheckpointWorkflowID("k1"):
 			*result.(*checkpoint.CheckpointResult) = checkpoint.CheckpointResult{CheckpointID: "k1", Members: 4}
-			return client.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunCompleted}, nil
+			return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunCompleted}, nil
 		case checkpoint.RestoreWorkflowID("k1"):
-			return client.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunFailed, Err: "manifest missing"}, nil
+			return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunFailed, Err: "manifest missing"}, nil
 		}
-		return client.CoordinatorRun{}, &client.NotFoundError{Msg: "no workflow " + workflowID}
+		return trainer.CoordinatorRun{}, &trainer.NotFoundError{Msg: "no workflow " + workflowID}
 	}}
 	s := newTestServer(t, f)
 	cs := decodeOK[CheckpointStatus](t, call(t, s, "GET", "/v1/checkpoints/k1", ""), http.StatusOK)
@@ -412,10 +414,10 @@ func TestCoordinatorStatus(t *testing.T) {
 }
 
 func TestRestore(t *testing.T) {
-	var got client.RestoreRequest
-	f := &fakeBackend{restore: func(r client.RestoreRequest, _ string) (client.Started, bool, error) {
+	var got trainer.RestoreRequest
+	f := &fakeBackend{restore: func(r trainer.RestoreRequest, _ string) (trainer.Started, bool, error) {
 		got = r
-		return client.Started{WorkflowID: "restore/again", RunID: "r"}, false, nil
+		return trainer.Started{WorkflowID: "restore/again", RunID: "r"}, false, nil
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[StartedResponse](t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"k1","restore_id":"again","participants":["http://h:1"]}`), http.StatusAccepted)
@@ -424,8 +426,8 @@ func TestRestore(t *testing.T) {
 	}
 	expectError(t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"k1","restore_id":"a/b","participants":["http://h:1"]}`), http.StatusBadRequest, CodeBadRequest, "restore_id")
 	expectError(t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"","participants":["http://h:1"]}`), http.StatusBadRequest, CodeBadRequest, "checkpoint_id")
-	f.restore = func(client.RestoreRequest, string) (client.Started, bool, error) {
-		return client.Started{}, false, &client.ConflictError{Msg: "restore/k1 is running"}
+	f.restore = func(trainer.RestoreRequest, string) (trainer.Started, bool, error) {
+		return trainer.Started{}, false, &trainer.ConflictError{Msg: "restore/k1 is running"}
 	}
 	expectError(t, call(t, s, "POST", "/v1/restores", `{"request_id":"r2","checkpoint_id":"k1","participants":["http://h:1"]}`), http.StatusConflict, CodeConflict, "")
 	noRoot := newTestServer(t, &fakeBackend{}, func(c *Config) { c.CheckpointRoot = "" })
@@ -433,10 +435,10 @@ func TestRestore(t *testing.T) {
 }
 
 func TestResume(t *testing.T) {
-	var got client.ResumeRequest
-	f := &fakeBackend{resume: func(r client.ResumeRequest) (client.ResumeSummary, error) {
+	var got trainer.ResumeRequest
+	f := &fakeBackend{resume: func(r trainer.ResumeRequest) (trainer.ResumeSummary, error) {
 		got = r
-		return client.ResumeSummary{Participants: 1, Rollouts: 3}, nil
+		return trainer.ResumeSummary{Participants: 1, Rollouts: 3}, nil
 	}}
 	s := newTestServer(t, f)
 	body := `{"request_id":"r1","set":"s1","checkpoint_id":"k1","participants":["http://h:1"]}`
@@ -447,8 +449,8 @@ func TestResume(t *testing.T) {
 	expectError(t, call(t, s, "POST", "/v1/resumes", `{"request_id":"r1","set":"s1","checkpoint_id":"k1","participants":[]}`), http.StatusBadRequest, CodeBadRequest, "participants")
 	noToken := newTestServer(t, &fakeBackend{}, func(c *Config) { c.ControlToken = "" })
 	expectError(t, call(t, noToken, "POST", "/v1/resumes", body), http.StatusServiceUnavailable, CodeUnavailable, "")
-	f.resume = func(client.ResumeRequest) (client.ResumeSummary, error) {
-		return client.ResumeSummary{}, errors.New("server refused")
+	f.resume = func(trainer.ResumeRequest) (trainer.ResumeSummary, error) {
+		return trainer.ResumeSummary{}, errors.New("server refused")
 	}
 	expectError(t, call(t, s, "POST", "/v1/resumes", body), http.StatusServiceUnavailable, CodeUnavailable, "")
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // submit is POST /v1/sets.
@@ -31,9 +31,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 
 // submitRequest checks req and turns it into the client library's request;
 // every error is a 400 naming the field.
-func submitRequest(req SubmitRequest) (client.SubmitRequest, error) {
+func submitRequest(req SubmitRequest) (trainer.SubmitRequest, error) {
 	if err := checkRequestID(req.RequestID); err != nil {
-		return client.SubmitRequest{}, err
+		return trainer.SubmitRequest{}, err
 	}
 	modes := 0
 	for _, set := range []bool{len(req.Envs) > 0 || req.Count != 0, len(req.Rows) > 0, req.DatasetPath != ""} {
@@ -42,20 +42,20 @@ func submitRequest(req SubmitRequest) (client.SubmitRequest, error) {
 		}
 	}
 	if modes != 1 {
-		return client.SubmitRequest{}, badRequest("", "give exactly one of envs+count, rows or dataset_path")
+		return trainer.SubmitRequest{}, badRequest("", "give exactly one of envs+count, rows or dataset_path")
 	}
-	cr := client.SubmitRequest{
+	cr := trainer.SubmitRequest{
 		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvURL: req.EnvURL, Policy: req.Policy,
 		ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns, RequireAck: req.RequireAck == nil || *req.RequireAck,
 		Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
 	}
 	if err := setLimits(&cr, req.Limits); err != nil {
-		return client.SubmitRequest{}, err
+		return trainer.SubmitRequest{}, err
 	}
 	if req.DatasetPath != "" {
 		rows, err := readDataset(req.DatasetPath)
 		if err != nil {
-			return client.SubmitRequest{}, err
+			return trainer.SubmitRequest{}, err
 		}
 		cr.Rows = rows
 	}
@@ -63,13 +63,13 @@ func submitRequest(req SubmitRequest) (client.SubmitRequest, error) {
 		cr.Repeats = 1
 	}
 	if err := cr.Validate(); err != nil {
-		return client.SubmitRequest{}, invalid(err, nil)
+		return trainer.SubmitRequest{}, invalid(err, nil)
 	}
 	return cr, nil
 }
 
 // setLimits copies the budgets of a request.
-func setLimits(cr *client.SubmitRequest, l *SubmitLimits) error {
+func setLimits(cr *trainer.SubmitRequest, l *SubmitLimits) error {
 	if l == nil {
 		return nil
 	}
@@ -88,13 +88,13 @@ func setLimits(cr *client.SubmitRequest, l *SubmitLimits) error {
 }
 
 // readDataset reads a JSONL dataset the gateway can see.
-func readDataset(path string) ([]client.DatasetRow, error) {
+func readDataset(path string) ([]trainer.DatasetRow, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path: %v", err))
 	}
 	defer f.Close()
-	rows, err := client.ReadDataset(f)
+	rows, err := trainer.ReadDataset(f)
 	if err != nil {
 		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path %s: %v", path, err))
 	}
@@ -145,7 +145,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	size, err := queryInt(r, "page_size", 100, 1, client.MaxResultsPage)
+	size, err := queryInt(r, "page_size", 100, 1, trainer.MaxResultsPage)
 	if err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireSet(r, set); err != nil {
 		return err
 	}
-	sum, err := s.backend.Acknowledge(r.Context(), client.AckRequest{Set: set, Receipts: lines})
+	sum, err := s.backend.Acknowledge(r.Context(), trainer.AckRequest{Set: set, Receipts: lines})
 	if err != nil {
 		return err
 	}
@@ -249,14 +249,14 @@ const maxReceipts = 10000
 
 // receiptLines checks a batch's shape; receipts are numbered from 1 in the
 // library's messages ("line 3" is receipts[2]).
-func receiptLines(req AckRequest) ([]client.ReceiptLine, error) {
+func receiptLines(req AckRequest) ([]trainer.ReceiptLine, error) {
 	if err := checkRequestID(req.RequestID); err != nil {
 		return nil, err
 	}
 	if len(req.Receipts) == 0 || len(req.Receipts) > maxReceipts {
 		return nil, badRequest("receipts", fmt.Sprintf("receipts: want 1..%d, got %d", maxReceipts, len(req.Receipts)))
 	}
-	lines := make([]client.ReceiptLine, len(req.Receipts))
+	lines := make([]trainer.ReceiptLine, len(req.Receipts))
 	for i, rc := range req.Receipts {
 		field := fmt.Sprintf("receipts[%d]", i)
 		switch {
@@ -267,7 +267,7 @@ func receiptLines(req AckRequest) ([]client.ReceiptLine, error) {
 		case len(rc.SHA256) != 64 || strings.Trim(rc.SHA256, "0123456789abcdef") != "":
 			return nil, badRequest(field+".sha256", fmt.Sprintf("%s.sha256 %q: want 64 lower-case hex digits", field, rc.SHA256))
 		}
-		lines[i] = client.ReceiptLine{Line: i + 1, Receipt: rc}
+		lines[i] = trainer.ReceiptLine{Line: i + 1, Receipt: rc}
 	}
 	return lines, nil
 }
@@ -288,7 +288,7 @@ func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireSet(r, set); err != nil {
 		return err
 	}
-	res, err := s.backend.Staleness(r.Context(), client.StalenessRequest{Set: set, Version: req.Version, MaxLag: req.MaxLag, Cancel: req.Action == ActionCancel})
+	res, err := s.backend.Staleness(r.Context(), trainer.StalenessRequest{Set: set, Version: req.Version, MaxLag: req.MaxLag, Cancel: req.Action == ActionCancel})
 	if err != nil {
 		return err
 	}

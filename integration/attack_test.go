@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 // TestDataPlaneAttackRefused is the hand-made attack of issue 10, against a

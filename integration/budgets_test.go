@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestRolloutBudgetsOnServer runs the budgets against the real server, whose

@@ -16,14 +16,14 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/artifact"
-	"github.com/turnstile-rl/turnstile/checkpoint"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/stack"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // maxTurns per environment: enough for a perfect scripted policy to finish.

@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 )
 
 // Settings of the crash matrix.

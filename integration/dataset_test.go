@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/client/schemacheck"
+	"github.com/turnstile-rl/turnstile/internal/schemacheck"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // datasetRows: a counter row with token capture, one without (its own id
@@ -113,7 +113,7 @@ func exportedReceipts(t *testing.T, path string, held bool) map[string]string {
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, raw := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var l tsclient.ExportLine
+		var l trainer.ExportLine
 		require.NoError(t, json.Unmarshal([]byte(raw), &l))
 		require.Equal(t, held, l.Held, l.RolloutID)
 		require.Equal(t, "completed", l.Status, l.RolloutID)
@@ -139,12 +139,12 @@ func checkDatasetExport(t *testing.T, path string, repeats int) {
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
 		require.Empty(t, schema.Validate(sc.Bytes()), "line does not match docs/trajectory.schema.json:\n%s", sc.Bytes())
-		var l tsclient.ExportLine
+		var l trainer.ExportLine
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
 		ids = append(ids, l.RolloutID)
 		require.NotNil(t, l.Group, l.RolloutID)
 		require.NotNil(t, l.Repeat, l.RolloutID)
-		require.Equal(t, tsclient.DatasetRolloutID("ds1", *l.Group, *l.Repeat), l.RolloutID)
+		require.Equal(t, trainer.DatasetRolloutID("ds1", *l.Group, *l.Repeat), l.RolloutID)
 		require.Equal(t, "completed", l.Status, l.RolloutID)
 		require.Equal(t, 1.0, *l.Reward, "%s: the scripted counter policy reaches the target", l.RolloutID)
 		require.Len(t, l.Attempts, 1, l.RolloutID)
@@ -159,7 +159,7 @@ func checkDatasetExport(t *testing.T, path string, repeats int) {
 	var want []string
 	for _, g := range []string{"cap", "row2", "seeded"} {
 		for r := range repeats {
-			want = append(want, tsclient.DatasetRolloutID("ds1", g, r))
+			want = append(want, trainer.DatasetRolloutID("ds1", g, r))
 		}
 	}
 	sort.Strings(want)
@@ -168,7 +168,7 @@ func checkDatasetExport(t *testing.T, path string, repeats int) {
 
 // checkTokens: rollouts of the capture row carry token ids and log-probs
 // on every assistant message; the others say their tokens are absent.
-func checkTokens(t *testing.T, l tsclient.ExportLine) {
+func checkTokens(t *testing.T, l trainer.ExportLine) {
 	t.Helper()
 	require.NotEmpty(t, l.Turns, l.RolloutID)
 	for _, turn := range l.Turns {

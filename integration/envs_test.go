@@ -29,7 +29,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 // Settings of the equivalence runs.

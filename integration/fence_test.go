@@ -16,23 +16,23 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // cutSet submits n counter rollouts of set (the policy answers slowly, so
 // they are in flight) and cuts checkpoint k of them, staying paused or not.
-func cutSet(ctx context.Context, t *testing.T, c *cluster, set, k string, n int, stayPaused bool) (*tsclient.Client, string) {
+func cutSet(ctx context.Context, t *testing.T, c *cluster, set, k string, n int, stayPaused bool) (*trainer.Client, string) {
 	t.Helper()
 	for i := range n {
 		c.submit(ctx, counterInput(set, i, 6))
 	}
-	tc := tsclient.New(c.client, rollout.TaskQueue)
+	tc := trainer.New(c.client, rollout.TaskQueue)
 	root := filepath.Join(c.dir, "ckpt")
-	_, err := tc.Checkpoint(ctx, tsclient.CheckpointRequest{
+	_, err := tc.Checkpoint(ctx, trainer.CheckpointRequest{
 		Set: set, CheckpointID: k, Root: root, Participants: []string{c.envURL}, Timeout: 90 * time.Second, StayPaused: stayPaused,
 	}, true)
 	require.NoError(t, err, "checkpoint %s", k)
@@ -40,7 +40,7 @@ func cutSet(ctx context.Context, t *testing.T, c *cluster, set, k string, n int,
 }
 
 // exportedIDs are the rollout ids (with their attempts) of set's export.
-func exportedIDs(ctx context.Context, t *testing.T, c *cluster, tc *tsclient.Client, set string) map[string]int {
+func exportedIDs(ctx context.Context, t *testing.T, c *cluster, tc *trainer.Client, set string) map[string]int {
 	t.Helper()
 	store, err := transcript.Open(c.store)
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func exportedIDs(ctx context.Context, t *testing.T, c *cluster, tc *tsclient.Cli
 		if raw == "" {
 			continue
 		}
-		var l tsclient.ExportLine
+		var l trainer.ExportLine
 		require.NoError(t, json.Unmarshal([]byte(raw), &l))
 		out[l.RolloutID] = l.Attempt
 	}
@@ -82,7 +82,7 @@ func TestRestoreFencesRunNotYetVisible(t *testing.T) {
 	run, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: rollout.WorkflowID(late), TaskQueue: heldQueue}, rollout.WorkflowName, in)
 	require.NoError(t, err)
 
-	_, err = tc.Restore(ctx, tsclient.RestoreRequest{CheckpointID: "k1", Root: root, Participants: []string{c.envURL}}, true)
+	_, err = tc.Restore(ctx, trainer.RestoreRequest{CheckpointID: "k1", Root: root, Participants: []string{c.envURL}}, true)
 	require.NoError(t, err, "restore")
 	desc, err := c.client.DescribeWorkflow(ctx, rollout.WorkflowID(late), "")
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestRestoreOntoStayPausedServer(t *testing.T) {
 	require.Equal(t, protocol.PhaseCommitted, st.Phase, "stay-paused leaves the server committed")
 	require.Equal(t, protocol.AdmissionClosed, st.Admission)
 
-	res, err := tc.Restore(ctx, tsclient.RestoreRequest{CheckpointID: "k1", Root: root, Participants: []string{c.envURL}}, true)
+	res, err := tc.Restore(ctx, trainer.RestoreRequest{CheckpointID: "k1", Root: root, Participants: []string{c.envURL}}, true)
 	require.NoError(t, err, "restore onto the stay-paused server")
 	require.Equal(t, 2, res.Restored+res.StartedOver+res.OfferedAgain)
 

@@ -16,10 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/gateway"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // BenchmarkGatewayFeed measures the results feed on the real stack: a set
@@ -27,7 +27,7 @@ import (
 // through a gateway process, page by page, each page acknowledged before
 // the next is asked for, as a trainer does. Two baselines are measured in
 // the same run: the same pages consumed in-process through the client
-// library (client.Feed and client.Acknowledge, no HTTP, no gateway) over
+// library (trainer.Feed and trainer.Acknowledge, no HTTP, no gateway) over
 // 100 more held results of the set, and a pass over the 1,000 that only
 // reads the feed by cursor (nothing acknowledged). It reports results/s of
 // each and the ratios, and the gateway's peak resident memory (VmHWM) and
@@ -138,7 +138,7 @@ func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n,
 	b.Helper()
 	store, err := transcript.Open(c.store)
 	require.NoError(b, err)
-	tc := tsclient.New(c.client, rollout.TaskQueue)
+	tc := trainer.New(c.client, rollout.TaskQueue)
 	start, done := time.Now(), 0
 	var feedTime, healthTime, ackTime time.Duration
 	pages := 0
@@ -148,25 +148,25 @@ func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n,
 	}()
 	for done < n {
 		began := time.Now()
-		_, err := tc.Health(ctx, tsclient.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()})
+		_, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()})
 		require.NoError(b, err)
 		healthTime += time.Since(began)
 		began = time.Now()
-		p, err := tc.Feed(ctx, store, tsclient.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
+		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
 		require.NoError(b, err)
 		feedTime += time.Since(began)
 		pages++
-		var lines []tsclient.ReceiptLine
+		var lines []trainer.ReceiptLine
 		for i, item := range p.Items {
 			var it feedItem
 			require.NoError(b, json.Unmarshal(item, &it))
-			lines = append(lines, tsclient.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
+			lines = append(lines, trainer.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
 		}
 		if len(lines) == 0 {
 			continue
 		}
 		began = time.Now()
-		_, err = tc.Acknowledge(ctx, tsclient.AckRequest{Set: set, Receipts: lines})
+		_, err = tc.Acknowledge(ctx, trainer.AckRequest{Set: set, Receipts: lines})
 		require.NoError(b, err)
 		ackTime += time.Since(began)
 		done += len(lines)

@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/gateway"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // gatewayToken is the bearer token of the gateways the tests start.

@@ -21,11 +21,11 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/client/schemacheck"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/internal/schemacheck"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // groupRows: a group whose environment never fails; one whose sessions
@@ -61,13 +61,13 @@ func TestGroupRetriesOnServer(t *testing.T) {
 	for _, id := range []string{"g1-steady-r0", "g1-steady-r1"} {
 		l := lines[id]
 		require.Equal(t, "completed", l.Status, id)
-		require.Equal(t, tsclient.ExportGroup{Status: "complete", Size: 2, Retries: 0, RetryBudget: 2}, *l.GroupStatus, id)
+		require.Equal(t, trainer.ExportGroup{Status: "complete", Size: 2, Retries: 0, RetryBudget: 2}, *l.GroupStatus, id)
 		require.Len(t, l.Attempts, 1, id)
 	}
 	for _, id := range []string{"g1-flaky-r0", "g1-flaky-r1"} {
 		l := lines[id]
 		require.Equal(t, "completed", l.Status, id)
-		require.Equal(t, tsclient.ExportGroup{Status: "complete", Size: 2, Retries: 2, RetryBudget: 2}, *l.GroupStatus, id)
+		require.Equal(t, trainer.ExportGroup{Status: "complete", Size: 2, Retries: 2, RetryBudget: 2}, *l.GroupStatus, id)
 		require.Equal(t, 1, l.Attempt, "%s finished as its retried attempt", id)
 		require.Equal(t, []string{"continued_as_new", "completed"}, attemptStatuses(l), id)
 		require.Equal(t, 1.0, *l.Reward, id)
@@ -167,7 +167,7 @@ func (c *cluster) recordHistory(ctx context.Context, workflowID, runID, fixture 
 	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
 	require.NoError(c.t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), "replay of %s", workflowID)
 	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {
-		require.NoError(c.t, os.WriteFile(filepath.Join(bins.root, "rollout", "testdata", fixture), []byte(out), 0o644))
+		require.NoError(c.t, os.WriteFile(filepath.Join(bins.root, "workflows", "rollout", "testdata", fixture), []byte(out), 0o644))
 	}
 }
 
@@ -190,14 +190,14 @@ func TestDatasetGroupsCheckpointRestore(t *testing.T) {
 	var ids []string
 	for _, row := range rowIDs {
 		for k := range repeats {
-			ids = append(ids, tsclient.DatasetRolloutID("ds", row, k))
+			ids = append(ids, trainer.DatasetRolloutID("ds", row, k))
 		}
 	}
 	want := runDatasetSet(t, ctx, rows, ids, repeats, false)
 	got := runDatasetSet(t, ctx, rows, ids, repeats, true)
 	requireSameExport(t, want, got, "dataset set checkpointed, killed and restored")
 	for _, id := range ids {
-		var line tsclient.ExportLine
+		var line trainer.ExportLine
 		require.NoError(t, json.Unmarshal(got[id], &line))
 		require.Equal(t, "complete", line.GroupStatus.Status, id)
 		require.True(t, line.StepRewards.Available, id)
@@ -284,7 +284,7 @@ func cutAndRestore(t *testing.T, ctx context.Context, c *cluster, ids []string) 
 // exportLines exports set through the starter (with extra flags) and
 // returns its lines by rollout id, each checked against the schema, parsed
 // and as written.
-func exportLines(t *testing.T, ctx context.Context, c *cluster, set, name string, extra ...string) (map[string]tsclient.ExportLine, map[string][]byte) {
+func exportLines(t *testing.T, ctx context.Context, c *cluster, set, name string, extra ...string) (map[string]trainer.ExportLine, map[string][]byte) {
 	t.Helper()
 	file := filepath.Join(c.dir, set+"-"+name+".jsonl")
 	out, err := c.starter(ctx, append([]string{"export", "--set", set, "--file", file, "--transcript-dir", c.store}, extra...)...)
@@ -297,12 +297,12 @@ func exportLines(t *testing.T, ctx context.Context, c *cluster, set, name string
 	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()
-	lines, raw := map[string]tsclient.ExportLine{}, map[string][]byte{}
+	lines, raw := map[string]trainer.ExportLine{}, map[string][]byte{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
 		require.Empty(t, schema.Validate(sc.Bytes()), "line does not match docs/trajectory.schema.json:\n%s", sc.Bytes())
-		var l tsclient.ExportLine
+		var l trainer.ExportLine
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
 		require.NotContains(t, lines, l.RolloutID, "exported twice")
 		lines[l.RolloutID] = l
@@ -328,7 +328,7 @@ func normalisedLine(t *testing.T, line []byte) []byte {
 	return b
 }
 
-func attemptStatuses(l tsclient.ExportLine) []string {
+func attemptStatuses(l trainer.ExportLine) []string {
 	var out []string
 	for _, a := range l.Attempts {
 		out = append(out, a.Status)
@@ -336,7 +336,7 @@ func attemptStatuses(l tsclient.ExportLine) []string {
 	return out
 }
 
-func sortedIDs(m map[string]tsclient.ExportLine) []string {
+func sortedIDs(m map[string]trainer.ExportLine) []string {
 	ids := make([]string, 0, len(m))
 	for id := range m {
 		ids = append(ids, id)

@@ -21,10 +21,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/internal/devenv"
 	"github.com/turnstile-rl/turnstile/internal/stack"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // bins holds the binaries built once for the whole package.

@@ -11,11 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/artifact"
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/storage"
-	"github.com/turnstile-rl/turnstile/storage/s3test"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // EnvClusterAddress points TestManyProcesses at a running Temporal cluster

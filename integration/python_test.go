@@ -8,7 +8,7 @@ import (
 
 // TestPythonParticipantCheckpointKillEverythingRestore is the whole recovery
 // story with an environment written in another language: a set of notes
-// rollouts runs on the Python participant (examples/python-participant),
+// rollouts runs on the Python participant (clients/python/examples/participant),
 // a checkpoint is cut mid-flight, then the worker, the Python participant
 // and the in-memory Temporal dev server are SIGKILLed and the transcript
 // store deleted; fresh processes restore the checkpoint and every rollout
@@ -30,7 +30,7 @@ func (c *cluster) startPythonParticipant() *proc {
 	if err != nil {
 		c.t.Fatalf("the Python participant needs python3: %v", err)
 	}
-	script := filepath.Join(bins.root, "examples", "python-participant", "participant.py")
+	script := filepath.Join(bins.root, "clients", "python", "examples", "participant", "participant.py")
 	return c.startEnvProcess("python-participant", py, []string{script}, "PYTHONDONTWRITEBYTECODE=1")
 }
 

@@ -13,9 +13,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestRecoverServer is scoped recovery on real processes: a mixed set runs
@@ -128,8 +128,8 @@ func TestRecoverServer(t *testing.T) {
 	// operator's command moves B's rollouts there.
 	replacement, _ := c.startNamedEnvServer("env-1")
 	require.NotEqual(t, serverB, replacement)
-	tc := tsclient.New(c.client, rollout.TaskQueue)
-	req := tsclient.RecoverServerRequest{Set: "rec", Server: serverB, Replacement: replacement, Root: root}
+	tc := trainer.New(c.client, rollout.TaskQueue)
+	req := trainer.RecoverServerRequest{Set: "rec", Server: serverB, Replacement: replacement, Root: root}
 	start := time.Now()
 	started, err := tc.RecoverServer(ctx, req)
 	require.NoError(t, err)

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestRecordedCoordinatorHistoriesReplay records a real Checkpoint and a real
@@ -113,7 +113,7 @@ func (c *cluster) checkReplay(ctx context.Context, run client.WorkflowRun, fixtu
 	require.NoError(c.t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), fixture)
 
 	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {
-		dst := filepath.Join(bins.root, "checkpoint", "testdata", fixture)
+		dst := filepath.Join(bins.root, "workflows", "checkpoint", "testdata", fixture)
 		require.NoError(c.t, os.MkdirAll(filepath.Dir(dst), 0o755))
 		require.NoError(c.t, os.WriteFile(dst, []byte(out), 0o644))
 	}

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestRecordedHistoryReplays records a real Rollout history that includes a
@@ -59,7 +59,7 @@ func TestRecordedHistoryReplays(t *testing.T) {
 	require.NoError(t, r.ReplayWorkflowHistoryFromJSONFile(nil, path))
 
 	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {
-		fixture := filepath.Join(bins.root, "rollout", "testdata", "rollout-park-resume.json")
+		fixture := filepath.Join(bins.root, "workflows", "rollout", "testdata", "rollout-park-resume.json")
 		require.NoError(t, os.MkdirAll(filepath.Dir(fixture), 0o755))
 		require.NoError(t, os.WriteFile(fixture, []byte(out), 0o644))
 	}

@@ -13,8 +13,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func protoSize(m proto.Message) int { return proto.Size(m) }

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // starter setup prepares a namespace the way an operator of a real cluster

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-rl/turnstile/soak"
+	"github.com/turnstile-rl/turnstile/internal/soak"
 )
 
 // TestSoakShort is the CI version of `make soak` (about two minutes): a

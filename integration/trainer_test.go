@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // The Python trainer loop (clients/python/examples/trainer_loop.py) on the
@@ -42,15 +42,15 @@ type trainerState struct {
 	} `json:"checkpoints"`
 }
 
-// trainer is one run of the Python trainer loop.
-type trainer struct {
+// pyTrainer is one run of the Python trainer loop.
+type pyTrainer struct {
 	p     *proc
 	state string
 }
 
 // startTrainer starts the Python trainer loop on set with its state file in
 // the test's directory; args are the loop's flags after --set and --state.
-func (c *cluster) startTrainer(gatewayURL, set string, args ...string) *trainer {
+func (c *cluster) startTrainer(gatewayURL, set string, args ...string) *pyTrainer {
 	c.t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -61,11 +61,11 @@ func (c *cluster) startTrainer(gatewayURL, set string, args ...string) *trainer 
 	all := append([]string{script, "--gateway", gatewayURL, "--set", set, "--state", state}, args...)
 	p := c.start("trainer", py, all, "TURNSTILE_GATEWAY_TOKEN="+gatewayToken, "PYTHONDONTWRITEBYTECODE=1",
 		"PYTHONUNBUFFERED=1")
-	return &trainer{p: p, state: state}
+	return &pyTrainer{p: p, state: state}
 }
 
 // wait waits for the trainer to exit and returns its exit status and output.
-func (tr *trainer) wait(t *testing.T, timeout time.Duration) (int, string) {
+func (tr *pyTrainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 	t.Helper()
 	select {
 	case <-tr.p.done:
@@ -86,7 +86,7 @@ func (tr *trainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 }
 
 // read returns the trainer's saved state, and false before the first save.
-func (tr *trainer) read(t testing.TB) (trainerState, bool) {
+func (tr *pyTrainer) read(t testing.TB) (trainerState, bool) {
 	t.Helper()
 	var st trainerState
 	data, err := os.ReadFile(tr.state)
@@ -99,7 +99,7 @@ func (tr *trainer) read(t testing.TB) (trainerState, bool) {
 }
 
 // waitTrained waits until the trainer has trained on at least n results.
-func (c *cluster) waitTrained(tr *trainer, n int) {
+func (c *cluster) waitTrained(tr *pyTrainer, n int) {
 	c.t.Helper()
 	c.waitFor(fmt.Sprintf("trainer trained on %d results", n), tr.p, 3*time.Minute, func() bool {
 		st, ok := tr.read(c.t)

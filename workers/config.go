@@ -4,8 +4,8 @@
 package workers
 
 import (
-	"github.com/turnstile-rl/turnstile/logging"
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 
 	"context"
 	"errors"
@@ -19,9 +19,9 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/storage"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // Environment variables a worker reads. Temporal's own connection settings

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func lookup(env map[string]string) func(string) (string, bool) {

@@ -12,10 +12,10 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	"github.com/turnstile-rl/turnstile/metrics"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/metrics"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // EnvMetricsListen is the address the worker serves /metrics on; empty (the

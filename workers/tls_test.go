@@ -9,11 +9,11 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/envserver"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
-	"github.com/turnstile-rl/turnstile/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestActivitiesOverMutualTLS: a worker configured with the CA, a client

@@ -19,9 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/bench"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/internal/bench"
+	"github.com/turnstile-rl/turnstile/internal/devenv"
 )
 
 func main() {

@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/protocol/conformance"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/participants/conformance"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 func main() {

@@ -12,8 +12,8 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
-	"github.com/turnstile-rl/turnstile/envserver"
-	"github.com/turnstile-rl/turnstile/protocol/conformance"
+	"github.com/turnstile-rl/turnstile/participants/conformance"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
 )
 
 func TestRunAgainstTheGoEnvServer(t *testing.T) {

@@ -24,7 +24,7 @@ import (
 	"syscall"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/internal/devenv"
 )
 
 func main() {

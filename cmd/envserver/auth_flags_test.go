@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
-	"github.com/turnstile-rl/turnstile/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 func TestDataTokenSettingsRefused(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/envserver"
-	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 // testDataToken is the data token startRun gives the command.

@@ -23,10 +23,10 @@
 package main
 
 import (
-	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/logging"
-	"github.com/turnstile-rl/turnstile/metrics"
+	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/metrics"
 
 	"context"
 	"errors"
@@ -44,12 +44,12 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/envs/remote"
-	"github.com/turnstile-rl/turnstile/envserver"
-	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/storage"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/participants/remote"
 )
 
 // Defaults and names of the command's settings.

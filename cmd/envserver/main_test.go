@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/failpoint"
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 func TestRunServesAndShutsDown(t *testing.T) {

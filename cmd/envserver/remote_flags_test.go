@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/turnstile-rl/turnstile/envs"
-	"github.com/turnstile-rl/turnstile/protocol"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 // TestRemoteFlag: --remote hosts an HTTP environment next to (or instead

@@ -22,15 +22,15 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/atomicfile"
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/gateway"
-	"github.com/turnstile-rl/turnstile/logging"
-	"github.com/turnstile-rl/turnstile/protocol"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // Environment variables the gateway reads besides the workers' and
@@ -171,7 +171,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	srv, err := gateway.New(gateway.Config{
 		Token: c.token, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
 		ControlToken: os.Getenv(protocol.ControlTokenEnvVar), StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
-	}, tsclient.New(tc, c.taskQueue))
+	}, trainer.New(tc, c.taskQueue))
 	if err != nil {
 		return err
 	}

@@ -11,10 +11,10 @@
 package main
 
 import (
-	"github.com/turnstile-rl/turnstile/atomicfile"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/logging"
-	"github.com/turnstile-rl/turnstile/metrics"
+	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/metrics"
 
 	"context"
 	"errors"
@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/policy"
-	"github.com/turnstile-rl/turnstile/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/policy"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"go.uber.org/zap"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/internal/policy"
 )
 
 func TestRunServesAndShutsDown(t *testing.T) {

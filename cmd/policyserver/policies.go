@@ -2,7 +2,7 @@ package main
 
 import (
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/internal/policy"
 )
 
 // policies is the registry this server offers: the scripted policy of every

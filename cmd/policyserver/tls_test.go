@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/tlsfiles"
-	"github.com/turnstile-rl/turnstile/tlsfiles/tlstest"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
+	"github.com/turnstile-rl/turnstile/internal/tlsfiles/tlstest"
 )
 
 // TestTLSAndMutualTLS serves the policy over HTTPS with certificates made

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/soak"
+	"github.com/turnstile-rl/turnstile/internal/soak"
 )
 
 func main() {

@@ -8,19 +8,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // readReceipts reads a receipts file, reporting the lines of failed
 // rollouts it skips on stderr.
-func readReceipts(path string, stderr io.Writer) ([]tsclient.ReceiptLine, error) {
+func readReceipts(path string, stderr io.Writer) ([]trainer.ReceiptLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("--receipts: %w", err)
 	}
 	defer f.Close()
-	lines, skipped, err := tsclient.ParseReceipts(f)
+	lines, skipped, err := trainer.ParseReceipts(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -32,7 +32,7 @@ func readReceipts(path string, stderr io.Writer) ([]tsclient.ReceiptLine, error)
 
 func newAcknowledgeCmd(g *globals) *cobra.Command {
 	var (
-		req      tsclient.AckRequest
+		req      trainer.AckRequest
 		receipts string
 	)
 	cmd := &cobra.Command{
@@ -56,7 +56,7 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				plan, err := c.PlanAck(cmd.Context(), req)
 				if err != nil {
 					return err
@@ -64,7 +64,7 @@ func newAcknowledgeCmd(g *globals) *cobra.Command {
 				sum, err := c.SendAcks(cmd.Context(), plan)
 				werr := g.emit(cmd.OutOrStdout(), struct {
 					Set string `json:"set"`
-					tsclient.AckSummary
+					trainer.AckSummary
 				}{req.Set, sum}, func(w io.Writer) error {
 					_, err := fmt.Fprintf(w, "set %s: acknowledged %d rollouts (%d accepted before, %d closed meanwhile)\n",
 						req.Set, sum.Acknowledged, sum.Already, sum.Closed)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestSubmitBudgetFlags: the budget flags default to the values rollouts had

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
 // writeCheckpointResult prints res as an aligned two-column table.
@@ -48,8 +48,8 @@ func orDash(s string) string {
 
 // announce prints that a coordinator workflow has started, so an operator
 // learns its id while it runs.
-func announce(w io.Writer, started *tsclient.Started) func(tsclient.Started) {
-	return func(s tsclient.Started) {
+func announce(w io.Writer, started *trainer.Started) func(trainer.Started) {
+	return func(s trainer.Started) {
 		*started = s
 		fmt.Fprintf(w, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
 	}
@@ -57,7 +57,7 @@ func announce(w io.Writer, started *tsclient.Started) func(tsclient.Started) {
 
 func newCheckpointCmd(g *globals) *cobra.Command {
 	var (
-		req      tsclient.CheckpointRequest
+		req      trainer.CheckpointRequest
 		deadline string
 		wait     bool
 	)
@@ -76,8 +76,8 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 				}
 				req.Deadline = t
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				var started tsclient.Started
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
+				var started trainer.Started
 				c.OnStart = announce(cmd.ErrOrStderr(), &started)
 				res, err := c.Checkpoint(cmd.Context(), req, wait)
 				if err != nil {

@@ -9,16 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
-	"github.com/turnstile-rl/turnstile/storage"
-	"github.com/turnstile-rl/turnstile/transcript"
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func newExportCmd(g *globals) *cobra.Command {
 	var set, file, dir string
-	var opts tsclient.ExportOptions
+	var opts trainer.ExportOptions
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Write one JSON line per finished rollout of a set: ids, group, reward, usage and the trajectory with token fields",
@@ -40,7 +40,7 @@ func newExportCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				return export(cmd, c, exportTarget{set: set, file: file, store: store, opts: opts})
 			})
 		},
@@ -90,13 +90,13 @@ func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*trans
 type exportTarget struct {
 	set, file string
 	store     *transcript.Store
-	opts      tsclient.ExportOptions
+	opts      trainer.ExportOptions
 }
 
 // export writes the set's lines to standard output or to the file, and a
 // count of them to standard error.
-func export(cmd *cobra.Command, c *tsclient.Client, t exportTarget) error {
-	var stats tsclient.ExportStats
+func export(cmd *cobra.Command, c *trainer.Client, t exportTarget) error {
+	var stats trainer.ExportStats
 	write := func(w io.Writer) error {
 		bw := bufio.NewWriter(w)
 		var err error

@@ -33,11 +33,11 @@ import (
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
-	"github.com/turnstile-rl/turnstile/logging"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // dialTimeout bounds connecting to Temporal, so an unreachable server is a
@@ -60,7 +60,7 @@ func main() {
 	root := newRootCmd()
 	err := root.ExecuteContext(ctx)
 	stop()
-	var cf *tsclient.CauseFirstError
+	var cf *trainer.CauseFirstError
 	if level, _ := root.PersistentFlags().GetString("log-level"); level == "debug" && errors.As(err, &cf) {
 		fmt.Fprintln(os.Stderr, "starter: as Temporal reported it:", cf.Err)
 	}
@@ -149,12 +149,12 @@ func (g *globals) emit(w io.Writer, v any, table func(io.Writer) error) error {
 
 // withClient connects and hands use a turnstile client on the task queue;
 // the connection is closed when use returns.
-func (g *globals) withClient(ctx context.Context, use func(c *tsclient.Client) error) error {
+func (g *globals) withClient(ctx context.Context, use func(c *trainer.Client) error) error {
 	tc, addr, err := g.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
 	g.addr = addr
-	return use(tsclient.New(tc, g.taskQueue))
+	return use(trainer.New(tc, g.taskQueue))
 }

@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // The starter's own tests: what it prints. The logic it prints is tested in
@@ -32,8 +32,8 @@ const (
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *rollout.Result) tsclient.RolloutRecord {
-	r := tsclient.RolloutRecord{RolloutID: id, WorkflowID: rollout.WorkflowID(id), Status: st, Start: t0, Result: res}
+func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *rollout.Result) trainer.RolloutRecord {
+	r := trainer.RolloutRecord{RolloutID: id, WorkflowID: rollout.WorkflowID(id), Status: st, Start: t0, Result: res}
 	if r.Closed() {
 		r.Close = t0.Add(dur)
 	}
@@ -41,7 +41,7 @@ func rec(id string, st enumspb.WorkflowExecutionStatus, dur time.Duration, res *
 }
 
 func TestWriteOverall(t *testing.T) {
-	got := tsclient.Summary{Rollouts: 7, Completed: 3, Failed: 2, Running: 2, MeanReward: 0.5, MeanTurns: 5, P50: 2 * time.Second, P95: 3 * time.Second}
+	got := trainer.Summary{Rollouts: 7, Completed: 3, Failed: 2, Running: 2, MeanReward: 0.5, MeanTurns: 5, P50: 2 * time.Second, P95: 3 * time.Second}
 
 	var buf bytes.Buffer
 	if err := writeOverall(&buf, "s1", got); err != nil {
@@ -62,7 +62,7 @@ func TestWriteOverall(t *testing.T) {
 }
 
 func TestWriteStatus(t *testing.T) {
-	got := []tsclient.RolloutRecord{
+	got := []trainer.RolloutRecord{
 		{RolloutID: "s1-0000", Status: completed, Phase: "completed", Turn: 4},
 		{RolloutID: "s1-0001", Status: running, Phase: "model", Attempt: 1, Turn: 4},
 		{RolloutID: "s1-0002", Status: running, Phase: "verifying", Turn: 4},
@@ -80,12 +80,12 @@ func TestWriteStatus(t *testing.T) {
 }
 
 func TestWriteSummary(t *testing.T) {
-	withEnv := func(r tsclient.RolloutRecord, env string) tsclient.RolloutRecord {
+	withEnv := func(r trainer.RolloutRecord, env string) trainer.RolloutRecord {
 		r.Env = env
 		return r
 	}
 	res := func(reward float64, turns int) *rollout.Result { return &rollout.Result{Reward: reward, Turns: turns} }
-	recs := []tsclient.RolloutRecord{
+	recs := []trainer.RolloutRecord{
 		withEnv(rec("c0", completed, time.Second, res(1, 4)), "counter"),
 		withEnv(rec("c1", completed, time.Second, res(0, 6)), "counter"),
 		withEnv(rec("c2", failed, time.Second, nil), "counter"),
@@ -98,7 +98,7 @@ func TestWriteSummary(t *testing.T) {
 		withEnv(rec("w2", term, time.Second, nil), "workplace"),
 		rec("x0", failed, time.Second, nil),
 	}
-	sum := tsclient.SetSummary{Overall: tsclient.Summarize(recs), ByEnv: tsclient.SummarizeByEnv(recs)}
+	sum := trainer.SetSummary{Overall: trainer.Summarize(recs), ByEnv: trainer.SummarizeByEnv(recs)}
 
 	var buf bytes.Buffer
 	if err := writeSummary(&buf, "s1", sum); err != nil {
@@ -203,7 +203,7 @@ func TestLineProgress(t *testing.T) {
 }
 
 func TestWritePlan(t *testing.T) {
-	inputs, err := tsclient.BuildInputs(tsclient.SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
+	inputs, err := trainer.BuildInputs(trainer.SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestWritePlan(t *testing.T) {
 }
 
 func TestWriteResults(t *testing.T) {
-	recs := []tsclient.RolloutRecord{
+	recs := []trainer.RolloutRecord{
 		rec("a", completed, time.Second, &rollout.Result{RolloutID: "a", Set: "s1", Reward: 1, Turns: 2}),
 		{RolloutID: "b", Status: failed, Err: "environment refused"},
 		rec("c", running, 0, nil),
@@ -272,7 +272,7 @@ func TestHelpTextsHaveNoStrayValueNames(t *testing.T) {
 // -o json: status is one document of counts, or with --verbose one JSON
 // line per rollout; field names are the documented ones.
 func TestStatusJSON(t *testing.T) {
-	recs := []tsclient.RolloutRecord{
+	recs := []trainer.RolloutRecord{
 		{RolloutID: "s1-0000", Phase: "completed", Attempt: 1, Turn: 4, RunID: "r0", Env: "counter", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED},
 		{RolloutID: "s1-0001", Phase: "model", Turn: 2, RunID: "r1", Env: "counter", Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
 	}
@@ -301,7 +301,7 @@ func TestStatusJSON(t *testing.T) {
 }
 
 func TestSummaryJSONSpellsDurationsInMillis(t *testing.T) {
-	raw, err := json.Marshal(tsclient.Summary{Rollouts: 3, Completed: 2, P50: 1500 * time.Millisecond, P95: 2 * time.Second})
+	raw, err := json.Marshal(trainer.Summary{Rollouts: 3, Completed: 2, P50: 1500 * time.Millisecond, P95: 2 * time.Second})
 	require.NoError(t, err)
 	var got map[string]any
 	require.NoError(t, json.Unmarshal(raw, &got))

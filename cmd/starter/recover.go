@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
 // writeRecoverResult prints res as an aligned two-column table.
@@ -26,7 +26,7 @@ func writeRecoverResult(w io.Writer, res checkpoint.RecoverServerResult) error {
 
 func newRecoverCmd(g *globals) *cobra.Command {
 	var (
-		req  tsclient.RecoverServerRequest
+		req  trainer.RecoverServerRequest
 		wait bool
 	)
 	cmd := &cobra.Command{
@@ -37,7 +37,7 @@ func newRecoverCmd(g *globals) *cobra.Command {
 			"a fresh server started with the dead one's --name; every other rollout runs on untouched.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				started, err := c.RecoverServer(cmd.Context(), req)
 				if err != nil {
 					return err

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/turnstile-rl/turnstile/checkpoint"
-	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
 // writeRestoreResult prints res as an aligned two-column table.
@@ -25,7 +25,7 @@ func writeRestoreResult(w io.Writer, res checkpoint.RestoreResult) error {
 
 func newRestoreCmd(g *globals) *cobra.Command {
 	var (
-		req  tsclient.RestoreRequest
+		req  trainer.RestoreRequest
 		wait bool
 	)
 	cmd := &cobra.Command{
@@ -35,8 +35,8 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			"servers as the new attempts, start every unfinished rollout from its boundary, then resume.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
-				var started tsclient.Started
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
+				var started trainer.Started
 				c.OnStart = announce(cmd.ErrOrStderr(), &started)
 				res, err := c.Restore(cmd.Context(), req, wait)
 				if err != nil {

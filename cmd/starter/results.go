@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // failedResult is the line of a rollout that closed without a result.
@@ -21,7 +21,7 @@ type failedResult struct {
 // id order: its RolloutResult with its receipt (closed, or held for
 // acknowledgement), or {"rollout_id","error"}. It returns how many rollouts
 // are still open without a result and were left out.
-func writeResults(w io.Writer, recs []tsclient.RolloutRecord) (open int, err error) {
+func writeResults(w io.Writer, recs []trainer.RolloutRecord) (open int, err error) {
 	enc := json.NewEncoder(w)
 	for _, r := range recs {
 		var line any
@@ -54,7 +54,7 @@ func newResultsCmd(g *globals) *cobra.Command {
 			if err := rollout.ValidateSet(set); err != nil {
 				return err
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				recs, err := c.Results(cmd.Context(), set)
 				if err != nil {
 					return err

@@ -7,12 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 func newResumeCmd(g *globals) *cobra.Command {
 	var (
-		req tsclient.ResumeRequest
+		req trainer.ResumeRequest
 	)
 	cmd := &cobra.Command{
 		Use:   "resume",
@@ -22,12 +22,12 @@ func newResumeCmd(g *globals) *cobra.Command {
 			if err := req.Validate(); err != nil {
 				return err
 			}
-			tok, err := tsclient.ControlToken(os.LookupEnv)
+			tok, err := trainer.ControlToken(os.LookupEnv)
 			if err != nil {
 				return err
 			}
 			req.ControlToken = tok
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				sum, err := c.Resume(cmd.Context(), req)
 				if err != nil {
 					return err
@@ -35,7 +35,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 				return g.emit(cmd.OutOrStdout(), struct {
 					Set          string `json:"set"`
 					CheckpointID string `json:"checkpoint_id"`
-					tsclient.ResumeSummary
+					trainer.ResumeSummary
 				}{req.Set, req.CheckpointID, sum}, func(w io.Writer) error { return writeResumeSummary(w, req.Set, req.CheckpointID, sum) })
 			})
 		},
@@ -50,7 +50,7 @@ func newResumeCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func writeResumeSummary(w io.Writer, set, id string, s tsclient.ResumeSummary) error {
+func writeResumeSummary(w io.Writer, set, id string, s trainer.ResumeSummary) error {
 	_, err := fmt.Fprintf(w, "resumed checkpoint %s of set %s: %d environment servers, %d rollouts (%d had closed already)\n",
 		id, set, s.Participants, s.Rollouts, s.Closed)
 	return err

@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // parseSampling parses args as submit's sampling flags.

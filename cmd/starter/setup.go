@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 func newSetupCmd(g *globals) *cobra.Command {
@@ -16,7 +16,7 @@ func newSetupCmd(g *globals) *cobra.Command {
 		Short: "Prepare a namespace of any Temporal cluster: check it exists, register turnstile's search attributes (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				res, err := c.Setup(cmd.Context(), g.namespace)
 				if err != nil {
 					return err

@@ -9,14 +9,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // writeStatus prints the counts (sorted by name) and, when verbose, one line
 // per rollout.
-func writeStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose bool) error {
-	counts := tsclient.CountStatus(recs)
+func writeStatus(w io.Writer, set string, recs []trainer.RolloutRecord, verbose bool) error {
+	counts := trainer.CountStatus(recs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "set %s\t%d rollouts\n\n", set, len(recs))
 	writeCounts(tw, "PHASE", counts.Phases)
@@ -26,7 +26,7 @@ func writeStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "ROLLOUT\tATTEMPT\tTURN\tPHASE\tSTATUS\tRUN")
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", r.RolloutID, r.Attempt, r.Turn, r.Phase, tsclient.StatusName(r.Status), r.RunID)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", r.RolloutID, r.Attempt, r.Turn, r.Phase, trainer.StatusName(r.Status), r.RunID)
 		}
 	}
 	return tw.Flush()
@@ -34,17 +34,17 @@ func writeStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose
 
 // jsonStatus is status -o json: one document with the counts, or, with
 // --verbose, one JSON line per rollout.
-func jsonStatus(w io.Writer, set string, recs []tsclient.RolloutRecord, verbose bool) error {
+func jsonStatus(w io.Writer, set string, recs []trainer.RolloutRecord, verbose bool) error {
 	enc := json.NewEncoder(w)
 	if !verbose {
 		return enc.Encode(struct {
 			Set      string `json:"set"`
 			Rollouts int    `json:"rollouts"`
-			tsclient.StatusCounts
-		}{set, len(recs), tsclient.CountStatus(recs)})
+			trainer.StatusCounts
+		}{set, len(recs), trainer.CountStatus(recs)})
 	}
 	for _, r := range recs {
-		line := statusLine{r.RolloutID, r.Attempt, r.Turn, r.Phase, tsclient.StatusName(r.Status), r.RunID, r.Env}
+		line := statusLine{r.RolloutID, r.Attempt, r.Turn, r.Phase, trainer.StatusName(r.Status), r.RunID, r.Env}
 		if err := enc.Encode(line); err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func newStatusCmd(g *globals) *cobra.Command {
 			if err := rollout.ValidateSet(set); err != nil {
 				return err
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				recs, err := c.List(cmd.Context(), set)
 				if err != nil {
 					return err

@@ -13,15 +13,15 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func newSubmitCmd(g *globals) *cobra.Command {
 	var (
-		req     tsclient.SubmitRequest
+		req     trainer.SubmitRequest
 		envList string
 		wait    bool
 		dryRun  bool
@@ -46,7 +46,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 				return cli.Usage(err)
 			}
 			if dryRun {
-				inputs, err := tsclient.BuildInputs(req)
+				inputs, err := trainer.BuildInputs(req)
 				if err != nil {
 					return err
 				}
@@ -55,7 +55,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			if err := req.Validate(); err != nil {
 				return err
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				return submit(cmd, c, req, submitWait{wait: wait, timeout: timeout, addr: g.addr})
 			})
 		},
@@ -90,13 +90,13 @@ func newSubmitCmd(g *globals) *cobra.Command {
 
 // fillMode completes req for one of the two modes: --count rollouts of
 // --env, or the rows of the --tasks dataset, each --repeats times.
-func fillMode(cmd *cobra.Command, req *tsclient.SubmitRequest, envList, tasks string) error {
+func fillMode(cmd *cobra.Command, req *trainer.SubmitRequest, envList, tasks string) error {
 	if tasks == "" {
 		if cmd.Flags().Changed("repeats") {
 			return cli.Usage(errors.New("--repeats needs --tasks"))
 		}
 		req.Repeats = 0
-		envNames, err := tsclient.ParseEnvs(envList)
+		envNames, err := trainer.ParseEnvs(envList)
 		if err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func fillMode(cmd *cobra.Command, req *tsclient.SubmitRequest, envList, tasks st
 		return fmt.Errorf("--tasks: %w", err)
 	}
 	defer f.Close()
-	rows, err := tsclient.ReadDataset(f)
+	rows, err := trainer.ReadDataset(f)
 	if err != nil {
 		return fmt.Errorf("--tasks %s: %w", tasks, err)
 	}
@@ -127,7 +127,7 @@ type submitWait struct {
 
 // submit starts req's set and, when asked, waits for it and prints its
 // summary.
-func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, w submitWait) error {
+func submit(cmd *cobra.Command, c *trainer.Client, req trainer.SubmitRequest, w submitWait) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	res, err := c.Submit(ctx, req)
 	if err != nil {
@@ -140,7 +140,7 @@ func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, 
 	wctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	bar := newProgress(wctx, cmd.ErrOrStderr(), len(res.Inputs))
-	if err := c.Wait(wctx, tsclient.WaitRequest{Set: req.Set, Inputs: res.Inputs, RequireAck: req.RequireAck, Progress: bar}); err != nil {
+	if err := c.Wait(wctx, trainer.WaitRequest{Set: req.Set, Inputs: res.Inputs, RequireAck: req.RequireAck, Progress: bar}); err != nil {
 		return err
 	}
 	sum, err := c.Summary(wctx, req.Set)
@@ -158,7 +158,7 @@ func submit(cmd *cobra.Command, c *tsclient.Client, req tsclient.SubmitRequest, 
 
 // describeMode names what a submission draws from: its environments, or
 // its dataset's rows and repeats.
-func describeMode(req tsclient.SubmitRequest) string {
+func describeMode(req trainer.SubmitRequest) string {
 	if req.Rows != nil {
 		return fmt.Sprintf("%d rows × %d repeats", len(req.Rows), req.Repeats)
 	}
@@ -166,10 +166,10 @@ func describeMode(req tsclient.SubmitRequest) string {
 }
 
 // writePlan prints what a submit of inputs would start: one line per
-// environment and policy (tsclient.Plan).
+// environment and policy (trainer.Plan).
 func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
 	fmt.Fprintf(w, "would start %d rollouts of set %s:\n", len(inputs), set)
-	for _, g := range tsclient.Plan(inputs) {
+	for _, g := range trainer.Plan(inputs) {
 		fmt.Fprintf(w, "  %d × %s, policy %s, max turns %d\n", g.Count, g.Env, g.Model, g.MaxTurns)
 	}
 	if len(inputs) > 0 && inputs[0].GroupSize > 0 {
@@ -185,7 +185,7 @@ func writePlan(w io.Writer, set string, inputs []rollout.Input) error {
 
 // newProgress is a progress bar on a terminal, and plain lines elsewhere (a
 // log file, a pipe), where a bar would print nothing until the end.
-func newProgress(ctx context.Context, w io.Writer, total int) tsclient.Progress {
+func newProgress(ctx context.Context, w io.Writer, total int) trainer.Progress {
 	if f, ok := w.(*os.File); ok {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			p := mpb.NewWithContext(ctx, mpb.WithOutput(w), mpb.WithWidth(40))
@@ -196,7 +196,7 @@ func newProgress(ctx context.Context, w io.Writer, total int) tsclient.Progress 
 			return &barProgress{p: p, bar: bar}
 		}
 	}
-	return tsclient.NewLogProgress(w, total)
+	return trainer.NewLogProgress(w, total)
 }
 
 type barProgress struct {

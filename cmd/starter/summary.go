@@ -9,14 +9,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	tsclient "github.com/turnstile-rl/turnstile/client"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/rollout"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // writeSummary prints the summary of a set: the overall lines, then one
 // line per environment.
-func writeSummary(w io.Writer, set string, s tsclient.SetSummary) error {
+func writeSummary(w io.Writer, set string, s trainer.SetSummary) error {
 	if err := writeOverall(w, set, s.Overall); err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func writeSummary(w io.Writer, set string, s tsclient.SetSummary) error {
 }
 
 // writeEnvTable prints one line per environment and how "passed" is counted.
-func writeEnvTable(w io.Writer, rows []tsclient.EnvSummary) error {
+func writeEnvTable(w io.Writer, rows []trainer.EnvSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENV\tROLLOUTS\tCOMPLETED\tFAILED\tRUNNING\tPASSED\tMEAN REWARD\tMEAN TURNS")
 	var dense []string
@@ -48,7 +48,7 @@ func writeEnvTable(w io.Writer, rows []tsclient.EnvSummary) error {
 }
 
 // writeOverall prints s as a small aligned table.
-func writeOverall(w io.Writer, set string, s tsclient.Summary) error {
+func writeOverall(w io.Writer, set string, s trainer.Summary) error {
 	return writeTable(w, [][2]string{
 		{"set", set},
 		{"rollouts", fmt.Sprint(s.Rollouts)},
@@ -84,7 +84,7 @@ func newSummaryCmd(g *globals) *cobra.Command {
 			if err := rollout.ValidateSet(set); err != nil {
 				return err
 			}
-			return g.withClient(cmd.Context(), func(c *tsclient.Client) error {
+			return g.withClient(cmd.Context(), func(c *trainer.Client) error {
 				sum, err := c.Summary(cmd.Context(), set)
 				if err != nil {
 					return err
@@ -94,7 +94,7 @@ func newSummaryCmd(g *globals) *cobra.Command {
 				}
 				return g.emit(cmd.OutOrStdout(), struct {
 					Set string `json:"set"`
-					tsclient.SetSummary
+					trainer.SetSummary
 				}{set, sum}, func(w io.Writer) error { return writeSummary(w, set, sum) })
 			})
 		},

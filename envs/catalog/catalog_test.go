@@ -9,7 +9,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/policy"
+	"github.com/turnstile-rl/turnstile/internal/policy"
 )
 
 // TestEntriesComplete fails when an environment misses any part a binary
@@ -35,7 +35,7 @@ func TestEntriesComplete(t *testing.T) {
 			}
 			if !e.Hosted() {
 				// Its host starts the generated tasks in its own tests
-				// (examples/python-participant for notes).
+				// (clients/python/examples/participant for notes).
 				return
 			}
 			env := e.New()

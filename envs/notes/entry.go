@@ -1,5 +1,5 @@
 // Package notes is the catalog entry of the notes environment, which no Go
-// code hosts: the Python participant in examples/python-participant serves
+// code hosts: the Python participant in clients/python/examples/participant serves
 // it behind the participant protocol. The entry holds what the Go side needs
 // to run rollouts on it: the task generator (it draws only the number of
 // edits; the participant derives the notebook and the edits from the seed),
@@ -18,9 +18,9 @@ import (
 const Name = "notes"
 
 // Host is where the environment runs.
-const Host = "examples/python-participant"
+const Host = "clients/python/examples/participant"
 
-// Tools the environment declares (examples/python-participant/notes.py).
+// Tools the environment declares (clients/python/examples/participant/notes.py).
 const (
 	ToolList   = "list_notes"
 	ToolWrite  = "write_note"

@@ -8,7 +8,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/notes"
 )
 
-// task is a task statement as examples/python-participant/notes.py writes it.
+// task is a task statement as clients/python/examples/participant/notes.py writes it.
 const task = "Your notebook holds 2 notes. Make these 2 edits, in order, then answer done:\n" +
 	"1. Write the note \"todo\" with the text \"pay rent\".\n" +
 	"2. Delete the note \"gifts\".\n" +

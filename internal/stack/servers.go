@@ -8,7 +8,7 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/turnstile-rl/turnstile/devenv"
+	"github.com/turnstile-rl/turnstile/internal/devenv"
 	"github.com/turnstile-rl/turnstile/workers"
 )
 

@@ -1,0 +1,77 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// FenceSet writes the set's fence record for this restore, before the
+// restore installs, starts or resumes anything: a new run of the workflow
+// rollout.SetFenceWorkflowID(set) (terminating the previous one) whose memo
+// carries the windows of the earlier restores and this one's, from the
+// restored checkpoint's start to this run's start. A re-run of the same
+// restore finds its window the newest and keeps it: its fence time never
+// moves past the runs it already started.
+func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput) (checkpoint.FenceSetResult, error) {
+	if err := rollout.ValidateSet(in.Set); err != nil {
+		return checkpoint.FenceSetResult{}, rollout.BadInput("%v", err)
+	}
+	if err := checkpoint.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
+		return checkpoint.FenceSetResult{}, rollout.BadInput("%v", err)
+	}
+	rid, err := restoreIDOf(in.CheckpointID, in.RestoreID)
+	if err != nil {
+		return checkpoint.FenceSetResult{}, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return checkpoint.FenceSetResult{}, err
+	}
+	cur, err := rollout.ReadSetFence(ctx, tc, in.Set)
+	if err != nil {
+		return checkpoint.FenceSetResult{}, err
+	}
+	ours := func(w rollout.FenceWindow) bool { return w.RestoreID == rid && w.CheckpointID == in.CheckpointID }
+	if w, ok := cur.Latest(); ok && ours(w) {
+		return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(cur.Windows), Reused: true}, nil
+	}
+	from, err := checkpointStart(ctx, tc, in.CheckpointID)
+	if err != nil {
+		return checkpoint.FenceSetResult{}, err
+	}
+	next := rollout.SetFence{Set: in.Set, Windows: append(cur.Windows, rollout.FenceWindow{RestoreID: rid, CheckpointID: in.CheckpointID, From: from})}
+	if n := len(next.Windows); n > rollout.MaxFenceWindows {
+		next.Windows = next.Windows[n-rollout.MaxFenceWindows:]
+	}
+	queue := c.TaskQueue
+	if queue == "" {
+		queue = rollout.TaskQueue
+	}
+	_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       rollout.SetFenceWorkflowID(in.Set),
+		TaskQueue:                checkpoint.ControlTaskQueue(queue),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
+		Memo:                     map[string]any{rollout.MemoSetFence: next},
+		StaticSummary:            fmt.Sprintf("fence record of set %s: newest restore %s of checkpoint %s", in.Set, rid, in.CheckpointID),
+	}, rollout.SetFenceWorkflowName, next)
+	if err != nil {
+		return checkpoint.FenceSetResult{}, fmt.Errorf("write the fence record of set %s: %w", in.Set, err)
+	}
+	got, err := rollout.ReadSetFence(ctx, tc, in.Set)
+	if err != nil {
+		return checkpoint.FenceSetResult{}, err
+	}
+	w, ok := got.Latest()
+	if !ok || !ours(w) {
+		return checkpoint.FenceSetResult{}, fmt.Errorf("the fence record of set %s names restore %s of checkpoint %s, not this one (%s of %s): another restore of the set ran at the same time",
+			in.Set, w.RestoreID, w.CheckpointID, rid, in.CheckpointID)
+	}
+	return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(got.Windows)}, nil
+}

@@ -1,0 +1,96 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// How a participant is found dead. Why these and nothing else: a refused
+// connection or an unreachable host means no process is listening at the
+// address, so it holds no admission, no prepared cut and no session (scoped
+// recovery moves its rollouts); asking it again later cannot release
+// anything. A 5xx, a reset or a timeout means something is there (busy,
+// restarting, or slow to answer), which may still hold admission closed, so
+// those stay transient errors, retried within the step's time budget. A
+// server restarting on the same address refuses connections for a moment,
+// hence a few tries, spread over about a second, before it counts as dead.
+const (
+	deadTries   = 3
+	deadBackoff = 250 * time.Millisecond
+	// abortCallTimeout bounds one control call of an abort, so a hung
+	// participant cannot hold the release of the rollouts.
+	abortCallTimeout = 30 * time.Second
+)
+
+// unreachable reports whether err says nothing listens at the address.
+func unreachable(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH)
+}
+
+// callReachable calls fn, again while the participant refuses connections,
+// up to deadTries times. dead is true when every try found nothing
+// listening; err is fn's last error.
+func callReachable(ctx context.Context, fn func(ctx context.Context) error) (dead bool, err error) {
+	for try := 0; try < deadTries; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(deadBackoff << (try - 1)):
+			}
+		}
+		if err = fn(ctx); err == nil || !unreachable(err) {
+			return false, err
+		}
+	}
+	return true, err
+}
+
+// participantUnreachable is the non-retryable error of a participant found
+// dead where its answer is required (its commit).
+func participantUnreachable(url, what string, err error) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"participant %s: %s: nothing listens there after %d tries (its process is gone): %v", url, what, deadTries, err),
+		checkpoint.ErrParticipantUnreachable, nil)
+}
+
+// resumeReachable resumes every participant independently (one failing
+// does not cancel the others, unlike ResumeParticipants) and returns the
+// ones found dead, and the other failures joined.
+func (c *Coordinator) resumeReachable(ctx context.Context, checkpointID string, participants []string) ([]string, error) {
+	dead := make([]bool, len(participants))
+	errs := make([]error, len(participants))
+	prog := newProgress(ctx, "resume participants", len(participants))
+	defer prog.stop()
+	_ = fanout.Each(ctx, len(participants), c.limit(), func(ctx context.Context, i int) error {
+		defer prog.add()
+		url := participants[i]
+		d, err := callReachable(ctx, func(ctx context.Context) error {
+			cctx, cancel := context.WithTimeout(ctx, abortCallTimeout)
+			defer cancel()
+			_, err := c.control(url).Resume(cctx, checkpointID)
+			return err
+		})
+		dead[i] = d
+		if err != nil && !d {
+			errs[i] = controlError(url, "resume", err)
+		}
+		return nil // the others go on
+	})
+	var gone []string
+	for i, d := range dead {
+		if d {
+			gone = append(gone, participants[i])
+		}
+	}
+	return gone, errors.Join(errs...)
+}

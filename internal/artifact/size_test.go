@@ -1,0 +1,65 @@
+package artifact_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+)
+
+func TestSize(t *testing.T) {
+	tests := []struct {
+		name     string
+		sections []artifact.Section
+		opts     artifact.Options
+	}{
+		{name: "sample sections", sections: sampleSections()},
+		{name: "many shards", sections: sampleSections(), opts: artifact.Options{MaxShardRecords: 2}},
+		{name: "empty section", sections: []artifact.Section{{Name: "agents", Records: []artifact.Record{}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			m, err := artifact.Write(context.Background(), dir, testMeta, tt.sections, tt.opts)
+			if err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want int64
+			for _, e := range entries {
+				fi, err := e.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want += fi.Size()
+			}
+			got, err := artifact.Size(dir, m)
+			if err != nil {
+				t.Fatalf("Size: %v", err)
+			}
+			if got != want {
+				t.Errorf("Size = %d, the files in the directory take %d", got, want)
+			}
+		})
+	}
+}
+
+func TestSizeWithoutManifest(t *testing.T) {
+	dir := t.TempDir()
+	m, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), artifact.Options{})
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, artifact.ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := artifact.Size(dir, m); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Size without a manifest file: got %v, want a not-exist error", err)
+	}
+}

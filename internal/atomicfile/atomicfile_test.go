@@ -1,0 +1,171 @@
+package atomicfile_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+)
+
+// entries lists the names in dir.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// target makes a fresh directory and the path of file.json in it, which
+// holds existing if that is not nil.
+func target(t *testing.T, existing []byte) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "file.json")
+	if existing != nil {
+		if err := os.WriteFile(path, existing, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, path
+}
+
+func TestWriteFile(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB: more than one write
+	tests := []struct {
+		name     string
+		existing []byte // nil: no file before
+		data     []byte
+		perm     os.FileMode
+	}{
+		{name: "new file", data: []byte("hello\n"), perm: 0o644},
+		{name: "replaces an existing file", existing: []byte("old content, longer than the new\n"), data: []byte("new\n"), perm: 0o600},
+		{name: "empty file", existing: []byte("old\n"), data: []byte{}, perm: 0o644},
+		{name: "large file appears whole", data: big, perm: 0o640},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, path := target(t, tt.existing)
+			if err := atomicfile.WriteFile(path, tt.data, tt.perm); err != nil {
+				t.Fatalf("WriteFile: %v", err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tt.data) {
+				t.Fatalf("content: got %d bytes, want %d", len(got), len(tt.data))
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != tt.perm {
+				t.Errorf("permissions %v, want %v", fi.Mode().Perm(), tt.perm)
+			}
+			if names := entries(t, dir); len(names) != 1 || names[0] != "file.json" {
+				t.Errorf("directory holds %v, want only file.json (no temporary file left)", names)
+			}
+		})
+	}
+}
+
+func TestWriteFailedFillLeavesNothing(t *testing.T) {
+	errFill := errors.New("fill failed")
+	tests := []struct {
+		name     string
+		existing []byte
+	}{
+		{name: "no file before"},
+		{name: "existing file kept", existing: []byte("old\n")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, path := target(t, tt.existing)
+			err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+				if _, err := w.Write([]byte("partial")); err != nil {
+					return err
+				}
+				return errFill
+			})
+			if !errors.Is(err, errFill) {
+				t.Fatalf("Write: got %v, want the fill error", err)
+			}
+			got, err := os.ReadFile(path)
+			switch {
+			case tt.existing == nil && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("after a failed write: read gives %q, %v; want no file", got, err)
+			case tt.existing != nil && (err != nil || !bytes.Equal(got, tt.existing)):
+				t.Errorf("after a failed write: read gives %q, %v; want the old content %q", got, err, tt.existing)
+			}
+			want := 0
+			if tt.existing != nil {
+				want = 1
+			}
+			if names := entries(t, dir); len(names) != want {
+				t.Errorf("directory holds %v, want %d file(s) and no temporary file", names, want)
+			}
+		})
+	}
+}
+
+// While the new content is being written, path still holds the old one and
+// the new one sits in a temporary file named for it.
+func TestWriteInvisibleUntilRenamed(t *testing.T) {
+	dir, path := target(t, []byte("old\n"))
+	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		if _, err := w.Write([]byte("new\n")); err != nil {
+			return err
+		}
+		if got, err := os.ReadFile(path); err != nil || string(got) != "old\n" {
+			t.Errorf("during the write path holds %q, %v; want the old content", got, err)
+		}
+		var temps []string
+		for _, n := range entries(t, dir) {
+			if strings.HasPrefix(n, atomicfile.TempPrefix+"file.json-") {
+				temps = append(temps, n)
+			}
+		}
+		if len(temps) != 1 {
+			t.Errorf("during the write the directory holds %v, want one temporary file for file.json", entries(t, dir))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "new\n" {
+		t.Errorf("after the write path holds %q, %v; want the new content", got, err)
+	}
+}
+
+func TestWriteFileMissingDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	if err := atomicfile.WriteFile(filepath.Join(dir, "file.json"), []byte("x"), 0o644); err == nil {
+		t.Fatal("WriteFile into a missing directory succeeded")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the missing directory was created: %v", err)
+	}
+}
+
+func TestSyncDir(t *testing.T) {
+	if err := atomicfile.SyncDir(t.TempDir()); err != nil {
+		t.Errorf("SyncDir of a directory: %v", err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing")
+	err := atomicfile.SyncDir(missing)
+	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("SyncDir of a missing directory: got %v, want a not-exist error naming it", err)
+	}
+}

@@ -1,0 +1,86 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-rl/turnstile/internal/bench"
+	"github.com/turnstile-rl/turnstile/internal/devenv"
+)
+
+// The bench's smallest run takes every step on real processes and writes
+// its three files; its figures are not judged here (a test never fails on
+// a slow machine), only that each one was measured.
+func TestSmokeRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a dev server and four processes")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/worker", "./cmd/envserver", "./cmd/policyserver", "./cmd/bench")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	temporal := os.Getenv("TURNSTILE_TEMPORAL_BIN")
+	if temporal == "" {
+		temporal, err = devenv.EnsureCLI(t.Context(), root)
+		require.NoError(t, err)
+	}
+	cfg := bench.Smoke()
+	cfg.BinDir, cfg.Temporal, cfg.DevConfig, cfg.OutDir = bin, temporal, filepath.Join(root, devenv.DefaultConfigFile), t.TempDir()
+	cfg.Log = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep, err := bench.Run(ctx, cfg)
+	require.NoError(t, err)
+
+	require.NotNil(t, rep.Latency)
+	require.Positive(t, rep.Latency.TurnMS.Floor)
+	require.Positive(t, rep.Latency.TurnMS.Turnstile)
+	require.NotNil(t, rep.Through)
+	require.EqualValues(t, cfg.Concurrency*cfg.ThroughputTurns, rep.Through.Turns.Turnstile)
+	require.Positive(t, rep.Through.TurnsPerSec.Floor)
+	require.Contains(t, rep.Through.CPUMSPerTurn, "temporal")
+	require.NotNil(t, rep.Through.Tasks, "task latencies read from the runs' histories")
+	require.Positive(t, rep.Through.Tasks.WorkflowStartToClose.Turnstile)
+	require.Positive(t, rep.Through.Tasks.ActivityStartToClose.Floor)
+	require.NotNil(t, rep.History)
+	for i := range cfg.HistoryAt {
+		require.Positive(t, rep.History.BytesPerTurn[i].Turnstile)
+		require.Positive(t, rep.History.EventsPerTurn[i].Floor)
+	}
+	turn, err := os.ReadFile(filepath.Join(cfg.OutDir, "history-turn-turnstile.jsonl"))
+	require.NoError(t, err)
+	require.Contains(t, string(turn), "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", "one turn's events, written for reading")
+	require.Len(t, rep.Cuts, 1)
+	cut := rep.Cuts[0]
+	require.Equal(t, cfg.CheckpointSizes[0], cut.InFlight, "every rollout was mid-episode at the cut")
+	require.Equal(t, cut.InFlight, cut.Parked, "the checkpoint parked every in-flight rollout")
+	require.Equal(t, cut.InFlight, cut.Restored, "the restore continued every one")
+	require.Positive(t, cut.Bytes)
+	require.Positive(t, cut.ManifestMS)
+
+	var written struct {
+		Rows []bench.Row `json:"rows"`
+	}
+	data, err := os.ReadFile(filepath.Join(cfg.OutDir, bench.JSONFile))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &written))
+	require.Equal(t, rep.Rows(), written.Rows)
+	csv, err := os.ReadFile(filepath.Join(cfg.OutDir, bench.CSVFile))
+	require.NoError(t, err)
+	require.Len(t, strings.Split(strings.TrimSpace(string(csv)), "\n"), len(written.Rows)+1)
+	svg, err := os.ReadFile(filepath.Join(cfg.OutDir, bench.SVGFile))
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
+	require.Contains(t, string(svg), "restore → all running")
+}

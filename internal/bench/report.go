@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+)
+
+// Names of the files a run writes into its output directory.
+const (
+	JSONFile = "bench.json"
+	CSVFile  = "bench.csv"
+	SVGFile  = "bench.svg"
+)
+
+// Row is one line of the ratio table. Ratio is turnstile / floor (0 when
+// there is no floor figure); Target says which way is better and the
+// issue's target.
+type Row struct {
+	Figure    string  `json:"figure"`
+	Unit      string  `json:"unit"`
+	Floor     float64 `json:"floor"`
+	Turnstile float64 `json:"turnstile"`
+	Ratio     float64 `json:"ratio"`
+	Target    string  `json:"target"`
+}
+
+// Rows flattens the report into the ratio table.
+func (r *Report) Rows() []Row {
+	var rows []Row
+	pair := func(fig, unit string, p Pair, target string) {
+		row := Row{Figure: fig, Unit: unit, Floor: p.Floor, Turnstile: p.Turnstile, Target: target}
+		if p.Floor != 0 {
+			row.Ratio = p.Turnstile / p.Floor
+		}
+		rows = append(rows, row)
+	}
+	if l := r.Latency; l != nil {
+		pair("turn, 1 rollout (steady)", "ms", l.TurnMS, "ratio ≤ 1.0 (stretch 0.6)")
+		pair("turn, 1 rollout (end to end)", "ms", l.EndToEnd, "lower is better")
+	}
+	if t := r.Through; t != nil {
+		pair(fmt.Sprintf("throughput, %d rollouts", r.Config.Concurrency), "turns/s", t.TurnsPerSec, "ratio ≥ 1.0 (stretch 1.5)")
+		pair("p95 rollout duration", "s", t.P95RolloutS, "lower is better")
+		for _, name := range []string{"temporal", "worker", "envserver", "policyserver"} {
+			if p, ok := t.CPUMSPerTurn[name]; ok {
+				pair("CPU per turn: "+name, "ms", p, "lower is better")
+			}
+		}
+		if w := t.Tasks; w != nil {
+			pair("workflow task schedule-to-start (median)", "ms", w.WorkflowScheduleToStart, "lower is better")
+			pair("workflow task start-to-close (median)", "ms", w.WorkflowStartToClose, "lower is better")
+			pair("activity schedule-to-start (median)", "ms", w.ActivityScheduleToStart, "lower is better")
+			pair("activity start-to-close (median)", "ms", w.ActivityStartToClose, "lower is better")
+		}
+	}
+	if h := r.History; h != nil {
+		for i, at := range h.At {
+			pair(fmt.Sprintf("history at turn %d", at), "bytes/turn", h.BytesPerTurn[i], "turnstile ≤ 2048, flat ±10%")
+			pair(fmt.Sprintf("events at turn %d", at), "events/turn", h.EventsPerTurn[i], "lower is better")
+		}
+	}
+	for _, c := range r.Cuts {
+		n := c.Rollouts
+		one := func(fig, unit string, v float64, target string) {
+			rows = append(rows, Row{Figure: fmt.Sprintf("checkpoint %d: %s", n, fig), Unit: unit, Turnstile: v, Target: target})
+		}
+		one("cut beyond slowest turn", "ms", c.BeyondSlowestMS, "≤ 5000 at 1,000")
+		one("cut (workflow)", "ms", c.CutMS, "")
+		one("request to manifest", "ms", c.ManifestMS, "")
+		one("request to resumed", "ms", c.CheckpointMS, "")
+		one("request to released (visibility)", "ms", c.ReleasedMS, "")
+		one("first task waited", "ms", c.QueuedMS, "≈ 0")
+		one("bytes", "B", float64(c.Bytes), "")
+		one("restore to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
+		one("restore to released (visibility)", "ms", c.RestoreReleasedMS, "")
+	}
+	return rows
+}
+
+// PrintTable writes the ratio table.
+func PrintTable(w io.Writer, r *Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "figure\tunit\tfloor\tturnstile\tratio\ttarget\t")
+	for _, row := range r.Rows() {
+		ratio, floor := "—", "—"
+		if row.Floor != 0 {
+			floor, ratio = num(row.Floor), fmt.Sprintf("%.2f×", row.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Figure, row.Unit, floor, num(row.Turnstile), ratio, row.Target)
+	}
+	_ = tw.Flush()
+	for _, w2 := range r.Warnings {
+		fmt.Fprintln(w, "warning:", w2)
+	}
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100 || v <= -100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+}
+
+// WriteFiles writes bench.json, bench.csv and bench.svg into dir.
+func WriteFiles(dir string, r *Report) error {
+	data, err := json.MarshalIndent(struct {
+		*Report
+		Rows []Row `json:"rows"`
+	}{r, r.Rows()}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, JSONFile), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := writeCSV(filepath.Join(dir, CSVFile), r.Rows()); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, SVGFile), []byte(Chart(r)), 0o644)
+}
+
+func writeCSV(path string, rows []Row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"figure", "unit", "floor", "turnstile", "ratio", "target"})
+	for _, r := range rows {
+		_ = w.Write([]string{r.Figure, r.Unit, fmtF(r.Floor), fmtF(r.Turnstile), fmtF(r.Ratio), r.Target})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func fmtF(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

@@ -1,0 +1,522 @@
+package policy_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/policy"
+)
+
+// echoPolicy is a second policy, so listings hold more than one model.
+type echoPolicy struct{}
+
+func (echoPolicy) Respond(req envs.PolicyRequest) (envs.PolicyResponse, error) {
+	return envs.PolicyResponse{Content: req.Messages[len(req.Messages)-1].Content}, nil
+}
+
+// counterModel is the counter's scripted model as users name it; spelled
+// out, not derived, so a change of the naming convention fails here.
+const (
+	counterModel = "scripted-counter"
+	echoModel    = "scripted-echo"
+)
+
+func serverTestRegistry() policy.Registry {
+	return policy.Registry{counterModel: counter.Policy{}, echoModel: echoPolicy{}}
+}
+
+// startServer serves cfg (with the test registry when cfg has none) and
+// returns its URL and an official client for it.
+func startPolicyServer(t *testing.T, cfg policy.ServerConfig) (string, openai.Client) {
+	t.Helper()
+	if cfg.Policies == nil {
+		cfg.Policies = serverTestRegistry()
+	}
+	srv := httptest.NewServer(policy.NewServer(cfg))
+	t.Cleanup(srv.Close)
+	client := openai.NewClient(
+		option.WithBaseURL(srv.URL+"/v1/"),
+		option.WithAPIKey("test"),
+		option.WithMaxRetries(0),
+		option.WithHTTPClient(srv.Client()),
+	)
+	return srv.URL, client
+}
+
+func incrementTool() openai.ChatCompletionToolUnionParam {
+	return openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+		Name:        counter.ToolIncrement,
+		Description: openai.String("Add amount to the counter."),
+		Parameters: openai.FunctionParameters{
+			"type":       "object",
+			"properties": map[string]any{"amount": map[string]any{"type": "integer"}},
+			"required":   []string{"amount"},
+		},
+	})
+}
+
+func counterParams(start, target int, seed int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model: counterModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage("You operate a counter."),
+			openai.UserMessage(counterTask(start, target)),
+		},
+		Tools: []openai.ChatCompletionToolUnionParam{incrementTool()},
+		Seed:  openai.Int(seed),
+	}
+}
+
+// serverCounterEpisode drives a counter episode by hand through the server and returns
+// the final counter value and the number of model calls.
+func serverCounterEpisode(t *testing.T, client openai.Client, start, target int, seed int64) (int, int) {
+	t.Helper()
+	ctx := context.Background()
+	params := counterParams(start, target, seed)
+	value := start
+	for calls := 1; calls <= 100; calls++ {
+		resp, err := client.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatalf("seed %d call %d: %v", seed, calls, err)
+		}
+		choice := resp.Choices[0]
+		if len(choice.Message.ToolCalls) == 0 {
+			if choice.FinishReason != policy.FinishStop || choice.Message.Content != counter.Done {
+				t.Fatalf("seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, counter.Done)
+			}
+			return value, calls
+		}
+		value++
+		params.Messages = append(params.Messages,
+			choice.Message.ToParam(),
+			openai.ToolMessage(fmt.Sprintf("counter=%d", value), choice.Message.ToolCalls[0].ID))
+	}
+	t.Fatalf("seed %d: episode did not end in 100 calls", seed)
+	return 0, 0
+}
+
+// TestServerCounterEpisode drives a full episode by hand and checks every
+// answer against the policy applied to the conversation as the client sent
+// it, so tools, tool calls and tool messages must round-trip exactly.
+func TestServerCounterEpisode(t *testing.T) {
+	_, client := startPolicyServer(t, policy.ServerConfig{})
+	ctx := context.Background()
+	params := counterParams(0, 3, 11)
+	mirror := counterConversation(counterTask(0, 3)) // what the policy should see
+	observations := []string{"counter=1", "error: environment parked, retry", "counter=2", "counter=3"}
+	for turn := 0; ; turn++ {
+		resp, err := client.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+		if !strings.HasPrefix(resp.ID, "chatcmpl-") || resp.Object != "chat.completion" || resp.Model != counterModel {
+			t.Fatalf("turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
+		}
+		if resp.Usage.PromptTokens < 1 || resp.Usage.CompletionTokens < 1 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+resp.Usage.CompletionTokens {
+			t.Fatalf("turn %d: usage %+v", turn, resp.Usage)
+		}
+		if len(resp.Choices) != 1 {
+			t.Fatalf("turn %d: %d choices, want 1", turn, len(resp.Choices))
+		}
+		msg := resp.Choices[0].Message
+		if turn == len(observations) {
+			if resp.Choices[0].FinishReason != policy.FinishStop || msg.Content != counter.Done || len(msg.ToolCalls) != 0 {
+				t.Fatalf("last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
+			}
+			return
+		}
+		if resp.Choices[0].FinishReason != policy.FinishToolCalls || len(msg.ToolCalls) != 1 {
+			t.Fatalf("turn %d: finish %q with %d tool calls, want one increment", turn, resp.Choices[0].FinishReason, len(msg.ToolCalls))
+		}
+		call := msg.ToolCalls[0]
+		if call.Type != "function" || call.Function.Name != counter.ToolIncrement || call.Function.Arguments != `{"amount":1}` {
+			t.Fatalf("turn %d: tool call %+v", turn, call)
+		}
+		if want := envs.CallID(mirror, 0); call.ID != want {
+			t.Fatalf("turn %d: call id %q, want %q: the server saw a different conversation", turn, call.ID, want)
+		}
+		params.Messages = append(params.Messages, msg.ToParam(), openai.ToolMessage(observations[turn], call.ID))
+		mirror = append(mirror,
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: call.ID, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
+			envs.Message{Role: "tool", ToolCallID: call.ID, Content: observations[turn]})
+	}
+}
+
+func TestServerDeterminism(t *testing.T) {
+	_, plain := startPolicyServer(t, policy.ServerConfig{})
+	_, jittery := startPolicyServer(t, policy.ServerConfig{Latency: time.Millisecond, Jitter: time.Millisecond, Rand: rand.New(rand.NewPCG(1, 2))})
+	ctx := context.Background()
+	params := counterParams(2, 5, 42)
+	params.Messages = append(params.Messages,
+		openai.AssistantMessage(""), // an empty assistant turn must not break anything
+		openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{openai.TextContentPart("go on")}))
+
+	first, err := plain.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]openai.Client{"same server": plain, "other server with latency": jittery} {
+		again, err := c.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if again.RawJSON() != first.RawJSON() {
+			t.Fatalf("%s: answer differs:\n%s\n%s", name, again.RawJSON(), first.RawJSON())
+		}
+	}
+	params.Seed = openai.Int(43)
+	other, err := plain.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.ID == first.ID {
+		t.Fatalf("seeds 42 and 43 share the completion id %q", first.ID)
+	}
+}
+
+func TestServerImperfection(t *testing.T) {
+	_, client := startPolicyServer(t, policy.ServerConfig{Imperfection: 0.3})
+	hits, misses := 0, 0
+	for seed := int64(0); seed < 200; seed++ {
+		switch value, _ := serverCounterEpisode(t, client, 1, 3, seed); value {
+		case 3:
+			hits++
+		case 2:
+			misses++
+		default:
+			t.Fatalf("seed %d: counter ended at %d, want 3 or 2", seed, value)
+		}
+	}
+	if hits == 0 || misses == 0 {
+		t.Fatalf("hits=%d misses=%d over 200 seeds with imperfection 0.3, want both", hits, misses)
+	}
+}
+
+func TestServerPerfectEpisode(t *testing.T) {
+	_, client := startPolicyServer(t, policy.ServerConfig{})
+	if value, calls := serverCounterEpisode(t, client, 0, 4, 5); value != 4 || calls != 5 {
+		t.Fatalf("episode ended at %d after %d calls, want 4 after 5", value, calls)
+	}
+}
+
+// errorEnvelope is the OpenAI error body.
+type errorEnvelope struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+	} `json:"error"`
+}
+
+func TestServerRejects(t *testing.T) {
+	url, _ := startPolicyServer(t, policy.ServerConfig{})
+	task, _ := json.Marshal(counterTask(0, 2))
+	user := `{"role":"user","content":` + string(task) + `}`
+	tests := []struct {
+		name       string
+		method     string
+		path       string
+		body       string
+		wantStatus int
+		wantCode   string
+		wantMsg    string
+	}{
+		{name: "malformed JSON", body: `{"model":`, wantStatus: 400, wantCode: "invalid_json", wantMsg: "malformed"},
+		{name: "trailing data", body: `{"model":"scripted-counter","messages":[` + user + `]} {}`, wantStatus: 400, wantCode: "invalid_json", wantMsg: "after the JSON object"},
+		{name: "unknown model", body: `{"model":"gpt-9","messages":[` + user + `]}`, wantStatus: 404, wantCode: "model_not_found", wantMsg: `unknown model "gpt-9"`},
+		{name: "missing model", body: `{"messages":[` + user + `]}`, wantStatus: 400, wantCode: "missing_model", wantMsg: "model is required"},
+		{name: "stream", body: `{"model":"scripted-counter","stream":true,"messages":[` + user + `]}`, wantStatus: 400, wantCode: "unsupported_parameter", wantMsg: "streaming is not supported"},
+		{name: "n=2", body: `{"model":"scripted-counter","n":2,"messages":[` + user + `]}`, wantStatus: 400, wantCode: "unsupported_value", wantMsg: "n=2"},
+		{name: "no messages", body: `{"model":"scripted-counter","messages":[]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: "must not be empty"},
+		{name: "tool message without id", body: `{"model":"scripted-counter","messages":[` + user + `,{"role":"tool","content":"counter=1"}]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: "tool_call_id"},
+		{name: "unknown role", body: `{"model":"scripted-counter","messages":[{"role":"wizard","content":"x"}]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: `role "wizard"`},
+		{name: "image content", body: `{"model":"scripted-counter","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: `"image_url"`},
+		{name: "non-function tool", body: `{"model":"scripted-counter","tools":[{"type":"custom"}],"messages":[` + user + `]}`, wantStatus: 400, wantCode: "invalid_tools", wantMsg: `"custom"`},
+		{name: "policy error", body: `{"model":"scripted-counter","messages":[{"role":"user","content":"count!"}]}`, wantStatus: 400, wantCode: "policy_error", wantMsg: "no TASK line"},
+		{name: "tool not offered", body: `{"model":"scripted-counter","tools":[{"type":"function","function":{"name":"reset"}}],"messages":[` + user + `]}`, wantStatus: 400, wantCode: "policy_error", wantMsg: `"increment" is not among`},
+		{name: "GET completions", method: http.MethodGet, wantStatus: 405, wantCode: "method_not_allowed"},
+		{name: "unknown path", method: http.MethodGet, path: "/v1/embeddings", wantStatus: 404, wantCode: "not_found"},
+		{name: "unknown model object", method: http.MethodGet, path: "/v1/models/gpt-9", wantStatus: 404, wantCode: "model_not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method, path := cmp.Or(tt.method, http.MethodPost), cmp.Or(tt.path, policy.ChatCompletionsPath)
+			req, err := http.NewRequest(method, url+path, strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var env errorEnvelope
+			if err := json.NewDecoder(res.Body).Decode(&env); err != nil {
+				t.Fatalf("status %d, body is not an error envelope: %v", res.StatusCode, err)
+			}
+			if res.StatusCode != tt.wantStatus || env.Error.Code != tt.wantCode || !strings.Contains(env.Error.Message, tt.wantMsg) || env.Error.Type == "" {
+				t.Fatalf("got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			}
+			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("Content-Type %q", ct)
+			}
+		})
+	}
+}
+
+// TestServerClientErrors checks the official client sees our errors as API errors.
+func TestServerClientErrors(t *testing.T) {
+	_, client := startPolicyServer(t, policy.ServerConfig{})
+	ctx := context.Background()
+
+	params := counterParams(0, 1, 1)
+	params.Model = "gpt-9"
+	_, err := client.Chat.Completions.New(ctx, params)
+	assertAPIError(t, err, http.StatusNotFound, "model_not_found")
+
+	stream := client.Chat.Completions.NewStreaming(ctx, counterParams(0, 1, 1))
+	if stream.Next() {
+		t.Fatal("streaming request produced a chunk")
+	}
+	assertAPIError(t, stream.Err(), http.StatusBadRequest, "unsupported_parameter")
+
+	params = counterParams(0, 1, 1)
+	params.N = openai.Int(2)
+	_, err = client.Chat.Completions.New(ctx, params)
+	assertAPIError(t, err, http.StatusBadRequest, "unsupported_value")
+}
+
+func assertAPIError(t *testing.T, err error, status int, code string) *openai.Error {
+	t.Helper()
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("error %v is not an API error", err)
+	}
+	if apiErr.StatusCode != status || apiErr.Code != code || apiErr.Message == "" || apiErr.Type == "" {
+		t.Fatalf("API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
+	}
+	return apiErr
+}
+
+func TestServerInjectedErrors(t *testing.T) {
+	tests := []struct {
+		name       string
+		cfg        policy.ServerConfig
+		wantStatus int
+		wantCode   string
+	}{
+		{name: "outage", cfg: policy.ServerConfig{ErrorRate: 1, RetryAfter: 2 * time.Second}, wantStatus: 503, wantCode: "service_unavailable"},
+		{name: "rate limit", cfg: policy.ServerConfig{RateLimitRate: 1, RetryAfter: 2 * time.Second}, wantStatus: 429, wantCode: "rate_limit_exceeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url, client := startPolicyServer(t, tt.cfg)
+			_, err := client.Chat.Completions.New(context.Background(), counterParams(0, 1, 1))
+			apiErr := assertAPIError(t, err, tt.wantStatus, tt.wantCode)
+			if got := apiErr.Response.Header.Get("Retry-After"); got != "2" {
+				t.Fatalf("Retry-After %q, want 2", got)
+			}
+			if got := apiErr.Response.Header.Get("Retry-After-Ms"); got != "2000" {
+				t.Fatalf("Retry-After-Ms %q, want 2000", got)
+			}
+			// Health and listings are never failed on purpose.
+			res, err := http.Get(url + policy.HealthPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("healthz %d during injected errors", res.StatusCode)
+			}
+		})
+	}
+}
+
+// TestServerFaultsDoNotChangeAnswers retries through injected faults and
+// gets exactly the answer of a server without faults.
+func TestServerFaultsDoNotChangeAnswers(t *testing.T) {
+	_, clean := startPolicyServer(t, policy.ServerConfig{})
+	_, faulty := startPolicyServer(t, policy.ServerConfig{ErrorRate: 0.4, RateLimitRate: 0.3, Rand: rand.New(rand.NewPCG(3, 4))})
+	ctx := context.Background()
+	params := counterParams(0, 2, 9)
+	want, err := clean.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for attempt := 0; attempt < 200; attempt++ {
+		got, err := faulty.Chat.Completions.New(ctx, params)
+		if err != nil {
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("attempt %d: %v", attempt, err)
+			}
+			seen[apiErr.StatusCode]++
+			continue
+		}
+		seen[http.StatusOK]++
+		if got.RawJSON() != want.RawJSON() {
+			t.Fatalf("answer after faults differs:\n%s\n%s", got.RawJSON(), want.RawJSON())
+		}
+	}
+	for _, status := range []int{http.StatusOK, http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		if seen[status] == 0 {
+			t.Fatalf("statuses %v over 200 attempts, want some %d", seen, status)
+		}
+	}
+}
+
+func TestServerModels(t *testing.T) {
+	url, client := startPolicyServer(t, policy.ServerConfig{})
+	ctx := context.Background()
+	page, err := client.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range page.Data {
+		if m.Object != "model" || m.OwnedBy == "" {
+			t.Fatalf("model %+v", m)
+		}
+		got = append(got, m.ID)
+	}
+	if want := serverTestRegistry().Names(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("models %v, want %v", got, want)
+	}
+	m, err := client.Models.Get(ctx, counterModel)
+	if err != nil || m.ID != counterModel {
+		t.Fatalf("Get(%q) = %+v, %v", counterModel, m, err)
+	}
+	res, err := http.Get(url + policy.HealthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("healthz status %d", res.StatusCode)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent handlers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestServerLatencyHonoursCancellation: a request abandoned by its client
+// must not keep a handler asleep. httptest's Close waits for every handler,
+// so a handler sleeping out its hour would hang this test.
+func TestServerLatencyHonoursCancellation(t *testing.T) {
+	var logs syncBuffer
+	srv := httptest.NewServer(policy.NewServer(policy.ServerConfig{
+		Policies: serverTestRegistry(),
+		Latency:  time.Hour,
+		Logger:   zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(&logs), zap.DebugLevel)),
+	}))
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := client.Chat.Completions.New(ctx, counterParams(0, 1, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want the client's deadline", err)
+	}
+	srv.Close()
+	if !strings.Contains(logs.String(), "request cancelled during latency") {
+		t.Fatalf("handler did not report the cancellation; logs:\n%s", logs.String())
+	}
+}
+
+func TestServerConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     policy.ServerConfig
+		wantErr string
+	}{
+		{name: "valid", cfg: policy.ServerConfig{Policies: serverTestRegistry(), Latency: time.Second, Jitter: time.Second, ErrorRate: 0.5, RateLimitRate: 0.5, Imperfection: 1}},
+		{name: "no policies", cfg: policy.ServerConfig{}, wantErr: "no policies"},
+		{name: "negative latency", cfg: policy.ServerConfig{Policies: serverTestRegistry(), Latency: -1}, wantErr: "latency"},
+		{name: "negative jitter", cfg: policy.ServerConfig{Policies: serverTestRegistry(), Jitter: -1}, wantErr: "jitter"},
+		{name: "negative retry-after", cfg: policy.ServerConfig{Policies: serverTestRegistry(), RetryAfter: -1}, wantErr: "retry-after"},
+		{name: "error rate above 1", cfg: policy.ServerConfig{Policies: serverTestRegistry(), ErrorRate: 1.5}, wantErr: "error rate"},
+		{name: "rates sum above 1", cfg: policy.ServerConfig{Policies: serverTestRegistry(), ErrorRate: 0.6, RateLimitRate: 0.6}, wantErr: "exceed 1"},
+		{name: "negative imperfection", cfg: policy.ServerConfig{Policies: serverTestRegistry(), Imperfection: -0.1}, wantErr: "imperfection"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErr)
+			}
+			// A server built from it refuses everything, naming the problem.
+			srv := httptest.NewServer(policy.NewServer(tt.cfg))
+			defer srv.Close()
+			res, err := http.Get(srv.URL + policy.HealthPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			var env errorEnvelope
+			if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != 500 || !strings.Contains(env.Error.Message, tt.wantErr) {
+				t.Fatalf("status %d envelope %+v (%v), want 500 naming %q", res.StatusCode, env.Error, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// counterTask is the counter environment's task statement (as in the
+// counter policy's own tests).
+func counterTask(start, target int) string {
+	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
+}
+
+// counterConversation builds system, user task and then, per observation, one
+// assistant increment call followed by the tool message showing obs.
+func counterConversation(task string, observations ...string) []envs.Message {
+	msgs := []envs.Message{
+		{Role: "system", Content: "You operate a counter."},
+		{Role: "user", Content: task},
+	}
+	for i, obs := range observations {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
+			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
+		)
+	}
+	return msgs
+}

@@ -1,0 +1,303 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
+)
+
+func TestParseLocation(t *testing.T) {
+	tests := []struct {
+		in, want, err string
+	}{
+		{in: "/var/ck", want: "/var/ck"},
+		{in: "/var/ck/../x/", want: "/var/x"},
+		{in: "file:///var/ck", want: "/var/ck"},
+		{in: "file://localhost/var/ck", want: "/var/ck"},
+		{in: "s3://b", want: "s3://b"},
+		{in: "s3://b/p/q/?region=r&endpoint=http://h:1", want: "s3://b/p/q?region=r&endpoint=http://h:1"},
+		{in: "", err: "empty location"},
+		{in: "rel/dir", err: "neither an absolute path nor a URL"},
+		{in: "file://host/x", err: "want file:///absolute/path"},
+		{in: "file:///x?y=1", err: "want file:///absolute/path"},
+		{in: "s3:///p", err: "names no bucket"},
+		{in: "s3://u:p@b/p", err: "no user info"},
+		{in: "s3://b/p/../q", err: "'..' element"},
+		{in: "s3://b//p", err: "want a relative"},
+		{in: "s3://b?prefix=x", err: "give the key prefix as the URL path"},
+		{in: "s3://b?a=%zz", err: "query"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			l, err := storage.ParseLocation(tt.in)
+			if tt.err != "" {
+				if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err)) {
+					t.Fatalf("ParseLocation(%q) = %v, %v; want error containing %q", tt.in, l, err, tt.err)
+				}
+				return
+			}
+			if err != nil || l.String() != tt.want {
+				t.Fatalf("ParseLocation(%q) = %q, %v; want %q", tt.in, l.String(), err, tt.want)
+			}
+		})
+	}
+}
+
+func TestJoin(t *testing.T) {
+	tests := []struct {
+		loc   string
+		elems []string
+		want  string
+		err   bool
+	}{
+		{loc: "/ck", elems: []string{"a", "participants", "0"}, want: "/ck/a/participants/0"},
+		{loc: "s3://b?region=r", elems: []string{"a", "b"}, want: "s3://b/a/b?region=r"},
+		{loc: "s3://b/p?region=r", elems: []string{"a"}, want: "s3://b/p/a?region=r"},
+		{loc: "/ck", elems: []string{".."}, err: true},
+		{loc: "/ck", elems: []string{"/abs"}, err: true},
+	}
+	for _, tt := range tests {
+		got, err := storage.Join(tt.loc, tt.elems...)
+		if (err != nil) != tt.err || (!tt.err && got != tt.want) {
+			t.Errorf("Join(%q, %q) = %q, %v; want %q (error %v)", tt.loc, tt.elems, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// backends are the stores every behaviour is checked on: a local
+// directory always, a real S3-compatible server when its binary is there.
+func backends(t *testing.T) map[string]func(t *testing.T) storage.Store {
+	return map[string]func(t *testing.T) storage.Store{
+		"dir": func(t *testing.T) storage.Store {
+			st, err := storage.Dir(filepath.Join(t.TempDir(), "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+		"memory": func(t *testing.T) storage.Store {
+			st, err := storage.Memory("bkt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+		"s3": func(t *testing.T) storage.Store {
+			srv := s3test.Start(t)
+			srv.SetEnv(t)
+			var o storage.Opener
+			t.Cleanup(func() { o.Close() })
+			st, err := o.Open(context.Background(), srv.Bucket(t, "bkt", "pre/fix"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+	}
+}
+
+func TestStoreContract(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			st := open(t)
+			checkEmpty(ctx, t, st)
+			checkWriteRead(ctx, t, st)
+			checkFailedWrite(ctx, t, st)
+			checkCreate(ctx, t, st)
+			checkListAndSub(ctx, t, st)
+			checkRemove(ctx, t, st)
+			checkBadNames(ctx, t, st)
+		})
+	}
+}
+
+func checkEmpty(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	if l, err := st.List(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("List of a new store = %v, %v; want empty", l, err)
+	}
+	if _, _, err := st.Open(ctx, "missing"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("Open(missing) = %v; want ErrNotExist", err)
+	}
+	if _, err := st.Stat(ctx, "missing"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("Stat(missing) = %v; want ErrNotExist", err)
+	}
+}
+
+func checkWriteRead(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	for _, data := range [][]byte{[]byte("first"), []byte("second, longer")} {
+		if err := storage.WriteBytes(ctx, st, "a/b.json", data); err != nil {
+			t.Fatal(err)
+		}
+		got, err := storage.ReadAll(ctx, st, "a/b.json", 0)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read back %q, %v; want %q", got, err, data)
+		}
+		e, err := st.Stat(ctx, "a/b.json")
+		if err != nil || e.Size != int64(len(data)) || !e.Regular || e.Name != "b.json" {
+			t.Fatalf("Stat = %+v, %v", e, err)
+		}
+	}
+	if _, err := storage.ReadAll(ctx, st, "a/b.json", 3); err == nil {
+		t.Fatal("ReadAll over its limit succeeded")
+	}
+}
+
+func checkFailedWrite(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	boom := errors.New("boom")
+	err := st.Write(ctx, "torn", func(w io.Writer) error {
+		if _, err := w.Write([]byte("half")); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Write with a failing fill = %v; want its error", err)
+	}
+	if _, err := st.Stat(ctx, "torn"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("a failed write left an object: %v", err)
+	}
+}
+
+func checkCreate(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	if err := st.Create(ctx, "once", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Create(ctx, "once", []byte("v2")); !errors.Is(err, storage.ErrExist) {
+		t.Fatalf("second Create = %v; want ErrExist", err)
+	}
+	if got, _ := storage.ReadAll(ctx, st, "once", 0); string(got) != "v1" {
+		t.Fatalf("Create replaced the object: %q", got)
+	}
+}
+
+func checkListAndSub(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	l, err := st.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range l {
+		names = append(names, e.Name)
+		if e.Name == "a" && (!e.Dir || e.Regular) {
+			t.Errorf("entry a = %+v; want a directory", e)
+		}
+	}
+	if want := []string{"a", "once"}; !equal(names, want) {
+		t.Fatalf("List = %q; want %q", names, want)
+	}
+	sub, err := st.Sub("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := storage.ReadAll(ctx, sub, "b.json", 0); err != nil || len(got) == 0 {
+		t.Fatalf("read through Sub: %q, %v", got, err)
+	}
+	want, _ := storage.Join(st.Location(), "a")
+	if sub.Location() != want {
+		t.Fatalf("Sub location %q; want %q", sub.Location(), want)
+	}
+}
+
+func checkRemove(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	if err := st.Remove(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Remove(ctx, "once"); err != nil {
+		t.Fatalf("removing what is gone: %v", err)
+	}
+	if _, err := st.Stat(ctx, "once"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("removed object still there: %v", err)
+	}
+}
+
+func checkBadNames(ctx context.Context, t *testing.T, st storage.Store) {
+	t.Helper()
+	for _, name := range []string{"", "/abs", "../up", "a//b", "a/./b", "a\\b"} {
+		if err := storage.WriteBytes(ctx, st, name, []byte("x")); err == nil {
+			t.Errorf("Write(%q) succeeded", name)
+		}
+		if _, _, err := st.Open(ctx, name); err == nil {
+			t.Errorf("Open(%q) succeeded", name)
+		}
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A symlink in a local store is not an object: Open refuses it.
+func TestDirRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "target"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "target"), filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := storage.Dir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Open(context.Background(), "link"); err == nil {
+		t.Fatal("Open of a symlink succeeded")
+	}
+	l, _ := st.List(context.Background())
+	for _, e := range l {
+		if e.Name == "link" && e.Regular {
+			t.Fatal("List reports a symlink as regular")
+		}
+	}
+}
+
+// An in-memory store is private to its process: the Opener refuses to
+// hand one out by location, and two Memory stores share nothing.
+func TestMemoryIsPrivate(t *testing.T) {
+	ctx := context.Background()
+	var o storage.Opener
+	defer o.Close()
+	if st, err := o.Open(ctx, "mem://bkt/ckpt"); err == nil || st != nil {
+		t.Fatalf("Opener.Open(mem://…) = %v, %v; want a refusal", st, err)
+	}
+	a, err := storage.Memory("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := storage.Memory("bkt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.WriteBytes(ctx, a, "x", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "x"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("a second memory store sees the first one's object: %v", err)
+	}
+	for _, bad := range []string{"", "bkt/prefix", "bkt?x=1"} {
+		if _, err := storage.Memory(bad); err == nil {
+			t.Errorf("Memory(%q) succeeded", bad)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants/conformance"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+const (
+	dataToken    = "conformance-test-data-token"
+	controlToken = "conformance-test-control-token"
+)
+
+// goParticipant serves a Go envserver (counter and arithmetic, both tokens
+// or, with open, no data token) through wrap.
+func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler) conformance.Config {
+	t.Helper()
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, Name: "conformance", ControlToken: controlToken}
+	if open {
+		cfg.InsecureNoDataAuth = true
+	} else {
+		cfg.DataToken = dataToken
+	}
+	srv, err := envserver.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h http.Handler = srv
+	if wrap != nil {
+		h = wrap(srv)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return conformance.Config{URL: hs.URL, DataToken: dataToken, ControlToken: controlToken, Dir: t.TempDir(),
+		Env: conformance.DefaultEnv, Task: json.RawMessage(conformance.DefaultTask), Tool: conformance.DefaultTool,
+		Args: json.RawMessage(conformance.DefaultArgs), RestartEnv: conformance.DefaultRestartEnv,
+		RestartTask: json.RawMessage(conformance.DefaultRestartTask)}
+}
+
+func run(t *testing.T, cfg conformance.Config) []conformance.Result {
+	t.Helper()
+	res, err := conformance.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("conformance run: %v", err)
+	}
+	var out bytes.Buffer
+	if err := conformance.Print(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance results:\n%s", out.String())
+	return res
+}
+
+// TestGoEnvServerConforms is the CI run of the kit against the Go
+// envserver: every rule passes, and every error answer it gave is the one
+// docs/protocol/openapi.json documents (R16).
+func TestGoEnvServerConforms(t *testing.T) {
+	res := run(t, goParticipant(t, false, nil))
+	if len(res) != len(conformance.Rules()) {
+		t.Fatalf("%d results for %d rules", len(res), len(conformance.Rules()))
+	}
+	for _, r := range res {
+		if r.Verdict != conformance.Pass {
+			t.Errorf("%s %s: %s %s", r.ID, r.Name, r.Verdict, r.Evidence)
+		}
+	}
+}
+
+// TestBrokenParticipantsFailTheRightRule: each deliberately broken
+// participant fails exactly the rule it breaks.
+func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		open     bool
+		wrap     func(http.Handler) http.Handler
+		wantFail []string
+	}{
+		{"re-applies a replayed request", false, reapplyReplays, []string{"R3"}},
+		{"lets the data plane install attempts (issue 10 before the fix)", false, installOnDemand, []string{"R7"}},
+		{"data plane without a token", true, nil, []string{"R1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var failed []string
+			for _, r := range run(t, goParticipant(t, tc.open, tc.wrap)) {
+				if r.Verdict == conformance.Fail {
+					failed = append(failed, r.ID)
+				}
+			}
+			if !slices.Equal(failed, tc.wantFail) {
+				t.Fatalf("failed rules %v, want exactly %v", failed, tc.wantFail)
+			}
+		})
+	}
+}
+
+// reapplyReplays breaks R3: an operate that repeats one already forwarded
+// (same JSON, whatever its formatting) is sent on under a fresh request id,
+// so the participant applies it again instead of replaying it.
+func reapplyReplays(next http.Handler) http.Handler {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/operate") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var fields map[string]any
+		if json.Unmarshal(body, &fields) == nil {
+			canon, _ := json.Marshal(fields) // sorted keys: formatting does not matter
+			mu.Lock()
+			again := seen[string(canon)]
+			seen[string(canon)] = true
+			mu.Unlock()
+			if id, ok := fields["request_id"].(string); again && ok {
+				fields["request_id"] = id + "#again"
+				body, _ = json.Marshal(fields)
+			}
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// installOnDemand breaks R7 the way the server behaved before issue 10: a
+// data-plane request above the installed attempt installs it (here through
+// the control plane, behind the caller's back) and goes through.
+func installOnDemand(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || strings.HasPrefix(r.URL.Path, protocol.ControlPrefix) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, clone(r, body))
+		var eb protocol.ErrorBody
+		var id protocol.Identity
+		if json.Unmarshal(rec.Body.Bytes(), &eb) == nil && eb.Error.Code == protocol.CodeAttemptNotInstalled && json.Unmarshal(body, &id) == nil {
+			auth, _ := json.Marshal(protocol.AuthoriseRequest{Attempt: id.Attempt})
+			req := httptest.NewRequest(http.MethodPost, "/v1/control/sessions/x/authorise", bytes.NewReader(auth))
+			req.SetPathValue("rollout_id", id.RolloutID)
+			req.URL.Path = "/v1/control/sessions/" + id.RolloutID + "/authorise"
+			req.Header.Set("Authorization", "Bearer "+controlToken)
+			next.ServeHTTP(httptest.NewRecorder(), req)
+			rec = httptest.NewRecorder()
+			next.ServeHTTP(rec, clone(r, body))
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
+}
+
+func clone(r *http.Request, body []byte) *http.Request {
+	c := r.Clone(r.Context())
+	c.Body, c.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return c
+}

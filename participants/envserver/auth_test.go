@@ -1,0 +1,213 @@
+package envserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+func TestNewServerRefusesTokenConfig(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  envserver.ServerConfig
+		want string
+	}{
+		"no data token":        {envserver.ServerConfig{ControlToken: "c"}, "no data-plane token"},
+		"equal tokens":         {envserver.ServerConfig{DataToken: "same", ControlToken: "same"}, "equal"},
+		"token and insecure":   {envserver.ServerConfig{DataToken: "d", InsecureNoDataAuth: true}, "exclude"},
+		"no tokens, no opt-in": {envserver.ServerConfig{}, "--insecure-no-data-auth"},
+	} {
+		tc.cfg.Envs = []envs.Environment{counter.New()}
+		if _, err := envserver.NewServer(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewServer error %v, want one naming %q", name, err, tc.want)
+		}
+	}
+	if _, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, InsecureNoDataAuth: true}); err != nil {
+		t.Errorf("explicit unauthenticated data plane refused: %v", err)
+	}
+}
+
+// TestDataPlaneAuthentication: every data-plane route wants the data token
+// (R1), the control token opens only the control plane (R2), and a refused
+// caller changes nothing, not even the refused counter.
+func TestDataPlaneAuthentication(t *testing.T) {
+	f := newFixture(t)
+	f.start(t, "r1", 0, `{"target":9}`)
+	before := f.stats(t)
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/envs", ""},
+		{http.MethodGet, "/v1/stats", ""},
+		{http.MethodGet, "/v1/sessions/r1", ""},
+		{http.MethodPost, "/v1/sessions", `{"rollout_id":"r1","attempt":9,"request_id":"r1/seed","env":"counter","task":{"target":1}}`},
+		{http.MethodPost, "/v1/sessions/r1/operate", `{"rollout_id":"r1","attempt":0,"request_id":"x","expected_revision":0,"tool":"increment","arguments":{"amount":1}}`},
+		{http.MethodPost, "/v1/sessions/r1/verify", `{"rollout_id":"r1","attempt":0,"request_id":"v","expected_revision":0}`},
+		{http.MethodGet, "/nope", ""},
+	}
+	for _, auth := range []string{"", "Bearer " + testToken, "Bearer wrong", "Bearer " + testDataToken + "x", "bearer " + testDataToken, testDataToken} {
+		for _, rt := range routes {
+			status, code, challenge := rawCall(t, f.url, rt.method, rt.path, rt.body, auth)
+			if status != http.StatusUnauthorized || code != protocol.CodeUnauthorized || !strings.Contains(challenge, "turnstile-data") {
+				t.Errorf("%s %s with Authorization %q: %d %s (challenge %q), want 401 unauthorized", rt.method, rt.path, auth, status, code, challenge)
+			}
+		}
+	}
+	if after := f.stats(t); after != before {
+		t.Fatalf("unauthenticated requests changed the stats: %+v -> %+v", before, after)
+	}
+	if info := f.info(t, "r1"); info.Attempt != 0 || info.Revision != 0 {
+		t.Fatalf("unauthenticated requests changed the session: %+v", info)
+	}
+	// The health probe needs no token; the data token does not open the
+	// control plane.
+	if status, _, _ := rawCall(t, f.url, http.MethodGet, "/healthz", "", ""); status != http.StatusOK {
+		t.Fatalf("healthz without a token answered %d", status)
+	}
+	if status, code, _ := rawCall(t, f.url, http.MethodGet, "/v1/control/status", "", "Bearer "+testDataToken); status != http.StatusUnauthorized || code != protocol.CodeUnauthorized {
+		t.Fatalf("control status with the data token answered %d %s", status, code)
+	}
+}
+
+// TestDataPlaneNeverMovesTheFence: R7. A data-plane request from an attempt
+// above the installed one is refused attempt_not_installed and changes
+// nothing; an unseen rollout is not even remembered.
+func TestDataPlaneNeverMovesTheFence(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.start(t, "live", 0, `{"target":9}`)
+	f.operate(t, inc("live", 0, "live/t0/c0", 0, 2))
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"start-over of a live rollout (the attack of issue 10)", func() error {
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("live", 9, "live/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			return err
+		}},
+		{"operate from a higher attempt", func() error { _, err := f.c.Operate(ctx, inc("live", 1, "live/t1/c0", 1, 1)); return err }},
+		{"replay from a higher attempt", func() error { _, err := f.c.Operate(ctx, inc("live", 1, "live/t0/c0", 0, 2)); return err }},
+		{"verify from a higher attempt", func() error {
+			_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("live", 2, "live/verify"), ExpectedRevision: 1})
+			return err
+		}},
+		{"start of an unseen rollout at attempt 3", func() error {
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("ghost", 3, "ghost/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			return err
+		}},
+		{"operate of an unseen rollout at attempt 1", func() error { _, err := f.c.Operate(ctx, inc("ghost", 1, "ghost/t0/c0", 0, 1)); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.stats(t)
+			wantRemote(t, tc.call(), http.StatusConflict, protocol.CodeAttemptNotInstalled)
+			after := f.stats(t)
+			if after.Applied != before.Applied || after.Replayed != before.Replayed || after.Sessions != before.Sessions || after.Refused != before.Refused+1 {
+				t.Fatalf("stats %+v -> %+v", before, after)
+			}
+		})
+	}
+	if info := f.info(t, "live"); info.Attempt != 0 || info.Revision != 1 || info.Retired {
+		t.Fatalf("the live session changed: %+v", info)
+	}
+	// The real attempt 0 goes on; the unseen rollout was not remembered, so
+	// its attempt 0 is still a new rollout, and authorising attempt 0 again
+	// is a no-op.
+	if r := f.operate(t, inc("live", 0, "live/t1/c0", 1, 3)); r.Revision != 2 || r.Outcome.Observation != "counter=5" {
+		t.Fatalf("attempt 0 after the refusals = %+v", r)
+	}
+	_, err := f.c.Session(ctx, "ghost")
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
+	if a, err := f.cc.Authorise(ctx, "ghost", 0); err != nil || a.Changed || a.Fence != 0 {
+		t.Fatalf("authorise ghost 0 = %+v, %v", a, err)
+	}
+}
+
+func TestAuthorise(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, counter.Name, "r", 0)
+	f.operate(t, inc("r", 0, "r/t0/c0", 0, 1))
+
+	a, err := f.cc.Authorise(ctx, "r", 2)
+	if want := (protocol.AuthoriseResponse{RolloutID: "r", Attempt: 2, Fence: 2, Changed: true, Dropped: true}); err != nil || a != want {
+		t.Fatalf("authorise r 2 = %+v, %v, want %+v", a, err, want)
+	}
+	if st := f.stats(t); st.Sessions != 0 {
+		t.Fatalf("the old session survived: %+v", st)
+	}
+	// Idempotent: the same attempt again changes nothing.
+	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed || a.Dropped || a.Fence != 2 {
+		t.Fatalf("authorise r 2 again = %+v, %v", a, err)
+	}
+	_, err = f.cc.Authorise(ctx, "r", 1)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "below")
+	// Attempt 2 starts over; attempts 0 and 1 are fenced out, 3 is not installed.
+	f.startEnv(t, counter.Name, "r", 2)
+	if info := f.info(t, "r"); info.Attempt != 2 || info.Revision != 0 {
+		t.Fatalf("after the start-over: %+v", info)
+	}
+	_, err = f.c.Operate(ctx, inc("r", 0, "r/t1/c0", 1, 1))
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	_, err = f.c.Operate(ctx, inc("r", 3, "r/t1/c0", 0, 1))
+	wantRemote(t, err, http.StatusConflict, protocol.CodeAttemptNotInstalled)
+
+	// A committed cut must not lose an execution: raising is refused, a
+	// no-op is answered.
+	f.prepare(t, "c1")
+	if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()}); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	_, err = f.cc.Authorise(ctx, "r", 3)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
+	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed {
+		t.Fatalf("no-op authorise while committed = %+v, %v", a, err)
+	}
+	f.resume(t, "c1")
+
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		code       string
+	}{
+		{"/v1/control/sessions/r/authorise", `{"attempt":-1}`, http.StatusBadRequest, protocol.CodeMalformed},
+		{"/v1/control/sessions/r/authorise", `{}`, http.StatusBadRequest, protocol.CodeMalformed},
+		{"/v1/control/sessions/r/authorise", `{"attempt":1,"rollout_id":"r"}`, http.StatusBadRequest, protocol.CodeMalformed},
+		{"/v1/control/sessions//authorise", `{"attempt":1}`, http.StatusNotFound, protocol.CodeNotFound},
+	} {
+		status, code, _ := rawCall(t, f.url, http.MethodPost, tc.path, tc.body, "Bearer "+testToken)
+		if status != tc.status || code != tc.code {
+			t.Errorf("POST %s %s answered %d %s, want %d %s", tc.path, tc.body, status, code, tc.status, tc.code)
+		}
+	}
+	if status, code, _ := rawCall(t, f.url, http.MethodPost, "/v1/control/sessions/r/authorise", `{"attempt":5}`, "Bearer "+testDataToken); status != http.StatusUnauthorized || code != protocol.CodeUnauthorized {
+		t.Fatalf("authorise with the data token answered %d %s", status, code)
+	}
+	if info := f.info(t, "r"); info.Attempt != 2 {
+		t.Fatalf("refused authorisations changed the session: %+v", info)
+	}
+}
+
+// rawCall sends one request with the given Authorization header ("" for
+// none) and returns the status, the error code and the challenge.
+func rawCall(t *testing.T, base, method, path, body, authorization string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb protocol.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb.Error.Code, resp.Header.Get("WWW-Authenticate")
+}

@@ -1,0 +1,49 @@
+package envserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+// withArithmetic adds the stateless arithmetic environment to a fixture.
+func withArithmetic(c *envserver.ServerConfig) { c.Envs = append(c.Envs, arithmetic.New()) }
+
+// A stateless session cut mid-episode continues after a restore: the
+// coordinator continues such rollouts at their boundary (nothing to redo),
+// so the restored server must hold the session, not only its fence.
+func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
+	ctx := context.Background()
+	a := newCtlFixture(t, withArithmetic)
+	if _, err := a.c.Start(ctx, protocol.StartRequest{
+		Identity: id("s", 0, protocol.SeedRequestID("s")), Env: arithmetic.Name, Seed: 1,
+		Task: json.RawMessage(`{"a":2,"b":3,"op":"+"}`),
+	}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	a.prepare(t, "ck")
+	if _, err := a.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "ck", Location: dir}); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+
+	b := newCtlFixture(t, withArithmetic)
+	res, err := b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "ck", Location: dir, Attempts: map[string]int{"s": 1}})
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if len(res.Restored) != 1 || res.Restored[0].Mode != "stateless" || len(res.Restarted) != 0 {
+		t.Fatalf("restore = %+v, want the stateless session restored, not restarted", res)
+	}
+	b.resume(t, "ck")
+	b.operate(t, protocol.OperateRequest{Identity: id("s", 1, "s/t0/c0"), Tool: arithmetic.AnswerTool, Arguments: json.RawMessage(`{"value":5}`)})
+	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("s", 1, protocol.VerifyRequestID("s")), ExpectedRevision: 1})
+	if err != nil || v.Verdict.Reward != 1 {
+		t.Fatalf("verify after restore = %+v, %v; want reward 1", v, err)
+	}
+}

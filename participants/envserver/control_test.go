@@ -1,0 +1,661 @@
+package envserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+const (
+	testToken     = "test-control-token"
+	testDataToken = "test-data-token"
+)
+
+// blockEnv is the counter under the name "block" whose tool "block" waits
+// until the test releases it, so a test can hold a mutation in flight (or
+// leave it stuck for good).
+type blockEnv struct {
+	wrappedCounter
+	entered chan string // receives the tool name when a "block" call starts
+	release chan struct{}
+}
+
+func newBlockEnv() *blockEnv {
+	b := &blockEnv{entered: make(chan string, 16), release: make(chan struct{})}
+	b.wrappedCounter = wrappedCounter{name: "block", wrap: func(s envs.Session) envs.Session {
+		return &blockSession{Session: s, env: b}
+	}}
+	return b
+}
+
+type blockSession struct {
+	envs.Session
+	env *blockEnv
+}
+
+func (s *blockSession) Apply(tool string, args json.RawMessage) (envs.Outcome, error) {
+	if tool == "block" {
+		s.env.entered <- tool
+		<-s.env.release
+		return s.Session.Apply(counter.ToolIncrement, json.RawMessage(`{"amount":1}`))
+	}
+	return s.Session.Apply(tool, args)
+}
+
+// restartEnv is the counter declared restart_only under the name "restart".
+type restartEnv struct{}
+
+func (restartEnv) Spec() envs.Spec {
+	sp := counter.New().Spec()
+	sp.Name = "restart"
+	sp.Mode = envs.ModeRestartOnly
+	return sp
+}
+
+func (restartEnv) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
+	return counter.New().Start(seed, task)
+}
+
+func (restartEnv) Restore(json.RawMessage) (envs.Session, error) {
+	return nil, envs.Errorf(envs.CodeNotExportable, "restart env cannot restore")
+}
+
+// exportFailEnv is the counter under the name "exportfail" whose sessions
+// cannot export their state.
+type exportFailEnv struct{}
+
+func (exportFailEnv) Spec() envs.Spec {
+	sp := counter.New().Spec()
+	sp.Name = "exportfail"
+	return sp
+}
+
+func (exportFailEnv) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
+	s, st, err := counter.New().Start(seed, task)
+	return exportFailSession{s}, st, err
+}
+
+func (exportFailEnv) Restore(state json.RawMessage) (envs.Session, error) {
+	return counter.New().Restore(state)
+}
+
+type exportFailSession struct{ envs.Session }
+
+func (exportFailSession) Export() (json.RawMessage, error) { return nil, errors.New("disk on fire") }
+
+// ctlFixture is a server with a control token; the data-plane helpers of
+// fixture work on it.
+type ctlFixture struct {
+	*fixture
+	block *blockEnv
+}
+
+func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixture {
+	t.Helper()
+	block := newBlockEnv()
+	cfg := envserver.ServerConfig{
+		Envs:         []envs.Environment{counter.New(), block, restartEnv{}, exportFailEnv{}},
+		Name:         "env-a",
+		ControlToken: testToken,
+		DataToken:    testDataToken,
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	srv, err := envserver.NewServer(cfg)
+	if err != nil {
+		t.Fatalf("NewServer: %v", err)
+	}
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	hs.Start()
+	t.Cleanup(func() {
+		// A test may leave a mutation stuck for good; let it return so the
+		// server can close.
+		select {
+		case <-block.release:
+		default:
+			close(block.release)
+		}
+		hs.Close()
+	})
+	return &ctlFixture{
+		fixture: &fixture{srv: srv, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), url: hs.URL,
+			cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())},
+		block: block,
+	}
+}
+
+func (f *ctlFixture) startEnv(t *testing.T, env, rollout string, attempt int) {
+	t.Helper()
+	f.authorise(t, rollout, attempt)
+	if _, err := f.c.Start(context.Background(), protocol.StartRequest{
+		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
+	}); err != nil {
+		t.Fatalf("start %s/%s attempt %d: %v", env, rollout, attempt, err)
+	}
+}
+
+func (f *ctlFixture) status(t *testing.T) protocol.ControlStatus {
+	t.Helper()
+	st, err := f.cc.Status(context.Background())
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	return st
+}
+
+// waitStatus polls status until ok accepts it.
+func (f *ctlFixture) waitStatus(t *testing.T, what string, ok func(protocol.ControlStatus) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st := f.status(t)
+		if ok(st) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("status never showed %s; last %+v", what, st)
+		case <-tick.C:
+		}
+	}
+}
+
+// blockOp sends the blocking tool for rollout in the background; the result
+// arrives on the returned channel.
+func (f *ctlFixture) blockOp(t *testing.T, rollout string, attempt int, req string, rev int64) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.c.Operate(context.Background(), protocol.OperateRequest{
+			Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: "block", Arguments: json.RawMessage(`{}`),
+		})
+		done <- err
+	}()
+	<-f.block.entered
+	return done
+}
+
+func future() time.Time { return time.Now().Add(time.Minute) }
+
+func (f *ctlFixture) prepare(t *testing.T, ckpt string) protocol.PrepareResponse {
+	t.Helper()
+	resp, err := f.cc.Prepare(context.Background(), protocol.PrepareRequest{CheckpointID: ckpt, Deadline: future()})
+	if err != nil {
+		t.Fatalf("prepare %s: %v", ckpt, err)
+	}
+	return resp
+}
+
+func (f *ctlFixture) resume(t *testing.T, ckpt string) {
+	t.Helper()
+	if _, err := f.cc.Resume(context.Background(), ckpt); err != nil {
+		t.Fatalf("resume %s: %v", ckpt, err)
+	}
+}
+
+func members(resp protocol.PrepareResponse) []string {
+	out := []string{}
+	for _, s := range resp.Sessions {
+		out = append(out, s.RolloutID)
+	}
+	return out
+}
+
+func TestControlAuth(t *testing.T) {
+	ctx := context.Background()
+	on := newCtlFixture(t)
+	off := newCtlFixture(t, func(c *envserver.ServerConfig) { c.ControlToken = "" })
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/v1/control/capabilities", ""},
+		{http.MethodGet, "/v1/control/status", ""},
+		{http.MethodPost, "/v1/control/prepare", `{"checkpoint_id":"c","deadline":"2030-01-01T00:00:00Z"}`},
+		{http.MethodPost, "/v1/control/commit", `{"checkpoint_id":"c","location":"/tmp/x"}`},
+		{http.MethodPost, "/v1/control/restore", `{"checkpoint_id":"c","location":"/tmp/x","attempts":{}}`},
+		{http.MethodPost, "/v1/control/resume", `{"checkpoint_id":"c"}`},
+		{http.MethodPost, "/v1/control/retire", `{"rollout_id":"r","attempt":0}`},
+		{http.MethodGet, "/v1/control/nope", ""},
+	}
+	cases := []struct {
+		name   string
+		f      *ctlFixture
+		header string
+		status int
+		code   string
+	}{
+		{"no token configured", off, "Bearer " + testToken, http.StatusNotFound, protocol.CodeControlDisabled},
+		{"no token configured, no header", off, "", http.StatusNotFound, protocol.CodeControlDisabled},
+		{"no header", on, "", http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"wrong token", on, "Bearer " + testToken + "x", http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"token prefix", on, "Bearer " + testToken[:4], http.StatusUnauthorized, protocol.CodeUnauthorized},
+		{"not bearer", on, "Basic " + testToken, http.StatusUnauthorized, protocol.CodeUnauthorized},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, rt := range routes {
+				req, err := http.NewRequestWithContext(ctx, rt.method, tc.f.url+rt.path, strings.NewReader(rt.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.header != "" {
+					req.Header.Set("Authorization", tc.header)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var eb protocol.ErrorBody
+				err = json.NewDecoder(resp.Body).Decode(&eb)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != tc.status || eb.Error.Code != tc.code {
+					t.Fatalf("%s %s: %d %+v (%v), want %d %s", rt.method, rt.path, resp.StatusCode, eb, err, tc.status, tc.code)
+				}
+			}
+		})
+	}
+	// Nothing above changed anything: the right token sees an idle server.
+	if st := on.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
+		t.Fatalf("status after refused calls = %+v", st)
+	}
+	// The data plane needs no token, with or without a control plane.
+	on.startEnv(t, counter.Name, "r", 0)
+	off.startEnv(t, counter.Name, "r", 0)
+	// The client of a server without a token gets the same refusal.
+	_, err := protocol.NewControlClient(off.url, testToken, nil).Status(ctx)
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeControlDisabled, protocol.ControlTokenEnvVar)
+}
+
+func TestCapabilities(t *testing.T) {
+	f := newCtlFixture(t)
+	caps, err := f.cc.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != "env-a" ||
+		caps.SchemaVersion != protocol.ControlSchemaVersion || caps.Phase != protocol.PhaseIdle ||
+		!slices.Contains(caps.Features, protocol.FeatureRestoreSessions) {
+		t.Fatalf("capabilities = %+v", caps)
+	}
+	want := []protocol.EnvCapability{
+		{Name: "block", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
+		{Name: counter.Name, Mode: envs.ModeExportRestore, Style: envs.StyleTools},
+		{Name: "exportfail", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
+		{Name: "restart", Mode: envs.ModeRestartOnly, Style: envs.StyleTools},
+	}
+	if got, _ := json.Marshal(caps.Envs); string(got) != string(must(json.Marshal(want))) {
+		t.Fatalf("envs = %s", got)
+	}
+	// Capabilities stay observable while a checkpoint is active.
+	f.prepare(t, "c1")
+	if caps, err := f.cc.Capabilities(context.Background()); err != nil || caps.Phase != protocol.PhasePrepared || caps.CheckpointID != "c1" {
+		t.Fatalf("capabilities while prepared = %+v, %v", caps, err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestPrepareTimeoutRetireRetry: a mutation that never returns makes prepare
+// time out naming it; the server is open again; retiring the straggler lets
+// the same prepare succeed without it; its late result is discarded.
+func TestPrepareTimeoutRetireRetry(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, "block", "slow", 0)
+	f.startEnv(t, counter.Name, "fast", 0)
+	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
+
+	// A deadline already past: prepare looks once and gives up at once.
+	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: time.Now().Add(-time.Second)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodePrepareTimeout, "slow (attempt 0)")
+	st := f.status(t)
+	if st.Phase != protocol.PhaseIdle || st.CheckpointID != "" || st.Admission != protocol.AdmissionOpen ||
+		len(st.InFlight) != 1 || st.InFlight[0] != (protocol.InFlight{RolloutID: "slow", Attempt: 0, Count: 1}) {
+		t.Fatalf("status after the failed prepare = %+v", st)
+	}
+	// Admission is open again: other rollouts go on.
+	f.operate(t, inc("fast", 0, "fast/t0/c0", 0, 1))
+
+	ret, err := f.cc.Retire(ctx, "slow", 0)
+	if err != nil || !ret.Pending || ret.Fence != 1 {
+		t.Fatalf("retire = %+v, %v", ret, err)
+	}
+	if st := f.status(t); len(st.InFlight) != 1 || !st.InFlight[0].Retired {
+		t.Fatalf("status after retire = %+v", st)
+	}
+	// The same checkpoint id, tried again, now succeeds without the straggler.
+	prep := f.prepare(t, "c1")
+	if got := members(prep); strings.Join(got, ",") != "fast" || prep.Sessions[0].Revision != 1 {
+		t.Fatalf("cut = %+v", prep)
+	}
+	// The straggler returns: its result is discarded, never recorded.
+	close(f.block.release)
+	wantRemote(t, <-stuck, http.StatusConflict, protocol.CodeStaleAttempt, "retired")
+	_, err = f.c.Session(ctx, "slow")
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
+
+	dir := t.TempDir()
+	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
+	if err != nil || com.Sessions != 1 {
+		t.Fatalf("commit = %+v, %v", com, err)
+	}
+	f.resume(t, "c1")
+	// Attempt 0 of the straggler is fenced out; attempt 1 starts over.
+	_, err = f.c.Operate(ctx, inc("slow", 0, "slow/t0/c0", 0, 1))
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	f.startEnv(t, "block", "slow", 1)
+	if info := f.info(t, "slow"); info.Attempt != 1 || info.Revision != 0 {
+		t.Fatalf("restarted straggler = %+v", info)
+	}
+}
+
+func TestRetireDropsSessionAtOnce(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, counter.Name, "r", 2)
+	f.operate(t, inc("r", 2, "r/t0/c0", 0, 1))
+	// Retiring an older attempt leaves the newer session alone.
+	ret, err := f.cc.Retire(ctx, "r", 1)
+	if err != nil || ret.Discarded || ret.Pending || ret.Fence != 2 {
+		t.Fatalf("retire of an older attempt = %+v, %v", ret, err)
+	}
+	if info := f.info(t, "r"); info.Attempt != 2 || info.Revision != 1 {
+		t.Fatalf("session after retiring attempt 1 = %+v", info)
+	}
+	ret, err = f.cc.Retire(ctx, "r", 2)
+	if err != nil || !ret.Discarded || ret.Pending || ret.Fence != 3 {
+		t.Fatalf("retire = %+v, %v", ret, err)
+	}
+	_, err = f.c.Operate(ctx, inc("r", 2, "r/t1/c0", 1, 1))
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	if st := f.stats(t); st.Sessions != 0 {
+		t.Fatalf("stats after retire = %+v", st)
+	}
+	for _, body := range []protocol.RetireRequest{{RolloutID: "", Attempt: 0}, {RolloutID: "r", Attempt: -1}} {
+		_, err := f.cc.Retire(ctx, body.RolloutID, body.Attempt)
+		wantRemote(t, err, http.StatusBadRequest, protocol.CodeMalformed)
+	}
+}
+
+// TestRetireAfterPrepareLeavesTheCut: a session retired while prepared is not
+// committed; after commit, retire is refused.
+func TestRetireAfterPrepareLeavesTheCut(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, counter.Name, "a", 0)
+	f.startEnv(t, counter.Name, "b", 0)
+	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a,b" {
+		t.Fatalf("cut = %v", got)
+	}
+	if _, err := f.cc.Retire(ctx, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.status(t); st.CutSessions != 1 {
+		t.Fatalf("status after retire = %+v", st)
+	}
+	// A replayed prepare reports the cut as it is now.
+	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a" {
+		t.Fatalf("replayed cut = %v", got)
+	}
+	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()})
+	if err != nil || com.Sessions != 1 {
+		t.Fatalf("commit = %+v, %v", com, err)
+	}
+	_, err = f.cc.Retire(ctx, "a", 0)
+	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
+	if info := f.info(t, "a"); info.Attempt != 0 {
+		t.Fatalf("a after the refused retire = %+v", info)
+	}
+}
+
+// TestPhaseFence drives the fence through its refusals; each case starts
+// from a fresh server.
+func TestPhaseFence(t *testing.T) {
+	ctx := context.Background()
+	type step struct {
+		name   string
+		call   func(f *ctlFixture, dir string) error
+		status int
+		code   string
+	}
+	prepare := func(id string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, _ string) error {
+			_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: id, Deadline: future()})
+			return err
+		}
+	}
+	commit := func(id string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, dir string) error {
+			_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: id, Location: dir})
+			return err
+		}
+	}
+	restore := func(id string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, dir string) error {
+			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: id, Location: dir, Attempts: map[string]int{"x": 1}})
+			return err
+		}
+	}
+	restoreAs := func(restoreID, ckpt string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, dir string) error {
+			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: ckpt, RestoreID: restoreID, Location: dir, Attempts: map[string]int{"x": 1}})
+			return err
+		}
+	}
+	resume := func(id string) func(*ctlFixture, string) error {
+		return func(f *ctlFixture, _ string) error {
+			_, err := f.cc.Resume(ctx, id)
+			return err
+		}
+	}
+	ok := func(name string, call func(*ctlFixture, string) error) step { return step{name: name, call: call} }
+	bad := func(name string, call func(*ctlFixture, string) error, status int, code string) step {
+		return step{name, call, status, code}
+	}
+	cases := []struct {
+		name      string
+		steps     []step
+		wantPhase protocol.Phase
+		wantOpen  bool
+	}{
+		{"stale checkpoint after resume", []step{
+			ok("prepare", prepare("c1")),
+			ok("resume", resume("c1")),
+			bad("prepare again", prepare("c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("commit", commit("c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			// Only a restore of c1 itself may reuse its id (and fails
+			// here on the empty location, recording nothing).
+			bad("restore of another checkpoint under its id", restoreAs("c1", "c0"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("restore of c1 under its id", restore("c1"), http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint),
+			ok("resume replays", resume("c1")),
+		}, protocol.PhaseIdle, true},
+		{"resume of an unknown id retires it", []step{
+			ok("resume", resume("c9")),
+			bad("a delayed prepare", prepare("c9"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("a delayed restore", restore("c9"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+			bad("a delayed restore session", restoreAs("c9", "c1"), http.StatusConflict, protocol.CodeStaleCheckpoint),
+		}, protocol.PhaseIdle, true},
+		{"conflicting checkpoint id", []step{
+			ok("prepare", prepare("c1")),
+			bad("prepare other", prepare("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("commit other", commit("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("resume other", resume("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("restore other", restore("c2"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			bad("restore of it under a restore id", restoreAs("r1", "c1"), http.StatusConflict, protocol.CodeCheckpointConflict),
+			ok("prepare replays", prepare("c1")),
+		}, protocol.PhasePrepared, false},
+		{"invalid phases", []step{
+			bad("commit before prepare", commit("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
+			ok("prepare", prepare("c1")),
+			bad("restore while prepared", restore("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
+			ok("commit", commit("c1")),
+			ok("commit replays", commit("c1")),
+			ok("prepare replays", prepare("c1")),
+		}, protocol.PhaseCommitted, false},
+		{"a new checkpoint after resume", []step{
+			ok("prepare", prepare("c1")),
+			ok("resume", resume("c1")),
+			ok("prepare next", prepare("c2")),
+		}, protocol.PhasePrepared, false},
+		{"failed prepare records nothing", []step{
+			bad("prepare", func(f *ctlFixture, _ string) error {
+				f.startEnv(t, "exportfail", "x", 0)
+				_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+				return err
+			}, http.StatusInternalServerError, protocol.CodeInternal),
+			bad("commit", commit("c1"), http.StatusConflict, protocol.CodeInvalidPhase),
+			ok("another id may start", func(f *ctlFixture, _ string) error {
+				if _, err := f.cc.Retire(ctx, "x", 0); err != nil {
+					return err
+				}
+				return prepare("c2")(f, "")
+			}),
+		}, protocol.PhasePrepared, false},
+		{"malformed", []step{
+			bad("prepare without deadline", func(f *ctlFixture, _ string) error {
+				return f.cc.Do(ctx, http.MethodPost, "/v1/control/prepare", map[string]string{"checkpoint_id": "c1"}, nil)
+			}, http.StatusBadRequest, protocol.CodeMalformed),
+			bad("prepare with an unknown field", func(f *ctlFixture, _ string) error {
+				return f.cc.Do(ctx, http.MethodPost, "/v1/control/prepare", map[string]string{"checkpoint_id": "c1", "deadline": "2030-01-01T00:00:00Z", "x": "y"}, nil)
+			}, http.StatusBadRequest, protocol.CodeMalformed),
+			bad("prepare without id", prepare(""), http.StatusBadRequest, protocol.CodeMalformed),
+			bad("commit to a relative path", func(f *ctlFixture, _ string) error {
+				_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: "rel/dir"})
+				return err
+			}, http.StatusBadRequest, protocol.CodeMalformed),
+		}, protocol.PhaseIdle, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newCtlFixture(t)
+			dir := t.TempDir()
+			for _, s := range tc.steps {
+				err := s.call(f, dir)
+				if s.code == "" {
+					if err != nil {
+						t.Fatalf("%s: %v", s.name, err)
+					}
+					continue
+				}
+				var re *protocol.RemoteError
+				if !errors.As(err, &re) || re.Status != s.status || re.Code != s.code {
+					t.Fatalf("%s: got %v, want %d %s", s.name, err, s.status, s.code)
+				}
+			}
+			st := f.status(t)
+			if st.Phase != tc.wantPhase || (st.Admission == protocol.AdmissionOpen) != tc.wantOpen {
+				t.Fatalf("status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
+			}
+			// Admission as reported is admission as enforced.
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			if tc.wantOpen && err != nil {
+				t.Fatalf("start with admission open: %v", err)
+			}
+			if !tc.wantOpen {
+				wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+			}
+		})
+	}
+}
+
+// TestQueuedMutationParkedBehindPrepare: mutation 1 runs, mutation 2 of the
+// same rollout waits for its lock, prepare closes admission: 1 completes, 2
+// is parked (not applied), and the cut holds exactly 1.
+func TestQueuedMutationParkedBehindPrepare(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, "block", "q", 0)
+	first := f.blockOp(t, "q", 0, "q/t0/c0", 0)
+	second := make(chan error, 1)
+	go func() {
+		_, err := f.c.Operate(ctx, inc("q", 0, "q/t1/c0", 1, 1))
+		second <- err
+	}()
+	f.waitStatus(t, "two mutations of q in flight", func(st protocol.ControlStatus) bool {
+		return len(st.InFlight) == 1 && st.InFlight[0].Count == 2
+	})
+	prepared := make(chan protocol.PrepareResponse, 1)
+	prepErr := make(chan error, 1)
+	go func() {
+		resp, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+		prepared <- resp
+		prepErr <- err
+	}()
+	f.waitStatus(t, "preparing", func(st protocol.ControlStatus) bool { return st.Phase == protocol.PhasePreparing })
+	close(f.block.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the admitted mutation: %v", err)
+	}
+	wantRemote(t, <-second, http.StatusServiceUnavailable, protocol.CodeParked)
+	resp := <-prepared
+	if err := <-prepErr; err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if len(resp.Sessions) != 1 || resp.Sessions[0].Revision != 1 {
+		t.Fatalf("cut = %+v", resp)
+	}
+	if info := f.info(t, "q"); info.Revision != 1 {
+		t.Fatalf("the parked mutation changed the session: %+v", info)
+	}
+	f.resume(t, "c1")
+	// The parked request, sent again, applies now.
+	if r := f.operate(t, inc("q", 0, "q/t1/c0", 1, 1)); r.Revision != 2 || r.Replayed {
+		t.Fatalf("retried parked mutation = %+v", r)
+	}
+}
+
+// TestResumeAbortsPrepare: resume during a prepare that waits for a stuck
+// mutation aborts it, reopens admission and retires the id.
+func TestResumeAbortsPrepare(t *testing.T) {
+	ctx := context.Background()
+	f := newCtlFixture(t)
+	f.startEnv(t, "block", "slow", 0)
+	stuck := f.blockOp(t, "slow", 0, "slow/t0/c0", 0)
+	prepErr := make(chan error, 1)
+	go func() {
+		_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+		prepErr <- err
+	}()
+	f.waitStatus(t, "preparing", func(st protocol.ControlStatus) bool { return st.Phase == protocol.PhasePreparing })
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := f.cc.Resume(ctx, "c1"); err != nil {
+			t.Errorf("resume: %v", err)
+		}
+	}()
+	wantRemote(t, <-prepErr, http.StatusConflict, protocol.CodePrepareAborted)
+	wg.Wait()
+	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
+		t.Fatalf("status after abort = %+v", st)
+	}
+	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
+	close(f.block.release)
+	if err := <-stuck; err != nil {
+		t.Fatalf("the mutation after the abort: %v", err)
+	}
+}

@@ -1,0 +1,82 @@
+package envserver
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/participants/conformance"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+// TestOpenAPIMatchesServer fails on drift between the server and
+// docs/protocol/openapi.json: the routes the server registers, the status of
+// every error code, the environment codes, and what every operation must
+// list (its plane's token scheme, 401 unauthorized, a control route's 404
+// control_disabled, a mutation's 503 parked and attempt fence codes). The
+// answers the server actually gives are checked against the document by the
+// conformance run (protocol/conformance, TestGoEnvServerConforms).
+func TestOpenAPIMatchesServer(t *testing.T) {
+	spec, err := conformance.LoadSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := newInternal(t)
+	if got, want := slices.Sorted(slices.Values(srv.Routes())), spec.Routes(); !slices.Equal(got, want) {
+		t.Errorf("routes: the server registers %v\nthe document has %v", got, want)
+	}
+	if !maps.Equal(codeStatus, spec.Codes) {
+		t.Errorf("error codes: the server maps %v\nthe document says %v", codeStatus, spec.Codes)
+	}
+	envCodes := []string{envs.CodeUnknownTool, envs.CodeBadArguments, envs.CodeIllegalAction, envs.CodeBadTask,
+		envs.CodeBadState, envs.CodeNotExportable, envs.CodeEpisodeOver}
+	if !slices.Equal(spec.EnvCodes, envCodes) {
+		t.Errorf("environment codes: the document lists %v, envs has %v", spec.EnvCodes, envCodes)
+	}
+	for route, op := range spec.Operations {
+		for _, err := range checkOperation(route, op) {
+			t.Errorf("%s: %s", route, err)
+		}
+	}
+}
+
+// checkOperation lists what a documented operation lacks for its plane.
+func checkOperation(route string, op conformance.Operation) []string {
+	var errs []string
+	want := func(status int, code string) {
+		if !slices.Contains(op.Errors[status], code) {
+			errs = append(errs, fmt.Sprintf("does not list %s at %d", code, status))
+		}
+	}
+	_, path, _ := strings.Cut(route, " ")
+	switch {
+	case route == protocol.RouteHealth:
+		if op.Security != "" || len(op.Errors) != 0 {
+			errs = append(errs, "the health probe takes no token and answers no error")
+		}
+	case strings.HasPrefix(path, protocol.ControlPrefix):
+		if op.Security != "controlToken" {
+			errs = append(errs, "a control route must want the controlToken scheme, not "+op.Security)
+		}
+		want(401, protocol.CodeUnauthorized)
+		want(404, protocol.CodeControlDisabled)
+	default:
+		if op.Security != "dataToken" {
+			errs = append(errs, "a data route must want the dataToken scheme, not "+op.Security)
+		}
+		want(401, protocol.CodeUnauthorized)
+		if strings.HasPrefix(route, "POST ") {
+			want(503, protocol.CodeParked)
+			want(409, protocol.CodeStaleAttempt)
+			want(409, protocol.CodeAttemptNotInstalled)
+			want(400, protocol.CodeMalformed)
+		}
+	}
+	if len(op.Rules) == 0 && route != protocol.RouteHealth {
+		errs = append(errs, "names no rule (x-rules)")
+	}
+	return errs
+}

@@ -1,0 +1,103 @@
+package envserver_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turnstile-rl/turnstile/participants/envserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+// fakeClock is a clock a test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// A retired session keeps its receipts for RetiredGrace after its last use
+// (its retirement or a replay from it); after that a retry of its verify
+// fails closed with session_retired, naming the drop, and applies nothing.
+func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	f := newFixture(t, func(c *envserver.ServerConfig) {
+		c.RetiredGrace = time.Minute
+		c.Now = clock.now
+	})
+	verify := func(rollout string) (protocol.VerifyResponse, error) {
+		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id(rollout, 0, rollout+"/verify")})
+	}
+	replays := func(rollout string) {
+		t.Helper()
+		if v, err := verify(rollout); err != nil || !v.Replayed {
+			t.Fatalf("%s: verify retry = %+v, %v; want a replay", rollout, v, err)
+		}
+	}
+	dropped := func(rollout string) {
+		t.Helper()
+		_, err := verify(rollout)
+		wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired, "receipts dropped")
+	}
+	for _, r := range []string{"a", "b"} {
+		f.start(t, r, 0, `{"target":0}`)
+		if _, err := verify(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.advance(40 * time.Second)
+	replays("a")   // used at 40 s
+	f.info(t, "b") // reading its info is no use of it
+	clock.advance(30 * time.Second)
+	dropped("b") // unused for 70 s
+	replays("a") // unused for 30 s; used again at 70 s
+	clock.advance(59 * time.Second)
+	replays("a") // used at 129 s
+	clock.advance(time.Minute)
+	dropped("a")
+
+	applied := f.srv.Stats().Applied
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("b", 0, protocol.SeedRequestID("b")), Env: "counter", Task: []byte(`{"target":0}`)})
+	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
+	if got := f.srv.Stats().Applied; got != applied {
+		t.Fatalf("a refused retry applied something: applied %d → %d", applied, got)
+	}
+	if info := f.info(t, "b"); !info.Retired || info.Env != "counter" {
+		t.Fatalf("dropped session's info = %+v; want it retired", info)
+	}
+	// A higher attempt may start over.
+	if st := f.start(t, "b", 1, `{"target":0}`); st.Replayed {
+		t.Fatalf("start-over after the drop replayed: %+v", st)
+	}
+}
+
+// A negative grace keeps receipts until the count bound alone drops them.
+func TestRetiredSessionsWithoutGrace(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	f := newFixture(t, func(c *envserver.ServerConfig) {
+		c.RetiredGrace = -1
+		c.Now = clock.now
+	})
+	f.start(t, "a", 0, `{"target":0}`)
+	req := protocol.VerifyRequest{Identity: id("a", 0, "a/verify")}
+	if _, err := f.c.Verify(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(1000 * time.Hour)
+	if v, err := f.c.Verify(context.Background(), req); err != nil || !v.Replayed {
+		t.Fatalf("verify retry = %+v, %v; want a replay", v, err)
+	}
+}

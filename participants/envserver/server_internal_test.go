@@ -1,0 +1,245 @@
+package envserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+// gateEnv is the counter whose tool "block" waits until released, so a test
+// can hold a mutation in flight.
+type gateEnv struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateEnv) Spec() envs.Spec {
+	sp := counter.New().Spec()
+	sp.Name = "gate"
+	return sp
+}
+
+func (g *gateEnv) Start(seed int64, task json.RawMessage) (envs.Session, envs.Start, error) {
+	s, st, err := counter.New().Start(seed, task)
+	if err != nil {
+		return nil, st, err
+	}
+	return &gateSession{Session: s, g: g}, st, nil
+}
+
+func (g *gateEnv) Restore(state json.RawMessage) (envs.Session, error) {
+	return counter.New().Restore(state)
+}
+
+type gateSession struct {
+	envs.Session
+	g *gateEnv
+}
+
+func (s *gateSession) Apply(tool string, args json.RawMessage) (envs.Outcome, error) {
+	if tool == "block" {
+		s.g.entered <- struct{}{}
+		<-s.g.release
+		return envs.Outcome{Observation: "released"}, nil
+	}
+	return s.Session.Apply(tool, args)
+}
+
+func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *protocol.Client) {
+	t.Helper()
+	srv, err := NewServer(ServerConfig{Envs: append([]envs.Environment{counter.New()}, environments...), InsecureNoDataAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return srv, protocol.NewClient(hs.URL, hs.Client())
+}
+
+func wantCode(t *testing.T, err error, status int, code string) {
+	t.Helper()
+	var re *protocol.RemoteError
+	if !errors.As(err, &re) || re.Status != status || re.Code != code {
+		t.Fatalf("error %v, want %d %s", err, status, code)
+	}
+}
+
+func incr(rollout string, attempt int, req string, rev int64) protocol.OperateRequest {
+	return protocol.OperateRequest{Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req},
+		ExpectedRevision: rev, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)}
+}
+
+func startReq(rollout string, attempt int) protocol.StartRequest {
+	return protocol.StartRequest{Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.SeedRequestID(rollout)},
+		Env: counter.Name, Task: json.RawMessage(`{"target":3}`)}
+}
+
+func TestAdmissionParksMutations(t *testing.T) {
+	srv, c := newInternal(t)
+	ctx := context.Background()
+	if _, err := c.Start(ctx, startReq("r1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	srv.closeAdmission()
+	if !srv.admissionClosed() {
+		t.Fatal("admission still open")
+	}
+	_, err := c.Start(ctx, startReq("r2", 0))
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+	_, err = c.Operate(ctx, incr("r1", 0, "a", 0))
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+	_, err = c.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "r1", Attempt: 0, RequestID: "v"}})
+	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
+	// Reads still work while parked.
+	if info, err := c.Session(ctx, "r1"); err != nil || info.Revision != 0 {
+		t.Fatalf("session while parked = %+v, %v", info, err)
+	}
+	if st, _ := c.Stats(ctx); st.Parked != 3 || st.Applied != 1 || st.Refused != 0 || st.Sessions != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+	srv.openAdmission()
+	// The same request, retried, now applies.
+	r, err := c.Operate(ctx, incr("r1", 0, "a", 0))
+	if err != nil || r.Replayed || r.Revision != 1 {
+		t.Fatalf("operate after reopening = %+v, %v", r, err)
+	}
+}
+
+func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
+	g := &gateEnv{entered: make(chan struct{}), release: make(chan struct{})}
+	srv, c := newInternal(t, g)
+	ctx := context.Background()
+	if _, err := c.Start(ctx, protocol.StartRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "g/seed"}, Env: "gate", Task: json.RawMessage(`{"target":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.waitIdle(ctx); err != nil {
+		t.Fatalf("idle server: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Operate(ctx, protocol.OperateRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "b"}, Tool: "block"})
+		done <- err
+	}()
+	<-g.entered
+	srv.closeAdmission()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := srv.waitIdle(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("waitIdle with a mutation in flight = %v, want context.Canceled", err)
+	}
+	idle := make(chan error, 1)
+	go func() { idle <- srv.waitIdle(ctx) }()
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatalf("in-flight mutation: %v", err)
+	}
+	if err := <-idle; err != nil {
+		t.Fatalf("waitIdle: %v", err)
+	}
+	if info, _ := c.Session(ctx, "g"); info.Revision != 1 {
+		t.Fatalf("the admitted mutation did not complete: %+v", info)
+	}
+}
+
+func TestExportInstallRoundTrip(t *testing.T) {
+	a, ca := newInternal(t)
+	ctx := context.Background()
+	for _, r := range []string{"live", "done"} {
+		if _, err := ca.Start(ctx, startReq(r, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ca.Operate(ctx, incr(r, 0, r+"/t0/c0", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verdict, err := ca.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", RequestID: "done/verify"}, ExpectedRevision: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.closeAdmission()
+	if err := a.waitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.exportState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := a.exportState()
+	if raw2, _ := json.Marshal(again); string(raw2) != string(raw) {
+		t.Fatalf("export is not deterministic:\n%s\n%s", raw, raw2)
+	}
+
+	// Install into a fresh server as attempt 1.
+	var loaded serverState
+	if err := json.Unmarshal(raw, &loaded); err != nil {
+		t.Fatal(err)
+	}
+	for i := range loaded.Sessions {
+		loaded.Sessions[i].Attempt = 1
+	}
+	b, cb := newInternal(t)
+	if err := b.installState(loaded); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if st, _ := cb.Stats(ctx); st.Sessions != 1 {
+		t.Fatalf("stats after install = %+v", st)
+	}
+	// Attempt 0 is fenced out.
+	_, err = cb.Operate(ctx, incr("live", 0, "live/t1/c0", 1))
+	wantCode(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
+	// Attempt 1 re-sending a mutation applied before the cut gets the stored response.
+	r, err := cb.Operate(ctx, incr("live", 1, "live/t0/c0", 0))
+	if err != nil || !r.Replayed || r.Outcome.Observation != "counter=1" {
+		t.Fatalf("replay after install = %+v, %v", r, err)
+	}
+	// And the next one continues the restored state.
+	r, err = cb.Operate(ctx, incr("live", 1, "live/t1/c0", 1))
+	if err != nil || r.Replayed || r.Revision != 2 || r.Outcome.Observation != "counter=2" {
+		t.Fatalf("operate after install = %+v, %v", r, err)
+	}
+	v, err := cb.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", Attempt: 1, RequestID: "done/verify"}, ExpectedRevision: 1})
+	if err != nil || !v.Replayed || string(v.Verdict.Details) != string(verdict.Verdict.Details) {
+		t.Fatalf("verdict replay after install = %+v, %v", v, err)
+	}
+}
+
+func TestInstallIsAllOrNothing(t *testing.T) {
+	good := sessionRecord{RolloutID: "ok", Env: counter.Name, Attempt: 1, Revision: 0, Receipts: map[string]receipt{},
+		State: json.RawMessage(`{"start":0,"target":1,"padding":0,"value":0,"ops":0}`)}
+	for name, bad := range map[string]sessionRecord{
+		"bad state":   {RolloutID: "x", Env: counter.Name, Attempt: 1, State: json.RawMessage(`{"start":-1}`)},
+		"unknown env": {RolloutID: "x", Env: "nope", Attempt: 1, State: json.RawMessage(`{}`)},
+		"no rollout":  {Env: counter.Name, Attempt: 1},
+		"duplicate":   good,
+		"bad receipt": {RolloutID: "x", Env: counter.Name, Attempt: 1, Retired: true, Receipts: map[string]receipt{"v": {Kind: "nope", Digest: "d", Response: json.RawMessage(`{}`)}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, c := newInternal(t)
+			err := srv.installState(serverState{Sessions: []sessionRecord{good, bad}, Fences: map[string]int{"ok": 1}})
+			if err == nil {
+				t.Fatal("install accepted a bad record")
+			}
+			if !strings.Contains(err.Error(), "record 1") {
+				t.Errorf("error %q does not name the record", err)
+			}
+			_, err = c.Session(context.Background(), "ok")
+			wantCode(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
+			// The fence was not installed either.
+			if _, err := c.Start(context.Background(), startReq("ok", 0)); err != nil {
+				t.Fatalf("start after a failed install: %v", err)
+			}
+		})
+	}
+}

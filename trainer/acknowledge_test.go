@@ -1,0 +1,280 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+func sha(c byte) string { return strings.Repeat(string(c), 64) }
+
+func receipt(id string, attempt int, c byte) rollout.Receipt {
+	return rollout.Receipt{RolloutID: id, Attempt: attempt, SHA256: sha(c)}
+}
+
+// held is a running rollout holding a result with receipt rc.
+func held(rc rollout.Receipt) HeldState {
+	return HeldState{WorkflowID: rollout.WorkflowID(rc.RolloutID), Running: true, Phase: rollout.PhaseAwaitingAck,
+		Result: &rollout.Result{RolloutID: rc.RolloutID, Attempt: rc.Attempt, Receipt: &rc}}
+}
+
+func jsonLine(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestParseReceipts(t *testing.T) {
+	a, b := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b')
+	res := rollout.Result{RolloutID: "s1-0001", Attempt: 1, Reward: 1, Receipt: &b}
+	in := strings.Join([]string{
+		jsonLine(t, a),
+		"",
+		jsonLine(t, res),
+		`{"rollout_id":"s1-0002","error":"environment refused"}`,
+		`{"rollout_id":"s1-0003","status":"failed","failure":"environment refused","held":false}`,
+	}, "\n")
+	lines, skipped, err := ParseReceipts(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || lines[0] != (ReceiptLine{1, a}) || lines[1] != (ReceiptLine{3, b}) {
+		t.Errorf("lines = %+v", lines)
+	}
+	if len(skipped) != 2 || !strings.Contains(skipped[0], "line 4: rollout s1-0002 failed") || !strings.Contains(skipped[1], "line 5: rollout s1-0003 failed") {
+		t.Errorf("skipped = %q", skipped)
+	}
+}
+
+func TestParseReceiptsListsEveryBadLine(t *testing.T) {
+	in := strings.Join([]string{
+		jsonLine(t, receipt("s1-0000", 0, 'a')), // 1 good
+		`not json`,                              // 2
+		`{"rollout_id":"s1-0001","sha256":"` + sha('a') + `"}`,                               // 3 no attempt
+		jsonLine(t, receipt("s1-0002", 0, 'X')),                                              // 4 not hex
+		`{"rollout_id":"s1-0003","reward":1}`,                                                // 5 a result without receipt
+		`{"rollout_id":"s1-0004","receipt":` + jsonLine(t, receipt("s1-0005", 0, 'a')) + `}`, // 6 someone else's receipt
+		jsonLine(t, receipt("s1-0006", -1, 'a')),                                             // 7 negative attempt
+	}, "\n")
+	_, _, err := ParseReceipts(strings.NewReader(in))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{"6 bad receipt lines", "line 2:", "line 3: receipt of rollout s1-0001 has no attempt", "line 4:", "line 5: neither", "line 6: result of rollout s1-0004 carries the receipt of rollout s1-0005", "line 7:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "line 1:") {
+		t.Errorf("good line reported: %v", err)
+	}
+}
+
+func TestPlanAcks(t *testing.T) {
+	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
+	done := HeldState{WorkflowID: "rollout/s1-0002", Result: &rollout.Result{RolloutID: "s1-0002", Receipt: &c}}
+	states := map[string]HeldState{"s1-0000": held(a), "s1-0001": held(b), "s1-0002": done}
+	plan, err := PlanAcks("s1", []ReceiptLine{{1, b}, {2, a}, {3, c}, {4, a}}, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Send) != 2 || plan.Send[0] != a || plan.Send[1] != b {
+		t.Errorf("send = %+v", plan.Send)
+	}
+	if len(plan.Already) != 1 || plan.Already[0] != "s1-0002" {
+		t.Errorf("already = %v", plan.Already)
+	}
+}
+
+func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
+	a, b := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b')
+	running := HeldState{Running: true, Phase: rollout.PhaseModel}
+	failedRun := HeldState{Err: "environment refused"}
+	states := map[string]HeldState{"s1-0000": held(a), "s1-0001": held(b), "s1-0003": running, "s1-0004": failedRun}
+	lines := []ReceiptLine{
+		{1, a}, // good
+		{2, receipt("s1-0001", 0, 'b')},
+		{3, receipt("s1-0001", 1, 'c')},
+		{4, receipt("s1-0009", 0, 'a')},
+		{5, receipt("s1-0003", 0, 'a')},
+		{6, receipt("s1-0004", 0, 'a')},
+		{7, receipt("s1-0000", 0, 'f')},
+	}
+	_, err := PlanAcks("s1", lines, states)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"6 of 7 receipts", "nothing acknowledged",
+		"line 2: rollout s1-0001: wrong attempt: the receipt says attempt 0, the held result is attempt 1",
+		"line 4: rollout s1-0009 is not a rollout of set s1",
+		"line 5: rollout s1-0003: holds no completed result yet (phase model)",
+		"line 6: rollout s1-0004: closed without a result: environment refused",
+		"line 7: rollout s1-0000 already has a different receipt on line 1",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	// Line 3 is s1-0001 again with another digest: a duplicate of line 2.
+	if !strings.Contains(err.Error(), "line 3: rollout s1-0001 already has a different receipt on line 2") {
+		t.Errorf("duplicate not reported:\n%v", err)
+	}
+	// A digest mismatch on a single line.
+	_, err = PlanAcks("s1", []ReceiptLine{{1, receipt("s1-0001", 1, 'c')}}, states)
+	if err == nil || !strings.Contains(err.Error(), "digest mismatch") {
+		t.Errorf("digest mismatch: %v", err)
+	}
+}
+
+func TestPlanAllCompleted(t *testing.T) {
+	a, b, c := receipt("s1-0002", 0, 'a'), receipt("s1-0000", 1, 'b'), receipt("s1-0001", 0, 'c')
+	done := held(c)
+	done.Running, done.Phase = false, rollout.PhaseCompleted
+	states := map[string]HeldState{
+		"s1-0002": held(a), "s1-0000": held(b), "s1-0001": done,
+		"s1-0003": {Running: true, Phase: rollout.PhaseModel},
+	}
+	plan := PlanAllCompleted(states)
+	if len(plan.Send) != 2 || plan.Send[0] != b || plan.Send[1] != a {
+		t.Errorf("send = %+v", plan.Send)
+	}
+}
+
+// fakeUpdater records updates; closed names workflows that have closed,
+// reject those whose update is rejected.
+type fakeUpdater struct {
+	mu     sync.Mutex
+	got    map[string]client.UpdateWorkflowOptions
+	closed map[string]bool
+	reject map[string]bool
+	calls  int
+}
+
+type fakeHandle struct {
+	client.WorkflowUpdateHandle
+	err error
+}
+
+func (h fakeHandle) Get(context.Context, any) error { return h.err }
+
+func (f *fakeUpdater) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.closed[o.WorkflowID] {
+		return nil, serviceerror.NewNotFound("workflow execution already completed")
+	}
+	if f.got == nil {
+		f.got = map[string]client.UpdateWorkflowOptions{}
+	}
+	f.got[o.WorkflowID] = o
+	if f.reject[o.WorkflowID] {
+		return fakeHandle{err: errors.New("rejected by the validator")}, nil
+	}
+	return fakeHandle{}, nil
+}
+
+func TestSendAcks(t *testing.T) {
+	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
+	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0002": true}}
+	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (AckSummary{Acknowledged: 2, Already: 1, Closed: 1}) {
+		t.Errorf("summary %+v", sum)
+	}
+	o := f.got["rollout/s1-0001"]
+	if o.UpdateName != rollout.UpdateAcknowledge || o.UpdateID != "ack/s1-0001/"+sha('b') ||
+		o.WaitForStage != client.WorkflowUpdateStageCompleted || o.Args[0].(rollout.AckRequest).Receipt != b {
+		t.Errorf("update %+v", o)
+	}
+
+	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}}
+	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}})
+	if err == nil || !strings.Contains(err.Error(), "2 of 3") || !strings.Contains(err.Error(), "s1-0000: rejected") || !strings.Contains(err.Error(), "s1-0002: rejected") {
+		t.Errorf("err = %v", err)
+	}
+	if sum.Acknowledged != 1 || f.calls != 3 {
+		t.Errorf("summary %+v after %d calls: every rollout must be tried", sum, f.calls)
+	}
+}
+
+// fakeQuerier answers status queries from a table.
+type fakeQuerier struct {
+	status  map[string]rollout.Status
+	queried []string
+	mu      sync.Mutex
+}
+
+type encoded struct{ v any }
+
+func (e encoded) HasValue() bool { return true }
+func (e encoded) Get(ptr any) error {
+	p, err := converter.GetDefaultDataConverter().ToPayload(e.v)
+	if err != nil {
+		return err
+	}
+	return converter.GetDefaultDataConverter().FromPayload(p, ptr)
+}
+
+func (q *fakeQuerier) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queried = append(q.queried, workflowID)
+	st, ok := q.status[workflowID]
+	if !ok || queryType != rollout.QueryStatus || runID != "" {
+		return nil, fmt.Errorf("unexpected query %s %q %s", workflowID, runID, queryType)
+	}
+	return encoded{st}, nil
+}
+
+func TestResultsListHeldResultsWithReceipts(t *testing.T) {
+	a, c := receipt("s1-0000", 0, 'a'), receipt("s1-0002", 1, 'c')
+	recs := []RolloutRecord{
+		{RolloutID: "s1-0000", WorkflowID: "rollout/s1-0000", Status: running, Phase: "awaiting_ack"},
+		{RolloutID: "s1-0001", WorkflowID: "rollout/s1-0001", Status: running, Phase: "model"},
+		{RolloutID: "s1-0002", WorkflowID: "rollout/s1-0002", Status: completed, Result: &rollout.Result{RolloutID: "s1-0002", Attempt: 1, Receipt: &c}},
+	}
+	q := &fakeQuerier{status: map[string]rollout.Status{
+		"rollout/s1-0000": {Phase: rollout.PhaseAwaitingAck, Result: &rollout.Result{RolloutID: "s1-0000", Reward: 1, Receipt: &a}},
+	}}
+	if err := fillHeld(t.Context(), q, recs); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.queried) != 1 {
+		t.Errorf("queried %v; only the awaiting rollout needs a query", q.queried)
+	}
+	// What results prints is what acknowledge reads.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	for _, r := range recs {
+		if r.Result != nil {
+			if err := enc.Encode(r.Result); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lines, _, err := ParseReceipts(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || lines[0].Receipt != a || lines[1].Receipt != c {
+		t.Errorf("receipts read back: %+v", lines)
+	}
+}

@@ -1,0 +1,247 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+func validCheckpoint() CheckpointRequest {
+	return CheckpointRequest{
+		Set: "s1", CheckpointID: "ck1", Root: "ckpt", Participants: []string{"http://127.0.0.1:8091/"},
+		Timeout: 90 * time.Second,
+	}
+}
+
+func TestCheckpointInput(t *testing.T) {
+	deadline := time.Date(2030, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	tests := []struct {
+		name string
+		edit func(*CheckpointRequest)
+		want checkpoint.CheckpointInput
+	}{
+		{"relative root, timeout", func(*CheckpointRequest) {}, checkpoint.CheckpointInput{
+			CheckpointID: "ck1", Set: "s1", Root: "/work/dir/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: "1m30s",
+		}},
+		{"absolute root, deadline, stay paused", func(r *CheckpointRequest) {
+			r.Root, r.Timeout, r.Deadline, r.StayPaused = "/data/../ck/", 0, deadline, true
+			r.Participants = []string{"http://a:1", "https://b:2"}
+		}, checkpoint.CheckpointInput{
+			CheckpointID: "ck1", Set: "s1", Root: "/ck", Participants: []string{"http://a:1", "https://b:2"},
+			Deadline: deadline.UTC(), StayPaused: true,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := validCheckpoint()
+			tt.edit(&r)
+			got, err := r.CheckpointInput("/work/dir")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.CheckpointID != tt.want.CheckpointID || got.Set != tt.want.Set || got.Root != tt.want.Root ||
+				strings.Join(got.Participants, " ") != strings.Join(tt.want.Participants, " ") ||
+				got.Timeout != tt.want.Timeout || !got.Deadline.Equal(tt.want.Deadline) || got.StayPaused != tt.want.StayPaused {
+				t.Errorf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckpointInputRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*CheckpointRequest)
+		cwd  string
+		want string
+	}{
+		{"bad set", func(r *CheckpointRequest) { r.Set = "a b" }, "/w", "want 1-100 letters"},
+		{"empty id", func(r *CheckpointRequest) { r.CheckpointID = "" }, "/w", "--id"},
+		{"id with a slash", func(r *CheckpointRequest) { r.CheckpointID = "a/b" }, "/w", "--id"},
+		{"empty root", func(r *CheckpointRequest) { r.Root = " " }, "/w", "--root"},
+		{"relative cwd", func(*CheckpointRequest) {}, "w", "not absolute"},
+		{"no participants", func(r *CheckpointRequest) { r.Participants = nil }, "/w", "at least one"},
+		{"not a URL", func(r *CheckpointRequest) { r.Participants = []string{"127.0.0.1:8091"} }, "/w", "not an http"},
+		{"listed twice", func(r *CheckpointRequest) { r.Participants = []string{"http://a:1", "http://a:1/"} }, "/w", "listed twice"},
+		{"timeout and deadline", func(r *CheckpointRequest) { r.Deadline = time.Now() }, "/w", "not both"},
+		{"no timeout", func(r *CheckpointRequest) { r.Timeout = 0 }, "/w", "--timeout"},
+		{"negative timeout", func(r *CheckpointRequest) { r.Timeout = -time.Second }, "/w", "--timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := validCheckpoint()
+			tt.edit(&r)
+			_, err := r.CheckpointInput(tt.cwd)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCoordinatorStartOptions(t *testing.T) {
+	ck := CheckpointStartOptions("ck1", "q")
+	if ck.ID != "checkpoint/ck1" || ck.TaskQueue != "q" || ck.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL ||
+		ck.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY || !ck.WorkflowExecutionErrorWhenAlreadyStarted {
+		t.Errorf("checkpoint options %+v", ck)
+	}
+	rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1"}, "q")
+	if rs.ID != "restore/ck1" || rs.TaskQueue != "q" || rs.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL {
+		t.Errorf("restore options %+v", rs)
+	}
+	if rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
+		t.Errorf("restore with an id: %s", rs.ID)
+	}
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	for _, o := range []client.StartWorkflowOptions{ck, rs} {
+		if id, _ := o.TypedSearchAttributes.GetKeyword(key); id != "ck1" {
+			t.Errorf("%s: CheckpointId %q, want ck1", o.ID, id)
+		}
+	}
+}
+
+func TestRestoreInput(t *testing.T) {
+	r := RestoreRequest{CheckpointID: "ck1", RestoreID: "r2", Root: "ckpt", Participants: []string{"http://a:1"}}
+	got, err := r.RestoreInput("/w", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CheckpointID != "ck1" || got.RestoreID != "r2" || got.Root != "/w/ckpt" || got.TaskQueue != "q" || len(got.Participants) != 1 {
+		t.Errorf("got %+v", got)
+	}
+	for _, bad := range []RestoreRequest{
+		{CheckpointID: "", Root: "x", Participants: []string{"http://a:1"}},
+		{CheckpointID: "ck1", Root: "", Participants: []string{"http://a:1"}},
+		{CheckpointID: "ck1", Root: "x", Participants: []string{"ftp://a"}},
+		{CheckpointID: "ck1", RestoreID: "a/b", Root: "x", Participants: []string{"http://a:1"}},
+	} {
+		if _, err := bad.RestoreInput("/w", "q"); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// fakeRun is a started workflow whose result is res or err.
+type fakeRun struct {
+	client.WorkflowRun
+	res checkpoint.CheckpointResult
+	err error
+}
+
+func (r fakeRun) GetRunID() string { return "run-1" }
+
+func (r fakeRun) Get(_ context.Context, out any) error {
+	if r.err != nil {
+		return r.err
+	}
+	*out.(*checkpoint.CheckpointResult) = r.res
+	return nil
+}
+
+// coordinatorStarter checks what a coordinator start sends.
+type coordinatorStarter struct {
+	run      fakeRun
+	startErr error
+	got      []any
+}
+
+func (s *coordinatorStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	s.got = append([]any{o.ID, wf}, args...)
+	if s.startErr != nil {
+		return nil, s.startErr
+	}
+	return s.run, nil
+}
+
+func TestStartCoordinator(t *testing.T) {
+	in := checkpoint.CheckpointInput{CheckpointID: "ck1"}
+	opts := CheckpointStartOptions("ck1", "q")
+	tests := []struct {
+		name    string
+		s       coordinatorStarter
+		wait    bool
+		wantErr string
+		want    int
+	}{
+		{"no wait", coordinatorStarter{run: fakeRun{err: errors.New("must not be awaited")}}, false, "", 0},
+		{"wait", coordinatorStarter{run: fakeRun{res: checkpoint.CheckpointResult{Members: 7}}}, true, "", 7},
+		{"wait fails", coordinatorStarter{run: fakeRun{err: errors.New("connection lost")}}, true, "wait for checkpoint/ck1: connection lost", 0},
+		{"already started", coordinatorStarter{startErr: serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "r")}, true, "already running or was already completed", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var (
+				res checkpoint.CheckpointResult
+				log bytes.Buffer
+			)
+			announce := func(s Started) {
+				fmt.Fprintf(&log, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
+			}
+			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in, wait: tt.wait, onStart: announce}, &res)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Members != tt.want {
+				t.Errorf("members = %d, want %d", res.Members, tt.want)
+			}
+			if tt.s.got[0] != "checkpoint/ck1" || tt.s.got[1] != checkpoint.CheckpointWorkflowName || tt.s.got[2].(checkpoint.CheckpointInput).CheckpointID != "ck1" {
+				t.Errorf("started %v", tt.s.got)
+			}
+			if !strings.Contains(log.String(), "started checkpoint/ck1 (run run-1)") {
+				t.Errorf("log %q", log.String())
+			}
+		})
+	}
+}
+
+// queueRecorder records where the client starts a workflow.
+type queueRecorder struct {
+	client.Client
+	queues []string
+}
+
+func (q *queueRecorder) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	q.queues = append(q.queues, o.TaskQueue)
+	return fakeRun{}, nil
+}
+
+// Checkpoint and Restore run on the control plane's task queue, so a cut
+// never waits behind the rollouts' tasks; the restored rollouts still go to
+// the rollouts' queue.
+func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
+	rec := &queueRecorder{}
+	c := New(rec, "q")
+	if _, err := c.Checkpoint(t.Context(), CheckpointRequest{
+		Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute,
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"q-control", "q-control"}; strings.Join(rec.queues, ",") != strings.Join(want, ",") {
+		t.Errorf("coordinators started on %v, want %v", rec.queues, want)
+	}
+	in, err := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}.RestoreInput("/", c.TaskQueue())
+	if err != nil || in.TaskQueue != "q" {
+		t.Errorf("restored rollouts go to %q (%v), want q", in.TaskQueue, err)
+	}
+}

@@ -1,0 +1,189 @@
+package trainer
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// CheckRows checks every row and returns every problem found, by line:
+// a bad or duplicate id, an unknown environment, a missing task or one the
+// environment's Start refuses, bad sampling, a bad policy or turn limit.
+// The task check starts (and closes) a local session of the environment
+// with repeat 0's seed, so a refusal is found before anything starts
+// rather than as one failed rollout per repeat.
+func CheckRows(rows []DatasetRow) []RowError {
+	var errs []RowError
+	seen := map[string]int{}
+	for i, row := range rows {
+		line, id := rowLine(row, i), RowID(row, i)
+		report := func(err error) { errs = append(errs, RowError{Line: line, Err: err}) }
+		if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
+			report(err)
+		} else if first, dup := seen[id]; dup {
+			report(fmt.Errorf("id %q is also the id of line %d", id, first))
+		} else {
+			seen[id] = line
+		}
+		for _, err := range checkRow(row, id) {
+			report(err)
+		}
+	}
+	return errs
+}
+
+// checkRow checks one row's fields.
+func checkRow(row DatasetRow, id string) []error {
+	var errs []error
+	if err := row.Sampling.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if row.MaxTurns < 0 || row.MaxTurns > rollout.MaxMaxTurns {
+		errs = append(errs, fmt.Errorf("max_turns %d: want 1..%d, or 0 for the default", row.MaxTurns, rollout.MaxMaxTurns))
+	}
+	if p := row.Policy; p != nil {
+		if p.Model != strings.TrimSpace(p.Model) {
+			errs = append(errs, fmt.Errorf("policy.model %q: surrounding spaces", p.Model))
+		}
+		if err := checkURL("policy.base_url", p.BaseURL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := checkTask(row, id); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// checkTask checks that row names a known environment and a task its Start
+// accepts.
+func checkTask(row DatasetRow, id string) error {
+	if row.Env == "" {
+		return fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", "))
+	}
+	entry, err := catalog.Find(row.Env)
+	if err != nil {
+		return fmt.Errorf("env: %w", err)
+	}
+	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return errors.New("task is required")
+	}
+	if !entry.Hosted() {
+		return nil // its host checks the task when the rollout starts
+	}
+	// The set is not known here; the seed only matters to environments
+	// whose Start uses it, and none refuses a task for its seed.
+	session, _, err := entry.New().Start(rowSeed("", row, id, 0), row.Task)
+	if err != nil {
+		return fmt.Errorf("environment %s refuses the task: %w", row.Env, err)
+	}
+	if err := session.Close(); err != nil {
+		return fmt.Errorf("environment %s: close the session that checked the task: %w", row.Env, err)
+	}
+	return nil
+}
+
+// checkURL refuses a URL that is neither empty nor http(s).
+func checkURL(what, value string) error {
+	if value != "" && !strings.HasPrefix(value, "http://") && !strings.HasPrefix(value, "https://") {
+		return fmt.Errorf("%s %q: want an http:// or https:// URL", what, value)
+	}
+	return nil
+}
+
+// isDataset reports whether r submits a dataset rather than --count
+// rollouts of --env.
+func (r SubmitRequest) isDataset() bool { return r.Rows != nil || r.Repeats != 0 }
+
+// validateDataset checks the dataset mode of r: its own fields, that it
+// sets none of the count mode's, and every row (all bad rows at once).
+func (r SubmitRequest) validateDataset() error {
+	switch {
+	case r.Count != 0:
+		return errors.New("--count and --tasks are exclusive: a dataset's size is its rows × --repeats")
+	case len(r.Envs) > 0:
+		return errors.New("--env and --tasks are exclusive: each dataset row names its environment")
+	case r.Seed != 0:
+		return errors.New("--seed and --tasks are exclusive: seeds derive from set, row id and repeat (a row may set its own seed)")
+	case len(r.Rows) == 0:
+		return errors.New("--tasks: the dataset has no rows")
+	case r.Repeats < 1 || r.Repeats > MaxRepeats:
+		return fmt.Errorf("--repeats %d: want 1..%d", r.Repeats, MaxRepeats)
+	case len(r.Rows)*r.Repeats > maxCount:
+		return fmt.Errorf("%d rows × %d repeats = %d rollouts, more than %d", len(r.Rows), r.Repeats, len(r.Rows)*r.Repeats, maxCount)
+	}
+	if err := (rollout.Limits{GroupRetries: r.GroupRetries}).Validate(); err != nil {
+		return fmt.Errorf("--group-retries %d: %w", *r.GroupRetries, err)
+	}
+	bad := &DatasetError{}
+	for _, e := range CheckRows(r.Rows) {
+		bad.add(e.Line, e.Err)
+	}
+	return bad.orNil()
+}
+
+// buildDatasetInputs returns the inputs of r's dataset: every repeat of
+// row 0, then of row 1, …, so a group's rollouts start together.
+func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
+	out := make([]rollout.Input, 0, len(r.Rows)*r.Repeats)
+	for i, row := range r.Rows {
+		id := RowID(row, i)
+		var task bytes.Buffer
+		// Compact, so equal tasks written with different spacing give
+		// equal inputs.
+		if err := json.Compact(&task, row.Task); err != nil {
+			return nil, fmt.Errorf("line %d: task: %w", rowLine(row, i), err)
+		}
+		policy, maxTurns := rowPolicy(r, row), row.MaxTurns
+		if maxTurns == 0 {
+			maxTurns = r.MaxTurns
+		}
+		if maxTurns == 0 {
+			maxTurns = DefaultMaxTurns(row.Env)
+		}
+		limits := r.limits(maxTurns)
+		limits.GroupRetries = r.GroupRetries
+		for rep := range r.Repeats {
+			out = append(out, rollout.Input{
+				RolloutID:  DatasetRolloutID(r.Set, id, rep),
+				Set:        r.Set,
+				Task:       json.RawMessage(task.Bytes()),
+				Env:        rollout.EnvRef{Name: row.Env, URL: r.EnvURL},
+				Policy:     policy,
+				Seed:       rowSeed(r.Set, row, id, rep),
+				Limits:     limits,
+				Sampling:   cmp.Or(row.Sampling, r.Sampling),
+				RequireAck: r.RequireAck,
+				Group:      id,
+				Repeat:     rep,
+				GroupSize:  r.Repeats,
+			})
+		}
+	}
+	return out, nil
+}
+
+// rowPolicy is the policy of row's rollouts: the row's, with the request's
+// (then the environment's scripted policy) filling what it leaves empty.
+func rowPolicy(r SubmitRequest, row DatasetRow) rollout.PolicyRef {
+	var p rollout.PolicyRef
+	if row.Policy != nil {
+		p = *row.Policy
+	}
+	if p.Model == "" {
+		p.Model = r.Policy
+	}
+	if p.Model == "" {
+		p.Model = ScriptedPolicy(row.Env)
+	}
+	if p.BaseURL == "" {
+		p.BaseURL = r.ModelURL
+	}
+	return p
+}

@@ -1,0 +1,466 @@
+package trainer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/turnstile-rl/turnstile/internal/schemacheck"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// trajectorySchema compiles the published schema of an export line.
+func trajectorySchema(t *testing.T) *schemacheck.Schema {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/trajectory.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := schemacheck.Compile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// storedRollout writes a two-turn tool conversation: the first call with
+// tokens, the second without a generation record.
+func storedRollout(t *testing.T, store *transcript.Store) transcript.Digest {
+	t.Helper()
+	ctx := context.Background()
+	prompt := []int64{1, 2, 3}
+	gen := transcript.Generation{
+		Tokens: transcript.TokensPresent, PromptTokenIDs: prompt, GenerationTokenIDs: []int64{4, 5},
+		GenerationLogProbs: []float64{-0.5, -0.25}, PromptDigest: transcript.TokenDigest(prompt),
+		SequenceDigest: transcript.TokenDigest(prompt, []int64{4, 5}), FinishReason: "tool_calls",
+		ReasoningContent: "count up", PolicyVersion: "v3", Sampling: json.RawMessage(`{"temperature":0.5}`),
+		PrefixBreak: true, PrefixBreakReason: "parent call has no generation record",
+	}
+	g, err := store.PutGeneration(ctx, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := store.AppendAll(ctx, "",
+		transcript.Item{Role: "system", Content: "You count."},
+		transcript.Item{Role: "user", Content: "Reach 1."},
+		transcript.Item{Role: "assistant", ToolCalls: []transcript.ToolCall{{ID: "c1", Name: "increment", Arguments: `{"by":1}`}}, Generation: g},
+		transcript.Item{Role: "tool", ToolCallID: "c1", Content: "counter=1"},
+		transcript.Item{Role: "assistant", Content: "done <ok>"},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head
+}
+
+func TestBuildLine(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	details, err := store.Put(context.Background(), []byte(`{"value":1,"target":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, repeat := "q1", 2
+	f := finishedRollout{
+		set: "s1", group: &group, repeat: &repeat,
+		groupStatus: &ExportGroup{Status: "complete", Size: 3, Retries: 1, RetryBudget: 2},
+		rec: RolloutRecord{RolloutID: "s1-q1-r2", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, Attempt: 1, Result: &rollout.Result{
+			RolloutID: "s1-q1-r2", Set: "s1", Env: "counter", Attempt: 1, Reward: 1, Turns: 2, Head: head,
+			Usage:       rollout.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5, Calls: 2},
+			StepRewards: []float64{0}, VerifyDetailsRef: details,
+		}},
+		attempts: []AttemptRecord{{Attempt: 0, Status: "terminated", Runs: 1}, {Attempt: 1, Status: "completed", Runs: 2}},
+	}
+	line, err := buildLine(context.Background(), store, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line.Set != "s1" || *line.Group != "q1" || *line.Repeat != 2 || line.Env != "counter" || line.Status != "completed" || *line.Reward != 1 || line.Attempt != 1 {
+		t.Errorf("line header %+v", line)
+	}
+	if len(line.Messages) != 5 || line.Tokens != "partial" || line.PrefixBreaks != 1 {
+		t.Fatalf("line %+v", line)
+	}
+	if !line.StepRewards.Available || fmt.Sprint(line.StepRewards.Values) != "[0]" || line.StepRewards.Reason != "" {
+		t.Errorf("step rewards %+v", line.StepRewards)
+	}
+	if !line.VerifyDetails.Available || string(line.VerifyDetails.Details) != `{"value":1,"target":1}` {
+		t.Errorf("verify details %+v", line.VerifyDetails)
+	}
+	first, last := line.Messages[2], line.Messages[4]
+	if first.Tokens != "present" || fmt.Sprint(first.PromptTokenIDs, first.GenerationTokenIDs, first.GenerationLogProbs) != "[1 2 3] [4 5] [-0.5 -0.25]" ||
+		first.FinishReason != "tool_calls" || first.ReasoningContent != "count up" || first.PolicyVersion != "v3" || !*first.PrefixBreak ||
+		first.ToolCalls[0].Function.Name != "increment" || first.ToolCalls[0].Type != "function" {
+		t.Errorf("first assistant message %+v", first)
+	}
+	if last.Tokens != "absent" || *last.PrefixBreak || last.PromptTokenIDs != nil {
+		t.Errorf("assistant without a record %+v", last)
+	}
+	if fmt.Sprint(line.Turns) != "[{1 2 [3]} {2 4 []}]" {
+		t.Errorf("turns %v", line.Turns)
+	}
+	b, err := encodeLine(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := trajectorySchema(t).Validate(b); len(errs) > 0 {
+		t.Errorf("line does not match the schema: %v\n%s", errs, b)
+	}
+	if !strings.Contains(string(b), `"content":"done <ok>"`) {
+		t.Errorf("HTML escaped: %s", b)
+	}
+	if !strings.Contains(string(b), `"group_status":{"status":"complete","size":3,"retries":1,"retry_budget":2}`) {
+		t.Errorf("group status: %s", b)
+	}
+}
+
+// TestBuildLineNotRecorded: a result from before step rewards and verify
+// details were kept says so; a result that kept them with no operation has
+// an empty list, available.
+func TestBuildLineNotRecorded(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	for _, tt := range []struct {
+		steps     []float64
+		available bool
+		encoded   string
+	}{
+		{nil, false, `"step_rewards":{"available":false,"values":null,"reason":"not recorded: the rollout began before results kept them"}`},
+		{[]float64{}, true, `"step_rewards":{"available":true,"values":[]}`},
+	} {
+		f := finishedRollout{set: "s1", attempts: []AttemptRecord{}, rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+			Result: &rollout.Result{RolloutID: "s1-0001", Head: head, StepRewards: tt.steps}}}
+		line, err := buildLine(context.Background(), store, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := encodeLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line.StepRewards.Available != tt.available || !strings.Contains(string(b), tt.encoded) || line.VerifyDetails.Available {
+			t.Errorf("steps %v: %s", tt.steps, b)
+		}
+		if errs := trajectorySchema(t).Validate(b); len(errs) > 0 {
+			t.Errorf("line does not match the schema: %v\n%s", errs, b)
+		}
+	}
+}
+
+func TestBuildLineMissingTranscript(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := finishedRollout{set: "s1", rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		Result: &rollout.Result{Head: transcript.DigestOf([]byte("elsewhere"))}}}
+	_, err = buildLine(context.Background(), store, f)
+	if err == nil || !strings.Contains(err.Error(), "--transcript-dir") || !strings.Contains(err.Error(), "s1-0001") {
+		t.Fatalf("err = %v, want one naming the rollout and --transcript-dir", err)
+	}
+}
+
+// fakeSet serves a set's runs to the exporter: visibility pages of two
+// runs, and each run's result or failure.
+type fakeSet struct {
+	t       *testing.T
+	runs    []fakeRunInfo
+	mu      sync.Mutex
+	queries []string
+	// ledgers are the groups' ledgers by group id; a group without one
+	// has none.
+	ledgers   map[string]ExportGroup
+	described []string
+}
+
+// DescribeWorkflowExecution describes a group's ledger as its search
+// attribute and memo show it.
+func (f *fakeSet) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	f.described = append(f.described, workflowID)
+	f.mu.Unlock()
+	for group, g := range f.ledgers {
+		if rollout.GroupWorkflowID("s1", group) != workflowID {
+			continue
+		}
+		memo := map[string]*commonpb.Payload{
+			rollout.MemoGroupSize: payload(f.t, g.Size), rollout.MemoGroupRetries: payload(f.t, g.Retries),
+			rollout.MemoGroupBudget: payload(f.t, g.RetryBudget), rollout.MemoGroupReason: payload(f.t, g.Reason),
+		}
+		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{rollout.SARolloutGroupStatus: payload(f.t, g.Status)}},
+			Memo:             &commonpb.Memo{Fields: memo},
+		}}, nil
+	}
+	return nil, serviceerror.NewNotFound("no ledger " + workflowID)
+}
+
+type fakeRunInfo struct {
+	id, runID string
+	phase     rollout.Phase
+	attempt   int64
+	status    enumspb.WorkflowExecutionStatus
+	start     time.Time
+	group     string
+	repeat    int64
+	result    *rollout.Result
+	// finishedAt, when set, is the run's RolloutFinishedAt; queried, when
+	// set, the phase its status query answers (a held result acknowledged
+	// after the listing).
+	finishedAt time.Time
+	queried    rollout.Phase
+}
+
+func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
+	fields := map[string]*commonpb.Payload{
+		rollout.SARolloutID: payload(f.t, r.id), rollout.SARolloutSet: payload(f.t, "s1"),
+		rollout.SARolloutAttempt: payload(f.t, r.attempt), rollout.SARolloutPhase: payload(f.t, string(r.phase)),
+	}
+	if r.group != "" {
+		fields[rollout.SARolloutGroup], fields[rollout.SARolloutRepeat] = payload(f.t, r.group), payload(f.t, r.repeat)
+	}
+	if !r.finishedAt.IsZero() {
+		fields[rollout.SARolloutFinishedAt] = payload(f.t, r.finishedAt)
+	}
+	info := &workflowpb.WorkflowExecutionInfo{
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(r.id), RunId: r.runID},
+		Status:           r.status,
+		StartTime:        timestamppb.New(r.start),
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: fields},
+		Memo:             &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: payload(f.t, "counter")}},
+	}
+	if r.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		info.CloseTime = timestamppb.New(r.start.Add(time.Second))
+	}
+	return info
+}
+
+func (f *fakeSet) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.mu.Lock()
+	f.queries = append(f.queries, req.GetQuery())
+	f.mu.Unlock()
+	var match []*workflowpb.WorkflowExecutionInfo
+	for _, r := range f.runs {
+		byID := strings.HasPrefix(req.GetQuery(), "WorkflowId IN (") && strings.Contains(req.GetQuery(), fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
+		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
+		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
+		if byID || strings.Contains(req.GetQuery(), finishedQuery) && finished || strings.Contains(req.GetQuery(), feedQuery) && inFeed {
+			match = append(match, f.info(r))
+		}
+	}
+	from, _ := strconv.Atoi(string(req.GetNextPageToken()))
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: match[from:min(from+2, len(match))]}
+	if from+2 < len(match) {
+		resp.NextPageToken = []byte(strconv.Itoa(from + 2))
+	}
+	return resp, nil
+}
+
+func (f *fakeSet) GetWorkflow(_ context.Context, workflowID, runID string) tclient.WorkflowRun {
+	for _, r := range f.runs {
+		if rollout.WorkflowID(r.id) == workflowID && r.runID == runID {
+			return resultRun{res: r.result}
+		}
+	}
+	f.t.Fatalf("GetWorkflow(%s, %s): no such run", workflowID, runID)
+	return nil
+}
+
+// QueryWorkflow answers the status query of the latest run.
+func (f *fakeSet) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
+	if runID != "" || queryType != rollout.QueryStatus {
+		f.t.Fatalf("query %s of %s run %q", queryType, workflowID, runID)
+	}
+	for _, r := range f.runs {
+		if rollout.WorkflowID(r.id) == workflowID && r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			if r.queried != "" {
+				return encodedStatus{rollout.Status{Phase: r.queried, Result: r.result}}, nil
+			}
+			return encodedStatus{rollout.Status{Phase: r.phase, Result: r.result}}, nil
+		}
+	}
+	return nil, fmt.Errorf("no running run of %s", workflowID)
+}
+
+// encodedStatus is a status query's answer.
+type encodedStatus struct{ st rollout.Status }
+
+func (e encodedStatus) HasValue() bool { return true }
+
+func (e encodedStatus) Get(v any) error {
+	*v.(*rollout.Status) = e.st
+	return nil
+}
+
+// resultRun is a closed run: a result, or a failure when res is nil.
+type resultRun struct {
+	tclient.WorkflowRun
+	res *rollout.Result
+}
+
+func (r resultRun) Get(_ context.Context, out any) error {
+	if r.res == nil {
+		return &temporal.WorkflowExecutionError{}
+	}
+	*out.(*rollout.Result) = *r.res
+	return nil
+}
+
+func TestExportSet(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	done := func(id string, attempt int) *rollout.Result {
+		return &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Attempt: attempt, Reward: 1, Turns: 2, Head: head}
+	}
+	completed, failed := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	held := done("s1-q3-r0", 0)
+	held.Receipt = &rollout.Receipt{RolloutID: "s1-q3-r0", SHA256: strings.Repeat("a", 64)}
+	src := &fakeSet{t: t, ledgers: map[string]ExportGroup{
+		"q1": {Status: "failed", Size: 2, Retries: 2, RetryBudget: 2, Reason: "group retry budget (2) exhausted"},
+		"q2": {Status: "complete", Size: 2, Retries: 1, RetryBudget: 2},
+	}, runs: []fakeRunInfo{
+		{id: "s1-q1-r0", runID: "a", status: completed, start: t0, group: "q1", result: done("s1-q1-r0", 0)},
+		{id: "s1-q1-r1", runID: "b", status: failed, start: t0, group: "q1", repeat: 1},
+		// Attempt 0 was replaced by a restored attempt 1: one line, of attempt 1.
+		{id: "s1-q2-r0", runID: "c0", status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, start: t0, group: "q2"},
+		{id: "s1-q2-r0", runID: "c1", attempt: 1, status: completed, start: t0.Add(time.Minute), group: "q2", result: done("s1-q2-r0", 1)},
+		// Still running: not finished, not exported.
+		{id: "s1-q2-r1", runID: "d", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseModel, start: t0, group: "q2", repeat: 1},
+		// Holding its result for acknowledgement: finished, exported with its receipt.
+		{id: "s1-q3-r0", runID: "e", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck, start: t0, group: "q3", result: held},
+	}}
+	var out bytes.Buffer
+	stats, err := exportSet(context.Background(), src, store, "s1", &out, ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats != (ExportStats{Completed: 3, Held: 1, Failed: 1, Skipped: 1}) {
+		t.Errorf("stats %+v", stats)
+	}
+	schema := trajectorySchema(t)
+	var got []string
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if errs := schema.Validate(sc.Bytes()); len(errs) > 0 {
+			t.Errorf("line does not match the schema: %v\n%s", errs, sc.Bytes())
+		}
+		var l ExportLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d held=%v receipt=%v group=%s", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts), l.Held, l.Receipt != nil, l.GroupStatus.Status))
+		if l.Status == "failed" && (l.Failure == "" || l.Reward != nil || len(l.Messages) != 0) {
+			t.Errorf("failed line %s", sc.Bytes())
+		}
+	}
+	want := []string{
+		"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1 held=false receipt=false group=failed",
+		"s1-q1-r1 failed g=q1 r=1 a=0 attempts=1 held=false receipt=false group=failed",
+		"s1-q2-r0 completed g=q2 r=0 a=1 attempts=2 held=false receipt=false group=complete",
+		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true group=unknown",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+finishedQuery) {
+		t.Errorf("set query %q", src.queries[0])
+	}
+	// The set's fence record once, then each of the 3 groups' ledgers once.
+	if len(src.described) != 4 || src.described[0] != rollout.SetFenceWorkflowID("s1") {
+		t.Errorf("described %v, want the fence record, then each of the 3 groups once", src.described)
+	}
+
+	// The trainer's view: the complete group's lines only; the failed
+	// group is left out whole, and so are groups not known complete.
+	out.Reset()
+	stats, err = exportSet(context.Background(), src, store, "s1", &out, ExportOptions{CompleteGroupsOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats != (ExportStats{Completed: 1, Excluded: 3, Skipped: 1}) || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), `"rollout_id":"s1-q2-r0"`) {
+		t.Errorf("trainer's view: stats %+v\n%s", stats, out.String())
+	}
+}
+
+// pageCountingWriter records how many visibility pages of the set had been
+// read when the first line was written.
+type pageCountingWriter struct {
+	src          *fakeSet
+	pagesAtFirst int
+	lines        int
+}
+
+func (w *pageCountingWriter) Write(p []byte) (int, error) {
+	if w.lines == 0 {
+		w.src.mu.Lock()
+		for _, q := range w.src.queries {
+			if strings.HasPrefix(q, "RolloutSet") {
+				w.pagesAtFirst++
+			}
+		}
+		w.src.mu.Unlock()
+	}
+	w.lines += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+// TestExportStreams: lines are written while the set is still being
+// listed, a window at a time, so memory does not grow with the set.
+func TestExportStreams(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	src := &fakeSet{t: t}
+	const n = 5 * exportWindow
+	for i := range n {
+		id := fmt.Sprintf("s1-%04d", i)
+		src.runs = append(src.runs, fakeRunInfo{id: id, runID: "r" + id, status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+			start: time.Unix(int64(i), 0), result: &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head}})
+	}
+	w := &pageCountingWriter{src: src}
+	stats, err := exportSet(context.Background(), src, store, "s1", w, ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Completed != n || w.lines != n {
+		t.Fatalf("stats %+v, %d lines; want %d", stats, w.lines, n)
+	}
+	// Pages hold two runs: the first window is full after exportWindow/2.
+	if w.pagesAtFirst != exportWindow/2 {
+		t.Errorf("first line written after %d of %d pages, want %d", w.pagesAtFirst, n/2, exportWindow/2)
+	}
+}

@@ -1,0 +1,126 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// TestFeedPages: the feed hands out held results and failures in
+// completion order, a page at a time; a cursor continues after the last
+// run it chose (a result acknowledged since the listing is passed over);
+// a run that finished within the settle time waits; an acknowledged
+// (completed) run is never a candidate.
+func TestFeedPages(t *testing.T) {
+	store, err := transcript.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := storedRollout(t, store)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	running, failed := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
+	heldResult := func(id string) *rollout.Result {
+		return &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head, Receipt: &rollout.Receipt{RolloutID: id, SHA256: strings.Repeat("a", 64)}}
+	}
+	held := func(id string, at time.Duration) fakeRunInfo {
+		return fakeRunInfo{id: id, runID: "run-" + id, status: running, phase: rollout.PhaseAwaitingAck, start: t0, finishedAt: t0.Add(at), result: heldResult(id)}
+	}
+	acked := held("s1-f", 4*time.Second)
+	acked.queried = rollout.PhaseCompleted
+	src := &fakeSet{t: t, runs: []fakeRunInfo{
+		held("s1-a", 3*time.Second),
+		// Failed without RolloutFinishedAt: ordered by its close time (start + 1s).
+		{id: "s1-b", runID: "run-b", status: failed, start: t0.Add(1500 * time.Millisecond)},
+		held("s1-c", time.Second),
+		held("s1-d", 5*time.Second),
+		{id: "s1-e", runID: "run-e", status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, start: t0, finishedAt: t0, result: heldResult("s1-e")},
+		acked,
+		// Still working: not finished.
+		{id: "s1-g", runID: "run-g", status: running, phase: rollout.PhaseModel, start: t0},
+	}}
+	req := FeedRequest{Set: "s1", Max: 2, Settle: time.Second, Now: t0.Add(5500 * time.Millisecond)}
+	var pages [][]string
+	var mores []int
+	for i := range 4 {
+		if i == 3 {
+			req.Now = req.Now.Add(time.Second) // s1-d has settled
+		}
+		page, err := feedPage(context.Background(), src, store, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, item := range page.Items {
+			var l ExportLine
+			if err := json.Unmarshal(item, &l); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, l.RolloutID+"/"+l.Status)
+		}
+		pages, mores = append(pages, got), append(mores, page.More)
+		req.After = page.Next
+	}
+	want := "[[s1-c/completed s1-b/failed] [s1-a/completed] [] [s1-d/completed]] more [3 1 1 0]"
+	if got := fmt.Sprintf("%v more %v", pages, mores); got != want {
+		t.Errorf("pages %s, want %s", got, want)
+	}
+}
+
+// TestChooseFeedRunsKeepsTheEarliest: one pass over runs listed in any
+// order keeps exactly the earliest Max after the cursor.
+func TestChooseFeedRunsKeepsTheEarliest(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var infos []*workflowpb.WorkflowExecutionInfo
+	var ats []int64
+	for i := range 300 {
+		at := rng.Int63n(1_000_000)
+		ats = append(ats, at)
+		infos = append(infos, &workflowpb.WorkflowExecutionInfo{
+			Execution: &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(fmt.Sprintf("s-%04d", i)), RunId: "r"},
+			Status:    enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+			CloseTime: timestamppb.New(time.UnixMilli(at)),
+		})
+	}
+	sort.Slice(ats, func(i, j int) bool { return ats[i] < ats[j] })
+	after := FeedPosition{At: ats[9], RolloutID: "~"} // past the tenth
+	lister := &pagedLister{}
+	for len(infos) > 0 {
+		n := min(50, len(infos))
+		lister.pages, infos = append(lister.pages, infos[:n]), infos[n:]
+	}
+	chosen, more, err := chooseFeedRuns(context.Background(), lister, FeedRequest{Set: "s", After: after, Max: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, c := range chosen {
+		got = append(got, c.pos.At)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(ats[10:17]) || more != 300-17 {
+		t.Errorf("chose %v (more %d), want %v (more %d)", got, more, ats[10:17], 300-17)
+	}
+}
+
+func TestFeedPositionOrder(t *testing.T) {
+	ps := []FeedPosition{{At: 2, RolloutID: "a"}, {At: 1, RolloutID: "b"}, {At: 1, RolloutID: "a", RunID: "y"}, {At: 1, RolloutID: "a", RunID: "x"}}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Before(ps[j]) })
+	if fmt.Sprint(ps) != "[{1 a x} {1 a y} {1 b } {2 a }]" {
+		t.Errorf("order %v", ps)
+	}
+	if (FeedPosition{}).Before(FeedPosition{}) || !(FeedPosition{}).Before(FeedPosition{At: 0, RolloutID: "a"}) {
+		t.Error("the zero position is before every run and not before itself")
+	}
+}

@@ -1,0 +1,263 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// fakeHealth answers counts by filter, lists by filter and describes runs
+// with the pending model calls a test set.
+type fakeHealth struct {
+	counts   func(query string) int
+	lists    func(query string) []*workflowpb.WorkflowExecutionInfo
+	attempts map[string]int32 // workflow id → attempt of its pending model call
+	failure  string
+	// noAttributes: the namespace lacks the progress attributes.
+	noAttributes bool
+}
+
+func (f *fakeHealth) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+	if f.noAttributes && strings.Contains(req.GetQuery(), "At ") {
+		return nil, errors.New("invalid query: search attribute RolloutProgressAt is not defined")
+	}
+	return &workflowservice.CountWorkflowExecutionsResponse{Count: int64(f.counts(req.GetQuery()))}, nil
+}
+
+func (f *fakeHealth) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	out := f.lists(req.GetQuery())
+	if n := int(req.GetPageSize()); n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: out}, nil
+}
+
+func (f *fakeHealth) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	resp := &workflowservice.DescribeWorkflowExecutionResponse{}
+	if a, ok := f.attempts[workflowID]; ok {
+		resp.PendingActivities = []*workflowpb.PendingActivityInfo{{
+			ActivityType: &commonpb.ActivityType{Name: rollout.CallModelName}, Attempt: a,
+			LastFailure: &failurepb.Failure{Message: workflowID[len("rollout/"):] + "/a0/t1: " + f.failure},
+		}}
+	}
+	return resp, nil
+}
+
+// finishedRun is a listed run that finished at t0+at with a status and
+// phase.
+func finishedRun(t *testing.T, id string, st enumspb.WorkflowExecutionStatus, phase string, at time.Duration) *workflowpb.WorkflowExecutionInfo {
+	i := info(t, id, "r", st, t0, 0, phase)
+	i.SearchAttributes.IndexedFields[rollout.SARolloutFinishedAt] = payload(t, t0.Add(at))
+	return i
+}
+
+// TestHealth: a set whose working rollouts made no progress within the
+// window is stalled, and the reason names the model errors (read once for
+// many rollouts); progress makes it ok; failures since the last success
+// make it degraded.
+func TestHealth(t *testing.T) {
+	waiting := []*workflowpb.WorkflowExecutionInfo{
+		info(t, "s1-0000", "r", running, t0, 0, "model"), info(t, "s1-0001", "r", running, t0, 0, "model"),
+	}
+	tests := []struct {
+		name       string
+		progressed int
+		attempts   map[string]int32
+		finished   []*workflowpb.WorkflowExecutionInfo
+		state      string
+		streak     int
+		rate       float64
+		reason     []string
+	}{
+		{name: "stalled", attempts: map[string]int32{"rollout/s1-0000": 4, "rollout/s1-0001": 3}, state: HealthStalled, rate: 1,
+			reason: []string{"no rollout of set s1 made progress in the last 5m0s while 3 are working", "model calls failing in 100% of sampled rollouts: call model: connection refused"}},
+		{name: "progressing", progressed: 2, state: HealthOK},
+		{name: "retrying", progressed: 1, attempts: map[string]int32{"rollout/s1-0001": 2}, state: HealthDegraded, rate: 0.5},
+		{name: "failing", progressed: 1, state: HealthDegraded, streak: 2, finished: []*workflowpb.WorkflowExecutionInfo{
+			finishedRun(t, "s1-0003", failed, "failed", time.Second),
+			finishedRun(t, "s1-0004", running, "awaiting_ack", 2*time.Second),
+			finishedRun(t, "s1-0005", failed, "failed", 3*time.Second),
+			finishedRun(t, "s1-0006", enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, "failed", 4*time.Second),
+		}, reason: []string{"2 consecutive failures"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := &fakeHealth{attempts: tt.attempts, failure: "call model: connection refused"}
+			f.counts = func(q string) int {
+				switch {
+				case strings.Contains(q, runSucceededQ):
+					return countAfter(t, q, tt.finished, false)
+				case strings.Contains(q, rollout.SARolloutProgressAt):
+					return tt.progressed
+				case strings.Contains(q, rollout.SARolloutFinishedAt):
+					return len(tt.finished)
+				case strings.Contains(q, "RolloutPhase != "):
+					return 3
+				}
+				return 1
+			}
+			f.lists = func(q string) []*workflowpb.WorkflowExecutionInfo {
+				switch {
+				case strings.Contains(q, `RolloutPhase = "model"`):
+					return waiting
+				case strings.Contains(q, runFailedQ):
+					var out []*workflowpb.WorkflowExecutionInfo
+					for _, i := range tt.finished {
+						if failedRun(i) {
+							out = append(out, i)
+						}
+					}
+					return out
+				}
+				return nil
+			}
+			h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: 5 * time.Minute, Now: t0.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.State != tt.state || h.ConsecutiveFailures != tt.streak || h.ModelErrorRate != tt.rate {
+				t.Fatalf("health %+v", h)
+			}
+			for _, r := range tt.reason {
+				if !strings.Contains(h.Reason, r) {
+					t.Errorf("reason %q lacks %q", h.Reason, r)
+				}
+			}
+			if tt.rate > 0 && fmt.Sprint(h.ModelErrors) != "[call model: connection refused]" {
+				t.Errorf("model errors %q", h.ModelErrors)
+			}
+		})
+	}
+}
+
+// TestHealthQueriesUseTheWindow: every time filter compares against the
+// start of the window, as visibility spells a Datetime.
+func TestHealthQueriesUseTheWindow(t *testing.T) {
+	var queries []string
+	f := &fakeHealth{
+		counts: func(q string) int { queries = append(queries, q); return 0 },
+		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	since := `"2026-11-30T11:59:00Z"`
+	for _, q := range queries {
+		if !strings.HasPrefix(q, `RolloutSet = "s1" AND `) {
+			t.Errorf("query %q is not limited to the set", q)
+		}
+		if strings.Contains(q, "At ") && !strings.Contains(q, since) && !strings.Contains(q, "1970-01-01") {
+			t.Errorf("query %q does not compare with %s", q, since)
+		}
+	}
+}
+
+// failedRun is the fake's reading of runFailedQ.
+func failedRun(i *workflowpb.WorkflowExecutionInfo) bool {
+	phase, _ := rollout.SAKeyword(i.GetSearchAttributes(), rollout.SARolloutPhase)
+	return i.GetStatus() == failed || i.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED || phase == "failed"
+}
+
+// countAfter counts the successes (or failures) of runs that finished after
+// the time a "RolloutFinishedAt > \"…\"" filter names.
+func countAfter(t *testing.T, q string, runs []*workflowpb.WorkflowExecutionInfo, failures bool) int {
+	t.Helper()
+	_, rest, ok := strings.Cut(q, rollout.SARolloutFinishedAt+" > ")
+	if !ok {
+		t.Fatalf("query %q has no lower bound", q)
+	}
+	raw, _, _ := strings.Cut(rest[1:], `"`)
+	after, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, i := range runs {
+		at, _ := rollout.SATime(i.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		if at.After(after) && failedRun(i) == failures {
+			n++
+		}
+	}
+	return n
+}
+
+// TestFailureStreak: the failures after the newest success, found with a
+// few counts (never a scan of the successes).
+func TestFailureStreak(t *testing.T) {
+	ok := func(at int) *workflowpb.WorkflowExecutionInfo {
+		return finishedRun(t, fmt.Sprintf("s1-ok%d", at), enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, "completed", time.Duration(at)*time.Second)
+	}
+	bad := func(at int) *workflowpb.WorkflowExecutionInfo {
+		return finishedRun(t, fmt.Sprintf("s1-bad%d", at), failed, "failed", time.Duration(at)*time.Second)
+	}
+	tests := []struct {
+		name string
+		runs []*workflowpb.WorkflowExecutionInfo
+		want int
+	}{
+		{"none", nil, 0},
+		{"only successes", []*workflowpb.WorkflowExecutionInfo{ok(1), ok(2)}, 0},
+		{"only failures", []*workflowpb.WorkflowExecutionInfo{bad(1), bad(2), bad(3)}, 3},
+		{"success last", []*workflowpb.WorkflowExecutionInfo{bad(1), bad(2), ok(3)}, 0},
+		{"failures after a success", []*workflowpb.WorkflowExecutionInfo{bad(1), ok(2), bad(3), bad(4), bad(5), ok(0)}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			counts := 0
+			f := &fakeHealth{
+				counts: func(q string) int { counts++; return countAfter(t, q, tt.runs, false) },
+				lists: func(string) []*workflowpb.WorkflowExecutionInfo {
+					var out []*workflowpb.WorkflowExecutionInfo
+					for _, i := range tt.runs {
+						if failedRun(i) {
+							out = append(out, i)
+						}
+					}
+					return out
+				},
+			}
+			got, err := failureStreak(context.Background(), f, "s1", rollout.VisibilityTime(t0))
+			if err != nil || got != tt.want {
+				t.Fatalf("streak %d (%v), want %d", got, err, tt.want)
+			}
+			if counts > 3 {
+				t.Errorf("%d counts for %d runs", counts, len(tt.runs))
+			}
+		})
+	}
+}
+
+// TestHealthWithoutProgressAttributes: on a namespace without the progress
+// attributes the health still answers, says the watchdog is off, and never
+// stalls.
+func TestHealthWithoutProgressAttributes(t *testing.T) {
+	var queries []string
+	f := &fakeHealth{noAttributes: true,
+		counts: func(q string) int { queries = append(queries, q); return 2 },
+		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
+	}
+	h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.State != HealthOK || !strings.Contains(h.Reason, "no watchdog") || h.Running != 2 {
+		t.Fatalf("health %+v", h)
+	}
+	for _, q := range queries {
+		if strings.Contains(q, "At ") {
+			t.Errorf("query %q uses an attribute the namespace lacks", q)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+func TestControlToken(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string
+		err  string
+	}{
+		{"set", map[string]string{protocol.ControlTokenEnvVar: "tok"}, "tok", ""},
+		{"unset", nil, "", "TURNSTILE_CONTROL_TOKEN is not set"},
+		{"blank", map[string]string{protocol.ControlTokenEnvVar: "  "}, "", "is not set"},
+		{"whitespace", map[string]string{protocol.ControlTokenEnvVar: "tok\n"}, "", "whitespace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ControlToken(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("got %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// orderLog records the order of resumes across servers and rollouts.
+type orderLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *orderLog) add(e string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, e)
+}
+
+type fakeControl struct {
+	name string
+	log  *orderLog
+	err  error
+}
+
+func (f fakeControl) Resume(_ context.Context, id string) (protocol.ResumeResponse, error) {
+	f.log.add("server " + f.name + " " + id)
+	return protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id}, f.err
+}
+
+// loggingUpdater logs every update after the inner updater.
+type loggingUpdater struct {
+	*fakeUpdater
+	log *orderLog
+}
+
+func (l loggingUpdater) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	l.log.add("rollout " + o.WorkflowID)
+	return l.fakeUpdater.UpdateWorkflow(ctx, o)
+}
+
+func TestResumeSet(t *testing.T) {
+	lister := func() *pagedLister {
+		return &pagedLister{pages: [][]*workflowpb.WorkflowExecutionInfo{
+			{info(t, "s1-0000", "r1", running, t0, 0, "parked"), info(t, "s1-0001", "r1", completed, t0, 0, "completed")},
+			{info(t, "s1-0002", "r1", running, t0, 0, "parked"), info(t, "s1-0003", "r1", running, t0, 0, "parked")},
+		}}
+	}
+	log := &orderLog{}
+	servers := map[string]controlResumer{"http://a": fakeControl{"a", log, nil}, "http://b": fakeControl{"b", log, nil}}
+	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0003": true}}
+	sum, err := resumeSet(t.Context(), resumeTarget{servers, []string{"http://b", "http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != (ResumeSummary{Participants: 2, Rollouts: 2, Closed: 1}) {
+		t.Errorf("summary %+v", sum)
+	}
+	if len(log.events) != 5 || log.events[0] != "server b ck1" || log.events[1] != "server a ck1" {
+		t.Errorf("order %v: servers first, in the given order", log.events)
+	}
+	if _, ok := f.got["rollout/s1-0001"]; ok {
+		t.Error("a closed rollout was sent a resume")
+	}
+	o := f.got["rollout/s1-0002"]
+	if o.UpdateName != rollout.UpdateResume || o.UpdateID != "ck1/resume" || o.Args[0].(rollout.ResumeRequest).CheckpointID != "ck1" {
+		t.Errorf("update %+v", o)
+	}
+
+	// A server that refuses stops before any rollout is released.
+	log = &orderLog{}
+	servers["http://a"] = fakeControl{"a", log, errors.New("401 unauthorized")}
+	f = &fakeUpdater{}
+	_, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a", "http://b"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
+	if err == nil || !strings.Contains(err.Error(), "resume environment server http://a") || f.calls != 0 {
+		t.Errorf("err = %v after %d updates", err, f.calls)
+	}
+
+	// A rollout held for another checkpoint is reported; the others go on.
+	servers["http://a"] = fakeControl{"a", log, nil}
+	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0002": true}}
+	sum, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
+	if err == nil || !strings.Contains(err.Error(), "rollout/s1-0002: rejected") || sum.Rollouts != 2 {
+		t.Errorf("err = %v, summary %+v", err, sum)
+	}
+}

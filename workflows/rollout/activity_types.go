@@ -1,0 +1,164 @@
+package rollout
+
+// The inputs and results of the rollout's activities: what workflow history
+// records, so none of them grows with the conversation (conversations travel
+// as transcript heads). What a checkpoint keeps is defined in api.go, apart
+// from these, so changing an activity's output never changes the checkpoint
+// schema by accident.
+
+import (
+	"encoding/json"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+)
+
+// Activity names, as registered on the worker.
+const (
+	StartEnvironmentName   = "StartEnvironment"
+	CallModelName          = "CallModel"
+	OperateEnvironmentName = "OperateEnvironment"
+	VerifyName             = "Verify"
+	AuthoriseAttemptName   = "AuthoriseAttempt"
+)
+
+// Application error types the workflow tells apart.
+const (
+	// ErrStaleAttempt: the environment server has installed a higher attempt
+	// for this rollout; this attempt is fenced off and must stop.
+	ErrStaleAttempt = "StaleAttempt"
+	// ErrParked: admission is closed for a checkpoint; nothing was applied.
+	// The workflow waits and re-sends the same request id.
+	ErrParked = "Parked"
+	// ErrModelRequest: the model endpoint rejected the request (a 4xx other
+	// than 429); retrying cannot help.
+	ErrModelRequest = "ModelBadRequest"
+	// ErrEnvironment: the environment server refused the request for a reason
+	// that a retry cannot fix (unknown session, revision mismatch, conflict).
+	ErrEnvironment = "EnvironmentRefused"
+)
+
+// StartEnvironmentInput seeds the rollout's environment session.
+type StartEnvironmentInput struct {
+	RolloutID string          `json:"rollout_id"`
+	Attempt   int             `json:"attempt"`
+	Env       EnvRef          `json:"env"`
+	Seed      int64           `json:"seed"`
+	Task      json.RawMessage `json:"task"`
+	// Retry is the group's grant when this attempt is a group retry: a new
+	// attempt whose session the environment has never seen.
+	Retry *GroupGrant `json:"retry,omitempty"`
+}
+
+// AuthoriseAttemptInput names the attempt of a rollout to install on its
+// environment server for a fresh start (a start-over).
+type AuthoriseAttemptInput struct {
+	RolloutID string `json:"rollout_id"`
+	Attempt   int    `json:"attempt"`
+	Env       EnvRef `json:"env"`
+}
+
+// StartEnvironmentResult is the seeded session: the conversation so far
+// (instructions and first observation) and the tool schema, as references.
+type StartEnvironmentResult struct {
+	Head     transcript.Digest `json:"head"`
+	Tools    transcript.Digest `json:"tools"` // []envs.Tool as JSON in the transcript store
+	Revision int64             `json:"revision"`
+	Style    envs.Style        `json:"style"`
+	Mode     envs.Mode         `json:"mode"`
+}
+
+// CallModelInput asks the policy for the next message.
+type CallModelInput struct {
+	RolloutID string            `json:"rollout_id"`
+	Attempt   int               `json:"attempt"`
+	Turn      int               `json:"turn"`
+	Head      transcript.Digest `json:"head"`
+	Tools     transcript.Digest `json:"tools"`
+	Style     envs.Style        `json:"style"`
+	Policy    PolicyRef         `json:"policy"`
+	Seed      int64             `json:"seed"`
+	Sampling  *Sampling         `json:"sampling,omitempty"`
+	// Parent is the model-call id of the previous call in this rollout's
+	// lineage, across attempts; empty for the first.
+	Parent string `json:"parent,omitempty"`
+}
+
+// CallModelResult is the stored answer. In gym style the answer's text is
+// returned as one ToolCall of envs.StepTool with arguments {"action": text}.
+// It is the answer as a boundary keeps it (PendingCall, whose fields its
+// JSON holds flat); what the activity reports beyond that goes beside it
+// here, never into the checkpoint schema.
+type CallModelResult struct {
+	PendingCall
+	// Generation summarises the call's generation record; nil when there is
+	// none (no token capture and no policy version).
+	Generation *GenerationRef `json:"generation,omitempty"`
+}
+
+// GenerationRef names a model call's transcript.Generation record and says
+// what it holds in counts and digests: the tokens themselves stay in the
+// transcript store, so a turn's history does not grow with them.
+type GenerationRef struct {
+	Record           transcript.Digest `json:"record"`
+	Tokens           string            `json:"tokens"` // transcript.TokensPresent, …
+	PromptTokens     int               `json:"prompt_tokens,omitempty"`
+	GenerationTokens int               `json:"generation_tokens,omitempty"`
+	PromptDigest     transcript.Digest `json:"prompt_digest,omitempty"`
+	SequenceDigest   transcript.Digest `json:"sequence_digest,omitempty"`
+	// PrefixBreak: the prompt does not continue the parent's prompt +
+	// generation (see transcript.CheckPrefix); the reason says how.
+	PrefixBreak       bool   `json:"prefix_break,omitempty"`
+	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
+	PolicyVersion     string `json:"policy_version,omitempty"`
+}
+
+// OperateEnvironmentInput applies one tool call or step.
+type OperateEnvironmentInput struct {
+	RolloutID        string              `json:"rollout_id"`
+	Attempt          int                 `json:"attempt"`
+	RequestID        string              `json:"request_id"`
+	ExpectedRevision int64               `json:"expected_revision"`
+	Env              EnvRef              `json:"env"`
+	Style            envs.Style          `json:"style"`
+	Head             transcript.Digest   `json:"head"`
+	Call             transcript.ToolCall `json:"call"`
+}
+
+// OperateEnvironmentResult is the outcome. The observation itself is in the
+// transcript store under Head; only its effects travel here.
+type OperateEnvironmentResult struct {
+	Head       transcript.Digest `json:"head"`
+	Revision   int64             `json:"revision"`
+	Reward     float64           `json:"reward,omitempty"`
+	Terminated bool              `json:"terminated,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	// Refusal is set when the environment refused the operation (unknown
+	// tool, bad arguments, illegal action). The refusal is shown to the model
+	// as the tool output; the revision is unchanged.
+	Refusal string `json:"refusal,omitempty"`
+	// Replayed tells that the server returned its stored response.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// VerifyInput scores the episode; verify is terminal at the server.
+type VerifyInput struct {
+	RolloutID        string `json:"rollout_id"`
+	Attempt          int    `json:"attempt"`
+	RequestID        string `json:"request_id"`
+	ExpectedRevision int64  `json:"expected_revision"`
+	Env              EnvRef `json:"env"`
+	// StoreDetails puts the verdict's details in the transcript store and
+	// returns their digest instead of the details themselves, which stay
+	// out of workflow history.
+	StoreDetails bool `json:"store_details,omitempty"`
+}
+
+// VerifyResult is the verdict.
+type VerifyResult struct {
+	Reward  float64         `json:"reward"`
+	Details json.RawMessage `json:"details,omitempty"`
+	// DetailsRef names the details (JSON; null when the environment gave
+	// none) in the transcript store, when the input asked for that.
+	DetailsRef transcript.Digest `json:"details_ref,omitempty"`
+}

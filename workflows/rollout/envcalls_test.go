@@ -1,0 +1,210 @@
+package rollout_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// startedKinds records, per activity type, whether each start was a local
+// activity.
+func startedKinds(env *testsuite.TestWorkflowEnvironment) map[string][]activity.Info {
+	seen := map[string][]activity.Info{}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		seen[info.ActivityType.Name] = append(seen[info.ActivityType.Name], *info)
+	})
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+		seen[info.ActivityType.Name] = append(seen[info.ActivityType.Name], *info)
+	})
+	return seen
+}
+
+// Environment operations run as local activities unless the limits ask for
+// regular ones; model calls are always regular activities. A regular
+// environment call carries the heartbeat timeout, far below its
+// start-to-close, so a dead worker is noticed in seconds.
+func TestRolloutEnvActivityKinds(t *testing.T) {
+	tests := []struct {
+		name      string
+		limits    rollout.Limits
+		local     bool
+		heartbeat time.Duration
+	}{
+		{"default is local", rollout.Limits{}, true, 0},
+		{"local", rollout.Limits{EnvActivities: rollout.EnvActivitiesLocal}, true, 0},
+		{"regular, default heartbeat", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular}, false, rollout.DefaultEnvHeartbeatTimeout},
+		{"regular, heartbeat set", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular, EnvHeartbeatTimeout: rollout.Duration(2 * time.Second)}, false, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(2)
+			env := newEnv(t, w)
+			seen := startedKinds(env)
+			in := input(16)
+			tt.limits.MaxTurns = in.Limits.MaxTurns
+			in.Limits = tt.limits
+			env.ExecuteWorkflow(rollout.Rollout, in)
+			res := result(t, env)
+			require.Equal(t, 1.0, res.Reward)
+
+			for _, name := range []string{rollout.StartEnvironmentName, rollout.OperateEnvironmentName, rollout.VerifyName} {
+				require.NotEmpty(t, seen[name], name)
+				for _, info := range seen[name] {
+					require.Equal(t, tt.local, info.IsLocalActivity, name)
+					if !tt.local {
+						require.Equal(t, tt.heartbeat, info.HeartbeatTimeout, name)
+						require.Less(t, info.HeartbeatTimeout, info.StartToCloseTimeout, name)
+					}
+				}
+			}
+			require.Len(t, w.applied, 3, "the seed and two mutations")
+			for id, n := range w.applied {
+				require.Equal(t, 1, n, "%s applied once", id)
+			}
+			for _, info := range seen[rollout.CallModelName] {
+				require.False(t, info.IsLocalActivity, "model calls stay regular activities")
+			}
+		})
+	}
+}
+
+// StartOptions carries the workflow task timeout a rollout's limits ask for:
+// the time after which a dead worker's local environment call runs again.
+func TestStartOptionsWorkflowTaskTimeout(t *testing.T) {
+	in := input(4)
+	require.Zero(t, rollout.StartOptions(in, "q").WorkflowTaskTimeout, "unset: the server's default")
+	in.Limits.WorkflowTaskTimeout = rollout.Duration(20 * time.Second)
+	require.Equal(t, 20*time.Second, rollout.StartOptions(in, "q").WorkflowTaskTimeout)
+}
+
+// upserts records, after each search-attribute upsert, the phase and turn a
+// reader then sees, as "phase@turn": an upsert merges into the attributes
+// the run has, so one that leaves a value out keeps it.
+func upserts(env *testsuite.TestWorkflowEnvironment) *[]string {
+	var seen []string
+	phaseKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutPhase)
+	turnKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutTurn)
+	var phase string
+	var turn int64
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		if p, ok := sa.GetKeyword(phaseKey); ok {
+			phase = p
+		}
+		if n, ok := sa.GetInt64(turnKey); ok {
+			turn = n
+		}
+		seen = append(seen, fmt.Sprintf("%s@%d", phase, turn))
+	})
+	return &seen
+}
+
+// With local environment calls a turn costs one upsert: the phases that
+// last only inside a workflow task (seeding, environment, verifying) are
+// never published on their own. Regular calls publish every phase a reader
+// can see while the activity runs. A parked environment publishes the
+// phase the rollout waits in.
+func TestRolloutUpsertsPerTurn(t *testing.T) {
+	parkedOnce := func(n int) error {
+		if n == 1 {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
+	tests := []struct {
+		name       string
+		limits     rollout.Limits
+		operateErr func(int) error
+		want       []string
+	}{
+		{"local", rollout.Limits{}, nil,
+			[]string{"model@0", "model@1", "model@2", "completed@3"}},
+		{"local, environment parked once", rollout.Limits{}, parkedOnce,
+			[]string{"model@0", "environment@1", "model@1", "model@2", "completed@3"}},
+		{"regular", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular}, nil,
+			[]string{"seeding@0", "model@0", "environment@1", "model@1", "environment@2", "model@2", "verifying@3", "completed@3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(2)
+			w.operateErr = tt.operateErr
+			env := newEnv(t, w)
+			seen := upserts(env)
+			in := input(16)
+			tt.limits.MaxTurns = in.Limits.MaxTurns
+			in.Limits = tt.limits
+			env.ExecuteWorkflow(rollout.Rollout, in)
+			require.Equal(t, 1.0, result(t, env).Reward)
+			require.Equal(t, tt.want, *seen)
+		})
+	}
+}
+
+// A run that continues as new publishes the position the next run starts
+// from (it inherits this run's search attributes), deferred or not.
+func TestRolloutPublishesBeforeContinueAsNew(t *testing.T) {
+	w := newWorld(2)
+	env := newEnv(t, w)
+	seen := upserts(env)
+	env.SetContinueAsNewSuggested(true)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, []string{"model@0", "environment@1"}, *seen)
+}
+
+// A run sends its fixed attributes (RolloutId, RolloutSet, RolloutAttempt)
+// with its first upsert only, once upsertDeltaChange is on; a run recorded
+// before it sends them with every upsert.
+func TestRolloutUpsertsFixedAttributesOnce(t *testing.T) {
+	tests := []struct {
+		name    string
+		version workflow.Version
+		once    bool
+	}{
+		{"changed attributes only", 1, true},
+		{"recorded before the change", workflow.DefaultVersion, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newEnv(t, newWorld(2))
+			env.OnGetVersion("upsert-changed-attributes", workflow.DefaultVersion, 1).Return(tt.version)
+			var upserts, withID, withFixed int
+			idKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutID)
+			setKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutSet)
+			attemptKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt)
+			env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+				sa := args.Get(0).(temporal.SearchAttributes)
+				upserts++
+				_, id := sa.GetKeyword(idKey)
+				_, set := sa.GetKeyword(setKey)
+				_, attempt := sa.GetInt64(attemptKey)
+				if id {
+					withID++
+				}
+				if id || set || attempt {
+					withFixed++
+				}
+			})
+			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			require.Equal(t, 1.0, result(t, env).Reward)
+			require.Greater(t, upserts, 2)
+			if tt.once {
+				require.Equal(t, 1, withFixed, "fixed attributes in %d of %d upserts", withFixed, upserts)
+			} else {
+				require.Equal(t, upserts, withID)
+			}
+		})
+	}
+}

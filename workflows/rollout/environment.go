@@ -1,0 +1,368 @@
+package rollout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
+)
+
+// envHeartbeatWhile keeps an environment operation run as a regular activity
+// alive: it heartbeats at a third of its heartbeat timeout (a call shorter
+// than that costs the server no heartbeat at all), so a worker that dies in
+// the call is noticed after the heartbeat timeout, not the start-to-close. A
+// local activity cannot heartbeat (a dead worker is noticed by the workflow
+// task timeout instead) and one without a heartbeat timeout need not.
+func envHeartbeatWhile(ctx context.Context) (stop func()) {
+	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
+		return func() {}
+	}
+	return heartbeatEvery(ctx, max(info.HeartbeatTimeout/3, 10*time.Millisecond))
+}
+
+// StartEnvironment seeds the rollout's session at the environment server and
+// stores the beginning of the conversation (instructions, first observation)
+// and the tool schema in the transcript store.
+func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentInput) (StartEnvironmentResult, error) {
+	defer envHeartbeatWhile(ctx)()
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return StartEnvironmentResult{}, err
+	}
+	if in.Env.Name == "" {
+		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
+	}
+	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
+		return StartEnvironmentResult{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return StartEnvironmentResult{}, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return StartEnvironmentResult{}, err
+	}
+
+	resp, err := a.startSession(ctx, base, in)
+	if err != nil {
+		return StartEnvironmentResult{}, err
+	}
+
+	style := resp.Spec.Style
+	if style == "" {
+		// An environment that declares no style is driven with tools, the
+		// common case; the tool list tells the model what it may do.
+		style = envs.StyleTools
+	}
+	if err := checkStyle(style); err != nil {
+		return StartEnvironmentResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("environment %s declares an unknown style %q", in.Env.Name, resp.Spec.Style), ErrEnvironment, nil)
+	}
+
+	var items []transcript.Item
+	if resp.Start.Instructions != "" {
+		items = append(items, transcript.Item{Role: "system", Content: resp.Start.Instructions})
+	}
+	items = append(items, transcript.Item{Role: "user", Content: resp.Start.Observation})
+	head, err := store.AppendAll(ctx, "", items...)
+	if err != nil {
+		return StartEnvironmentResult{}, StoreError("store start of "+in.RolloutID, err)
+	}
+	tools := resp.Spec.Tools
+	if tools == nil {
+		tools = []envs.Tool{} // "[]", not "null": equal specs, equal digests
+	}
+	toolsDigest, err := store.PutJSON(ctx, tools)
+	if err != nil {
+		return StartEnvironmentResult{}, StoreError("store tools of "+in.RolloutID, err)
+	}
+	return StartEnvironmentResult{
+		Head:     head,
+		Tools:    toolsDigest,
+		Revision: resp.Revision,
+		Style:    style,
+		Mode:     envs.EffectiveMode(resp.Spec.Mode),
+	}, nil
+}
+
+// startSession sends the start of in's attempt to the server at base. A
+// start-over no restore installed (a restart-only environment's rollout
+// started again, a retried group member) is refused attempt_not_installed:
+// only the control plane may install the attempt, so it is authorised there
+// and the start sent again. A restore installs its attempts itself, so a
+// restored start-over goes through at once.
+func (a *Activities) startSession(ctx context.Context, base string, in StartEnvironmentInput) (protocol.StartResponse, error) {
+	req := protocol.StartRequest{
+		Identity: protocol.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: protocol.SeedRequestID(in.RolloutID),
+		},
+		Env:  in.Env.Name,
+		Seed: in.Seed,
+		Task: in.Task,
+	}
+	resp, err := a.envClient(base).Start(ctx, req)
+	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
+		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
+			return protocol.StartResponse{}, err
+		}
+		resp, err = a.envClient(base).Start(ctx, req)
+	}
+	if err != nil {
+		return protocol.StartResponse{}, envError("start "+in.RolloutID, err)
+	}
+	return resp, nil
+}
+
+// AuthoriseAttempt installs in.Attempt of in.RolloutID on its environment
+// server through the control plane (POST /v1/control/sessions/{id}/authorise),
+// so that a data-plane start of that attempt begins a fresh episode: the
+// data plane can never install an attempt itself (RULES.md R7, R8). Every
+// path that starts a rollout over as a higher attempt goes through here;
+// StartEnvironment calls it when the server answers attempt_not_installed.
+// It is idempotent. A newer attempt already installed fails it with
+// ErrStaleAttempt; a checkpoint in progress with ErrParked (wait, retry).
+func (a *Activities) AuthoriseAttempt(ctx context.Context, in AuthoriseAttemptInput) error {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return err
+	}
+	op := fmt.Sprintf("authorise attempt %d of %s", in.Attempt, in.RolloutID)
+	if a.ControlToken == "" {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"environment %s: %s at %s: this worker has no control token (%s) to install a start-over's attempt",
+			op, in.RolloutID, base, protocol.ControlTokenEnvVar), ErrEnvironment, nil)
+	}
+	_, err = protocol.NewControlClient(base, a.ControlToken, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
+	if remoteCode(err) == protocol.CodeInvalidPhase {
+		// A committed cut or a restore holds the server: the workflow
+		// waits at its boundary and sends the start again.
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("environment %s: %v", op, err), ErrParked, nil)
+	}
+	if err != nil {
+		return envError(op, err)
+	}
+	return nil
+}
+
+// envClient is the data-plane client of the server at base, with the data
+// token when the worker has one.
+func (a *Activities) envClient(base string) *protocol.Client {
+	if a.DataToken == "" {
+		return protocol.NewClient(base, a.HTTPClient)
+	}
+	return protocol.NewDataClient(base, a.DataToken, a.HTTPClient)
+}
+
+// remoteCode is the protocol error code of err, or "".
+func remoteCode(err error) string {
+	var re *protocol.RemoteError
+	if errors.As(err, &re) {
+		return re.Code
+	}
+	return ""
+}
+
+// OperateEnvironment applies one tool call (or gym step) at the environment
+// server and appends what the model should see next to the transcript: the
+// observation, or the environment's refusal.
+func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironmentInput) (OperateEnvironmentResult, error) {
+	defer envHeartbeatWhile(ctx)()
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	if in.RequestID == "" {
+		return OperateEnvironmentResult{}, BadInput("rollout %s: empty request id", in.RolloutID)
+	}
+	if err := checkStyle(in.Style); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	if err := checkDigest("operate "+in.RequestID+": head", in.Head); err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return OperateEnvironmentResult{}, err
+	}
+
+	args := strings.TrimSpace(in.Call.Arguments)
+	if args == "" {
+		// Models commonly send no arguments at all for a tool without
+		// parameters; that means the empty object.
+		args = "{}"
+	}
+	if !json.Valid([]byte(args)) {
+		// The model's mistake, not the environment's: show it to the model
+		// like any refusal, and do not bother the server with it.
+		return a.refuse(ctx, store, in, envs.CodeBadArguments,
+			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
+	}
+
+	resp, err := a.envClient(base).Operate(ctx, protocol.OperateRequest{
+		Identity: protocol.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: in.RequestID,
+		},
+		ExpectedRevision: in.ExpectedRevision,
+		Tool:             in.Call.Name,
+		Arguments:        json.RawMessage(args),
+	})
+	if err != nil {
+		var re *protocol.RemoteError
+		if errors.As(err, &re) && re.Status == http.StatusUnprocessableEntity {
+			res, err := a.refuse(ctx, store, in, re.Code, re.Message)
+			if err == nil {
+				a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
+			}
+			return res, err
+		}
+		return OperateEnvironmentResult{}, envError("operate "+in.RequestID, err)
+	}
+
+	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeTranscript)
+	head, err := store.Append(ctx, in.Head, observationItem(in, resp.Outcome.Observation))
+	if err != nil {
+		return OperateEnvironmentResult{}, StoreError("store observation of "+in.RequestID, err)
+	}
+	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
+	return OperateEnvironmentResult{
+		Head:       head,
+		Revision:   resp.Revision,
+		Reward:     resp.Outcome.Reward,
+		Terminated: resp.Outcome.Terminated,
+		Truncated:  resp.Outcome.Truncated,
+		Replayed:   resp.Replayed,
+	}, nil
+}
+
+// refuse records a refusal as what the model sees next; the environment's
+// state, and so the revision, is unchanged.
+func (a *Activities) refuse(ctx context.Context, store *transcript.Store, in OperateEnvironmentInput, code, message string) (OperateEnvironmentResult, error) {
+	refusal := code + ": " + message
+	head, err := store.Append(ctx, in.Head, observationItem(in, "error: "+refusal))
+	if err != nil {
+		return OperateEnvironmentResult{}, StoreError("store refusal of "+in.RequestID, err)
+	}
+	return OperateEnvironmentResult{
+		Head:     head,
+		Revision: in.ExpectedRevision,
+		Refusal:  refusal,
+	}, nil
+}
+
+// observationItem is how the model sees an operation's output: the answer to
+// its tool call, or (gym style) the next user message.
+func observationItem(in OperateEnvironmentInput, content string) transcript.Item {
+	if in.Style == envs.StyleGym {
+		return transcript.Item{Role: "user", Content: content}
+	}
+	return transcript.Item{Role: "tool", ToolCallID: in.Call.ID, Content: content}
+}
+
+// Verify scores the finished episode; the server retires the session.
+func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	defer envHeartbeatWhile(ctx)()
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return VerifyResult{}, err
+	}
+	base, err := a.envURL(in.Env)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	requestID := in.RequestID
+	if requestID == "" {
+		requestID = protocol.VerifyRequestID(in.RolloutID)
+	}
+	resp, err := a.envClient(base).Verify(ctx, protocol.VerifyRequest{
+		Identity: protocol.Identity{
+			RolloutID: in.RolloutID,
+			Attempt:   in.Attempt,
+			RequestID: requestID,
+		},
+		ExpectedRevision: in.ExpectedRevision,
+	})
+	if err != nil {
+		return VerifyResult{}, envError("verify "+in.RolloutID, err)
+	}
+	if !in.StoreDetails {
+		return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+	}
+	ref, err := a.storeDetails(ctx, in.RolloutID, resp.Verdict.Details)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
+}
+
+// storeDetails puts a verdict's details in the transcript store as they
+// came ("null" when there are none): a replayed verify gets the same
+// bytes, so a recovered rollout names the same blob.
+func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details json.RawMessage) (transcript.Digest, error) {
+	store, err := a.store()
+	if err != nil {
+		return "", err
+	}
+	if len(details) == 0 {
+		details = json.RawMessage("null")
+	}
+	ref, err := store.Put(ctx, details)
+	if err != nil {
+		return "", StoreError("store verify details of "+rolloutID, err)
+	}
+	return ref, nil
+}
+
+// envError maps an environment server failure to what the workflow must do:
+// stop (stale attempt), wait and re-send (parked), give up (a refusal no
+// retry can fix), or let Temporal retry (5xx, network).
+func envError(op string, err error) error {
+	var re *protocol.RemoteError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("environment %s: %w", op, err)
+	}
+	msg := fmt.Sprintf("environment %s: %d %s: %s", op, re.Status, re.Code, re.Message)
+	switch {
+	case re.Status == http.StatusConflict && re.Code == protocol.CodeStaleAttempt:
+		return temporal.NewNonRetryableApplicationError(msg, ErrStaleAttempt, nil)
+	case re.Status == http.StatusServiceUnavailable && re.Code == protocol.CodeParked:
+		// The workflow, not Temporal, waits and re-sends the same request id,
+		// so the rollout can park at its boundary meanwhile.
+		return temporal.NewNonRetryableApplicationError(msg, ErrParked, nil)
+	case re.Status == http.StatusRequestTimeout || re.Status == http.StatusTooManyRequests || re.Status >= 500:
+		return fmt.Errorf("environment %s: %w", op, err)
+	default:
+		return temporal.NewNonRetryableApplicationError(msg, ErrEnvironment, nil)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n-- // never cut a character in half
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,416 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+)
+
+// ErrModelUnavailable is the type of a retryable model failure (429, 5xx)
+// that carries the server's Retry-After as the next retry delay.
+const ErrModelUnavailable = "ModelUnavailable"
+
+// CallModel asks the policy for the next message of the conversation at
+// in.Head, stores the answer and returns the new head and the tool calls (in
+// gym style, the action as one step call).
+func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallModelResult, error) {
+	if err := checkCallModelInput(in); err != nil {
+		return CallModelResult{}, err
+	}
+	store, err := a.store()
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	callID := ModelCallID(in.RolloutID, in.Attempt, in.Turn)
+	params, items, err := buildRequest(ctx, store, in, callID)
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	baseURL, err := a.baseURL(in.Policy, callID)
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	completion, header, err := a.complete(ctx, callID, baseURL, params)
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	choice := completion.Choices[0]
+	answer, calls, err := answerOf(in.Style, in.Turn, choice.Message, callID)
+	if err != nil {
+		return CallModelResult{}, err
+	}
+	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeTranscript)
+	gen, err := recordGeneration(ctx, store, in, items, modelAnswer{completion: completion, header: header})
+	if err != nil {
+		return CallModelResult{}, StoreError("store generation record of "+callID, err)
+	}
+	if gen != nil {
+		answer.Generation = gen.Record
+	}
+
+	head, err := store.Append(ctx, in.Head, answer)
+	if err != nil {
+		return CallModelResult{}, StoreError("store answer of "+callID, err)
+	}
+	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
+	return CallModelResult{PendingCall: PendingCall{
+		CallID:       callID,
+		Parent:       in.Parent,
+		Head:         head,
+		ToolCalls:    calls,
+		FinishReason: choice.FinishReason,
+		Usage: Usage{
+			PromptTokens:     completion.Usage.PromptTokens,
+			CompletionTokens: completion.Usage.CompletionTokens,
+			TotalTokens:      completion.Usage.TotalTokens,
+			Calls:            1,
+		},
+	}, Generation: gen}, nil
+}
+
+// checkCallModelInput rejects what no retry can fix, before anything is
+// loaded or sent.
+func checkCallModelInput(in CallModelInput) error {
+	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+		return err
+	}
+	if in.Turn < 0 {
+		return BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
+	}
+	if err := checkStyle(in.Style); err != nil {
+		return err
+	}
+	if err := checkDigest("call model: head", in.Head); err != nil {
+		return err
+	}
+	if in.Policy.Model == "" {
+		return BadInput("rollout %s: empty policy model name", in.RolloutID)
+	}
+	if err := in.Sampling.Validate(); err != nil {
+		return BadInput("rollout %s: %v", in.RolloutID, err)
+	}
+	return nil
+}
+
+// buildRequest loads the conversation at in.Head and, in tools style, the
+// offered tools, and builds the chat request from them. A stored transcript
+// or tool list that cannot be mapped is not retried: it will not change.
+func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
+	items, err := store.Load(ctx, in.Head)
+	if err != nil {
+		return openai.ChatCompletionNewParams{}, nil, StoreError("load conversation of "+callID, err)
+	}
+	params, err := requestOf(ctx, store, in, items, callID)
+	return params, items, err
+}
+
+// requestOf builds the chat request of the conversation items.
+func requestOf(ctx context.Context, store *transcript.Store, in CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
+	messages, err := chatMessages(items)
+	if err != nil {
+		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), ErrTranscript, nil)
+	}
+	params := openai.ChatCompletionNewParams{
+		Model:    in.Policy.Model,
+		Messages: messages,
+		Seed:     openai.Int(in.Seed),
+	}
+	in.Sampling.apply(&params)
+	if in.Style != envs.StyleTools {
+		return params, nil
+	}
+	if err := checkDigest("call model: tools", in.Tools); err != nil {
+		return openai.ChatCompletionNewParams{}, err
+	}
+	var tools []envs.Tool
+	if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
+		return openai.ChatCompletionNewParams{}, StoreError("load tools of "+callID, err)
+	}
+	if params.Tools, err = chatTools(tools); err != nil {
+		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), ErrTranscript, nil)
+	}
+	return params, nil
+}
+
+// baseURL is the policy's model server, or the worker's default when the
+// policy names none.
+func (a *Activities) baseURL(p PolicyRef, callID string) (string, error) {
+	baseURL := p.BaseURL
+	if baseURL == "" {
+		baseURL = a.ModelBaseURL
+	}
+	if baseURL == "" {
+		return "", BadInput("%s: no model base URL in the policy and no worker default", callID)
+	}
+	return baseURL, nil
+}
+
+// complete sends the request to the model server at baseURL, heartbeating
+// while it waits, and returns a completion with at least one choice.
+// Its response headers are returned too: an endpoint may report the policy
+// version in one.
+func (a *Activities) complete(ctx context.Context, callID, baseURL string, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, http.Header, error) {
+	client := a.modelClient(baseURL)
+	stop := a.heartbeatWhile(ctx, callID)
+	var resp *http.Response
+	completion, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
+	stop()
+	if err != nil {
+		return nil, nil, modelError(ctx, callID, params.Model, baseURL, err)
+	}
+	if len(completion.Choices) == 0 {
+		return nil, nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, params.Model, baseURL), ErrModelEmpty, nil)
+	}
+	var header http.Header
+	if resp != nil {
+		header = resp.Header
+	}
+	return completion, header, nil
+}
+
+// answerOf turns the model's message into the assistant item to store and
+// the calls to run: in tools style the message's tool calls, in gym style its
+// text as the action of one step call.
+func answerOf(style envs.Style, turn int, msg openai.ChatCompletionMessage, callID string) (transcript.Item, []transcript.ToolCall, error) {
+	answer := transcript.Item{Role: "assistant", Content: msg.Content}
+	var calls []transcript.ToolCall
+	switch style {
+	case envs.StyleTools:
+		for i, tc := range msg.ToolCalls {
+			id := tc.ID
+			if id == "" {
+				// Some OpenAI-compatible servers send no ids; the tool answer
+				// must name one, and it must not depend on the run.
+				id = fmt.Sprintf("call_t%d_%d", turn, i)
+			}
+			calls = append(calls, transcript.ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		answer.ToolCalls = calls
+	case envs.StyleGym:
+		// The text is the action. The assistant item keeps only the text: no
+		// tools were offered, and the observation comes back as a user message.
+		args, err := json.Marshal(struct {
+			Action string `json:"action"`
+		}{msg.Content})
+		if err != nil {
+			return transcript.Item{}, nil, fmt.Errorf("%s: encode action: %w", callID, err)
+		}
+		calls = []transcript.ToolCall{{ID: "step-" + strconv.Itoa(turn), Name: envs.StepTool, Arguments: string(args)}}
+	}
+	return answer, calls, nil
+}
+
+// modelClient returns the cached client for baseURL. The SDK does not retry
+// (Temporal owns retries, so each attempt is visible and bounded by the
+// activity's timeouts).
+func (a *Activities) modelClient(baseURL string) *openai.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[baseURL]; ok {
+		return c
+	}
+	key := a.ModelAPIKey
+	if key == "" {
+		key = placeholderAPIKey
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(baseURL),
+		option.WithAPIKey(key),
+		option.WithMaxRetries(0),
+	}
+	if a.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(a.HTTPClient))
+	}
+	c := openai.NewClient(opts...)
+	if a.clients == nil {
+		a.clients = map[string]*openai.Client{}
+	}
+	a.clients[baseURL] = &c
+	return &c
+}
+
+// heartbeatWhile heartbeats every HeartbeatEvery until the returned stop is
+// called, so a slow model call stays alive and can be cancelled (Temporal
+// delivers cancellation to an activity through its heartbeats).
+func (a *Activities) heartbeatWhile(ctx context.Context, details ...any) (stop func()) {
+	return heartbeatEvery(ctx, a.heartbeatEvery(), details...)
+}
+
+// heartbeatEvery heartbeats every interval until the returned stop is called.
+func heartbeatEvery(ctx context.Context, every time.Duration, details ...any) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, details...)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// chatMessages maps transcript items to Chat Completions messages.
+func chatMessages(items []transcript.Item) ([]openai.ChatCompletionMessageParamUnion, error) {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(items))
+	for i, it := range items {
+		switch it.Role {
+		case "system":
+			out = append(out, openai.SystemMessage(it.Content))
+		case "user":
+			out = append(out, openai.UserMessage(it.Content))
+		case "assistant":
+			var m openai.ChatCompletionAssistantMessageParam
+			if it.Content != "" || len(it.ToolCalls) == 0 {
+				m.Content.OfString = openai.String(it.Content)
+			}
+			for _, tc := range it.ToolCalls {
+				m.ToolCalls = append(m.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID: tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
+							Name:      tc.Name,
+							Arguments: tc.Arguments,
+						},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &m})
+		case "tool":
+			if it.ToolCallID == "" {
+				return nil, fmt.Errorf("item %d: tool message without tool_call_id", i)
+			}
+			out = append(out, openai.ToolMessage(it.Content, it.ToolCallID))
+		default:
+			return nil, fmt.Errorf("item %d: unknown role %q", i, it.Role)
+		}
+	}
+	return out, nil
+}
+
+// chatTools maps environment tools to function tools.
+func chatTools(tools []envs.Tool) ([]openai.ChatCompletionToolUnionParam, error) {
+	out := make([]openai.ChatCompletionToolUnionParam, 0, len(tools))
+	for _, t := range tools {
+		if t.Name == "" {
+			return nil, errors.New("tool without a name")
+		}
+		fn := openai.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fn.Description = openai.String(t.Description)
+		}
+		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+			dec := json.NewDecoder(bytes.NewReader(p))
+			dec.UseNumber() // keep the schema's numbers exactly as written
+			var schema map[string]any
+			if err := dec.Decode(&schema); err != nil {
+				return nil, fmt.Errorf("tool %s: parameters are not a JSON object: %w", t.Name, err)
+			}
+			fn.Parameters = schema
+		}
+		out = append(out, openai.ChatCompletionFunctionTool(fn))
+	}
+	if len(out) == 0 {
+		return nil, nil // no tools: omit the field rather than send []
+	}
+	return out, nil
+}
+
+// modelError maps a failed model call: 429 and 5xx are retried by Temporal
+// after the server's Retry-After; any other 4xx cannot be fixed by retrying;
+// a network failure is retried.
+func modelError(ctx context.Context, callID, model, baseURL string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: model call cancelled: %w", callID, ctx.Err())
+	}
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) {
+		return fmt.Errorf("%s: call model %s at %s: %w", callID, model, baseURL, err)
+	}
+	status := apiErr.StatusCode
+	msg := fmt.Sprintf("%s: model %s at %s answered %d %s: %s",
+		callID, model, baseURL, status, http.StatusText(status), apiErrorText(apiErr))
+	if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500 {
+		var delay time.Duration
+		if apiErr.Response != nil {
+			delay = retryAfter(apiErr.Response.Header, time.Now())
+		}
+		return temporal.NewApplicationErrorWithOptions(msg, ErrModelUnavailable, temporal.ApplicationErrorOptions{
+			NextRetryDelay: delay,
+		})
+	}
+	return temporal.NewNonRetryableApplicationError(msg, ErrModelRequest, nil)
+}
+
+// apiErrorText is what the server said: its error message, or the body.
+func apiErrorText(e *openai.Error) string {
+	if e.Message != "" {
+		return e.Message
+	}
+	if e.Response != nil && e.Response.Body != nil {
+		// The SDK re-fills the body with what it read.
+		b, _ := io.ReadAll(io.LimitReader(e.Response.Body, 4096))
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return truncate(s, 500)
+		}
+	}
+	return "(no message)"
+}
+
+// retryAfter reads the delay a server asks for: OpenAI's retry-after-ms, or
+// Retry-After as seconds or an HTTP date. Zero means none given.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		if secs > 0 {
+			return time.Duration(secs * float64(time.Second))
+		}
+		return 0
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

@@ -1,0 +1,191 @@
+package rollout_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+var fenceT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func at(sec int) time.Time { return fenceT0.Add(time.Duration(sec) * time.Second) }
+
+// Two restores: r1 of a checkpoint cut at 10 s, fenced at 20 s; r2 of a
+// checkpoint cut at 30 s, fenced at 40 s.
+var twoRestores = rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{
+	{RestoreID: "r1", CheckpointID: "k1", From: at(10), Before: at(20)},
+	{RestoreID: "r2", CheckpointID: "k2", From: at(30), Before: at(40)},
+}}
+
+func TestSetFenceRules(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		fence          rollout.SetFence
+		started        time.Time
+		run, result    bool
+		runBy, resByID string
+	}{
+		{name: "no restore", fence: rollout.SetFence{Set: "s"}, started: at(5)},
+		{name: "before every cut", fence: twoRestores, started: at(5), run: true, runBy: "r2"},
+		{name: "inside r1's window", fence: twoRestores, started: at(15), run: true, runBy: "r2", result: true, resByID: "r1"},
+		{name: "after r1, before k2's cut", fence: twoRestores, started: at(25), run: true, runBy: "r2"},
+		{name: "inside r2's window", fence: twoRestores, started: at(35), run: true, runBy: "r2", result: true, resByID: "r2"},
+		{name: "exactly at the fence", fence: twoRestores, started: at(40), run: true, runBy: "r2", result: true, resByID: "r2"},
+		{name: "after the newest fence", fence: twoRestores, started: at(41)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, run := tc.fence.FencesRun(tc.started)
+			require.Equal(t, tc.run, run, "FencesRun")
+			require.Equal(t, tc.runBy, w.RestoreID)
+			w, res := tc.fence.FencesResult(tc.started)
+			require.Equal(t, tc.result, res, "FencesResult")
+			require.Equal(t, tc.resByID, w.RestoreID)
+		})
+	}
+}
+
+// fenceDescriber answers a describe of the fence workflow.
+type fenceDescriber struct {
+	resp *workflowservice.DescribeWorkflowExecutionResponse
+	err  error
+}
+
+func (d fenceDescriber) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if workflowID != rollout.SetFenceWorkflowID("s") {
+		return nil, serviceerror.NewNotFound(workflowID)
+	}
+	return d.resp, d.err
+}
+
+func fenceRun(t *testing.T, memo any, start time.Time) *workflowservice.DescribeWorkflowExecutionResponse {
+	t.Helper()
+	info := &workflowpb.WorkflowExecutionInfo{StartTime: timestamppb.New(start)}
+	if memo != nil {
+		p, err := converter.GetDefaultDataConverter().ToPayload(memo)
+		require.NoError(t, err)
+		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoSetFence: p}}
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}
+}
+
+func TestReadSetFence(t *testing.T) {
+	ctx := context.Background()
+	current := rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{
+		{RestoreID: "r1", CheckpointID: "k1", From: at(10), Before: at(20)},
+		{RestoreID: "r2", CheckpointID: "k2", From: at(30)},
+	}}
+	f, err := rollout.ReadSetFence(ctx, fenceDescriber{resp: fenceRun(t, current, at(40))}, "s")
+	require.NoError(t, err)
+	require.Equal(t, twoRestores.Windows, f.Windows, "the newest window ends at the fence run's start")
+
+	f, err = rollout.ReadSetFence(ctx, fenceDescriber{err: serviceerror.NewNotFound("none")}, "s")
+	require.NoError(t, err)
+	require.Empty(t, f.Windows, "a set never restored has no fence")
+
+	// Anything else fails closed: the caller retries, never takes it as unfenced.
+	for name, d := range map[string]fenceDescriber{
+		"unavailable":  {err: serviceerror.NewUnavailable("down")},
+		"no memo":      {resp: fenceRun(t, nil, at(40))},
+		"another set":  {resp: fenceRun(t, rollout.SetFence{Set: "x", Windows: current.Windows}, at(40))},
+		"no windows":   {resp: fenceRun(t, rollout.SetFence{Set: "s"}, at(40))},
+		"not a record": {resp: fenceRun(t, "text", at(40))},
+	} {
+		_, err := rollout.ReadSetFence(ctx, d, "s")
+		require.Error(t, err, name)
+	}
+}
+
+func TestCheckSetFenceActivity(t *testing.T) {
+	current := rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{{RestoreID: "r1", CheckpointID: "k1", From: at(10)}}}
+	acts := &rollout.FenceActivities{Client: fenceDescriber{resp: fenceRun(t, current, at(20))}}
+	for _, tc := range []struct {
+		started time.Time
+		fenced  bool
+	}{{at(15), true}, {at(5), true}, {at(21), false}} {
+		res, err := acts.CheckSetFence(context.Background(), rollout.CheckSetFenceInput{Set: "s", RolloutID: "a", StartedAt: tc.started})
+		require.NoError(t, err)
+		require.Equal(t, tc.fenced, res.Fenced, "started %s", tc.started)
+	}
+	_, err := acts.CheckSetFence(context.Background(), rollout.CheckSetFenceInput{Set: "bad set!", RolloutID: "a"})
+	require.Error(t, err)
+}
+
+// fencedAt answers every check with a fence of restore r1, from the n-th on.
+func fencedFrom(n int) func(rollout.CheckSetFenceInput) rollout.CheckSetFenceResult {
+	calls := 0
+	return func(rollout.CheckSetFenceInput) rollout.CheckSetFenceResult {
+		calls++
+		if calls < n {
+			return rollout.CheckSetFenceResult{}
+		}
+		return rollout.CheckSetFenceResult{Fenced: true, Window: &rollout.FenceWindow{RestoreID: "r1", CheckpointID: "k1", Before: at(20)}}
+	}
+}
+
+func requireFencedByRestore(t *testing.T, err error) {
+	t.Helper()
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, rollout.ErrFencedByRestore, ae.Type())
+	require.Contains(t, ae.Error(), "restore r1 of checkpoint k1")
+}
+
+// A run a restore fenced before its first environment call applies
+// nothing: no seed, no model call, no verify.
+func TestRolloutFencedBeforeFirstEnvironmentCall(t *testing.T) {
+	w := newWorld(3)
+	w.fence = fencedFrom(1)
+	env := newEnv(t, w)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	requireFencedByRestore(t, env.GetWorkflowError())
+	require.Empty(t, w.starts, "no seed")
+	require.Empty(t, w.calls, "no model call")
+	require.Empty(t, w.verifies, "no verify")
+	require.Len(t, w.fenceChecks, 1)
+}
+
+// A run fenced while it ran (it checked before the restore) stops before
+// verify: no result lands.
+func TestRolloutFencedBeforeItsResult(t *testing.T) {
+	w := newWorld(3)
+	w.fence = fencedFrom(2)
+	env := newEnv(t, w)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	requireFencedByRestore(t, env.GetWorkflowError())
+	require.Len(t, w.starts, 1)
+	require.Empty(t, w.verifies, "no verify, no result")
+	require.Len(t, w.fenceChecks, 2)
+}
+
+// The chain's start time is what is checked: a run's own start when the
+// input carries none, the carried one after a continue-as-new or a group
+// retry.
+func TestRolloutChecksItsChainStart(t *testing.T) {
+	w := newWorld(2)
+	env := newEnv(t, w)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	result(t, env)
+	require.Len(t, w.fenceChecks, 2, "before the seed and before verify")
+	require.False(t, w.fenceChecks[0].StartedAt.IsZero())
+	require.Equal(t, w.fenceChecks[0].StartedAt, w.fenceChecks[1].StartedAt)
+
+	w = newWorld(2)
+	env = newEnv(t, w)
+	in := input(16)
+	carried := at(3)
+	in.StartedAt = &carried
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	result(t, env)
+	require.True(t, w.fenceChecks[0].StartedAt.Equal(carried), "the carried chain start, not this run's")
+}
