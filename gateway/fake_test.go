@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -179,7 +179,7 @@ func (c *fakeClock) Add(d time.Duration) {
 // store and a control token.
 func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server {
 	t.Helper()
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

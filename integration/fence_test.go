@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
@@ -42,7 +42,7 @@ func cutSet(ctx context.Context, t *testing.T, c *cluster, set, k string, n int,
 // exportedIDs are the rollout ids (with their attempts) of set's export.
 func exportedIDs(ctx context.Context, t *testing.T, c *cluster, tc *trainer.Client, set string) map[string]int {
 	t.Helper()
-	store, err := transcript.Open(c.store)
+	store, err := transcriptstore.Open(c.store)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, err = tc.Export(ctx, set, store, &buf)

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/gateway"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -136,7 +136,7 @@ func consumeFeed(ctx context.Context, b *testing.B, g gw, set string, n, page in
 // results/s.
 func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n, page int) float64 {
 	b.Helper()
-	store, err := transcript.Open(c.store)
+	store, err := transcriptstore.Open(c.store)
 	require.NoError(b, err)
 	tc := trainer.New(c.client, rollout.TaskQueue)
 	start, done := time.Now(), 0

@@ -14,7 +14,7 @@
 //
 //	rows, err := trainer.ReadDataset(f) // JSONL; every bad row reported at once
 //	res, err = ts.Submit(ctx, trainer.SubmitRequest{Set: "d1", Rows: rows, Repeats: 8})
-//	store, err := transcript.Open(dir) // the worker's TURNSTILE_TRANSCRIPT_DIR
+//	store, err := transcriptstore.Open(dir) // the worker's TURNSTILE_TRANSCRIPT_DIR
 //	stats, err := ts.Export(ctx, "d1", store, w)
 package trainer
 

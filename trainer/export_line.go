@@ -141,7 +141,7 @@ type ExportTurn struct {
 }
 
 // TranscriptReader reads what a rollout's result points to; a
-// *transcript.Store is one.
+// *transcriptstore.Store is one.
 type TranscriptReader interface {
 	Load(ctx context.Context, head transcript.Digest) ([]transcript.Item, error)
 	Generation(ctx context.Context, d transcript.Digest) (transcript.Generation, error)

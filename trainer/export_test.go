@@ -25,6 +25,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/schemacheck"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -44,7 +45,7 @@ func trajectorySchema(t *testing.T) *schemacheck.Schema {
 
 // storedRollout writes a two-turn tool conversation: the first call with
 // tokens, the second without a generation record.
-func storedRollout(t *testing.T, store *transcript.Store) transcript.Digest {
+func storedRollout(t *testing.T, store *transcriptstore.Store) transcript.Digest {
 	t.Helper()
 	ctx := context.Background()
 	prompt := []int64{1, 2, 3}
@@ -73,7 +74,7 @@ func storedRollout(t *testing.T, store *transcript.Store) transcript.Digest {
 }
 
 func TestBuildLine(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestBuildLine(t *testing.T) {
 // details were kept says so; a result that kept them with no operation has
 // an empty list, available.
 func TestBuildLineNotRecorded(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestBuildLineNotRecorded(t *testing.T) {
 }
 
 func TestBuildLineMissingTranscript(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +335,7 @@ func (r resultRun) Get(_ context.Context, out any) error {
 }
 
 func TestExportSet(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func (w *pageCountingWriter) Write(p []byte) (int, error) {
 // TestExportStreams: lines are written while the set is still being
 // listed, a window at a time, so memory does not grow with the set.
 func TestExportStreams(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

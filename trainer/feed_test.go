@@ -15,7 +15,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -25,7 +25,7 @@ import (
 // a run that finished within the settle time waits; an acknowledged
 // (completed) run is never a candidate.
 func TestFeedPages(t *testing.T) {
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

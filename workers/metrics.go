@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/internal/metrics"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -49,7 +49,7 @@ const orchestrationCap = time.Minute
 // durations, checkpoint and restore durations and bytes, the transcript
 // store's reads and writes, and rollouts by phase (from visibility; c may
 // be nil to leave that out).
-func NewMetrics(reg prometheus.Registerer, store *transcript.Store, c client.Client) *Metrics {
+func NewMetrics(reg prometheus.Registerer, store *transcriptstore.Store, c client.Client) *Metrics {
 	f := factory{reg}
 	m := &Metrics{
 		turn: f.histogramVec("turn_seconds", "Time of a rollout's turns by part: model (the model activity), environment (environment activities), orchestration (from one activity's end to the next one's start: workflow task, matching, scheduling).",
@@ -96,15 +96,15 @@ func (f factory) counterVec(name, help string, labels ...string) *prometheus.Cou
 	return c
 }
 
-func (f factory) storeCounters(store *transcript.Store) {
+func (f factory) storeCounters(store *transcriptstore.Store) {
 	for _, c := range []struct {
 		name, help string
-		v          func(transcript.Stats) int64
+		v          func(transcriptstore.Stats) int64
 	}{
-		{"transcript_reads_total", "Blobs read from the transcript store.", func(s transcript.Stats) int64 { return s.Reads }},
-		{"transcript_read_bytes_total", "Bytes read from the transcript store.", func(s transcript.Stats) int64 { return s.ReadBytes }},
-		{"transcript_writes_total", "Blobs written to the transcript store (content already stored is not written again).", func(s transcript.Stats) int64 { return s.Writes }},
-		{"transcript_write_bytes_total", "Bytes written to the transcript store.", func(s transcript.Stats) int64 { return s.WriteBytes }},
+		{"transcript_reads_total", "Blobs read from the transcript store.", func(s transcriptstore.Stats) int64 { return s.Reads }},
+		{"transcript_read_bytes_total", "Bytes read from the transcript store.", func(s transcriptstore.Stats) int64 { return s.ReadBytes }},
+		{"transcript_writes_total", "Blobs written to the transcript store (content already stored is not written again).", func(s transcriptstore.Stats) int64 { return s.Writes }},
+		{"transcript_write_bytes_total", "Bytes written to the transcript store.", func(s transcriptstore.Stats) int64 { return s.WriteBytes }},
 	} {
 		f.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: c.name, Help: c.help},
 			func() float64 { return float64(c.v(store.Stats())) }))

@@ -18,7 +18,7 @@ import (
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -119,7 +119,7 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*rollout.Activities,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
-	store, err := transcript.OpenLocation(ctx, opener, cfg.TranscriptDir)
+	store, err := transcriptstore.OpenLocation(ctx, opener, cfg.TranscriptDir)
 	if err != nil {
 		return nil, fmt.Errorf("open transcript store %s: %w", cfg.TranscriptDir, err)
 	}

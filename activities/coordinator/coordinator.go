@@ -17,7 +17,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
@@ -33,7 +33,7 @@ type Coordinator struct {
 	Client client.Client
 	// Store is the transcript store whose blobs a checkpoint copies and a
 	// restore puts back.
-	Store *transcript.Store
+	Store *transcriptstore.Store
 	// ControlToken is the bearer token of the environment servers' control
 	// plane.
 	ControlToken string

@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -36,7 +37,7 @@ import (
 //	s2-0000  another set's rollout on the same server
 type world struct {
 	root   string
-	store  *transcript.Store
+	store  *transcriptstore.Store
 	env    *envServer
 	tc     *fakeTemporal
 	coord  *coordinator.Coordinator
@@ -45,14 +46,14 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	return newWorldIn(t, store, t.TempDir(), nil)
 }
 
 // newWorldIn is newWorld with the transcript store, checkpoint root and
 // object-store opener given (nil: local directories only).
-func newWorldIn(t *testing.T, store *transcript.Store, root string, opener *storage.Opener) *world {
+func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
 	t.Helper()
 	ctx := context.Background()
 	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
@@ -335,7 +336,7 @@ func TestRestoreActivities(t *testing.T) {
 
 	// Everything died: a fresh server under the same name, an empty store.
 	b := newEnvServer(t, "env-a")
-	store, err := transcript.Open(t.TempDir())
+	store, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	coord := *w.coord
 	coord.Store = store

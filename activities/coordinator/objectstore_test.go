@@ -12,7 +12,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -26,7 +26,7 @@ func s3World(t *testing.T) (*world, *s3test.Server, *storage.Opener) {
 	srv.SetEnv(t)
 	opener := &storage.Opener{}
 	t.Cleanup(func() { opener.Close() })
-	store, err := transcript.OpenLocation(context.Background(), opener, srv.Bucket(t, "run", "transcripts"))
+	store, err := transcriptstore.OpenLocation(context.Background(), opener, srv.Bucket(t, "run", "transcripts"))
 	require.NoError(t, err)
 	return newWorldIn(t, store, srv.Bucket(t, "run", "checkpoints"), opener), srv, opener
 }
@@ -47,7 +47,7 @@ func TestCheckpointRestoreOnObjectStore(t *testing.T) {
 	}
 
 	b := newEnvServerWith(t, "env-a", opener)
-	store, err := transcript.OpenLocation(ctx, opener, srv.Bucket(t, "run", "transcripts-after"))
+	store, err := transcriptstore.OpenLocation(ctx, opener, srv.Bucket(t, "run", "transcripts-after"))
 	require.NoError(t, err)
 	coord := *w.coord
 	coord.Store = store

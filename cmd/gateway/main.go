@@ -26,7 +26,7 @@ import (
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
 	"github.com/turnstile-rl/turnstile/internal/logging"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
@@ -164,7 +164,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer tc.Close()
-	store, err := transcript.Open(c.transcripts)
+	store, err := transcriptstore.Open(c.transcripts)
 	if err != nil {
 		return fmt.Errorf("--transcripts: %w", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/turnstile-rl/turnstile/internal/storage"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -61,12 +61,12 @@ func newExportCmd(g *globals) *cobra.Command {
 }
 
 // openTranscripts opens the worker's transcript store, refusing a
-// directory that does not exist: transcript.Open would create an empty
+// directory that does not exist: transcriptstore.Open would create an empty
 // one, and the export would fail on the first rollout instead of naming the
 // mistake. An object store is opened as it is.
-func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*transcript.Store, error) {
+func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*transcriptstore.Store, error) {
 	if storage.IsURL(dir) {
-		store, err := transcript.OpenLocation(ctx, o, dir)
+		store, err := transcriptstore.OpenLocation(ctx, o, dir)
 		if err != nil {
 			return nil, fmt.Errorf("--transcript-dir: %w", err)
 		}
@@ -79,7 +79,7 @@ func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*trans
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("--transcript-dir %s (the worker's %s): not a directory", dir, workers.EnvTranscriptDir)
 	}
-	store, err := transcript.Open(dir)
+	store, err := transcriptstore.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("--transcript-dir: %w", err)
 	}
@@ -89,7 +89,7 @@ func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*trans
 // exportTarget is what one `starter export` writes, and where from.
 type exportTarget struct {
 	set, file string
-	store     *transcript.Store
+	store     *transcriptstore.Store
 	opts      trainer.ExportOptions
 }
 

@@ -13,7 +13,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/stack"
-	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -191,7 +191,7 @@ func (r *run) checkResults(ctx context.Context) [2]int64 {
 
 // checkExport: the export holds every rollout exactly once.
 func (r *run) checkExport(ctx context.Context) {
-	store, err := transcript.Open(r.st.store)
+	store, err := transcriptstore.Open(r.st.store)
 	if err != nil {
 		r.problem("transcript store: %v", err)
 		return

@@ -1,7 +1,6 @@
 package transcript
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 )
@@ -88,26 +87,6 @@ func TokenDigest(seqs ...[]int64) Digest {
 		panic(fmt.Sprintf("transcript: encode token ids: %v", err)) // ints cannot fail
 	}
 	return DigestOf(b)
-}
-
-// PutGeneration validates and stores g and returns its digest.
-func (s *Store) PutGeneration(ctx context.Context, g Generation) (Digest, error) {
-	if err := g.Validate(); err != nil {
-		return "", err
-	}
-	return s.PutJSON(ctx, g)
-}
-
-// Generation loads the record named d.
-func (s *Store) Generation(ctx context.Context, d Digest) (Generation, error) {
-	var g Generation
-	if err := s.GetJSON(ctx, d, &g); err != nil {
-		return Generation{}, err
-	}
-	if err := g.Validate(); err != nil {
-		return Generation{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, d, err)
-	}
-	return g, nil
 }
 
 // CheckPrefix reports whether a call whose prompt is prompt continues its

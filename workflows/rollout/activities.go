@@ -14,6 +14,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 )
 
 // Further application error types, beside those in types.go. Each is
@@ -42,7 +43,7 @@ const placeholderAPIKey = "turnstile-no-key"
 // constants.
 type Activities struct {
 	// Store holds transcripts and tool schemas.
-	Store *transcript.Store
+	Store *transcriptstore.Store
 	// EnvURL is the default environment server base URL, used when an
 	// EnvRef names none.
 	EnvURL string
@@ -90,7 +91,7 @@ func (a *Activities) envURL(ref EnvRef) (string, error) {
 	return "", BadInput("environment %q has no server URL and the worker has no default", ref.Name)
 }
 
-func (a *Activities) store() (*transcript.Store, error) {
+func (a *Activities) store() (*transcriptstore.Store, error) {
 	if a.Store == nil {
 		// A worker built without a store is a configuration bug, not
 		// something a retry fixes.

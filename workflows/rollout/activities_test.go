@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
@@ -183,9 +184,9 @@ func (f *fakeModel) count() int {
 	return len(f.requests)
 }
 
-func newStore(t *testing.T) *transcript.Store {
+func newStore(t *testing.T) *transcriptstore.Store {
 	t.Helper()
-	s, err := transcript.Open(t.TempDir())
+	s, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	return s
 }
@@ -228,14 +229,14 @@ func checkError(t *testing.T, err error, want errorWant) {
 	}
 }
 
-func mustLoad(t *testing.T, s *transcript.Store, head transcript.Digest) []transcript.Item {
+func mustLoad(t *testing.T, s *transcriptstore.Store, head transcript.Digest) []transcript.Item {
 	t.Helper()
 	items, err := s.Load(t.Context(), head)
 	require.NoError(t, err)
 	return items
 }
 
-func mustAppend(t *testing.T, s *transcript.Store, items ...transcript.Item) transcript.Digest {
+func mustAppend(t *testing.T, s *transcriptstore.Store, items ...transcript.Item) transcript.Digest {
 	t.Helper()
 	head, err := s.AppendAll(t.Context(), "", items...)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 )
 
 // PolicyVersionHeader is the response header an endpoint may report the
@@ -118,7 +119,7 @@ func parseTokens(ans modelAnswer) tokens {
 // The prefix check runs against the parent's record, found on the last
 // assistant item of the conversation: that item is the parent call's answer
 // in this attempt or, after a restore, in the saved one.
-func recordGeneration(ctx context.Context, store *transcript.Store, in CallModelInput, items []transcript.Item, ans modelAnswer) (*GenerationRef, error) {
+func recordGeneration(ctx context.Context, store *transcriptstore.Store, in CallModelInput, items []transcript.Item, ans modelAnswer) (*GenerationRef, error) {
 	tok := parseTokens(ans)
 	capture := in.Sampling != nil && in.Sampling.CaptureTokens
 	g := transcript.Generation{Tokens: transcript.TokensNotRequested, Model: tok.model, FinishReason: ans.completion.Choices[0].FinishReason, ReasoningContent: tok.reasoning}
@@ -162,7 +163,7 @@ func recordGeneration(ctx context.Context, store *transcript.Store, in CallModel
 
 // parentGeneration is the generation record of the last assistant item, or
 // nil when that item has none.
-func parentGeneration(ctx context.Context, store *transcript.Store, items []transcript.Item) (*transcript.Generation, error) {
+func parentGeneration(ctx context.Context, store *transcriptstore.Store, items []transcript.Item) (*transcript.Generation, error) {
 	for i := len(items) - 1; i >= 0; i-- {
 		if items[i].Role != "assistant" {
 			continue

@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -54,7 +55,7 @@ func callModel(t *testing.T, acts *rollout.Activities, in rollout.CallModelInput
 }
 
 // lastGeneration is the generation record of the conversation's last item.
-func lastGeneration(t *testing.T, s *transcript.Store, head transcript.Digest) transcript.Generation {
+func lastGeneration(t *testing.T, s *transcriptstore.Store, head transcript.Digest) transcript.Generation {
 	t.Helper()
 	items := mustLoad(t, s, head)
 	d := items[len(items)-1].Generation
@@ -177,7 +178,7 @@ func TestCallModelFlagsTokenPrefixBreak(t *testing.T) {
 	require.True(t, strings.HasPrefix(g.PrefixBreakReason, "prompt token 3"))
 }
 
-func mustAppend2(t *testing.T, s *transcript.Store, head transcript.Digest, items ...transcript.Item) transcript.Digest {
+func mustAppend2(t *testing.T, s *transcriptstore.Store, head transcript.Digest, items ...transcript.Item) transcript.Digest {
 	t.Helper()
 	h, err := s.AppendAll(t.Context(), head, items...)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
@@ -259,7 +260,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 
 // refuse records a refusal as what the model sees next; the environment's
 // state, and so the revision, is unchanged.
-func (a *Activities) refuse(ctx context.Context, store *transcript.Store, in OperateEnvironmentInput, code, message string) (OperateEnvironmentResult, error) {
+func (a *Activities) refuse(ctx context.Context, store *transcriptstore.Store, in OperateEnvironmentInput, code, message string) (OperateEnvironmentResult, error) {
 	refusal := code + ": " + message
 	head, err := store.Append(ctx, in.Head, observationItem(in, "error: "+refusal))
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 )
 
 // ErrModelUnavailable is the type of a retryable model failure (429, 5xx)
@@ -112,7 +113,7 @@ func checkCallModelInput(in CallModelInput) error {
 // buildRequest loads the conversation at in.Head and, in tools style, the
 // offered tools, and builds the chat request from them. A stored transcript
 // or tool list that cannot be mapped is not retried: it will not change.
-func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
+func buildRequest(ctx context.Context, store *transcriptstore.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
 	items, err := store.Load(ctx, in.Head)
 	if err != nil {
 		return openai.ChatCompletionNewParams{}, nil, StoreError("load conversation of "+callID, err)
@@ -122,7 +123,7 @@ func buildRequest(ctx context.Context, store *transcript.Store, in CallModelInpu
 }
 
 // requestOf builds the chat request of the conversation items.
-func requestOf(ctx context.Context, store *transcript.Store, in CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
+func requestOf(ctx context.Context, store *transcriptstore.Store, in CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
 	messages, err := chatMessages(items)
 	if err != nil {
 		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(

@@ -1,4 +1,4 @@
-package transcript_test
+package transcriptstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 )
 
 func conversation() []transcript.Item {
@@ -24,7 +25,7 @@ func conversation() []transcript.Item {
 
 func TestAppendLoadRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s, err := transcript.Open(t.TempDir())
+	s, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	head, err := s.AppendAll(ctx, "", conversation()...)
 	require.NoError(t, err)
@@ -45,9 +46,9 @@ func TestAppendLoadRoundTrip(t *testing.T) {
 
 func TestEqualConversationsHaveEqualHeads(t *testing.T) {
 	ctx := context.Background()
-	a, err := transcript.Open(t.TempDir())
+	a, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
-	b, err := transcript.Open(t.TempDir())
+	b, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	ha, err := a.AppendAll(ctx, "", conversation()...)
 	require.NoError(t, err)
@@ -65,7 +66,7 @@ func TestEqualConversationsHaveEqualHeads(t *testing.T) {
 func TestCorruptBlobFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := transcript.Open(dir)
+	s, err := transcriptstore.Open(dir)
 	require.NoError(t, err)
 	head, err := s.AppendAll(ctx, "", conversation()...)
 	require.NoError(t, err)
@@ -79,7 +80,7 @@ func TestCorruptBlobFailsClosed(t *testing.T) {
 
 func TestMissingAndMalformedDigests(t *testing.T) {
 	ctx := context.Background()
-	s, err := transcript.Open(t.TempDir())
+	s, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	missing := transcript.DigestOf([]byte("never stored"))
 	_, err = s.Get(ctx, missing)
@@ -91,7 +92,7 @@ func TestMissingAndMalformedDigests(t *testing.T) {
 		_, err = s.Append(ctx, bad, transcript.Item{Role: "user"})
 		require.Error(t, err, "append after %q", bad)
 	}
-	_, err = transcript.Open("")
+	_, err = transcriptstore.Open("")
 	require.Error(t, err)
 }
 
@@ -104,7 +105,7 @@ func TestConcurrentWritersAgree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := transcript.Open(dir)
+			s, err := transcriptstore.Open(dir)
 			require.NoError(t, err)
 			heads[i], err = s.AppendAll(ctx, "", conversation()...)
 			require.NoError(t, err)
@@ -122,7 +123,7 @@ func TestConcurrentWritersAgree(t *testing.T) {
 func TestCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s, err := transcript.Open(t.TempDir())
+	s, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	_, err = s.Put(ctx, []byte("x"))
 	require.ErrorIs(t, err, context.Canceled)
@@ -135,7 +136,7 @@ func TestCancelledContext(t *testing.T) {
 func TestLoadReadsOnlyNewItems(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := transcript.Open(dir)
+	s, err := transcriptstore.Open(dir)
 	require.NoError(t, err)
 	var head transcript.Digest
 	for turn := 0; turn < 50; turn++ {
@@ -153,7 +154,7 @@ func TestLoadReadsOnlyNewItems(t *testing.T) {
 	}
 	again, err := s.Load(ctx, head)
 	require.NoError(t, err)
-	fresh, err := transcript.Open(dir)
+	fresh, err := transcriptstore.Open(dir)
 	require.NoError(t, err)
 	want, err := fresh.Load(ctx, head)
 	require.NoError(t, err)

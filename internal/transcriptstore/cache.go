@@ -1,8 +1,10 @@
-package transcript
+package transcriptstore
 
 import (
 	"container/list"
 	"sync"
+
+	"github.com/turnstile-rl/turnstile/internal/transcript"
 )
 
 // DefaultCacheItems bounds the conversation cache: the items of all cached
@@ -21,20 +23,20 @@ type convCache struct {
 	limit int
 	size  int
 	order *list.List // of *convEntry, most recent first
-	byKey map[Digest]*list.Element
+	byKey map[transcript.Digest]*list.Element
 }
 
 type convEntry struct {
-	head  Digest
-	items []Item
+	head  transcript.Digest
+	items []transcript.Item
 }
 
 func newConvCache(limit int) *convCache {
-	return &convCache{limit: limit, order: list.New(), byKey: map[Digest]*list.Element{}}
+	return &convCache{limit: limit, order: list.New(), byKey: map[transcript.Digest]*list.Element{}}
 }
 
 // get returns the cached conversation at head (not a copy: do not modify).
-func (c *convCache) get(head Digest) ([]Item, bool) {
+func (c *convCache) get(head transcript.Digest) ([]transcript.Item, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -49,7 +51,7 @@ func (c *convCache) get(head Digest) ([]Item, bool) {
 }
 
 // put caches items (which the cache then owns) as the conversation at head.
-func (c *convCache) put(head Digest, items []Item) {
+func (c *convCache) put(head transcript.Digest, items []transcript.Item) {
 	if c == nil || len(items) > c.limit {
 		return
 	}

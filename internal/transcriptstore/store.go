@@ -1,0 +1,297 @@
+// Package transcriptstore keeps conversations once, content-addressed by
+// SHA-256 (package transcript defines what is kept), in a local directory or
+// an object store, so that workflows and activities pass a head digest
+// instead of the conversation. A conversation is a chain of nodes; each node
+// names its parent node and one item. The head is the digest of the last
+// node; equal conversations have equal heads.
+package transcriptstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/transcript"
+)
+
+// node links an item to the conversation before it.
+type node struct {
+	Parent transcript.Digest `json:"parent,omitempty"`
+	Item   transcript.Digest `json:"item"`
+}
+
+// Store is a set of blobs named by digest, in a local directory or an
+// object store (package storage). Several processes may share one: every
+// write is atomic and equal content has equal names, so concurrent writers
+// cannot disagree, and every read checks the content against its name.
+type Store struct {
+	st    storage.Store
+	stats counters
+	convs *convCache
+}
+
+// Stats counts a store's file operations since it was opened: blobs read
+// and written (a Put of content already stored writes nothing) and their
+// bytes. A worker exports them as metrics.
+type Stats struct {
+	Reads, ReadBytes   int64
+	Writes, WriteBytes int64
+}
+
+type counters struct {
+	reads, readBytes, writes, writeBytes atomic.Int64
+}
+
+// Stats returns the store's counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Reads: s.stats.reads.Load(), ReadBytes: s.stats.readBytes.Load(),
+		Writes: s.stats.writes.Load(), WriteBytes: s.stats.writeBytes.Load(),
+	}
+}
+
+// Open returns the store in the local directory dir, creating it if
+// needed.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("transcript: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
+	}
+	st, err := storage.Dir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
+	}
+	return New(st), nil
+}
+
+// OpenLocation returns the store at location: a directory (created if
+// needed) or an object-store URL, opened through o.
+func OpenLocation(ctx context.Context, o *storage.Opener, location string) (*Store, error) {
+	if location != "" && !storage.IsURL(location) {
+		return Open(location)
+	}
+	st, err := o.Open(ctx, location)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: open %s: %w", location, err)
+	}
+	return New(st), nil
+}
+
+// New returns the store kept in st.
+func New(st storage.Store) *Store {
+	return &Store{st: st, convs: newConvCache(DefaultCacheItems)}
+}
+
+// Location is where the store keeps its blobs: a directory or a URL.
+func (s *Store) Location() string { return s.st.Location() }
+
+func name(d transcript.Digest) string {
+	h := strings.TrimPrefix(string(d), "sha256:")
+	return h[:2] + "/" + h
+}
+
+// Put stores data and returns its digest. Storing existing content is a
+// no-op: the write is conditional, and whoever wrote the name first wrote
+// the same bytes.
+func (s *Store) Put(ctx context.Context, data []byte) (transcript.Digest, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	d := transcript.DigestOf(data)
+	err := s.st.Create(ctx, name(d), data)
+	if errors.Is(err, storage.ErrExist) {
+		return d, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("transcript: put %s: %w", d, err)
+	}
+	s.stats.writes.Add(1)
+	s.stats.writeBytes.Add(int64(len(data)))
+	return d, nil
+}
+
+// maxBlobBytes bounds a blob Get reads; far above any item or record.
+const maxBlobBytes = 256 << 20
+
+// Get returns the blob named d, checking that its content still matches.
+func (s *Store) Get(ctx context.Context, d transcript.Digest) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := storage.ReadAll(ctx, s.st, name(d), maxBlobBytes)
+	if err == nil {
+		s.stats.reads.Add(1)
+		s.stats.readBytes.Add(int64(len(data)))
+	}
+	if errors.Is(err, storage.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", transcript.ErrNotFound, d)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transcript: get %s: %w", d, err)
+	}
+	if got := transcript.DigestOf(data); got != d {
+		return nil, fmt.Errorf("%w: blob %s has content digest %s", transcript.ErrCorrupt, d, got)
+	}
+	return data, nil
+}
+
+// PutJSON stores v as JSON.
+func (s *Store) PutJSON(ctx context.Context, v any) (transcript.Digest, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("transcript: encode: %w", err)
+	}
+	return s.Put(ctx, data)
+}
+
+// GetJSON loads the blob named d into v.
+func (s *Store) GetJSON(ctx context.Context, d transcript.Digest, v any) error {
+	data, err := s.Get(ctx, d)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("%w: decode %s: %v", transcript.ErrCorrupt, d, err)
+	}
+	return nil
+}
+
+// Append stores item after the conversation head and returns the new head.
+func (s *Store) Append(ctx context.Context, head transcript.Digest, item transcript.Item) (transcript.Digest, error) {
+	if head != "" {
+		if err := head.Validate(); err != nil {
+			return "", err
+		}
+	}
+	itemDigest, err := s.PutJSON(ctx, item)
+	if err != nil {
+		return "", err
+	}
+	return s.PutJSON(ctx, node{Parent: head, Item: itemDigest})
+}
+
+// AppendAll appends items in order.
+func (s *Store) AppendAll(ctx context.Context, head transcript.Digest, items ...transcript.Item) (transcript.Digest, error) {
+	for _, it := range items {
+		var err error
+		if head, err = s.Append(ctx, head, it); err != nil {
+			return "", err
+		}
+	}
+	return head, nil
+}
+
+// Load returns the conversation ending at head, oldest item first. It
+// walks the chain back only to the newest conversation it has cached (the
+// one the previous model call of the rollout loaded, typically), so a
+// rollout's calls read each item once instead of once per later call.
+func (s *Store) Load(ctx context.Context, head transcript.Digest) ([]transcript.Item, error) {
+	if head == "" {
+		return nil, ctx.Err()
+	}
+	if items, ok := s.convs.get(head); ok {
+		return slices.Clone(items), nil
+	}
+	var newest []transcript.Item // newest first
+	var base []transcript.Item
+	err := s.walkUntil(ctx, head, func(d transcript.Digest) bool {
+		var ok bool
+		base, ok = s.convs.get(d)
+		return ok
+	}, func(_ transcript.Digest, n node) error {
+		var it transcript.Item
+		if err := s.GetJSON(ctx, n.Item, &it); err != nil {
+			return err
+		}
+		newest = append(newest, it)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	items := make([]transcript.Item, len(base), len(base)+len(newest))
+	copy(items, base)
+	for i := len(newest) - 1; i >= 0; i-- {
+		items = append(items, newest[i])
+	}
+	s.convs.put(head, slices.Clone(items))
+	return items, nil
+}
+
+// Blobs returns every digest the conversation at head references (its nodes,
+// items and their generation records), newest first. A checkpoint copies
+// exactly these.
+func (s *Store) Blobs(ctx context.Context, head transcript.Digest) ([]transcript.Digest, error) {
+	var out []transcript.Digest
+	err := s.walk(ctx, head, func(d transcript.Digest, n node) error {
+		out = append(out, d, n.Item)
+		var it transcript.Item
+		if err := s.GetJSON(ctx, n.Item, &it); err != nil {
+			return err
+		}
+		if it.Generation != "" {
+			out = append(out, it.Generation)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) walk(ctx context.Context, head transcript.Digest, fn func(transcript.Digest, node) error) error {
+	return s.walkUntil(ctx, head, func(transcript.Digest) bool { return false }, fn)
+}
+
+// walkUntil walks the chain from head back to the first node for which stop
+// holds (not visited), or to the start.
+func (s *Store) walkUntil(ctx context.Context, head transcript.Digest, stop func(transcript.Digest) bool, fn func(transcript.Digest, node) error) error {
+	seen := map[transcript.Digest]bool{}
+	for d := head; d != "" && !stop(d); {
+		if seen[d] {
+			return fmt.Errorf("%w: cycle at %s", transcript.ErrCorrupt, d)
+		}
+		seen[d] = true
+		var n node
+		if err := s.GetJSON(ctx, d, &n); err != nil {
+			return err
+		}
+		if err := n.Item.Validate(); err != nil {
+			return fmt.Errorf("%w: node %s: %v", transcript.ErrCorrupt, d, err)
+		}
+		if err := fn(d, n); err != nil {
+			return err
+		}
+		d = n.Parent
+	}
+	return nil
+}
+
+// PutGeneration validates and stores g and returns its digest.
+func (s *Store) PutGeneration(ctx context.Context, g transcript.Generation) (transcript.Digest, error) {
+	if err := g.Validate(); err != nil {
+		return "", err
+	}
+	return s.PutJSON(ctx, g)
+}
+
+// Generation loads the record named d.
+func (s *Store) Generation(ctx context.Context, d transcript.Digest) (transcript.Generation, error) {
+	var g transcript.Generation
+	if err := s.GetJSON(ctx, d, &g); err != nil {
+		return transcript.Generation{}, err
+	}
+	if err := g.Validate(); err != nil {
+		return transcript.Generation{}, fmt.Errorf("%w: %s: %v", transcript.ErrCorrupt, d, err)
+	}
+	return g, nil
+}
