@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -166,7 +167,7 @@ func readS3Records(t *testing.T, dir, id string) map[string]rollout.ParkRecord {
 	ctx := context.Background()
 	var o storage.Opener
 	defer o.Close()
-	agents, err := storage.Join(dir, checkpoint.AgentsDir)
+	agents, err := location.Join(dir, checkpoint.AgentsDir)
 	require.NoError(t, err)
 	st, err := o.Open(ctx, agents)
 	require.NoError(t, err)

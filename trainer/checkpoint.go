@@ -13,7 +13,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -75,8 +75,8 @@ func absRoot(root, cwd string) (string, error) {
 	if strings.TrimSpace(root) == "" {
 		return "", errors.New("--root: a directory or storage URL is required")
 	}
-	if storage.IsURL(root) {
-		if _, err := storage.ParseLocation(root); err != nil {
+	if location.IsURL(root) {
+		if _, err := location.Parse(root); err != nil {
 			return "", fmt.Errorf("--root: %w", err)
 		}
 		return root, nil

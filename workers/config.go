@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 
@@ -19,7 +20,6 @@ import (
 	"go.temporal.io/sdk/contrib/envconfig"
 	"go.uber.org/zap"
 
-	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -138,8 +138,8 @@ func (c Config) Validate() error {
 	if c.TranscriptDir == "" {
 		return fmt.Errorf("%s: empty transcript directory", EnvTranscriptDir)
 	}
-	if storage.IsURL(c.TranscriptDir) {
-		if _, err := storage.ParseLocation(c.TranscriptDir); err != nil {
+	if location.IsURL(c.TranscriptDir) {
+		if _, err := location.Parse(c.TranscriptDir); err != nil {
 			return fmt.Errorf("%s: %w", EnvTranscriptDir, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -80,7 +81,7 @@ func (c *Coordinator) checkDir(ctx context.Context, root, checkpointID string) (
 	if err := checkpoint.ValidateRoot(root); err != nil {
 		return nil, rollout.BadInput("%v", err)
 	}
-	loc, err := storage.Join(root, checkpointID)
+	loc, err := location.Join(root, checkpointID)
 	if err != nil {
 		return nil, rollout.BadInput("%v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -109,7 +110,7 @@ type file struct {
 func at(st storage.Store, name string) file { return file{st: st, name: name} }
 
 func (f file) String() string {
-	if loc, err := storage.Join(f.st.Location(), f.name); err == nil {
+	if loc, err := location.Join(f.st.Location(), f.name); err == nil {
 		return loc
 	}
 	return f.st.Location() + "/" + f.name

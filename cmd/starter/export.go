@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
@@ -65,7 +66,7 @@ func newExportCmd(g *globals) *cobra.Command {
 // one, and the export would fail on the first rollout instead of naming the
 // mistake. An object store is opened as it is.
 func openTranscripts(ctx context.Context, o *storage.Opener, dir string) (*transcriptstore.Store, error) {
-	if storage.IsURL(dir) {
+	if location.IsURL(dir) {
 		store, err := transcriptstore.OpenLocation(ctx, o, dir)
 		if err != nil {
 			return nil, fmt.Errorf("--transcript-dir: %w", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -27,15 +28,15 @@ type Opener struct {
 	closed  bool
 }
 
-// Open returns the store at location (see ParseLocation). A local
+// Open returns the store at location (see location.Parse). A local
 // directory may also be given as a relative path here: it is made
 // absolute against this process's working directory. A nil Opener opens
 // local directories only.
-func (o *Opener) Open(ctx context.Context, location string) (Store, error) {
-	if location != "" && !IsURL(location) {
-		return Dir(location)
+func (o *Opener) Open(ctx context.Context, where string) (Store, error) {
+	if where != "" && !location.IsURL(where) {
+		return Dir(where)
 	}
-	l, err := ParseLocation(location)
+	l, err := location.Parse(where)
 	if err != nil {
 		return nil, err
 	}
@@ -46,10 +47,10 @@ func (o *Opener) Open(ctx context.Context, location string) (Store, error) {
 		// An in-memory bucket is private to this process: a checkpoint or
 		// transcript "stored" there would be lost with it and invisible to
 		// every other process of the run.
-		return nil, fmt.Errorf("storage: open %s: in-memory stores are private to one process and cannot be shared by location (tests use storage.Memory)", location)
+		return nil, fmt.Errorf("storage: open %s: in-memory stores are private to one process and cannot be shared by location (tests use storage.Memory)", where)
 	}
 	if o == nil {
-		return nil, fmt.Errorf("storage: open %s: no opener for object stores", l.bucketKey())
+		return nil, fmt.Errorf("storage: open %s: no opener for object stores", l.BucketKey())
 	}
 	b, err := o.bucket(ctx, l)
 	if err != nil {
@@ -58,8 +59,8 @@ func (o *Opener) Open(ctx context.Context, location string) (Store, error) {
 	return &bucketStore{b: b, loc: l}, nil
 }
 
-func (o *Opener) bucket(ctx context.Context, l Location) (*blob.Bucket, error) {
-	key := l.bucketKey()
+func (o *Opener) bucket(ctx context.Context, l location.Location) (*blob.Bucket, error) {
+	key := l.BucketKey()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
@@ -100,23 +101,23 @@ func (o *Opener) Close() error {
 // visible whole or not at all.
 type bucketStore struct {
 	b   *blob.Bucket
-	loc Location
+	loc location.Location
 }
 
 func (s *bucketStore) Location() string { return s.loc.String() }
 
 func (s *bucketStore) Sub(name string) (Store, error) {
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", s.Location(), err)
 	}
-	return &bucketStore{b: s.b, loc: s.loc.join(name)}, nil
+	return &bucketStore{b: s.b, loc: s.loc.Child(name)}, nil
 }
 
 func (s *bucketStore) key(name string) (string, error) {
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return "", fmt.Errorf("storage: %s: %w", s.Location(), err)
 	}
-	return s.loc.join(name).Prefix, nil
+	return s.loc.Child(name).Prefix, nil
 }
 
 // wrap maps gocloud's error codes onto ErrNotExist and ErrExist and names
@@ -125,7 +126,7 @@ func (s *bucketStore) wrap(op, name string, err error) error {
 	if err == nil {
 		return nil
 	}
-	where := s.loc.join(name).String()
+	where := s.loc.Child(name).String()
 	switch gcerrors.Code(err) {
 	case gcerrors.NotFound:
 		return fmt.Errorf("storage: %s %s: %w", op, where, ErrNotExist)

@@ -11,6 +11,7 @@ import (
 	"sort"
 
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/location"
 )
 
 // dirStore is a local directory. Writes go through atomicfile (temporary
@@ -36,14 +37,14 @@ func Dir(dir string) (Store, error) {
 func (d *dirStore) Location() string { return d.dir }
 
 func (d *dirStore) Sub(name string) (Store, error) {
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", d.dir, err)
 	}
 	return &dirStore{dir: filepath.Join(d.dir, filepath.FromSlash(name))}, nil
 }
 
 func (d *dirStore) path(name string) (string, error) {
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return "", fmt.Errorf("storage: %s: %w", d.dir, err)
 	}
 	return filepath.Join(d.dir, filepath.FromSlash(name)), nil

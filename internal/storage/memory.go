@@ -8,13 +8,15 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/turnstile-rl/turnstile/internal/location"
 )
 
 // memStore is a store held in this process's memory: a map of objects
 // shared by the store and its Subs, each a key prefix of it.
 type memStore struct {
 	objs   *memObjects
-	loc    Location
+	loc    location.Location
 	prefix string // "" or "sub/dir/"
 }
 
@@ -31,7 +33,7 @@ type memObjects struct {
 // a file system round trip per object: nothing outlives the process and no
 // other process can reach it, which is why Opener refuses mem:// locations.
 func Memory(name string) (Store, error) {
-	l, err := ParseLocation(memScheme + "://" + name)
+	l, err := location.Parse(memScheme + "://" + name)
 	if err != nil {
 		return nil, fmt.Errorf("storage: memory store %q: %w", name, err)
 	}
@@ -47,17 +49,17 @@ const memScheme = "mem"
 func (m *memStore) Location() string { return m.loc.String() }
 
 func (m *memStore) Sub(name string) (Store, error) {
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", m.Location(), err)
 	}
-	return &memStore{objs: m.objs, loc: m.loc.join(name), prefix: m.prefix + name + "/"}, nil
+	return &memStore{objs: m.objs, loc: m.loc.Child(name), prefix: m.prefix + name + "/"}, nil
 }
 
 func (m *memStore) key(ctx context.Context, name string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	if err := checkName(name); err != nil {
+	if err := location.CheckName(name); err != nil {
 		return "", fmt.Errorf("storage: %s: %w", m.Location(), err)
 	}
 	return m.prefix + name, nil
@@ -86,7 +88,7 @@ func (m *memStore) Create(ctx context.Context, name string, data []byte) error {
 	m.objs.mu.Lock()
 	defer m.objs.mu.Unlock()
 	if _, ok := m.objs.data[key]; ok {
-		return fmt.Errorf("storage: create %s: %w", m.loc.join(name), ErrExist)
+		return fmt.Errorf("storage: create %s: %w", m.loc.Child(name), ErrExist)
 	}
 	m.objs.data[key] = bytes.Clone(data)
 	return nil
@@ -103,7 +105,7 @@ func (m *memStore) Open(ctx context.Context, name string) (io.ReadCloser, int64,
 	b, ok := m.objs.data[key]
 	m.objs.mu.Unlock()
 	if !ok {
-		return nil, 0, fmt.Errorf("storage: read %s: %w", m.loc.join(name), ErrNotExist)
+		return nil, 0, fmt.Errorf("storage: read %s: %w", m.loc.Child(name), ErrNotExist)
 	}
 	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 }
@@ -117,7 +119,7 @@ func (m *memStore) Stat(ctx context.Context, name string) (Entry, error) {
 	b, ok := m.objs.data[key]
 	m.objs.mu.Unlock()
 	if !ok {
-		return Entry{}, fmt.Errorf("storage: stat %s: %w", m.loc.join(name), ErrNotExist)
+		return Entry{}, fmt.Errorf("storage: stat %s: %w", m.loc.Child(name), ErrNotExist)
 	}
 	return Entry{Name: name[strings.LastIndex(name, "/")+1:], Size: int64(len(b)), Regular: true}, nil
 }

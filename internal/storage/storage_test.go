@@ -9,67 +9,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
 )
-
-func TestParseLocation(t *testing.T) {
-	tests := []struct {
-		in, want, err string
-	}{
-		{in: "/var/ck", want: "/var/ck"},
-		{in: "/var/ck/../x/", want: "/var/x"},
-		{in: "file:///var/ck", want: "/var/ck"},
-		{in: "file://localhost/var/ck", want: "/var/ck"},
-		{in: "s3://b", want: "s3://b"},
-		{in: "s3://b/p/q/?region=r&endpoint=http://h:1", want: "s3://b/p/q?region=r&endpoint=http://h:1"},
-		{in: "", err: "empty location"},
-		{in: "rel/dir", err: "neither an absolute path nor a URL"},
-		{in: "file://host/x", err: "want file:///absolute/path"},
-		{in: "file:///x?y=1", err: "want file:///absolute/path"},
-		{in: "s3:///p", err: "names no bucket"},
-		{in: "s3://u:p@b/p", err: "no user info"},
-		{in: "s3://b/p/../q", err: "'..' element"},
-		{in: "s3://b//p", err: "want a relative"},
-		{in: "s3://b?prefix=x", err: "give the key prefix as the URL path"},
-		{in: "s3://b?a=%zz", err: "query"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			l, err := storage.ParseLocation(tt.in)
-			if tt.err != "" {
-				if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err)) {
-					t.Fatalf("ParseLocation(%q) = %v, %v; want error containing %q", tt.in, l, err, tt.err)
-				}
-				return
-			}
-			if err != nil || l.String() != tt.want {
-				t.Fatalf("ParseLocation(%q) = %q, %v; want %q", tt.in, l.String(), err, tt.want)
-			}
-		})
-	}
-}
-
-func TestJoin(t *testing.T) {
-	tests := []struct {
-		loc   string
-		elems []string
-		want  string
-		err   bool
-	}{
-		{loc: "/ck", elems: []string{"a", "participants", "0"}, want: "/ck/a/participants/0"},
-		{loc: "s3://b?region=r", elems: []string{"a", "b"}, want: "s3://b/a/b?region=r"},
-		{loc: "s3://b/p?region=r", elems: []string{"a"}, want: "s3://b/p/a?region=r"},
-		{loc: "/ck", elems: []string{".."}, err: true},
-		{loc: "/ck", elems: []string{"/abs"}, err: true},
-	}
-	for _, tt := range tests {
-		got, err := storage.Join(tt.loc, tt.elems...)
-		if (err != nil) != tt.err || (!tt.err && got != tt.want) {
-			t.Errorf("Join(%q, %q) = %q, %v; want %q (error %v)", tt.loc, tt.elems, got, err, tt.want, tt.err)
-		}
-	}
-}
 
 // backends are the stores every behaviour is checked on: a local
 // directory always, a real S3-compatible server when its binary is there.
@@ -205,7 +148,7 @@ func checkListAndSub(ctx context.Context, t *testing.T, st storage.Store) {
 	if got, err := storage.ReadAll(ctx, sub, "b.json", 0); err != nil || len(got) == 0 {
 		t.Fatalf("read through Sub: %q, %v", got, err)
 	}
-	want, _ := storage.Join(st.Location(), "a")
+	want, _ := location.Join(st.Location(), "a")
 	if sub.Location() != want {
 		t.Fatalf("Sub location %q; want %q", sub.Location(), want)
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 )
@@ -72,15 +73,15 @@ func Open(dir string) (*Store, error) {
 	return New(st), nil
 }
 
-// OpenLocation returns the store at location: a directory (created if
+// OpenLocation returns the store at where: a directory (created if
 // needed) or an object-store URL, opened through o.
-func OpenLocation(ctx context.Context, o *storage.Opener, location string) (*Store, error) {
-	if location != "" && !storage.IsURL(location) {
-		return Open(location)
+func OpenLocation(ctx context.Context, o *storage.Opener, where string) (*Store, error) {
+	if where != "" && !location.IsURL(where) {
+		return Open(where)
 	}
-	st, err := o.Open(ctx, location)
+	st, err := o.Open(ctx, where)
 	if err != nil {
-		return nil, fmt.Errorf("transcript: open %s: %w", location, err)
+		return nil, fmt.Errorf("transcript: open %s: %w", where, err)
 	}
 	return New(st), nil
 }

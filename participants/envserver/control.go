@@ -16,6 +16,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -366,13 +367,13 @@ func cleanLocation(loc string) (string, error) {
 	if loc == "" {
 		return "", refuse(protocol.CodeMalformed, "missing field location")
 	}
-	if !storage.IsURL(loc) {
+	if !location.IsURL(loc) {
 		if !filepath.IsAbs(loc) {
 			return "", refuse(protocol.CodeMalformed, "location %q is not an absolute path", loc)
 		}
 		return filepath.Clean(loc), nil
 	}
-	l, err := storage.ParseLocation(loc)
+	l, err := location.Parse(loc)
 	if err != nil {
 		return "", refuse(protocol.CodeMalformed, "location: %v", err)
 	}

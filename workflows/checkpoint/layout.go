@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -52,8 +52,8 @@ func ValidateName(what, name string) error { return rollout.ValidateName(what, n
 // storage URL (file:///…, s3://bucket/prefix?…; see package storage).
 // Relative paths are refused: the worker resolving one may run elsewhere.
 func ValidateRoot(root string) error {
-	if storage.IsURL(root) {
-		if _, err := storage.ParseLocation(root); err != nil {
+	if location.IsURL(root) {
+		if _, err := location.Parse(root); err != nil {
 			return fmt.Errorf("root: %w", err)
 		}
 		return nil
@@ -76,10 +76,10 @@ func ParticipantLocation(dir string, n int) string {
 // joinLocation appends elems to a location; callers have validated both
 // (ValidateRoot, ValidateName), so a URL that does not join is "".
 func joinLocation(loc string, elems ...string) string {
-	if !storage.IsURL(loc) {
+	if !location.IsURL(loc) {
 		return filepath.Join(append([]string{loc}, elems...)...)
 	}
-	joined, err := storage.Join(loc, elems...)
+	joined, err := location.Join(loc, elems...)
 	if err != nil {
 		return ""
 	}
@@ -87,9 +87,9 @@ func joinLocation(loc string, elems ...string) string {
 }
 
 // cleanRoot is filepath.Clean of a directory; a URL is left as it is
-// (storage.Join cleans it).
+// (location.Join cleans it).
 func cleanRoot(root string) string {
-	if storage.IsURL(root) {
+	if location.IsURL(root) {
 		return root
 	}
 	return filepath.Clean(root)

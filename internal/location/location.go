@@ -1,4 +1,8 @@
-package storage
+// Package location parses and joins the places turnstile keeps files: an
+// absolute directory, file:///…, or an object-store prefix
+// (scheme://bucket/prefix?query). It does no I/O, so workflow code may
+// compute a checkpoint's location with it.
+package location
 
 import (
 	"fmt"
@@ -39,17 +43,17 @@ func (l Location) String() string {
 	return u.String()
 }
 
-// bucketKey identifies the bucket connection l needs: everything but the
+// BucketKey identifies the bucket connection l needs: everything but the
 // prefix.
-func (l Location) bucketKey() string {
+func (l Location) BucketKey() string {
 	return (&url.URL{Scheme: l.Scheme, Host: l.Bucket, RawQuery: l.RawQuery}).String()
 }
 
-// ParseLocation parses a location: an absolute path, file:///abs/path, or
+// Parse parses a location: an absolute path, file:///abs/path, or
 // scheme://bucket[/prefix][?query] for an object store. A relative path is
 // refused, since other processes would resolve it against their own
 // working directories; make it absolute first (filepath.Abs).
-func ParseLocation(location string) (Location, error) {
+func Parse(location string) (Location, error) {
 	if location == "" {
 		return Location{}, fmt.Errorf("storage: empty location")
 	}
@@ -84,7 +88,7 @@ func ParseLocation(location string) (Location, error) {
 	}
 	prefix := strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
 	if prefix != "" {
-		if err := checkName(prefix); err != nil {
+		if err := CheckName(prefix); err != nil {
 			return Location{}, fmt.Errorf("storage: location %q: prefix: %w", location, err)
 		}
 	}
@@ -95,18 +99,19 @@ func ParseLocation(location string) (Location, error) {
 // subdirectory of a directory, a longer prefix of an object store (its
 // query kept).
 func Join(location string, elems ...string) (string, error) {
-	l, err := ParseLocation(location)
+	l, err := Parse(location)
 	if err != nil {
 		return "", err
 	}
 	rel := path.Join(elems...)
-	if err := checkName(rel); err != nil {
+	if err := CheckName(rel); err != nil {
 		return "", fmt.Errorf("storage: join %q to %s: %w", rel, location, err)
 	}
-	return l.join(rel).String(), nil
+	return l.Child(rel).String(), nil
 }
 
-func (l Location) join(rel string) Location {
+// Child is l with the relative, slash-separated path rel appended.
+func (l Location) Child(rel string) Location {
 	if l.Local() {
 		l.Dir = filepath.Join(l.Dir, filepath.FromSlash(rel))
 		return l
@@ -119,8 +124,8 @@ func (l Location) join(rel string) Location {
 	return l
 }
 
-// checkName checks a relative, slash-separated object name.
-func checkName(name string) error {
+// CheckName checks a relative, slash-separated object name.
+func CheckName(name string) error {
 	if name == "" {
 		return fmt.Errorf("empty name")
 	}
