@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/gateway"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -234,7 +235,7 @@ func TestGatewayFeed(t *testing.T) {
 	}
 	// The feed ordered by the rollouts' own finish times.
 	count, err := c.client.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-		Query: fmt.Sprintf("%s AND %s >= %s", rollout.SetQuery(set), rollout.SARolloutFinishedAt, rollout.VisibilityTime(time.Unix(0, 0))),
+		Query: fmt.Sprintf("%s AND %s >= %s", rollout.SetQuery(set), rollout.SARolloutFinishedAt, visibility.VisibilityTime(time.Unix(0, 0))),
 	})
 	require.NoError(t, err)
 	require.EqualValues(t, n, count.GetCount(), "every rollout recorded when it finished")

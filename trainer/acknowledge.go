@@ -14,6 +14,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -264,7 +265,7 @@ func fetchStates(ctx context.Context, c tclient.Client, set string, want map[str
 // latestOf is the latest run of every rollout of set (want nil), or of the
 // rollouts in want only: those are looked up by workflow id, a query per
 // runsChunk of them, so acknowledging a page does not list the whole set.
-func latestOf(ctx context.Context, l rollout.Lister, set string, want map[string]bool) ([]RolloutRecord, error) {
+func latestOf(ctx context.Context, l visibility.Lister, set string, want map[string]bool) ([]RolloutRecord, error) {
 	if want == nil {
 		return listLatest(ctx, l, set)
 	}

@@ -15,7 +15,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // exportWindow is how many rollouts an export reads at once. Their lines
@@ -46,7 +48,7 @@ type ExportStats struct {
 
 // exportSource is what Export reads from Temporal.
 type exportSource interface {
-	rollout.Lister
+	visibility.Lister
 	runGetter
 	statusQuerier
 	groupDescriber
@@ -77,7 +79,7 @@ func (c *Client) ExportWith(ctx context.Context, set string, store TranscriptRea
 
 func exportSet(ctx context.Context, src exportSource, store TranscriptReader, set string, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	var stats ExportStats
-	fence, err := rollout.ReadSetFence(ctx, src, set)
+	fence, err := visibility.ReadSetFence(ctx, src, set)
 	if err != nil {
 		return stats, fmt.Errorf("export set %q: %w", set, err)
 	}
@@ -88,7 +90,7 @@ func exportSet(ctx context.Context, src exportSource, store TranscriptReader, se
 		window = window[:0]
 		return err
 	}
-	err = rollout.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err = visibility.ListSet(ctx, src, set, finishedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
 		window = append(window, info)
 		if len(window) < exportWindow {
 			return nil
@@ -114,7 +116,7 @@ type exportJob struct {
 	groups *groupCache
 	// fence is the set's fence record, read once: a run of a world a
 	// restore rolled back is not delivered.
-	fence rollout.SetFence
+	fence set.SetFence
 }
 
 // exportWindowOf builds the lines of a window of closed runs concurrently
@@ -215,7 +217,7 @@ func encodeLine(line ExportLine) ([]byte, error) {
 // (the later run is exported once finished), it no longer holds a result,
 // or a restore of the set fenced it (it started inside a restore's window,
 // or it stopped FencedByRestore): in the restored world it does not exist.
-func finished(ctx context.Context, src exportSource, set string, fence rollout.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
+func finished(ctx context.Context, src exportSource, set string, fence set.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
 		return f, false, nil
@@ -228,9 +230,9 @@ func finished(ctx context.Context, src exportSource, set string, fence rollout.S
 	}
 	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
 	sa := info.GetSearchAttributes()
-	if g, ok := rollout.SAKeyword(sa, rollout.SARolloutGroup); ok {
+	if g, ok := visibility.SAKeyword(sa, rollout.SARolloutGroup); ok {
 		f.group = &g
-		r, _ := rollout.SAInt(sa, rollout.SARolloutRepeat)
+		r, _ := visibility.SAInt(sa, rollout.SARolloutRepeat)
 		repeat := int(r)
 		f.repeat = &repeat
 	}
@@ -262,7 +264,7 @@ const runsChunk = 100
 // listRunsOf returns every run visibility holds of each of workflowIDs
 // (within filter, when not empty), the latest first: one query per
 // runsChunk ids, not one per rollout.
-func listRunsOf(ctx context.Context, l rollout.Lister, filter string, workflowIDs []string) (map[string][]RolloutRecord, error) {
+func listRunsOf(ctx context.Context, l visibility.Lister, filter string, workflowIDs []string) (map[string][]RolloutRecord, error) {
 	out := map[string][]RolloutRecord{}
 	for len(workflowIDs) > 0 {
 		chunk := workflowIDs[:min(runsChunk, len(workflowIDs))]

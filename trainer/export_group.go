@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -121,7 +122,7 @@ func describeGroup(ctx context.Context, src groupDescriber, set, group string) (
 		return nil, fmt.Errorf("describe the ledger of group %s: %w", group, err)
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	status, ok := rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutGroupStatus)
+	status, ok := visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutGroupStatus)
 	if !ok {
 		status = string(rollout.GroupRunning) // started, its first status not yet published
 	}

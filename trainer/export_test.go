@@ -27,6 +27,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // trajectorySchema compiles the published schema of an export line.
@@ -399,7 +400,7 @@ func TestExportSet(t *testing.T) {
 		t.Errorf("set query %q", src.queries[0])
 	}
 	// The set's fence record once, then each of the 3 groups' ledgers once.
-	if len(src.described) != 4 || src.described[0] != rollout.SetFenceWorkflowID("s1") {
+	if len(src.described) != 4 || src.described[0] != set.SetFenceWorkflowID("s1") {
 		t.Errorf("described %v, want the fence record, then each of the 3 groups once", src.described)
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	workflowpb "go.temporal.io/api/workflow/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -111,7 +112,7 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 	for i, c := range chosen {
 		infos[i] = c.info
 	}
-	fence, err := rollout.ReadSetFence(ctx, src, r.Set)
+	fence, err := visibility.ReadSetFence(ctx, src, r.Set)
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}
@@ -131,11 +132,11 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 // chooseFeedRuns pages through the set's finished runs once and returns
 // the earliest r.Max after r.After that have settled, in order, and how
 // many other runs after r.After it saw.
-func chooseFeedRuns(ctx context.Context, src rollout.Lister, r FeedRequest) ([]feedRun, int, error) {
+func chooseFeedRuns(ctx context.Context, src visibility.Lister, r FeedRequest) ([]feedRun, int, error) {
 	h := &feedHeap{}
 	seen := 0
 	settled := r.Now.Add(-r.Settle).UnixMilli()
-	err := rollout.ListSet(ctx, src, r.Set, feedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, src, r.Set, feedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
 		pos := PositionOf(info)
 		if !r.After.Before(pos) {
 			return nil
@@ -166,11 +167,11 @@ func chooseFeedRuns(ctx context.Context, src rollout.Lister, r FeedRequest) ([]f
 func PositionOf(info *workflowpb.WorkflowExecutionInfo) FeedPosition {
 	sa := info.GetSearchAttributes()
 	p := FeedPosition{RunID: info.GetExecution().GetRunId()}
-	p.RolloutID, _ = rollout.SAKeyword(sa, rollout.SARolloutID)
+	p.RolloutID, _ = visibility.SAKeyword(sa, rollout.SARolloutID)
 	if p.RolloutID == "" {
 		p.RolloutID = strings.TrimPrefix(info.GetExecution().GetWorkflowId(), rollout.WorkflowID(""))
 	}
-	at, ok := rollout.SATime(sa, rollout.SARolloutFinishedAt)
+	at, ok := visibility.SATime(sa, rollout.SARolloutFinishedAt)
 	switch {
 	case ok:
 		p.At = at.UnixMilli()

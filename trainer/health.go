@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -85,7 +86,7 @@ const (
 
 // healthSource is what a health computation reads from Temporal.
 type healthSource interface {
-	rollout.Lister
+	visibility.Lister
 	CountWorkflow(ctx context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 }
@@ -127,7 +128,7 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 		return Health{}, err
 	}
 	var n healthCounts
-	sinceTS := rollout.VisibilityTime(r.Now.Add(-r.Window))
+	sinceTS := visibility.VisibilityTime(r.Now.Add(-r.Window))
 	if err := countAll(ctx, src, r.Set, healthFilters(&h, &n, sinceTS, watchdog)); err != nil {
 		return Health{}, err
 	}
@@ -225,7 +226,7 @@ func sampleModel(ctx context.Context, src healthSource, r HealthRequest, h *Heal
 }
 
 // listSome returns one page of at most n runs of set matching filter.
-func listSome(ctx context.Context, l rollout.Lister, set, filter string, n int) ([]*workflowpb.WorkflowExecutionInfo, error) {
+func listSome(ctx context.Context, l visibility.Lister, set, filter string, n int) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	q := rollout.SetQuery(set) + " AND " + filter
 	resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: int32(n)})
 	if err != nil {
@@ -305,11 +306,11 @@ var (
 func failureStreak(ctx context.Context, src healthSource, set string, sinceTS string) (int, error) {
 	var fails []time.Time
 	filter := fmt.Sprintf(`%s >= %s AND %s`, rollout.SARolloutFinishedAt, sinceTS, runFailedQ)
-	err := rollout.ListSet(ctx, src, set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, src, set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
 		if len(fails) >= maxHealthScan {
 			return errScanDone
 		}
-		at, _ := rollout.SATime(info.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		at, _ := visibility.SATime(info.GetSearchAttributes(), rollout.SARolloutFinishedAt)
 		fails = append(fails, at)
 		return nil
 	})
@@ -324,7 +325,7 @@ func failureStreak(ctx context.Context, src healthSource, set string, sinceTS st
 		if countErr != nil {
 			return true
 		}
-		n, err := countSet(ctx, src, set, fmt.Sprintf(`%s > %s AND %s`, rollout.SARolloutFinishedAt, rollout.VisibilityTime(fails[i]), runSucceededQ))
+		n, err := countSet(ctx, src, set, fmt.Sprintf(`%s > %s AND %s`, rollout.SARolloutFinishedAt, visibility.VisibilityTime(fails[i]), runSucceededQ))
 		countErr = err
 		return n > 0
 	})

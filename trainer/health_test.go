@@ -14,6 +14,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -166,7 +167,7 @@ func TestHealthQueriesUseTheWindow(t *testing.T) {
 
 // failedRun is the fake's reading of runFailedQ.
 func failedRun(i *workflowpb.WorkflowExecutionInfo) bool {
-	phase, _ := rollout.SAKeyword(i.GetSearchAttributes(), rollout.SARolloutPhase)
+	phase, _ := visibility.SAKeyword(i.GetSearchAttributes(), rollout.SARolloutPhase)
 	return i.GetStatus() == failed || i.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED || phase == "failed"
 }
 
@@ -185,7 +186,7 @@ func countAfter(t *testing.T, q string, runs []*workflowpb.WorkflowExecutionInfo
 	}
 	n := 0
 	for _, i := range runs {
-		at, _ := rollout.SATime(i.GetSearchAttributes(), rollout.SARolloutFinishedAt)
+		at, _ := visibility.SATime(i.GetSearchAttributes(), rollout.SARolloutFinishedAt)
 		if at.After(after) && failedRun(i) == failures {
 			n++
 		}
@@ -228,7 +229,7 @@ func TestFailureStreak(t *testing.T) {
 					return out
 				},
 			}
-			got, err := failureStreak(context.Background(), f, "s1", rollout.VisibilityTime(t0))
+			got, err := failureStreak(context.Background(), f, "s1", visibility.VisibilityTime(t0))
 			if err != nil || got != tt.want {
 				t.Fatalf("streak %d (%v), want %d", got, err, tt.want)
 			}

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -36,7 +37,7 @@ func resultsPage(ctx context.Context, src exportSource, set string, token []byte
 		return nil, nil, fmt.Errorf("list results of set %q: %w", set, err)
 	}
 	infos := resp.GetExecutions()
-	fence, err := rollout.ReadSetFence(ctx, src, set)
+	fence, err := visibility.ReadSetFence(ctx, src, set)
 	if err != nil {
 		return nil, nil, fmt.Errorf("results of set %q: %w", set, err)
 	}

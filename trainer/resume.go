@@ -9,6 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -89,7 +90,7 @@ func participants(urls []string) ([]string, error) {
 type resumeTarget struct {
 	servers map[string]controlResumer
 	order   []string
-	lister  rollout.Lister
+	lister  visibility.Lister
 	upd     workflowUpdater
 }
 

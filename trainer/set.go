@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -95,9 +96,9 @@ func StatusName(s enumspb.WorkflowExecutionStatus) string {
 
 // listLatest lists set and returns the latest run of each of its rollouts,
 // sorted by rollout id.
-func listLatest(ctx context.Context, l rollout.Lister, set string) ([]RolloutRecord, error) {
+func listLatest(ctx context.Context, l visibility.Lister, set string) ([]RolloutRecord, error) {
 	var infos []*workflowpb.WorkflowExecutionInfo
-	err := rollout.ListSet(ctx, l, set, "", func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, l, set, "", func(info *workflowpb.WorkflowExecutionInfo) error {
 		infos = append(infos, info)
 		return nil
 	})
@@ -160,16 +161,16 @@ func recordFromInfo(info *workflowpb.WorkflowExecutionInfo) RolloutRecord {
 		rec.Close = ts.AsTime()
 	}
 	sa := info.GetSearchAttributes()
-	rec.RolloutID, _ = rollout.SAKeyword(sa, rollout.SARolloutID)
+	rec.RolloutID, _ = visibility.SAKeyword(sa, rollout.SARolloutID)
 	if rec.RolloutID == "" {
 		rec.RolloutID = strings.TrimPrefix(rec.WorkflowID, rollout.WorkflowID(""))
 	}
 	if p, ok := info.GetMemo().GetFields()[rollout.MemoEnv]; ok {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &rec.Env)
 	}
-	rec.Phase, _ = rollout.SAKeyword(sa, rollout.SARolloutPhase)
-	rec.Attempt, _ = rollout.SAInt(sa, rollout.SARolloutAttempt)
-	rec.Turn, _ = rollout.SAInt(sa, rollout.SARolloutTurn)
+	rec.Phase, _ = visibility.SAKeyword(sa, rollout.SARolloutPhase)
+	rec.Attempt, _ = visibility.SAInt(sa, rollout.SARolloutAttempt)
+	rec.Turn, _ = visibility.SAInt(sa, rollout.SARolloutTurn)
 	return rec
 }
 
@@ -199,7 +200,7 @@ func fetchOutcome(ctx context.Context, c tclient.Client, rec *RolloutRecord) err
 // Temporal CLI) carry no memo; their input still names the environment.
 func startInput(ctx context.Context, c tclient.Client, workflowID, runID string) (rollout.Input, error) {
 	var in rollout.Input
-	err := rollout.DecodeStartInput(ctx, c, workflowID, runID, &in)
+	err := visibility.DecodeStartInput(ctx, c, workflowID, runID, &in)
 	return in, err
 }
 

@@ -11,6 +11,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -87,7 +88,7 @@ type stalenessTarget struct {
 	cancel func(ctx context.Context, workflowID, runID string) error
 }
 
-func staleness(ctx context.Context, t stalenessTarget, l rollout.Lister, r StalenessRequest) (StalenessResult, error) {
+func staleness(ctx context.Context, t stalenessTarget, l visibility.Lister, r StalenessRequest) (StalenessResult, error) {
 	var res StalenessResult
 	window := make([]*workflowpb.WorkflowExecutionInfo, 0, stalenessWindow)
 	flush := func() error {
@@ -96,7 +97,7 @@ func staleness(ctx context.Context, t stalenessTarget, l rollout.Lister, r Stale
 		return err
 	}
 	filter := fmt.Sprintf(`ExecutionStatus = "Running" AND %s != %q`, rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
-	err := rollout.ListSet(ctx, l, r.Set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, l, r.Set, filter, func(info *workflowpb.WorkflowExecutionInfo) error {
 		if window = append(window, info); len(window) < stalenessWindow {
 			return nil
 		}

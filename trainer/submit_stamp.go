@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -44,7 +45,7 @@ func (r SubmitRequest) Stamp() (*SubmitStamp, error) {
 // sameSubmission checks that the existing set was submitted by the same
 // request: one of its runs carries the same stamp (a set is made by one
 // submission, so one run tells).
-func sameSubmission(ctx context.Context, l rollout.Lister, set string, want SubmitStamp) error {
+func sameSubmission(ctx context.Context, l visibility.Lister, set string, want SubmitStamp) error {
 	resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: rollout.SetQuery(set), PageSize: 1})
 	if err != nil {
 		return fmt.Errorf("look up set %q: %w", set, err)
@@ -71,7 +72,7 @@ func sameSubmission(ctx context.Context, l rollout.Lister, set string, want Subm
 // that filters on them fails when it does not. Rollouts upsert them only
 // then, since an upsert of an unknown attribute fails their workflow task.
 func hasProgressAttributes(ctx context.Context, c workflowCounter, set string) (bool, error) {
-	epoch := rollout.VisibilityTime(time.Unix(0, 0))
+	epoch := visibility.VisibilityTime(time.Unix(0, 0))
 	q := fmt.Sprintf("%s AND %s >= %s AND %s >= %s", rollout.SetQuery(set), rollout.SARolloutProgressAt, epoch, rollout.SARolloutFinishedAt, epoch)
 	known, err := knowsAttributes(ctx, c, q)
 	if err != nil {

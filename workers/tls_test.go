@@ -43,8 +43,8 @@ func TestActivitiesOverMutualTLS(t *testing.T) {
 		}
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
-		env.RegisterActivity(acts)
-		_, err = env.ExecuteActivity(acts.StartEnvironment, rollout.StartEnvironmentInput{RolloutID: "r", Attempt: 0,
+		env.RegisterActivity(acts.Environment)
+		_, err = env.ExecuteActivity(acts.Environment.StartEnvironment, rollout.StartEnvironmentInput{RolloutID: "r", Attempt: 0,
 			Env: rollout.EnvRef{Name: counter.Name}, Task: json.RawMessage(`{"target":1}`)})
 		return err
 	}

@@ -15,12 +15,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"go.uber.org/zap"
 
+	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
+	"github.com/turnstile-rl/turnstile/activities/environment"
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // openTimeout bounds opening the transcript store at start-up.
@@ -103,17 +107,28 @@ func (w *Worker) Run(interrupt <-chan any) error {
 	return w.Data.Run(interrupt)
 }
 
+// Activities are the data plane's activities a worker hosts and what they
+// share: one transcript store, one HTTP client (its TLS trust and client
+// certificate) and the failpoints.
+type Activities struct {
+	Store       *transcriptstore.Store
+	HTTPClient  *http.Client
+	Failpoints  *failpoint.Set
+	Model       *model.Activities
+	Environment *environment.Activities
+}
+
 // NewActivities builds the activities a worker hosts: the transcript store it
 // opens (creating the directory), the default endpoints, and the failpoints
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
-func NewActivities(cfg Config) (*rollout.Activities, error) {
+func NewActivities(cfg Config) (*Activities, error) {
 	return NewActivitiesWith(cfg, &storage.Opener{})
 }
 
 // NewActivitiesWith is NewActivities opening an object-store transcript
 // store through opener (which keeps its connection).
-func NewActivitiesWith(cfg Config, opener *storage.Opener) (*rollout.Activities, error) {
+func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -131,17 +146,17 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*rollout.Activities,
 	if err != nil {
 		return nil, err
 	}
-	return &rollout.Activities{
-		Store:        store,
-		EnvURL:       cfg.EnvURL,
-		ModelBaseURL: cfg.ModelBaseURL,
-		ModelAPIKey:  cfg.ModelAPIKey,
-		DataToken:    cfg.DataToken,
-		ControlToken: cfg.ControlToken,
-		// No client-wide timeout: a model call may legitimately take
-		// minutes; the activity's context bounds each call.
-		HTTPClient: httpClient(tlsCfg),
-		Failpoints: fps,
+	// No client-wide timeout: a model call may legitimately take minutes;
+	// the activity's context bounds each call.
+	hc := httpClient(tlsCfg)
+	return &Activities{
+		Store: store, HTTPClient: hc, Failpoints: fps,
+		Model: &model.Activities{
+			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps,
+		},
+		Environment: &environment.Activities{
+			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,
+		},
 	}, nil
 }
 
@@ -174,7 +189,7 @@ func httpClient(tlsCfg *tls.Config) *http.Client {
 // NewCoordinator builds the activities of the Checkpoint and Restore
 // workflows; they share the rollout activities' transcript store and
 // failpoints.
-func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coordinator.Coordinator {
+func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.Coordinator {
 	return &coordinator.Coordinator{
 		Client:       c,
 		Store:        acts.Store,
@@ -193,15 +208,17 @@ func NewCoordinator(c client.Client, cfg Config, acts *rollout.Activities) *coor
 // coordinator workflows and activities are registered here too, so a
 // Checkpoint or Restore started on the rollout task queue (by an older
 // client, or a Temporal CLI command naming that queue) still runs.
-func Register(r Registry, acts *rollout.Activities, coord *coordinator.Coordinator) {
+func Register(r Registry, acts *Activities, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
 	// The structs' methods become the activities, named after the methods
-	// (rollout.StartEnvironmentName, CallModelName, …; ReportToGroup,
-	// CancelGroupMembers; the coordinator's PrepareParticipants, ParkMembers, …).
-	r.RegisterActivity(acts)
-	r.RegisterActivity(&rollout.GroupActivities{Client: coord.Client})
-	r.RegisterActivity(&rollout.FenceActivities{Client: coord.Client})
+	// (rollout.CallModelName; StartEnvironmentName, OperateEnvironmentName, …;
+	// ReportToGroup, CancelGroupMembers; the coordinator's
+	// PrepareParticipants, ParkMembers, …).
+	r.RegisterActivity(acts.Model)
+	r.RegisterActivity(acts.Environment)
+	r.RegisterActivity(&bookkeeping.GroupActivities{Client: coord.Client})
+	r.RegisterActivity(&bookkeeping.FenceActivities{Client: coord.Client})
 	RegisterControl(r, coord)
 }
 
@@ -213,6 +230,6 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.RecoverServer, workflow.RegisterOptions{Name: checkpoint.RecoverServerWorkflowName})
 	// A set's fence record, started by a restore's FenceSet step on the
 	// control queue.
-	r.RegisterWorkflowWithOptions(rollout.SetFenceWorkflow, workflow.RegisterOptions{Name: rollout.SetFenceWorkflowName})
+	r.RegisterWorkflowWithOptions(set.SetFenceWorkflow, workflow.RegisterOptions{Name: set.SetFenceWorkflowName})
 	r.RegisterActivity(coord)
 }

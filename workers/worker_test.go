@@ -9,10 +9,12 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 type recordingRegistry struct {
@@ -46,18 +48,18 @@ func TestRegister(t *testing.T) {
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
-		checkpoint.RecoverServerWorkflowName, rollout.SetFenceWorkflowName}
+		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}
-	if len(r.activities) != 4 || r.activities[0] != any(acts) || r.activities[3] != any(coord) {
+	if len(r.activities) != 5 || r.activities[0] != any(acts.Model) || r.activities[1] != any(acts.Environment) || r.activities[4] != any(coord) {
 		t.Errorf("activities registered: %v", r.activities)
 	}
-	if g, ok := r.activities[1].(*rollout.GroupActivities); !ok || g.Client != coord.Client {
-		t.Errorf("group activities registered: %#v", r.activities[1])
+	if g, ok := r.activities[2].(*bookkeeping.GroupActivities); !ok || g.Client != coord.Client {
+		t.Errorf("group activities registered: %#v", r.activities[2])
 	}
-	if f, ok := r.activities[2].(*rollout.FenceActivities); !ok || f.Client != coord.Client {
-		t.Errorf("fence activities registered: %#v", r.activities[2])
+	if f, ok := r.activities[3].(*bookkeeping.FenceActivities); !ok || f.Client != coord.Client {
+		t.Errorf("fence activities registered: %#v", r.activities[3])
 	}
 	if coord.Store != acts.Store {
 		t.Error("the coordinator does not share the rollout activities' transcript store")
@@ -78,9 +80,11 @@ func TestNewActivities(t *testing.T) {
 	if _, err := os.Stat(cfg.TranscriptDir); err != nil {
 		t.Errorf("transcript dir not created: %v", err)
 	}
-	want := rollout.Activities{EnvURL: cfg.EnvURL, ModelBaseURL: cfg.ModelBaseURL, ModelAPIKey: "k"}
-	if acts.EnvURL != want.EnvURL || acts.ModelBaseURL != want.ModelBaseURL || acts.ModelAPIKey != want.ModelAPIKey {
-		t.Errorf("endpoints = %q %q %q", acts.EnvURL, acts.ModelBaseURL, acts.ModelAPIKey)
+	if acts.Environment.URL != cfg.EnvURL || acts.Model.BaseURL != cfg.ModelBaseURL || acts.Model.APIKey != "k" {
+		t.Errorf("endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
+	}
+	if acts.Model.Store != acts.Store || acts.Environment.Store != acts.Store || acts.Model.HTTPClient != acts.HTTPClient || acts.Environment.HTTPClient != acts.HTTPClient {
+		t.Error("the model and environment activities do not share the worker's store and HTTP client")
 	}
 	if acts.HTTPClient == nil {
 		t.Fatal("no HTTP client")
@@ -148,7 +152,7 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, rollout.SetFenceWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
 	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
 		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
 	}

@@ -7,13 +7,15 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // FenceSet writes the set's fence record for this restore, before the
 // restore installs, starts or resumes anything: a new run of the workflow
-// rollout.SetFenceWorkflowID(set) (terminating the previous one) whose memo
+// set.SetFenceWorkflowID(set) (terminating the previous one) whose memo
 // carries the windows of the earlier restores and this one's, from the
 // restored checkpoint's start to this run's start. A re-run of the same
 // restore finds its window the newest and keeps it: its fence time never
@@ -33,7 +35,7 @@ func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput)
 	if err != nil {
 		return checkpoint.FenceSetResult{}, err
 	}
-	cur, err := rollout.ReadSetFence(ctx, tc, in.Set)
+	cur, err := visibility.ReadSetFence(ctx, tc, in.Set)
 	if err != nil {
 		return checkpoint.FenceSetResult{}, err
 	}
@@ -45,26 +47,26 @@ func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput)
 	if err != nil {
 		return checkpoint.FenceSetResult{}, err
 	}
-	next := rollout.SetFence{Set: in.Set, Windows: append(cur.Windows, rollout.FenceWindow{RestoreID: rid, CheckpointID: in.CheckpointID, From: from})}
-	if n := len(next.Windows); n > rollout.MaxFenceWindows {
-		next.Windows = next.Windows[n-rollout.MaxFenceWindows:]
+	next := set.SetFence{Set: in.Set, Windows: append(cur.Windows, rollout.FenceWindow{RestoreID: rid, CheckpointID: in.CheckpointID, From: from})}
+	if n := len(next.Windows); n > set.MaxFenceWindows {
+		next.Windows = next.Windows[n-set.MaxFenceWindows:]
 	}
 	queue := c.TaskQueue
 	if queue == "" {
 		queue = rollout.TaskQueue
 	}
 	_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       rollout.SetFenceWorkflowID(in.Set),
+		ID:                       set.SetFenceWorkflowID(in.Set),
 		TaskQueue:                checkpoint.ControlTaskQueue(queue),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
-		Memo:                     map[string]any{rollout.MemoSetFence: next},
+		Memo:                     map[string]any{set.MemoSetFence: next},
 		StaticSummary:            fmt.Sprintf("fence record of set %s: newest restore %s of checkpoint %s", in.Set, rid, in.CheckpointID),
-	}, rollout.SetFenceWorkflowName, next)
+	}, set.SetFenceWorkflowName, next)
 	if err != nil {
 		return checkpoint.FenceSetResult{}, fmt.Errorf("write the fence record of set %s: %w", in.Set, err)
 	}
-	got, err := rollout.ReadSetFence(ctx, tc, in.Set)
+	got, err := visibility.ReadSetFence(ctx, tc, in.Set)
 	if err != nil {
 		return checkpoint.FenceSetResult{}, err
 	}

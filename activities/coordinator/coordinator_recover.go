@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -185,7 +186,7 @@ func (c *Coordinator) findMoved(ctx context.Context, tc client.Client, lc *loade
 			return nil // closed, another set's, or holding its result: the dead server is no longer needed
 		}
 		var cur rollout.Input
-		if err := rollout.DecodeStartInput(ctx, tc, rollout.WorkflowID(id), ri.RunID, &cur); err != nil {
+		if err := visibility.DecodeStartInput(ctx, tc, rollout.WorkflowID(id), ri.RunID, &cur); err != nil {
 			return fmt.Errorf("input of %s run %s: %w", rollout.WorkflowID(id), ri.RunID, err)
 		}
 		mu.Lock()
@@ -243,7 +244,7 @@ func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string
 				continue
 			}
 			var in checkpoint.CheckpointInput
-			if err := rollout.DecodeStartInput(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), &in); err != nil {
+			if err := visibility.DecodeStartInput(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), &in); err != nil {
 				return "", fmt.Errorf("input of %s: %w", e.GetExecution().GetWorkflowId(), err)
 			}
 			if in.Set == set {

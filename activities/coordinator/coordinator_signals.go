@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -199,7 +200,7 @@ func (p *parking) listParked(ctx context.Context) (map[string]bool, error) {
 	extra := fmt.Sprintf(`ExecutionStatus = "Running" AND (%s = %q OR %s = %q)`,
 		rollout.SACheckpointID, p.in.CheckpointID, rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
 	out := map[string]bool{}
-	err := rollout.ListSet(ctx, p.tc, p.in.Set, extra, func(e *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, p.tc, p.in.Set, extra, func(e *workflowpb.WorkflowExecutionInfo) error {
 		if id, ok := rollout.IDOf(e.GetExecution().GetWorkflowId()); ok {
 			out[id] = true
 		}

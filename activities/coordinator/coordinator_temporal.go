@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
@@ -47,10 +48,10 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		RunID:   info.GetExecution().GetRunId(),
 	}
-	ri.Attempt, ri.HasAttempt = rollout.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
-	ri.Set, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
-	ri.Phase, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
-	ri.CheckpointID, _ = rollout.SAKeyword(info.GetSearchAttributes(), rollout.SACheckpointID)
+	ri.Attempt, ri.HasAttempt = visibility.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
+	ri.Set, _ = visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)
+	ri.Phase, _ = visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase)
+	ri.CheckpointID, _ = visibility.SAKeyword(info.GetSearchAttributes(), rollout.SACheckpointID)
 	if st := info.GetStartTime(); st != nil {
 		ri.StartTime = st.AsTime()
 	}
@@ -89,13 +90,13 @@ type visibleRun struct {
 // (extra is ANDed to the set filter), skipping workflows that are not
 // rollouts.
 func listSet(ctx context.Context, c client.Client, set, extra string, fn func(visibleRun)) error {
-	return rollout.ListSet(ctx, c, set, extra, func(e *workflowpb.WorkflowExecutionInfo) error {
+	return visibility.ListSet(ctx, c, set, extra, func(e *workflowpb.WorkflowExecutionInfo) error {
 		id, ok := rollout.IDOf(e.GetExecution().GetWorkflowId())
 		if !ok || id == "" {
 			return nil
 		}
 		r := visibleRun{RolloutID: id, Running: e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING}
-		r.Attempt, r.HasAttempt = rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
+		r.Attempt, r.HasAttempt = visibility.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
 		fn(r)
 		return nil
 	})

@@ -23,7 +23,7 @@ func TestSmokeRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a dev server and four processes")
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/worker", "./cmd/envserver", "./cmd/policyserver", "./cmd/bench")

@@ -246,7 +246,7 @@ func TestLoadMissingFile(t *testing.T) {
 // TestRepoFile keeps the committed temporal-dev.yaml valid and holding what
 // the workflows rely on.
 func TestRepoFile(t *testing.T) {
-	cfg, err := devenv.Load(filepath.Join("..", devenv.DefaultConfigFile))
+	cfg, err := devenv.Load(filepath.Join("..", "..", devenv.DefaultConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -51,10 +52,10 @@ func (r *run) check(ctx context.Context) {
 // The judgment is judgeRuns; this lists the runs for it.
 func (r *run) checkRuns(ctx context.Context) {
 	runs := map[string][]runView{}
-	err := rollout.ListSet(ctx, r.st.tc, r.set, "", func(e *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, r.st.tc, r.set, "", func(e *workflowpb.WorkflowExecutionInfo) error {
 		v := runView{RunID: e.GetExecution().GetRunId(), Status: e.GetStatus(),
 			Start: e.GetStartTime().AsTime(), Close: e.GetCloseTime().AsTime()}
-		v.Attempt, v.HasAttempt = rollout.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
+		v.Attempt, v.HasAttempt = visibility.SAInt(e.GetSearchAttributes(), rollout.SARolloutAttempt)
 		id := e.GetExecution().GetWorkflowId()
 		runs[id] = append(runs[id], v)
 		return nil

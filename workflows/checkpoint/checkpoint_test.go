@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -104,7 +105,7 @@ func checkpointInput() checkpoint.CheckpointInput {
 
 func runCheckpoint(t *testing.T, c *coord, in checkpoint.CheckpointInput, setup func(*testsuite.TestWorkflowEnvironment)) (*testsuite.TestWorkflowEnvironment, checkpoint.CheckpointResult, error) {
 	t.Helper()
-	env := newTestEnv()
+	env := testsupport.NewWorkflowEnv()
 	c.register(env)
 	if setup != nil {
 		setup(env)

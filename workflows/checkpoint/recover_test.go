@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -26,7 +27,7 @@ func recoverInput() checkpoint.RecoverServerInput {
 // PlanRecovery answers.
 func runRecover(t *testing.T, c *coord, in checkpoint.RecoverServerInput, plan checkpoint.PlanRecoveryResult) (checkpoint.RecoverServerResult, checkpoint.RecoverStatus, error) {
 	t.Helper()
-	env := newTestEnv()
+	env := testsupport.NewWorkflowEnv()
 	c.register(env)
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(_ context.Context, in checkpoint.PlanRecoveryInput) (checkpoint.PlanRecoveryResult, error) {

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -19,7 +20,7 @@ func restoreInput() checkpoint.RestoreInput {
 
 func runRestore(t *testing.T, c *coord, in checkpoint.RestoreInput) (checkpoint.RestoreResult, error) {
 	t.Helper()
-	env := newTestEnv()
+	env := testsupport.NewWorkflowEnv()
 	c.register(env)
 	// The activities that end a restore session.
 	env.RegisterActivityWithOptions(func(_ context.Context, in checkpoint.ResumeRestoredParticipantsInput) (checkpoint.ResumeParticipantsResult, error) {

@@ -215,7 +215,7 @@ type PlanAttemptsResult struct {
 }
 
 // FenceSetInput writes the set's fence record for a restore
-// (rollout.SetFence) before it starts or resumes anything.
+// (set.SetFence) before it starts or resumes anything.
 type FenceSetInput struct {
 	CheckpointID string `json:"checkpoint_id"`
 	// RestoreID names this restore (empty: the checkpoint id).

@@ -8,9 +8,13 @@ package rollout
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"go.temporal.io/sdk/temporal"
 )
 
 // Activity names, as registered on the worker.
@@ -161,4 +165,61 @@ type VerifyResult struct {
 	// DetailsRef names the details (JSON; null when the environment gave
 	// none) in the transcript store, when the input asked for that.
 	DetailsRef transcript.Digest `json:"details_ref,omitempty"`
+}
+
+// Further application error types, beside those above. Each is
+// non-retryable: retrying the same input cannot give another answer.
+const (
+	// ErrBadInput: the activity input is malformed (empty id, bad digest,
+	// unknown style). Nothing was sent anywhere.
+	ErrBadInput = "BadActivityInput"
+	// ErrModelEmpty: the model endpoint answered without any choice.
+	ErrModelEmpty = "ModelEmptyAnswer"
+	// ErrTranscript: the transcript store does not hold, or cannot decode,
+	// what the input names. Corrupt state fails closed.
+	ErrTranscript = "TranscriptUnavailable"
+)
+
+// BadInput is a non-retryable error naming what is wrong with an input.
+func BadInput(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrBadInput, nil)
+}
+
+// CheckIdentity checks the rollout id and attempt every activity input
+// carries.
+func CheckIdentity(rolloutID string, attempt int) error {
+	if strings.TrimSpace(rolloutID) == "" {
+		return BadInput("empty rollout id")
+	}
+	if attempt < 0 {
+		return BadInput("rollout %s: negative attempt %d", rolloutID, attempt)
+	}
+	return nil
+}
+
+// CheckDigest checks a digest an input names.
+func CheckDigest(what string, d transcript.Digest) error {
+	if err := d.Validate(); err != nil {
+		return BadInput("%s: %v", what, err)
+	}
+	return nil
+}
+
+// CheckStyle checks an input's interaction style.
+func CheckStyle(s envs.Style) error {
+	switch s {
+	case envs.StyleTools, envs.StyleGym:
+		return nil
+	default:
+		return BadInput("unknown style %q (want %q or %q)", s, envs.StyleTools, envs.StyleGym)
+	}
+}
+
+// StoreError classifies a transcript-store failure: a missing or corrupt blob
+// does not heal by retrying, so it stops the rollout; other I/O errors may pass.
+func StoreError(what string, err error) error {
+	if errors.Is(err, transcript.ErrNotFound) || errors.Is(err, transcript.ErrCorrupt) {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s: %v", what, err), ErrTranscript, nil)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -584,3 +584,7 @@ func ValidateName(what, name string, maxLen int) error {
 
 // ValidateSet checks a set name.
 func ValidateSet(set string) error { return ValidateName("set", set, MaxSetLen) }
+
+// SetQuery is the visibility query for every run of every rollout of set.
+// set must have passed ValidateSet, so it needs no escaping beyond quoting.
+func SetQuery(set string) string { return fmt.Sprintf("%s = %q", SARolloutSet, set) }

@@ -67,14 +67,14 @@ func environmentFailure(err, ferr error) bool {
 func failureReason(err, ferr error, what string) string {
 	var ae *temporal.ApplicationError
 	if errors.As(ferr, &ae) && ae.Type() == ErrBudgetExhausted {
-		return truncate(ae.Message(), maxReasonLen)
+		return Truncate(ae.Message(), maxReasonLen)
 	}
 	root := rootCause(err)
 	msg := root.Error()
 	if errors.As(root, &ae) {
 		msg = ae.Message() // without the "(type: …, retryable: …)" suffix
 	}
-	return truncate(what+": "+msg, maxReasonLen)
+	return Truncate(what+": "+msg, maxReasonLen)
 }
 
 // groupFailure reports a failure to the group's ledger and acts on the

@@ -129,8 +129,8 @@ func (r GroupReport) UpdateID() string {
 	return r.RolloutID + "/a" + strconv.Itoa(r.Attempt) + "/" + r.Kind
 }
 
-// validate checks a report against the ledger of set/group of size members.
-func (r GroupReport) validate(set, group string, size int) error {
+// Validate checks a report against the ledger of set/group of size members.
+func (r GroupReport) Validate(set, group string, size int) error {
 	switch {
 	case r.Set != set || r.Group != group:
 		return fmt.Errorf("report of group %s/%s sent to the ledger of %s/%s", r.Set, r.Group, set, group)

@@ -22,7 +22,8 @@ var cancelOptions = workflow.ActivityOptions{
 	},
 }
 
-var groupStatusKey = temporal.NewSearchAttributeKeyKeyword(SARolloutGroupStatus)
+// GroupStatusKey is the typed key of SARolloutGroupStatus.
+var GroupStatusKey = temporal.NewSearchAttributeKeyKeyword(SARolloutGroupStatus)
 
 // Memo fields of a ledger, kept current with its status, so a listing or a
 // describe reads where a group stands without a worker (see GroupState).
@@ -124,7 +125,7 @@ func (l *ledger) register(ctx workflow.Context) error {
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateGroupReport,
 		func(_ workflow.Context, r GroupReport) (GroupVerdict, error) { return l.report(r), nil },
 		workflow.UpdateHandlerOptions{
-			Validator:   func(r GroupReport) error { return r.validate(l.st.Set, l.st.Group, l.st.Size) },
+			Validator:   func(r GroupReport) error { return r.Validate(l.st.Set, l.st.Group, l.st.Size) },
 			Description: "a member's result or failure; answers the group's verdict and any retry granted",
 		})
 }
@@ -219,7 +220,7 @@ func (l *ledger) publish(ctx workflow.Context) error {
 	if l.st.Status != l.published {
 		err := workflow.UpsertTypedSearchAttributes(ctx,
 			temporal.NewSearchAttributeKeyKeyword(SARolloutGroup).ValueSet(l.st.Group),
-			groupStatusKey.ValueSet(string(l.st.Status)))
+			GroupStatusKey.ValueSet(string(l.st.Status)))
 		if err != nil {
 			return fmt.Errorf("upsert group status: %w", err)
 		}

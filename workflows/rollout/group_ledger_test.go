@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -28,7 +29,7 @@ type ledgerRun struct {
 
 func newLedgerRun(t *testing.T) *ledgerRun {
 	t.Helper()
-	l := &ledgerRun{env: newTestEnv()}
+	l := &ledgerRun{env: testsupport.NewWorkflowEnv()}
 	l.env.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
 	l.env.RegisterActivityWithOptions(func(_ context.Context, in rollout.CancelGroupMembersInput) (rollout.CancelGroupMembersResult, error) {
 		l.mu.Lock()

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-
-	"github.com/openai/openai-go/v3"
 )
 
 // Bounds of sampling parameters. They are generous (vLLM accepts more than
@@ -83,44 +81,6 @@ func (s *Sampling) validateExtraBody() error {
 		return fmt.Errorf("sampling.extra_body is %d bytes, more than %d", size, MaxExtraBodySize)
 	}
 	return nil
-}
-
-// apply sets the parameters on a chat request. Omitted fields are left
-// unset, so the request is exactly today's when s is nil.
-func (s *Sampling) apply(p *openai.ChatCompletionNewParams) {
-	if s == nil {
-		return
-	}
-	if s.Temperature != nil {
-		p.Temperature = openai.Float(*s.Temperature)
-	}
-	if s.TopP != nil {
-		p.TopP = openai.Float(*s.TopP)
-	}
-	if s.MaxTokens != nil {
-		p.MaxTokens = openai.Int(*s.MaxTokens)
-	}
-	if len(s.Stop) > 0 {
-		p.Stop.OfStringArray = s.Stop
-	}
-	if s.Seed != nil {
-		p.Seed = openai.Int(*s.Seed)
-	}
-	extra := map[string]any{}
-	for k, v := range s.ExtraBody {
-		extra[k] = v
-	}
-	if s.CaptureTokens {
-		// vLLM returns logprobs only when top_logprobs is a number (null
-		// means none); return_token_ids adds prompt_token_ids at the top
-		// level and token_ids on the choice.
-		p.Logprobs = openai.Bool(true)
-		p.TopLogprobs = openai.Int(0)
-		extra["return_token_ids"] = true
-	}
-	if len(extra) > 0 {
-		p.SetExtraFields(extra)
-	}
 }
 
 // sortedKeys returns m's keys in order: the workflow validates extra_body

@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -14,12 +13,13 @@ import (
 // record, so its commands are those of before.
 const setFenceChange = "set-fence"
 
-// FenceActivities hold the activity a rollout consults its set's fence
-// record with. It reads Temporal itself; register a pointer to it on the
-// worker beside Activities.
-type FenceActivities struct {
-	Client Describer
-}
+// CheckSetFenceName is the activity a rollout consults its set's fence
+// record with (package workflows/set keeps the record).
+const CheckSetFenceName = "CheckSetFence"
+
+// ErrFencedByRestore: a restore of the set replaced the world this run
+// started in; the run stops before any environment call or result.
+const ErrFencedByRestore = "FencedByRestore"
 
 // CheckSetFenceInput names the run chain to check.
 type CheckSetFenceInput struct {
@@ -35,23 +35,17 @@ type CheckSetFenceResult struct {
 	Window *FenceWindow `json:"window,omitempty"`
 }
 
-// CheckSetFence reads the set's fence record and says whether the run
-// chain that started at in.StartedAt is of a world a restore rolled back.
-// It fails (and is retried) when the record cannot be read: a run never
-// goes on unchecked.
-func (a *FenceActivities) CheckSetFence(ctx context.Context, in CheckSetFenceInput) (CheckSetFenceResult, error) {
-	if err := ValidateSet(in.Set); err != nil {
-		return CheckSetFenceResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrBadInput, nil)
-	}
-	f, err := ReadSetFence(ctx, a.Client, in.Set)
-	if err != nil {
-		return CheckSetFenceResult{}, err
-	}
-	w, fenced := f.FencesRun(in.StartedAt)
-	if !fenced {
-		return CheckSetFenceResult{}, nil
-	}
-	return CheckSetFenceResult{Fenced: true, Window: &w}, nil
+// FenceWindow is one restore's fence: the runs of the set that started
+// after From (when the restored checkpoint's Checkpoint workflow started;
+// zero when this Temporal never ran it) and no later than Before (when the
+// restore wrote its fence) are of the world it rolled back.
+type FenceWindow struct {
+	RestoreID    string    `json:"restore_id"`
+	CheckpointID string    `json:"checkpoint_id"`
+	From         time.Time `json:"from"`
+	// Before is zero in the memo of the run that carries the window: that
+	// run's start time is when the fence took effect (ReadSetFence fills it).
+	Before time.Time `json:"before,omitzero"`
 }
 
 // setFenceOptions: the check is one describe; it is retried until it

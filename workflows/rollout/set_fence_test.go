@@ -14,7 +14,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
+	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 var fenceT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -23,7 +26,7 @@ func at(sec int) time.Time { return fenceT0.Add(time.Duration(sec) * time.Second
 
 // Two restores: r1 of a checkpoint cut at 10 s, fenced at 20 s; r2 of a
 // checkpoint cut at 30 s, fenced at 40 s.
-var twoRestores = rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{
+var twoRestores = set.SetFence{Set: "s", Windows: []rollout.FenceWindow{
 	{RestoreID: "r1", CheckpointID: "k1", From: at(10), Before: at(20)},
 	{RestoreID: "r2", CheckpointID: "k2", From: at(30), Before: at(40)},
 }}
@@ -31,12 +34,12 @@ var twoRestores = rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{
 func TestSetFenceRules(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
-		fence          rollout.SetFence
+		fence          set.SetFence
 		started        time.Time
 		run, result    bool
 		runBy, resByID string
 	}{
-		{name: "no restore", fence: rollout.SetFence{Set: "s"}, started: at(5)},
+		{name: "no restore", fence: set.SetFence{Set: "s"}, started: at(5)},
 		{name: "before every cut", fence: twoRestores, started: at(5), run: true, runBy: "r2"},
 		{name: "inside r1's window", fence: twoRestores, started: at(15), run: true, runBy: "r2", result: true, resByID: "r1"},
 		{name: "after r1, before k2's cut", fence: twoRestores, started: at(25), run: true, runBy: "r2"},
@@ -62,7 +65,7 @@ type fenceDescriber struct {
 }
 
 func (d fenceDescriber) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	if workflowID != rollout.SetFenceWorkflowID("s") {
+	if workflowID != set.SetFenceWorkflowID("s") {
 		return nil, serviceerror.NewNotFound(workflowID)
 	}
 	return d.resp, d.err
@@ -74,22 +77,22 @@ func fenceRun(t *testing.T, memo any, start time.Time) *workflowservice.Describe
 	if memo != nil {
 		p, err := converter.GetDefaultDataConverter().ToPayload(memo)
 		require.NoError(t, err)
-		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoSetFence: p}}
+		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{set.MemoSetFence: p}}
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}
 }
 
 func TestReadSetFence(t *testing.T) {
 	ctx := context.Background()
-	current := rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{
+	current := set.SetFence{Set: "s", Windows: []rollout.FenceWindow{
 		{RestoreID: "r1", CheckpointID: "k1", From: at(10), Before: at(20)},
 		{RestoreID: "r2", CheckpointID: "k2", From: at(30)},
 	}}
-	f, err := rollout.ReadSetFence(ctx, fenceDescriber{resp: fenceRun(t, current, at(40))}, "s")
+	f, err := visibility.ReadSetFence(ctx, fenceDescriber{resp: fenceRun(t, current, at(40))}, "s")
 	require.NoError(t, err)
 	require.Equal(t, twoRestores.Windows, f.Windows, "the newest window ends at the fence run's start")
 
-	f, err = rollout.ReadSetFence(ctx, fenceDescriber{err: serviceerror.NewNotFound("none")}, "s")
+	f, err = visibility.ReadSetFence(ctx, fenceDescriber{err: serviceerror.NewNotFound("none")}, "s")
 	require.NoError(t, err)
 	require.Empty(t, f.Windows, "a set never restored has no fence")
 
@@ -97,18 +100,18 @@ func TestReadSetFence(t *testing.T) {
 	for name, d := range map[string]fenceDescriber{
 		"unavailable":  {err: serviceerror.NewUnavailable("down")},
 		"no memo":      {resp: fenceRun(t, nil, at(40))},
-		"another set":  {resp: fenceRun(t, rollout.SetFence{Set: "x", Windows: current.Windows}, at(40))},
-		"no windows":   {resp: fenceRun(t, rollout.SetFence{Set: "s"}, at(40))},
+		"another set":  {resp: fenceRun(t, set.SetFence{Set: "x", Windows: current.Windows}, at(40))},
+		"no windows":   {resp: fenceRun(t, set.SetFence{Set: "s"}, at(40))},
 		"not a record": {resp: fenceRun(t, "text", at(40))},
 	} {
-		_, err := rollout.ReadSetFence(ctx, d, "s")
+		_, err := visibility.ReadSetFence(ctx, d, "s")
 		require.Error(t, err, name)
 	}
 }
 
 func TestCheckSetFenceActivity(t *testing.T) {
-	current := rollout.SetFence{Set: "s", Windows: []rollout.FenceWindow{{RestoreID: "r1", CheckpointID: "k1", From: at(10)}}}
-	acts := &rollout.FenceActivities{Client: fenceDescriber{resp: fenceRun(t, current, at(20))}}
+	current := set.SetFence{Set: "s", Windows: []rollout.FenceWindow{{RestoreID: "r1", CheckpointID: "k1", From: at(10)}}}
+	acts := &bookkeeping.FenceActivities{Client: fenceDescriber{resp: fenceRun(t, current, at(20))}}
 	for _, tc := range []struct {
 		started time.Time
 		fenced  bool

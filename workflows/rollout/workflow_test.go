@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -170,7 +171,7 @@ func input(maxTurns int) rollout.Input {
 
 func newEnv(t *testing.T, w *world) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
-	env := newTestEnv()
+	env := testsupport.NewWorkflowEnv()
 	env.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	w.register(env)
 	return env

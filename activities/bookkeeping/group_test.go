@@ -1,7 +1,8 @@
-package rollout_test
+package bookkeeping_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -37,6 +40,13 @@ type startedLedger struct {
 type fakeStartOp struct {
 	opts  client.StartWorkflowOptions
 	input rollout.GroupInput
+}
+
+// report is a report of repeat of group g of set s (3 members, budget 1).
+func report(repeat, attempt int, kind string, retryable bool) rollout.GroupReport {
+	id := rollout.GroupRolloutID("s", "g", repeat)
+	return rollout.GroupReport{Set: "s", Group: "g", Size: 3, Budget: 1, RolloutID: id, Repeat: repeat, Attempt: attempt,
+		Kind: kind, Retryable: retryable, Reason: fmt.Sprintf("%s of attempt %d", kind, attempt)}
 }
 
 func (fakeStartOp) Get(context.Context) (client.WorkflowRun, error) { return nil, nil }
@@ -100,7 +110,7 @@ func (c closedLedger) Get(_ context.Context, out any) error {
 func groupActivityEnv(f *fakeTemporal) *testsuite.TestActivityEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(&rollout.GroupActivities{Client: f, TaskQueue: "q"})
+	env.RegisterActivity(&bookkeeping.GroupActivities{Client: f, TaskQueue: "q"})
 	return env
 }
 
@@ -145,13 +155,13 @@ func TestReportToGroup(t *testing.T) {
 	// help, so the report fails at once, naming the fix.
 	f = &fakeTemporal{startErr: serviceerror.NewInvalidArgument("search attribute RolloutGroupStatus is not defined")}
 	_, err := groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, r)
-	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "starter setup"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "starter setup"})
 
 	bad := r
 	bad.Repeat = 3
 	f = &fakeTemporal{}
 	_, err = groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, bad)
-	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "repeat 3 is outside"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "repeat 3 is outside"})
 	require.Empty(t, f.starts)
 }
 
@@ -170,5 +180,5 @@ func TestCancelGroupMembers(t *testing.T) {
 
 	_, err = groupActivityEnv(f).ExecuteActivity(rollout.CancelGroupMembersName,
 		rollout.CancelGroupMembersInput{Set: "s", Group: "g", Repeats: []int{-1}})
-	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "repeat -1 out of range"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "repeat -1 out of range"})
 }

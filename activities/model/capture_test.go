@@ -1,4 +1,4 @@
-package rollout_test
+package model_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -45,9 +47,9 @@ func captureInput(head transcript.Digest, turn int, parent string) rollout.CallM
 	}
 }
 
-func callModel(t *testing.T, acts *rollout.Activities, in rollout.CallModelInput) rollout.CallModelResult {
+func callModel(t *testing.T, acts *model.Activities, in rollout.CallModelInput) rollout.CallModelResult {
 	t.Helper()
-	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
+	val, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
 	require.NoError(t, err)
 	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
@@ -57,7 +59,7 @@ func callModel(t *testing.T, acts *rollout.Activities, in rollout.CallModelInput
 // lastGeneration is the generation record of the conversation's last item.
 func lastGeneration(t *testing.T, s *transcriptstore.Store, head transcript.Digest) transcript.Generation {
 	t.Helper()
-	items := mustLoad(t, s, head)
+	items := testsupport.MustLoad(t, s, head)
 	d := items[len(items)-1].Generation
 	require.NotEmpty(t, d, "the answer names its generation record")
 	g, err := s.Generation(context.Background(), d)
@@ -66,14 +68,14 @@ func lastGeneration(t *testing.T, s *transcriptstore.Store, head transcript.Dige
 }
 
 func TestCallModelCapturesVLLMTokens(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
-	model := newFakeModel(t, func(*http.Request, map[string]any) answer {
-		a := ok(vllmCompletion("left", []int64{10, 11, 12}, []int64{20, 21}, []float64{-0.25, -1.5}))
-		a.header = http.Header{"X-Policy-Version": {"step-9"}}
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer {
+		a := testsupport.OK(vllmCompletion("left", []int64{10, 11, 12}, []int64{20, 21}, []float64{-0.25, -1.5}))
+		a.Header = http.Header{"X-Policy-Version": {"step-9"}}
 		return a
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 	res := callModel(t, acts, captureInput(head, 1, ""))
 
 	g := lastGeneration(t, store, res.Head)
@@ -85,12 +87,12 @@ func TestCallModelCapturesVLLMTokens(t *testing.T) {
 	require.Equal(t, "think first", g.ReasoningContent)
 	require.Equal(t, "Qwen/Qwen3-8B", g.Model)
 	require.Equal(t, "step-9", g.PolicyVersion, "the endpoint's version wins over the input's")
-	require.Equal(t, rollout.VersionFromEndpoint, g.PolicyVersionSource)
+	require.Equal(t, model.VersionFromEndpoint, g.PolicyVersionSource)
 	require.JSONEq(t, `{"seed":3,"capture_tokens":true}`, string(g.Sampling))
 	require.False(t, g.PrefixBreak, "a first call has no parent to continue")
 
 	require.Equal(t, &rollout.GenerationRef{
-		Record: mustLoad(t, store, res.Head)[1].Generation, Tokens: transcript.TokensPresent,
+		Record: testsupport.MustLoad(t, store, res.Head)[1].Generation, Tokens: transcript.TokensPresent,
 		PromptTokens: 3, GenerationTokens: 2,
 		PromptDigest: transcript.TokenDigest([]int64{10, 11, 12}), SequenceDigest: transcript.TokenDigest([]int64{10, 11, 12, 20, 21}),
 		PolicyVersion: "step-9",
@@ -101,14 +103,14 @@ func TestCallModelCapturesVLLMTokens(t *testing.T) {
 // Without token_ids, the ids come from the logprobs tokens in token_id:N
 // form (vLLM's return_tokens_as_token_ids).
 func TestCallModelReadsIDsFromLogprobTokens(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
-	model := newFakeModel(t, func(*http.Request, map[string]any) answer {
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer {
 		c := vllmCompletion("left", []int64{1, 2}, []int64{5, 6}, []float64{-1, -2})
 		delete(c["choices"].([]any)[0].(map[string]any), "token_ids")
-		return ok(c)
+		return testsupport.OK(c)
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 	res := callModel(t, acts, captureInput(head, 1, ""))
 	g := lastGeneration(t, store, res.Head)
 	require.Equal(t, []int64{5, 6}, g.GenerationTokenIDs)
@@ -118,48 +120,48 @@ func TestCallModelReadsIDsFromLogprobTokens(t *testing.T) {
 // An endpoint that reports no tokens (plain OpenAI shape) still answers the
 // rollout; the record says the tokens are absent.
 func TestCallModelWithoutReportedTokens(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
-	model := newFakeModel(t, func(*http.Request, map[string]any) answer { return completion("left", "stop") })
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return completion("left", "stop") })
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 	res := callModel(t, acts, captureInput(head, 2, "r1/a0/t1"))
 	g := lastGeneration(t, store, res.Head)
 	require.Equal(t, transcript.TokensAbsent, g.Tokens)
 	require.Empty(t, g.PromptTokenIDs)
 	require.Equal(t, "step-7", g.PolicyVersion)
-	require.Equal(t, rollout.VersionFromInput, g.PolicyVersionSource)
+	require.Equal(t, model.VersionFromInput, g.PolicyVersionSource)
 	require.Equal(t, transcript.TokensAbsent, res.Generation.Tokens)
 	require.False(t, res.Generation.PrefixBreak, "a call without tokens has nothing to check")
-	require.Equal(t, "left", mustLoad(t, store, res.Head)[1].Content)
+	require.Equal(t, "left", testsupport.MustLoad(t, store, res.Head)[1].Content)
 }
 
 // Capture off and no policy version: no record, the item is what it was.
 func TestCallModelWithoutCaptureWritesNoRecord(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
-	model := newFakeModel(t, func(*http.Request, map[string]any) answer {
-		return ok(vllmCompletion("left", []int64{1}, []int64{2}, []float64{-1}))
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer {
+		return testsupport.OK(vllmCompletion("left", []int64{1}, []int64{2}, []float64{-1}))
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 	in := captureInput(head, 1, "")
 	in.Sampling, in.Policy.Version = nil, ""
 	res := callModel(t, acts, in)
 	require.Nil(t, res.Generation)
-	require.Equal(t, transcript.Item{Role: "assistant", Content: "left"}, mustLoad(t, store, res.Head)[1])
+	require.Equal(t, transcript.Item{Role: "assistant", Content: "left"}, testsupport.MustLoad(t, store, res.Head)[1])
 }
 
 // Each call's prompt must start with its parent's prompt + generation: a
 // grown conversation passes, a re-tokenized one is flagged with a reason.
 func TestCallModelFlagsTokenPrefixBreak(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 	prompts := map[int][]int64{1: {1, 2}, 2: {1, 2, 3, 4, 5}, 3: {1, 2, 3, 9, 5, 6, 7}}
 	outputs := map[int][]int64{1: {3, 4}, 2: {6}, 3: {8}}
-	model := newFakeModel(t, func(_ *http.Request, body map[string]any) answer {
+	srv := newFakeModel(t, func(_ *http.Request, body map[string]any) testsupport.Answer {
 		turn := len(body["messages"].([]any))/2 + 1 // user, (assistant, user)…
-		return ok(vllmCompletion("left", prompts[turn], outputs[turn], make([]float64, len(outputs[turn]))))
+		return testsupport.OK(vllmCompletion("left", prompts[turn], outputs[turn], make([]float64, len(outputs[turn]))))
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 	parent := ""
 	var got []rollout.CallModelResult
 	for turn := 1; turn <= 3; turn++ {
@@ -171,7 +173,7 @@ func TestCallModelFlagsTokenPrefixBreak(t *testing.T) {
 	require.False(t, got[1].Generation.PrefixBreak, got[1].Generation.PrefixBreakReason)
 	require.True(t, got[2].Generation.PrefixBreak)
 	require.Contains(t, got[2].Generation.PrefixBreakReason, "prompt token 3 is 9")
-	items := mustLoad(t, store, got[2].Head)
+	items := testsupport.MustLoad(t, store, got[2].Head)
 	g, err := store.Generation(t.Context(), items[len(items)-1].Generation)
 	require.NoError(t, err)
 	require.True(t, g.PrefixBreak, "the flag is stored with the call")

@@ -1,4 +1,4 @@
-package rollout_test
+package model_test
 
 import (
 	"encoding/json"
@@ -8,29 +8,31 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/policy"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // scriptedCounter starts the scripted policy server and seeds a counter
 // conversation (0 → target) in a fresh store.
-func scriptedCounter(t *testing.T, target int) (*rollout.Activities, transcript.Digest, transcript.Digest) {
+func scriptedCounter(t *testing.T, target int) (*model.Activities, transcript.Digest, transcript.Digest) {
 	t.Helper()
 	srv := httptest.NewServer(policy.NewServer(policy.ServerConfig{
 		Policies: policy.Registry{"scripted-counter": counter.Policy{}}, PolicyVersion: "step-1",
 	}))
 	t.Cleanup(srv.Close)
-	store := newStore(t)
+	store := testsupport.NewStore(t)
 	env := counter.New()
 	_, start, err := env.Start(0, json.RawMessage(fmt.Sprintf(`{"start":0,"target":%d}`, target)))
 	require.NoError(t, err)
-	head := mustAppend(t, store, transcript.Item{Role: "system", Content: start.Instructions}, transcript.Item{Role: "user", Content: start.Observation})
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "system", Content: start.Instructions}, transcript.Item{Role: "user", Content: start.Observation})
 	tools, err := store.PutJSON(t.Context(), env.Spec().Tools)
 	require.NoError(t, err)
-	return &rollout.Activities{Store: store, ModelBaseURL: srv.URL + "/v1"}, head, tools
+	return &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}, head, tools
 }
 
 func counterCall(head, tools transcript.Digest, turn int, parent string) rollout.CallModelInput {
@@ -52,7 +54,7 @@ func TestCallModelTokensFromScriptedServer(t *testing.T) {
 		require.Equal(t, transcript.TokensPresent, res.Generation.Tokens)
 		require.False(t, res.Generation.PrefixBreak, "turn %d: %s", turn, res.Generation.PrefixBreakReason)
 		require.Equal(t, "step-1", res.Generation.PolicyVersion)
-		items := mustLoad(t, acts.Store, res.Head)
+		items := testsupport.MustLoad(t, acts.Store, res.Head)
 		answer := items[len(items)-1]
 		g, err := acts.Store.Generation(t.Context(), answer.Generation)
 		require.NoError(t, err)
@@ -79,9 +81,9 @@ func TestCallModelTokensFromScriptedServer(t *testing.T) {
 func TestCallModelFlagsRewrittenHistory(t *testing.T) {
 	acts, head, tools := scriptedCounter(t, 3)
 	res1 := callModel(t, acts, counterCall(head, tools, 1, ""))
-	items := mustLoad(t, acts.Store, res1.Head)
+	items := testsupport.MustLoad(t, acts.Store, res1.Head)
 	items[0].Content += " (rephrased)"
-	rewritten := mustAppend(t, acts.Store, items...)
+	rewritten := testsupport.MustAppend(t, acts.Store, items...)
 	rewritten = mustAppend2(t, acts.Store, rewritten, transcript.Item{Role: "tool", ToolCallID: res1.ToolCalls[0].ID, Content: "counter=1"})
 
 	res2 := callModel(t, acts, counterCall(rewritten, tools, 2, res1.CallID))

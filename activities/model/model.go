@@ -1,4 +1,4 @@
-package rollout
+package model
 
 import (
 	"bytes"
@@ -10,18 +10,18 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/heartbeat"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // ErrModelUnavailable is the type of a retryable model failure (429, 5xx)
@@ -31,36 +31,36 @@ const ErrModelUnavailable = "ModelUnavailable"
 // CallModel asks the policy for the next message of the conversation at
 // in.Head, stores the answer and returns the new head and the tool calls (in
 // gym style, the action as one step call).
-func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallModelResult, error) {
+func (a *Activities) CallModel(ctx context.Context, in rollout.CallModelInput) (rollout.CallModelResult, error) {
 	if err := checkCallModelInput(in); err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
 	store, err := a.store()
 	if err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
-	callID := ModelCallID(in.RolloutID, in.Attempt, in.Turn)
+	callID := rollout.ModelCallID(in.RolloutID, in.Attempt, in.Turn)
 	params, items, err := buildRequest(ctx, store, in, callID)
 	if err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
 	baseURL, err := a.baseURL(in.Policy, callID)
 	if err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
 	completion, header, err := a.complete(ctx, callID, baseURL, params)
 	if err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
 	choice := completion.Choices[0]
 	answer, calls, err := answerOf(in.Style, in.Turn, choice.Message, callID)
 	if err != nil {
-		return CallModelResult{}, err
+		return rollout.CallModelResult{}, err
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeTranscript)
 	gen, err := recordGeneration(ctx, store, in, items, modelAnswer{completion: completion, header: header})
 	if err != nil {
-		return CallModelResult{}, StoreError("store generation record of "+callID, err)
+		return rollout.CallModelResult{}, rollout.StoreError("store generation record of "+callID, err)
 	}
 	if gen != nil {
 		answer.Generation = gen.Record
@@ -68,16 +68,16 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 
 	head, err := store.Append(ctx, in.Head, answer)
 	if err != nil {
-		return CallModelResult{}, StoreError("store answer of "+callID, err)
+		return rollout.CallModelResult{}, rollout.StoreError("store answer of "+callID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeReport)
-	return CallModelResult{PendingCall: PendingCall{
+	return rollout.CallModelResult{PendingCall: rollout.PendingCall{
 		CallID:       callID,
 		Parent:       in.Parent,
 		Head:         head,
 		ToolCalls:    calls,
 		FinishReason: choice.FinishReason,
-		Usage: Usage{
+		Usage: rollout.Usage{
 			PromptTokens:     completion.Usage.PromptTokens,
 			CompletionTokens: completion.Usage.CompletionTokens,
 			TotalTokens:      completion.Usage.TotalTokens,
@@ -88,24 +88,24 @@ func (a *Activities) CallModel(ctx context.Context, in CallModelInput) (CallMode
 
 // checkCallModelInput rejects what no retry can fix, before anything is
 // loaded or sent.
-func checkCallModelInput(in CallModelInput) error {
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+func checkCallModelInput(in rollout.CallModelInput) error {
+	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
 		return err
 	}
 	if in.Turn < 0 {
-		return BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
+		return rollout.BadInput("rollout %s: negative turn %d", in.RolloutID, in.Turn)
 	}
-	if err := checkStyle(in.Style); err != nil {
+	if err := rollout.CheckStyle(in.Style); err != nil {
 		return err
 	}
-	if err := checkDigest("call model: head", in.Head); err != nil {
+	if err := rollout.CheckDigest("call model: head", in.Head); err != nil {
 		return err
 	}
 	if in.Policy.Model == "" {
-		return BadInput("rollout %s: empty policy model name", in.RolloutID)
+		return rollout.BadInput("rollout %s: empty policy model name", in.RolloutID)
 	}
 	if err := in.Sampling.Validate(); err != nil {
-		return BadInput("rollout %s: %v", in.RolloutID, err)
+		return rollout.BadInput("rollout %s: %v", in.RolloutID, err)
 	}
 	return nil
 }
@@ -113,54 +113,54 @@ func checkCallModelInput(in CallModelInput) error {
 // buildRequest loads the conversation at in.Head and, in tools style, the
 // offered tools, and builds the chat request from them. A stored transcript
 // or tool list that cannot be mapped is not retried: it will not change.
-func buildRequest(ctx context.Context, store *transcriptstore.Store, in CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
+func buildRequest(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, callID string) (openai.ChatCompletionNewParams, []transcript.Item, error) {
 	items, err := store.Load(ctx, in.Head)
 	if err != nil {
-		return openai.ChatCompletionNewParams{}, nil, StoreError("load conversation of "+callID, err)
+		return openai.ChatCompletionNewParams{}, nil, rollout.StoreError("load conversation of "+callID, err)
 	}
 	params, err := requestOf(ctx, store, in, items, callID)
 	return params, items, err
 }
 
 // requestOf builds the chat request of the conversation items.
-func requestOf(ctx context.Context, store *transcriptstore.Store, in CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
+func requestOf(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, items []transcript.Item, callID string) (openai.ChatCompletionNewParams, error) {
 	messages, err := chatMessages(items)
 	if err != nil {
 		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), ErrTranscript, nil)
+			fmt.Sprintf("conversation %s of %s: %v", in.Head, callID, err), rollout.ErrTranscript, nil)
 	}
 	params := openai.ChatCompletionNewParams{
 		Model:    in.Policy.Model,
 		Messages: messages,
 		Seed:     openai.Int(in.Seed),
 	}
-	in.Sampling.apply(&params)
+	applySampling(in.Sampling, &params)
 	if in.Style != envs.StyleTools {
 		return params, nil
 	}
-	if err := checkDigest("call model: tools", in.Tools); err != nil {
+	if err := rollout.CheckDigest("call model: tools", in.Tools); err != nil {
 		return openai.ChatCompletionNewParams{}, err
 	}
 	var tools []envs.Tool
 	if err := store.GetJSON(ctx, in.Tools, &tools); err != nil {
-		return openai.ChatCompletionNewParams{}, StoreError("load tools of "+callID, err)
+		return openai.ChatCompletionNewParams{}, rollout.StoreError("load tools of "+callID, err)
 	}
 	if params.Tools, err = chatTools(tools); err != nil {
 		return openai.ChatCompletionNewParams{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), ErrTranscript, nil)
+			fmt.Sprintf("tools %s of %s: %v", in.Tools, callID, err), rollout.ErrTranscript, nil)
 	}
 	return params, nil
 }
 
 // baseURL is the policy's model server, or the worker's default when the
 // policy names none.
-func (a *Activities) baseURL(p PolicyRef, callID string) (string, error) {
+func (a *Activities) baseURL(p rollout.PolicyRef, callID string) (string, error) {
 	baseURL := p.BaseURL
 	if baseURL == "" {
-		baseURL = a.ModelBaseURL
+		baseURL = a.BaseURL
 	}
 	if baseURL == "" {
-		return "", BadInput("%s: no model base URL in the policy and no worker default", callID)
+		return "", rollout.BadInput("%s: no model base URL in the policy and no worker default", callID)
 	}
 	return baseURL, nil
 }
@@ -180,7 +180,7 @@ func (a *Activities) complete(ctx context.Context, callID, baseURL string, param
 	}
 	if len(completion.Choices) == 0 {
 		return nil, nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, params.Model, baseURL), ErrModelEmpty, nil)
+			fmt.Sprintf("%s: model %s at %s answered without any choice", callID, params.Model, baseURL), rollout.ErrModelEmpty, nil)
 	}
 	var header http.Header
 	if resp != nil {
@@ -230,7 +230,7 @@ func (a *Activities) modelClient(baseURL string) *openai.Client {
 	if c, ok := a.clients[baseURL]; ok {
 		return c
 	}
-	key := a.ModelAPIKey
+	key := a.APIKey
 	if key == "" {
 		key = placeholderAPIKey
 	}
@@ -254,33 +254,7 @@ func (a *Activities) modelClient(baseURL string) *openai.Client {
 // called, so a slow model call stays alive and can be cancelled (Temporal
 // delivers cancellation to an activity through its heartbeats).
 func (a *Activities) heartbeatWhile(ctx context.Context, details ...any) (stop func()) {
-	return heartbeatEvery(ctx, a.heartbeatEvery(), details...)
-}
-
-// heartbeatEvery heartbeats every interval until the returned stop is called.
-func heartbeatEvery(ctx context.Context, every time.Duration, details ...any) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, details...)
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return heartbeat.Every(ctx, a.heartbeatEvery(), details...)
 }
 
 // chatMessages maps transcript items to Chat Completions messages.
@@ -372,7 +346,7 @@ func modelError(ctx context.Context, callID, model, baseURL string, err error) e
 			NextRetryDelay: delay,
 		})
 	}
-	return temporal.NewNonRetryableApplicationError(msg, ErrModelRequest, nil)
+	return temporal.NewNonRetryableApplicationError(msg, rollout.ErrModelRequest, nil)
 }
 
 // apiErrorText is what the server said: its error message, or the body.
@@ -384,7 +358,7 @@ func apiErrorText(e *openai.Error) string {
 		// The SDK re-fills the body with what it read.
 		b, _ := io.ReadAll(io.LimitReader(e.Response.Body, 4096))
 		if s := strings.TrimSpace(string(b)); s != "" {
-			return truncate(s, 500)
+			return rollout.Truncate(s, 500)
 		}
 	}
 	return "(no message)"

@@ -1,9 +1,10 @@
-package rollout
+package visibility
 
 import (
 	"context"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -50,7 +51,7 @@ func TestSearchAttributeDecoding(t *testing.T) {
 		return p
 	}
 	sa := &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-		SARolloutAttempt: pl(int64(2)), SARolloutPhase: pl("parked"), SARolloutTurn: pl("not a number"),
+		rollout.SARolloutAttempt: pl(int64(2)), rollout.SARolloutPhase: pl("parked"), rollout.SARolloutTurn: pl("not a number"),
 	}}
 	tests := []struct {
 		name   string
@@ -58,10 +59,10 @@ func TestSearchAttributeDecoding(t *testing.T) {
 		want   any
 		wantOK bool
 	}{
-		{"int", func() (any, bool) { return SAInt(sa, SARolloutAttempt) }, int64(2), true},
-		{"keyword", func() (any, bool) { return SAKeyword(sa, SARolloutPhase) }, "parked", true},
-		{"missing", func() (any, bool) { return SAKeyword(sa, SARolloutID) }, "", false},
-		{"wrong type", func() (any, bool) { return SAInt(sa, SARolloutTurn) }, int64(0), false},
+		{"int", func() (any, bool) { return SAInt(sa, rollout.SARolloutAttempt) }, int64(2), true},
+		{"keyword", func() (any, bool) { return SAKeyword(sa, rollout.SARolloutPhase) }, "parked", true},
+		{"missing", func() (any, bool) { return SAKeyword(sa, rollout.SARolloutID) }, "", false},
+		{"wrong type", func() (any, bool) { return SAInt(sa, rollout.SARolloutTurn) }, int64(0), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

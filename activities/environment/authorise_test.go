@@ -1,4 +1,4 @@
-package rollout_test
+package environment_test
 
 import (
 	"context"
@@ -10,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/environment"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -52,8 +54,8 @@ func counterStart(id string, attempt int) rollout.StartEnvironmentInput {
 func TestStartOverIsAuthorisedThroughTheControlPlane(t *testing.T) {
 	ctx := context.Background()
 	env := newRealEnv(t)
-	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.url, DataToken: authDataToken, ControlToken: authControlToken}
-	ae := newActivityEnv(acts)
+	acts := &environment.Activities{Store: testsupport.NewStore(t), URL: env.url, DataToken: authDataToken, ControlToken: authControlToken}
+	ae := testsupport.NewActivityEnv(acts)
 
 	_, err := ae.ExecuteActivity(acts.StartEnvironment, counterStart("r", 0))
 	require.NoError(t, err)
@@ -78,33 +80,33 @@ func TestStartOverIsAuthorisedThroughTheControlPlane(t *testing.T) {
 	require.NoError(t, err)
 	// A run of an attempt below the installed one is fenced off.
 	_, err = ae.ExecuteActivity(acts.AuthoriseAttempt, rollout.AuthoriseAttemptInput{RolloutID: "r", Attempt: 1, Env: rollout.EnvRef{Name: counter.Name}})
-	checkError(t, err, errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "stale_attempt"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrStaleAttempt, NonRetryable: true, Contains: "stale_attempt"})
 }
 
 func TestAuthoriseAttemptRefusals(t *testing.T) {
 	ctx := context.Background()
 	env := newRealEnv(t)
-	noControl := &rollout.Activities{Store: newStore(t), EnvURL: env.url, DataToken: authDataToken}
-	noData := &rollout.Activities{Store: newStore(t), EnvURL: env.url, ControlToken: authControlToken}
+	noControl := &environment.Activities{Store: testsupport.NewStore(t), URL: env.url, DataToken: authDataToken}
+	noData := &environment.Activities{Store: testsupport.NewStore(t), URL: env.url, ControlToken: authControlToken}
 
-	_, err := newActivityEnv(noControl).ExecuteActivity(noControl.StartEnvironment, counterStart("r", 1))
-	checkError(t, err, errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: protocol.ControlTokenEnvVar})
-	_, err = newActivityEnv(noData).ExecuteActivity(noData.StartEnvironment, counterStart("r", 0))
-	checkError(t, err, errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "401 unauthorized"})
+	_, err := testsupport.NewActivityEnv(noControl).ExecuteActivity(noControl.StartEnvironment, counterStart("r", 1))
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: protocol.ControlTokenEnvVar})
+	_, err = testsupport.NewActivityEnv(noData).ExecuteActivity(noData.StartEnvironment, counterStart("r", 0))
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "401 unauthorized"})
 	_, err = env.c.Session(ctx, "r")
 	require.Equal(t, protocol.CodeUnknownSession, remoteCode(err), "a refused start created a session")
 
 	// A committed cut holds the server: the start-over waits (parked).
-	full := &rollout.Activities{Store: newStore(t), EnvURL: env.url, DataToken: authDataToken, ControlToken: authControlToken}
+	full := &environment.Activities{Store: testsupport.NewStore(t), URL: env.url, DataToken: authDataToken, ControlToken: authControlToken}
 	_, err = env.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "k", Deadline: farFuture()})
 	require.NoError(t, err)
 	_, err = env.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: t.TempDir()})
 	require.NoError(t, err)
-	_, err = newActivityEnv(full).ExecuteActivity(full.AuthoriseAttempt, rollout.AuthoriseAttemptInput{RolloutID: "r", Attempt: 1, Env: rollout.EnvRef{Name: counter.Name}})
-	checkError(t, err, errorWant{typ: rollout.ErrParked, nonRetryable: true, contains: "invalid_phase"})
+	_, err = testsupport.NewActivityEnv(full).ExecuteActivity(full.AuthoriseAttempt, rollout.AuthoriseAttemptInput{RolloutID: "r", Attempt: 1, Env: rollout.EnvRef{Name: counter.Name}})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrParked, NonRetryable: true, Contains: "invalid_phase"})
 	_, err = env.cc.Resume(ctx, "k")
 	require.NoError(t, err)
-	_, err = newActivityEnv(full).ExecuteActivity(full.StartEnvironment, counterStart("r", 1))
+	_, err = testsupport.NewActivityEnv(full).ExecuteActivity(full.StartEnvironment, counterStart("r", 1))
 	require.NoError(t, err)
 }
 

@@ -1,4 +1,4 @@
-package rollout_test
+package model_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 )
 
@@ -27,6 +29,12 @@ type wireCall struct {
 	} `json:"function"`
 }
 
+// counterTools are the counter environment's tools, as a tool schema blob.
+var counterTools = []envs.Tool{
+	{Name: "add", Description: "add n to the counter", Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)},
+	{Name: "read", Description: "read the counter", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+}
+
 func fnCall(id, name, args string) wireCall {
 	c := wireCall{ID: id, Type: "function"}
 	c.Function.Name, c.Function.Arguments = name, args
@@ -34,7 +42,7 @@ func fnCall(id, name, args string) wireCall {
 }
 
 // completion is a Chat Completions answer with one choice.
-func completion(content, finish string, calls ...wireCall) answer {
+func completion(content, finish string, calls ...wireCall) testsupport.Answer {
 	msg := map[string]any{"role": "assistant", "content": content}
 	if content == "" {
 		msg["content"] = nil
@@ -42,7 +50,7 @@ func completion(content, finish string, calls ...wireCall) answer {
 	if len(calls) > 0 {
 		msg["tool_calls"] = calls
 	}
-	return ok(map[string]any{
+	return testsupport.OK(map[string]any{
 		"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "scripted",
 		"choices": []any{map[string]any{"index": 0, "finish_reason": finish, "message": msg, "logprobs": nil}},
 		"usage":   map[string]any{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
@@ -76,14 +84,14 @@ func asJSON(t *testing.T, v any) string {
 }
 
 func TestCallModelToolsStyle(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, conversation...)
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, conversation...)
 	toolsDigest, err := store.PutJSON(t.Context(), counterTools)
 	require.NoError(t, err)
 
-	model := newFakeModel(t, func(r *http.Request, _ map[string]any) answer {
+	srv := newFakeModel(t, func(r *http.Request, _ map[string]any) testsupport.Answer {
 		if r.Header.Get("Authorization") != "Bearer k-123" {
-			return answer{status: http.StatusUnauthorized, body: map[string]any{"error": map[string]any{"message": "bad key"}}}
+			return testsupport.Answer{Status: http.StatusUnauthorized, Body: map[string]any{"error": map[string]any{"message": "bad key"}}}
 		}
 		return completion("Two more calls.", "tool_calls", fnCall("call_3", "add", `{"n":4}`), fnCall("", "read", ``))
 	})
@@ -91,19 +99,19 @@ func TestCallModelToolsStyle(t *testing.T) {
 	require.NoError(t, err)
 	var kills int
 	fp.SetKill(func() { kills++ })
-	acts := &rollout.Activities{Store: store, ModelBaseURL: "http://unused.invalid/v1", ModelAPIKey: "k-123", Failpoints: fp}
+	acts := &model.Activities{Store: store, BaseURL: "http://unused.invalid/v1", APIKey: "k-123", Failpoints: fp}
 
 	in := rollout.CallModelInput{
 		RolloutID: "r1", Attempt: 1, Turn: 2, Head: head, Tools: toolsDigest, Style: envs.StyleTools,
-		Policy: rollout.PolicyRef{Model: "scripted-counter", BaseURL: model.URL + "/v1"},
+		Policy: rollout.PolicyRef{Model: "scripted-counter", BaseURL: srv.URL + "/v1"},
 		Seed:   42, Parent: "r1/a1/t1",
 	}
-	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
+	val, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
 	require.NoError(t, err)
 	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
 
-	req := model.lastRequest(t)
+	req := srv.lastRequest(t)
 	require.Equal(t, "scripted-counter", req["model"])
 	require.Equal(t, 42.0, req["seed"])
 	require.JSONEq(t, conversationWire, asJSON(t, req["messages"]))
@@ -127,25 +135,25 @@ func TestCallModelToolsStyle(t *testing.T) {
 	require.Equal(t, "r1/a1/t2", res.CallID)
 	want := append(append([]transcript.Item(nil), conversation...),
 		transcript.Item{Role: "assistant", Content: "Two more calls.", ToolCalls: wantCalls})
-	require.Equal(t, want, mustLoad(t, store, res.Head))
+	require.Equal(t, want, testsupport.MustLoad(t, store, res.Head))
 	require.Equal(t, 1, kills, "the failpoint stands between the stored answer and the report")
 }
 
 func TestCallModelGymStyle(t *testing.T) {
-	store := newStore(t)
+	store := testsupport.NewStore(t)
 	before := []transcript.Item{
 		{Role: "system", Content: "Answer left or right."},
 		{Role: "user", Content: "position 0"},
 		{Role: "assistant", Content: "left"},
 		{Role: "user", Content: "position -1"},
 	}
-	head := mustAppend(t, store, before...)
-	model := newFakeModel(t, func(*http.Request, map[string]any) answer {
+	head := testsupport.MustAppend(t, store, before...)
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer {
 		return completion(`right "again"`, "stop")
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 
-	val, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+	val, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
 		RolloutID: "g1", Turn: 1, Head: head, Style: envs.StyleGym,
 		Policy: rollout.PolicyRef{Model: "scripted-walk"}, Seed: 7,
 	})
@@ -153,7 +161,7 @@ func TestCallModelGymStyle(t *testing.T) {
 	var res rollout.CallModelResult
 	require.NoError(t, val.Get(&res))
 
-	req := model.lastRequest(t)
+	req := srv.lastRequest(t)
 	require.NotContains(t, req, "tools", "gym style offers no tools")
 	require.Equal(t, 7.0, req["seed"])
 	require.JSONEq(t, `[
@@ -169,114 +177,114 @@ func TestCallModelGymStyle(t *testing.T) {
 	require.Equal(t, `right "again"`, args.Action)
 	require.Equal(t, "g1/a0/t1", res.CallID)
 	require.Equal(t, "stop", res.FinishReason)
-	require.Equal(t, append(before, transcript.Item{Role: "assistant", Content: `right "again"`}), mustLoad(t, store, res.Head))
+	require.Equal(t, append(before, transcript.Item{Role: "assistant", Content: `right "again"`}), testsupport.MustLoad(t, store, res.Head))
 }
 
 func TestCallModelErrors(t *testing.T) {
 	in1Hour := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
 	tests := []struct {
 		name     string
-		reply    answer
-		want     errorWant
+		reply    testsupport.Answer
+		want     testsupport.ErrorWant
 		minDelay time.Duration // for an HTTP-date Retry-After, checked as a range
 	}{
 		{
 			name:  "429 with Retry-After seconds",
-			reply: answer{status: 429, header: http.Header{"Retry-After": {"7"}}, body: map[string]any{"error": map[string]any{"message": "slow down"}}},
-			want:  errorWant{typ: rollout.ErrModelUnavailable, delay: 7 * time.Second, contains: "slow down"},
+			reply: testsupport.Answer{Status: 429, Header: http.Header{"Retry-After": {"7"}}, Body: map[string]any{"error": map[string]any{"message": "slow down"}}},
+			want:  testsupport.ErrorWant{Type: model.ErrModelUnavailable, Delay: 7 * time.Second, Contains: "slow down"},
 		},
 		{
 			name:  "429 without Retry-After",
-			reply: answer{status: 429, body: map[string]any{"error": map[string]any{"message": "slow down"}}},
-			want:  errorWant{typ: rollout.ErrModelUnavailable},
+			reply: testsupport.Answer{Status: 429, Body: map[string]any{"error": map[string]any{"message": "slow down"}}},
+			want:  testsupport.ErrorWant{Type: model.ErrModelUnavailable},
 		},
 		{
 			name:     "503 with Retry-After date",
-			reply:    answer{status: 503, header: http.Header{"Retry-After": {in1Hour}}, body: "overloaded"},
-			want:     errorWant{typ: rollout.ErrModelUnavailable},
+			reply:    testsupport.Answer{Status: 503, Header: http.Header{"Retry-After": {in1Hour}}, Body: "overloaded"},
+			want:     testsupport.ErrorWant{Type: model.ErrModelUnavailable},
 			minDelay: 50 * time.Minute,
 		},
 		{
 			name:  "500 is retried",
-			reply: answer{status: 500, body: map[string]any{"error": map[string]any{"message": "internal"}}},
-			want:  errorWant{typ: rollout.ErrModelUnavailable, contains: "500"},
+			reply: testsupport.Answer{Status: 500, Body: map[string]any{"error": map[string]any{"message": "internal"}}},
+			want:  testsupport.ErrorWant{Type: model.ErrModelUnavailable, Contains: "500"},
 		},
 		{
 			name:  "400 is not retried",
-			reply: answer{status: 400, body: map[string]any{"error": map[string]any{"message": "model scripted-x does not exist", "type": "invalid_request_error"}}},
-			want:  errorWant{typ: rollout.ErrModelRequest, nonRetryable: true, contains: "model scripted-x does not exist"},
+			reply: testsupport.Answer{Status: 400, Body: map[string]any{"error": map[string]any{"message": "model scripted-x does not exist", "type": "invalid_request_error"}}},
+			want:  testsupport.ErrorWant{Type: rollout.ErrModelRequest, NonRetryable: true, Contains: "model scripted-x does not exist"},
 		},
 		{
 			name:  "404 with a plain body",
-			reply: answer{status: 404, body: "no such route"},
-			want:  errorWant{typ: rollout.ErrModelRequest, nonRetryable: true, contains: "404 Not Found: no such route"},
+			reply: testsupport.Answer{Status: 404, Body: "no such route"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrModelRequest, NonRetryable: true, Contains: "404 Not Found: no such route"},
 		},
 		{
 			name:  "no choice",
-			reply: ok(map[string]any{"id": "x", "object": "chat.completion", "model": "m", "choices": []any{}}),
-			want:  errorWant{typ: rollout.ErrModelEmpty, nonRetryable: true, contains: "without any choice"},
+			reply: testsupport.OK(map[string]any{"id": "x", "object": "chat.completion", "model": "m", "choices": []any{}}),
+			want:  testsupport.ErrorWant{Type: rollout.ErrModelEmpty, NonRetryable: true, Contains: "without any choice"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newStore(t)
-			head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
-			model := newFakeModel(t, func(*http.Request, map[string]any) answer { return tt.reply })
-			acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+			store := testsupport.NewStore(t)
+			head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
+			srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return tt.reply })
+			acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
 				RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"},
 			})
 			if tt.minDelay > 0 {
-				ae := appError(t, err)
+				ae := testsupport.AppError(t, err)
 				require.False(t, ae.NonRetryable())
 				require.Greater(t, ae.NextRetryDelay(), tt.minDelay)
 				require.LessOrEqual(t, ae.NextRetryDelay(), time.Hour)
 			} else {
-				checkError(t, err, tt.want)
+				testsupport.CheckError(t, err, tt.want)
 			}
-			require.Equal(t, 1, model.count(), "the SDK must not retry on its own")
-			require.Equal(t, []transcript.Item{{Role: "user", Content: "hi"}}, mustLoad(t, store, head))
+			require.Equal(t, 1, srv.count(), "the SDK must not retry on its own")
+			require.Equal(t, []transcript.Item{{Role: "user", Content: "hi"}}, testsupport.MustLoad(t, store, head))
 		})
 	}
 }
 
 func TestCallModelNetworkErrorIsRetryable(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
-	model := newFakeModel(t, nil)
-	model.Close()
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
-	_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
+	srv := newFakeModel(t, nil)
+	srv.Close()
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
+	_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
 		RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"},
 	})
-	checkError(t, err, errorWant{nonRetryable: false, contains: "r1/a0/t0"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{NonRetryable: false, Contains: "r1/a0/t0"})
 }
 
 func TestCallModelBadInput(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 	missing := transcript.DigestOf([]byte("never stored"))
 	valid := rollout.CallModelInput{RolloutID: "r1", Head: head, Style: envs.StyleGym, Policy: rollout.PolicyRef{Model: "m"}}
 	tests := []struct {
 		name   string
 		mutate func(*rollout.CallModelInput)
-		want   errorWant
+		want   testsupport.ErrorWant
 	}{
-		{"empty model", func(in *rollout.CallModelInput) { in.Policy.Model = "" }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "empty policy model"}},
-		{"negative turn", func(in *rollout.CallModelInput) { in.Turn = -1 }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "negative turn"}},
-		{"empty head", func(in *rollout.CallModelInput) { in.Head = "" }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "malformed digest"}},
-		{"tools style without tools", func(in *rollout.CallModelInput) { in.Style = envs.StyleTools }, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "tools"}},
-		{"head not stored", func(in *rollout.CallModelInput) { in.Head = missing }, errorWant{typ: rollout.ErrTranscript, nonRetryable: true, contains: "not found"}},
+		{"empty model", func(in *rollout.CallModelInput) { in.Policy.Model = "" }, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "empty policy model"}},
+		{"negative turn", func(in *rollout.CallModelInput) { in.Turn = -1 }, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "negative turn"}},
+		{"empty head", func(in *rollout.CallModelInput) { in.Head = "" }, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "malformed digest"}},
+		{"tools style without tools", func(in *rollout.CallModelInput) { in.Style = envs.StyleTools }, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "tools"}},
+		{"head not stored", func(in *rollout.CallModelInput) { in.Head = missing }, testsupport.ErrorWant{Type: rollout.ErrTranscript, NonRetryable: true, Contains: "not found"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			model := newFakeModel(t, func(*http.Request, map[string]any) answer { return completion("x", "stop") })
-			acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1"}
+			srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return completion("x", "stop") })
+			acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1"}
 			in := valid
 			tt.mutate(&in)
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
-			checkError(t, err, tt.want)
-			require.Zero(t, model.count())
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, in)
+			testsupport.CheckError(t, err, tt.want)
+			require.Zero(t, srv.count())
 		})
 	}
 }
@@ -284,19 +292,19 @@ func TestCallModelBadInput(t *testing.T) {
 // A slow model call heartbeats while it waits: the fake model answers only
 // after the activity has heartbeated.
 func TestCallModelHeartbeatsWhileWaiting(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 	beat := make(chan string, 1)
-	model := newFakeModel(t, func(r *http.Request, _ map[string]any) answer {
+	srv := newFakeModel(t, func(r *http.Request, _ map[string]any) testsupport.Answer {
 		select {
 		case <-beat:
 			return completion("done", "stop")
 		case <-r.Context().Done():
-			return answer{status: 500, body: "cancelled"}
+			return testsupport.Answer{Status: 500, Body: "cancelled"}
 		}
 	})
-	acts := &rollout.Activities{Store: store, ModelBaseURL: model.URL + "/v1", HeartbeatEvery: time.Millisecond}
-	env := newActivityEnv(acts)
+	acts := &model.Activities{Store: store, BaseURL: srv.URL + "/v1", HeartbeatEvery: time.Millisecond}
+	env := testsupport.NewActivityEnv(acts)
 	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
 		var callID string
 		_ = details.Get(&callID)

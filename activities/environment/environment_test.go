@@ -1,16 +1,18 @@
-package rollout_test
+package environment_test
 
 import (
 	"encoding/json"
 	"net/http"
 	"testing"
 
+	"github.com/turnstile-rl/turnstile/activities/environment"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -51,13 +53,13 @@ func TestStartEnvironment(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newStore(t)
+			store := testsupport.NewStore(t)
 			env := newFakeEnv(t)
-			env.start = func(req protocol.StartRequest) answer {
-				return ok(protocol.StartResponse{Revision: 1, Spec: tt.spec, Start: tt.start})
+			env.start = func(req protocol.StartRequest) testsupport.Answer {
+				return testsupport.OK(protocol.StartResponse{Revision: 1, Spec: tt.spec, Start: tt.start})
 			}
-			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
-			ae := newActivityEnv(acts)
+			acts := &environment.Activities{Store: store, URL: env.URL}
+			ae := testsupport.NewActivityEnv(acts)
 
 			in := rollout.StartEnvironmentInput{
 				RolloutID: "r1", Attempt: 2, Env: rollout.EnvRef{Name: tt.spec.Name},
@@ -79,7 +81,7 @@ func TestStartEnvironment(t *testing.T) {
 			require.Equal(t, int64(1), res.Revision)
 			require.Equal(t, tt.wantStyle, res.Style)
 			require.Equal(t, tt.wantMode, res.Mode)
-			require.Equal(t, tt.wantItems, mustLoad(t, store, res.Head))
+			require.Equal(t, tt.wantItems, testsupport.MustLoad(t, store, res.Head))
 			var tools []envs.Tool
 			require.NoError(t, store.GetJSON(t.Context(), res.Tools, &tools))
 			require.Equal(t, tt.wantTools, tools)
@@ -98,52 +100,52 @@ func TestStartEnvironmentErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		in    rollout.StartEnvironmentInput
-		reply answer
-		want  errorWant
+		reply testsupport.Answer
+		want  testsupport.ErrorWant
 		calls int
 	}{
 		{
 			name:  "empty rollout id",
 			in:    rollout.StartEnvironmentInput{Env: rollout.EnvRef{Name: "counter"}},
-			want:  errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "empty rollout id"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "empty rollout id"},
 			calls: 0,
 		},
 		{
 			name:  "stale attempt",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
 			reply: envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt 0 < installed 1"),
-			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 0 < installed 1"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrStaleAttempt, NonRetryable: true, Contains: "attempt 0 < installed 1"},
 			calls: 1,
 		},
 		{
 			name:  "parked",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}},
 			reply: envRefusal(http.StatusServiceUnavailable, protocol.CodeParked, "checkpoint c1 in progress"),
-			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
+			want:  testsupport.ErrorWant{Type: rollout.ErrParked, NonRetryable: true},
 			calls: 1,
 		},
 		{
 			name:  "unknown env",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "nope"}},
 			reply: envRefusal(http.StatusNotFound, protocol.CodeUnknownEnv, `no environment "nope"`),
-			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: `no environment "nope"`},
+			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: `no environment "nope"`},
 			calls: 1,
 		},
 		{
 			name:  "unknown style",
 			in:    rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "odd"}},
-			reply: ok(protocol.StartResponse{Spec: envs.Spec{Name: "odd", Style: "telepathy"}}),
-			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "telepathy"},
+			reply: testsupport.OK(protocol.StartResponse{Spec: envs.Spec{Name: "odd", Style: "telepathy"}}),
+			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "telepathy"},
 			calls: 1,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newFakeEnv(t)
-			env.start = func(protocol.StartRequest) answer { return tt.reply }
-			acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.StartEnvironment, tt.in)
-			checkError(t, err, tt.want)
+			env.start = func(protocol.StartRequest) testsupport.Answer { return tt.reply }
+			acts := &environment.Activities{Store: testsupport.NewStore(t), URL: env.URL}
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.StartEnvironment, tt.in)
+			testsupport.CheckError(t, err, tt.want)
 			require.Len(t, env.startRequests(), tt.calls)
 		})
 	}
@@ -156,7 +158,7 @@ func TestOperateEnvironment(t *testing.T) {
 		name     string
 		style    envs.Style
 		call     transcript.ToolCall
-		reply    answer
+		reply    testsupport.Answer
 		want     rollout.OperateEnvironmentResult // Head is checked through wantItem
 		wantItem transcript.Item
 	}{
@@ -164,7 +166,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "tools observation",
 			style:    envs.StyleTools,
 			call:     call,
-			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3"}}),
+			reply:    testsupport.OK(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3"}}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
@@ -172,7 +174,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "tools replayed response",
 			style:    envs.StyleTools,
 			call:     call,
-			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3", Terminated: true}, Replayed: true}),
+			reply:    testsupport.OK(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "counter is 3", Terminated: true}, Replayed: true}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6, Terminated: true, Replayed: true},
 			wantItem: transcript.Item{Role: "tool", ToolCallID: "call_1", Content: "counter is 3"},
 		},
@@ -180,7 +182,7 @@ func TestOperateEnvironment(t *testing.T) {
 			name:     "gym step",
 			style:    envs.StyleGym,
 			call:     step,
-			reply:    ok(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "position -1", Reward: 0.25, Truncated: true}}),
+			reply:    testsupport.OK(protocol.OperateResponse{Revision: 6, Outcome: envs.Outcome{Observation: "position -1", Reward: 0.25, Truncated: true}}),
 			want:     rollout.OperateEnvironmentResult{Revision: 6, Reward: 0.25, Truncated: true},
 			wantItem: transcript.Item{Role: "user", Content: "position -1"},
 		},
@@ -203,23 +205,23 @@ func TestOperateEnvironment(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newStore(t)
+			store := testsupport.NewStore(t)
 			before := []transcript.Item{{Role: "user", Content: "go"}, {Role: "assistant", ToolCalls: []transcript.ToolCall{tt.call}}}
-			head := mustAppend(t, store, before...)
+			head := testsupport.MustAppend(t, store, before...)
 			env := newFakeEnv(t)
-			env.operate = func(protocol.OperateRequest) answer { return tt.reply }
+			env.operate = func(protocol.OperateRequest) testsupport.Answer { return tt.reply }
 			fp, err := failpoint.Parse(failpoint.WorkerEnvAppliedBeforeReport + "=kill@1")
 			require.NoError(t, err)
 			var kills int
 			fp.SetKill(func() { kills++ })
-			acts := &rollout.Activities{Store: store, EnvURL: "http://unused.invalid", Failpoints: fp}
+			acts := &environment.Activities{Store: store, URL: "http://unused.invalid", Failpoints: fp}
 
 			in := rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: protocol.OperateRequestID("r1", 0, 0),
 				ExpectedRevision: 5, Env: rollout.EnvRef{Name: "counter", URL: env.URL},
 				Style: tt.style, Head: head, Call: tt.call,
 			}
-			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
+			val, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
 			require.NoError(t, err)
 			var res rollout.OperateEnvironmentResult
 			require.NoError(t, val.Get(&res))
@@ -231,7 +233,7 @@ func TestOperateEnvironment(t *testing.T) {
 			require.Equal(t, tt.call.Name, reqs[0].Tool)
 			require.JSONEq(t, tt.call.Arguments, string(reqs[0].Arguments))
 
-			require.Equal(t, append(before, tt.wantItem), mustLoad(t, store, res.Head))
+			require.Equal(t, append(before, tt.wantItem), testsupport.MustLoad(t, store, res.Head))
 			res.Head = ""
 			require.Equal(t, tt.want, res)
 			require.Equal(t, 1, kills, "the failpoint stands between the server's answer and the report")
@@ -242,17 +244,17 @@ func TestOperateEnvironment(t *testing.T) {
 func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 	for _, style := range []envs.Style{envs.StyleTools, envs.StyleGym} {
 		t.Run(string(style), func(t *testing.T) {
-			store := newStore(t)
+			store := testsupport.NewStore(t)
 			call := transcript.ToolCall{ID: "call_9", Name: "add", Arguments: `{"n": 3`}
 			before := []transcript.Item{{Role: "user", Content: "go"}, {Role: "assistant", ToolCalls: []transcript.ToolCall{call}}}
-			head := mustAppend(t, store, before...)
+			head := testsupport.MustAppend(t, store, before...)
 			env := newFakeEnv(t)
-			env.operate = func(protocol.OperateRequest) answer {
+			env.operate = func(protocol.OperateRequest) testsupport.Answer {
 				t.Error("the server must not be called with invalid arguments")
-				return ok(protocol.OperateResponse{})
+				return testsupport.OK(protocol.OperateResponse{})
 			}
-			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
-			val, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
+			acts := &environment.Activities{Store: store, URL: env.URL}
+			val, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 				RolloutID: "r1", RequestID: "r1/t3/c0", ExpectedRevision: 9, Style: style, Head: head, Call: call,
 			})
 			require.NoError(t, err)
@@ -263,7 +265,7 @@ func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 			require.Equal(t, int64(9), res.Revision)
 			require.Contains(t, res.Refusal, envs.CodeBadArguments+": ")
 			require.Contains(t, res.Refusal, `{"n": 3`)
-			items := mustLoad(t, store, res.Head)
+			items := testsupport.MustLoad(t, store, res.Head)
 			require.Len(t, items, 3)
 			last := items[2]
 			require.Equal(t, "error: "+res.Refusal, last.Content)
@@ -279,78 +281,78 @@ func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 func TestOperateEnvironmentErrors(t *testing.T) {
 	tests := []struct {
 		name  string
-		reply answer
-		want  errorWant
+		reply testsupport.Answer
+		want  testsupport.ErrorWant
 	}{
 		{
 			name:  "stale attempt",
 			reply: envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt 1 < installed 2"),
-			want:  errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt 1 < installed 2"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrStaleAttempt, NonRetryable: true, Contains: "attempt 1 < installed 2"},
 		},
 		{
 			name:  "parked",
 			reply: envRefusal(http.StatusServiceUnavailable, protocol.CodeParked, "admission closed"),
-			want:  errorWant{typ: rollout.ErrParked, nonRetryable: true},
+			want:  testsupport.ErrorWant{Type: rollout.ErrParked, NonRetryable: true},
 		},
 		{
 			name:  "revision mismatch",
 			reply: envRefusal(http.StatusConflict, protocol.CodeRevisionMismatch, "expected 5, session at 7"),
-			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "expected 5, session at 7"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "expected 5, session at 7"},
 		},
 		{
 			name:  "request id conflict",
 			reply: envRefusal(http.StatusConflict, protocol.CodeRequestConflict, "same id, other body"),
-			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "same id, other body"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "same id, other body"},
 		},
 		{
 			name:  "unknown session",
 			reply: envRefusal(http.StatusNotFound, protocol.CodeUnknownSession, "no session r1"),
-			want:  errorWant{typ: rollout.ErrEnvironment, nonRetryable: true, contains: "no session r1"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "no session r1"},
 		},
 		{
 			name:  "server error is retried",
-			reply: answer{status: http.StatusInternalServerError, body: "boom"},
-			want:  errorWant{nonRetryable: false, contains: "boom"},
+			reply: testsupport.Answer{Status: http.StatusInternalServerError, Body: "boom"},
+			want:  testsupport.ErrorWant{NonRetryable: false, Contains: "boom"},
 		},
 		{
 			name:  "unavailable without parked code is retried",
-			reply: answer{status: http.StatusServiceUnavailable, body: "restarting"},
-			want:  errorWant{nonRetryable: false},
+			reply: testsupport.Answer{Status: http.StatusServiceUnavailable, Body: "restarting"},
+			want:  testsupport.ErrorWant{NonRetryable: false},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newStore(t)
-			head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+			store := testsupport.NewStore(t)
+			head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 			env := newFakeEnv(t)
-			env.operate = func(protocol.OperateRequest) answer { return tt.reply }
-			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
+			env.operate = func(protocol.OperateRequest) testsupport.Answer { return tt.reply }
+			acts := &environment.Activities{Store: store, URL: env.URL}
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: "r1/t0/c0", ExpectedRevision: 5,
 				Style: envs.StyleTools, Head: head, Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
 			})
-			checkError(t, err, tt.want)
+			testsupport.CheckError(t, err, tt.want)
 			require.Len(t, env.operateRequests(), 1)
 		})
 	}
 }
 
 func TestOperateEnvironmentNetworkErrorIsRetryable(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 	env := newFakeEnv(t)
 	env.Close() // nothing listens any more
-	acts := &rollout.Activities{Store: store, EnvURL: env.URL}
-	_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
+	acts := &environment.Activities{Store: store, URL: env.URL}
+	_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, rollout.OperateEnvironmentInput{
 		RolloutID: "r1", RequestID: "r1/t0/c0", Style: envs.StyleTools, Head: head,
 		Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
 	})
-	checkError(t, err, errorWant{nonRetryable: false, contains: "r1/t0/c0"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{NonRetryable: false, Contains: "r1/t0/c0"})
 }
 
 func TestOperateEnvironmentBadInput(t *testing.T) {
-	store := newStore(t)
-	head := mustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
+	store := testsupport.NewStore(t)
+	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "go"})
 	valid := rollout.OperateEnvironmentInput{
 		RolloutID: "r1", RequestID: "r1/t0/c0", Style: envs.StyleTools, Head: head,
 		Call: transcript.ToolCall{ID: "c", Name: "add", Arguments: `{}`},
@@ -369,11 +371,11 @@ func TestOperateEnvironmentBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := newFakeEnv(t)
-			acts := &rollout.Activities{Store: store, EnvURL: env.URL}
+			acts := &environment.Activities{Store: store, URL: env.URL}
 			in := valid
 			tt.mutate(&in)
-			_, err := newActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
-			checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: tt.contains})
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.OperateEnvironment, in)
+			testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: tt.contains})
 			require.Empty(t, env.operateRequests())
 		})
 	}
@@ -381,14 +383,14 @@ func TestOperateEnvironmentBadInput(t *testing.T) {
 
 func TestVerify(t *testing.T) {
 	env := newFakeEnv(t)
-	env.verify = func(req protocol.VerifyRequest) answer {
+	env.verify = func(req protocol.VerifyRequest) testsupport.Answer {
 		if req.Attempt < 2 {
 			return envRefusal(http.StatusConflict, protocol.CodeStaleAttempt, "attempt below 2")
 		}
-		return ok(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: json.RawMessage(`{"reached":7}`)}})
+		return testsupport.OK(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: json.RawMessage(`{"reached":7}`)}})
 	}
-	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
-	ae := newActivityEnv(acts)
+	acts := &environment.Activities{Store: testsupport.NewStore(t), URL: env.URL}
+	ae := testsupport.NewActivityEnv(acts)
 
 	val, err := ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 2, ExpectedRevision: 8})
 	require.NoError(t, err)
@@ -402,7 +404,7 @@ func TestVerify(t *testing.T) {
 	require.Equal(t, int64(8), verifies[0].ExpectedRevision)
 
 	_, err = ae.ExecuteActivity(acts.Verify, rollout.VerifyInput{RolloutID: "r1", Attempt: 1, ExpectedRevision: 8})
-	checkError(t, err, errorWant{typ: rollout.ErrStaleAttempt, nonRetryable: true, contains: "attempt below 2"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrStaleAttempt, NonRetryable: true, Contains: "attempt below 2"})
 }
 
 // TestVerifyStoresDetails: asked to, Verify puts the verdict's details in
@@ -414,12 +416,12 @@ func TestVerifyStoresDetails(t *testing.T) {
 		want    string
 	}{{json.RawMessage(`{"reached":7}`), `{"reached":7}`}, {nil, `null`}} {
 		env := newFakeEnv(t)
-		env.verify = func(protocol.VerifyRequest) answer {
-			return ok(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: tt.details}})
+		env.verify = func(protocol.VerifyRequest) testsupport.Answer {
+			return testsupport.OK(protocol.VerifyResponse{Revision: 9, Verdict: envs.Verdict{Reward: 1, Details: tt.details}})
 		}
-		store := newStore(t)
-		acts := &rollout.Activities{Store: store, EnvURL: env.URL}
-		ae := newActivityEnv(acts)
+		store := testsupport.NewStore(t)
+		acts := &environment.Activities{Store: store, URL: env.URL}
+		ae := testsupport.NewActivityEnv(acts)
 		in := rollout.VerifyInput{RolloutID: "r1", Attempt: 0, ExpectedRevision: 8, StoreDetails: true}
 		val, err := ae.ExecuteActivity(acts.Verify, in)
 		require.NoError(t, err)
@@ -444,11 +446,11 @@ func TestVerifyStoresDetails(t *testing.T) {
 // attempt's is refused before anything is sent.
 func TestStartEnvironmentGroupRetry(t *testing.T) {
 	env := newFakeEnv(t)
-	env.start = func(protocol.StartRequest) answer {
-		return ok(protocol.StartResponse{Spec: envs.Spec{Name: "counter", Style: envs.StyleTools}, Start: envs.Start{Observation: "Reach 7."}})
+	env.start = func(protocol.StartRequest) testsupport.Answer {
+		return testsupport.OK(protocol.StartResponse{Spec: envs.Spec{Name: "counter", Style: envs.StyleTools}, Start: envs.Start{Observation: "Reach 7."}})
 	}
-	acts := &rollout.Activities{Store: newStore(t), EnvURL: env.URL}
-	ae := newActivityEnv(acts)
+	acts := &environment.Activities{Store: testsupport.NewStore(t), URL: env.URL}
+	ae := testsupport.NewActivityEnv(acts)
 	in := rollout.StartEnvironmentInput{RolloutID: "s-g-r0", Attempt: 1, Env: rollout.EnvRef{Name: "counter"}, Task: json.RawMessage(`{}`),
 		Retry: &rollout.GroupGrant{RolloutID: "s-g-r0", Attempt: 1, Retry: 1, Budget: 2}}
 	_, err := ae.ExecuteActivity(acts.StartEnvironment, in)
@@ -459,6 +461,6 @@ func TestStartEnvironmentGroupRetry(t *testing.T) {
 
 	in.Retry.Attempt = 2
 	_, err = ae.ExecuteActivity(acts.StartEnvironment, in)
-	checkError(t, err, errorWant{typ: rollout.ErrBadInput, nonRetryable: true, contains: "the group grant is for s-g-r0 attempt 2"})
+	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "the group grant is for s-g-r0 attempt 2"})
 	require.Len(t, env.startRequests(), 1, "nothing sent for a foreign grant")
 }

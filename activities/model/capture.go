@@ -1,4 +1,4 @@
-package rollout
+package model
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // PolicyVersionHeader is the response header an endpoint may report the
@@ -119,7 +120,7 @@ func parseTokens(ans modelAnswer) tokens {
 // The prefix check runs against the parent's record, found on the last
 // assistant item of the conversation: that item is the parent call's answer
 // in this attempt or, after a restore, in the saved one.
-func recordGeneration(ctx context.Context, store *transcriptstore.Store, in CallModelInput, items []transcript.Item, ans modelAnswer) (*GenerationRef, error) {
+func recordGeneration(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, items []transcript.Item, ans modelAnswer) (*rollout.GenerationRef, error) {
 	tok := parseTokens(ans)
 	capture := in.Sampling != nil && in.Sampling.CaptureTokens
 	g := transcript.Generation{Tokens: transcript.TokensNotRequested, Model: tok.model, FinishReason: ans.completion.Choices[0].FinishReason, ReasoningContent: tok.reasoning}
@@ -154,7 +155,7 @@ func recordGeneration(ctx context.Context, store *transcriptstore.Store, in Call
 	if err != nil {
 		return nil, err
 	}
-	return &GenerationRef{
+	return &rollout.GenerationRef{
 		Record: d, Tokens: g.Tokens, PromptTokens: len(g.PromptTokenIDs), GenerationTokens: len(g.GenerationTokenIDs),
 		PromptDigest: g.PromptDigest, SequenceDigest: g.SequenceDigest,
 		PrefixBreak: g.PrefixBreak, PrefixBreakReason: g.PrefixBreakReason, PolicyVersion: g.PolicyVersion,
@@ -182,8 +183,8 @@ func parentGeneration(ctx context.Context, store *transcriptstore.Store, items [
 
 // effectiveSampling is the sampling the request carried, the seed resolved
 // (Sampling.Seed, else the rollout's seed), as JSON.
-func effectiveSampling(in CallModelInput) json.RawMessage {
-	var s Sampling
+func effectiveSampling(in rollout.CallModelInput) json.RawMessage {
+	var s rollout.Sampling
 	if in.Sampling != nil {
 		s = *in.Sampling
 	}

@@ -1,4 +1,4 @@
-package rollout
+package environment
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/heartbeat"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // envHeartbeatWhile keeps an environment operation run as a regular activity
@@ -31,35 +32,35 @@ func envHeartbeatWhile(ctx context.Context) (stop func()) {
 	if info.IsLocalActivity || info.HeartbeatTimeout <= 0 {
 		return func() {}
 	}
-	return heartbeatEvery(ctx, max(info.HeartbeatTimeout/3, 10*time.Millisecond))
+	return heartbeat.Every(ctx, max(info.HeartbeatTimeout/3, 10*time.Millisecond))
 }
 
 // StartEnvironment seeds the rollout's session at the environment server and
 // stores the beginning of the conversation (instructions, first observation)
 // and the tool schema in the transcript store.
-func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentInput) (StartEnvironmentResult, error) {
+func (a *Activities) StartEnvironment(ctx context.Context, in rollout.StartEnvironmentInput) (rollout.StartEnvironmentResult, error) {
 	defer envHeartbeatWhile(ctx)()
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
-		return StartEnvironmentResult{}, err
+	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
+		return rollout.StartEnvironmentResult{}, err
 	}
 	if in.Env.Name == "" {
-		return StartEnvironmentResult{}, BadInput("rollout %s: empty environment name", in.RolloutID)
+		return rollout.StartEnvironmentResult{}, rollout.BadInput("rollout %s: empty environment name", in.RolloutID)
 	}
 	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
-		return StartEnvironmentResult{}, BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
+		return rollout.StartEnvironmentResult{}, rollout.BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
 	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
-		return StartEnvironmentResult{}, err
+		return rollout.StartEnvironmentResult{}, err
 	}
 	store, err := a.store()
 	if err != nil {
-		return StartEnvironmentResult{}, err
+		return rollout.StartEnvironmentResult{}, err
 	}
 
 	resp, err := a.startSession(ctx, base, in)
 	if err != nil {
-		return StartEnvironmentResult{}, err
+		return rollout.StartEnvironmentResult{}, err
 	}
 
 	style := resp.Spec.Style
@@ -68,9 +69,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 		// common case; the tool list tells the model what it may do.
 		style = envs.StyleTools
 	}
-	if err := checkStyle(style); err != nil {
-		return StartEnvironmentResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("environment %s declares an unknown style %q", in.Env.Name, resp.Spec.Style), ErrEnvironment, nil)
+	if err := rollout.CheckStyle(style); err != nil {
+		return rollout.StartEnvironmentResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("environment %s declares an unknown style %q", in.Env.Name, resp.Spec.Style), rollout.ErrEnvironment, nil)
 	}
 
 	var items []transcript.Item
@@ -80,7 +81,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	items = append(items, transcript.Item{Role: "user", Content: resp.Start.Observation})
 	head, err := store.AppendAll(ctx, "", items...)
 	if err != nil {
-		return StartEnvironmentResult{}, StoreError("store start of "+in.RolloutID, err)
+		return rollout.StartEnvironmentResult{}, rollout.StoreError("store start of "+in.RolloutID, err)
 	}
 	tools := resp.Spec.Tools
 	if tools == nil {
@@ -88,9 +89,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 	}
 	toolsDigest, err := store.PutJSON(ctx, tools)
 	if err != nil {
-		return StartEnvironmentResult{}, StoreError("store tools of "+in.RolloutID, err)
+		return rollout.StartEnvironmentResult{}, rollout.StoreError("store tools of "+in.RolloutID, err)
 	}
-	return StartEnvironmentResult{
+	return rollout.StartEnvironmentResult{
 		Head:     head,
 		Tools:    toolsDigest,
 		Revision: resp.Revision,
@@ -105,7 +106,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in StartEnvironmentIn
 // only the control plane may install the attempt, so it is authorised there
 // and the start sent again. A restore installs its attempts itself, so a
 // restored start-over goes through at once.
-func (a *Activities) startSession(ctx context.Context, base string, in StartEnvironmentInput) (protocol.StartResponse, error) {
+func (a *Activities) startSession(ctx context.Context, base string, in rollout.StartEnvironmentInput) (protocol.StartResponse, error) {
 	req := protocol.StartRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
@@ -118,7 +119,7 @@ func (a *Activities) startSession(ctx context.Context, base string, in StartEnvi
 	}
 	resp, err := a.envClient(base).Start(ctx, req)
 	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
-		if err := a.AuthoriseAttempt(ctx, AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
+		if err := a.AuthoriseAttempt(ctx, rollout.AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
 			return protocol.StartResponse{}, err
 		}
 		resp, err = a.envClient(base).Start(ctx, req)
@@ -137,8 +138,8 @@ func (a *Activities) startSession(ctx context.Context, base string, in StartEnvi
 // StartEnvironment calls it when the server answers attempt_not_installed.
 // It is idempotent. A newer attempt already installed fails it with
 // ErrStaleAttempt; a checkpoint in progress with ErrParked (wait, retry).
-func (a *Activities) AuthoriseAttempt(ctx context.Context, in AuthoriseAttemptInput) error {
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
+func (a *Activities) AuthoriseAttempt(ctx context.Context, in rollout.AuthoriseAttemptInput) error {
+	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
 		return err
 	}
 	base, err := a.envURL(in.Env)
@@ -149,13 +150,13 @@ func (a *Activities) AuthoriseAttempt(ctx context.Context, in AuthoriseAttemptIn
 	if a.ControlToken == "" {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"environment %s: %s at %s: this worker has no control token (%s) to install a start-over's attempt",
-			op, in.RolloutID, base, protocol.ControlTokenEnvVar), ErrEnvironment, nil)
+			op, in.RolloutID, base, protocol.ControlTokenEnvVar), rollout.ErrEnvironment, nil)
 	}
 	_, err = protocol.NewControlClient(base, a.ControlToken, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
 	if remoteCode(err) == protocol.CodeInvalidPhase {
 		// A committed cut or a restore holds the server: the workflow
 		// waits at its boundary and sends the start again.
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("environment %s: %v", op, err), ErrParked, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("environment %s: %v", op, err), rollout.ErrParked, nil)
 	}
 	if err != nil {
 		return envError(op, err)
@@ -184,27 +185,27 @@ func remoteCode(err error) string {
 // OperateEnvironment applies one tool call (or gym step) at the environment
 // server and appends what the model should see next to the transcript: the
 // observation, or the environment's refusal.
-func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironmentInput) (OperateEnvironmentResult, error) {
+func (a *Activities) OperateEnvironment(ctx context.Context, in rollout.OperateEnvironmentInput) (rollout.OperateEnvironmentResult, error) {
 	defer envHeartbeatWhile(ctx)()
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
-		return OperateEnvironmentResult{}, err
+	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
+		return rollout.OperateEnvironmentResult{}, err
 	}
 	if in.RequestID == "" {
-		return OperateEnvironmentResult{}, BadInput("rollout %s: empty request id", in.RolloutID)
+		return rollout.OperateEnvironmentResult{}, rollout.BadInput("rollout %s: empty request id", in.RolloutID)
 	}
-	if err := checkStyle(in.Style); err != nil {
-		return OperateEnvironmentResult{}, err
+	if err := rollout.CheckStyle(in.Style); err != nil {
+		return rollout.OperateEnvironmentResult{}, err
 	}
-	if err := checkDigest("operate "+in.RequestID+": head", in.Head); err != nil {
-		return OperateEnvironmentResult{}, err
+	if err := rollout.CheckDigest("operate "+in.RequestID+": head", in.Head); err != nil {
+		return rollout.OperateEnvironmentResult{}, err
 	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
-		return OperateEnvironmentResult{}, err
+		return rollout.OperateEnvironmentResult{}, err
 	}
 	store, err := a.store()
 	if err != nil {
-		return OperateEnvironmentResult{}, err
+		return rollout.OperateEnvironmentResult{}, err
 	}
 
 	args := strings.TrimSpace(in.Call.Arguments)
@@ -217,7 +218,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 		// The model's mistake, not the environment's: show it to the model
 		// like any refusal, and do not bother the server with it.
 		return a.refuse(ctx, store, in, envs.CodeBadArguments,
-			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, truncate(in.Call.Arguments, 200)))
+			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, rollout.Truncate(in.Call.Arguments, 200)))
 	}
 
 	resp, err := a.envClient(base).Operate(ctx, protocol.OperateRequest{
@@ -239,16 +240,16 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 			}
 			return res, err
 		}
-		return OperateEnvironmentResult{}, envError("operate "+in.RequestID, err)
+		return rollout.OperateEnvironmentResult{}, envError("operate "+in.RequestID, err)
 	}
 
 	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeTranscript)
 	head, err := store.Append(ctx, in.Head, observationItem(in, resp.Outcome.Observation))
 	if err != nil {
-		return OperateEnvironmentResult{}, StoreError("store observation of "+in.RequestID, err)
+		return rollout.OperateEnvironmentResult{}, rollout.StoreError("store observation of "+in.RequestID, err)
 	}
 	a.Failpoints.Hit(failpoint.WorkerEnvAppliedBeforeReport)
-	return OperateEnvironmentResult{
+	return rollout.OperateEnvironmentResult{
 		Head:       head,
 		Revision:   resp.Revision,
 		Reward:     resp.Outcome.Reward,
@@ -260,13 +261,13 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in OperateEnvironme
 
 // refuse records a refusal as what the model sees next; the environment's
 // state, and so the revision, is unchanged.
-func (a *Activities) refuse(ctx context.Context, store *transcriptstore.Store, in OperateEnvironmentInput, code, message string) (OperateEnvironmentResult, error) {
+func (a *Activities) refuse(ctx context.Context, store *transcriptstore.Store, in rollout.OperateEnvironmentInput, code, message string) (rollout.OperateEnvironmentResult, error) {
 	refusal := code + ": " + message
 	head, err := store.Append(ctx, in.Head, observationItem(in, "error: "+refusal))
 	if err != nil {
-		return OperateEnvironmentResult{}, StoreError("store refusal of "+in.RequestID, err)
+		return rollout.OperateEnvironmentResult{}, rollout.StoreError("store refusal of "+in.RequestID, err)
 	}
-	return OperateEnvironmentResult{
+	return rollout.OperateEnvironmentResult{
 		Head:     head,
 		Revision: in.ExpectedRevision,
 		Refusal:  refusal,
@@ -275,7 +276,7 @@ func (a *Activities) refuse(ctx context.Context, store *transcriptstore.Store, i
 
 // observationItem is how the model sees an operation's output: the answer to
 // its tool call, or (gym style) the next user message.
-func observationItem(in OperateEnvironmentInput, content string) transcript.Item {
+func observationItem(in rollout.OperateEnvironmentInput, content string) transcript.Item {
 	if in.Style == envs.StyleGym {
 		return transcript.Item{Role: "user", Content: content}
 	}
@@ -283,14 +284,14 @@ func observationItem(in OperateEnvironmentInput, content string) transcript.Item
 }
 
 // Verify scores the finished episode; the server retires the session.
-func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+func (a *Activities) Verify(ctx context.Context, in rollout.VerifyInput) (rollout.VerifyResult, error) {
 	defer envHeartbeatWhile(ctx)()
-	if err := checkIdentity(in.RolloutID, in.Attempt); err != nil {
-		return VerifyResult{}, err
+	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
+		return rollout.VerifyResult{}, err
 	}
 	base, err := a.envURL(in.Env)
 	if err != nil {
-		return VerifyResult{}, err
+		return rollout.VerifyResult{}, err
 	}
 	requestID := in.RequestID
 	if requestID == "" {
@@ -305,16 +306,16 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		ExpectedRevision: in.ExpectedRevision,
 	})
 	if err != nil {
-		return VerifyResult{}, envError("verify "+in.RolloutID, err)
+		return rollout.VerifyResult{}, envError("verify "+in.RolloutID, err)
 	}
 	if !in.StoreDetails {
-		return VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
+		return rollout.VerifyResult{Reward: resp.Verdict.Reward, Details: resp.Verdict.Details}, nil
 	}
 	ref, err := a.storeDetails(ctx, in.RolloutID, resp.Verdict.Details)
 	if err != nil {
-		return VerifyResult{}, err
+		return rollout.VerifyResult{}, err
 	}
-	return VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
+	return rollout.VerifyResult{Reward: resp.Verdict.Reward, DetailsRef: ref}, nil
 }
 
 // storeDetails puts a verdict's details in the transcript store as they
@@ -330,7 +331,7 @@ func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details
 	}
 	ref, err := store.Put(ctx, details)
 	if err != nil {
-		return "", StoreError("store verify details of "+rolloutID, err)
+		return "", rollout.StoreError("store verify details of "+rolloutID, err)
 	}
 	return ref, nil
 }
@@ -346,24 +347,14 @@ func envError(op string, err error) error {
 	msg := fmt.Sprintf("environment %s: %d %s: %s", op, re.Status, re.Code, re.Message)
 	switch {
 	case re.Status == http.StatusConflict && re.Code == protocol.CodeStaleAttempt:
-		return temporal.NewNonRetryableApplicationError(msg, ErrStaleAttempt, nil)
+		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrStaleAttempt, nil)
 	case re.Status == http.StatusServiceUnavailable && re.Code == protocol.CodeParked:
 		// The workflow, not Temporal, waits and re-sends the same request id,
 		// so the rollout can park at its boundary meanwhile.
-		return temporal.NewNonRetryableApplicationError(msg, ErrParked, nil)
+		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrParked, nil)
 	case re.Status == http.StatusRequestTimeout || re.Status == http.StatusTooManyRequests || re.Status >= 500:
 		return fmt.Errorf("environment %s: %w", op, err)
 	default:
-		return temporal.NewNonRetryableApplicationError(msg, ErrEnvironment, nil)
+		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrEnvironment, nil)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n-- // never cut a character in half
-	}
-	return s[:n] + "…"
 }

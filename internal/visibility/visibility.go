@@ -1,4 +1,4 @@
-package rollout
+package visibility
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -24,15 +25,11 @@ type Lister interface {
 // listPageSize is the visibility page size; ListSet pages through all.
 const listPageSize = 1000
 
-// SetQuery is the visibility query for every run of every rollout of set.
-// set must have passed ValidateSet, so it needs no escaping beyond quoting.
-func SetQuery(set string) string { return fmt.Sprintf("%s = %q", SARolloutSet, set) }
-
 // ListSet pages through every run of set's rollouts that visibility holds
 // (extra, when not empty, is ANDed to the set filter), calling fn for each;
 // an error from fn stops the listing and is returned.
 func ListSet(ctx context.Context, l Lister, set, extra string, fn func(*workflowpb.WorkflowExecutionInfo) error) error {
-	query := SetQuery(set)
+	query := rollout.SetQuery(set)
 	if extra != "" {
 		query += " AND " + extra
 	}

@@ -1,0 +1,68 @@
+// Package model holds the CallModel activity: it loads the conversation a
+// transcript head names, asks an OpenAI-compatible endpoint (vLLM, SGLang,
+// OpenAI) for the next message through the official openai-go SDK, stores
+// the answer and its generation record (token ids, log-probs, policy
+// version), and returns digests only. Its input and result types are the
+// rollout workflow's contract (package workflows/rollout).
+package model
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// DefaultHeartbeatEvery is how often a waiting model call heartbeats when
+// Activities.HeartbeatEvery is zero.
+const DefaultHeartbeatEvery = 5 * time.Second
+
+// placeholderAPIKey is sent when the worker has no API key: local
+// OpenAI-compatible servers ignore it, and the SDK wants some credential.
+const placeholderAPIKey = "turnstile-no-key"
+
+// Activities holds what the model activity needs. Register a pointer to it
+// on a worker; its method CallModel is the activity rollout.CallModelName.
+type Activities struct {
+	// Store holds transcripts and tool schemas.
+	Store *transcriptstore.Store
+	// BaseURL is the default OpenAI-compatible base URL, e.g.
+	// http://127.0.0.1:8092/v1, used when a PolicyRef names none.
+	BaseURL string
+	// APIKey is sent to the model endpoint; it never travels in workflow
+	// input.
+	APIKey string
+	// HTTPClient is used for model calls; nil means the default client.
+	HTTPClient *http.Client
+	// Failpoints lets crash tests kill the worker at named places; nil is
+	// unarmed.
+	Failpoints *failpoint.Set
+	// HeartbeatEvery is how often a model call heartbeats while it waits;
+	// zero means DefaultHeartbeatEvery.
+	HeartbeatEvery time.Duration
+
+	mu      sync.Mutex
+	clients map[string]*openai.Client // by base URL
+}
+
+func (a *Activities) heartbeatEvery() time.Duration {
+	if a.HeartbeatEvery > 0 {
+		return a.HeartbeatEvery
+	}
+	return DefaultHeartbeatEvery
+}
+
+func (a *Activities) store() (*transcriptstore.Store, error) {
+	if a.Store == nil {
+		// A worker built without a store is a configuration bug, not
+		// something a retry fixes.
+		return nil, temporal.NewNonRetryableApplicationError("activities: no transcript store configured", rollout.ErrBadInput, nil)
+	}
+	return a.Store, nil
+}
