@@ -1,0 +1,95 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+
+	"github.com/turnstile-rl/turnstile/internal/storage"
+)
+
+// abortedMarker in the staging directory tells a late commit that the
+// checkpoint was aborted: it must not write a manifest.
+const abortedMarker = checkpoint.StagingDir + "/ABORTED"
+
+// AbortCheckpoint makes a failed checkpoint harmless: it marks the staging
+// directory aborted (a late commit then writes no manifest), removes any
+// aggregate manifest, resumes every participant (resume is the abort) and
+// releases every member that may have parked. It tries every step even when
+// one fails, and reports all failures. A participant nothing listens at is
+// no failure: it is named in the result (it holds nothing, and failing the
+// abort for it only left the set parked).
+func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCheckpointInput) (checkpoint.AbortCheckpointResult, error) {
+	dir, err := c.checkDir(ctx, in.Root, in.CheckpointID)
+	if err != nil {
+		return checkpoint.AbortCheckpointResult{}, err
+	}
+	if err := checkParticipants(in.Participants); err != nil {
+		return checkpoint.AbortCheckpointResult{}, err
+	}
+	var res checkpoint.AbortCheckpointResult
+	var errs []error
+	if err := writeFileAtomic(ctx, at(dir, abortedMarker), []byte(in.CheckpointID+"\n")); err != nil {
+		errs = append(errs, fmt.Errorf("mark aborted: %w", err))
+	}
+	removed, err := removeManifest(ctx, dir)
+	res.ManifestRemoved = removed
+	if err != nil {
+		errs = append(errs, fmt.Errorf("remove manifest: %w", err))
+	}
+	// Participants first, so released rollouts find admission open; each
+	// call is bounded and none of their failures keeps the rollouts parked.
+	// A dead participant is reported, not an error: retrying the abort
+	// cannot resume it, and it holds nothing.
+	dead, err := c.resumeReachable(ctx, in.CheckpointID, in.Participants)
+	res.Unreachable = dead
+	if err != nil {
+		errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
+	} else {
+		res.Participants = len(in.Participants) - len(dead)
+	}
+	n, err := c.releaseMembers(ctx, dir, in.CheckpointID)
+	res.Rollouts = n
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
+	}
+	return res, nil
+}
+
+// releaseMembers releases every member of the checkpoint, not only those
+// known parked: a park may have been accepted without its answer reaching
+// the coordinator.
+func (c *Coordinator) releaseMembers(ctx context.Context, dir storage.Store, checkpointID string) (int, error) {
+	l, err := readRolloutList(ctx, at(dir, checkpoint.ListMembers), checkpointID)
+	switch {
+	case errors.Is(err, storage.ErrNotExist):
+		return 0, nil // membership never frozen: no rollout was asked to park
+	case err != nil:
+		return 0, err
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return 0, err
+	}
+	n, _, err := c.releaseRollouts(ctx, tc, checkpointID, l.Rollouts)
+	return n, err
+}
+
+// removeManifest removes the aggregate manifest, durably, and reports
+// whether there was one.
+func removeManifest(ctx context.Context, dir storage.Store) (bool, error) {
+	if _, err := dir.Stat(ctx, checkpoint.AggregateManifestName); errors.Is(err, storage.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if err := dir.Remove(ctx, checkpoint.AggregateManifestName); err != nil {
+		return false, err
+	}
+	return true, storage.Sync(ctx, dir)
+}
