@@ -41,9 +41,6 @@ var coordinatorRetry = &temporal.RetryPolicy{
 // abortAttempts bounds the tries of a checkpoint's abort.
 const abortAttempts = 4
 
-// abortTimeoutChange is the change id of abortTryTimeout.
-const abortTimeoutChange = "abort-try-timeout"
-
 // abortTryTimeout is how long one try of the abort may run. It resumes every
 // member by an update each, and a busy set answers updates only between
 // rollout workflow tasks: a soak of 1,000 rollouts took minutes to resume
@@ -88,9 +85,6 @@ func markCheckpoint(ctx workflow.Context, checkpointID string, logger log.Logger
 		logger.Warn("search attribute upsert failed", "error", err)
 	}
 }
-
-// searchAttributeChange is the change id of markCheckpoint.
-const searchAttributeChange = "checkpoint-id-search-attribute"
 
 // step is one coordinator activity of the Checkpoint or Restore workflow.
 type step struct {
@@ -276,9 +270,6 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 	res.Bytes, res.ManifestDigest = out.Bytes, out.ManifestDigest
 	return nil
 }
-
-// commitBoundChange is the change id of commitOptions' bounded retries.
-const commitBoundChange = "commit-bounded-retries"
 
 // commitAttempts bounds the tries of a checkpoint's commit.
 const commitAttempts = 5

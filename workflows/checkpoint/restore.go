@@ -132,11 +132,6 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	return res, nil
 }
 
-// setFenceChange is the workflow.GetVersion change id of the restore's
-// fence step: a restore recorded before it (DefaultVersion) writes no
-// fence record, as it did.
-const setFenceChange = "restore-set-fence"
-
 // fenceSet writes the set's fence record before anything is installed,
 // started or resumed: a run of the set started before it, which the
 // attempt map could not name (a dataset rollout or a custom id visibility

@@ -40,13 +40,6 @@ type BudgetFailure struct {
 	Turn   int    `json:"turn"`
 }
 
-// budgetsChange is the workflow.GetVersion change id of budgets. Runs
-// recorded before it (DefaultVersion) get none of the new commands: the
-// RolloutPhase upsert of a failure. Budget checks themselves add no command
-// (workflow.Now is history time), and changed activity options are not
-// compared on replay.
-const budgetsChange = "budgets"
-
 // Validate checks the budgets; each error names its field.
 func (l Limits) Validate() error {
 	timeouts := []struct {

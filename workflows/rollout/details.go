@@ -2,11 +2,6 @@ package rollout
 
 import "go.temporal.io/sdk/workflow"
 
-// detailsChange is the workflow.GetVersion change id of per-step rewards and
-// verify details in the result. Runs recorded before it (DefaultVersion)
-// keep neither, so a result they compute again on replay keeps its receipt.
-const detailsChange = "step-rewards-verify-details"
-
 // setupDetails records whether this run keeps step rewards and verify
 // details. A fresh start keeps its step rewards from the first operation;
 // a boundary carried over from a run that kept none (continue-as-new or a

@@ -21,13 +21,6 @@ const (
 	MaxWorkflowTaskTimeout = 2 * time.Minute
 )
 
-// localEnvChange is the workflow.GetVersion change id of environment
-// operations run as local activities. A run recorded before it
-// (DefaultVersion) schedules them as regular activities, as it did; a run
-// whose limits ask for regular activities never calls GetVersion, so its
-// commands are those of before too.
-const localEnvChange = "env-local-activities"
-
 // validateEnvCalls checks the environment-call settings of l.
 func (l Limits) validateEnvCalls() error {
 	switch l.EnvActivities {
@@ -82,19 +75,6 @@ func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out an
 	})
 	return workflow.ExecuteLocalActivity(lctx, name, in).Get(ctx, out)
 }
-
-// upsertChange is the workflow.GetVersion change id of one search-attribute
-// upsert per turn. With environment calls local, the phases "seeding",
-// "environment" and "verifying" last only inside the workflow task that runs
-// their local activities, and what a workflow task upserts becomes visible
-// only when it completes: so no reader could see them, and their upserts
-// (each one a history event and a visibility write) are skipped. The next
-// phase that is waited in (model, parked, awaiting ack, completed, failed)
-// carries the turn and progress time, so RolloutTurn, RolloutPhase and
-// RolloutProgressAt are right at every point a reader can observe. A run
-// recorded before it (DefaultVersion), or one with regular environment
-// calls, upserts every phase change as it did.
-const upsertChange = "one-upsert-per-turn"
 
 func (r *rollout) setupDeferredPhase(ctx workflow.Context) {
 	if !r.localEnv {

@@ -9,11 +9,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// groupsChange is the workflow.GetVersion change id of group ledgers. Runs
-// recorded before it (DefaultVersion), and rollouts outside a group (no
-// Input.GroupSize), make no report: their command sequence is unchanged.
-const groupsChange = "group-ledger"
-
 // groupReportOptions are the options of a report to the group's ledger. It
 // is bookkeeping, not an environment call: the rollout's deadline does not
 // bound it, and it is retried until Temporal answers.

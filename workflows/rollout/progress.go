@@ -5,13 +5,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// progressChange is the workflow.GetVersion change id of the progress
-// attributes. Only runs whose input asks for them (Input.ProgressAttributes)
-// call GetVersion, so runs recorded before, and runs started without the
-// flag, replay with exactly the commands they had. The attributes ride on
-// the phase upsert the run makes anyway: no command is added per turn.
-const progressChange = "progress-attributes"
-
 var (
 	progressAtKey = temporal.NewSearchAttributeKeyTime(SARolloutProgressAt)
 	finishedAtKey = temporal.NewSearchAttributeKeyTime(SARolloutFinishedAt)

@@ -5,17 +5,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// upsertDeltaChange is the workflow.GetVersion change id of phase upserts
-// that carry only what changed. An upsert merges into the run's search
-// attributes, so RolloutId, RolloutSet and RolloutAttempt (fixed for a run)
-// need to be sent once per run, and RolloutPhase and RolloutTurn only when
-// they move: a turn of a rollout waiting in "model" each turn then upserts
-// its turn and progress time alone, about 280 history bytes fewer per turn.
-// The first upsert of every run (a continued-as-new or restored one too)
-// still sends them all. Runs recorded before it (DefaultVersion) upsert
-// every attribute, as they did, so their histories replay.
-const upsertDeltaChange = "upsert-changed-attributes"
-
 func (r *rollout) setupUpsertDelta(ctx workflow.Context) {
 	r.saDelta = workflow.GetVersion(ctx, upsertDeltaChange, workflow.DefaultVersion, 1) >= 1
 }

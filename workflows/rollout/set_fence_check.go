@@ -8,11 +8,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// setFenceChange is the workflow.GetVersion change id of the set fence
-// check: a run recorded before it (DefaultVersion) never consults the
-// record, so its commands are those of before.
-const setFenceChange = "set-fence"
-
 // CheckSetFenceName is the activity a rollout consults its set's fence
 // record with (package workflows/set keeps the record).
 const CheckSetFenceName = "CheckSetFence"
