@@ -16,11 +16,13 @@ package checkpoint
 const setFenceChange = "restore-set-fence"
 
 // abortTimeoutChange is the change id of abortTryTimeout: an abort try
-// recorded before it used the activity options of every other step.
+// recorded before it had one minute, not thirty.
 const abortTimeoutChange = "abort-try-timeout"
 
-// searchAttributeChange is the change id of markCheckpoint.
+// searchAttributeChange is the change id of markCheckpoint: a run recorded
+// before it upserted no CheckpointId.
 const searchAttributeChange = "checkpoint-id-search-attribute"
 
-// commitBoundChange is the change id of commitOptions' bounded retries.
+// commitBoundChange is the change id of commitOptions' bounded retries: a
+// commit recorded before it retried without limit for two hours.
 const commitBoundChange = "commit-bounded-retries"
