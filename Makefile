@@ -32,7 +32,7 @@ PKGS ?= ./...
 # Binaries built from ./cmd (what `make clean` removes; the tools stay).
 CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 
-.PHONY: build test lint fmt-check vet staticcheck workflowcheck demo devserver temporal fuzz bench soak cluster cluster-down cluster-test clean distclean
+.PHONY: build test lint fmt-check vet staticcheck workflowcheck repo-check demo devserver temporal fuzz bench soak cluster cluster-down cluster-test clean distclean
 
 ## build: compile every binary under ./cmd into ./bin
 build:
@@ -49,8 +49,12 @@ test: lint
 	echo "$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)"
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-## lint: gofmt, go vet, staticcheck and workflowcheck
-lint: fmt-check vet staticcheck workflowcheck
+## lint: gofmt, go vet, staticcheck, workflowcheck and the repository checks
+lint: fmt-check vet staticcheck workflowcheck repo-check
+
+## repo-check: no tracked file over 1 MB, no executable outside scripts/, .ci/ and hooks, no I/O linked into workflows/
+repo-check:
+	$(GO) test -count=1 -run 'TestTrackedFiles|TestWorkflowPackagesLinkNoIO' ./internal/repocheck
 
 fmt-check:
 	@unformatted="$$(gofmt -l $$($(GO) list -f '{{.Dir}}' ./...))"

@@ -15,7 +15,7 @@ import (
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
-// TestDataPlaneAttackRefused is the hand-made attack of issue 10, against a
+// TestDataPlaneAttackRefused is the hand-made data-plane fence attack, against a
 // live rollout on real processes: a start of attempt 9 for a rollout that
 // runs as attempt 0, then mutations under attempt 9. Before the fix the
 // start replaced the live session with a fresh episode, every later call of

@@ -1,6 +1,6 @@
 package integration_test
 
-// The crash matrix (issue 12, items 1 and 2): every named failpoint ×
+// The crash matrix: every named failpoint ×
 // the process it kills (worker, environment server, coordinator worker,
 // Temporal dev server with its database file) × environment class
 // (export-restore, gym, restart-only, stateless). Each case runs one set of

@@ -44,7 +44,7 @@ func tokenInput(t *testing.T, i int) rollout.Input {
 	return in
 }
 
-// TestTokenExactRecovery is the token-exact recovery proof of issue 8: a set
+// TestTokenExactRecovery is the token-exact recovery proof: a set
 // of tool-calling rollouts with token capture is run (a) uninterrupted, (b)
 // with the worker SIGKILLed at a failpoint mid-set, and (c) checkpointed
 // mid-flight, everything killed and restored. The exports of (b) and (c)

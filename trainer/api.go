@@ -1,4 +1,4 @@
-// Package client is the Go API of turnstile for a training pipeline: submit
+// Package trainer is the Go API of turnstile for a training pipeline: submit
 // a set of rollouts (or a dataset, each row repeated as one group), wait for
 // it, list and summarize it, read its results, export its trajectories,
 // acknowledge them, and checkpoint, restore and resume the set. The starter
@@ -14,7 +14,7 @@
 //
 //	rows, err := trainer.ReadDataset(f) // JSONL; every bad row reported at once
 //	res, err = ts.Submit(ctx, trainer.SubmitRequest{Set: "d1", Rows: rows, Repeats: 8})
-//	store, err := transcriptstore.Open(dir) // the worker's TURNSTILE_TRANSCRIPT_DIR
+//	store, err := trainer.OpenTranscripts(ctx, dir) // the workers' TURNSTILE_TRANSCRIPT_DIR
 //	stats, err := ts.Export(ctx, "d1", store, w)
 package trainer
 

@@ -9,7 +9,9 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -141,7 +143,7 @@ type ExportTurn struct {
 }
 
 // TranscriptReader reads what a rollout's result points to; a
-// *transcriptstore.Store is one.
+// OpenTranscripts opens one.
 type TranscriptReader interface {
 	Load(ctx context.Context, head transcript.Digest) ([]transcript.Item, error)
 	Generation(ctx context.Context, d transcript.Digest) (transcript.Generation, error)
@@ -318,3 +320,10 @@ func closedStatus(s enumspb.WorkflowExecutionStatus) string {
 
 // errStoreMissing explains a transcript that is not in the store.
 var errStoreMissing = errors.New("is --transcript-dir (TURNSTILE_TRANSCRIPT_DIR) the worker's transcript directory?")
+
+// OpenTranscripts opens the transcript store the workers write to (their
+// TURNSTILE_TRANSCRIPT_DIR: a directory, or an object-store URL such as
+// s3://bucket/prefix?region=…), for Export to read.
+func OpenTranscripts(ctx context.Context, location string) (TranscriptReader, error) {
+	return transcriptstore.OpenLocation(ctx, &storage.Opener{}, location)
+}

@@ -4,7 +4,7 @@
 # mid-flight by the code of the checkout this script runs in, and the results
 # of an uninterrupted run of the same set to compare a restore with.
 #
-#   TURNSTILE_TEMPORAL_BIN=/path/to/temporal integration/testdata/make-checkpoint-v1.sh OUT_DIR
+#   TURNSTILE_TEMPORAL_BIN=/path/to/temporal bash integration/testdata/make-checkpoint-v1.sh OUT_DIR
 #
 # The fixture is meant to stay what the code of one commit wrote (see its
 # README.md, kept by hand): run this only on that commit, never to "refresh"

@@ -72,7 +72,7 @@ func (s *stack) startAll(ctx context.Context) error {
 	s.token = "bench-control-token"
 	s.launch = &procs.Launcher{Dir: s.cfg.OutDir}
 	// The environment server refuses to start without a data-plane token
-	// (issue 10); the bench's stack is private, so a fixed one will do.
+	// (R1 of docs/protocol/RULES.md); the bench's stack is private, so a fixed one will do.
 	s.store = filepath.Join(s.cfg.OutDir, "transcripts")
 	s.logf("starting the Temporal dev server")
 	if err := s.startTemporal(ctx); err != nil {

@@ -90,7 +90,7 @@ func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 		wantFail []string
 	}{
 		{"re-applies a replayed request", false, reapplyReplays, []string{"R3"}},
-		{"lets the data plane install attempts (issue 10 before the fix)", false, installOnDemand, []string{"R7"}},
+		{"lets the data plane install attempts (a server before the data-plane fence fix)", false, installOnDemand, []string{"R7"}},
 		{"data plane without a token", true, nil, []string{"R1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +136,7 @@ func reapplyReplays(next http.Handler) http.Handler {
 	})
 }
 
-// installOnDemand breaks R7 the way the server behaved before issue 10: a
+// installOnDemand breaks R7 the way the server behaved before the data-plane fence fix: a
 // data-plane request above the installed attempt installs it (here through
 // the control plane, behind the caller's back) and goes through.
 func installOnDemand(next http.Handler) http.Handler {

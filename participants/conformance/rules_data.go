@@ -186,7 +186,7 @@ func checkStale(ctx context.Context, k *kit) (string, error) {
 	return "with attempt 1 installed and started: operate, replay, start and verify of attempt 0 → 409 stale_attempt; nothing applied, session of attempt 1 at revision 0", nil
 }
 
-// checkNotInstalled: R7, the attack of issue 10. A data-plane request
+// checkNotInstalled: R7, the data-plane fence attack. A data-plane request
 // above the installed attempt is refused and changes nothing; an unseen
 // rollout is not even remembered.
 func checkNotInstalled(ctx context.Context, k *kit) (string, error) {

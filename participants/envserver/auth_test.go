@@ -85,7 +85,7 @@ func TestDataPlaneNeverMovesTheFence(t *testing.T) {
 		name string
 		call func() error
 	}{
-		{"start-over of a live rollout (the attack of issue 10)", func() error {
+		{"start-over of a live rollout (the data-plane fence attack)", func() error {
 			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("live", 9, "live/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
 			return err
 		}},

@@ -1,3 +1,10 @@
+// Package checkpoint holds the coordinator workflows of a set and their
+// contract: Checkpoint (a coordinated cut of every participant), Restore
+// (the whole set back to a committed cut, as new attempts) and
+// RecoverServer (the rollouts of one dead environment server moved to a
+// replacement). The steps they run are activities (package
+// activities/coordinator) named in steps.go; what a checkpoint directory
+// holds is in layout.go. No I/O here.
 package checkpoint
 
 import "time"

@@ -1,6 +1,11 @@
-// Package workflows holds the deterministic orchestration: the Rollout agent
-// loop (tool-calling and Gymnasium step styles), Checkpoint and Restore. No
-// I/O, no clocks, no map ranging: every side effect is an activity.
+// Package rollout holds the Rollout workflow, the agent loop of one attempt
+// of one rollout (tool-calling and Gymnasium step styles), and the group
+// ledger (GroupLedger) of a dataset row's repeats, with their contract:
+// inputs, results, update, signal and query names, the activities they call
+// by name and those activities' input and result types, workflow IDs and
+// search attributes. It does no I/O and reads no clock: every side effect is
+// an activity (package activities/...), so its dependencies hold no logger,
+// HTTP server, storage or model client.
 package rollout
 
 import (
