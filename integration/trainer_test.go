@@ -48,14 +48,12 @@ type pyTrainer struct {
 	state string
 }
 
-// startTrainer starts the Python trainer loop on set with its state file in
-// the test's directory; args are the loop's flags after --set and --state.
+// startTrainer starts the Python trainer loop on set, with the installed
+// client (clientPython) and its state file in the test's directory; args
+// are the loop's flags after --set and --state.
 func (c *cluster) startTrainer(gatewayURL, set string, args ...string) *pyTrainer {
 	c.t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		c.t.Skip("python3 is not installed: the Python trainer loop cannot run")
-	}
+	py := clientPython(c.t)
 	state := filepath.Join(c.dir, set+".trainer.json")
 	script := filepath.Join(bins.root, "clients", "python", "examples", "trainer_loop.py")
 	all := append([]string{script, "--gateway", gatewayURL, "--set", set, "--state", state}, args...)
@@ -188,6 +186,7 @@ func TestTrainerLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
+	clientPython(t) // before the stack starts: the venv is made once per test binary
 	c := newStack(t, "--latency", "50ms")
 	_, url := c.startGateway("127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -232,6 +231,7 @@ func TestTrainerLoopExactlyOnceUnderCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
+	clientPython(t) // before the stack starts: the venv is made once per test binary
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
@@ -280,6 +280,7 @@ func TestTrainerLoopAbortsOnDeadModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
+	clientPython(t) // before the stack starts: the venv is made once per test binary
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()

@@ -16,7 +16,8 @@ When the gateway's watchdog reports the set stalled (no progress within its
 window: the model endpoint is down, every collector died), the loop stops at
 once with the reason and exit status 3, instead of polling an empty feed.
 
-    python3 clients/python/examples/trainer_loop.py --gateway http://127.0.0.1:8088 \\
+    python3 -m venv .venv && .venv/bin/python -m pip install --no-index ./clients/python
+    .venv/bin/python clients/python/examples/trainer_loop.py --gateway http://127.0.0.1:8088 \\
         --set d1 --dataset rows.jsonl --repeats 4 --state d1.trainer.json \\
         --checkpoint-every 32 --participant http://127.0.0.1:8091
 
@@ -34,9 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from turnstile import (  # noqa: E402  (the package sits beside examples/)
+from turnstile import (  # the installed client (see above), not the source beside examples/
     APIError,
     Client,
     Conflict,

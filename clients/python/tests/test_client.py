@@ -7,7 +7,7 @@ import socket
 import unittest
 from typing import List
 
-from tests.fakegateway import DROP, FakeGateway, FakeSet
+from fakegateway import DROP, FakeGateway, FakeSet
 from turnstile import (
     APIError,
     BadRequest,

@@ -12,7 +12,7 @@ import tempfile
 import unittest
 from typing import Any, Dict, List, Sequence, Tuple
 
-from tests.fakegateway import DROP, FakeGateway
+from fakegateway import DROP, FakeGateway
 from turnstile import Client, RetryPolicy, TransportError
 
 _EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "trainer_loop.py")

@@ -1,0 +1,33 @@
+"""These tests run against the installed client (python3 -m pip install
+./clients/python), never the source folder beside them: a module the build
+leaves out of the wheel must fail here, not hide behind the source tree."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import unittest
+
+import turnstile
+
+SOURCE = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "turnstile"))
+
+
+class InstalledTest(unittest.TestCase):
+    def test_the_client_is_the_installed_distribution_of_this_source(self) -> None:
+        imported = os.path.realpath(os.path.dirname(turnstile.__file__))
+        self.assertNotEqual(imported, SOURCE, "turnstile was imported from the source folder, not installed")
+        dist = importlib.metadata.distribution("turnstile-client")
+        self.assertEqual(os.path.realpath(str(dist.locate_file("turnstile"))), imported,
+                         "the imported turnstile is the one the turnstile-client distribution installed")
+        installed = {str(f) for f in dist.files or [] if str(f).startswith("turnstile/") and str(f).endswith(".py")}
+        source = {f"turnstile/{name}" for name in os.listdir(SOURCE) if name.endswith(".py")}
+        self.assertEqual(installed, source, "every module of the source, and only those, is installed")
+        for path in sorted(source):
+            with open(os.path.join(SOURCE, os.path.basename(path)), "rb") as a, \
+                    open(os.path.join(imported, os.path.basename(path)), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f"{path} changed since the install: install the client again")
+
+
+if __name__ == "__main__":
+    unittest.main()
