@@ -282,6 +282,9 @@ func TestGatewayStalenessAndWatchdog(t *testing.T) {
 	var stale gateway.PolicyVersionResponse
 	c.waitFor("a stale rollout", nil, time.Minute, func() bool {
 		status, raw := g.do(ctx, "POST", "/v1/sets/gwstale/policy_version", gateway.PolicyVersionRequest{RequestID: "pv-flag", Version: 10, MaxLag: 2, Action: gateway.ActionFlag}, &stale)
+		if status == http.StatusNotFound {
+			return false // the submission is not in visibility yet
+		}
 		require.Equal(t, http.StatusOK, status, "%s", raw)
 		return stale.Stale > 0
 	})
