@@ -48,7 +48,7 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &conflictErr):
-		return &apiError{status: http.StatusConflict, code: CodeConflict, msg: err.Error()}
+		return &apiError{status: http.StatusConflict, code: CodeConflict, field: conflictErr.Field, msg: inJSONTerms(err.Error(), nil)}
 	case errors.As(err, &notFoundErr):
 		return &apiError{status: http.StatusNotFound, code: CodeNotFound, msg: err.Error()}
 	case errors.As(err, &tooBig):
@@ -128,13 +128,22 @@ func invalid(err error, overrides map[string]string) *apiError {
 	if errors.As(err, &de) {
 		field = "rows"
 	}
+	return badRequest(field, inJSONTerms(msg, overrides))
+}
+
+// inJSONTerms rewrites the starter's flags in a message of the client
+// library as the JSON fields of the gateway's requests.
+func inJSONTerms(msg string, overrides map[string]string) string {
 	msg = flagPattern.ReplaceAllStringFunc(msg, func(m string) string {
 		i := strings.Index(m, "--")
-		if f, ok := fieldOf(m[i:]); ok && f != "" {
+		f, ok := overrides[m[i:]]
+		if !ok {
+			f, ok = flagFields[m[i:]]
+		}
+		if ok && f != "" {
 			return m[:i] + f
 		}
 		return m
 	})
-	msg = participantIndex.ReplaceAllString(msg, "participants[$1]: ")
-	return badRequest(field, msg)
+	return participantIndex.ReplaceAllString(msg, "participants[$1]: ")
 }

@@ -217,6 +217,17 @@ type AckRequest struct {
 	Set          string
 	Receipts     []ReceiptLine
 	AllCompleted bool
+	// Field, when set, names the receipts in messages as elements of a JSON
+	// array of that name instead of by line (the gateway's "receipts":
+	// line 3 is "receipts[2]"), and a ConflictError names the first bad
+	// one, with its field at fault ("receipts[2].sha256"), in its Field.
+	Field string
+	// RequestID, when set, makes the acknowledgement idempotent under it
+	// across processes: once it has succeeded, the same request (same set,
+	// request id and receipts) answers the same summary again without
+	// acknowledging anything, and another request under the same id is a
+	// ConflictError (see AckRecordWorkflowID).
+	RequestID string
 }
 
 // HeldState is what a rollout holds now: its latest run's phase and the
