@@ -168,12 +168,15 @@ type StatusCounts struct {
 	Statuses map[string]int `json:"statuses"`
 }
 
-// Summary condenses a set.
+// Summary condenses a set from the latest run of each of its rollouts:
+// Rollouts = Completed + Failed + Running. Completed counts latest runs
+// closed Completed (acknowledged, or never held); a held result is still
+// Running. Health counts runs instead (see Health).
 type Summary struct {
 	Rollouts  int `json:"rollouts"`
 	Completed int `json:"completed"`
-	Failed    int `json:"failed"` // closed any way but completed: failed, terminated, timed out, canceled
-	Running   int `json:"running"`
+	Failed    int `json:"failed"`  // closed any way but completed: failed, terminated, timed out, canceled
+	Running   int `json:"running"` // not closed: working, parked, or holding a result
 	// Means over completed rollouts whose result was read.
 	MeanReward float64 `json:"mean_reward"`
 	MeanTurns  float64 `json:"mean_turns"`
