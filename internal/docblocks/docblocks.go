@@ -48,6 +48,9 @@ func (b Block) Where() string { return fmt.Sprintf("%s:%d", b.Page, b.Line) }
 var (
 	fenceRE  = regexp.MustCompile("^```(.*)$")
 	markerRE = regexp.MustCompile(`^<!--\s*([a-z -]+):\s*(.*?)\s*-->$`)
+	// indentedFenceRE is a fence inside a list item or a quote, which the
+	// test would not see: a line of only ``` (and a language) after spaces.
+	indentedFenceRE = regexp.MustCompile("^\\s+```[A-Za-z]*\\s*$")
 )
 
 // Parse returns the fenced blocks of page (its path, for messages) and
@@ -67,7 +70,7 @@ func Parse(page string, data []byte) ([]Block, error) {
 	for i := 0; i < len(lines); i++ {
 		m := fenceRE.FindStringSubmatch(lines[i])
 		if m == nil {
-			if strings.HasPrefix(strings.TrimSpace(lines[i]), "```") {
+			if indentedFenceRE.MatchString(lines[i]) {
 				problem(i+1, "an indented fence: fences start at the beginning of the line")
 			}
 			continue
