@@ -69,6 +69,9 @@ func TestDocs(t *testing.T) {
 			t.Skipf("%s is not installed: the docs' examples need it", tool)
 		}
 	}
+	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
+		t.Skipf("python3 cannot make a virtual environment (the docs install the Python client into one): %v\n%s", err, out)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), docsTimeout)
 	defer cancel()
 	sb := newDocSandbox(t)
