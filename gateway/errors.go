@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"go.temporal.io/api/serviceerror"
@@ -47,7 +48,7 @@ func toAPIError(err error) *apiError {
 	case errors.As(err, &ae):
 		return ae
 	case errors.As(err, &conflictErr):
-		return &apiError{status: http.StatusConflict, code: CodeConflict, msg: err.Error()}
+		return &apiError{status: http.StatusConflict, code: CodeConflict, field: conflictErr.Field, msg: inJSONTerms(err.Error(), nil)}
 	case errors.As(err, &notFoundErr):
 		return &apiError{status: http.StatusNotFound, code: CodeNotFound, msg: err.Error()}
 	case errors.As(err, &tooBig):
@@ -81,9 +82,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 }
 
 // flagFields maps the starter flags the client library's validation
-// messages start with to the JSON fields of the gateway's requests.
+// messages speak of to the JSON fields of the gateway's requests ("" for a
+// flag with no field: the gateway's own settings).
 var flagFields = map[string]string{
-	"--count": "count", "--env": "envs", "--seed": "seed", "--max-turns": "max_turns", "--policy": "policy",
+	"--set": "set", "--count": "count", "--env": "envs", "--seed": "seed", "--max-turns": "max_turns", "--policy": "policy",
 	"--env-url": "env_url", "--model-url": "model_url", "--repeats": "repeats", "--tasks": "rows",
 	"--model-timeout": "limits.model_call_timeout", "--env-timeout": "limits.env_call_timeout",
 	"--model-retries": "limits.model_call_retries", "--deadline": "limits.deadline",
@@ -91,17 +93,30 @@ var flagFields = map[string]string{
 	"--timeout": "timeout", "--root": "", "--transcript-dir": "",
 }
 
+// flagPattern is a flag in a message: "--" and a lower-case name, not
+// inside a word.
+var flagPattern = regexp.MustCompile(`(^|[^A-Za-z0-9_-])(--[a-z][a-z0-9-]*)`)
+
+// participantIndex is how protocol.ValidateParticipants names a bad entry.
+var participantIndex = regexp.MustCompile(`^participants: participant (\d+): `)
+
 // invalid turns a validation error of the client library into a 400 whose
-// field is the JSON field its message names (the library speaks in the
-// starter's flags: "--count 0: want 1..").
+// field is the JSON field its message starts with. The library speaks in
+// the starter's flags ("--count 0: want 1.."); the message is rewritten in
+// the request's JSON fields ("count 0: want 1.."), so a client of the
+// gateway never reads a flag it cannot pass.
 func invalid(err error, overrides map[string]string) *apiError {
+	fieldOf := func(flag string) (string, bool) {
+		if f, ok := overrides[flag]; ok {
+			return f, true
+		}
+		f, ok := flagFields[flag]
+		return f, ok
+	}
 	msg := err.Error()
 	token, _, _ := strings.Cut(msg, " ")
 	token = strings.TrimRight(token, ":")
-	field, ok := overrides[token]
-	if !ok {
-		field, ok = flagFields[token]
-	}
+	field, ok := fieldOf(token)
 	switch {
 	case ok:
 	case strings.HasPrefix(token, "sampling."):
@@ -113,5 +128,22 @@ func invalid(err error, overrides map[string]string) *apiError {
 	if errors.As(err, &de) {
 		field = "rows"
 	}
-	return badRequest(field, msg)
+	return badRequest(field, inJSONTerms(msg, overrides))
+}
+
+// inJSONTerms rewrites the starter's flags in a message of the client
+// library as the JSON fields of the gateway's requests.
+func inJSONTerms(msg string, overrides map[string]string) string {
+	msg = flagPattern.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.Index(m, "--")
+		f, ok := overrides[m[i:]]
+		if !ok {
+			f, ok = flagFields[m[i:]]
+		}
+		if ok && f != "" {
+			return m[:i] + f
+		}
+		return m
+	})
+	return participantIndex.ReplaceAllString(msg, "participants[$1]: ")
 }

@@ -218,7 +218,9 @@ func (s *startedWriter) Write(p []byte) (int, error) {
 }
 
 // acks is POST /v1/sets/{set}/acks: the whole batch is checked against what
-// the set holds before any is sent.
+// the set holds before any is sent. Once it has succeeded, the same
+// request_id with the same receipts answers the same again, and with other
+// receipts is a 409 (the client library keeps a record of it in Temporal).
 func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
 	set, err := pathSet(r)
 	if err != nil {
@@ -235,7 +237,7 @@ func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireSet(r, set); err != nil {
 		return err
 	}
-	sum, err := s.backend.Acknowledge(r.Context(), trainer.AckRequest{Set: set, Receipts: lines})
+	sum, err := s.backend.Acknowledge(r.Context(), trainer.AckRequest{Set: set, Receipts: lines, Field: "receipts", RequestID: req.RequestID})
 	if err != nil {
 		return err
 	}

@@ -109,30 +109,43 @@ func (s HeldState) awaiting() bool {
 // PlanAcks validates the whole batch against the rollouts' states (keyed
 // by rollout id) before anything is sent: every receipt must name a
 // rollout of the set and equal the receipt of the result it holds (or
-// completed with). A bad line fails the whole batch, and the error lists
-// every bad line.
+// completed with). A bad line fails the whole batch with a ConflictError
+// listing every bad line by its line number.
 func PlanAcks(set string, lines []ReceiptLine, states map[string]HeldState) (AckPlan, error) {
+	return planAcks(set, lines, states, "")
+}
+
+// planAcks is PlanAcks naming the lines as elements of the JSON array
+// field (AckRequest.Field), when set.
+func planAcks(set string, lines []ReceiptLine, states map[string]HeldState, array string) (AckPlan, error) {
 	var (
-		plan AckPlan
-		bad  []string
-		seen = map[string]ReceiptLine{}
+		plan  AckPlan
+		bad   []string
+		field string
+		seen  = map[string]ReceiptLine{}
 	)
+	refuse := func(l ReceiptLine, sub, msg string) {
+		bad = append(bad, lineRef(l, array)+": "+msg)
+		if field == "" && array != "" {
+			field = lineRef(l, array) + sub
+		}
+	}
 	for _, l := range lines {
 		rc := l.Receipt
 		if prev, ok := seen[rc.RolloutID]; ok {
 			if prev.Receipt != rc {
-				bad = append(bad, fmt.Sprintf("line %d: rollout %s already has a different receipt on line %d", l.Line, rc.RolloutID, prev.Line))
+				refuse(l, "", fmt.Sprintf("rollout %s already has a different receipt %s", rc.RolloutID, lineWhere(prev, array)))
 			}
 			continue
 		}
 		seen[rc.RolloutID] = l
 		st, ok := states[rc.RolloutID]
 		if !ok {
-			bad = append(bad, fmt.Sprintf("line %d: rollout %s is not a rollout of set %s", l.Line, rc.RolloutID, set))
+			refuse(l, ".rollout_id", fmt.Sprintf("rollout %s is not a rollout of set %s", rc.RolloutID, set))
 			continue
 		}
-		if msg := heldProblem(st, rc); msg != "" {
-			bad = append(bad, fmt.Sprintf("line %d: rollout %s: %s", l.Line, rc.RolloutID, msg))
+		if sub, msg := heldProblem(st, rc); msg != "" {
+			refuse(l, sub, fmt.Sprintf("rollout %s: %s", rc.RolloutID, msg))
 			continue
 		}
 		if st.awaiting() {
@@ -142,33 +155,52 @@ func PlanAcks(set string, lines []ReceiptLine, states map[string]HeldState) (Ack
 		}
 	}
 	if len(bad) > 0 {
-		return AckPlan{}, &ConflictError{Msg: fmt.Sprintf("%d of %d receipts do not match what set %s holds, nothing acknowledged:\n  %s", len(bad), len(lines), set, strings.Join(bad, "\n  "))}
+		return AckPlan{}, &ConflictError{Field: field, Msg: fmt.Sprintf("%d of %d receipts do not match what set %s holds, nothing acknowledged:\n  %s", len(bad), len(lines), set, strings.Join(bad, "\n  "))}
 	}
 	sort.Slice(plan.Send, func(i, j int) bool { return plan.Send[i].RolloutID < plan.Send[j].RolloutID })
 	sort.Strings(plan.Already)
 	return plan, nil
 }
 
-// heldProblem compares a receipt with the result st holds.
-func heldProblem(st HeldState, rc rollout.Receipt) string {
+// lineRef names l in a message: "line 3", or "receipts[2]" as an element
+// of the JSON array field array.
+func lineRef(l ReceiptLine, array string) string {
+	if array != "" {
+		return fmt.Sprintf("%s[%d]", array, l.Line-1)
+	}
+	return fmt.Sprintf("line %d", l.Line)
+}
+
+// lineWhere says where l is, after "a different receipt".
+func lineWhere(l ReceiptLine, array string) string {
+	if array != "" {
+		return "in " + lineRef(l, array)
+	}
+	return "on " + lineRef(l, array)
+}
+
+// heldProblem compares a receipt with the result st holds: what is wrong
+// ("" when nothing), and the receipt's field at fault (".attempt",
+// ".sha256", ".rollout_id"; "" for the receipt as a whole).
+func heldProblem(st HeldState, rc rollout.Receipt) (field, msg string) {
 	switch {
 	case st.Result == nil && st.Running:
-		return fmt.Sprintf("holds no completed result yet (phase %s)", phaseName(st.Phase))
+		return "", fmt.Sprintf("holds no completed result yet (phase %s)", phaseName(st.Phase))
 	case st.Result == nil:
-		return "closed without a result: " + st.Err
+		return "", "closed without a result: " + st.Err
 	case st.Result.Receipt == nil:
-		return "its result carries no receipt"
+		return "", "its result carries no receipt"
 	}
 	held := *st.Result.Receipt
 	switch {
 	case held.RolloutID != rc.RolloutID:
-		return fmt.Sprintf("holds the result of rollout %s", held.RolloutID)
+		return ".rollout_id", fmt.Sprintf("holds the result of rollout %s", held.RolloutID)
 	case held.Attempt != rc.Attempt:
-		return fmt.Sprintf("wrong attempt: the receipt says attempt %d, the held result is attempt %d", rc.Attempt, held.Attempt)
+		return ".attempt", fmt.Sprintf("wrong attempt: the receipt says attempt %d, the held result is attempt %d", rc.Attempt, held.Attempt)
 	case held.SHA256 != rc.SHA256:
-		return fmt.Sprintf("digest mismatch: the receipt says sha256 %s, the held result has %s", rc.SHA256, held.SHA256)
+		return ".sha256", fmt.Sprintf("digest mismatch: the receipt says sha256 %s, the held result has %s", rc.SHA256, held.SHA256)
 	}
-	return ""
+	return "", ""
 }
 
 func phaseName(p rollout.Phase) string {
@@ -288,8 +320,18 @@ func latestOf(ctx context.Context, l visibility.Lister, set string, want map[str
 }
 
 // Acknowledge acknowledges results of r.Set: PlanAck, then SendAcks.
-// Sending the same acknowledgement again is safe.
+// Sending the same acknowledgement again is safe. Under r.RequestID, a
+// request that succeeded before answers what it answered then, and the
+// request id used before for other receipts is a ConflictError (see
+// AckRecordWorkflowID).
 func (c *Client) Acknowledge(ctx context.Context, r AckRequest) (AckSummary, error) {
+	if r.RequestID == "" {
+		return c.acknowledge(ctx, r)
+	}
+	return acknowledgeOnce(ctx, c.tc, c.taskQueue, r, c.acknowledge)
+}
+
+func (c *Client) acknowledge(ctx context.Context, r AckRequest) (AckSummary, error) {
 	plan, err := c.PlanAck(ctx, r)
 	if err != nil {
 		return AckSummary{}, err
@@ -322,7 +364,7 @@ func (c *Client) PlanAck(ctx context.Context, r AckRequest) (AckPlan, error) {
 	if r.AllCompleted {
 		return PlanAllCompleted(states), nil
 	}
-	return PlanAcks(r.Set, r.Receipts, states)
+	return planAcks(r.Set, r.Receipts, states, r.Field)
 }
 
 // SendAcks acknowledges every receipt of plan and reports every failure,

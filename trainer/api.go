@@ -168,12 +168,15 @@ type StatusCounts struct {
 	Statuses map[string]int `json:"statuses"`
 }
 
-// Summary condenses a set.
+// Summary condenses a set from the latest run of each of its rollouts:
+// Rollouts = Completed + Failed + Running. Completed counts latest runs
+// closed Completed (acknowledged, or never held); a held result is still
+// Running. Health counts runs instead (see Health).
 type Summary struct {
 	Rollouts  int `json:"rollouts"`
 	Completed int `json:"completed"`
-	Failed    int `json:"failed"` // closed any way but completed: failed, terminated, timed out, canceled
-	Running   int `json:"running"`
+	Failed    int `json:"failed"`  // closed any way but completed: failed, terminated, timed out, canceled
+	Running   int `json:"running"` // not closed: working, parked, or holding a result
 	// Means over completed rollouts whose result was read.
 	MeanReward float64 `json:"mean_reward"`
 	MeanTurns  float64 `json:"mean_turns"`
@@ -217,6 +220,17 @@ type AckRequest struct {
 	Set          string
 	Receipts     []ReceiptLine
 	AllCompleted bool
+	// Field, when set, names the receipts in messages as elements of a JSON
+	// array of that name instead of by line (the gateway's "receipts":
+	// line 3 is "receipts[2]"), and a ConflictError names the first bad
+	// one, with its field at fault ("receipts[2].sha256"), in its Field.
+	Field string
+	// RequestID, when set, makes the acknowledgement idempotent under it
+	// across processes: once it has succeeded, the same request (same set,
+	// request id and receipts) answers the same summary again without
+	// acknowledging anything, and another request under the same id is a
+	// ConflictError (see AckRecordWorkflowID).
+	RequestID string
 }
 
 // HeldState is what a rollout holds now: its latest run's phase and the

@@ -88,7 +88,7 @@ func (c *Client) startStamped(ctx context.Context, s stampedStart) (Started, boo
 			started.RunID = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			return started, true, nil
 		} else if got.RequestID == stamp.RequestID {
-			return started, false, &ConflictError{Msg: fmt.Sprintf("request id %q started %s with another body; use a new request id", stamp.RequestID, s.opts.ID)}
+			return started, false, &ConflictError{Msg: fmt.Sprintf("request id %q started %s with another body; use a new request id", stamp.RequestID, s.opts.ID), Field: "request_id"}
 		}
 	}
 	s.opts.Memo = map[string]any{MemoRequest: stamp}

@@ -316,7 +316,7 @@ func preflight(ctx context.Context, c tclient.Client, set, taskQueue string, sta
 		return pre, nil
 	}
 	if stamp == nil {
-		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount())}
+		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount()), Field: "set"}
 	}
 	return pre, sameSubmission(ctx, c, set, *stamp)
 }

@@ -58,11 +58,11 @@ func sameSubmission(ctx context.Context, l visibility.Lister, set string, want S
 	}
 	switch {
 	case got.RequestID == "":
-		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted without a request id; submit under a new set name", set)}
+		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted without a request id; submit under a new set name", set), Field: "set"}
 	case got.RequestID != want.RequestID:
-		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted by request %q; submit under a new set name", set, got.RequestID)}
+		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted by request %q; submit under a new set name", set, got.RequestID), Field: "set"}
 	case got.Digest != want.Digest:
-		return &ConflictError{Msg: fmt.Sprintf("request id %q was used for set %q with another body; use a new request id", want.RequestID, set)}
+		return &ConflictError{Msg: fmt.Sprintf("request id %q was used for set %q with another body; use a new request id", want.RequestID, set), Field: "request_id"}
 	}
 	return nil
 }
@@ -98,8 +98,13 @@ func knowsAttributes(ctx context.Context, c workflowCounter, query string) (bool
 
 // ConflictError is a request that contradicts what Temporal holds: a set
 // submitted before by another request, a request id reused with another
-// body, a checkpoint id taken. Nothing was changed.
-type ConflictError struct{ Msg string }
+// body, a checkpoint id taken, a receipt that does not match. Nothing was
+// changed. Field, when known, is the JSON path of the request field at
+// fault in the gateway's terms ("request_id", "set", "receipts[2].sha256").
+type ConflictError struct {
+	Msg   string
+	Field string
+}
 
 func (e *ConflictError) Error() string { return e.Msg }
 

@@ -2,7 +2,8 @@
 // temporal-dev.yaml:
 //
 //	go run ./cmd/devserver [--config temporal-dev.yaml] [--env dev] [--port N]
-//	    [--ui-port N] [--db-filename F] [--headless] [--print-flags]
+//	    [--ui-port N] [--http-port N] [--metrics-port N] [--db-filename F]
+//	    [--headless] [--print-flags]
 //
 // It makes sure a Temporal CLI is available (building it into ./bin the first
 // time), runs `temporal server start-dev` with the flags derived from the
@@ -47,8 +48,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.config, "config", devenv.DefaultConfigFile, "settings file")
 	fs.StringVar(&o.env, "env", devenv.DefaultEnv, "environment name in the settings file")
 	fs.IntVar(&o.overrides.Port, "port", 0, "frontend gRPC port (default: from the settings file)")
-	fs.IntVar(&o.overrides.UIPort, "ui-port", 0, "Web UI port (default: from the settings file)")
-	fs.IntVar(&o.overrides.MetricsPort, "metrics-port", 0, "metrics port (default: from the settings file)")
+	fs.IntVar(&o.overrides.UIPort, "ui-port", 0, "Web UI port (default: from the settings file; empty there = port + 1000)")
+	fs.IntVar(&o.overrides.MetricsPort, "metrics-port", 0, "Prometheus metrics port (default: from the settings file; empty there = a free port the CLI picks)")
+	fs.IntVar(&o.overrides.HTTPPort, "http-port", 0, "HTTP API port (default: from the settings file; empty there = a free port the CLI picks)")
 	fs.StringVar(&o.overrides.DBFilename, "db-filename", "", "SQLite file for persistent state (default: from the settings file; empty there = in-memory)")
 	fs.BoolVar(&headless, "headless", false, "start without the Web UI")
 	fs.StringVar(&o.overrides.LogLevel, "log-level", "", "server log level (default: from the settings file)")

@@ -1,0 +1,42 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-rl/turnstile/trainer"
+)
+
+// An acknowledgement reaches the client library under its request_id, with
+// its receipts named as the JSON array they came in, so the library can
+// keep the request's record and name a bad receipt as receipts[i].
+func TestAcksCarryRequestIDAndNames(t *testing.T) {
+	var got trainer.AckRequest
+	f := &fakeBackend{runs: 1, ack: func(r trainer.AckRequest) (trainer.AckSummary, error) {
+		got = r
+		return trainer.AckSummary{Acknowledged: 1}, nil
+	}}
+	s := newTestServer(t, f)
+	body := `{"request_id":"ack-7","receipts":[` + receiptJSON("s1-0000", 'a') + `]}`
+	decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusOK)
+	if got.RequestID != "ack-7" || got.Field != "receipts" {
+		t.Errorf("client request %+v: want request id ack-7 and field receipts", got)
+	}
+}
+
+// A 409 of an acknowledgement names the field at fault, as 400s do: the
+// receipt that does not match, or the request_id used for other receipts.
+func TestAcksConflictNamesField(t *testing.T) {
+	for _, field := range []string{"receipts[1].sha256", "receipts[0]", "request_id"} {
+		f := &fakeBackend{runs: 1, ack: func(trainer.AckRequest) (trainer.AckSummary, error) {
+			return trainer.AckSummary{}, &trainer.ConflictError{Field: field, Msg: "does not match: " + field}
+		}}
+		s := newTestServer(t, f)
+		body := `{"request_id":"a","receipts":[` + receiptJSON("s1-0000", 'a') + "," + receiptJSON("s1-0001", 'b') + `]}`
+		b := expectError(t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusConflict, CodeConflict, field)
+		if !strings.Contains(b.Error.Message, field) {
+			t.Errorf("message %q", b.Error.Message)
+		}
+	}
+}
