@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 )
 
@@ -89,22 +92,17 @@ func TestPassed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		e := envs.Entry{DenseReward: tt.dense}
-		if got := e.Passed(tt.reward); got != tt.want {
-			t.Errorf("dense %v: Passed(%v) = %v, want %v", tt.dense, tt.reward, got, tt.want)
-		}
+		got := e.Passed(tt.reward)
+		assert.Equal(t, tt.want, got, "dense %v: Passed(%v) = %v, want %v", tt.dense, tt.reward, got, tt.want)
 	}
 }
 
 func TestTask(t *testing.T) {
 	e := completeEntry()
 	a, err := e.Task(5, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, _ := e.Task(5, 2)
-	if string(a) != string(b) {
-		t.Fatalf("Task(5, 2) not deterministic: %s vs %s", a, b)
-	}
+	require.Equal(t, string(b), string(a), "Task(5, 2) not deterministic: %s vs %s", a, b)
 	failing := completeEntry()
 	failing.GenerateTask = func(*rand.Rand) (json.RawMessage, error) { return nil, errors.New("boom") }
 	invalid := completeEntry()
@@ -125,9 +123,7 @@ func TestTask(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.e.Task(1, tt.index)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Task = %s, %v; want an error mentioning %q", got, err, tt.want)
-			}
+			require.ErrorContains(t, err, tt.want, "Task = %s, %v; want an error mentioning %q", got, err, tt.want)
 		})
 	}
 }

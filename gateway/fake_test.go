@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
@@ -180,17 +182,13 @@ func (c *fakeClock) Add(d time.Duration) {
 func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server {
 	t.Helper()
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg := Config{Token: testToken, CheckpointRoot: "/ckpt", Transcripts: store, ControlToken: "ctl", PollInterval: time.Millisecond}
 	for _, fn := range tweak {
 		fn(&cfg)
 	}
 	s, err := New(cfg, f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return s
 }
 
@@ -214,37 +212,26 @@ func call(t *testing.T, s *Server, method, target, body string) *httptest.Respon
 func errorOf(t *testing.T, rec *httptest.ResponseRecorder) ErrorBody {
 	t.Helper()
 	var b ErrorBody
-	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
-		t.Fatalf("error body %q: %v", rec.Body.String(), err)
-	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &b), "error body %q", rec.Body.String())
 	return b
 }
 
 // expectError checks status, code and field of an error answer.
 func expectError(t *testing.T, rec *httptest.ResponseRecorder, status int, code, field string) ErrorBody {
 	t.Helper()
-	if rec.Code != status {
-		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
-	}
+	require.Equal(t, status, rec.Code, "status %d, want %d: %s", rec.Code, status, rec.Body.String())
 	b := errorOf(t, rec)
-	if b.Error.Code != code || b.Error.Field != field {
-		t.Fatalf("error %+v, want code %q field %q", b.Error, code, field)
-	}
-	if b.Error.Message == "" {
-		t.Fatal("error without a message")
-	}
+	require.Equal(t, code, b.Error.Code, "error %+v, want code %q field %q", b.Error, code, field)
+	require.Equal(t, field, b.Error.Field, "error %+v, want code %q field %q", b.Error, code, field)
+	require.NotEqual(t, "", b.Error.Message, "error without a message")
 	return b
 }
 
 func decodeOK[T any](t *testing.T, rec *httptest.ResponseRecorder, status int) T {
 	t.Helper()
-	if rec.Code != status {
-		t.Fatalf("status %d, want %d: %s", rec.Code, status, rec.Body.String())
-	}
+	require.Equal(t, status, rec.Code, "status %d, want %d: %s", rec.Code, status, rec.Body.String())
 	var v T
-	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
-		t.Fatalf("body %q: %v", rec.Body.String(), err)
-	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &v), "body %q", rec.Body.String())
 	return v
 }
 

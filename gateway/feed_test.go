@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -25,17 +28,18 @@ func TestFeedDeliversAPage(t *testing.T) {
 		}}
 	s := newTestServer(t, f, func(c *Config) { c.FeedSettle = 3 * time.Second })
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"max": {"5"}}), ""), http.StatusOK)
-	if len(res.Items) != 1 || res.Done || res.Health.Held != 2 || res.Cursor == "" {
-		t.Fatalf("response %+v", res)
-	}
-	if got.Max != 5 || !got.After.IsZero() || got.Settle != 3*time.Second || got.Set != "s1" {
-		t.Errorf("feed request %+v", got)
-	}
+	require.Len(t, res.Items, 1, "response %+v", res)
+	require.False(t, res.Done, "response %+v", res)
+	require.Equal(t, 2, res.Health.Held, "response %+v", res)
+	require.NotEqual(t, "", res.Cursor, "response %+v", res)
+	require.Equal(t, 5, got.Max, "feed request %+v", got)
+	require.True(t, got.After.IsZero(), "feed request %+v", got)
+	require.Equal(t, 3*time.Second, got.Settle, "feed request %+v", got)
+	require.Equal(t, "s1", got.Set, "feed request %+v", got)
 	// The cursor carries the position on, through any gateway.
 	call(t, s, "GET", feedURL("s1", url.Values{"cursor": {res.Cursor}}), "")
-	if got.After != (trainer.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}) || got.Max != defaultFeedMax {
-		t.Errorf("after the cursor: %+v", got)
-	}
+	require.Equal(t, trainer.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}, got.After, "after the cursor: %+v", got)
+	require.Equal(t, defaultFeedMax, got.Max, "after the cursor: %+v", got)
 }
 
 func TestFeedRefuses(t *testing.T) {
@@ -62,17 +66,16 @@ func TestFeedStalled(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	b := expectError(t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusConflict, CodeSetStalled, "")
-	if b.Health == nil || b.Health.State != trainer.HealthStalled || b.Error.Message != b.Health.Reason {
-		t.Fatalf("body %+v", b)
-	}
+	require.NotNil(t, b.Health, "body %+v", b)
+	require.Equal(t, trainer.HealthStalled, b.Health.State, "body %+v", b)
+	require.Equal(t, b.Health.Reason, b.Error.Message, "body %+v", b)
 	// Results still to deliver come first: a stalled set's feed hands them over.
 	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
 		return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{}`)}, Next: trainer.FeedPosition{At: 1, RolloutID: "x"}}, nil
 	}
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
-	if len(res.Items) != 1 || res.Health.State != trainer.HealthStalled {
-		t.Fatalf("response %+v", res)
-	}
+	require.Len(t, res.Items, 1, "response %+v", res)
+	require.Equal(t, trainer.HealthStalled, res.Health.State, "response %+v", res)
 }
 
 func TestFeedDone(t *testing.T) {
@@ -81,9 +84,8 @@ func TestFeedDone(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
-	if !res.Done || len(res.Items) != 0 {
-		t.Fatalf("response %+v", res)
-	}
+	require.True(t, res.Done, "response %+v", res)
+	require.Empty(t, res.Items, "response %+v", res)
 }
 
 // TestFeedWaits: a long poll looks again until a result is ready, and
@@ -100,16 +102,13 @@ func TestFeedWaits(t *testing.T) {
 		case 3: // a run acknowledged meanwhile: passed over
 			return trainer.FeedPage{Next: trainer.FeedPosition{At: 5, RolloutID: "s1-0000"}, More: 1}, nil
 		}
-		if r.After.RolloutID != "s1-0000" {
-			t.Errorf("the next poll starts after %+v", r.After)
-		}
+		assert.Equal(t, "s1-0000", r.After.RolloutID, "the next poll starts after %+v", r.After)
 		return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{"rollout_id":"s1-0001"}`)}, Next: trainer.FeedPosition{At: 6, RolloutID: "s1-0001"}}, nil
 	}
 	s := newTestServer(t, f)
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
-	if len(res.Items) != 1 || polls.Load() != 4 {
-		t.Fatalf("response %+v after %d polls", res, polls.Load())
-	}
+	require.Len(t, res.Items, 1, "response %+v after %d polls", res, polls.Load())
+	require.Equal(t, int32(4), polls.Load(), "response %+v after %d polls", res, polls.Load())
 }
 
 // TestFeedWaitEnds: a poll that finds nothing answers an empty page when
@@ -127,9 +126,8 @@ func TestFeedWaitEnds(t *testing.T) {
 	}
 	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusOK)
-	if len(res.Items) != 0 || res.Done {
-		t.Fatalf("response %+v", res)
-	}
+	require.Empty(t, res.Items, "response %+v", res)
+	require.False(t, res.Done, "response %+v", res)
 	f.runs = 0
 	expectError(t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusNotFound, CodeNotFound, "set")
 }
@@ -137,8 +135,7 @@ func TestFeedWaitEnds(t *testing.T) {
 func TestCursorRoundTrip(t *testing.T) {
 	for _, p := range []trainer.FeedPosition{{}, {At: 1, RolloutID: "a"}, {At: 1 << 50, RolloutID: "s-0001", RunID: "9f0c"}} {
 		got, err := decodeCursor(encodeCursor(p))
-		if err != nil || got != p {
-			t.Errorf("%+v: got %+v, %v", p, got, err)
-		}
+		require.NoError(t, err, "%+v: got %+v, %v", p, got, err)
+		require.Equal(t, p, got, "%+v: got %+v, %v", p, got, err)
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -59,9 +62,7 @@ var (
 func loadDoc(t *testing.T) apiDoc {
 	t.Helper()
 	docOnce.Do(func() { docErr = json.Unmarshal(OpenAPI, &doc) })
-	if docErr != nil {
-		t.Fatalf("openapi.json: %v", docErr)
-	}
+	require.NoError(t, docErr, "openapi.json")
 	return doc
 }
 
@@ -84,9 +85,7 @@ func docStatuses(t *testing.T) map[string][]int {
 			var codes []int
 			for code := range op.Responses {
 				n, err := strconv.Atoi(code)
-				if err != nil {
-					t.Fatalf("%s %s: response %q is not a status code", method, path, code)
-				}
+				require.NoError(t, err, "%s %s: response %q is not a status code", method, path, code)
 				codes = append(codes, n)
 			}
 			sort.Ints(codes)
@@ -106,14 +105,11 @@ func TestOpenAPIRoutesMatchServer(t *testing.T) {
 			t.Errorf("%s is served but not documented", op)
 			continue
 		}
-		if !slices.Equal(got, codes) {
-			t.Errorf("%s: the server answers %v, the document lists %v", op, codes, got)
-		}
+		assert.True(t, slices.Equal(got, codes), "%s: the server answers %v, the document lists %v", op, codes, got)
 	}
 	for op := range documented {
-		if _, ok := server[op]; !ok {
-			t.Errorf("%s is documented but not served", op)
-		}
+		_, ok := server[op]
+		assert.True(t, ok, "%s is documented but not served", op)
 	}
 }
 
@@ -125,12 +121,8 @@ func TestOpenAPIAuth(t *testing.T) {
 	for _, rt := range newTestServer(t, &fakeBackend{}).routes() {
 		op := d.Paths[rt.pattern][strings.ToLower(rt.method)]
 		open := op.Security != nil && len(*op.Security) == 0
-		if open != rt.open {
-			t.Errorf("%s %s: open %v in the server, %v in the document", rt.method, rt.pattern, rt.open, open)
-		}
-		if rt.open == slices.Contains(rt.statuses, http.StatusUnauthorized) {
-			t.Errorf("%s %s: open %v but 401 listed %v", rt.method, rt.pattern, rt.open, !rt.open)
-		}
+		assert.Equal(t, rt.open, open, "%s %s: open %v in the server, %v in the document", rt.method, rt.pattern, rt.open, open)
+		assert.NotEqual(t, slices.Contains(rt.statuses, http.StatusUnauthorized), rt.open, "%s %s: open %v but 401 listed %v", rt.method, rt.pattern, rt.open, !rt.open)
 	}
 }
 
@@ -181,13 +173,9 @@ func fieldsOf(t *testing.T, v any) []string {
 		return slices.Sorted(slices.Values(jsonFields(typ)))
 	}
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b, &m))
 	var out []string
 	for k := range m {
 		out = append(out, k)
@@ -216,27 +204,20 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		goFields := fieldsOf(t, v)
 		open, _ := s.AdditionalProperties.(bool)
 		for _, f := range documented {
-			if !slices.Contains(goFields, f) {
-				t.Errorf("schema %s: field %s is documented but %T has none", name, f, v)
-			}
+			assert.True(t, slices.Contains(goFields, f), "schema %s: field %s is documented but %T has none", name, f, v)
 		}
 		if !open {
 			for _, f := range goFields {
-				if !slices.Contains(documented, f) {
-					t.Errorf("schema %s: %T has field %s, the document does not", name, v, f)
-				}
+				assert.True(t, slices.Contains(documented, f), "schema %s: %T has field %s, the document does not", name, v, f)
 			}
 		}
 		for _, r := range s.Required {
-			if !slices.Contains(documented, r) {
-				t.Errorf("schema %s: required %s is not a property", name, r)
-			}
+			assert.True(t, slices.Contains(documented, r), "schema %s: required %s is not a property", name, r)
 		}
 	}
 	for name := range schemaTypes {
-		if _, ok := d.Components.Schemas[name]; !ok {
-			t.Errorf("type of schema %s is mapped but the document has no such schema", name)
-		}
+		_, ok := d.Components.Schemas[name]
+		assert.True(t, ok, "type of schema %s is mapped but the document has no such schema", name)
 	}
 }
 
@@ -249,9 +230,8 @@ func TestOpenAPIErrorsUseErrorBody(t *testing.T) {
 				if code[0] == '2' {
 					continue
 				}
-				if ref := resp.Content["application/json"].Schema.Ref; ref != "#/components/schemas/ErrorBody" {
-					t.Errorf("%s %s %s: schema %q, want ErrorBody", method, path, code, ref)
-				}
+				ref := resp.Content["application/json"].Schema.Ref
+				assert.Equal(t, "#/components/schemas/ErrorBody", ref, "%s %s %s: schema %q, want ErrorBody", method, path, code, ref)
 			}
 		}
 	}
@@ -266,9 +246,7 @@ func checkDocumented(t *testing.T, req *http.Request, status int) {
 	_, pattern := s.mux.Handler(req)
 	method, path, ok := strings.Cut(pattern, " ")
 	if !ok {
-		if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
-			t.Errorf("%s %s: %d from no route", req.Method, req.URL.Path, status)
-		}
+		assert.False(t, status != http.StatusNotFound && status != http.StatusMethodNotAllowed, "%s %s: %d from no route", req.Method, req.URL.Path, status)
 		return
 	}
 	op, ok := d.Paths[path][strings.ToLower(method)]
@@ -286,7 +264,7 @@ func TestOpenAPIServed(t *testing.T) {
 	s := newTestServer(t, &fakeBackend{})
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
-	if rec.Code != http.StatusOK || rec.Body.String() != string(OpenAPI) || rec.Header().Get("Content-Type") != "application/json" {
-		t.Fatalf("GET /v1/openapi.json: %d %q", rec.Code, rec.Header().Get("Content-Type"))
-	}
+	require.Equal(t, http.StatusOK, rec.Code, "GET /v1/openapi.json: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	require.Equal(t, string(OpenAPI), rec.Body.String(), "GET /v1/openapi.json: %d %q", rec.Code, rec.Header().Get("Content-Type"))
+	require.Equal(t, "application/json", rec.Header().Get("Content-Type"), "GET /v1/openapi.json: %d %q", rec.Code, rec.Header().Get("Content-Type"))
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
@@ -28,9 +30,8 @@ func TestNewRefusesNoToken(t *testing.T) {
 	if _, err := New(Config{Token: " padded "}, &fakeBackend{}); err == nil {
 		t.Fatal("a padded token was accepted")
 	}
-	if _, err := New(Config{InsecureNoAuth: true}, &fakeBackend{}); err != nil {
-		t.Fatalf("explicitly insecure: %v", err)
-	}
+	_, err := New(Config{InsecureNoAuth: true}, &fakeBackend{})
+	require.NoError(t, err, "explicitly insecure")
 }
 
 // TestAuth: every /v1 route but the document needs the token; a refused
@@ -57,26 +58,19 @@ func TestAuth(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			s.Handler().ServeHTTP(rec, req)
-			if rec.Code != tt.want {
-				t.Fatalf("status %d, want %d: %s", rec.Code, tt.want, rec.Body)
-			}
+			require.Equal(t, tt.want, rec.Code, "status %d, want %d: %s", rec.Code, tt.want, rec.Body)
 			if tt.want == http.StatusUnauthorized {
 				expectError(t, rec, http.StatusUnauthorized, CodeUnauthorized, "")
-				if rec.Header().Get("WWW-Authenticate") == "" {
-					t.Error("no WWW-Authenticate header")
-				}
+				assert.NotEqual(t, "", rec.Header().Get("WWW-Authenticate"), "no WWW-Authenticate header")
 			}
 		})
 	}
-	if n := f.count("Submit"); n != 1 {
-		t.Errorf("Submit called %d times, want once (the authorized call)", n)
-	}
+	n := f.count("Submit")
+	assert.Equal(t, 1, n, "Submit called %d times, want once (the authorized call)", n)
 	for _, open := range []string{"/healthz", "/v1/openapi.json"} {
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", open, nil))
-		if rec.Code != http.StatusOK {
-			t.Errorf("GET %s without a token: %d", open, rec.Code)
-		}
+		assert.Equal(t, http.StatusOK, rec.Code, "GET %s without a token: %d", open, rec.Code)
 	}
 }
 
@@ -84,9 +78,7 @@ func TestInsecureNoAuth(t *testing.T) {
 	s := newTestServer(t, &fakeBackend{runs: 1}, func(c *Config) { c.Token, c.InsecureNoAuth = "", true })
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/sets/s1/results", nil))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body)
-	}
+	require.Equal(t, http.StatusOK, rec.Code, "status %d: %s", rec.Code, rec.Body)
 }
 
 func TestUnknownRoute(t *testing.T) {
@@ -105,19 +97,17 @@ func TestSubmit(t *testing.T) {
 	rec := call(t, s, "POST", "/v1/sets", `{"request_id":"sub-1","set":"s1","envs":["counter"],"count":3,
 		"limits":{"deadline":"10m","model_call_retries":3},"sampling":{"temperature":0.5}}`)
 	res := decodeOK[SubmitResponse](t, rec, http.StatusOK)
-	if res != (SubmitResponse{Set: "s1", RequestID: "sub-1", Rollouts: 3, Started: 2, Existing: 1}) {
-		t.Errorf("response %+v", res)
-	}
-	if !got.RequireAck || got.RequestID != "sub-1" || got.Deadline != 10*time.Minute || got.ModelCallRetries != 3 || *got.Sampling.Temperature != 0.5 {
-		t.Errorf("client request %+v", got)
-	}
+	assert.Equal(t, SubmitResponse{Set: "s1", RequestID: "sub-1", Rollouts: 3, Started: 2, Existing: 1}, res, "response")
+	require.True(t, got.RequireAck, "client request %+v", got)
+	require.Equal(t, "sub-1", got.RequestID, "client request %+v", got)
+	require.Equal(t, 10*time.Minute, got.Deadline, "client request %+v", got)
+	require.Equal(t, 3, got.ModelCallRetries, "client request %+v", got)
+	require.Equal(t, 0.5, *got.Sampling.Temperature, "client request %+v", got)
 }
 
 func TestSubmitDatasetPath(t *testing.T) {
 	path := t.TempDir() + "/rows.jsonl"
-	if err := writeFile(path, `{"id":"q1","env":"counter","task":{"target":2}}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeFile(path, `{"id":"q1","env":"counter","task":{"target":2}}`+"\n"))
 	var got trainer.SubmitRequest
 	f := &fakeBackend{submit: func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
 		got = r
@@ -126,9 +116,10 @@ func TestSubmitDatasetPath(t *testing.T) {
 	s := newTestServer(t, f)
 	rec := call(t, s, "POST", "/v1/sets", fmt.Sprintf(`{"request_id":"d1","set":"d1","dataset_path":%q,"repeats":2,"require_ack":false}`, path))
 	decodeOK[SubmitResponse](t, rec, http.StatusOK)
-	if len(got.Rows) != 1 || got.Rows[0].ID != "q1" || got.Repeats != 2 || got.RequireAck {
-		t.Errorf("client request %+v", got)
-	}
+	require.Len(t, got.Rows, 1, "client request %+v", got)
+	require.Equal(t, "q1", got.Rows[0].ID, "client request %+v", got)
+	require.Equal(t, 2, got.Repeats, "client request %+v", got)
+	require.False(t, got.RequireAck, "client request %+v", got)
 }
 
 // TestSubmitRefuses: every malformed submission is a 400 naming its field
@@ -171,9 +162,7 @@ func TestSubmitRefuses(t *testing.T) {
 			s := newTestServer(t, f)
 			rec := call(t, s, "POST", "/v1/sets", tt.body)
 			expectError(t, rec, tt.status, tt.code, tt.field)
-			if tt.backendErr == nil && f.count("Submit") != 0 {
-				t.Error("a refused submission reached the backend")
-			}
+			assert.False(t, tt.backendErr == nil && f.count("Submit") != 0, "a refused submission reached the backend")
 		})
 	}
 }
@@ -184,9 +173,10 @@ func TestGetSet(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[SetResponse](t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusOK)
-	if res.Set != "s1" || res.Overall.Completed != 1 || len(res.ByEnv) != 1 || res.Health.State != trainer.HealthOK {
-		t.Errorf("response %+v", res)
-	}
+	require.Equal(t, "s1", res.Set, "response %+v", res)
+	require.Equal(t, 1, res.Overall.Completed, "response %+v", res)
+	require.Len(t, res.ByEnv, 1, "response %+v", res)
+	require.Equal(t, trainer.HealthOK, res.Health.State, "response %+v", res)
 	f.summary = nil
 	expectError(t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusNotFound, CodeNotFound, "set")
 	expectError(t, call(t, s, "GET", "/v1/sets/bad..name%2Fx", ""), http.StatusBadRequest, CodeBadRequest, "set")
@@ -206,15 +196,15 @@ func TestResults(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[ResultsResponse](t, call(t, s, "GET", "/v1/sets/s1/results?page_size=7&page_token="+base64.RawURLEncoding.EncodeToString([]byte("tok")), ""), http.StatusOK)
-	if string(gotToken) != "tok" || gotSize != 7 {
-		t.Errorf("backend asked token %q size %d", gotToken, gotSize)
-	}
-	if len(res.Results) != 2 || !res.Results[0].Held || res.Results[0].Status != "completed" || res.Results[1].Status != "failed" || res.Results[1].Failure != "boom" {
-		t.Errorf("results %+v", res.Results)
-	}
-	if tok, _ := base64.RawURLEncoding.DecodeString(res.NextPageToken); string(tok) != "next" {
-		t.Errorf("next page token %q", res.NextPageToken)
-	}
+	require.Equal(t, "tok", string(gotToken), "backend asked token %q size %d", gotToken, gotSize)
+	require.Equal(t, 7, gotSize, "backend asked token %q size %d", gotToken, gotSize)
+	require.Len(t, res.Results, 2, "results %+v", res.Results)
+	require.True(t, res.Results[0].Held, "results %+v", res.Results)
+	require.Equal(t, "completed", res.Results[0].Status, "results %+v", res.Results)
+	require.Equal(t, "failed", res.Results[1].Status, "results %+v", res.Results)
+	require.Equal(t, "boom", res.Results[1].Failure, "results %+v", res.Results)
+	tok, _ := base64.RawURLEncoding.DecodeString(res.NextPageToken)
+	assert.Equal(t, "next", string(tok), "next page token %q", res.NextPageToken)
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/results?page_size=0", ""), http.StatusBadRequest, CodeBadRequest, "page_size")
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/results?page_size=x", ""), http.StatusBadRequest, CodeBadRequest, "page_size")
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/results?page_token=%25%25", ""), http.StatusBadRequest, CodeBadRequest, "page_token")
@@ -229,9 +219,9 @@ func TestExport(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	rec := call(t, s, "GET", "/v1/sets/s1/export", "")
-	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/x-ndjson" || bytes.Count(rec.Body.Bytes(), []byte("\n")) != 2 {
-		t.Fatalf("export: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
-	}
+	require.Equal(t, http.StatusOK, rec.Code, "export: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	require.Equal(t, "application/x-ndjson", rec.Header().Get("Content-Type"), "export: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	require.Equal(t, 2, bytes.Count(rec.Body.Bytes(), []byte("\n")), "export: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	f.export = func(string, io.Writer) error { return errTemporalDown }
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/export", ""), http.StatusServiceUnavailable, CodeUnavailable, "")
 	f.runs = 0
@@ -251,9 +241,8 @@ func TestExportAbortsMidStream(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	defer func() {
-		if r := recover(); r != http.ErrAbortHandler {
-			t.Fatalf("recovered %v, want http.ErrAbortHandler", r)
-		}
+		r := recover()
+		require.True(t, r == http.ErrAbortHandler, "recovered %v, want http.ErrAbortHandler", r)
 	}()
 	req := httptest.NewRequest("GET", "/v1/sets/s1/export", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
@@ -274,12 +263,12 @@ func TestAcks(t *testing.T) {
 	s := newTestServer(t, f)
 	body := `{"request_id":"a1","receipts":[` + receiptJSON("s1-0000", 'a') + "," + receiptJSON("s1-0001", 'b') + `]}`
 	res := decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusOK)
-	if res != (AckResponse{Receipts: 2, Acknowledged: 1, Already: 1}) {
-		t.Errorf("response %+v", res)
-	}
-	if got.Set != "s1" || len(got.Receipts) != 2 || got.Receipts[1].Line != 2 || got.Receipts[1].Receipt.RolloutID != "s1-0001" || got.AllCompleted {
-		t.Errorf("client request %+v", got)
-	}
+	assert.Equal(t, AckResponse{Receipts: 2, Acknowledged: 1, Already: 1}, res, "response")
+	require.Equal(t, "s1", got.Set, "client request %+v", got)
+	require.Len(t, got.Receipts, 2, "client request %+v", got)
+	require.Equal(t, 2, got.Receipts[1].Line, "client request %+v", got)
+	require.Equal(t, "s1-0001", got.Receipts[1].Receipt.RolloutID, "client request %+v", got)
+	require.False(t, got.AllCompleted, "client request %+v", got)
 }
 
 func TestAcksRefuse(t *testing.T) {
@@ -305,9 +294,7 @@ func TestAcksRefuse(t *testing.T) {
 			f := &fakeBackend{runs: tt.runs, ack: func(trainer.AckRequest) (trainer.AckSummary, error) { return trainer.AckSummary{}, tt.backendErr }}
 			s := newTestServer(t, f)
 			expectError(t, call(t, s, "POST", "/v1/sets/s1/acks", tt.body), tt.status, tt.code, tt.field)
-			if tt.backendErr == nil && f.count("Acknowledge") != 0 {
-				t.Error("a refused acknowledgement reached the backend")
-			}
+			assert.False(t, tt.backendErr == nil && f.count("Acknowledge") != 0, "a refused acknowledgement reached the backend")
 		})
 	}
 }
@@ -324,13 +311,17 @@ func TestPolicyVersion(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[PolicyVersionResponse](t, call(t, s, "POST", "/v1/sets/s1/policy_version", `{"request_id":"p1","version":10,"max_lag":2,"action":"flag"}`), http.StatusOK)
-	if res.Stale != 1 || res.Flagged != 1 || res.Cancelled != 0 || res.Checked != 5 || got.Cancel || got.Version != 10 || got.MaxLag != 2 {
-		t.Errorf("flag: response %+v, request %+v", res, got)
-	}
+	require.Equal(t, 1, res.Stale, "flag: response %+v, request %+v", res, got)
+	require.Equal(t, 1, res.Flagged, "flag: response %+v, request %+v", res, got)
+	require.Equal(t, 0, res.Cancelled, "flag: response %+v, request %+v", res, got)
+	require.Equal(t, 5, res.Checked, "flag: response %+v, request %+v", res, got)
+	require.False(t, got.Cancel, "flag: response %+v, request %+v", res, got)
+	require.Equal(t, int64(10), got.Version, "flag: response %+v, request %+v", res, got)
+	require.Equal(t, int64(2), got.MaxLag, "flag: response %+v, request %+v", res, got)
 	res = decodeOK[PolicyVersionResponse](t, call(t, s, "POST", "/v1/sets/s1/policy_version", `{"request_id":"p2","version":10,"max_lag":2,"action":"cancel"}`), http.StatusOK)
-	if res.Cancelled != 1 || res.Flagged != 0 || !got.Cancel {
-		t.Errorf("cancel: response %+v", res)
-	}
+	require.Equal(t, 1, res.Cancelled, "cancel: response %+v", res)
+	require.Equal(t, 0, res.Flagged, "cancel: response %+v", res)
+	require.True(t, got.Cancel, "cancel: response %+v", res)
 	for body, field := range map[string]string{
 		`{"request_id":"p","version":10,"max_lag":2,"action":"drop"}`:  "action",
 		`{"request_id":"p","version":-1,"max_lag":2,"action":"flag"}`:  "version",
@@ -342,9 +333,8 @@ func TestPolicyVersion(t *testing.T) {
 	}
 	f.runs = 0
 	expectError(t, call(t, s, "POST", "/v1/sets/s1/policy_version", `{"request_id":"p","version":1,"max_lag":2,"action":"flag"}`), http.StatusNotFound, CodeNotFound, "set")
-	if n := f.count("Staleness"); n != 2 {
-		t.Errorf("Staleness called %d times, want 2", n)
-	}
+	n := f.count("Staleness")
+	assert.Equal(t, 2, n, "Staleness called %d times, want 2", n)
 }
 
 func TestCheckpoint(t *testing.T) {
@@ -357,12 +347,12 @@ func TestCheckpoint(t *testing.T) {
 	s := newTestServer(t, f)
 	body := `{"request_id":"c1","checkpoint_id":"k1","set":"s1","participants":["http://127.0.0.1:8091"],"timeout":"60s","stay_paused":true}`
 	res := decodeOK[StartedResponse](t, call(t, s, "POST", "/v1/checkpoints", body), http.StatusAccepted)
-	if res != (StartedResponse{ID: "k1", WorkflowID: "checkpoint/k1", RunID: "run-9", Existing: true}) {
-		t.Errorf("response %+v", res)
-	}
-	if gotID != "c1" || got.Root != "/ckpt" || got.Timeout != time.Minute || !got.StayPaused || got.Set != "s1" {
-		t.Errorf("client request %+v (request id %q)", got, gotID)
-	}
+	assert.Equal(t, StartedResponse{ID: "k1", WorkflowID: "checkpoint/k1", RunID: "run-9", Existing: true}, res, "response")
+	require.Equal(t, "c1", gotID, "client request %+v (request id %q)", got, gotID)
+	require.Equal(t, "/ckpt", got.Root, "client request %+v (request id %q)", got, gotID)
+	require.Equal(t, time.Minute, got.Timeout, "client request %+v (request id %q)", got, gotID)
+	require.True(t, got.StayPaused, "client request %+v (request id %q)", got, gotID)
+	require.Equal(t, "s1", got.Set, "client request %+v (request id %q)", got, gotID)
 	for body, field := range map[string]string{
 		`{"request_id":"c","checkpoint_id":"k/1","set":"s1","participants":["http://h:1"],"timeout":"60s"}`:                                  "checkpoint_id",
 		`{"request_id":"c","checkpoint_id":"k1","set":"s 1","participants":["http://h:1"],"timeout":"60s"}`:                                  "set",
@@ -378,9 +368,8 @@ func TestCheckpoint(t *testing.T) {
 			expectError(t, call(t, s, "POST", "/v1/checkpoints", body), http.StatusBadRequest, CodeBadRequest, field)
 		})
 	}
-	if n := f.count("StartCheckpoint"); n != 1 {
-		t.Errorf("StartCheckpoint called %d times, want once", n)
-	}
+	n := f.count("StartCheckpoint")
+	assert.Equal(t, 1, n, "StartCheckpoint called %d times, want once", n)
 	f.checkpoint = func(trainer.CheckpointRequest, string) (trainer.Started, bool, error) {
 		return trainer.Started{}, false, &trainer.ConflictError{Msg: "checkpoint/k1 was started by another request"}
 	}
@@ -402,13 +391,13 @@ func TestCoordinatorStatus(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	cs := decodeOK[CheckpointStatus](t, call(t, s, "GET", "/v1/checkpoints/k1", ""), http.StatusOK)
-	if cs.Status != RunCompleted || cs.Result == nil || cs.Result.Members != 4 {
-		t.Errorf("checkpoint status %+v", cs)
-	}
+	require.Equal(t, RunCompleted, cs.Status, "checkpoint status %+v", cs)
+	require.NotNil(t, cs.Result, "checkpoint status %+v", cs)
+	require.Equal(t, 4, cs.Result.Members, "checkpoint status %+v", cs)
 	rs := decodeOK[RestoreStatus](t, call(t, s, "GET", "/v1/restores/k1", ""), http.StatusOK)
-	if rs.Status != RunFailed || rs.Result != nil || rs.Error != "manifest missing" {
-		t.Errorf("restore status %+v", rs)
-	}
+	require.Equal(t, RunFailed, rs.Status, "restore status %+v", rs)
+	require.Nil(t, rs.Result, "restore status %+v", rs)
+	require.Equal(t, "manifest missing", rs.Error, "restore status %+v", rs)
 	expectError(t, call(t, s, "GET", "/v1/checkpoints/k2", ""), http.StatusNotFound, CodeNotFound, "")
 	expectError(t, call(t, s, "GET", "/v1/restores/-k2", ""), http.StatusBadRequest, CodeBadRequest, "id")
 }
@@ -421,9 +410,10 @@ func TestRestore(t *testing.T) {
 	}}
 	s := newTestServer(t, f)
 	res := decodeOK[StartedResponse](t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"k1","restore_id":"again","participants":["http://h:1"]}`), http.StatusAccepted)
-	if res.ID != "again" || res.Existing || got.Root != "/ckpt" || got.CheckpointID != "k1" {
-		t.Errorf("response %+v, request %+v", res, got)
-	}
+	require.Equal(t, "again", res.ID, "response %+v, request %+v", res, got)
+	require.False(t, res.Existing, "response %+v, request %+v", res, got)
+	require.Equal(t, "/ckpt", got.Root, "response %+v, request %+v", res, got)
+	require.Equal(t, "k1", got.CheckpointID, "response %+v, request %+v", res, got)
 	expectError(t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"k1","restore_id":"a/b","participants":["http://h:1"]}`), http.StatusBadRequest, CodeBadRequest, "restore_id")
 	expectError(t, call(t, s, "POST", "/v1/restores", `{"request_id":"r1","checkpoint_id":"","participants":["http://h:1"]}`), http.StatusBadRequest, CodeBadRequest, "checkpoint_id")
 	f.restore = func(trainer.RestoreRequest, string) (trainer.Started, bool, error) {
@@ -443,9 +433,9 @@ func TestResume(t *testing.T) {
 	s := newTestServer(t, f)
 	body := `{"request_id":"r1","set":"s1","checkpoint_id":"k1","participants":["http://h:1"]}`
 	res := decodeOK[ResumeResponse](t, call(t, s, "POST", "/v1/resumes", body), http.StatusOK)
-	if res.Rollouts != 3 || got.ControlToken != "ctl" || got.Set != "s1" {
-		t.Errorf("response %+v, request %+v", res, got)
-	}
+	require.Equal(t, 3, res.Rollouts, "response %+v, request %+v", res, got)
+	require.Equal(t, "ctl", got.ControlToken, "response %+v, request %+v", res, got)
+	require.Equal(t, "s1", got.Set, "response %+v, request %+v", res, got)
 	expectError(t, call(t, s, "POST", "/v1/resumes", `{"request_id":"r1","set":"s1","checkpoint_id":"k1","participants":[]}`), http.StatusBadRequest, CodeBadRequest, "participants")
 	noToken := newTestServer(t, &fakeBackend{}, func(c *Config) { c.ControlToken = "" })
 	expectError(t, call(t, noToken, "POST", "/v1/resumes", body), http.StatusServiceUnavailable, CodeUnavailable, "")
@@ -472,9 +462,8 @@ func TestRefusedRequestsChangeNothing(t *testing.T) {
 		s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(`{"request_id":"x"}`)))
 	}
 	for _, m := range mutations {
-		if n := f.count(m); n != 0 {
-			t.Errorf("%s called %d times by refused requests", m, n)
-		}
+		n := f.count(m)
+		assert.Equal(t, 0, n, "%s called %d times by refused requests", m, n)
 	}
 }
 

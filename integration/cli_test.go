@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every binary follows one command-line convention (cmd/internal/cli):
@@ -47,13 +50,9 @@ func TestBinariesHelpAndBadFlags(t *testing.T) {
 			} else if err != nil {
 				t.Fatalf("run: %v", err)
 			}
-			if code != tt.want {
-				t.Fatalf("exit %d, want %d; output:\n%s", code, tt.want, out.String())
-			}
+			require.Equal(t, tt.want, code, "exit %d, want %d; output:\n%s", code, tt.want, out.String())
 			for _, m := range tt.mentions {
-				if !strings.Contains(out.String(), m) {
-					t.Errorf("output lacks %q:\n%s", m, out.String())
-				}
+				assert.Contains(t, out.String(), m, "output lacks %q:\n%s", m, out.String())
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
@@ -148,9 +149,7 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 	if mc.flow == flowRun {
 		got := s.applied(ctx)
 		s.note("applied %d mutations, uninterrupted %d", got, base.applied)
-		if got != base.applied {
-			t.Errorf("%s: %d mutations applied, the uninterrupted run applied %d", mc.name(), got, base.applied)
-		}
+		assert.Equal(t, base.applied, got, "%s: %d mutations applied, the uninterrupted run applied %d", mc.name(), got, base.applied)
 	}
 	checks = s.check(ctx, base, results, records)
 	stage = "done"

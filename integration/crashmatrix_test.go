@@ -25,6 +25,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 )
 
@@ -167,9 +170,7 @@ func selectCases(t *testing.T, all []matrixCase) (map[string]bool, string) {
 	case "":
 	default:
 		re, err := regexp.Compile(spec)
-		if err != nil {
-			t.Fatalf("%s=%q: not a regular expression: %v", envCrashMatrix, spec, err)
-		}
+		require.NoError(t, err, "%s=%q: not a regular expression", envCrashMatrix, spec)
 		for _, c := range all {
 			picked[c.name()] = re.MatchString(c.name())
 		}
@@ -178,9 +179,7 @@ func selectCases(t *testing.T, all []matrixCase) (map[string]bool, string) {
 	seed := int64(matrixSeed)
 	if s := os.Getenv(envCrashMatrixSeed); s != "" {
 		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: not an integer", envCrashMatrixSeed, s)
-		}
+		require.NoError(t, err, "%s=%q: not an integer", envCrashMatrixSeed, s)
 		seed = v
 	}
 	return sampleCases(all, seed, matrixExtra), fmt.Sprintf(
@@ -310,13 +309,10 @@ func TestCrashMatrixCoversEveryFailpoint(t *testing.T) {
 		covered[c.point] = true
 	}
 	for _, fp := range failpoint.All {
-		if !covered[fp] {
-			t.Errorf("failpoint %s has no crash-matrix case", fp)
-		}
+		assert.True(t, covered[fp], "failpoint %s has no crash-matrix case", fp)
 	}
-	if n := len(matrixCases()) * len(matrixClasses); n < 60 {
-		t.Errorf("the matrix holds %d scenarios, want at least 60", n)
-	}
+	n := len(matrixCases()) * len(matrixClasses)
+	assert.GreaterOrEqual(t, n, 60, "the matrix holds %d scenarios, want at least 60", n)
 }
 
 // TestCrashMatrixSampleIsFixed: the same seed draws the same cases, one of
@@ -324,9 +320,7 @@ func TestCrashMatrixCoversEveryFailpoint(t *testing.T) {
 func TestCrashMatrixSampleIsFixed(t *testing.T) {
 	all := matrixCases()
 	a, b := sampleCases(all, matrixSeed, matrixExtra), sampleCases(all, matrixSeed, matrixExtra)
-	if fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Fatalf("seed %d drew %v, then %v", matrixSeed, a, b)
-	}
+	require.Equal(t, fmt.Sprint(b), fmt.Sprint(a), "seed %d drew %v, then %v", matrixSeed, a, b)
 	groups := map[string]bool{}
 	for _, c := range all {
 		if a[c.name()] {
@@ -337,7 +331,5 @@ func TestCrashMatrixSampleIsFixed(t *testing.T) {
 	for _, c := range all {
 		want[c.group()] = true
 	}
-	if len(groups) != len(want) {
-		t.Errorf("the sample covers groups %v, want all of %v", groups, want)
-	}
+	assert.Len(t, groups, len(want), "the sample covers groups %v, want all of %v", groups, want)
 }

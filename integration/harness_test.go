@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -146,9 +147,7 @@ func newStack(t *testing.T, policyArgs ...string) *cluster {
 func (c *cluster) start(name, bin string, args []string, env ...string) *proc {
 	c.t.Helper()
 	sp, err := c.launch.Start(name, bin, args, env...)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	require.NoError(c.t, err)
 	return c.track(sp)
 }
 
@@ -168,17 +167,13 @@ func (c *cluster) waitFor(what string, p *proc, timeout time.Duration, cond func
 	if p != nil {
 		sp = p.Proc
 	}
-	if err := stack.WaitFor(context.Background(), what, sp, timeout, cond); err != nil {
-		c.t.Fatal(err)
-	}
+	require.NoError(c.t, stack.WaitFor(context.Background(), what, sp, timeout, cond))
 }
 
 func freePort(t testing.TB) int {
 	t.Helper()
 	port, err := stack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return port
 }
 
@@ -204,9 +199,7 @@ func (c *cluster) startTemporalWith(port int, db string) *proc {
 	if sp != nil {
 		p = c.track(sp)
 	}
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	require.NoError(c.t, err)
 	c.hostPort, c.client = hostPort, cl
 	return p
 }
@@ -242,9 +235,7 @@ func (c *cluster) started(sp *stack.Proc, err error, ready func()) *proc {
 	if sp != nil {
 		p = c.track(sp)
 	}
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	require.NoError(c.t, err)
 	ready()
 	return p
 }
@@ -310,9 +301,7 @@ func (c *cluster) submit(ctx context.Context, in rollout.Input) client.WorkflowR
 			temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt).ValueSet(int64(in.Attempt)),
 		),
 	}, rollout.WorkflowName, in)
-	if err != nil {
-		c.t.Fatalf("start %s: %v", in.RolloutID, err)
-	}
+	require.NoError(c.t, err, "start %s", in.RolloutID)
 	return run
 }
 
@@ -322,9 +311,7 @@ func (c *cluster) results(ctx context.Context, runs []client.WorkflowRun) map[st
 	out := map[string]rollout.Result{}
 	for _, run := range runs {
 		var res rollout.Result
-		if err := run.Get(ctx, &res); err != nil {
-			c.t.Fatalf("rollout %s: %v", run.GetID(), err)
-		}
+		require.NoError(c.t, run.Get(ctx, &res), "rollout %s", run.GetID())
 		out[res.RolloutID] = res
 	}
 	return out
@@ -339,9 +326,7 @@ func (c *cluster) dataClient(url string) *protocol.Client {
 func (c *cluster) envStats(ctx context.Context) protocol.Stats {
 	c.t.Helper()
 	st, err := c.dataClient(c.envURL).Stats(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	require.NoError(c.t, err)
 	return st
 }
 
@@ -354,9 +339,7 @@ func (c *cluster) historySizes(ctx context.Context, workflowID, runID string) ([
 	var inputs [][]byte
 	for iter.HasNext() {
 		ev, err := iter.Next()
-		if err != nil {
-			c.t.Fatal(err)
-		}
+		require.NoError(c.t, err)
 		sizes = append(sizes, protoSize(ev))
 		types = append(types, ev.GetEventType())
 		var in []byte

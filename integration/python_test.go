@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestPythonParticipantCheckpointKillEverythingRestore is the whole recovery
@@ -27,9 +29,7 @@ func TestPythonParticipantCheckpointKillEverythingRestore(t *testing.T) {
 func (c *cluster) startPythonParticipant() *proc {
 	c.t.Helper()
 	py, err := exec.LookPath("python3")
-	if err != nil {
-		c.t.Fatalf("the Python participant needs python3: %v", err)
-	}
+	require.NoError(c.t, err, "the Python participant needs python3")
 	script := filepath.Join(bins.root, "clients", "python", "examples", "participant", "participant.py")
 	return c.startEnvProcess("python-participant", py, []string{script}, "PYTHONDONTWRITEBYTECODE=1")
 }

@@ -88,10 +88,7 @@ func requireSameExport(t *testing.T, want, got map[string][]byte, what string) {
 	t.Helper()
 	require.Equal(t, sortedKeys(want), sortedKeys(got), "%s: the same rollouts", what)
 	for _, id := range sortedKeys(want) {
-		if !bytes.Equal(want[id], got[id]) {
-			t.Fatalf("%s: the normalised export of %s differs from the uninterrupted run's (%d vs %d bytes)%s",
-				what, id, len(want[id]), len(got[id]), firstDifference(want[id], got[id]))
-		}
+		require.Equal(t, string(got[id]), string(want[id]), "%s: the normalised export of %s differs from the uninterrupted run's (%d vs %d bytes)%s", what, id, len(want[id]), len(got[id]), firstDifference(want[id], got[id]))
 	}
 	require.True(t, bytes.Equal(joinExport(want), joinExport(got)), "%s: export differs", what)
 }

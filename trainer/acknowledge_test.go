@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -32,9 +34,7 @@ func held(rc rollout.Receipt) HeldState {
 func jsonLine(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return string(b)
 }
 
@@ -49,15 +49,13 @@ func TestParseReceipts(t *testing.T) {
 		`{"rollout_id":"s1-0003","status":"failed","failure":"environment refused","held":false}`,
 	}, "\n")
 	lines, skipped, err := ParseReceipts(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lines) != 2 || lines[0] != (ReceiptLine{1, a}) || lines[1] != (ReceiptLine{3, b}) {
-		t.Errorf("lines = %+v", lines)
-	}
-	if len(skipped) != 2 || !strings.Contains(skipped[0], "line 4: rollout s1-0002 failed") || !strings.Contains(skipped[1], "line 5: rollout s1-0003 failed") {
-		t.Errorf("skipped = %q", skipped)
-	}
+	require.NoError(t, err)
+	require.Len(t, lines, 2, "lines = %+v", lines)
+	require.Equal(t, ReceiptLine{1, a}, lines[0], "lines = %+v", lines)
+	require.Equal(t, ReceiptLine{3, b}, lines[1], "lines = %+v", lines)
+	require.Len(t, skipped, 2, "skipped = %q", skipped)
+	require.Contains(t, skipped[0], "line 4: rollout s1-0002 failed", "skipped = %q", skipped)
+	require.Contains(t, skipped[1], "line 5: rollout s1-0003 failed", "skipped = %q", skipped)
 }
 
 func TestParseReceiptsListsEveryBadLine(t *testing.T) {
@@ -71,17 +69,11 @@ func TestParseReceiptsListsEveryBadLine(t *testing.T) {
 		jsonLine(t, receipt("s1-0006", -1, 'a')),                                             // 7 negative attempt
 	}, "\n")
 	_, _, err := ParseReceipts(strings.NewReader(in))
-	if err == nil {
-		t.Fatal("accepted")
-	}
+	require.Error(t, err, "accepted")
 	for _, want := range []string{"6 bad receipt lines", "line 2:", "line 3: receipt of rollout s1-0001 has no attempt", "line 4:", "line 5: neither", "line 6: result of rollout s1-0004 carries the receipt of rollout s1-0005", "line 7:"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q:\n%v", want, err)
-		}
+		assert.ErrorContains(t, err, want, "error lacks %q:\n%v", want, err)
 	}
-	if strings.Contains(err.Error(), "line 1:") {
-		t.Errorf("good line reported: %v", err)
-	}
+	assert.NotContains(t, err.Error(), "line 1:", "good line reported: %v", err)
 }
 
 func TestPlanAcks(t *testing.T) {
@@ -89,15 +81,12 @@ func TestPlanAcks(t *testing.T) {
 	done := HeldState{WorkflowID: "rollout/s1-0002", Result: &rollout.Result{RolloutID: "s1-0002", Receipt: &c}}
 	states := map[string]HeldState{"s1-0000": held(a), "s1-0001": held(b), "s1-0002": done}
 	plan, err := PlanAcks("s1", []ReceiptLine{{1, b}, {2, a}, {3, c}, {4, a}}, states)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plan.Send) != 2 || plan.Send[0] != a || plan.Send[1] != b {
-		t.Errorf("send = %+v", plan.Send)
-	}
-	if len(plan.Already) != 1 || plan.Already[0] != "s1-0002" {
-		t.Errorf("already = %v", plan.Already)
-	}
+	require.NoError(t, err)
+	require.Len(t, plan.Send, 2, "send = %+v", plan.Send)
+	require.Equal(t, a, plan.Send[0], "send = %+v", plan.Send)
+	require.Equal(t, b, plan.Send[1], "send = %+v", plan.Send)
+	require.Len(t, plan.Already, 1, "already = %v", plan.Already)
+	require.Equal(t, "s1-0002", plan.Already[0], "already = %v", plan.Already)
 }
 
 func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
@@ -115,9 +104,7 @@ func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
 		{7, receipt("s1-0000", 0, 'f')},
 	}
 	_, err := PlanAcks("s1", lines, states)
-	if err == nil {
-		t.Fatal("accepted")
-	}
+	require.Error(t, err, "accepted")
 	for _, want := range []string{
 		"6 of 7 receipts", "nothing acknowledged",
 		"line 2: rollout s1-0001: wrong attempt: the receipt says attempt 0, the held result is attempt 1",
@@ -126,19 +113,13 @@ func TestPlanAcksRejectsTheWholeBatch(t *testing.T) {
 		"line 6: rollout s1-0004: closed without a result: environment refused",
 		"line 7: rollout s1-0000 already has a different receipt on line 1",
 	} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error lacks %q:\n%v", want, err)
-		}
+		assert.ErrorContains(t, err, want, "error lacks %q:\n%v", want, err)
 	}
 	// Line 3 is s1-0001 again with another digest: a duplicate of line 2.
-	if !strings.Contains(err.Error(), "line 3: rollout s1-0001 already has a different receipt on line 2") {
-		t.Errorf("duplicate not reported:\n%v", err)
-	}
+	assert.ErrorContains(t, err, "line 3: rollout s1-0001 already has a different receipt on line 2", "duplicate not reported:\n%v", err)
 	// A digest mismatch on a single line.
 	_, err = PlanAcks("s1", []ReceiptLine{{1, receipt("s1-0001", 1, 'c')}}, states)
-	if err == nil || !strings.Contains(err.Error(), "digest mismatch") {
-		t.Errorf("digest mismatch: %v", err)
-	}
+	assert.ErrorContains(t, err, "digest mismatch", "digest mismatch: %v", err)
 }
 
 func TestPlanAllCompleted(t *testing.T) {
@@ -150,9 +131,9 @@ func TestPlanAllCompleted(t *testing.T) {
 		"s1-0003": {Running: true, Phase: rollout.PhaseModel},
 	}
 	plan := PlanAllCompleted(states)
-	if len(plan.Send) != 2 || plan.Send[0] != b || plan.Send[1] != a {
-		t.Errorf("send = %+v", plan.Send)
-	}
+	require.Len(t, plan.Send, 2, "send = %+v", plan.Send)
+	require.Equal(t, b, plan.Send[0], "send = %+v", plan.Send)
+	require.Equal(t, a, plan.Send[1], "send = %+v", plan.Send)
 }
 
 // fakeUpdater records updates; closed names workflows that have closed,
@@ -193,26 +174,21 @@ func TestSendAcks(t *testing.T) {
 	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
 	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0002": true}}
 	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum != (AckSummary{Acknowledged: 2, Already: 1, Closed: 1}) {
-		t.Errorf("summary %+v", sum)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, AckSummary{Acknowledged: 2, Already: 1, Closed: 1}, sum, "summary")
 	o := f.got["rollout/s1-0001"]
-	if o.UpdateName != rollout.UpdateAcknowledge || o.UpdateID != "ack/s1-0001/"+sha('b') ||
-		o.WaitForStage != client.WorkflowUpdateStageCompleted || o.Args[0].(rollout.AckRequest).Receipt != b {
-		t.Errorf("update %+v", o)
-	}
+	require.Equal(t, rollout.UpdateAcknowledge, o.UpdateName, "update %+v", o)
+	require.Equal(t, "ack/s1-0001/"+sha('b'), o.UpdateID, "update %+v", o)
+	require.Equal(t, client.WorkflowUpdateStageCompleted, o.WaitForStage, "update %+v", o)
+	require.Equal(t, b, o.Args[0].(rollout.AckRequest).Receipt, "update %+v", o)
 
 	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}}
 	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}})
-	if err == nil || !strings.Contains(err.Error(), "2 of 3") || !strings.Contains(err.Error(), "s1-0000: rejected") || !strings.Contains(err.Error(), "s1-0002: rejected") {
-		t.Errorf("err = %v", err)
-	}
-	if sum.Acknowledged != 1 || f.calls != 3 {
-		t.Errorf("summary %+v after %d calls: every rollout must be tried", sum, f.calls)
-	}
+	require.ErrorContains(t, err, "2 of 3", "err = %v", err)
+	require.ErrorContains(t, err, "s1-0000: rejected", "err = %v", err)
+	require.ErrorContains(t, err, "s1-0002: rejected", "err = %v", err)
+	require.Equal(t, 1, sum.Acknowledged, "summary %+v after %d calls: every rollout must be tried", sum, f.calls)
+	require.Equal(t, 3, f.calls, "summary %+v after %d calls: every rollout must be tried", sum, f.calls)
 }
 
 // fakeQuerier answers status queries from a table.
@@ -254,27 +230,19 @@ func TestResultsListHeldResultsWithReceipts(t *testing.T) {
 	q := &fakeQuerier{status: map[string]rollout.Status{
 		"rollout/s1-0000": {Phase: rollout.PhaseAwaitingAck, Result: &rollout.Result{RolloutID: "s1-0000", Reward: 1, Receipt: &a}},
 	}}
-	if err := fillHeld(t.Context(), q, recs); err != nil {
-		t.Fatal(err)
-	}
-	if len(q.queried) != 1 {
-		t.Errorf("queried %v; only the awaiting rollout needs a query", q.queried)
-	}
+	require.NoError(t, fillHeld(t.Context(), q, recs))
+	assert.Len(t, q.queried, 1, "queried %v; only the awaiting rollout needs a query", q.queried)
 	// What results prints is what acknowledge reads.
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, r := range recs {
 		if r.Result != nil {
-			if err := enc.Encode(r.Result); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, enc.Encode(r.Result))
 		}
 	}
 	lines, _, err := ParseReceipts(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lines) != 2 || lines[0].Receipt != a || lines[1].Receipt != c {
-		t.Errorf("receipts read back: %+v", lines)
-	}
+	require.NoError(t, err)
+	require.Len(t, lines, 2, "receipts read back: %+v", lines)
+	require.Equal(t, a, lines[0].Receipt, "receipts read back: %+v", lines)
+	require.Equal(t, c, lines[1].Receipt, "receipts read back: %+v", lines)
 }

@@ -2,9 +2,11 @@ package trainer
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -14,17 +16,13 @@ func TestBuildInputsCarryBudgets(t *testing.T) {
 	req.ModelCallTimeout, req.EnvCallTimeout = 2*time.Minute, 30*time.Second
 	req.ModelCallRetries, req.Deadline = 3, 10*time.Minute
 	inputs, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := rollout.Limits{
 		MaxTurns: 16, ModelCallTimeout: rollout.Duration(2 * time.Minute), EnvCallTimeout: rollout.Duration(30 * time.Second),
 		ModelCallRetries: 3, Deadline: rollout.Duration(10 * time.Minute),
 	}
 	for i, in := range inputs {
-		if in.Limits != want {
-			t.Errorf("input %d limits %+v, want %+v", i, in.Limits, want)
-		}
+		assert.True(t, in.Limits == want, "input %d limits %+v, want %+v", i, in.Limits, want)
 	}
 }
 
@@ -32,16 +30,10 @@ func TestBuildInputsCarryBudgets(t *testing.T) {
 // inputs it did before budgets existed, byte for byte.
 func TestBuildInputsWithoutBudgets(t *testing.T) {
 	inputs, err := BuildInputs(validRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data, err := json.Marshal(inputs[0].Limits)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(data) != `{"max_turns":16}` {
-		t.Errorf("limits %s, want only max_turns", data)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, `{"max_turns":16}`, string(data), "limits %s, want only max_turns", data)
 }
 
 func TestSubmitRequestBudgetErrorsNameFlags(t *testing.T) {
@@ -60,9 +52,7 @@ func TestSubmitRequestBudgetErrorsNameFlags(t *testing.T) {
 			req := validRequest()
 			tt.mutate(&req)
 			err := req.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %v does not mention %q", err, tt.want)
-			}
+			assert.ErrorContains(t, err, tt.want, "error %v does not mention %q", err, tt.want)
 		})
 	}
 }

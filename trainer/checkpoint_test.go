@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -48,14 +50,14 @@ func TestCheckpointInput(t *testing.T) {
 			r := validCheckpoint()
 			tt.edit(&r)
 			got, err := r.CheckpointInput("/work/dir")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.CheckpointID != tt.want.CheckpointID || got.Set != tt.want.Set || got.Root != tt.want.Root ||
-				strings.Join(got.Participants, " ") != strings.Join(tt.want.Participants, " ") ||
-				got.Timeout != tt.want.Timeout || !got.Deadline.Equal(tt.want.Deadline) || got.StayPaused != tt.want.StayPaused {
-				t.Errorf("got %+v\nwant %+v", got, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want.CheckpointID, got.CheckpointID, "got %+v\nwant %+v", got, tt.want)
+			require.Equal(t, tt.want.Set, got.Set, "got %+v\nwant %+v", got, tt.want)
+			require.Equal(t, tt.want.Root, got.Root, "got %+v\nwant %+v", got, tt.want)
+			require.Equal(t, strings.Join(tt.want.Participants, " "), strings.Join(got.Participants, " "), "got %+v\nwant %+v", got, tt.want)
+			require.Equal(t, tt.want.Timeout, got.Timeout, "got %+v\nwant %+v", got, tt.want)
+			require.True(t, got.Deadline.Equal(tt.want.Deadline), "got %+v\nwant %+v", got, tt.want)
+			require.Equal(t, tt.want.StayPaused, got.StayPaused, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
 }
@@ -84,52 +86,49 @@ func TestCheckpointInputRejects(t *testing.T) {
 			r := validCheckpoint()
 			tt.edit(&r)
 			_, err := r.CheckpointInput(tt.cwd)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
-			}
+			require.ErrorContains(t, err, tt.want, "err = %v, want it to mention %q", err, tt.want)
 		})
 	}
 }
 
 func TestCoordinatorStartOptions(t *testing.T) {
 	ck := CheckpointStartOptions("ck1", "q")
-	if ck.ID != "checkpoint/ck1" || ck.TaskQueue != "q" || ck.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL ||
-		ck.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY || !ck.WorkflowExecutionErrorWhenAlreadyStarted {
-		t.Errorf("checkpoint options %+v", ck)
-	}
+	require.Equal(t, "checkpoint/ck1", ck.ID, "checkpoint options %+v", ck)
+	require.Equal(t, "q", ck.TaskQueue, "checkpoint options %+v", ck)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, ck.WorkflowIDConflictPolicy, "checkpoint options %+v", ck)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, ck.WorkflowIDReusePolicy, "checkpoint options %+v", ck)
+	require.True(t, ck.WorkflowExecutionErrorWhenAlreadyStarted, "checkpoint options %+v", ck)
 	rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1"}, "q")
-	if rs.ID != "restore/ck1" || rs.TaskQueue != "q" || rs.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL {
-		t.Errorf("restore options %+v", rs)
-	}
+	require.Equal(t, "restore/ck1", rs.ID, "restore options %+v", rs)
+	require.Equal(t, "q", rs.TaskQueue, "restore options %+v", rs)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, rs.WorkflowIDConflictPolicy, "restore options %+v", rs)
 	if rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
 		t.Errorf("restore with an id: %s", rs.ID)
 	}
 	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
 	for _, o := range []client.StartWorkflowOptions{ck, rs} {
-		if id, _ := o.TypedSearchAttributes.GetKeyword(key); id != "ck1" {
-			t.Errorf("%s: CheckpointId %q, want ck1", o.ID, id)
-		}
+		id, _ := o.TypedSearchAttributes.GetKeyword(key)
+		assert.Equal(t, "ck1", id, "%s: CheckpointId %q, want ck1", o.ID, id)
 	}
 }
 
 func TestRestoreInput(t *testing.T) {
 	r := RestoreRequest{CheckpointID: "ck1", RestoreID: "r2", Root: "ckpt", Participants: []string{"http://a:1"}}
 	got, err := r.RestoreInput("/w", "q")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.CheckpointID != "ck1" || got.RestoreID != "r2" || got.Root != "/w/ckpt" || got.TaskQueue != "q" || len(got.Participants) != 1 {
-		t.Errorf("got %+v", got)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "ck1", got.CheckpointID, "got %+v", got)
+	require.Equal(t, "r2", got.RestoreID, "got %+v", got)
+	require.Equal(t, "/w/ckpt", got.Root, "got %+v", got)
+	require.Equal(t, "q", got.TaskQueue, "got %+v", got)
+	require.Len(t, got.Participants, 1, "got %+v", got)
 	for _, bad := range []RestoreRequest{
 		{CheckpointID: "", Root: "x", Participants: []string{"http://a:1"}},
 		{CheckpointID: "ck1", Root: "", Participants: []string{"http://a:1"}},
 		{CheckpointID: "ck1", Root: "x", Participants: []string{"ftp://a"}},
 		{CheckpointID: "ck1", RestoreID: "a/b", Root: "x", Participants: []string{"http://a:1"}},
 	} {
-		if _, err := bad.RestoreInput("/w", "q"); err == nil {
-			t.Errorf("%+v accepted", bad)
-		}
+		_, err := bad.RestoreInput("/w", "q")
+		assert.Error(t, err, "%+v accepted", bad)
 	}
 }
 
@@ -191,23 +190,15 @@ func TestStartCoordinator(t *testing.T) {
 			}
 			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in, wait: tt.wait, onStart: announce}, &res)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want %q", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Members != tt.want {
-				t.Errorf("members = %d, want %d", res.Members, tt.want)
-			}
-			if tt.s.got[0] != "checkpoint/ck1" || tt.s.got[1] != checkpoint.CheckpointWorkflowName || tt.s.got[2].(checkpoint.CheckpointInput).CheckpointID != "ck1" {
-				t.Errorf("started %v", tt.s.got)
-			}
-			if !strings.Contains(log.String(), "started checkpoint/ck1 (run run-1)") {
-				t.Errorf("log %q", log.String())
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Members, "members = %d, want %d", res.Members, tt.want)
+			require.Equal(t, "checkpoint/ck1", tt.s.got[0], "started %v", tt.s.got)
+			require.Equal(t, checkpoint.CheckpointWorkflowName, tt.s.got[1], "started %v", tt.s.got)
+			require.Equal(t, "ck1", tt.s.got[2].(checkpoint.CheckpointInput).CheckpointID, "started %v", tt.s.got)
+			assert.Contains(t, log.String(), "started checkpoint/ck1 (run run-1)", "log %q", log.String())
 		})
 	}
 }
@@ -237,11 +228,9 @@ func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
 	if _, err := c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"q-control", "q-control"}; strings.Join(rec.queues, ",") != strings.Join(want, ",") {
-		t.Errorf("coordinators started on %v, want %v", rec.queues, want)
-	}
+	want := []string{"q-control", "q-control"}
+	assert.Equal(t, strings.Join(want, ","), strings.Join(rec.queues, ","), "coordinators started on %v, want %v", rec.queues, want)
 	in, err := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}.RestoreInput("/", c.TaskQueue())
-	if err != nil || in.TaskQueue != "q" {
-		t.Errorf("restored rollouts go to %q (%v), want q", in.TaskQueue, err)
-	}
+	require.NoError(t, err, "restored rollouts go to %q (%v), want q", in.TaskQueue, err)
+	require.Equal(t, "q", in.TaskQueue, "restored rollouts go to %q (%v), want q", in.TaskQueue, err)
 }

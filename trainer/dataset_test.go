@@ -1,11 +1,13 @@
 package trainer
 
 import (
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -18,21 +20,17 @@ const goodDataset = `{"id":"q1","env":"counter","task":{"target":3}}
 
 func TestReadDataset(t *testing.T) {
 	rows, err := ReadDataset(strings.NewReader(goodDataset))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != 3 {
-		t.Fatalf("%d rows, want 3", len(rows))
-	}
-	if rows[0].Line != 1 || rows[1].Line != 3 || rows[2].Line != 4 {
-		t.Errorf("lines %d %d %d, want 1 3 4", rows[0].Line, rows[1].Line, rows[2].Line)
-	}
-	if got := RowID(rows[1], 1); got != "row3" {
-		t.Errorf("id of a row without one = %q, want row3 (its line)", got)
-	}
-	if rows[1].Sampling == nil || *rows[1].Sampling.Temperature != 0.7 || !rows[1].Sampling.CaptureTokens || rows[1].MaxTurns != 9 {
-		t.Errorf("row 2 = %+v", rows[1])
-	}
+	require.NoError(t, err)
+	require.Len(t, rows, 3, "%d rows, want 3", len(rows))
+	require.Equal(t, 1, rows[0].Line, "lines %d %d %d, want 1 3 4", rows[0].Line, rows[1].Line, rows[2].Line)
+	require.Equal(t, 3, rows[1].Line, "lines %d %d %d, want 1 3 4", rows[0].Line, rows[1].Line, rows[2].Line)
+	require.Equal(t, 4, rows[2].Line, "lines %d %d %d, want 1 3 4", rows[0].Line, rows[1].Line, rows[2].Line)
+	got := RowID(rows[1], 1)
+	assert.Equal(t, "row3", got, "id of a row without one = %q, want row3 (its line)", got)
+	require.NotNil(t, rows[1].Sampling, "row 2 = %+v", rows[1])
+	require.Equal(t, 0.7, *rows[1].Sampling.Temperature, "row 2 = %+v", rows[1])
+	require.True(t, rows[1].Sampling.CaptureTokens, "row 2 = %+v", rows[1])
+	require.Equal(t, 9, rows[1].MaxTurns, "row 2 = %+v", rows[1])
 }
 
 // TestReadDatasetReportsEveryBadRow: one pass names every bad line, parse
@@ -54,9 +52,7 @@ func TestReadDatasetReportsEveryBadRow(t *testing.T) {
 	}, "\n")
 	rows, err := ReadDataset(strings.NewReader(data))
 	var de *DatasetError
-	if !errors.As(err, &de) {
-		t.Fatalf("err = %v, want a *DatasetError", err)
-	}
+	require.ErrorAs(t, err, &de, "err = %v, want a *DatasetError", err)
 	want := map[int]string{
 		2: `unknown environment "chess"`, 3: "refuses the task", 4: `also the id of line 1`,
 		5: "bad JSON", 6: "top_p", 7: `id "bad/id"`, 8: "task is required",
@@ -65,44 +61,29 @@ func TestReadDatasetReportsEveryBadRow(t *testing.T) {
 	var lines []int
 	for _, r := range de.Rows {
 		lines = append(lines, r.Line)
-		if !strings.Contains(r.Err.Error(), want[r.Line]) {
-			t.Errorf("line %d: %v, want it to mention %q", r.Line, r.Err, want[r.Line])
-		}
+		assert.ErrorContains(t, r.Err, want[r.Line], "line %d: %v, want it to mention %q", r.Line, r.Err, want[r.Line])
 	}
-	if !reflect.DeepEqual(lines, []int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12}) {
-		t.Errorf("bad lines %v, want 2-9, 11, 12\n%v", lines, err)
-	}
-	if !strings.Contains(err.Error(), "10 bad rows") || !strings.Contains(err.Error(), "line 12:") {
-		t.Errorf("message %q", err)
-	}
-	if len(rows) != 10 {
-		t.Errorf("%d decodable rows returned, want 10", len(rows))
-	}
+	assert.True(t, reflect.DeepEqual(lines, []int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12}), "bad lines %v, want 2-9, 11, 12\n%v", lines, err)
+	require.ErrorContains(t, err, "10 bad rows", "message %q", err)
+	require.ErrorContains(t, err, "line 12:", "message %q", err)
+	assert.Len(t, rows, 10, "%d decodable rows returned, want 10", len(rows))
 }
 
 func TestReadDatasetEmpty(t *testing.T) {
-	if _, err := ReadDataset(strings.NewReader("\n  \n")); err == nil || !strings.Contains(err.Error(), "no rows") {
-		t.Fatalf("err = %v", err)
-	}
+	_, err := ReadDataset(strings.NewReader("\n  \n"))
+	require.ErrorContains(t, err, "no rows", "err = %v", err)
 }
 
 func TestDatasetIDsAndSeeds(t *testing.T) {
-	if got := DatasetRolloutID("s1", "q7", 3); got != "s1-q7-r3" {
-		t.Errorf("DatasetRolloutID = %q", got)
-	}
+	assert.Equal(t, "s1-q7-r3", DatasetRolloutID("s1", "q7", 3), "DatasetRolloutID")
 	a := DatasetSeed("s1", "q7", 0)
-	if a != DatasetSeed("s1", "q7", 0) {
-		t.Error("DatasetSeed is not deterministic")
-	}
+	assert.Equal(t, DatasetSeed("s1", "q7", 0), a, "DatasetSeed is not deterministic")
 	seen := map[int64]bool{}
 	for _, k := range [][3]any{{"s1", "q7", 0}, {"s1", "q7", 1}, {"s1", "q8", 0}, {"s2", "q7", 0}, {"s1-q", "7", 0}} {
 		s := DatasetSeed(k[0].(string), k[1].(string), k[2].(int))
-		if s < 0 || s >= 1<<53 {
-			t.Errorf("seed %d outside [0, 2^53)", s)
-		}
-		if seen[s] {
-			t.Errorf("seed of %v repeats another's", k)
-		}
+		require.GreaterOrEqual(t, s, int64(0), "seed %d outside [0, 2^53)", s)
+		require.Less(t, s, int64(1<<53), "seed %d outside [0, 2^53)", s)
+		assert.False(t, seen[s], "seed of %v repeats another's", k)
 		seen[s] = true
 	}
 }
@@ -110,57 +91,49 @@ func TestDatasetIDsAndSeeds(t *testing.T) {
 func datasetRequest(t *testing.T) SubmitRequest {
 	t.Helper()
 	rows, err := ReadDataset(strings.NewReader(goodDataset))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return SubmitRequest{Set: "s1", Rows: rows, Repeats: 2, ModelURL: "http://default:9/v1", MaxTurns: 5}
 }
 
 func TestBuildDatasetInputs(t *testing.T) {
 	inputs, err := BuildInputs(datasetRequest(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var ids []string
 	for _, in := range inputs {
 		ids = append(ids, in.RolloutID)
 	}
 	wantIDs := []string{"s1-q1-r0", "s1-q1-r1", "s1-row3-r0", "s1-row3-r1", "s1-q3-r0", "s1-q3-r1"}
-	if !reflect.DeepEqual(ids, wantIDs) {
-		t.Fatalf("ids %v, want %v", ids, wantIDs)
-	}
+	require.True(t, reflect.DeepEqual(ids, wantIDs), "ids %v, want %v", ids, wantIDs)
 	q1, row3, q3 := inputs[1], inputs[2], inputs[5]
-	if q1.Group != "q1" || q1.Repeat != 1 || q1.Seed != DatasetSeed("s1", "q1", 1) || q1.Set != "s1" {
-		t.Errorf("q1 r1 = %+v", q1)
-	}
-	if q1.Policy.Model != "scripted-counter" || q1.Policy.BaseURL != "http://default:9/v1" || q1.Limits.MaxTurns != 5 || q1.Sampling != nil {
-		t.Errorf("q1 defaults: %+v", q1)
-	}
-	if string(row3.Task) != `{"target":4}` || row3.Limits.MaxTurns != 9 || !row3.Sampling.CaptureTokens {
-		t.Errorf("row3 overrides: task %s %+v", row3.Task, row3)
-	}
-	if q3.Seed != 41 || q3.Policy.Model != "m" || q3.Policy.BaseURL != "http://m:8000/v1" || q3.Policy.Version != "7" {
-		t.Errorf("q3 r1: seed %d policy %+v", q3.Seed, q3.Policy)
-	}
+	require.Equal(t, "q1", q1.Group, "q1 r1 = %+v", q1)
+	require.Equal(t, 1, q1.Repeat, "q1 r1 = %+v", q1)
+	require.Equal(t, DatasetSeed("s1", "q1", 1), q1.Seed, "q1 r1 = %+v", q1)
+	require.Equal(t, "s1", q1.Set, "q1 r1 = %+v", q1)
+	require.Equal(t, "scripted-counter", q1.Policy.Model, "q1 defaults: %+v", q1)
+	require.Equal(t, "http://default:9/v1", q1.Policy.BaseURL, "q1 defaults: %+v", q1)
+	require.Equal(t, 5, q1.Limits.MaxTurns, "q1 defaults: %+v", q1)
+	require.Nil(t, q1.Sampling, "q1 defaults: %+v", q1)
+	require.Equal(t, `{"target":4}`, string(row3.Task), "row3 overrides: task %s %+v", row3.Task, row3)
+	require.Equal(t, 9, row3.Limits.MaxTurns, "row3 overrides: task %s %+v", row3.Task, row3)
+	require.True(t, row3.Sampling.CaptureTokens, "row3 overrides: task %s %+v", row3.Task, row3)
+	require.Equal(t, int64(41), q3.Seed, "q3 r1: seed %d policy %+v", q3.Seed, q3.Policy)
+	require.Equal(t, "m", q3.Policy.Model, "q3 r1: seed %d policy %+v", q3.Seed, q3.Policy)
+	require.Equal(t, "http://m:8000/v1", q3.Policy.BaseURL, "q3 r1: seed %d policy %+v", q3.Seed, q3.Policy)
+	require.Equal(t, "7", q3.Policy.Version, "q3 r1: seed %d policy %+v", q3.Seed, q3.Policy)
 	// The set's budgets apply to dataset rollouts too.
 	req := datasetRequest(t)
 	req.ModelCallRetries, req.Deadline = 3, 10*time.Minute
 	budgeted, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := budgeted[0].Limits; l.ModelCallRetries != 3 || time.Duration(l.Deadline) != 10*time.Minute || l.MaxTurns != 5 {
-		t.Errorf("dataset rollout limits %+v, want the set's budgets", l)
-	}
+	require.NoError(t, err)
+	l := budgeted[0].Limits
+	require.Equal(t, 3, l.ModelCallRetries, "dataset rollout limits %+v, want the set's budgets", l)
+	require.Equal(t, 10*time.Minute, time.Duration(l.Deadline), "dataset rollout limits %+v, want the set's budgets", l)
+	require.Equal(t, 5, l.MaxTurns, "dataset rollout limits %+v, want the set's budgets", l)
 	// Idempotence: the same request gives the same inputs, so a re-submit
 	// starts the same workflow IDs and Temporal refuses the duplicates.
 	again, err := BuildInputs(datasetRequest(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(inputs, again) {
-		t.Error("equal requests gave different inputs")
-	}
+	require.NoError(t, err)
+	assert.True(t, reflect.DeepEqual(inputs, again), "equal requests gave different inputs")
 }
 
 func TestDatasetRequestRejects(t *testing.T) {
@@ -181,9 +154,8 @@ func TestDatasetRequestRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := datasetRequest(t)
 			tt.spoil(&r)
-			if _, err := BuildInputs(r); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
-			}
+			_, err := BuildInputs(r)
+			require.ErrorContains(t, err, tt.want, "err = %v, want it to mention %q", err, tt.want)
 		})
 	}
 }
@@ -195,31 +167,22 @@ func TestSetSampling(t *testing.T) {
 	set := &rollout.Sampling{Temperature: &temp}
 
 	counted, err := BuildInputs(SubmitRequest{Set: "s1", Count: 3, Envs: []string{"counter"}, Sampling: set})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, in := range counted {
-		if in.Sampling != set {
-			t.Errorf("%s: sampling %+v, want the set's", in.RolloutID, in.Sampling)
-		}
+		assert.Same(t, set, in.Sampling, "%s: sampling %+v, want the set's", in.RolloutID, in.Sampling)
 	}
 
 	req := datasetRequest(t)
 	req.Sampling = set
 	rows, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	q1, row3 := rows[0], rows[2]
-	if q1.Sampling != set {
-		t.Errorf("q1 (no sampling of its own): %+v, want the set's", q1.Sampling)
-	}
-	if row3.Sampling == set || row3.Sampling == nil || *row3.Sampling.Temperature != 0.7 || !row3.Sampling.CaptureTokens {
-		t.Errorf("row3 keeps its own sampling, got %+v", row3.Sampling)
-	}
+	assert.Same(t, set, q1.Sampling, "q1 (no sampling of its own): %+v, want the set's", q1.Sampling)
+	require.True(t, row3.Sampling != set, "row3 keeps its own sampling, got %+v", row3.Sampling)
+	require.NotNil(t, row3.Sampling, "row3 keeps its own sampling, got %+v", row3.Sampling)
+	require.Equal(t, 0.7, *row3.Sampling.Temperature, "row3 keeps its own sampling, got %+v", row3.Sampling)
+	require.True(t, row3.Sampling.CaptureTokens, "row3 keeps its own sampling, got %+v", row3.Sampling)
 
 	bad := -1.0
-	if err := (SubmitRequest{Set: "s1", Count: 1, Envs: []string{"counter"}, Sampling: &rollout.Sampling{Temperature: &bad}}).Validate(); err == nil {
-		t.Error("a negative temperature was accepted")
-	}
+	assert.Error(t, (SubmitRequest{Set: "s1", Count: 1, Envs: []string{"counter"}, Sampling: &rollout.Sampling{Temperature: &bad}}).Validate(), "a negative temperature was accepted")
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -34,13 +36,9 @@ import (
 func trajectorySchema(t *testing.T) *schemacheck.Schema {
 	t.Helper()
 	doc, err := os.ReadFile("../docs/trajectory.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s, err := schemacheck.Compile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return s
 }
 
@@ -58,9 +56,7 @@ func storedRollout(t *testing.T, store *transcriptstore.Store) transcript.Digest
 		PrefixBreak: true, PrefixBreakReason: "parent call has no generation record",
 	}
 	g, err := store.PutGeneration(ctx, gen)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head, err := store.AppendAll(ctx, "",
 		transcript.Item{Role: "system", Content: "You count."},
 		transcript.Item{Role: "user", Content: "Reach 1."},
@@ -68,22 +64,16 @@ func storedRollout(t *testing.T, store *transcriptstore.Store) transcript.Digest
 		transcript.Item{Role: "tool", ToolCallID: "c1", Content: "counter=1"},
 		transcript.Item{Role: "assistant", Content: "done <ok>"},
 	)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return head
 }
 
 func TestBuildLine(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head := storedRollout(t, store)
 	details, err := store.Put(context.Background(), []byte(`{"value":1,"target":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	group, repeat := "q1", 2
 	f := finishedRollout{
 		set: "s1", group: &group, repeat: &repeat,
@@ -96,46 +86,41 @@ func TestBuildLine(t *testing.T) {
 		attempts: []AttemptRecord{{Attempt: 0, Status: "terminated", Runs: 1}, {Attempt: 1, Status: "completed", Runs: 2}},
 	}
 	line, err := buildLine(context.Background(), store, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if line.Set != "s1" || *line.Group != "q1" || *line.Repeat != 2 || line.Env != "counter" || line.Status != "completed" || *line.Reward != 1 || line.Attempt != 1 {
-		t.Errorf("line header %+v", line)
-	}
-	if len(line.Messages) != 5 || line.Tokens != "partial" || line.PrefixBreaks != 1 {
-		t.Fatalf("line %+v", line)
-	}
-	if !line.StepRewards.Available || fmt.Sprint(line.StepRewards.Values) != "[0]" || line.StepRewards.Reason != "" {
-		t.Errorf("step rewards %+v", line.StepRewards)
-	}
-	if !line.VerifyDetails.Available || string(line.VerifyDetails.Details) != `{"value":1,"target":1}` {
-		t.Errorf("verify details %+v", line.VerifyDetails)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "s1", line.Set, "line header %+v", line)
+	require.Equal(t, "q1", *line.Group, "line header %+v", line)
+	require.Equal(t, 2, *line.Repeat, "line header %+v", line)
+	require.Equal(t, "counter", line.Env, "line header %+v", line)
+	require.Equal(t, "completed", line.Status, "line header %+v", line)
+	require.Equal(t, float64(1), *line.Reward, "line header %+v", line)
+	require.Equal(t, 1, line.Attempt, "line header %+v", line)
+	require.Len(t, line.Messages, 5, "line %+v", line)
+	require.Equal(t, "partial", line.Tokens, "line %+v", line)
+	require.Equal(t, 1, line.PrefixBreaks, "line %+v", line)
+	require.True(t, line.StepRewards.Available, "step rewards %+v", line.StepRewards)
+	require.Equal(t, "[0]", fmt.Sprint(line.StepRewards.Values), "step rewards %+v", line.StepRewards)
+	require.Equal(t, "", line.StepRewards.Reason, "step rewards %+v", line.StepRewards)
+	require.True(t, line.VerifyDetails.Available, "verify details %+v", line.VerifyDetails)
+	require.Equal(t, `{"value":1,"target":1}`, string(line.VerifyDetails.Details), "verify details %+v", line.VerifyDetails)
 	first, last := line.Messages[2], line.Messages[4]
-	if first.Tokens != "present" || fmt.Sprint(first.PromptTokenIDs, first.GenerationTokenIDs, first.GenerationLogProbs) != "[1 2 3] [4 5] [-0.5 -0.25]" ||
-		first.FinishReason != "tool_calls" || first.ReasoningContent != "count up" || first.PolicyVersion != "v3" || !*first.PrefixBreak ||
-		first.ToolCalls[0].Function.Name != "increment" || first.ToolCalls[0].Type != "function" {
-		t.Errorf("first assistant message %+v", first)
-	}
-	if last.Tokens != "absent" || *last.PrefixBreak || last.PromptTokenIDs != nil {
-		t.Errorf("assistant without a record %+v", last)
-	}
-	if fmt.Sprint(line.Turns) != "[{1 2 [3]} {2 4 []}]" {
-		t.Errorf("turns %v", line.Turns)
-	}
+	require.Equal(t, "present", first.Tokens, "first assistant message %+v", first)
+	require.Equal(t, "[1 2 3] [4 5] [-0.5 -0.25]", fmt.Sprint(first.PromptTokenIDs, first.GenerationTokenIDs, first.GenerationLogProbs), "first assistant message %+v", first)
+	require.Equal(t, "tool_calls", first.FinishReason, "first assistant message %+v", first)
+	require.Equal(t, "count up", first.ReasoningContent, "first assistant message %+v", first)
+	require.Equal(t, "v3", first.PolicyVersion, "first assistant message %+v", first)
+	require.True(t, *first.PrefixBreak, "first assistant message %+v", first)
+	require.Equal(t, "increment", first.ToolCalls[0].Function.Name, "first assistant message %+v", first)
+	require.Equal(t, "function", first.ToolCalls[0].Type, "first assistant message %+v", first)
+	require.Equal(t, "absent", last.Tokens, "assistant without a record %+v", last)
+	require.False(t, *last.PrefixBreak, "assistant without a record %+v", last)
+	require.Nil(t, last.PromptTokenIDs, "assistant without a record %+v", last)
+	assert.Equal(t, "[{1 2 [3]} {2 4 []}]", fmt.Sprint(line.Turns), "turns %v", line.Turns)
 	b, err := encodeLine(line)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs := trajectorySchema(t).Validate(b); len(errs) > 0 {
-		t.Errorf("line does not match the schema: %v\n%s", errs, b)
-	}
-	if !strings.Contains(string(b), `"content":"done <ok>"`) {
-		t.Errorf("HTML escaped: %s", b)
-	}
-	if !strings.Contains(string(b), `"group_status":{"status":"complete","size":3,"retries":1,"retry_budget":2}`) {
-		t.Errorf("group status: %s", b)
-	}
+	require.NoError(t, err)
+	errs := trajectorySchema(t).Validate(b)
+	assert.Empty(t, errs, "line does not match the schema: %v\n%s", errs, b)
+	assert.Contains(t, string(b), `"content":"done <ok>"`, "HTML escaped: %s", b)
+	assert.Contains(t, string(b), `"group_status":{"status":"complete","size":3,"retries":1,"retry_budget":2}`, "group status: %s", b)
 }
 
 // TestBuildLineNotRecorded: a result from before step rewards and verify
@@ -143,9 +128,7 @@ func TestBuildLine(t *testing.T) {
 // an empty list, available.
 func TestBuildLineNotRecorded(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head := storedRollout(t, store)
 	for _, tt := range []struct {
 		steps     []float64
@@ -158,33 +141,25 @@ func TestBuildLineNotRecorded(t *testing.T) {
 		f := finishedRollout{set: "s1", attempts: []AttemptRecord{}, rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
 			Result: &rollout.Result{RolloutID: "s1-0001", Head: head, StepRewards: tt.steps}}}
 		line, err := buildLine(context.Background(), store, f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, err := encodeLine(line)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if line.StepRewards.Available != tt.available || !strings.Contains(string(b), tt.encoded) || line.VerifyDetails.Available {
-			t.Errorf("steps %v: %s", tt.steps, b)
-		}
-		if errs := trajectorySchema(t).Validate(b); len(errs) > 0 {
-			t.Errorf("line does not match the schema: %v\n%s", errs, b)
-		}
+		require.NoError(t, err)
+		require.Equal(t, tt.available, line.StepRewards.Available, "steps %v: %s", tt.steps, b)
+		require.Contains(t, string(b), tt.encoded, "steps %v: %s", tt.steps, b)
+		require.False(t, line.VerifyDetails.Available, "steps %v: %s", tt.steps, b)
+		errs := trajectorySchema(t).Validate(b)
+		assert.Empty(t, errs, "line does not match the schema: %v\n%s", errs, b)
 	}
 }
 
 func TestBuildLineMissingTranscript(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f := finishedRollout{set: "s1", rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
 		Result: &rollout.Result{Head: transcript.DigestOf([]byte("elsewhere"))}}}
 	_, err = buildLine(context.Background(), store, f)
-	if err == nil || !strings.Contains(err.Error(), "--transcript-dir") || !strings.Contains(err.Error(), "s1-0001") {
-		t.Fatalf("err = %v, want one naming the rollout and --transcript-dir", err)
-	}
+	require.ErrorContains(t, err, "--transcript-dir", "err = %v, want one naming the rollout and --transcript-dir", err)
+	require.ErrorContains(t, err, "s1-0001", "err = %v, want one naming the rollout and --transcript-dir", err)
 }
 
 // fakeSet serves a set's runs to the exporter: visibility pages of two
@@ -297,9 +272,8 @@ func (f *fakeSet) GetWorkflow(_ context.Context, workflowID, runID string) tclie
 
 // QueryWorkflow answers the status query of the latest run.
 func (f *fakeSet) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
-	if runID != "" || queryType != rollout.QueryStatus {
-		f.t.Fatalf("query %s of %s run %q", queryType, workflowID, runID)
-	}
+	require.Equal(f.t, "", runID, "query %s of %s run %q", queryType, workflowID, runID)
+	require.Equal(f.t, rollout.QueryStatus, queryType, "query %s of %s run %q", queryType, workflowID, runID)
 	for _, r := range f.runs {
 		if rollout.WorkflowID(r.id) == workflowID && r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			if r.queried != "" {
@@ -337,9 +311,7 @@ func (r resultRun) Get(_ context.Context, out any) error {
 
 func TestExportSet(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head := storedRollout(t, store)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	done := func(id string, attempt int) *rollout.Result {
@@ -364,28 +336,19 @@ func TestExportSet(t *testing.T) {
 	}}
 	var out bytes.Buffer
 	stats, err := exportSet(context.Background(), src, store, "s1", &out, ExportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stats != (ExportStats{Completed: 3, Held: 1, Failed: 1, Skipped: 1}) {
-		t.Errorf("stats %+v", stats)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, ExportStats{Completed: 3, Held: 1, Failed: 1, Skipped: 1}, stats, "stats")
 	schema := trajectorySchema(t)
 	var got []string
 	sc := bufio.NewScanner(&out)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if errs := schema.Validate(sc.Bytes()); len(errs) > 0 {
-			t.Errorf("line does not match the schema: %v\n%s", errs, sc.Bytes())
-		}
+		errs := schema.Validate(sc.Bytes())
+		assert.Empty(t, errs, "line does not match the schema: %v\n%s", errs, sc.Bytes())
 		var l ExportLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
 		got = append(got, fmt.Sprintf("%s %s g=%s r=%d a=%d attempts=%d held=%v receipt=%v group=%s", l.RolloutID, l.Status, *l.Group, *l.Repeat, l.Attempt, len(l.Attempts), l.Held, l.Receipt != nil, l.GroupStatus.Status))
-		if l.Status == "failed" && (l.Failure == "" || l.Reward != nil || len(l.Messages) != 0) {
-			t.Errorf("failed line %s", sc.Bytes())
-		}
+		assert.False(t, l.Status == "failed" && (l.Failure == "" || l.Reward != nil || len(l.Messages) != 0), "failed line %s", sc.Bytes())
 	}
 	want := []string{
 		"s1-q1-r0 completed g=q1 r=0 a=0 attempts=1 held=false receipt=false group=failed",
@@ -393,27 +356,20 @@ func TestExportSet(t *testing.T) {
 		"s1-q2-r0 completed g=q2 r=0 a=1 attempts=2 held=false receipt=false group=complete",
 		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true group=unknown",
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	if !strings.Contains(src.queries[0], `RolloutSet = "s1" AND `+finishedQuery) {
-		t.Errorf("set query %q", src.queries[0])
-	}
+	assert.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	assert.Contains(t, src.queries[0], `RolloutSet = "s1" AND `+finishedQuery, "set query %q", src.queries[0])
 	// The set's fence record once, then each of the 3 groups' ledgers once.
-	if len(src.described) != 4 || src.described[0] != set.SetFenceWorkflowID("s1") {
-		t.Errorf("described %v, want the fence record, then each of the 3 groups once", src.described)
-	}
+	require.Len(t, src.described, 4, "described %v, want the fence record, then each of the 3 groups once", src.described)
+	require.Equal(t, set.SetFenceWorkflowID("s1"), src.described[0], "described %v, want the fence record, then each of the 3 groups once", src.described)
 
 	// The trainer's view: the complete group's lines only; the failed
 	// group is left out whole, and so are groups not known complete.
 	out.Reset()
 	stats, err = exportSet(context.Background(), src, store, "s1", &out, ExportOptions{CompleteGroupsOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stats != (ExportStats{Completed: 1, Excluded: 3, Skipped: 1}) || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), `"rollout_id":"s1-q2-r0"`) {
-		t.Errorf("trainer's view: stats %+v\n%s", stats, out.String())
-	}
+	require.NoError(t, err)
+	require.Equal(t, ExportStats{Completed: 1, Excluded: 3, Skipped: 1}, stats, "trainer's view: stats %+v\n%s", stats, out.String())
+	require.Equal(t, 1, strings.Count(out.String(), "\n"), "trainer's view: stats %+v\n%s", stats, out.String())
+	require.Contains(t, out.String(), `"rollout_id":"s1-q2-r0"`, "trainer's view: stats %+v\n%s", stats, out.String())
 }
 
 // pageCountingWriter records how many visibility pages of the set had been
@@ -442,9 +398,7 @@ func (w *pageCountingWriter) Write(p []byte) (int, error) {
 // listed, a window at a time, so memory does not grow with the set.
 func TestExportStreams(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head := storedRollout(t, store)
 	src := &fakeSet{t: t}
 	const n = 5 * exportWindow
@@ -455,14 +409,9 @@ func TestExportStreams(t *testing.T) {
 	}
 	w := &pageCountingWriter{src: src}
 	stats, err := exportSet(context.Background(), src, store, "s1", w, ExportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stats.Completed != n || w.lines != n {
-		t.Fatalf("stats %+v, %d lines; want %d", stats, w.lines, n)
-	}
+	require.NoError(t, err)
+	require.Equal(t, n, stats.Completed, "stats %+v, %d lines; want %d", stats, w.lines, n)
+	require.Equal(t, n, w.lines, "stats %+v, %d lines; want %d", stats, w.lines, n)
 	// Pages hold two runs: the first window is full after exportWindow/2.
-	if w.pagesAtFirst != exportWindow/2 {
-		t.Errorf("first line written after %d of %d pages, want %d", w.pagesAtFirst, n/2, exportWindow/2)
-	}
+	assert.Equal(t, exportWindow/2, w.pagesAtFirst, "first line written after %d of %d pages, want %d", w.pagesAtFirst, n/2, exportWindow/2)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -26,9 +28,7 @@ import (
 // (completed) run is never a candidate.
 func TestFeedPages(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	head := storedRollout(t, store)
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	running, failed := enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
@@ -59,24 +59,19 @@ func TestFeedPages(t *testing.T) {
 			req.Now = req.Now.Add(time.Second) // s1-d has settled
 		}
 		page, err := feedPage(context.Background(), src, store, req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var got []string
 		for _, item := range page.Items {
 			var l ExportLine
-			if err := json.Unmarshal(item, &l); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, json.Unmarshal(item, &l))
 			got = append(got, l.RolloutID+"/"+l.Status)
 		}
 		pages, mores = append(pages, got), append(mores, page.More)
 		req.After = page.Next
 	}
 	want := "[[s1-c/completed s1-b/failed] [s1-a/completed] [] [s1-d/completed]] more [3 1 1 0]"
-	if got := fmt.Sprintf("%v more %v", pages, mores); got != want {
-		t.Errorf("pages %s, want %s", got, want)
-	}
+	got := fmt.Sprintf("%v more %v", pages, mores)
+	assert.Equal(t, want, got, "pages %s, want %s", got, want)
 }
 
 // TestChooseFeedRunsKeepsTheEarliest: one pass over runs listed in any
@@ -102,25 +97,19 @@ func TestChooseFeedRunsKeepsTheEarliest(t *testing.T) {
 		lister.pages, infos = append(lister.pages, infos[:n]), infos[n:]
 	}
 	chosen, more, err := chooseFeedRuns(context.Background(), lister, FeedRequest{Set: "s", After: after, Max: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var got []int64
 	for _, c := range chosen {
 		got = append(got, c.pos.At)
 	}
-	if fmt.Sprint(got) != fmt.Sprint(ats[10:17]) || more != 300-17 {
-		t.Errorf("chose %v (more %d), want %v (more %d)", got, more, ats[10:17], 300-17)
-	}
+	require.Equal(t, fmt.Sprint(ats[10:17]), fmt.Sprint(got), "chose %v (more %d), want %v (more %d)", got, more, ats[10:17], 300-17)
+	require.Equal(t, 300-17, more, "chose %v (more %d), want %v (more %d)", got, more, ats[10:17], 300-17)
 }
 
 func TestFeedPositionOrder(t *testing.T) {
 	ps := []FeedPosition{{At: 2, RolloutID: "a"}, {At: 1, RolloutID: "b"}, {At: 1, RolloutID: "a", RunID: "y"}, {At: 1, RolloutID: "a", RunID: "x"}}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Before(ps[j]) })
-	if fmt.Sprint(ps) != "[{1 a x} {1 a y} {1 b } {2 a }]" {
-		t.Errorf("order %v", ps)
-	}
-	if (FeedPosition{}).Before(FeedPosition{}) || !(FeedPosition{}).Before(FeedPosition{At: 0, RolloutID: "a"}) {
-		t.Error("the zero position is before every run and not before itself")
-	}
+	assert.Equal(t, "[{1 a x} {1 a y} {1 b } {2 a }]", fmt.Sprint(ps), "order %v", ps)
+	require.False(t, (FeedPosition{}).Before(FeedPosition{}), "the zero position is before every run and not before itself")
+	require.True(t, (FeedPosition{}).Before(FeedPosition{At: 0, RolloutID: "a"}), "the zero position is before every run and not before itself")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
@@ -124,20 +126,14 @@ func TestHealth(t *testing.T) {
 				return nil
 			}
 			h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: 5 * time.Minute, Now: t0.Add(time.Hour)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.State != tt.state || h.ConsecutiveFailures != tt.streak || h.ModelErrorRate != tt.rate {
-				t.Fatalf("health %+v", h)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.state, h.State, "health %+v", h)
+			require.Equal(t, tt.streak, h.ConsecutiveFailures, "health %+v", h)
+			require.Equal(t, tt.rate, h.ModelErrorRate, "health %+v", h)
 			for _, r := range tt.reason {
-				if !strings.Contains(h.Reason, r) {
-					t.Errorf("reason %q lacks %q", h.Reason, r)
-				}
+				assert.Contains(t, h.Reason, r, "reason %q lacks %q", h.Reason, r)
 			}
-			if tt.rate > 0 && fmt.Sprint(h.ModelErrors) != "[call model: connection refused]" {
-				t.Errorf("model errors %q", h.ModelErrors)
-			}
+			assert.False(t, tt.rate > 0 && fmt.Sprint(h.ModelErrors) != "[call model: connection refused]", "model errors %q", h.ModelErrors)
 		})
 	}
 }
@@ -151,17 +147,12 @@ func TestHealthQueriesUseTheWindow(t *testing.T) {
 		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	if _, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: now}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: now})
+	require.NoError(t, err)
 	since := `"2026-11-30T11:59:00Z"`
 	for _, q := range queries {
-		if !strings.HasPrefix(q, `RolloutSet = "s1" AND `) {
-			t.Errorf("query %q is not limited to the set", q)
-		}
-		if strings.Contains(q, "At ") && !strings.Contains(q, since) && !strings.Contains(q, "1970-01-01") {
-			t.Errorf("query %q does not compare with %s", q, since)
-		}
+		assert.True(t, strings.HasPrefix(q, `RolloutSet = "s1" AND `), "query %q is not limited to the set", q)
+		assert.False(t, strings.Contains(q, "At ") && !strings.Contains(q, since) && !strings.Contains(q, "1970-01-01"), "query %q does not compare with %s", q, since)
 	}
 }
 
@@ -176,14 +167,10 @@ func failedRun(i *workflowpb.WorkflowExecutionInfo) bool {
 func countAfter(t *testing.T, q string, runs []*workflowpb.WorkflowExecutionInfo, failures bool) int {
 	t.Helper()
 	_, rest, ok := strings.Cut(q, rollout.SARolloutFinishedAt+" > ")
-	if !ok {
-		t.Fatalf("query %q has no lower bound", q)
-	}
+	require.True(t, ok, "query %q has no lower bound", q)
 	raw, _, _ := strings.Cut(rest[1:], `"`)
 	after, err := time.Parse(time.RFC3339Nano, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n := 0
 	for _, i := range runs {
 		at, _ := visibility.SATime(i.GetSearchAttributes(), rollout.SARolloutFinishedAt)
@@ -230,12 +217,9 @@ func TestFailureStreak(t *testing.T) {
 				},
 			}
 			got, err := failureStreak(context.Background(), f, "s1", visibility.VisibilityTime(t0))
-			if err != nil || got != tt.want {
-				t.Fatalf("streak %d (%v), want %d", got, err, tt.want)
-			}
-			if counts > 3 {
-				t.Errorf("%d counts for %d runs", counts, len(tt.runs))
-			}
+			require.NoError(t, err, "streak %d (%v), want %d", got, err, tt.want)
+			require.Equal(t, tt.want, got, "streak %d (%v), want %d", got, err, tt.want)
+			assert.LessOrEqual(t, counts, 3, "%d counts for %d runs", counts, len(tt.runs))
 		})
 	}
 }
@@ -250,15 +234,11 @@ func TestHealthWithoutProgressAttributes(t *testing.T) {
 		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
 	}
 	h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.State != HealthOK || !strings.Contains(h.Reason, "no watchdog") || h.Running != 2 {
-		t.Fatalf("health %+v", h)
-	}
+	require.NoError(t, err)
+	require.Equal(t, HealthOK, h.State, "health %+v", h)
+	require.Contains(t, h.Reason, "no watchdog", "health %+v", h)
+	require.Equal(t, 2, h.Running, "health %+v", h)
 	for _, q := range queries {
-		if strings.Contains(q, "At ") {
-			t.Errorf("query %q uses an attribute the namespace lacks", q)
-		}
+		assert.NotContains(t, q, "At ", "query %q uses an attribute the namespace lacks", q)
 	}
 }

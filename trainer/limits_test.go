@@ -6,6 +6,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -26,9 +29,7 @@ func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task 
 	t.Helper()
 	spec := env.Spec()
 	sess, start, err := env.Start(seed, task)
-	if err != nil {
-		t.Fatalf("start %s task %s: %v", spec.Name, task, err)
-	}
+	require.NoError(t, err, "start %s task %s", spec.Name, task)
 	defer sess.Close()
 	var tools []string
 	for _, tool := range spec.Tools {
@@ -50,9 +51,7 @@ func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task 
 	for ep.turns < limit && !ep.done {
 		ep.turns++
 		resp, err := pol.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("%s policy, turn %d: %v", spec.Name, ep.turns, err)
-		}
+		require.NoError(t, err, "%s policy, turn %d", spec.Name, ep.turns)
 		if spec.Style == envs.StyleGym {
 			msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content})
 			args, _ := json.Marshal(map[string]string{"action": resp.Content})
@@ -76,9 +75,7 @@ func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task 
 	}
 	if spec.Style != envs.StyleGym {
 		v, err := sess.Verify()
-		if err != nil {
-			t.Fatalf("%s verify: %v", spec.Name, err)
-		}
+		require.NoError(t, err, "%s verify", spec.Name)
 		ep.reward = v.Reward
 	}
 	return ep
@@ -106,17 +103,11 @@ func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
 			most := 0
 			for i := range n {
 				task, err := catalog.Task(e.Name, 7, i)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				for _, imperfection := range []float64{0, 0.2} {
 					ep := play(t, env, e.Policy, RolloutSeed(7, i), task, imperfection, limit)
-					if !ep.done {
-						t.Fatalf("task %d %s (imperfection %v) not finished in %d turns", i, task, imperfection, limit)
-					}
-					if imperfection == 0 && env.Spec().Style == envs.StyleTools && !Passed(e.Name, ep.reward) {
-						t.Errorf("task %d %s: perfect policy scored %v", i, task, ep.reward)
-					}
+					require.True(t, ep.done, "task %d %s (imperfection %v) not finished in %d turns", i, task, imperfection, limit)
+					assert.False(t, imperfection == 0 && env.Spec().Style == envs.StyleTools && !Passed(e.Name, ep.reward), "task %d %s: perfect policy scored %v", i, task, ep.reward)
 					most = max(most, ep.turns)
 				}
 			}
@@ -145,9 +136,8 @@ func TestLimitsReadTheCatalog(t *testing.T) {
 			if got := DefaultMaxTurns(tt.env); got != tt.maxTurns {
 				t.Errorf("DefaultMaxTurns(%q) = %d, want %d", tt.env, got, tt.maxTurns)
 			}
-			if got := ScriptedPolicy(tt.env); got != tt.model {
-				t.Errorf("ScriptedPolicy(%q) = %q, want %q", tt.env, got, tt.model)
-			}
+			got := ScriptedPolicy(tt.env)
+			assert.Equal(t, tt.model, got, "ScriptedPolicy(%q) = %q, want %q", tt.env, got, tt.model)
 		})
 	}
 }

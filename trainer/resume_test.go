@@ -3,10 +3,11 @@ package trainer
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 
@@ -30,14 +31,11 @@ func TestControlToken(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ControlToken(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
 			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("err = %v, want %q", err, tt.err)
-				}
+				require.ErrorContains(t, err, tt.err, "err = %v, want %q", err, tt.err)
 				return
 			}
-			if err != nil || got != tt.want {
-				t.Fatalf("got %q, %v", got, err)
-			}
+			require.NoError(t, err, "got %q, %v", got, err)
+			require.Equal(t, tt.want, got, "got %q, %v", got, err)
 		})
 	}
 }
@@ -87,37 +85,30 @@ func TestResumeSet(t *testing.T) {
 	servers := map[string]controlResumer{"http://a": fakeControl{"a", log, nil}, "http://b": fakeControl{"b", log, nil}}
 	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0003": true}}
 	sum, err := resumeSet(t.Context(), resumeTarget{servers, []string{"http://b", "http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum != (ResumeSummary{Participants: 2, Rollouts: 2, Closed: 1}) {
-		t.Errorf("summary %+v", sum)
-	}
-	if len(log.events) != 5 || log.events[0] != "server b ck1" || log.events[1] != "server a ck1" {
-		t.Errorf("order %v: servers first, in the given order", log.events)
-	}
-	if _, ok := f.got["rollout/s1-0001"]; ok {
-		t.Error("a closed rollout was sent a resume")
-	}
+	require.NoError(t, err)
+	assert.Equal(t, ResumeSummary{Participants: 2, Rollouts: 2, Closed: 1}, sum, "summary")
+	require.Len(t, log.events, 5, "order %v: servers first, in the given order", log.events)
+	require.Equal(t, "server b ck1", log.events[0], "order %v: servers first, in the given order", log.events)
+	require.Equal(t, "server a ck1", log.events[1], "order %v: servers first, in the given order", log.events)
+	_, ok := f.got["rollout/s1-0001"]
+	assert.False(t, ok, "a closed rollout was sent a resume")
 	o := f.got["rollout/s1-0002"]
-	if o.UpdateName != rollout.UpdateResume || o.UpdateID != "ck1/resume" || o.Args[0].(rollout.ResumeRequest).CheckpointID != "ck1" {
-		t.Errorf("update %+v", o)
-	}
+	require.Equal(t, rollout.UpdateResume, o.UpdateName, "update %+v", o)
+	require.Equal(t, "ck1/resume", o.UpdateID, "update %+v", o)
+	require.Equal(t, "ck1", o.Args[0].(rollout.ResumeRequest).CheckpointID, "update %+v", o)
 
 	// A server that refuses stops before any rollout is released.
 	log = &orderLog{}
 	servers["http://a"] = fakeControl{"a", log, errors.New("401 unauthorized")}
 	f = &fakeUpdater{}
 	_, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a", "http://b"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
-	if err == nil || !strings.Contains(err.Error(), "resume environment server http://a") || f.calls != 0 {
-		t.Errorf("err = %v after %d updates", err, f.calls)
-	}
+	require.ErrorContains(t, err, "resume environment server http://a", "err = %v after %d updates", err, f.calls)
+	require.Equal(t, 0, f.calls, "err = %v after %d updates", err, f.calls)
 
 	// A rollout held for another checkpoint is reported; the others go on.
 	servers["http://a"] = fakeControl{"a", log, nil}
 	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0002": true}}
 	sum, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
-	if err == nil || !strings.Contains(err.Error(), "rollout/s1-0002: rejected") || sum.Rollouts != 2 {
-		t.Errorf("err = %v, summary %+v", err, sum)
-	}
+	require.ErrorContains(t, err, "rollout/s1-0002: rejected", "err = %v, summary %+v", err, sum)
+	require.Equal(t, 2, sum.Rollouts, "err = %v, summary %+v", err, sum)
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 
@@ -23,9 +25,8 @@ func TestParsePolicyVersion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, ok := ParsePolicyVersion(tt.in)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("ParsePolicyVersion(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
-		}
+		require.Equal(t, tt.want, got, "ParsePolicyVersion(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+		require.Equal(t, tt.ok, ok, "ParsePolicyVersion(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
 	}
 }
 
@@ -67,21 +68,14 @@ func TestStaleness(t *testing.T) {
 	for _, cancel := range []bool{false, true} {
 		lister.calls = 0
 		res, err := staleness(context.Background(), target, lister, StalenessRequest{Set: "s1", Version: 10, MaxLag: 2, Cancel: cancel})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fmt.Sprint(res.Checked, res.Stale); got != "5 [{s1-0001 7 3} {s1-0004 2 8}]" {
-			t.Errorf("cancel %v: checked and stale %s", cancel, got)
-		}
+		require.NoError(t, err)
+		got := fmt.Sprint(res.Checked, res.Stale)
+		assert.Equal(t, "5 [{s1-0001 7 3} {s1-0004 2 8}]", got, "cancel %v: checked and stale %s", cancel, got)
 		wantCancelled := 0
 		if cancel {
 			wantCancelled = 1
 		}
-		if res.Cancelled != wantCancelled {
-			t.Errorf("cancel %v: cancelled %d", cancel, res.Cancelled)
-		}
+		assert.Equal(t, wantCancelled, res.Cancelled, "cancel %v: cancelled %d", cancel, res.Cancelled)
 	}
-	if fmt.Sprint(cancelled) != "[rollout/s1-0001]" {
-		t.Errorf("cancelled %v", cancelled)
-	}
+	assert.Equal(t, "[rollout/s1-0001]", fmt.Sprint(cancelled), "cancelled %v", cancelled)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -17,18 +19,17 @@ func TestSubmitStamp(t *testing.T) {
 	}
 	r.RequestID = "req-1"
 	a, err := r.Stamp()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, _ := r.Stamp()
 	r.Count++
 	c, _ := r.Stamp()
 	r.Count--
 	r.RequestID = "req-2"
 	d, _ := r.Stamp()
-	if *a != *b || a.Digest == c.Digest || d.Digest != a.Digest || d.RequestID != "req-2" {
-		t.Errorf("stamps %+v %+v %+v %+v: equal requests stamp alike, the request id is not in the digest", a, b, c, d)
-	}
+	require.Equal(t, *b, *a, "stamps %+v %+v %+v %+v: equal requests stamp alike, the request id is not in the digest", a, b, c, d)
+	require.NotEqual(t, c.Digest, a.Digest, "stamps %+v %+v %+v %+v: equal requests stamp alike, the request id is not in the digest", a, b, c, d)
+	require.Equal(t, a.Digest, d.Digest, "stamps %+v %+v %+v %+v: equal requests stamp alike, the request id is not in the digest", a, b, c, d)
+	require.Equal(t, "req-2", d.RequestID, "stamps %+v %+v %+v %+v: equal requests stamp alike, the request id is not in the digest", a, b, c, d)
 }
 
 // TestSameSubmission: an existing set is the same submission only when its
@@ -54,9 +55,8 @@ func TestSameSubmission(t *testing.T) {
 			}
 			err := sameSubmission(context.Background(), &pagedLister{pages: [][]*workflowpb.WorkflowExecutionInfo{{i}}}, "s1", want)
 			var ce *ConflictError
-			if tt.conflict != errors.As(err, &ce) || (!tt.conflict && err != nil) {
-				t.Errorf("error %v, want conflict %v", err, tt.conflict)
-			}
+			require.Equal(t, errors.As(err, &ce), tt.conflict, "error %v, want conflict %v", err, tt.conflict)
+			require.False(t, !tt.conflict && err != nil, "error %v, want conflict %v", err, tt.conflict)
 		})
 	}
 }
@@ -83,7 +83,6 @@ func TestHasProgressAttributes(t *testing.T) {
 	if has, err := hasProgressAttributes(context.Background(), missing, "s1"); has || err != nil {
 		t.Errorf("missing: %v, %v", has, err)
 	}
-	if _, err := hasProgressAttributes(context.Background(), down, "s1"); err == nil {
-		t.Error("an unreachable server passed for one without the attributes")
-	}
+	_, err := hasProgressAttributes(context.Background(), down, "s1")
+	assert.Error(t, err, "an unreachable server passed for one without the attributes")
 }

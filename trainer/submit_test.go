@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -32,9 +34,8 @@ func TestRolloutID(t *testing.T) {
 		{"s1", 12345, "s1-12345"},
 	}
 	for _, tt := range tests {
-		if got := RolloutID(tt.set, tt.i); got != tt.want {
-			t.Errorf("RolloutID(%q, %d) = %q, want %q", tt.set, tt.i, got, tt.want)
-		}
+		got := RolloutID(tt.set, tt.i)
+		assert.Equal(t, tt.want, got, "RolloutID(%q, %d) = %q, want %q", tt.set, tt.i, got, tt.want)
 	}
 }
 
@@ -48,47 +49,32 @@ func TestBuildInputs(t *testing.T) {
 	req.ModelURL = "http://127.0.0.1:9001/v1"
 	req.RequireAck = true
 	inputs, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(inputs) != req.Count {
-		t.Fatalf("got %d inputs", len(inputs))
-	}
+	require.NoError(t, err)
+	require.Len(t, inputs, req.Count, "got %d inputs", len(inputs))
 	seeds := map[int64]bool{}
 	for i, in := range inputs {
 		task, err := catalog.Task("counter", 7, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if in.RolloutID != RolloutID("s1", i) || in.Set != "s1" || in.Attempt != 0 {
-			t.Errorf("input %d identity: %+v", i, in)
-		}
-		if string(in.Task) != string(task) {
-			t.Errorf("input %d task %s, want %s", i, in.Task, task)
-		}
-		if in.Env.Name != "counter" || in.Env.URL != req.EnvURL || in.Policy.Model != "scripted-counter" || in.Policy.BaseURL != req.ModelURL {
-			t.Errorf("input %d refs: %+v %+v", i, in.Env, in.Policy)
-		}
-		if in.Seed != 7*seedStride+int64(i) {
-			t.Errorf("input %d seed %d", i, in.Seed)
-		}
+		require.NoError(t, err)
+		require.Equal(t, RolloutID("s1", i), in.RolloutID, "input %d identity: %+v", i, in)
+		require.Equal(t, "s1", in.Set, "input %d identity: %+v", i, in)
+		require.Equal(t, 0, in.Attempt, "input %d identity: %+v", i, in)
+		assert.Equal(t, string(task), string(in.Task), "input %d task %s, want %s", i, in.Task, task)
+		require.Equal(t, "counter", in.Env.Name, "input %d refs: %+v %+v", i, in.Env, in.Policy)
+		require.Equal(t, req.EnvURL, in.Env.URL, "input %d refs: %+v %+v", i, in.Env, in.Policy)
+		require.Equal(t, "scripted-counter", in.Policy.Model, "input %d refs: %+v %+v", i, in.Env, in.Policy)
+		require.Equal(t, req.ModelURL, in.Policy.BaseURL, "input %d refs: %+v %+v", i, in.Env, in.Policy)
+		assert.Equal(t, 7*seedStride+int64(i), in.Seed, "input %d seed %d", i, in.Seed)
 		seeds[in.Seed] = true
-		if in.Limits.MaxTurns != 16 || !in.RequireAck || in.Resume != nil {
-			t.Errorf("input %d limits/ack/resume: %+v", i, in)
-		}
+		require.Equal(t, 16, in.Limits.MaxTurns, "input %d limits/ack/resume: %+v", i, in)
+		require.True(t, in.RequireAck, "input %d limits/ack/resume: %+v", i, in)
+		require.Nil(t, in.Resume, "input %d limits/ack/resume: %+v", i, in)
 	}
-	if len(seeds) != req.Count {
-		t.Errorf("rollout seeds not distinct: %v", seeds)
-	}
+	assert.Len(t, seeds, req.Count, "rollout seeds not distinct")
 	again, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a, _ := json.Marshal(inputs)
 	b, _ := json.Marshal(again)
-	if string(a) != string(b) {
-		t.Error("BuildInputs is not deterministic")
-	}
+	assert.Equal(t, string(b), string(a), "BuildInputs is not deterministic")
 }
 
 func TestBuildInputsRejects(t *testing.T) {
@@ -116,37 +102,24 @@ func TestBuildInputsRejects(t *testing.T) {
 			req := validRequest()
 			tt.mutate(&req)
 			_, err := BuildInputs(req)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not mention %q", err, tt.want)
-			}
+			require.Error(t, err, "accepted")
+			assert.ErrorContains(t, err, tt.want, "error %q does not mention %q", err, tt.want)
 		})
 	}
 }
 
 func TestStartOptions(t *testing.T) {
 	inputs, err := BuildInputs(validRequest())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	in := inputs[3]
 	o := rollout.StartOptions(in, "q1")
-	if o.ID != "rollout/s1-0003" || o.TaskQueue != "q1" {
-		t.Errorf("ID %q queue %q", o.ID, o.TaskQueue)
-	}
-	if o.WorkflowIDConflictPolicy != enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL ||
-		o.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE ||
-		!o.WorkflowExecutionErrorWhenAlreadyStarted {
-		t.Errorf("ID policies: %v %v %v", o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy, o.WorkflowExecutionErrorWhenAlreadyStarted)
-	}
-	if o.RetryPolicy != nil {
-		t.Error("a workflow retry policy is set")
-	}
-	if !strings.Contains(o.StaticSummary, "s1-0003") {
-		t.Errorf("summary %q", o.StaticSummary)
-	}
+	require.Equal(t, "rollout/s1-0003", o.ID, "ID %q queue %q", o.ID, o.TaskQueue)
+	require.Equal(t, "q1", o.TaskQueue, "ID %q queue %q", o.ID, o.TaskQueue)
+	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, o.WorkflowIDConflictPolicy, "ID policies: %v %v %v", o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy, o.WorkflowExecutionErrorWhenAlreadyStarted)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, o.WorkflowIDReusePolicy, "ID policies: %v %v %v", o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy, o.WorkflowExecutionErrorWhenAlreadyStarted)
+	require.True(t, o.WorkflowExecutionErrorWhenAlreadyStarted, "ID policies: %v %v %v", o.WorkflowIDConflictPolicy, o.WorkflowIDReusePolicy, o.WorkflowExecutionErrorWhenAlreadyStarted)
+	assert.Nil(t, o.RetryPolicy, "a workflow retry policy is set")
+	assert.Contains(t, o.StaticSummary, "s1-0003", "summary %q", o.StaticSummary)
 	sa := o.TypedSearchAttributes
 	kw := func(name string) string {
 		v, _ := sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(name))
@@ -154,17 +127,14 @@ func TestStartOptions(t *testing.T) {
 	}
 	i64 := func(name string) int64 {
 		v, ok := sa.GetInt64(temporal.NewSearchAttributeKeyInt64(name))
-		if !ok {
-			t.Errorf("search attribute %s unset", name)
-		}
+		assert.True(t, ok, "search attribute %s unset", name)
 		return v
 	}
-	if kw(rollout.SARolloutID) != "s1-0003" || kw(rollout.SARolloutSet) != "s1" || kw(rollout.SARolloutPhase) != "seeding" {
-		t.Errorf("keyword search attributes: %v", sa)
-	}
-	if i64(rollout.SARolloutAttempt) != 0 || i64(rollout.SARolloutTurn) != 0 {
-		t.Errorf("int search attributes: %v", sa)
-	}
+	require.Equal(t, "s1-0003", kw(rollout.SARolloutID), "keyword search attributes: %v", sa)
+	require.Equal(t, "s1", kw(rollout.SARolloutSet), "keyword search attributes: %v", sa)
+	require.Equal(t, "seeding", kw(rollout.SARolloutPhase), "keyword search attributes: %v", sa)
+	require.Equal(t, int64(0), i64(rollout.SARolloutAttempt), "int search attributes: %v", sa)
+	require.Equal(t, int64(0), i64(rollout.SARolloutTurn), "int search attributes: %v", sa)
 }
 
 // fakeStarter records starts; failAt makes one rollout's start fail.
@@ -205,20 +175,14 @@ func TestStartAll(t *testing.T) {
 	req := validRequest()
 	req.Count = 40
 	inputs, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var f fakeStarter
 	n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 40 || len(f.ids) != 40 {
-		t.Fatalf("started %d (recorded %d), want 40", n, len(f.ids))
-	}
-	if m := f.maxSeen.Load(); m > 4 {
-		t.Errorf("%d starts in flight, limit 4", m)
-	}
+	require.NoError(t, err)
+	require.Equal(t, 40, n, "started %d (recorded %d), want 40", n, len(f.ids))
+	require.Len(t, f.ids, 40, "started %d (recorded %d), want 40", n, len(f.ids))
+	m := f.maxSeen.Load()
+	assert.LessOrEqual(t, m, int32(4), "%d starts in flight, limit 4", m)
 }
 
 func TestStartAllErrors(t *testing.T) {
@@ -234,21 +198,13 @@ func TestStartAllErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inputs, err := BuildInputs(validRequest())
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			f := fakeStarter{failAt: "rollout/s1-0002", failWith: tt.err}
 			n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 1})
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
+			require.Error(t, err, "no error")
+			assert.ErrorContains(t, err, tt.want, "error %q does not contain %q", err, tt.want)
 			// One start at a time: the failure stops the ones after it.
-			if n != 2 {
-				t.Errorf("started %d, want 2", n)
-			}
+			assert.Equal(t, 2, n, "started %d, want 2", n)
 		})
 	}
 }
@@ -263,12 +219,9 @@ func TestForEachStopsAtFirstError(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("err = %v", err)
-	}
-	if c := calls.Load(); c != 4 {
-		t.Errorf("%d calls after a failure at index 3 with limit 1", c)
-	}
+	require.ErrorIs(t, err, boom, "err = %v", err)
+	c := calls.Load()
+	assert.Equal(t, int32(4), c, "%d calls after a failure at index 3 with limit 1", c)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := fanout.Each(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
@@ -279,44 +232,28 @@ func TestForEachStopsAtFirstError(t *testing.T) {
 func TestBuildInputsMixedSet(t *testing.T) {
 	req := SubmitRequest{Set: "mix", Count: 10, Envs: []string{"counter", "blackjack", "workplace", "sandbox"}, Seed: 3}
 	inputs, err := BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantEnv := []string{"counter", "blackjack", "workplace", "sandbox", "counter", "blackjack", "workplace", "sandbox", "counter", "blackjack"}
 	wantTurns := map[string]int{"counter": 16, "blackjack": 64, "workplace": 24, "sandbox": 12}
 	for i, in := range inputs {
 		env := wantEnv[i]
-		if in.Env.Name != env {
-			t.Errorf("rollout %d env %q, want %q", i, in.Env.Name, env)
-		}
-		if in.Policy.Model != "scripted-"+env {
-			t.Errorf("rollout %d policy %q, want scripted-%s", i, in.Policy.Model, env)
-		}
-		if in.Limits.MaxTurns != wantTurns[env] {
-			t.Errorf("rollout %d (%s) max turns %d, want %d", i, env, in.Limits.MaxTurns, wantTurns[env])
-		}
+		assert.Equal(t, env, in.Env.Name, "rollout %d env %q, want %q", i, in.Env.Name, env)
+		assert.Equal(t, "scripted-"+env, in.Policy.Model, "rollout %d policy %q, want scripted-%s", i, in.Policy.Model, env)
+		assert.Equal(t, wantTurns[env], in.Limits.MaxTurns, "rollout %d (%s) max turns %d, want %d", i, env, in.Limits.MaxTurns, wantTurns[env])
 		task, err := catalog.Task(env, 3, i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(in.Task) != string(task) {
-			t.Errorf("rollout %d task %s, want %s", i, in.Task, task)
-		}
-		if o := rollout.StartOptions(in, "q"); o.Memo[rollout.MemoEnv] != env {
-			t.Errorf("rollout %d memo %v", i, o.Memo)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, string(task), string(in.Task), "rollout %d task %s, want %s", i, in.Task, task)
+		o := rollout.StartOptions(in, "q")
+		assert.Equal(t, env, o.Memo[rollout.MemoEnv], "rollout %d memo %v", i, o.Memo)
 	}
 
 	// An explicit policy and limit apply to every rollout.
 	req.Policy, req.MaxTurns = "gpt-x", 5
 	inputs, err = BuildInputs(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i, in := range inputs {
-		if in.Policy.Model != "gpt-x" || in.Limits.MaxTurns != 5 {
-			t.Errorf("rollout %d: policy %q max turns %d", i, in.Policy.Model, in.Limits.MaxTurns)
-		}
+		require.Equal(t, "gpt-x", in.Policy.Model, "rollout %d: policy %q max turns %d", i, in.Policy.Model, in.Limits.MaxTurns)
+		require.Equal(t, 5, in.Limits.MaxTurns, "rollout %d: policy %q max turns %d", i, in.Policy.Model, in.Limits.MaxTurns)
 	}
 }
 
@@ -337,14 +274,11 @@ func TestParseEnvs(t *testing.T) {
 	for _, tt := range tests {
 		got, err := ParseEnvs(tt.in)
 		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("ParseEnvs(%q) error %v, want one containing %q", tt.in, err, tt.wantErr)
-			}
+			assert.ErrorContains(t, err, tt.wantErr, "ParseEnvs(%q) error %v, want one containing %q", tt.in, err, tt.wantErr)
 			continue
 		}
-		if err != nil || strings.Join(got, ",") != strings.Join(tt.want, ",") {
-			t.Errorf("ParseEnvs(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
-		}
+		require.NoError(t, err, "ParseEnvs(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		require.Equal(t, strings.Join(tt.want, ","), strings.Join(got, ","), "ParseEnvs(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 	}
 }
 
@@ -389,19 +323,13 @@ func TestAwaitHeld(t *testing.T) {
 	// their results.
 	c := &scriptedCounter{listed: []int64{0, 3, 5}, working: []int64{0, 3, 5, 2, 0}}
 	var bar countingProgress
-	if err := awaitHeld(t.Context(), c, "s1", 5, &bar); err != nil {
-		t.Fatal(err)
-	}
-	if bar.n != 5 || bar.ok == nil || !*bar.ok {
-		t.Errorf("progress %d, finished %v", bar.n, bar.ok)
-	}
-	if c.pollsW != 5 {
-		t.Errorf("%d polls, want 5: zero working counts only once the set is listed whole", c.pollsW)
-	}
+	require.NoError(t, awaitHeld(t.Context(), c, "s1", 5, &bar))
+	require.Equal(t, 5, bar.n, "progress %d, finished %v", bar.n, bar.ok)
+	require.NotNil(t, bar.ok, "progress %d, finished %v", bar.n, bar.ok)
+	require.True(t, *bar.ok, "progress %d, finished %v", bar.n, bar.ok)
+	assert.Equal(t, 5, c.pollsW, "%d polls, want 5: zero working counts only once the set is listed whole", c.pollsW)
 	want := `RolloutSet = "s1" AND ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`
-	if !c.queries[want] {
-		t.Errorf("queries %v lack %s", c.queries, want)
-	}
+	assert.True(t, c.queries[want], "queries %v lack %s", c.queries, want)
 }
 
 // failingCounter answers every count with err.
@@ -414,16 +342,12 @@ func (f failingCounter) CountWorkflow(context.Context, *workflowservice.CountWor
 // TestCheckGroupAttribute: a dataset is refused before anything starts on a
 // namespace that lacks the group ledgers' search attribute, with the fix.
 func TestCheckGroupAttribute(t *testing.T) {
-	if err := checkGroupAttribute(t.Context(), failingCounter{}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, checkGroupAttribute(t.Context(), failingCounter{}))
 	err := checkGroupAttribute(t.Context(), failingCounter{errors.New("invalid query: unknown search attribute: RolloutGroupStatus")})
-	if err == nil || !strings.Contains(err.Error(), "starter setup") || !strings.Contains(err.Error(), rollout.SARolloutGroupStatus) {
-		t.Fatalf("err = %v, want one naming the attribute and starter setup", err)
-	}
+	require.ErrorContains(t, err, "starter setup", "err = %v, want one naming the attribute and starter setup", err)
+	require.ErrorContains(t, err, rollout.SARolloutGroupStatus, "err = %v, want one naming the attribute and starter setup", err)
 	// A server that cannot answer is not taken for a missing attribute.
 	err = checkGroupAttribute(t.Context(), failingCounter{errors.New("connection refused")})
-	if err == nil || !strings.Contains(err.Error(), "look up group ledgers") || strings.Contains(err.Error(), "starter setup") {
-		t.Fatalf("err = %v, want a lookup failure, not a setup hint", err)
-	}
+	require.ErrorContains(t, err, "look up group ledgers", "err = %v, want a lookup failure, not a setup hint", err)
+	require.NotContains(t, err.Error(), "starter setup", "err = %v, want a lookup failure, not a setup hint", err)
 }

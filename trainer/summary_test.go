@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -51,12 +53,9 @@ func TestPercentile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			orig := fmt.Sprint(tt.ds)
-			if got := Percentile(tt.ds, tt.p); got != tt.want {
-				t.Errorf("Percentile(%v, %v) = %v, want %v", tt.ds, tt.p, got, tt.want)
-			}
-			if fmt.Sprint(tt.ds) != orig {
-				t.Errorf("input reordered: %v", tt.ds)
-			}
+			got := Percentile(tt.ds, tt.p)
+			assert.Equal(t, tt.want, got, "Percentile(%v, %v) = %v, want %v", tt.ds, tt.p, got, tt.want)
+			assert.Equal(t, orig, fmt.Sprint(tt.ds), "input reordered: %v", tt.ds)
 		})
 	}
 }
@@ -87,21 +86,15 @@ func TestSummarize(t *testing.T) {
 		MeanReward: 0.5, MeanTurns: 5,
 		P50: 2 * time.Second, P95: 3 * time.Second,
 	}
-	if got != want {
-		t.Fatalf("Summarize = %+v\nwant        %+v", got, want)
-	}
-	if z := Summarize(nil); z != (Summary{}) {
-		t.Errorf("empty set: %+v", z)
-	}
+	require.Equal(t, want, got, "Summarize = %+v\nwant        %+v", got, want)
+	assert.Equal(t, Summary{}, Summarize(nil), "empty set")
 
 }
 
 func payload(t *testing.T, v any) *commonpb.Payload {
 	t.Helper()
 	p, err := converter.GetDefaultDataConverter().ToPayload(v)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return p
 }
 
@@ -143,23 +136,23 @@ func TestLatestRuns(t *testing.T) {
 		{"s1-0001", "r1b", "model", 1},
 		{"s1-0002", "r2y", "verifying", 0},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d records: %+v", len(got), got)
-	}
+	require.Len(t, got, len(want), "got %d records: %+v", len(got), got)
 	for i, w := range want {
 		g := got[i]
-		if g.RolloutID != w.id || g.RunID != w.run || g.Phase != w.phase || g.Attempt != w.attempt || g.Turn != 4 {
-			t.Errorf("record %d = %+v, want %+v", i, g, w)
-		}
+		require.Equal(t, w.id, g.RolloutID, "record %d = %+v, want %+v", i, g, w)
+		require.Equal(t, w.run, g.RunID, "record %d = %+v, want %+v", i, g, w)
+		require.Equal(t, w.phase, g.Phase, "record %d = %+v, want %+v", i, g, w)
+		require.Equal(t, w.attempt, g.Attempt, "record %d = %+v, want %+v", i, g, w)
+		require.Equal(t, int64(4), g.Turn, "record %d = %+v, want %+v", i, g, w)
 	}
-	if !got[0].Close.Equal(t0.Add(2*time.Second)) || !got[1].Close.IsZero() {
-		t.Errorf("close times: %v %v", got[0].Close, got[1].Close)
-	}
+	require.True(t, got[0].Close.Equal(t0.Add(2*time.Second)), "close times: %v %v", got[0].Close, got[1].Close)
+	require.True(t, got[1].Close.IsZero(), "close times: %v %v", got[0].Close, got[1].Close)
 
 	counts := CountStatus(got)
-	if counts.Phases["completed"] != 1 || counts.Phases["model"] != 1 || counts.Statuses["Running"] != 2 || counts.Statuses["Completed"] != 1 {
-		t.Errorf("CountStatus = %+v", counts)
-	}
+	require.Equal(t, 1, counts.Phases["completed"], "CountStatus = %+v", counts)
+	require.Equal(t, 1, counts.Phases["model"], "CountStatus = %+v", counts)
+	require.Equal(t, 2, counts.Statuses["Running"], "CountStatus = %+v", counts)
+	require.Equal(t, 1, counts.Statuses["Completed"], "CountStatus = %+v", counts)
 }
 
 func TestRecordWithoutSearchAttributes(t *testing.T) {
@@ -167,9 +160,9 @@ func TestRecordWithoutSearchAttributes(t *testing.T) {
 		Execution: &commonpb.WorkflowExecution{WorkflowId: "rollout/x-0001", RunId: "r"},
 		Status:    running,
 	})
-	if r.RolloutID != "x-0001" || r.Phase != "" || r.Attempt != 0 {
-		t.Errorf("record = %+v", r)
-	}
+	require.Equal(t, "x-0001", r.RolloutID, "record = %+v", r)
+	require.Equal(t, "", r.Phase, "record = %+v", r)
+	require.Equal(t, int64(0), r.Attempt, "record = %+v", r)
 }
 
 // pagedLister serves pages and checks the tokens it gets back.
@@ -204,15 +197,10 @@ func TestListLatestPagesThroughAll(t *testing.T) {
 	pages = append(pages, nil) // an empty last page with no token
 	l := &pagedLister{pages: pages}
 	got, err := listLatest(t.Context(), l, "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 6 || l.calls != 4 {
-		t.Fatalf("got %d runs in %d calls", len(got), l.calls)
-	}
-	if l.query != `RolloutSet = "s1"` {
-		t.Errorf("query %q", l.query)
-	}
+	require.NoError(t, err)
+	require.Len(t, got, 6, "got %d runs in %d calls", len(got), l.calls)
+	require.Equal(t, 4, l.calls, "got %d runs in %d calls", len(got), l.calls)
+	assert.Equal(t, `RolloutSet = "s1"`, l.query, "query")
 }
 
 func withEnv(r RolloutRecord, env string) RolloutRecord {
@@ -244,17 +232,11 @@ func TestSummarizeByEnv(t *testing.T) {
 		{Env: "counter", Rollouts: 3, Completed: 2, Failed: 1, Passed: 1, MeanReward: 0.5, MeanTurns: 5},
 		{Env: "workplace", Rollouts: 3, Completed: 1, Failed: 1, Running: 1, MeanReward: 0.5, MeanTurns: 9},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("SummarizeByEnv = %+v\nwant %+v", got, want)
-	}
+	require.Len(t, got, len(want), "SummarizeByEnv = %+v\nwant %+v", got, want)
 	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("row %d = %+v\nwant   %+v", i, got[i], want[i])
-		}
+		assert.Equal(t, want[i], got[i], "row %d = %+v\nwant   %+v", i, got[i], want[i])
 	}
-	if z := SummarizeByEnv(nil); len(z) != 0 {
-		t.Errorf("empty set: %+v", z)
-	}
+	assert.Empty(t, SummarizeByEnv(nil), "empty set")
 }
 
 func TestPassed(t *testing.T) {
@@ -274,16 +256,14 @@ func TestPassed(t *testing.T) {
 		{"blackjack", -2, false},
 	}
 	for _, tt := range tests {
-		if got := Passed(tt.env, tt.reward); got != tt.want {
-			t.Errorf("Passed(%q, %v) = %v, want %v", tt.env, tt.reward, got, tt.want)
-		}
+		got := Passed(tt.env, tt.reward)
+		assert.Equal(t, tt.want, got, "Passed(%q, %v) = %v, want %v", tt.env, tt.reward, got, tt.want)
 	}
 }
 
 func TestRecordEnvFromMemo(t *testing.T) {
 	i := info(t, "s1-0003", "r", running, t0, 0, "model")
 	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: payload(t, "sandbox")}}
-	if r := recordFromInfo(i); r.Env != "sandbox" {
-		t.Errorf("env %q, want sandbox", r.Env)
-	}
+	r := recordFromInfo(i)
+	assert.Equal(t, "sandbox", r.Env, "env %q, want sandbox", r.Env)
 }

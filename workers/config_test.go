@@ -3,8 +3,10 @@ package workers_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
@@ -86,12 +88,8 @@ func TestConfigFromLookup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := workers.ConfigFromLookup(lookup(tt.env))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Fatalf("got %+v\nwant %+v", got, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
 }
@@ -115,12 +113,8 @@ func TestConfigFromLookupRejects(t *testing.T) {
 				env[k] = v
 			}
 			_, err := workers.ConfigFromLookup(lookup(env))
-			if err == nil {
-				t.Fatalf("%s=%q accepted", tt.key, tt.value)
-			}
-			if !strings.Contains(err.Error(), tt.key) {
-				t.Errorf("error %q does not name %s", err, tt.key)
-			}
+			require.Error(t, err, "%s=%q accepted", tt.key, tt.value)
+			assert.ErrorContains(t, err, tt.key, "error %q does not name %s", err, tt.key)
 		})
 	}
 }
@@ -131,20 +125,12 @@ func TestHostPortAndUnreachableMessage(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
 	t.Setenv("TEMPORAL_CONFIG_FILE", t.TempDir()+"/none.toml")
 	opts, err := workers.ClientOptions(zaptestLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := workers.HostPort(opts); got != "127.0.0.1:1" {
-		t.Fatalf("HostPort = %q", got)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:1", workers.HostPort(opts), "HostPort")
 	_, err = workers.Dial(t.Context(), opts, 3e9)
-	if err == nil {
-		t.Fatal("dial to a closed port succeeded")
-	}
+	require.Error(t, err, "dial to a closed port succeeded")
 	for _, want := range []string{"127.0.0.1:1", "make devserver"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
+		assert.ErrorContains(t, err, want, "error %q does not mention %q", err, want)
 	}
 }
 
@@ -153,9 +139,7 @@ func TestHostPortAndUnreachableMessage(t *testing.T) {
 func TestClientOptionsWithPrecedence(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "temporal.toml")
 	toml := "[profile.default]\naddress = \"file:1\"\nnamespace = \"file-ns\"\n\n[profile.other]\naddress = \"other:2\"\n"
-	if err := os.WriteFile(file, []byte(toml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, []byte(toml), 0o600))
 	t.Setenv("TEMPORAL_CONFIG_FILE", file)
 	t.Setenv("TEMPORAL_ADDRESS", "") // restored after the test…
 	os.Unsetenv("TEMPORAL_ADDRESS")  // …and unset during it: the file's address applies
@@ -174,18 +158,13 @@ func TestClientOptionsWithPrecedence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			opts, err := workers.ClientOptionsWith(zaptestLogger(t), tt.conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if opts.HostPort != tt.addr || opts.Namespace != tt.ns {
-				t.Fatalf("address %q namespace %q, want %q %q", opts.HostPort, opts.Namespace, tt.addr, tt.ns)
-			}
-			if got := opts.ConnectionOptions.TLS != nil; got != tt.tls {
-				t.Fatalf("TLS on = %v, want %v", got, tt.tls)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.addr, opts.HostPort, "address %q namespace %q, want %q %q", opts.HostPort, opts.Namespace, tt.addr, tt.ns)
+			require.Equal(t, tt.ns, opts.Namespace, "address %q namespace %q, want %q %q", opts.HostPort, opts.Namespace, tt.addr, tt.ns)
+			got := opts.ConnectionOptions.TLS != nil
+			require.Equal(t, tt.tls, got, "TLS on = %v, want %v", got, tt.tls)
 		})
 	}
-	if _, err := workers.ClientOptionsWith(zaptestLogger(t), workers.Connection{Profile: "missing"}); err == nil {
-		t.Fatal("an unknown profile was accepted")
-	}
+	_, err := workers.ClientOptionsWith(zaptestLogger(t), workers.Connection{Profile: "missing"})
+	require.Error(t, err, "an unknown profile was accepted")
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/log"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -35,19 +37,14 @@ func TestLoggerLevelsAndFields(t *testing.T) {
 		{"e", zapcore.ErrorLevel, map[string]any{"err": "boom", "dangling": "(MISSING)"}},
 	}
 	entries := logs.AllUntimed()
-	if len(entries) != len(tests) {
-		t.Fatalf("got %d entries, want %d", len(entries), len(tests))
-	}
+	require.Len(t, entries, len(tests), "got %d entries, want %d", len(entries), len(tests))
 	for i, tt := range tests {
 		e := entries[i]
-		if e.Message != tt.msg || e.Level != tt.level {
-			t.Errorf("entry %d: %s %q, want %s %q", i, e.Level, e.Message, tt.level, tt.msg)
-		}
+		require.Equal(t, tt.msg, e.Message, "entry %d: %s %q, want %s %q", i, e.Level, e.Message, tt.level, tt.msg)
+		require.Equal(t, tt.level, e.Level, "entry %d: %s %q, want %s %q", i, e.Level, e.Message, tt.level, tt.msg)
 		got := e.ContextMap()
 		for k, v := range tt.fields {
-			if got[k] != v {
-				t.Errorf("entry %q field %q = %#v, want %#v", tt.msg, k, got[k], v)
-			}
+			assert.True(t, got[k] == v, "entry %q field %q = %#v, want %#v", tt.msg, k, got[k], v)
 		}
 	}
 }
@@ -65,16 +62,9 @@ func TestLoggerWithDoesNotMutate(t *testing.T) {
 	skipped.Info("skipped", "a", "b")
 
 	entries := logs.AllUntimed()
-	if len(entries) != 3 {
-		t.Fatalf("got %d entries", len(entries))
-	}
-	if entries[0].ContextMap()["rollout"] != "s-0001" {
-		t.Errorf("child lacks its field: %v", entries[0].ContextMap())
-	}
-	if _, ok := entries[1].ContextMap()["rollout"]; ok {
-		t.Errorf("With mutated the base logger: %v", entries[1].ContextMap())
-	}
-	if entries[2].ContextMap()["a"] != "b" {
-		t.Errorf("skip logger lost fields: %v", entries[2].ContextMap())
-	}
+	require.Len(t, entries, 3, "got %d entries", len(entries))
+	assert.Equal(t, "s-0001", entries[0].ContextMap()["rollout"], "child lacks its field: %v", entries[0].ContextMap())
+	_, ok := entries[1].ContextMap()["rollout"]
+	assert.False(t, ok, "With mutated the base logger: %v", entries[1].ContextMap())
+	assert.Equal(t, "b", entries[2].ContextMap()["a"], "skip logger lost fields: %v", entries[2].ContextMap())
 }

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -22,13 +23,9 @@ import (
 func TestActivitiesOverMutualTLS(t *testing.T) {
 	certs := tlstest.New(t)
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "wd", ControlToken: "wc"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	serverTLS, err := tlsfiles.ServerFiles{Cert: certs.ServerCert, Key: certs.ServerKey, ClientCA: certs.CA}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hs := httptest.NewUnstartedServer(srv)
 	hs.TLS = serverTLS
 	hs.StartTLS()
@@ -38,9 +35,7 @@ func TestActivitiesOverMutualTLS(t *testing.T) {
 		cfg := workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: "https://127.0.0.1:1/v1", TaskQueue: "q",
 			LogLevel: "info", LogFormat: "json", DataToken: "wd", ControlToken: "wc", TLS: files}
 		acts, err := workers.NewActivities(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var suite testsuite.WorkflowTestSuite
 		env := suite.NewTestActivityEnvironment()
 		env.RegisterActivity(acts.Environment)
@@ -48,12 +43,8 @@ func TestActivitiesOverMutualTLS(t *testing.T) {
 			Env: rollout.EnvRef{Name: counter.Name}, Task: json.RawMessage(`{"target":1}`)})
 		return err
 	}
-	if err := seed(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey}); err != nil {
-		t.Fatalf("seed over mutual TLS: %v", err)
-	}
-	if err := seed(t, tlsfiles.ClientFiles{CA: certs.CA}); err == nil {
-		t.Fatal("a worker without a client certificate got through")
-	}
+	require.NoError(t, seed(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey}), "seed over mutual TLS")
+	require.Error(t, seed(t, tlsfiles.ClientFiles{CA: certs.CA}), "a worker without a client certificate got through")
 	if _, err := workers.NewActivities(workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: hs.URL, TaskQueue: "q",
 		LogLevel: "info", LogFormat: "json", TLS: tlsfiles.ClientFiles{CA: "/nonexistent/ca.pem"}}); err == nil {
 		t.Fatal("NewActivities accepted a CA file that does not exist")

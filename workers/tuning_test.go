@@ -1,8 +1,9 @@
 package workers_test
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/workers"
 )
@@ -39,17 +40,11 @@ func TestTuningFromEnvironment(t *testing.T) {
 			}
 			cfg, err := workers.ConfigFromLookup(lookup(env))
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want one naming %s", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want one naming %s", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.Tuning != tt.want {
-				t.Fatalf("Tuning = %+v, want %+v", cfg.Tuning, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.Tuning, "Tuning = %+v, want %+v", cfg.Tuning, tt.want)
 		})
 	}
 }

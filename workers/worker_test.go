@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
@@ -31,9 +33,7 @@ func (r *recordingRegistry) RegisterActivity(a any) { r.activities = append(r.ac
 func testConfig(t *testing.T) workers.Config {
 	t.Helper()
 	cfg, err := workers.ConfigFromLookup(func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg.TranscriptDir = filepath.Join(t.TempDir(), "transcripts")
 	return cfg
 }
@@ -41,29 +41,24 @@ func testConfig(t *testing.T) workers.Config {
 func TestRegister(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	acts, err := workers.NewActivities(testConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
 		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
-	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
-		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
-	}
-	if len(r.activities) != 5 || r.activities[0] != any(acts.Model) || r.activities[1] != any(acts.Environment) || r.activities[4] != any(coord) {
-		t.Errorf("activities registered: %v", r.activities)
-	}
+	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
+	require.Len(t, r.activities, 5, "activities registered: %v", r.activities)
+	require.True(t, r.activities[0] == any(acts.Model), "activities registered: %v", r.activities)
+	require.True(t, r.activities[1] == any(acts.Environment), "activities registered: %v", r.activities)
+	require.True(t, r.activities[4] == any(coord), "activities registered: %v", r.activities)
 	if g, ok := r.activities[2].(*bookkeeping.GroupActivities); !ok || g.Client != coord.Client {
 		t.Errorf("group activities registered: %#v", r.activities[2])
 	}
-	if f, ok := r.activities[3].(*bookkeeping.FenceActivities); !ok || f.Client != coord.Client {
-		t.Errorf("fence activities registered: %#v", r.activities[3])
-	}
-	if coord.Store != acts.Store {
-		t.Error("the coordinator does not share the rollout activities' transcript store")
-	}
+	f, ok := r.activities[3].(*bookkeeping.FenceActivities)
+	require.True(t, ok, "fence activities registered: %#v", r.activities[3])
+	require.True(t, f.Client == coord.Client, "fence activities registered: %#v", r.activities[3])
+	assert.Same(t, acts.Store, coord.Store, "the coordinator does not share the rollout activities' transcript store")
 }
 
 func TestNewActivities(t *testing.T) {
@@ -71,27 +66,23 @@ func TestNewActivities(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.ModelAPIKey = "k"
 	acts, err := workers.NewActivities(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if acts.Store == nil || acts.Store.Location() != cfg.TranscriptDir {
-		t.Errorf("store not opened in %s", cfg.TranscriptDir)
-	}
+	require.NoError(t, err)
+	require.NotNil(t, acts.Store, "store not opened in %s", cfg.TranscriptDir)
+	require.Equal(t, cfg.TranscriptDir, acts.Store.Location(), "store not opened in %s", cfg.TranscriptDir)
 	if _, err := os.Stat(cfg.TranscriptDir); err != nil {
 		t.Errorf("transcript dir not created: %v", err)
 	}
-	if acts.Environment.URL != cfg.EnvURL || acts.Model.BaseURL != cfg.ModelBaseURL || acts.Model.APIKey != "k" {
-		t.Errorf("endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
-	}
-	if acts.Model.Store != acts.Store || acts.Environment.Store != acts.Store || acts.Model.HTTPClient != acts.HTTPClient || acts.Environment.HTTPClient != acts.HTTPClient {
-		t.Error("the model and environment activities do not share the worker's store and HTTP client")
-	}
-	if acts.HTTPClient == nil {
-		t.Fatal("no HTTP client")
-	}
-	if tr, ok := acts.HTTPClient.Transport.(*http.Transport); !ok || tr.MaxIdleConnsPerHost < 256 {
-		t.Errorf("transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
-	}
+	require.Equal(t, cfg.EnvURL, acts.Environment.URL, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
+	require.Equal(t, cfg.ModelBaseURL, acts.Model.BaseURL, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
+	require.Equal(t, "k", acts.Model.APIKey, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
+	require.Same(t, acts.Store, acts.Model.Store, "the model and environment activities do not share the worker's store and HTTP client")
+	require.Same(t, acts.Store, acts.Environment.Store, "the model and environment activities do not share the worker's store and HTTP client")
+	require.Same(t, acts.HTTPClient, acts.Model.HTTPClient, "the model and environment activities do not share the worker's store and HTTP client")
+	require.Same(t, acts.HTTPClient, acts.Environment.HTTPClient, "the model and environment activities do not share the worker's store and HTTP client")
+	require.NotNil(t, acts.HTTPClient, "no HTTP client")
+	tr, ok := acts.HTTPClient.Transport.(*http.Transport)
+	require.True(t, ok, "transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
+	require.GreaterOrEqual(t, tr.MaxIdleConnsPerHost, 256, "transport %T keeps too few idle connections per host for hundreds of concurrent calls", acts.HTTPClient.Transport)
 }
 
 func TestNewActivitiesRejects(t *testing.T) {
@@ -105,9 +96,7 @@ func TestNewActivitiesRejects(t *testing.T) {
 			name: "transcript dir under a file",
 			mutate: func(t *testing.T, c *workers.Config) {
 				f := filepath.Join(t.TempDir(), "file")
-				if err := os.WriteFile(f, nil, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.WriteFile(f, nil, 0o600))
 				c.TranscriptDir = filepath.Join(f, "sub")
 			},
 			want: "transcript store",
@@ -131,12 +120,8 @@ func TestNewActivitiesRejects(t *testing.T) {
 				tt.mutate(t, &cfg)
 			}
 			_, err := workers.NewActivities(cfg)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not mention %q", err, tt.want)
-			}
+			require.Error(t, err, "accepted")
+			assert.ErrorContains(t, err, tt.want, "error %q does not mention %q", err, tt.want)
 		})
 	}
 }
@@ -146,20 +131,13 @@ func TestNewActivitiesRejects(t *testing.T) {
 func TestRegisterControl(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	acts, err := workers.NewActivities(testConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
 	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
-	if strings.Join(r.workflows, ",") != strings.Join(want, ",") {
-		t.Errorf("workflows registered: %v, want %v", r.workflows, want)
-	}
-	if len(r.activities) != 1 || r.activities[0] != any(coord) {
-		t.Errorf("activities registered: %v, want the coordinator only", r.activities)
-	}
-	if got := checkpoint.ControlTaskQueue("q"); got != "q-control" {
-		t.Errorf("control queue of q = %q", got)
-	}
+	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
+	require.Len(t, r.activities, 1, "activities registered: %v, want the coordinator only", r.activities)
+	require.True(t, r.activities[0] == any(coord), "activities registered: %v, want the coordinator only", r.activities)
+	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

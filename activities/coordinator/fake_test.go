@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -325,9 +326,7 @@ func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envSer
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 		Storage: opener,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
@@ -340,17 +339,14 @@ func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envSer
 func (e *envServer) start(t *testing.T, rollout string, attempt int) {
 	t.Helper()
 	if attempt > 0 {
-		if _, err := e.cc.Authorise(context.Background(), rollout, attempt); err != nil {
-			t.Fatalf("authorise %s attempt %d: %v", rollout, attempt, err)
-		}
+		_, err := e.cc.Authorise(context.Background(), rollout, attempt)
+		require.NoError(t, err, "authorise %s attempt %d", rollout, attempt)
 	}
 	_, err := e.c.Start(context.Background(), protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.SeedRequestID(rollout)},
 		Env:      counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
-	if err != nil {
-		t.Fatalf("start %s: %v", rollout, err)
-	}
+	require.NoError(t, err, "start %s", rollout)
 }
 
 func (e *envServer) inc(t *testing.T, rollout string, attempt, turn int, rev int64) {
@@ -359,9 +355,7 @@ func (e *envServer) inc(t *testing.T, rollout string, attempt, turn int, rev int
 		Identity:         protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.OperateRequestID(rollout, turn, 0)},
 		ExpectedRevision: rev, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	})
-	if err != nil {
-		t.Fatalf("operate %s: %v", rollout, err)
-	}
+	require.NoError(t, err, "operate %s", rollout)
 }
 
 func (e *envServer) verify(t *testing.T, rollout string, attempt int, rev int64) {
@@ -370,17 +364,13 @@ func (e *envServer) verify(t *testing.T, rollout string, attempt int, rev int64)
 		Identity:         protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: protocol.VerifyRequestID(rollout)},
 		ExpectedRevision: rev,
 	})
-	if err != nil {
-		t.Fatalf("verify %s: %v", rollout, err)
-	}
+	require.NoError(t, err, "verify %s", rollout)
 }
 
 func (e *envServer) status(t *testing.T) protocol.ControlStatus {
 	t.Helper()
 	st, err := e.cc.Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return st
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
@@ -18,25 +19,20 @@ import (
 func TestRecordsRoundTripSortedAndDeterministic(t *testing.T) {
 	ctx := context.Background()
 	dir, err := storage.Dir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	recs := map[string][]byte{
 		"b": []byte(`{"checkpoint_id":"c","set":"s","input":{"rollout_id":"b","set":"s"},"boundary":{"rollout_id":"b"}}`),
 		"a": []byte(`{ "checkpoint_id":"c", "set":"s","input":{"rollout_id":"a","set":"s"},"boundary":{"rollout_id":"a"}}`),
 	}
 	d1, err := writeRecords(ctx, at(dir, "r1.jsonl"), recs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	d2, err := writeRecords(ctx, at(dir, "r2.jsonl"), recs)
-	if err != nil || d1 != d2 {
-		t.Fatalf("same records, digests %s and %s (%v)", d1, d2, err)
-	}
+	require.NoError(t, err, "same records, digests %s and %s (%v)", d1, d2, err)
+	require.Equal(t, d2, d1, "same records, digests %s and %s (%v)", d1, d2, err)
 	back, err := readRecords(ctx, at(dir, "r1.jsonl"))
-	if err != nil || len(back) != 2 || !equalCompact(back["a"], recs["a"]) {
-		t.Fatalf("read back %q, %v", back, err)
-	}
+	require.NoError(t, err, "read back %q, %v", back, err)
+	require.Len(t, back, 2, "read back %q, %v", back, err)
+	require.True(t, equalCompact(back["a"], recs["a"]), "read back %q, %v", back, err)
 }
 
 func equalCompact(a, b []byte) bool {
@@ -78,12 +74,9 @@ func TestProgressBeatsWhileNothingFinishes(t *testing.T) {
 		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: time.Second})
 		return workflow.ExecuteActivity(ctx, "Slow").Get(ctx, nil)
 	})
-	if err := env.GetWorkflowError(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, env.GetWorkflowError())
 	// One beat at the start and one at the end; the clock adds about a
 	// dozen (every 333 ms for 4 s).
-	if got := beats.Load(); got < 4 {
-		t.Fatalf("%d heartbeats in 4 s with a 1 s heartbeat timeout, want the clock's too", got)
-	}
+	got := beats.Load()
+	require.GreaterOrEqual(t, got, int64(4), "%d heartbeats in 4 s with a 1 s heartbeat timeout, want the clock's too", got)
 }

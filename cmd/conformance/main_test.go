@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs"
@@ -18,9 +20,7 @@ import (
 
 func TestRunAgainstTheGoEnvServer(t *testing.T) {
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, DataToken: "d", ControlToken: "c"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	var out, errOut bytes.Buffer
@@ -28,20 +28,16 @@ func TestRunAgainstTheGoEnvServer(t *testing.T) {
 		t.Fatalf("run: %v\n%s%s", err, out.String(), errOut.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != len(conformance.Rules()) {
-		t.Fatalf("%d lines for %d rules:\n%s", len(lines), len(conformance.Rules()), out.String())
-	}
+	require.Len(t, lines, len(conformance.Rules()), "%d lines for %d rules:\n%s", len(lines), len(conformance.Rules()), out.String())
 	for _, l := range lines {
-		if !strings.HasPrefix(l, "PASS R") {
-			t.Errorf("line %q", l)
-		}
+		assert.True(t, strings.HasPrefix(l, "PASS R"), "line %q", l)
 	}
 	// A wrong token fails rules and exits 1, not 2.
 	out.Reset()
 	err = run(context.Background(), []string{"--url", hs.URL, "--data-token", "wrong", "--control-token", "c"}, &out, &errOut)
-	if !errors.Is(err, errFailed) || cli.ExitCode(err) != cli.ExitFailure || !strings.Contains(out.String(), "FAIL R") {
-		t.Fatalf("run with a wrong data token = %v (exit %d):\n%s", err, cli.ExitCode(err), out.String())
-	}
+	require.ErrorIs(t, err, errFailed, "run with a wrong data token = %v (exit %d):\n%s", err, cli.ExitCode(err), out.String())
+	require.Equal(t, cli.ExitFailure, cli.ExitCode(err), "run with a wrong data token = %v (exit %d):\n%s", err, cli.ExitCode(err), out.String())
+	require.Contains(t, out.String(), "FAIL R", "run with a wrong data token = %v (exit %d):\n%s", err, cli.ExitCode(err), out.String())
 }
 
 func TestRunRefusesBadCommandLines(t *testing.T) {
@@ -57,12 +53,11 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
-		if cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("run %q = %v (exit %d), want a usage error naming %q", tc.args, err, cli.ExitCode(err), tc.want)
-		}
+		require.Equal(t, cli.ExitUsage, cli.ExitCode(err), "run %q = %v (exit %d), want a usage error naming %q", tc.args, err, cli.ExitCode(err), tc.want)
+		require.ErrorContains(t, err, tc.want, "run %q = %v (exit %d), want a usage error naming %q", tc.args, err, cli.ExitCode(err), tc.want)
 	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"--list"}, &out, &out); err != nil || !strings.Contains(out.String(), "R16 ") {
-		t.Fatalf("--list = %v:\n%s", err, out.String())
-	}
+	err := run(context.Background(), []string{"--list"}, &out, &out)
+	require.NoError(t, err, "--list = %v:\n%s", err, out.String())
+	require.Contains(t, out.String(), "R16 ", "--list = %v:\n%s", err, out.String())
 }

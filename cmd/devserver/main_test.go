@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRunPrintFlags(t *testing.T) {
@@ -44,17 +47,11 @@ func TestRunPrintFlags(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := run(tt.args, &stdout, &stderr)
-			if code != tt.wantCode {
-				t.Fatalf("exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
-			}
+			require.Equal(t, tt.wantCode, code, "exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
 			for _, w := range tt.want {
-				if !strings.Contains(stdout.String(), w) {
-					t.Errorf("stdout %q does not contain %q", stdout.String(), w)
-				}
+				assert.Contains(t, stdout.String(), w, "stdout %q does not contain %q", stdout.String(), w)
 			}
-			if tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr) {
-				t.Errorf("stderr %q does not contain %q", stderr.String(), tt.wantErr)
-			}
+			assert.False(t, tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr), "stderr %q does not contain %q", stderr.String(), tt.wantErr)
 		})
 	}
 }
@@ -65,23 +62,15 @@ func TestServeExitCode(t *testing.T) {
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "temporal")
 	script := "#!/bin/sh\necho \"args: $*\"\nexit 3\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
 	var stdout, stderr bytes.Buffer
 	code := serve(fake, []string{"server", "start-dev", "--port", "1"}, &stdout, &stderr)
-	if code != 3 {
-		t.Fatalf("exit code %d, want 3; stderr: %s", code, stderr.String())
-	}
-	if got := stdout.String(); got != "args: server start-dev --port 1\n" {
-		t.Errorf("stdout = %q", got)
-	}
+	require.Equal(t, 3, code, "exit code %d, want 3; stderr: %s", code, stderr.String())
+	assert.Equal(t, "args: server start-dev --port 1\n", stdout.String(), "stdout")
 }
 
 func TestShellJoin(t *testing.T) {
 	got := shellJoin([]string{"temporal", "--db-filename", "/tmp/it's here.db", "K=\"v\""})
 	want := `temporal --db-filename '/tmp/it'\''s here.db' 'K="v"'`
-	if got != want {
-		t.Errorf("shellJoin = %s, want %s", got, want)
-	}
+	assert.Equal(t, want, got, "shellJoin = %s, want %s", got, want)
 }

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles/tlstest"
@@ -34,9 +37,7 @@ func TestDataTokenSettingsRefused(t *testing.T) {
 			t.Setenv(protocol.DataTokenEnvVar, tc.envData)
 			t.Setenv(protocol.ControlTokenEnvVar, tc.envControl)
 			err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0", "--envs", "counter"}, tc.args...), io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want, "run = %v, want an error mentioning %q", err, tc.want)
 		})
 	}
 }
@@ -45,9 +46,8 @@ func TestInsecureNoDataAuth(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	t.Setenv(protocol.DataTokenEnvVar, "")
 	base := startRun(t, "--data-token", "", "--insecure-no-data-auth")
-	if _, err := protocol.NewClient(base, nil).Stats(context.Background()); err != nil {
-		t.Fatalf("stats without a token on an explicitly open data plane: %v", err)
-	}
+	_, err := protocol.NewClient(base, nil).Stats(context.Background())
+	require.NoError(t, err, "stats without a token on an explicitly open data plane")
 }
 
 // TestTLS serves HTTPS and mutual TLS with certificates made for the test:
@@ -60,9 +60,7 @@ func TestTLS(t *testing.T) {
 	client := func(t *testing.T, f tlsfiles.ClientFiles) *http.Client {
 		t.Helper()
 		cfg, err := f.Config()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return tlsfiles.HTTPClient(cfg)
 	}
 	stats := func(base string, hc *http.Client) error {
@@ -72,48 +70,33 @@ func TestTLS(t *testing.T) {
 
 	t.Run("server TLS", func(t *testing.T) {
 		base := startRun(t, "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey)
-		if !strings.HasPrefix(base, "https://127.0.0.1:") {
-			t.Fatalf("ready file holds %q, want an https URL", base)
-		}
-		if err := stats(base, client(t, tlsfiles.ClientFiles{CA: certs.CA})); err != nil {
-			t.Fatalf("stats over TLS: %v", err)
-		}
-		if err := stats(base, client(t, tlsfiles.ClientFiles{CA: certs.OtherCA})); err == nil {
-			t.Fatal("a client trusting another CA got through")
-		}
-		if err := stats(strings.Replace(base, "https://", "http://", 1), nil); err == nil {
-			t.Fatal("plain HTTP was answered by the TLS server")
-		}
+		require.True(t, strings.HasPrefix(base, "https://127.0.0.1:"), "ready file holds %q, want an https URL", base)
+		require.NoError(t, stats(base, client(t, tlsfiles.ClientFiles{CA: certs.CA})), "stats over TLS")
+		require.Error(t, stats(base, client(t, tlsfiles.ClientFiles{CA: certs.OtherCA})), "a client trusting another CA got through")
+		require.Error(t, stats(strings.Replace(base, "https://", "http://", 1), nil), "plain HTTP was answered by the TLS server")
 	})
 	t.Run("mutual TLS", func(t *testing.T) {
 		t.Setenv("TURNSTILE_TLS_CERT", certs.ServerCert)
 		t.Setenv("TURNSTILE_TLS_KEY", certs.ServerKey)
 		t.Setenv("TURNSTILE_TLS_CLIENT_CA", certs.CA)
 		base := startRun(t)
-		if err := stats(base, client(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey})); err != nil {
-			t.Fatalf("stats with a client certificate: %v", err)
-		}
+		require.NoError(t, stats(base, client(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey})), "stats with a client certificate")
 		for name, f := range map[string]tlsfiles.ClientFiles{
 			"no client certificate":          {CA: certs.CA},
 			"certificate of an unrelated CA": {CA: certs.CA, Cert: certs.OtherCert, Key: certs.OtherKey},
 		} {
-			if err := stats(base, client(t, f)); err == nil {
-				t.Errorf("%s: the server accepted the connection", name)
-			}
+			assert.Error(t, stats(base, client(t, f)), "%s: the server accepted the connection", name)
 		}
 		// The tokens still apply inside mutual TLS.
 		hc := client(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey})
 		resp, err := hc.Get(base + "/v1/stats")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer resp.Body.Close()
 		var eb protocol.ErrorBody
-		if resp.StatusCode != http.StatusUnauthorized || json.NewDecoder(resp.Body).Decode(&eb) != nil || eb.Error.Code != protocol.CodeUnauthorized {
-			t.Fatalf("mutual TLS without the data token answered %d %+v", resp.StatusCode, eb)
-		}
-		if resp.TLS == nil || resp.TLS.Version < tls.VersionTLS12 {
-			t.Fatalf("connection state %+v", resp.TLS)
-		}
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "mutual TLS without the data token answered %d %+v", resp.StatusCode, eb)
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb), "mutual TLS without the data token answered %d %+v", resp.StatusCode, eb)
+		require.Equal(t, protocol.CodeUnauthorized, eb.Error.Code, "mutual TLS without the data token answered %d %+v", resp.StatusCode, eb)
+		require.NotNil(t, resp.TLS, "connection state %+v", resp.TLS)
+		require.GreaterOrEqual(t, resp.TLS.Version, uint16(tls.VersionTLS12), "connection state %+v", resp.TLS)
 	})
 }

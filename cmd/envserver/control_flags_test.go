@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
@@ -32,9 +34,7 @@ func startRun(t *testing.T, args ...string) string {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
+		assert.NoError(t, <-done, "run")
 	})
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -75,18 +75,17 @@ func TestControlTokenAndName(t *testing.T) {
 			_, err := protocol.NewControlClient(base, "wrong", nil).Status(ctx)
 			var re *protocol.RemoteError
 			if tc.token == "" {
-				if !asRemote(err, &re) || re.Status != http.StatusNotFound || re.Code != protocol.CodeControlDisabled {
-					t.Fatalf("status without a configured token = %v", err)
-				}
+				require.True(t, asRemote(err, &re), "status without a configured token = %v", err)
+				require.Equal(t, http.StatusNotFound, re.Status, "status without a configured token = %v", err)
+				require.Equal(t, protocol.CodeControlDisabled, re.Code, "status without a configured token = %v", err)
 				return
 			}
-			if !asRemote(err, &re) || re.Status != http.StatusUnauthorized {
-				t.Fatalf("status with a wrong token = %v", err)
-			}
+			require.True(t, asRemote(err, &re), "status with a wrong token = %v", err)
+			require.Equal(t, http.StatusUnauthorized, re.Status, "status with a wrong token = %v", err)
 			caps, err := protocol.NewControlClient(base, tc.token, nil).Capabilities(ctx)
-			if err != nil || caps.Name != tc.wantName || caps.Component != protocol.ComponentEnvironmentServer {
-				t.Fatalf("capabilities = %+v, %v", caps, err)
-			}
+			require.NoError(t, err, "capabilities = %+v, %v", caps, err)
+			require.Equal(t, tc.wantName, caps.Name, "capabilities = %+v, %v", caps, err)
+			require.Equal(t, protocol.ComponentEnvironmentServer, caps.Component, "capabilities = %+v, %v", caps, err)
 		})
 	}
 }
@@ -106,9 +105,7 @@ func TestControlSettingsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(protocol.ControlTokenEnvVar, tc.envToken)
 			err := run(context.Background(), append([]string{"--listen", "127.0.0.1:0"}, tc.args...), io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want, "run = %v, want an error mentioning %q", err, tc.want)
 		})
 	}
 }

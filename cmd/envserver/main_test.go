@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -43,25 +45,20 @@ func TestRunServesAndShutsDown(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasPrefix(base, "http://127.0.0.1:") || strings.HasSuffix(base, ":0") {
-		t.Fatalf("ready file holds %q", base)
-	}
+	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), "ready file holds %q", base)
+	require.False(t, strings.HasSuffix(base, ":0"), "ready file holds %q", base)
 	if _, err := protocol.NewClient(base, nil).Stats(context.Background()); !isUnauthorized(err) {
 		t.Fatalf("stats without the data token = %v, want 401 unauthorized", err)
 	}
 	c := protocol.NewDataClient(base, "data-from-env", nil)
-	if _, err := c.Stats(context.Background()); err != nil {
-		t.Fatalf("stats: %v", err)
-	}
-	if _, err := c.Start(context.Background(), protocol.StartRequest{
+	_, err := c.Stats(context.Background())
+	require.NoError(t, err, "stats")
+	_, err = c.Start(context.Background(), protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: "r", RequestID: "r/seed"}, Env: "counter", Task: []byte(`{"target":1}`),
-	}); err != nil {
-		t.Fatalf("start: %v", err)
-	}
+	})
+	require.NoError(t, err, "start")
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run after cancel: %v", err)
-	}
+	require.NoError(t, <-done, "run after cancel")
 }
 
 func TestRunRefusesBadSettings(t *testing.T) {
@@ -80,9 +77,7 @@ func TestRunRefusesBadSettings(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(failpoint.EnvVar, tc.failpoints)
 			err := run(context.Background(), tc.args, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("run = %v, want an error mentioning %q", err, tc.want)
-			}
+			require.ErrorContains(t, err, tc.want, "run = %v, want an error mentioning %q", err, tc.want)
 		})
 	}
 }

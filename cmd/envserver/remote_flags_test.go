@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -20,9 +22,7 @@ func TestRemoteFlag(t *testing.T) {
 	t.Cleanup(gym.Close)
 	base := startRun(t, "--remote", "name=walk,url="+gym.URL+",kind=gymnasium")
 	var specs []envs.Spec
-	if err := protocol.NewDataClient(base, testDataToken, nil).Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, protocol.NewDataClient(base, testDataToken, nil).Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs))
 	got := map[string]envs.Spec{}
 	for _, s := range specs {
 		got[s.Name] = s
@@ -39,8 +39,6 @@ func TestRemoteFlag(t *testing.T) {
 		{"name=walk,url=" + down.URL + ",kind=gymnasium", "cannot reach"},
 	} {
 		err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--envs", "", "--data-token", testDataToken, "--remote", tt.spec}, io.Discard)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("--remote %s: error %v, want %q", tt.spec, err, tt.want)
-		}
+		assert.ErrorContains(t, err, tt.want, "--remote %s: error %v, want %q", tt.spec, err, tt.want)
 	}
 }

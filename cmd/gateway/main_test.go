@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 )
@@ -15,14 +17,11 @@ import (
 func TestHelpListsSettings(t *testing.T) {
 	var out bytes.Buffer
 	_, err := parseFlags([]string{"-h"}, &out)
-	if !errors.Is(err, flag.ErrHelp) || cli.ExitCode(cli.Usage(err)) != cli.ExitOK {
-		t.Fatalf("-h: %v", err)
-	}
+	require.ErrorIs(t, err, flag.ErrHelp, "-h: %v", err)
+	require.Equal(t, cli.ExitOK, cli.ExitCode(cli.Usage(err)), "-h: %v", err)
 	for _, want := range []string{"-addr", "-token", "-insecure-no-auth", "-stall-window", "-checkpoint-root", "-transcripts", "-task-queue",
 		EnvAddr, EnvToken, EnvStallWindow, "TEMPORAL_ADDRESS", "TURNSTILE_CONTROL_TOKEN"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("usage lacks %s:\n%s", want, out.String())
-		}
+		assert.Contains(t, out.String(), want, "usage lacks %s:\n%s", want, out.String())
 	}
 }
 
@@ -66,12 +65,11 @@ func TestDefaultsFromEnvironment(t *testing.T) {
 	t.Setenv(EnvStallWindow, "90s")
 	t.Setenv(EnvCheckpointRoot, "ckpt")
 	c, err := parseFlags(nil, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.addr != "127.0.0.1:9999" || c.stallWindow != 90*time.Second || !strings.HasSuffix(c.checkpointRoot, "/ckpt") || !strings.HasPrefix(c.checkpointRoot, "/") {
-		t.Errorf("config %+v", c)
-	}
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9999", c.addr, "config %+v", c)
+	require.Equal(t, 90*time.Second, c.stallWindow, "config %+v", c)
+	require.True(t, strings.HasSuffix(c.checkpointRoot, "/ckpt"), "config %+v", c)
+	require.True(t, strings.HasPrefix(c.checkpointRoot, "/"), "config %+v", c)
 }
 
 // TestRunRefusesBadFlagsAsUsage: a bad command line exits 2 before any
@@ -79,7 +77,5 @@ func TestDefaultsFromEnvironment(t *testing.T) {
 func TestRunRefusesBadFlagsAsUsage(t *testing.T) {
 	t.Setenv(EnvToken, "")
 	err := run(context.Background(), []string{"--stall-window", "0s", "--insecure-no-auth"}, &bytes.Buffer{})
-	if cli.ExitCode(err) != cli.ExitUsage {
-		t.Fatalf("exit %d (%v), want %d", cli.ExitCode(err), err, cli.ExitUsage)
-	}
+	require.Equal(t, cli.ExitUsage, cli.ExitCode(err), "exit %d (%v), want %d", cli.ExitCode(err), err, cli.ExitUsage)
 }

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/internal/policy"
@@ -33,17 +36,13 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		t.Fatalf("run ended before listening: %v", err)
 	}
 	content, err := os.ReadFile(readyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := strings.TrimSpace(string(content)); got != base || !strings.HasPrefix(got, "http://127.0.0.1:") || !strings.HasSuffix(got, "/v1") {
 		t.Fatalf("ready file %q, callback %q, want http://127.0.0.1:PORT/v1", got, base)
 	}
 
 	res, err := http.Get(base + "/models")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
@@ -60,20 +59,15 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	for _, env := range catalog.Names() {
 		want = append(want, envs.ScriptedModel(env))
 	}
-	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("models %v (%v), want %v", got, err, want)
-	}
+	require.NoError(t, err, "models %v (%v), want %v", got, err, want)
+	require.Equal(t, strings.Join(want, ","), strings.Join(got, ","), "models %v (%v), want %v", got, err, want)
 	// Spelled out: users pass these names and recorded histories hold them.
 	for _, model := range []string{"scripted-arithmetic", "scripted-blackjack", "scripted-counter", "scripted-sandbox", "scripted-workplace"} {
-		if !slices.Contains(got, model) {
-			t.Errorf("models %v lack %q", got, model)
-		}
+		assert.True(t, slices.Contains(got, model), "models %v lack %q", got, model)
 	}
 
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run after cancel: %v", err)
-	}
+	require.NoError(t, <-done, "run after cancel")
 	if _, err := http.Get(strings.TrimSuffix(base, "/v1") + policy.HealthPath); err == nil {
 		t.Fatal("server still answers after shutdown")
 	}
@@ -95,9 +89,7 @@ func TestParseFlagsRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := parseFlags(tt.args, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("parseFlags(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
-			}
+			require.ErrorContains(t, err, tt.wantErr, "parseFlags(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
 		})
 	}
 }
@@ -105,9 +97,8 @@ func TestParseFlagsRejects(t *testing.T) {
 func TestListenDefaultFromEnvironment(t *testing.T) {
 	t.Setenv(ListenEnv, "127.0.0.1:9999")
 	o, err := parseFlags(nil, io.Discard)
-	if err != nil || o.listen != "127.0.0.1:9999" {
-		t.Fatalf("listen %q (%v), want the environment's", o.listen, err)
-	}
+	require.NoError(t, err, "listen %q (%v), want the environment's", o.listen, err)
+	require.Equal(t, "127.0.0.1:9999", o.listen, "listen %q (%v), want the environment's", o.listen, err)
 	t.Setenv(ListenEnv, "")
 	if o, _ := parseFlags(nil, io.Discard); o.listen != defaultListen {
 		t.Fatalf("listen %q, want %q", o.listen, defaultListen)
@@ -124,8 +115,7 @@ func TestBaseURL(t *testing.T) {
 		{&net.TCPAddr{IP: net.IPv6unspecified, Port: 81}, "http://[::1]:81/v1"},
 	}
 	for _, tt := range tests {
-		if got := baseURL(tt.addr); got != tt.want {
-			t.Errorf("baseURL(%v) = %q, want %q", tt.addr, got, tt.want)
-		}
+		got := baseURL(tt.addr)
+		assert.Equal(t, tt.want, got, "baseURL(%v) = %q, want %q", tt.addr, got, tt.want)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles/tlstest"
 )
@@ -18,17 +21,13 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	get := func(t *testing.T, base string, files tlsfiles.ClientFiles) error {
 		t.Helper()
 		cfg, err := files.Config()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		resp, err := tlsfiles.HTTPClient(cfg).Get(base + "/models")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("models answered %d", resp.StatusCode)
-		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "models answered")
 		return nil
 	}
 	for _, tc := range []struct {
@@ -52,9 +51,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 			}()
 			t.Cleanup(func() {
 				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("run: %v", err)
-				}
+				assert.NoError(t, <-done, "run")
 			})
 			var base string
 			select {
@@ -63,22 +60,15 @@ func TestTLSAndMutualTLS(t *testing.T) {
 				done <- nil
 				t.Fatalf("run ended before listening: %v", err)
 			}
-			if !strings.HasPrefix(base, "https://127.0.0.1:") {
-				t.Fatalf("base URL %q, want https", base)
-			}
+			require.True(t, strings.HasPrefix(base, "https://127.0.0.1:"), "base URL %q, want https", base)
 			for _, f := range tc.accept {
-				if err := get(t, base, f); err != nil {
-					t.Errorf("client %+v refused: %v", f, err)
-				}
+				assert.NoError(t, get(t, base, f), "client %+v refused", f)
 			}
 			for _, f := range tc.refuse {
-				if err := get(t, base, f); err == nil {
-					t.Errorf("client %+v accepted", f)
-				}
+				assert.Error(t, get(t, base, f), "client %+v accepted", f)
 			}
 		})
 	}
-	if err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--tls-cert", certs.ServerCert}, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "--tls-key") {
-		t.Fatalf("a certificate without its key: run = %v", err)
-	}
+	err := run(context.Background(), []string{"--listen", "127.0.0.1:0", "--tls-cert", certs.ServerCert}, io.Discard, nil)
+	require.ErrorContains(t, err, "--tls-key", "a certificate without its key: run = %v", err)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -19,9 +21,8 @@ func TestSubmitBudgetFlags(t *testing.T) {
 		"model-retries": "0",
 		"deadline":      "0s",
 	} {
-		if got := f.Lookup(flag).DefValue; got != want {
-			t.Errorf("--%s default %s, want %s", flag, got, want)
-		}
+		got := f.Lookup(flag).DefValue
+		assert.Equal(t, want, got, "--%s default %s, want %s", flag, got, want)
 	}
 
 	for _, tt := range []struct {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/spf13/pflag"
@@ -44,9 +45,7 @@ func TestWriteOverall(t *testing.T) {
 	got := trainer.Summary{Rollouts: 7, Completed: 3, Failed: 2, Running: 2, MeanReward: 0.5, MeanTurns: 5, P50: 2 * time.Second, P95: 3 * time.Second}
 
 	var buf bytes.Buffer
-	if err := writeOverall(&buf, "s1", got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeOverall(&buf, "s1", got))
 	out := buf.String()
 	for _, line := range []string{
 		"completed         3",
@@ -55,9 +54,7 @@ func TestWriteOverall(t *testing.T) {
 		"p50 rollout time  2s",
 		"p95 rollout time  3s",
 	} {
-		if !strings.Contains(out, line) {
-			t.Errorf("summary lacks %q:\n%s", line, out)
-		}
+		assert.Contains(t, out, line, "summary lacks %q:\n%s", line, out)
 	}
 }
 
@@ -69,13 +66,9 @@ func TestWriteStatus(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := writeStatus(&buf, "s1", got, true); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeStatus(&buf, "s1", got, true))
 	for _, want := range []string{"Running    2", "s1-0001  1        4     model"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("status lacks %q:\n%s", want, buf.String())
-		}
+		assert.Contains(t, buf.String(), want, "status lacks %q:\n%s", want, buf.String())
 	}
 }
 
@@ -101,9 +94,7 @@ func TestWriteSummary(t *testing.T) {
 	sum := trainer.SetSummary{Overall: trainer.Summarize(recs), ByEnv: trainer.SummarizeByEnv(recs)}
 
 	var buf bytes.Buffer
-	if err := writeSummary(&buf, "s1", sum); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeSummary(&buf, "s1", sum))
 	out := buf.String()
 	for _, line := range []string{
 		"rollouts          11\n",
@@ -112,17 +103,14 @@ func TestWriteSummary(t *testing.T) {
 		"counter    3         2          1       0        1       0.5000       5.00\n",
 		"passed: completed with reward >= 1; blackjack (summed step rewards): reward > 0\n",
 	} {
-		if !strings.Contains(out, line) {
-			t.Errorf("summary lacks %q:\n%s", line, out)
-		}
+		assert.Contains(t, out, line, "summary lacks %q:\n%s", line, out)
 	}
 }
 
 func TestMaxTurnsDefaults(t *testing.T) {
 	// --help lists every environment's default, in name order.
-	if got, want := catalog.TurnLimits(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"; !containsInOrder(got, strings.Split(want, ", ")) {
-		t.Errorf("catalog.TurnLimits() = %q, want %q in this order among the others", got, want)
-	}
+	got, want := catalog.TurnLimits(), "arithmetic 4, blackjack 64, counter 16, sandbox 12, workplace 24"
+	assert.True(t, containsInOrder(got, strings.Split(want, ", ")), "catalog.TurnLimits() = %q, want %q in this order among the others", got, want)
 }
 
 // containsInOrder reports whether every part occurs in s, each after the
@@ -151,32 +139,23 @@ func valueColumn(t *testing.T, out string) map[int]int {
 
 func TestWriteCoordinatorResults(t *testing.T) {
 	var ck bytes.Buffer
-	if err := writeCheckpointResult(&ck, checkpoint.CheckpointResult{
+	require.NoError(t, writeCheckpointResult(&ck, checkpoint.CheckpointResult{
 		CheckpointID: "ck1", Dir: "/r/ck1", Members: 24, Parked: 20, CompletedUnacked: 3, Closed: 1,
 		Bytes: 123456, ManifestDigest: "abc", CutMillis: 812, TotalMillis: 1500,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	for _, want := range []string{"members ", " 24\n", "completed_unacked  3\n", "bytes ", " 123456\n", "manifest digest ", " abc\n", "cut_ms ", " 812\n", "total_ms ", " 1500\n"} {
-		if !strings.Contains(ck.String(), want) {
-			t.Errorf("checkpoint table lacks %q:\n%s", want, ck.String())
-		}
+		assert.Contains(t, ck.String(), want, "checkpoint table lacks %q:\n%s", want, ck.String())
 	}
 	if cols := valueColumn(t, ck.String()); len(cols) != 1 {
 		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
 	}
 	var rs bytes.Buffer
-	if err := writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}))
 	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {
-		if !strings.Contains(rs.String(), want) {
-			t.Errorf("restore table lacks %q:\n%s", want, rs.String())
-		}
+		assert.Contains(t, rs.String(), want, "restore table lacks %q:\n%s", want, rs.String())
 	}
-	if cols := valueColumn(t, rs.String()); len(cols) != 1 {
-		t.Errorf("values not aligned (%v):\n%s", cols, rs.String())
-	}
+	cols := valueColumn(t, rs.String())
+	assert.Len(t, cols, 1, "values not aligned (%v):\n%s", cols, rs.String())
 }
 
 func TestLineProgress(t *testing.T) {
@@ -196,27 +175,20 @@ func TestLineProgress(t *testing.T) {
 			p.Increment()
 		}
 		p.Finish(true)
-		if got := strings.Split(strings.TrimSpace(buf.String()), "\n"); strings.Join(got, "|") != strings.Join(tt.want, "|") {
-			t.Errorf("total %d: lines %q, want %q", tt.total, got, tt.want)
-		}
+		got := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		assert.Equal(t, strings.Join(tt.want, "|"), strings.Join(got, "|"), "total %d: lines %q, want %q", tt.total, got, tt.want)
 	}
 }
 
 func TestWritePlan(t *testing.T) {
 	inputs, err := trainer.BuildInputs(trainer.SubmitRequest{Set: "mix", Count: 5, Envs: []string{"sandbox", "blackjack"}, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var buf strings.Builder
-	if err := writePlan(&buf, "mix", inputs); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, writePlan(&buf, "mix", inputs))
 	want := "would start 5 rollouts of set mix:\n" +
 		"  3 × sandbox, policy scripted-sandbox, max turns 12\n" +
 		"  2 × blackjack, policy scripted-blackjack, max turns 64\n"
-	if buf.String() != want {
-		t.Errorf("plan:\n%s\nwant:\n%s", buf.String(), want)
-	}
+	assert.Equal(t, want, buf.String(), "plan:\n%s\nwant:\n%s", buf.String(), want)
 }
 
 func TestWriteResults(t *testing.T) {
@@ -228,23 +200,16 @@ func TestWriteResults(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	open, err := writeResults(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if open != 1 {
-		t.Errorf("open = %d", open)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 1, open, "open")
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 3 {
-		t.Fatalf("lines: %q", lines)
-	}
+	require.Len(t, lines, 3, "lines")
 	var res rollout.Result
 	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
 		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
 	}
-	if lines[1] != `{"rollout_id":"b","error":"environment refused"}` || lines[2] != `{"rollout_id":"d","error":"terminated"}` {
-		t.Errorf("failure lines: %q", lines[1:])
-	}
+	require.Equal(t, `{"rollout_id":"b","error":"environment refused"}`, lines[1], "failure lines: %q", lines[1:])
+	require.Equal(t, `{"rollout_id":"d","error":"terminated"}`, lines[2], "failure lines: %q", lines[1:])
 }
 
 // pflag reads a `backquoted` word in a usage string as the flag's value
@@ -254,18 +219,12 @@ func TestHelpTextsHaveNoStrayValueNames(t *testing.T) {
 	root := newRootCmd()
 	for _, c := range root.Commands() {
 		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if strings.Contains(f.Usage, "`") {
-				t.Errorf("starter %s --%s: usage %q holds a backquote", c.Name(), f.Name, f.Usage)
-			}
+			assert.NotContains(t, f.Usage, "`", "starter %s --%s: usage %q holds a backquote", c.Name(), f.Name, f.Usage)
 		})
 		var b strings.Builder
 		c.SetOut(&b)
-		if err := c.Help(); err != nil {
-			t.Fatalf("starter %s --help: %v", c.Name(), err)
-		}
-		if !strings.Contains(b.String(), "Usage:") {
-			t.Errorf("starter %s --help prints no usage:\n%s", c.Name(), b.String())
-		}
+		require.NoError(t, c.Help(), "starter %s --help", c.Name())
+		assert.Contains(t, b.String(), "Usage:", "starter %s --help prints no usage:\n%s", c.Name(), b.String())
 	}
 }
 

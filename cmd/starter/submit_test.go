@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // runStarter runs the starter's command line without a Temporal server
@@ -24,13 +26,9 @@ func runStarter(t *testing.T, args ...string) (string, error) {
 func TestSubmitModes(t *testing.T) {
 	dir := t.TempDir()
 	rows := filepath.Join(dir, "rows.jsonl")
-	if err := os.WriteFile(rows, []byte(`{"id":"a","env":"counter","task":{"target":3}}`+"\n"+`{"env":"blackjack","task":{"rounds":3}}`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(rows, []byte(`{"id":"a","env":"counter","task":{"target":3}}`+"\n"+`{"env":"blackjack","task":{"rounds":3}}`+"\n"), 0o600))
 	bad := filepath.Join(dir, "bad.jsonl")
-	if err := os.WriteFile(bad, []byte(`{"env":"chess","task":{}}`+"\n"+`not json`+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(bad, []byte(`{"env":"chess","task":{}}`+"\n"+`not json`+"\n"), 0o600))
 	tests := []struct {
 		args []string
 		want string // in the output, or in the error
@@ -61,8 +59,6 @@ func TestSubmitModes(t *testing.T) {
 		if err != nil {
 			got = err.Error()
 		}
-		if !strings.Contains(got, tt.want) {
-			t.Errorf("%v: %q, want it to mention %q", tt.args, got, tt.want)
-		}
+		assert.Contains(t, got, tt.want, "%v: %q, want it to mention %q", tt.args, got, tt.want)
 	}
 }

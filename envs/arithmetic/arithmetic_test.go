@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 )
@@ -15,52 +18,43 @@ var _ envs.Environment = arithmetic.New()
 func start(t *testing.T, task string) envs.Session {
 	t.Helper()
 	s, _, err := arithmetic.New().Start(1, json.RawMessage(task))
-	if err != nil {
-		t.Fatalf("Start(%s): %v", task, err)
-	}
+	require.NoError(t, err, "Start(%s)", task)
 	return s
 }
 
 func export(t *testing.T, s envs.Session) json.RawMessage {
 	t.Helper()
 	b, err := s.Export()
-	if err != nil {
-		t.Fatalf("Export: %v", err)
-	}
+	require.NoError(t, err, "Export")
 	return b
 }
 
 func TestSpec(t *testing.T) {
 	sp := arithmetic.New().Spec()
-	if sp.Name != "arithmetic" || sp.Mode != envs.ModeStateless || sp.Style != envs.StyleTools {
-		t.Fatalf("spec = %+v", sp)
-	}
-	if len(sp.Tools) != 1 || sp.Tools[0].Name != arithmetic.AnswerTool || !json.Valid(sp.Tools[0].Parameters) {
-		t.Fatalf("tools = %+v", sp.Tools)
-	}
+	require.Equal(t, "arithmetic", sp.Name, "spec = %+v", sp)
+	require.Equal(t, envs.ModeStateless, sp.Mode, "spec = %+v", sp)
+	require.Equal(t, envs.StyleTools, sp.Style, "spec = %+v", sp)
+	require.Len(t, sp.Tools, 1, "tools = %+v", sp.Tools)
+	require.Equal(t, arithmetic.AnswerTool, sp.Tools[0].Name, "tools = %+v", sp.Tools)
+	require.True(t, json.Valid(sp.Tools[0].Parameters), "tools = %+v", sp.Tools)
 }
 
 func TestStartStatesTheTask(t *testing.T) {
 	_, st, err := arithmetic.New().Start(5, json.RawMessage(`{"a":12,"b":-7,"op":"*"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lines := strings.Split(st.Observation, "\n")
-	if got, want := lines[len(lines)-1], `TASK {"a":12,"b":-7,"op":"*"}`; got != want {
-		t.Errorf("last line %q, want %q", got, want)
-	}
-	if !strings.Contains(st.Observation, "12 * -7") || st.Instructions == "" {
-		t.Errorf("start = %+v", st)
-	}
+	got, want := lines[len(lines)-1], `TASK {"a":12,"b":-7,"op":"*"}`
+	assert.Equal(t, want, got, "last line %q, want %q", got, want)
+	require.Contains(t, st.Observation, "12 * -7", "start = %+v", st)
+	require.NotEqual(t, "", st.Instructions, "start = %+v", st)
 }
 
 func TestStartRefusesBadTasks(t *testing.T) {
 	for _, task := range []string{``, `null`, `{}`, `{"a":1,"b":2}`, `{"a":1,"op":"+"}`, `{"a":1,"b":2,"op":"/"}`,
 		`{"a":1.5,"b":2,"op":"+"}`, `{"a":"1","b":2,"op":"+"}`, `{"a":1,"b":2,"op":"+","c":3}`,
 		`{"a":1000000001,"b":2,"op":"*"}`, `{"a":1,"b":-1000000001,"op":"-"}`, `{"a":1,"b":2,"op":"+"} 1`} {
-		if _, _, err := arithmetic.New().Start(1, json.RawMessage(task)); envs.CodeOf(err) != envs.CodeBadTask {
-			t.Errorf("Start(%q) error = %v, want %s", task, err, envs.CodeBadTask)
-		}
+		_, _, err := arithmetic.New().Start(1, json.RawMessage(task))
+		assert.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start(%q) error = %v, want %s", task, err, envs.CodeBadTask)
 	}
 }
 
@@ -86,18 +80,17 @@ func TestVerify(t *testing.T) {
 			s := start(t, tt.task)
 			for _, a := range tt.answers {
 				out, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(a))
-				if err != nil || !strings.HasPrefix(out.Observation, "Received answer") || out.Reward != 0 || out.Terminated {
-					t.Fatalf("Apply(%s) = %+v, %v", a, out, err)
-				}
+				require.NoError(t, err, "Apply(%s) = %+v, %v", a, out, err)
+				require.True(t, strings.HasPrefix(out.Observation, "Received answer"), "Apply(%s) = %+v, %v", a, out, err)
+				require.Equal(t, float64(0), out.Reward, "Apply(%s) = %+v, %v", a, out, err)
+				require.False(t, out.Terminated, "Apply(%s) = %+v, %v", a, out, err)
 			}
 			before := export(t, s)
 			v, err := s.Verify()
-			if err != nil || v.Reward != tt.reward || !json.Valid(v.Details) {
-				t.Fatalf("Verify = %+v, %v; want reward %v", v, err, tt.reward)
-			}
-			if !bytes.Equal(before, export(t, s)) {
-				t.Error("Verify changed state")
-			}
+			require.NoError(t, err, "Verify = %+v, %v; want reward %v", v, err, tt.reward)
+			require.Equal(t, tt.reward, v.Reward, "Verify = %+v, %v; want reward %v", v, err, tt.reward)
+			require.True(t, json.Valid(v.Details), "Verify = %+v, %v; want reward %v", v, err, tt.reward)
+			assert.Equal(t, string(export(t, s)), string(before), "Verify changed state")
 		})
 	}
 }
@@ -121,40 +114,31 @@ func TestApplyRefusalsLeaveStateUnchanged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := start(t, `{"a":2,"b":3,"op":"+"}`)
-		if _, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":4}`)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":4}`))
+		require.NoError(t, err)
 		before := export(t, s)
-		if _, err := s.Apply(tt.tool, json.RawMessage(tt.args)); envs.CodeOf(err) != tt.code {
-			t.Errorf("Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
-		}
-		if !bytes.Equal(before, export(t, s)) {
-			t.Errorf("Apply(%s, %s) changed state", tt.tool, tt.args)
-		}
+		_, err = s.Apply(tt.tool, json.RawMessage(tt.args))
+		assert.Equal(t, tt.code, envs.CodeOf(err), "Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
+		assert.Equal(t, string(export(t, s)), string(before), "Apply(%s, %s) changed state", tt.tool, tt.args)
 	}
 }
 
 func TestExportRestore(t *testing.T) {
 	s := start(t, `{"a":-3,"b":9,"op":"-"}`)
 	fresh := export(t, s)
-	if want := `{"version":1,"task":{"a":-3,"b":9,"op":"-"},"answer":null}`; string(fresh) != want {
-		t.Errorf("export = %s, want %s", fresh, want)
-	}
+	want := `{"version":1,"task":{"a":-3,"b":9,"op":"-"},"answer":null}`
+	assert.Equal(t, want, string(fresh), "export = %s, want %s", fresh, want)
 	if _, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":-12}`)); err != nil {
 		t.Fatal(err)
 	}
 	saved := export(t, s)
 	r, err := arithmetic.New().Restore(saved)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := export(t, r); !bytes.Equal(got, saved) {
-		t.Errorf("export∘restore∘export:\n%s\n%s", got, saved)
-	}
+	require.NoError(t, err)
+	got := export(t, r)
+	assert.Equal(t, string(saved), string(got), "export∘restore∘export:\n%s\n%s", got, saved)
 	v, err := r.Verify()
-	if err != nil || v.Reward != 1 {
-		t.Errorf("restored verdict = %+v, %v", v, err)
-	}
+	require.NoError(t, err, "restored verdict = %+v, %v", v, err)
+	require.Equal(t, float64(1), v.Reward, "restored verdict = %+v, %v", v, err)
 }
 
 func TestRestoreRefusesBadStates(t *testing.T) {
@@ -170,9 +154,8 @@ func TestRestoreRefusesBadStates(t *testing.T) {
 		`{"version":1,"task":{"a":1,"b":2,"op":"+","c":0},"answer":3}`,
 		`{"version":1,"task":{"a":1,"b":2,"op":"+"},"answer":3} {}`,
 	} {
-		if _, err := arithmetic.New().Restore(json.RawMessage(st)); envs.CodeOf(err) != envs.CodeBadState {
-			t.Errorf("Restore(%q) error = %v, want %s", st, err, envs.CodeBadState)
-		}
+		_, err := arithmetic.New().Restore(json.RawMessage(st))
+		assert.Equal(t, envs.CodeBadState, envs.CodeOf(err), "Restore(%q) error = %v, want %s", st, err, envs.CodeBadState)
 	}
 }
 
@@ -180,23 +163,14 @@ func TestGenerateTask(t *testing.T) {
 	ops := map[string]int{}
 	for i := range 300 {
 		raw := arithmetic.GenerateTask(3, i)
-		if !bytes.Equal(raw, arithmetic.GenerateTask(3, i)) {
-			t.Fatalf("task %d not deterministic", i)
-		}
-		if _, _, err := arithmetic.New().Start(0, raw); err != nil {
-			t.Fatalf("generated task %s refused: %v", raw, err)
-		}
+		require.Equal(t, string(arithmetic.GenerateTask(3, i)), string(raw), "task %d not deterministic", i)
+		_, _, err := arithmetic.New().Start(0, raw)
+		require.NoError(t, err, "generated task %s refused", raw)
 		var task arithmetic.Task
-		if err := json.Unmarshal(raw, &task); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(raw, &task))
 		ops[task.Op]++
 	}
-	if len(ops) != 3 {
-		t.Errorf("ops used: %v", ops)
-	}
-	if bytes.Equal(arithmetic.GenerateTask(1, 0), arithmetic.GenerateTask(2, 0)) &&
-		bytes.Equal(arithmetic.GenerateTask(1, 1), arithmetic.GenerateTask(2, 1)) {
-		t.Error("task set does not depend on its seed")
-	}
+	assert.Len(t, ops, 3, "ops used")
+	assert.False(t, bytes.Equal(arithmetic.GenerateTask(1, 0), arithmetic.GenerateTask(2, 0)) &&
+		bytes.Equal(arithmetic.GenerateTask(1, 1), arithmetic.GenerateTask(2, 1)), "task set does not depend on its seed")
 }

@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 )
@@ -57,21 +60,15 @@ func TestArithmeticRespond(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := arithmetic.Policy{}.Respond(envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 3})
 			if tt.wantErr {
-				if err == nil {
-					t.Fatalf("Respond = %+v, want an error", got)
-				}
+				require.Error(t, err, "Respond = %+v, want an error", got)
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			want := doneResp
 			if tt.want != "" {
 				want = arithmeticCall(tt.msgs, tt.want)
 			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("Respond = %+v, want %+v", got, want)
-			}
+			assert.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
 		})
 	}
 }
@@ -81,28 +78,20 @@ func TestArithmeticRespond(t *testing.T) {
 func playArithmetic(t *testing.T, task json.RawMessage, seed int64, imperfection float64) (float64, int) {
 	t.Helper()
 	s, st, err := arithmetic.New().Start(seed, task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	for turn := 1; turn <= 10; turn++ {
 		resp, err := arithmetic.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Tools: []string{arithmetic.AnswerTool}, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("task %s: %v", task, err)
-		}
+		require.NoError(t, err, "task %s", task)
 		if len(resp.ToolCalls) == 0 {
 			v, err := s.Verify()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return v.Reward, turn
 		}
 		msgs = append(msgs, envs.Message{Role: "assistant", ToolCalls: resp.ToolCalls})
 		for _, c := range resp.ToolCalls {
 			out, err := s.Apply(c.Name, json.RawMessage(c.Arguments))
-			if err != nil {
-				t.Fatalf("task %s: %s(%s): %v", task, c.Name, c.Arguments, err)
-			}
+			require.NoError(t, err, "task %s: %s(%s)", task, c.Name, c.Arguments)
 			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: c.ID, Content: out.Observation})
 		}
 	}
@@ -127,19 +116,15 @@ func TestArithmeticPlaysTheEnvironment(t *testing.T) {
 			for i := range 200 {
 				task := arithmetic.GenerateTask(11, i)
 				r, turns := playArithmetic(t, task, int64(i), tt.imperfection)
-				if turns != 2 {
-					t.Fatalf("task %s: %d turns, want answer then done", task, turns)
-				}
-				if r2, _ := playArithmetic(t, task, int64(i), tt.imperfection); r2 != r {
-					t.Fatalf("task %s: rewards %v then %v", task, r, r2)
-				}
+				require.Equal(t, 2, turns, "task %s: %d turns, want answer then done", task, turns)
+				r2, _ := playArithmetic(t, task, int64(i), tt.imperfection)
+				require.Equal(t, r, r2, "task %s: rewards %v then %v", task, r, r2)
 				if r == 1 {
 					wins++
 				}
 			}
-			if wins < tt.minWins || wins > tt.maxWins {
-				t.Errorf("%d of 200 right, want %d..%d", wins, tt.minWins, tt.maxWins)
-			}
+			require.GreaterOrEqual(t, wins, tt.minWins, "%d of 200 right, want %d..%d", wins, tt.minWins, tt.maxWins)
+			require.LessOrEqual(t, wins, tt.maxWins, "%d of 200 right, want %d..%d", wins, tt.minWins, tt.maxWins)
 		})
 	}
 }

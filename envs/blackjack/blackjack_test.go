@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
 )
@@ -32,68 +35,58 @@ func parseObs(t testing.TB, text string) blackjack.Observation {
 			found = append(found, rest)
 		}
 	}
-	if len(found) != 1 {
-		t.Fatalf("observation has %d OBS lines, want 1:\n%s", len(found), text)
-	}
+	require.Len(t, found, 1, "observation has %d OBS lines, want 1:\n%s", len(found), text)
 	dec := json.NewDecoder(strings.NewReader(found[0]))
 	dec.DisallowUnknownFields()
 	var o blackjack.Observation
-	if err := dec.Decode(&o); err != nil {
-		t.Fatalf("OBS line %q: %v", found[0], err)
-	}
+	require.NoError(t, dec.Decode(&o), "OBS line %q", found[0])
 	return o
 }
 
 func start(t testing.TB, seed int64, rounds int) (envs.Session, envs.Start) {
 	t.Helper()
 	s, st, err := blackjack.New().Start(seed, task(rounds))
-	if err != nil {
-		t.Fatalf("Start(%d, %d rounds): %v", seed, rounds, err)
-	}
+	require.NoError(t, err, "Start(%d, %d rounds)", seed, rounds)
 	return s, st
 }
 
 func export(t testing.TB, s envs.Session) json.RawMessage {
 	t.Helper()
 	b, err := s.Export()
-	if err != nil {
-		t.Fatalf("Export: %v", err)
-	}
+	require.NoError(t, err, "Export")
 	return b
 }
 
 func TestSpec(t *testing.T) {
 	sp := blackjack.New().Spec()
-	if sp.Name != "blackjack" || sp.Mode != envs.ModeExportRestore || sp.Style != envs.StyleGym {
-		t.Fatalf("spec = %+v", sp)
-	}
-	if len(sp.Tools) != 1 || sp.Tools[0].Name != envs.StepTool || !json.Valid(sp.Tools[0].Parameters) {
-		t.Fatalf("tools = %+v, want one valid %q tool", sp.Tools, envs.StepTool)
-	}
+	require.Equal(t, "blackjack", sp.Name, "spec = %+v", sp)
+	require.Equal(t, envs.ModeExportRestore, sp.Mode, "spec = %+v", sp)
+	require.Equal(t, envs.StyleGym, sp.Style, "spec = %+v", sp)
+	require.Len(t, sp.Tools, 1, "tools = %+v, want one valid %q tool", sp.Tools, envs.StepTool)
+	require.Equal(t, envs.StepTool, sp.Tools[0].Name, "tools = %+v, want one valid %q tool", sp.Tools, envs.StepTool)
+	require.True(t, json.Valid(sp.Tools[0].Parameters), "tools = %+v, want one valid %q tool", sp.Tools, envs.StepTool)
 }
 
 func TestStartRefusesBadTasks(t *testing.T) {
 	for _, tt := range []string{``, `null`, `{}`, `{"rounds":0}`, `{"rounds":21}`, `{"rounds":-1}`, `{"rounds":2.5}`,
 		`{"rounds":"3"}`, `{"rounds":3,"extra":1}`, `{"rounds":3} {}`, `[3]`} {
 		_, _, err := blackjack.New().Start(1, json.RawMessage(tt))
-		if envs.CodeOf(err) != envs.CodeBadTask {
-			t.Errorf("Start(%q) error = %v, want %s", tt, err, envs.CodeBadTask)
-		}
+		assert.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start(%q) error = %v, want %s", tt, err, envs.CodeBadTask)
 	}
 }
 
 func TestStartObservation(t *testing.T) {
 	_, st := start(t, 42, 3)
-	if st.Instructions == "" {
-		t.Error("no instructions")
-	}
+	assert.NotEqual(t, "", st.Instructions, "no instructions")
 	o := parseObs(t, st.Observation)
-	if o.Hand != 1 || o.Rounds != 3 || o.LastReward != 0 || o.Done {
-		t.Errorf("start OBS = %+v", o)
-	}
-	if o.PlayerSum < 4 || o.PlayerSum > 21 || o.DealerCard < 1 || o.DealerCard > 10 {
-		t.Errorf("start OBS out of range: %+v", o)
-	}
+	require.Equal(t, 1, o.Hand, "start OBS = %+v", o)
+	require.Equal(t, 3, o.Rounds, "start OBS = %+v", o)
+	require.Equal(t, 0, o.LastReward, "start OBS = %+v", o)
+	require.False(t, o.Done, "start OBS = %+v", o)
+	require.GreaterOrEqual(t, o.PlayerSum, 4, "start OBS out of range: %+v", o)
+	require.LessOrEqual(t, o.PlayerSum, 21, "start OBS out of range: %+v", o)
+	require.GreaterOrEqual(t, o.DealerCard, 1, "start OBS out of range: %+v", o)
+	require.LessOrEqual(t, o.DealerCard, 10, "start OBS out of range: %+v", o)
 }
 
 // The exact cards of a seed are part of the checkpoint format: a changed shoe
@@ -101,9 +94,8 @@ func TestStartObservation(t *testing.T) {
 func TestShoeIsPinned(t *testing.T) {
 	s, _ := start(t, 42, 2)
 	const want = `{"version":1,"seed":42,"rounds":2,"rng":{"algorithm":"splitmix64","state":"78dde6e5fd29f07e","draws":4},"history":[],"current":{"player":[4,5],"dealer":[10,3]}}`
-	if got := string(export(t, s)); got != want {
-		t.Errorf("export of seed 42 =\n%s\nwant\n%s", got, want)
-	}
+	got := string(export(t, s))
+	assert.Equal(t, want, got, "export of seed 42 =\n%s\nwant\n%s", got, want)
 }
 
 func TestStartIsDeterministic(t *testing.T) {
@@ -111,14 +103,11 @@ func TestStartIsDeterministic(t *testing.T) {
 	for seed := range int64(20) {
 		s1, st1 := start(t, seed, 5)
 		s2, st2 := start(t, seed, 5)
-		if st1 != st2 || !bytes.Equal(export(t, s1), export(t, s2)) {
-			t.Fatalf("seed %d: two starts differ", seed)
-		}
+		require.Equal(t, st2, st1, "seed %d: two starts differ", seed)
+		require.Equal(t, string(export(t, s2)), string(export(t, s1)), "seed %d: two starts differ", seed)
 		distinct[string(export(t, s1))] = true
 	}
-	if len(distinct) < 15 {
-		t.Errorf("20 seeds gave only %d distinct deals", len(distinct))
-	}
+	assert.GreaterOrEqual(t, len(distinct), 15, "20 seeds gave only %d distinct deals", len(distinct))
 }
 
 func TestApplyRefusalsLeaveStateUnchanged(t *testing.T) {
@@ -145,12 +134,9 @@ func TestApplyRefusalsLeaveStateUnchanged(t *testing.T) {
 			s, _ := start(t, 3, 2)
 			before := export(t, s)
 			_, err := s.Apply(tt.tool, json.RawMessage(tt.args))
-			if envs.CodeOf(err) != tt.code {
-				t.Fatalf("Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
-			}
-			if after := export(t, s); !bytes.Equal(before, after) {
-				t.Errorf("state changed by a refused step:\n%s\n%s", before, after)
-			}
+			require.Equal(t, tt.code, envs.CodeOf(err), "Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
+			after := export(t, s)
+			assert.Equal(t, string(after), string(before), "state changed by a refused step:\n%s\n%s", before, after)
 		})
 	}
 }
@@ -161,9 +147,9 @@ func TestApplyAcceptsPaddedWords(t *testing.T) {
 	b, _ := start(t, 5, 1)
 	oa, errA := a.Apply(envs.StepTool, step("stick"))
 	ob, errB := b.Apply(envs.StepTool, step(" Stick\n"))
-	if errA != nil || errB != nil || oa != ob {
-		t.Fatalf("stick vs padded Stick: %v %v\n%+v\n%+v", errA, errB, oa, ob)
-	}
+	require.NoError(t, errA, "stick vs padded Stick: %v %v\n%+v\n%+v", errA, errB, oa, ob)
+	require.NoError(t, errB, "stick vs padded Stick: %v %v\n%+v\n%+v", errA, errB, oa, ob)
+	require.Equal(t, ob, oa, "stick vs padded Stick: %v %v\n%+v\n%+v", errA, errB, oa, ob)
 }
 
 // play runs an episode to its end with the given choice of action and returns
@@ -174,9 +160,7 @@ func play(t testing.TB, s envs.Session, choose func(o blackjack.Observation) str
 	obs := first
 	for range 1000 {
 		out, err := s.Apply(envs.StepTool, step(choose(parseObs(t, obs))))
-		if err != nil {
-			t.Fatalf("step %d: %v", len(outs)+1, err)
-		}
+		require.NoError(t, err, "step %d", len(outs)+1)
 		outs = append(outs, out)
 		if out.Terminated {
 			return outs
@@ -235,16 +219,12 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 				outs := play(t, s, choose, st.Observation)
 
 				v, err := s.Verify()
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				var d verdictDetails
-				if err := json.Unmarshal(v.Details, &d); err != nil {
-					t.Fatal(err)
-				}
-				if d.Rounds != rounds || d.Completed != rounds || len(d.Hands) != rounds {
-					t.Fatalf("seed %d: details %+v", seed, d)
-				}
+				require.NoError(t, json.Unmarshal(v.Details, &d))
+				require.Equal(t, rounds, d.Rounds, "seed %d: details %+v", seed, d)
+				require.Equal(t, rounds, d.Completed, "seed %d: details %+v", seed, d)
+				require.Len(t, d.Hands, rounds, "seed %d: details %+v", seed, d)
 				total := 0
 				for _, h := range d.Hands {
 					p, dl := value(h.Player), value(h.Dealer)
@@ -252,31 +232,27 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 					switch {
 					case p > 21:
 						want = -1
-						if len(h.Dealer) != 2 {
-							t.Errorf("seed %d hand %d: dealer drew after a player bust: %v", seed, h.Hand, h.Dealer)
-						}
+						assert.Len(t, h.Dealer, 2, "seed %d hand %d: dealer drew after a player bust: %v", seed, h.Hand, h.Dealer)
 					default:
-						if dl < 17 || value(h.Dealer[:len(h.Dealer)-1]) >= 17 && len(h.Dealer) > 2 {
-							t.Errorf("seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
-						}
+						require.GreaterOrEqual(t, dl, 17, "seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
+						require.False(t, value(h.Dealer[:len(h.Dealer)-1]) >= 17 && len(h.Dealer) > 2, "seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
 						if dl > 21 || p > dl {
 							want = 1
 						} else if p < dl {
 							want = -1
 						}
 					}
-					if h.Reward != want || h.PlayerSum != p || h.DealerSum != dl {
-						t.Errorf("seed %d hand %d: %+v, want reward %d sums %d/%d", seed, h.Hand, h, want, p, dl)
-					}
+					require.Equal(t, want, h.Reward, "seed %d hand %d: %+v, want reward %d sums %d/%d", seed, h.Hand, h, want, p, dl)
+					require.Equal(t, p, h.PlayerSum, "seed %d hand %d: %+v, want reward %d sums %d/%d", seed, h.Hand, h, want, p, dl)
+					require.Equal(t, dl, h.DealerSum, "seed %d hand %d: %+v, want reward %d sums %d/%d", seed, h.Hand, h, want, p, dl)
 					total += h.Reward
 				}
 
 				stepSum, ends := 0.0, 0
 				for i, o := range outs {
 					obs := parseObs(t, o.Observation)
-					if o.Terminated != (i == len(outs)-1) || obs.Done != o.Terminated {
-						t.Fatalf("seed %d step %d: terminated %t done %t of %d steps", seed, i+1, o.Terminated, obs.Done, len(outs))
-					}
+					require.Equal(t, i == len(outs)-1, o.Terminated, "seed %d step %d: terminated %t done %t of %d steps", seed, i+1, o.Terminated, obs.Done, len(outs))
+					require.Equal(t, o.Terminated, obs.Done, "seed %d step %d: terminated %t done %t of %d steps", seed, i+1, o.Terminated, obs.Done, len(outs))
 					ended := 0
 					if obs.Done {
 						ended = obs.Hand
@@ -286,20 +262,16 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 					switch {
 					case ended > 0:
 						ends = ended
-						if float64(d.Hands[ended-1].Reward) != o.Reward || float64(obs.LastReward) != o.Reward {
-							t.Errorf("seed %d step %d ended hand %d with reward %v (OBS %d), verdict says %d", seed, i+1, ended, o.Reward, obs.LastReward, d.Hands[ended-1].Reward)
-						}
+						require.Equal(t, o.Reward, float64(d.Hands[ended-1].Reward), "seed %d step %d ended hand %d with reward %v (OBS %d), verdict says %d", seed, i+1, ended, o.Reward, obs.LastReward, d.Hands[ended-1].Reward)
+						require.Equal(t, o.Reward, float64(obs.LastReward), "seed %d step %d ended hand %d with reward %v (OBS %d), verdict says %d", seed, i+1, ended, o.Reward, obs.LastReward, d.Hands[ended-1].Reward)
 					case o.Reward != 0:
 						t.Errorf("seed %d step %d: reward %v on a step that did not end a hand", seed, i+1, o.Reward)
 					}
 					stepSum += o.Reward
 				}
-				if ends != rounds {
-					t.Errorf("seed %d: saw %d hands end, want %d", seed, ends, rounds)
-				}
-				if v.Reward != float64(total) || stepSum != float64(total) {
-					t.Errorf("seed %d: verdict %v, step rewards %v, hands %d", seed, v.Reward, stepSum, total)
-				}
+				assert.Equal(t, rounds, ends, "seed %d: saw %d hands end, want %d", seed, ends, rounds)
+				require.Equal(t, float64(total), v.Reward, "seed %d: verdict %v, step rewards %v, hands %d", seed, v.Reward, stepSum, total)
+				require.Equal(t, float64(total), stepSum, "seed %d: verdict %v, step rewards %v, hands %d", seed, v.Reward, stepSum, total)
 			}
 		})
 	}
@@ -310,53 +282,36 @@ func TestStepAfterTerminationIsRefused(t *testing.T) {
 	play(t, s, func(blackjack.Observation) string { return "stick" }, st.Observation)
 	before := export(t, s)
 	for _, a := range []string{"hit", "stick", "bogus"} {
-		if _, err := s.Apply(envs.StepTool, step(a)); envs.CodeOf(err) != envs.CodeEpisodeOver {
-			t.Errorf("step %q after termination: %v, want %s", a, err, envs.CodeEpisodeOver)
-		}
+		_, err := s.Apply(envs.StepTool, step(a))
+		assert.Equal(t, envs.CodeEpisodeOver, envs.CodeOf(err), "step %q after termination: %v, want %s", a, err, envs.CodeEpisodeOver)
 	}
-	if !bytes.Equal(before, export(t, s)) {
-		t.Error("state changed after termination")
-	}
+	assert.Equal(t, string(export(t, s)), string(before), "state changed after termination")
 	// The finished episode still exports and restores.
 	r, err := blackjack.New().Restore(before)
-	if err != nil {
-		t.Fatalf("restore finished episode: %v", err)
-	}
-	if !bytes.Equal(before, export(t, r)) {
-		t.Error("finished episode does not round-trip")
-	}
+	require.NoError(t, err, "restore finished episode")
+	assert.Equal(t, string(export(t, r)), string(before), "finished episode does not round-trip")
 }
 
 func TestVerifyBeforeTheEnd(t *testing.T) {
 	s, _ := start(t, 11, 4)
 	before := export(t, s)
 	v, err := s.Verify()
-	if err != nil || v.Reward != 0 {
-		t.Fatalf("verify before any hand ended: %+v %v", v, err)
-	}
-	if !bytes.Equal(before, export(t, s)) {
-		t.Error("Verify changed state")
-	}
+	require.NoError(t, err, "verify before any hand ended: %+v %v", v, err)
+	require.Equal(t, float64(0), v.Reward, "verify before any hand ended: %+v %v", v, err)
+	assert.Equal(t, string(export(t, s)), string(before), "Verify changed state")
 }
 
 func TestGenerateTask(t *testing.T) {
 	seen := map[string]bool{}
 	for i := range 200 {
 		a, b := blackjack.GenerateTask(7, i), blackjack.GenerateTask(7, i)
-		if !bytes.Equal(a, b) {
-			t.Fatalf("task %d differs between calls: %s %s", i, a, b)
-		}
-		if _, _, err := blackjack.New().Start(1, a); err != nil {
-			t.Fatalf("generated task %s refused: %v", a, err)
-		}
+		require.Equal(t, string(b), string(a), "task %d differs between calls: %s %s", i, a, b)
+		_, _, err := blackjack.New().Start(1, a)
+		require.NoError(t, err, "generated task %s refused", a)
 		seen[string(a)] = true
 	}
-	if len(seen) < 5 {
-		t.Errorf("200 tasks show only %d distinct round counts", len(seen))
-	}
-	if bytes.Equal(blackjack.GenerateTask(1, 0), blackjack.GenerateTask(2, 0)) &&
+	assert.GreaterOrEqual(t, len(seen), 5, "200 tasks show only %d distinct round counts", len(seen))
+	assert.False(t, bytes.Equal(blackjack.GenerateTask(1, 0), blackjack.GenerateTask(2, 0)) &&
 		bytes.Equal(blackjack.GenerateTask(1, 1), blackjack.GenerateTask(2, 1)) &&
-		bytes.Equal(blackjack.GenerateTask(1, 2), blackjack.GenerateTask(2, 2)) {
-		t.Error("task set does not depend on its seed")
-	}
+		bytes.Equal(blackjack.GenerateTask(1, 2), blackjack.GenerateTask(2, 2)), "task set does not depend on its seed")
 }

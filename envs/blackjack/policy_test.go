@@ -6,6 +6,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
 )
@@ -49,20 +52,15 @@ func TestBlackjackBasicStrategy(t *testing.T) {
 		t.Run(fmt.Sprintf("%d_%d_soft=%t", tt.sum, tt.dealer, tt.soft), func(t *testing.T) {
 			req := envs.PolicyRequest{Messages: blackjackConversation(blackjackObs(tt.sum, tt.dealer, tt.soft)), Seed: 1}
 			got, err := blackjack.Policy{}.Respond(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if want := (envs.PolicyResponse{Content: tt.want}); !reflect.DeepEqual(got, want) {
 				t.Errorf("Respond = %+v, want %+v", got, want)
 			}
 			req.Imperfection = 1
 			got, err = blackjack.Policy{}.Respond(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Content == tt.want || (got.Content != "hit" && got.Content != "stick") {
-				t.Errorf("with imperfection 1: %q, want the other action than %q", got.Content, tt.want)
-			}
+			require.NoError(t, err)
+			require.NotEqual(t, tt.want, got.Content, "with imperfection 1: %q, want the other action than %q", got.Content, tt.want)
+			require.False(t, got.Content != "hit" && got.Content != "stick", "with imperfection 1: %q, want the other action than %q", got.Content, tt.want)
 		})
 	}
 }
@@ -86,9 +84,9 @@ func TestBlackjackReadsTheLatestObservation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := blackjack.Policy{}.Respond(envs.PolicyRequest{Messages: tt.msgs})
-			if err != nil || got.Content != tt.want || got.ToolCalls != nil {
-				t.Errorf("Respond = %+v, %v; want %q", got, err, tt.want)
-			}
+			require.NoError(t, err, "Respond = %+v, %v; want %q", got, err, tt.want)
+			require.Equal(t, tt.want, got.Content, "Respond = %+v, %v; want %q", got, err, tt.want)
+			require.Nil(t, got.ToolCalls, "Respond = %+v, %v; want %q", got, err, tt.want)
 		})
 	}
 }
@@ -105,14 +103,12 @@ func TestBlackjackRefusesUnreadableObservations(t *testing.T) {
 		"sum not integer": `OBS {"player_sum":"12","dealer_card":5,"usable_ace":false}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{Messages: blackjackConversation(first)}); err == nil {
-				t.Error("no error")
-			}
+			_, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{Messages: blackjackConversation(first)})
+			assert.Error(t, err, "no error")
 		})
 	}
-	if _, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{}); err == nil {
-		t.Error("no messages: no error")
-	}
+	_, err := (blackjack.Policy{}).Respond(envs.PolicyRequest{})
+	assert.Error(t, err, "no messages: no error")
 }
 
 // playBlackjack runs an episode of the blackjack environment against the
@@ -121,21 +117,15 @@ func TestBlackjackRefusesUnreadableObservations(t *testing.T) {
 func playBlackjack(t *testing.T, seed int64, rounds int, imperfection float64) (float64, []envs.Message) {
 	t.Helper()
 	s, st, err := blackjack.New().Start(seed, json.RawMessage(fmt.Sprintf(`{"rounds":%d}`, rounds)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	total := 0.0
 	for range 200 {
 		resp, err := blackjack.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("seed %d: %v", seed, err)
-		}
+		require.NoError(t, err, "seed %d", seed)
 		args, _ := json.Marshal(map[string]string{"action": resp.Content})
 		out, err := s.Apply(envs.StepTool, args)
-		if err != nil {
-			t.Fatalf("seed %d: step %q: %v", seed, resp.Content, err)
-		}
+		require.NoError(t, err, "seed %d: step %q", seed, resp.Content)
 		total += out.Reward
 		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content}, envs.Message{Role: "user", Content: out.Observation})
 		if out.Terminated {
@@ -155,9 +145,8 @@ func TestBlackjackPlaysTheEnvironment(t *testing.T) {
 	for seed := range int64(200) {
 		p, pm := playBlackjack(t, seed, 5, 0)
 		p2, pm2 := playBlackjack(t, seed, 5, 0)
-		if p != p2 || !reflect.DeepEqual(pm, pm2) {
-			t.Fatalf("seed %d: two runs differ", seed)
-		}
+		require.Equal(t, p2, p, "seed %d: two runs differ", seed)
+		require.True(t, reflect.DeepEqual(pm, pm2), "seed %d: two runs differ", seed)
 		s, sm := playBlackjack(t, seed, 5, 0.5)
 		perfect += p
 		sloppy += s
@@ -165,12 +154,8 @@ func TestBlackjackPlaysTheEnvironment(t *testing.T) {
 			changed++
 		}
 	}
-	if perfect <= sloppy {
-		t.Errorf("basic strategy scored %v over 1000 hands, half-random play %v", perfect, sloppy)
-	}
-	if changed < 150 {
-		t.Errorf("imperfection 0.5 changed only %d of 200 episodes", changed)
-	}
+	assert.Greater(t, perfect, sloppy, "basic strategy scored %v over 1000 hands, half-random play %v", perfect, sloppy)
+	assert.GreaterOrEqual(t, changed, 150, "imperfection 0.5 changed only %d of 200 episodes", changed)
 }
 
 // The decision at position k depends on k, not only on the episode: with
@@ -184,19 +169,14 @@ func TestBlackjackImperfectionPerDecision(t *testing.T) {
 	for range positions {
 		req := envs.PolicyRequest{Messages: msgs, Seed: 7, Imperfection: 0.5}
 		a, err := blackjack.Policy{}.Respond(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, _ := blackjack.Policy{}.Respond(req)
-		if !reflect.DeepEqual(a, b) {
-			t.Fatalf("same request, different answers: %+v %+v", a, b)
-		}
+		require.True(t, reflect.DeepEqual(a, b), "same request, different answers: %+v %+v", a, b)
 		if a.Content == "stick" {
 			mistakes++
 		}
 		msgs = append(msgs, envs.Message{Role: "assistant", Content: a.Content}, envs.Message{Role: "user", Content: obs})
 	}
-	if mistakes < positions/4 || mistakes > positions*3/4 {
-		t.Errorf("%d mistakes in %d decisions at imperfection 0.5", mistakes, positions)
-	}
+	require.GreaterOrEqual(t, mistakes, positions/4, "%d mistakes in %d decisions at imperfection 0.5", mistakes, positions)
+	require.LessOrEqual(t, mistakes, positions*3/4, "%d mistakes in %d decisions at imperfection 0.5", mistakes, positions)
 }

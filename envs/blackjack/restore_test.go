@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -21,21 +22,16 @@ func midGame(t *testing.T) json.RawMessage {
 	for seed := range int64(2000) {
 		s, _ := start(t, seed, 2)
 		out, err := s.Apply(envs.StepTool, step("stick"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		var st struct {
 			History []struct{ Dealer []int } `json:"history"`
 		}
-		if err := json.Unmarshal(export(t, s), &st); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(export(t, s), &st))
 		if len(st.History[0].Dealer) < 3 || parseObs(t, out.Observation).PlayerSum > 11 {
 			continue
 		}
-		if _, err := s.Apply(envs.StepTool, step("hit")); err != nil {
-			t.Fatal(err)
-		}
+		_, err = s.Apply(envs.StepTool, step("hit"))
+		require.NoError(t, err)
 		return export(t, s)
 	}
 	t.Fatal("no seed below 2000 gives a dealer draw followed by a hand of 11 or less")
@@ -53,9 +49,7 @@ func TestRestoreRefusesBadStates(t *testing.T) {
 	setCard := func(h state, who string, i int, v any) { h[who].([]any)[i] = v }
 	num := func(v any) int64 {
 		n, err := v.(json.Number).Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return n
 	}
 
@@ -118,28 +112,21 @@ func TestRestoreRefusesBadStates(t *testing.T) {
 				dec := json.NewDecoder(bytes.NewReader(base))
 				dec.UseNumber()
 				var m map[string]any
-				if err := dec.Decode(&m); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, dec.Decode(&m))
 				tt.mutate(m)
 				var err error
-				if data, err = json.Marshal(m); err != nil {
-					t.Fatal(err)
-				}
+				data, err = json.Marshal(m)
+				require.NoError(t, err)
 			}
 			s, err := blackjack.New().Restore(data)
 			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Restore(valid state): %v", err)
-				}
-				if got := export(t, s); !bytes.Equal(got, base) {
-					t.Fatalf("round trip:\n%s\n%s", got, base)
-				}
+				require.NoError(t, err, "Restore(valid state)")
+				got := export(t, s)
+				require.Equal(t, string(base), string(got), "round trip:\n%s\n%s", got, base)
 				return
 			}
-			if envs.CodeOf(err) != envs.CodeBadState || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Restore(%s) error = %v, want %s mentioning %q", data, err, envs.CodeBadState, tt.want)
-			}
+			require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "Restore(%s) error = %v, want %s mentioning %q", data, err, envs.CodeBadState, tt.want)
+			require.ErrorContains(t, err, tt.want, "Restore(%s) error = %v, want %s mentioning %q", data, err, envs.CodeBadState, tt.want)
 		})
 	}
 }
@@ -153,9 +140,7 @@ func runSteps(t *rapid.T, s envs.Session, actions []string) []stepResult {
 	var res []stepResult
 	for _, a := range actions {
 		out, err := s.Apply(envs.StepTool, step(a))
-		if err != nil && envs.CodeOf(err) == "" {
-			t.Fatalf("step %q: untyped error %v", a, err)
-		}
+		require.False(t, err != nil && envs.CodeOf(err) == "", "step %q: untyped error %v", a, err)
 		res = append(res, stepResult{out, envs.CodeOf(err)})
 	}
 	return res
@@ -163,9 +148,7 @@ func runSteps(t *rapid.T, s envs.Session, actions []string) []stepResult {
 
 func mustExport(t *rapid.T, s envs.Session) []byte {
 	b, err := s.Export()
-	if err != nil {
-		t.Fatalf("Export: %v", err)
-	}
+	require.NoError(t, err, "Export")
 	return b
 }
 
@@ -181,49 +164,35 @@ func TestExportRestoreContinuesLikeUninterrupted(t *testing.T) {
 		env := blackjack.New()
 
 		a, _, err := env.Start(seed, task(rounds))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		want := runSteps(t, a, actions)
 
 		b, _, err := env.Start(seed, task(rounds))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got := runSteps(t, b, actions[:cut])
 		saved := mustExport(t, b)
 		c, err := env.Restore(saved)
-		if err != nil {
-			t.Fatalf("Restore(own export after %d steps): %v\n%s", cut, err, saved)
-		}
-		if again := mustExport(t, c); !bytes.Equal(again, saved) {
-			t.Fatalf("export∘restore∘export differs:\n%s\n%s", saved, again)
-		}
+		require.NoError(t, err, "Restore(own export after %d steps): %v\n%s", cut, err, saved)
+		again := mustExport(t, c)
+		require.Equal(t, string(saved), string(again), "export∘restore∘export differs:\n%s\n%s", saved, again)
 		got = append(got, runSteps(t, c, actions[cut:])...)
 
 		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("step %d (%q) after a cut at %d:\n got %+v\nwant %+v", i+1, actions[i], cut, got[i], want[i])
-			}
+			require.Equal(t, want[i], got[i], "step %d (%q) after a cut at %d:\n got %+v\nwant %+v", i+1, actions[i], cut, got[i], want[i])
 		}
 		ea, ec := mustExport(t, a), mustExport(t, c)
-		if !bytes.Equal(ea, ec) {
-			t.Fatalf("end states differ:\n%s\n%s", ea, ec)
-		}
+		require.Equal(t, string(ec), string(ea), "end states differ:\n%s\n%s", ea, ec)
 		va, _ := a.Verify()
 		vc, _ := c.Verify()
-		if va.Reward != vc.Reward || !bytes.Equal(va.Details, vc.Details) {
-			t.Fatalf("verdicts differ: %+v vs %+v", va, vc)
-		}
+		require.Equal(t, vc.Reward, va.Reward, "verdicts differ: %+v vs %+v", va, vc)
+		require.Equal(t, string(vc.Details), string(va.Details), "verdicts differ: %+v vs %+v", va, vc)
 	})
 }
 
 func FuzzRestore(f *testing.F) {
 	for seed := range int64(4) {
 		s, _, err := blackjack.New().Start(seed, task(3))
-		if err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, err)
 		for _, a := range []string{"hit", "stick", "stick", "hit", "stick", "stick", "stick"} {
 			b, _ := s.Export()
 			f.Add([]byte(b))
@@ -235,19 +204,14 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := blackjack.New().Restore(data)
 		if err != nil {
-			if envs.CodeOf(err) != envs.CodeBadState {
-				t.Fatalf("refusal with code %q: %v", envs.CodeOf(err), err)
-			}
+			require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "refusal with code %q: %v", envs.CodeOf(err), err)
 			return
 		}
 		e1 := export(t, s)
 		s2, err := blackjack.New().Restore(e1)
-		if err != nil {
-			t.Fatalf("own export refused: %v", err)
-		}
-		if e2 := export(t, s2); !bytes.Equal(e1, e2) {
-			t.Fatalf("export not stable:\n%s\n%s", e1, e2)
-		}
+		require.NoError(t, err, "own export refused")
+		e2 := export(t, s2)
+		require.Equal(t, string(e2), string(e1), "export not stable:\n%s\n%s", e1, e2)
 		_, _ = s.Apply(envs.StepTool, step("hit"))
 	})
 }

@@ -1,6 +1,11 @@
 package blackjack
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
 
 func TestHandValue(t *testing.T) {
 	tests := []struct {
@@ -19,9 +24,8 @@ func TestHandValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, soft := handValue(tt.cards)
-		if got != tt.want || soft != tt.soft {
-			t.Errorf("handValue(%v) = %d, %t; want %d, %t", tt.cards, got, soft, tt.want, tt.soft)
-		}
+		require.Equal(t, tt.want, got, "handValue(%v) = %d, %t; want %d, %t", tt.cards, got, soft, tt.want, tt.soft)
+		require.Equal(t, tt.soft, soft, "handValue(%v) = %d, %t; want %d, %t", tt.cards, got, soft, tt.want, tt.soft)
 	}
 }
 
@@ -39,9 +43,8 @@ func TestCompare(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := compare(tt.player, tt.dealer); got != tt.want {
-				t.Errorf("compare(%v, %v) = %d, want %d", tt.player, tt.dealer, got, tt.want)
-			}
+			got := compare(tt.player, tt.dealer)
+			assert.Equal(t, tt.want, got, "compare(%v, %v) = %d, want %d", tt.player, tt.dealer, got, tt.want)
 		})
 	}
 }
@@ -70,9 +73,7 @@ func TestCheckHand(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := checkHand(tt.player, tt.dealer, tt.finished)
-			if (err == nil) != tt.ok {
-				t.Errorf("checkHand(%v, %v, %t) = %v, want ok=%t", tt.player, tt.dealer, tt.finished, err, tt.ok)
-			}
+			assert.Equal(t, tt.ok, err == nil, "checkHand(%v, %v, %t) = %v, want ok=%t", tt.player, tt.dealer, tt.finished, err, tt.ok)
 		})
 	}
 }
@@ -90,11 +91,10 @@ func TestShoeDistribution(t *testing.T) {
 		if c == 10 {
 			want = 4 * n / 13
 		}
-		if d := counts[c] - want; d < -want/20 || d > want/20 {
-			t.Errorf("card %d drawn %d times, want about %d", c, counts[c], want)
-		}
+		d := counts[c] - want
+		require.GreaterOrEqual(t, d, -want/20, "card %d drawn %d times, want about %d", c, counts[c], want)
+		require.LessOrEqual(t, d, want/20, "card %d drawn %d times, want about %d", c, counts[c], want)
 	}
-	if s.draws != n || s.state != stateAfter(7, n) {
-		t.Errorf("shoe after %d draws: draws %d state %x, want state %x", n, s.draws, s.state, stateAfter(7, n))
-	}
+	require.Equal(t, uint64(n), s.draws, "shoe after %d draws: draws %d state %x, want state %x", n, s.draws, s.state, stateAfter(7, n))
+	require.Equal(t, stateAfter(7, n), s.state, "shoe after %d draws: draws %d state %x, want state %x", n, s.draws, s.state, stateAfter(7, n))
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/internal/policy"
@@ -20,19 +23,13 @@ func TestEntriesComplete(t *testing.T) {
 	registry := policy.Registry(catalog.Policies())
 	for _, e := range catalog.All() {
 		t.Run(e.Name, func(t *testing.T) {
-			if err := e.Validate(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.Validate())
 			// The starter asks for the model by the convention's name, the
 			// policy server must answer to it with this entry's policy.
 			model := envs.ScriptedModel(e.Name)
 			p, err := registry.Lookup(model)
-			if err != nil {
-				t.Fatalf("policy server registry: %v", err)
-			}
-			if reflect.TypeOf(p) != reflect.TypeOf(e.Policy) {
-				t.Fatalf("model %q serves %T, want the entry's %T", model, p, e.Policy)
-			}
+			require.NoError(t, err, "policy server registry")
+			require.True(t, reflect.TypeOf(p) == reflect.TypeOf(e.Policy), "model %q serves %T, want the entry's %T", model, p, e.Policy)
 			if !e.Hosted() {
 				// Its host starts the generated tasks in its own tests
 				// (clients/python/examples/participant for notes).
@@ -53,34 +50,20 @@ func TestEntriesComplete(t *testing.T) {
 func startTask(t *testing.T, e envs.Entry, env envs.Environment, seed int64, index int) {
 	t.Helper()
 	task, err := e.Task(seed, index)
-	if err != nil {
-		t.Fatalf("task (seed %d, index %d): %v", seed, index, err)
-	}
+	require.NoError(t, err, "task (seed %d, index %d)", seed, index)
 	sess, start, err := env.Start(seed, task)
-	if err != nil {
-		t.Fatalf("Start refuses generated task %s (seed %d, index %d): %v", task, seed, index, err)
-	}
+	require.NoError(t, err, "Start refuses generated task %s (seed %d, index %d)", task, seed, index)
 	defer sess.Close()
-	if start.Observation == "" {
-		t.Errorf("task %s: empty first observation", task)
-	}
+	assert.NotEqual(t, "", start.Observation, "task %s: empty first observation", task)
 }
 
 func TestNamesUniqueAndSorted(t *testing.T) {
 	names := catalog.Names()
-	if len(names) == 0 {
-		t.Fatal("empty catalog")
-	}
-	if !slices.IsSorted(names) {
-		t.Errorf("Names() = %v, not sorted", names)
-	}
-	if c := slices.Compact(slices.Clone(names)); len(c) != len(names) {
-		t.Errorf("Names() = %v: a name is listed twice", names)
-	}
+	require.NotEmpty(t, names, "empty catalog")
+	assert.True(t, slices.IsSorted(names), "Names() = %v, not sorted", names)
+	assert.Len(t, slices.Compact(slices.Clone(names)), len(names), "Names() = %v: a name is listed twice", names)
 	models := catalog.Policies()
-	if len(models) != len(names) {
-		t.Errorf("%d policies for %d environments: two entries share a model name", len(models), len(names))
-	}
+	assert.Len(t, models, len(names), "%d policies for %d environments: two entries share a model name", len(models), len(names))
 }
 
 func TestLookup(t *testing.T) {
@@ -97,16 +80,11 @@ func TestLookup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, ok := catalog.Lookup(tt.name)
-			if ok != tt.wantOK || (ok && e.Name != tt.name) {
-				t.Fatalf("Lookup(%q) = %q, %v; want ok %v", tt.name, e.Name, ok, tt.wantOK)
-			}
+			require.Equal(t, tt.wantOK, ok, "Lookup(%q) = %q, %v; want ok %v", tt.name, e.Name, ok, tt.wantOK)
+			require.False(t, ok && e.Name != tt.name, "Lookup(%q) = %q, %v; want ok %v", tt.name, e.Name, ok, tt.wantOK)
 			_, err := catalog.Find(tt.name)
-			if (err == nil) != tt.wantOK {
-				t.Fatalf("Find(%q) error %v, want ok %v", tt.name, err, tt.wantOK)
-			}
-			if err != nil && !strings.Contains(err.Error(), "counter") {
-				t.Errorf("Find(%q) error %q does not list the known environments", tt.name, err)
-			}
+			require.Equal(t, tt.wantOK, err == nil, "Find(%q) error %v, want ok %v", tt.name, err, tt.wantOK)
+			assert.False(t, err != nil && !strings.Contains(err.Error(), "counter"), "Find(%q) error %q does not list the known environments", tt.name, err)
 		})
 	}
 }
@@ -132,12 +110,10 @@ func TestEntryDetails(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
 			e, err := catalog.Find(tt.env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.MaxTurns != tt.maxTurns || e.DenseReward != tt.dense || e.Model() != tt.model {
-				t.Fatalf("max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.maxTurns, e.MaxTurns, "max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
+			require.Equal(t, tt.dense, e.DenseReward, "max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
+			require.Equal(t, tt.model, e.Model(), "max turns %d, dense %v, model %q; want %d, %v, %q", e.MaxTurns, e.DenseReward, e.Model(), tt.maxTurns, tt.dense, tt.model)
 		})
 	}
 }
@@ -145,8 +121,6 @@ func TestEntryDetails(t *testing.T) {
 func TestTurnLimitsNameEveryEnvironment(t *testing.T) {
 	got := catalog.TurnLimits()
 	for _, e := range catalog.All() {
-		if !strings.Contains(got, fmt.Sprintf("%s %d", e.Name, e.MaxTurns)) {
-			t.Errorf("TurnLimits() = %q lacks %s %d", got, e.Name, e.MaxTurns)
-		}
+		assert.Contains(t, got, fmt.Sprintf("%s %d", e.Name, e.MaxTurns), "TurnLimits() = %q lacks %s %d", got, e.Name, e.MaxTurns)
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 )
 
@@ -14,33 +17,22 @@ func TestTaskCounterDeterministicAndInRange(t *testing.T) {
 	for _, seed := range []int64{0, 1, 7, -3} {
 		for i := 0; i < 200; i++ {
 			a, err := catalog.Task("counter", seed, i)
-			if err != nil {
-				t.Fatalf("Task(counter, %d, %d): %v", seed, i, err)
-			}
+			require.NoError(t, err, "Task(counter, %d, %d)", seed, i)
 			b, err := catalog.Task("counter", seed, i)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(a) != string(b) {
-				t.Fatalf("seed %d index %d: not deterministic: %s vs %s", seed, i, a, b)
-			}
+			require.NoError(t, err)
+			require.Equal(t, string(b), string(a), "seed %d index %d: not deterministic: %s vs %s", seed, i, a, b)
 			var task struct {
 				Target int `json:"target"`
 			}
-			if err := json.Unmarshal(a, &task); err != nil {
-				t.Fatalf("decode %s: %v", a, err)
-			}
-			if task.Target < 2 || task.Target > 8 {
-				t.Fatalf("seed %d index %d: target %d outside 2..8", seed, i, task.Target)
-			}
+			require.NoError(t, json.Unmarshal(a, &task), "decode %s", a)
+			require.GreaterOrEqual(t, task.Target, 2, "seed %d index %d: target %d outside 2..8", seed, i, task.Target)
+			require.LessOrEqual(t, task.Target, 8, "seed %d index %d: target %d outside 2..8", seed, i, task.Target)
 			seen[task.Target] = true
 		}
 	}
 	// Every value of the range must be reachable, or the generator is biased.
 	for v := 2; v <= 8; v++ {
-		if !seen[v] {
-			t.Errorf("target %d never generated", v)
-		}
+		assert.True(t, seen[v], "target %d never generated", v)
 	}
 }
 
@@ -48,23 +40,17 @@ func TestTaskVariesWithSeedAndIndex(t *testing.T) {
 	distinct := map[string]bool{}
 	for i := 0; i < 32; i++ {
 		b, err := catalog.Task("counter", 7, i)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		distinct[string(b)] = true
 	}
-	if len(distinct) < 2 {
-		t.Fatalf("32 indexes gave %d distinct tasks", len(distinct))
-	}
+	require.GreaterOrEqual(t, len(distinct), 2, "32 indexes gave %d distinct tasks", len(distinct))
 	differ := false
 	for i := 0; i < 32 && !differ; i++ {
 		a, _ := catalog.Task("counter", 1, i)
 		b, _ := catalog.Task("counter", 2, i)
 		differ = string(a) != string(b)
 	}
-	if !differ {
-		t.Fatal("seeds 1 and 2 gave identical tasks for 32 indexes")
-	}
+	require.True(t, differ, "seeds 1 and 2 gave identical tasks for 32 indexes")
 }
 
 func TestTaskErrors(t *testing.T) {
@@ -81,13 +67,9 @@ func TestTaskErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := catalog.Task(tt.env, 1, tt.index)
-			if err == nil {
-				t.Fatalf("want error, got %s", b)
-			}
+			require.Error(t, err, "want error, got %s", b)
 			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %s", err, w)
-				}
+				assert.ErrorContains(t, err, w, "error %q does not mention %s", err, w)
 			}
 		})
 	}
@@ -99,9 +81,8 @@ func TestNames(t *testing.T) {
 		t.Fatalf("Names() = %s, want %s (sorted)", got, want)
 	}
 	hosted := strings.Join(catalog.HostedNames(), ",")
-	if want := "arithmetic,blackjack,counter,sandbox,workplace"; hosted != want {
-		t.Fatalf("HostedNames() = %s, want %s (notes runs in the Python participant)", hosted, want)
-	}
+	want := "arithmetic,blackjack,counter,sandbox,workplace"
+	require.Equal(t, want, hosted, "HostedNames() = %s, want %s (notes runs in the Python participant)", hosted, want)
 }
 
 // TestTaskBytesPinned pins the exact task bytes of every environment at a
@@ -137,12 +118,8 @@ func TestTaskBytesPinned(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/%d/%d", tt.env, tt.seed, tt.index), func(t *testing.T) {
 			got, err := catalog.Task(tt.env, tt.seed, tt.index)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tt.want {
-				t.Fatalf("task bytes changed:\n got %s\nwant %s", got, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, string(got), "task bytes changed:\n got %s\nwant %s", got, tt.want)
 		})
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 )
@@ -12,39 +15,30 @@ import (
 func start(t *testing.T, task string) (envs.Session, envs.Start) {
 	t.Helper()
 	s, st, err := counter.New().Start(7, json.RawMessage(task))
-	if err != nil {
-		t.Fatalf("Start(%s): %v", task, err)
-	}
+	require.NoError(t, err, "Start(%s)", task)
 	return s, st
 }
 
 func TestSpec(t *testing.T) {
 	sp := counter.New().Spec()
-	if sp.Name != "counter" || sp.Mode != envs.ModeExportRestore || sp.Style != envs.StyleTools {
-		t.Fatalf("spec = %+v", sp)
-	}
-	if len(sp.Tools) != 1 || sp.Tools[0].Name != "increment" {
-		t.Fatalf("tools = %+v", sp.Tools)
-	}
+	require.Equal(t, "counter", sp.Name, "spec = %+v", sp)
+	require.Equal(t, envs.ModeExportRestore, sp.Mode, "spec = %+v", sp)
+	require.Equal(t, envs.StyleTools, sp.Style, "spec = %+v", sp)
+	require.Len(t, sp.Tools, 1, "tools = %+v", sp.Tools)
+	require.Equal(t, "increment", sp.Tools[0].Name, "tools = %+v", sp.Tools)
 	var schema map[string]any
-	if err := json.Unmarshal(sp.Tools[0].Parameters, &schema); err != nil || schema["type"] != "object" {
-		t.Fatalf("parameters are not a JSON schema object: %s (%v)", sp.Tools[0].Parameters, err)
-	}
+	err := json.Unmarshal(sp.Tools[0].Parameters, &schema)
+	require.NoError(t, err, "parameters are not a JSON schema object: %s (%v)", sp.Tools[0].Parameters, err)
+	require.Equal(t, "object", schema["type"], "parameters are not a JSON schema object: %s (%v)", sp.Tools[0].Parameters, err)
 }
 
 func TestStart(t *testing.T) {
 	_, st := start(t, `{"target":5,"start":2}`)
-	if st.Instructions != "You control a counter. Call the increment tool until the counter reaches the target, then answer done." {
-		t.Errorf("instructions = %q", st.Instructions)
-	}
+	assert.Equal(t, "You control a counter. Call the increment tool until the counter reaches the target, then answer done.", st.Instructions, "instructions")
 	want := "Increase the counter from 2 to 5.\nTASK {\"start\":2,\"target\":5}"
-	if st.Observation != want {
-		t.Errorf("observation = %q, want %q", st.Observation, want)
-	}
+	assert.Equal(t, want, st.Observation, "observation = %q, want %q", st.Observation, want)
 	_, st = start(t, `{"target":3}`)
-	if !strings.HasSuffix(st.Observation, `TASK {"start":0,"target":3}`) {
-		t.Errorf("default start: observation = %q", st.Observation)
-	}
+	assert.True(t, strings.HasSuffix(st.Observation, `TASK {"start":0,"target":3}`), "default start: observation = %q", st.Observation)
 }
 
 func TestBadTask(t *testing.T) {
@@ -55,35 +49,30 @@ func TestBadTask(t *testing.T) {
 		`{"target":1,"extra":true}`, `{"target":1} {}`,
 	} {
 		_, _, err := counter.New().Start(0, json.RawMessage(task))
-		if code := envs.CodeOf(err); code != envs.CodeBadTask {
-			t.Errorf("task %q: code %q (err %v), want %q", task, code, err, envs.CodeBadTask)
-		}
+		code := envs.CodeOf(err)
+		assert.Equal(t, envs.CodeBadTask, code, "task %q: code %q (err %v), want %q", task, code, err, envs.CodeBadTask)
 	}
-	if _, _, err := counter.New().Start(0, json.RawMessage(`{"target":1,"padding":1048576}`)); err != nil {
-		t.Errorf("max padding refused: %v", err)
-	}
+	_, _, err := counter.New().Start(0, json.RawMessage(`{"target":1,"padding":1048576}`))
+	assert.NoError(t, err, "max padding refused")
 }
 
 func TestIncrementAndVerify(t *testing.T) {
 	s, _ := start(t, `{"target":7,"start":1}`)
 	v, err := s.Verify()
-	if err != nil || v.Reward != 0 || string(v.Details) != `{"value":1,"target":7}` {
-		t.Fatalf("verify before = %+v %s, %v", v, v.Details, err)
-	}
+	require.NoError(t, err, "verify before = %+v %s, %v", v, v.Details, err)
+	require.Equal(t, float64(0), v.Reward, "verify before = %+v %s, %v", v, v.Details, err)
+	require.Equal(t, `{"value":1,"target":7}`, string(v.Details), "verify before = %+v %s, %v", v, v.Details, err)
 	for i, amt := range []int{4, 2} {
 		out, err := s.Apply("increment", json.RawMessage(`{"amount":`+itoa(amt)+`}`))
-		if err != nil {
-			t.Fatalf("op %d: %v", i, err)
-		}
+		require.NoError(t, err, "op %d", i)
 		want := []string{"counter=5", "counter=7"}[i]
-		if out.Observation != want || out.Reward != 0 {
-			t.Fatalf("op %d: outcome %+v, want %q", i, out, want)
-		}
+		require.Equal(t, want, out.Observation, "op %d: outcome %+v, want %q", i, out, want)
+		require.Equal(t, float64(0), out.Reward, "op %d: outcome %+v, want %q", i, out, want)
 	}
 	v, err = s.Verify()
-	if err != nil || v.Reward != 1 || string(v.Details) != `{"value":7,"target":7}` {
-		t.Fatalf("verify after = %+v %s, %v", v, v.Details, err)
-	}
+	require.NoError(t, err, "verify after = %+v %s, %v", v, v.Details, err)
+	require.Equal(t, float64(1), v.Reward, "verify after = %+v %s, %v", v, v.Details, err)
+	require.Equal(t, `{"value":7,"target":7}`, string(v.Details), "verify after = %+v %s, %v", v, v.Details, err)
 }
 
 func TestApplyRefusalsChangeNothing(t *testing.T) {
@@ -102,14 +91,11 @@ func TestApplyRefusalsChangeNothing(t *testing.T) {
 		{"increment", ``, envs.CodeBadArguments},
 	} {
 		_, err := s.Apply(tc.tool, json.RawMessage(tc.args))
-		if code := envs.CodeOf(err); code != tc.code {
-			t.Errorf("%s(%s): code %q (%v), want %q", tc.tool, tc.args, code, err, tc.code)
-		}
+		code := envs.CodeOf(err)
+		assert.Equal(t, tc.code, code, "%s(%s): code %q (%v), want %q", tc.tool, tc.args, code, err, tc.code)
 	}
 	after, _ := s.Export()
-	if string(before) != string(after) {
-		t.Fatalf("refusals changed state: %s -> %s", before, after)
-	}
+	require.Equal(t, string(after), string(before), "refusals changed state: %s -> %s", before, after)
 }
 
 func TestPadding(t *testing.T) {
@@ -117,52 +103,38 @@ func TestPadding(t *testing.T) {
 		a, _ := start(t, `{"target":3,"padding":`+itoa(pad)+`}`)
 		b, _ := start(t, `{"target":3,"padding":`+itoa(pad)+`}`)
 		oa, err := a.Apply("increment", json.RawMessage(`{"amount":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ob, _ := b.Apply("increment", json.RawMessage(`{"amount":1}`))
 		head, rest, ok := strings.Cut(oa.Observation, "\n")
-		if !ok || head != "counter=1" || len(rest) != pad {
-			t.Fatalf("padding %d: head %q, %d filler bytes", pad, head, len(rest))
-		}
-		if oa.Observation != ob.Observation {
-			t.Fatalf("padding %d: filler is not deterministic", pad)
-		}
+		require.True(t, ok, "padding %d: head %q, %d filler bytes", pad, head, len(rest))
+		require.Equal(t, "counter=1", head, "padding %d: head %q, %d filler bytes", pad, head, len(rest))
+		require.Len(t, rest, pad, "padding %d: head %q, %d filler bytes", pad, head, len(rest))
+		require.Equal(t, ob.Observation, oa.Observation, "padding %d: filler is not deterministic", pad)
 	}
 }
 
 func TestExportRestoreRoundTrip(t *testing.T) {
 	s, _ := start(t, `{"target":9,"start":2,"padding":5}`)
 	for _, a := range []string{`{"amount":3}`, `{"amount":1}`} {
-		if _, err := s.Apply("increment", json.RawMessage(a)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := s.Apply("increment", json.RawMessage(a))
+		require.NoError(t, err)
 	}
 	state, err := s.Export()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := `{"start":2,"target":9,"padding":5,"value":6,"ops":2}`; string(state) != want {
-		t.Fatalf("export = %s, want %s", state, want)
-	}
+	require.NoError(t, err)
+	want := `{"start":2,"target":9,"padding":5,"value":6,"ops":2}`
+	require.Equal(t, want, string(state), "export = %s, want %s", state, want)
 	r, err := counter.New().Restore(state)
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
+	require.NoError(t, err, "restore")
 	again, _ := r.Export()
-	if string(again) != string(state) {
-		t.Fatalf("restored export %s != %s", again, state)
-	}
+	require.Equal(t, string(state), string(again), "restored export %s != %s", again, state)
 	o1, _ := s.Apply("increment", json.RawMessage(`{"amount":3}`))
 	o2, _ := r.Apply("increment", json.RawMessage(`{"amount":3}`))
-	if o1 != o2 {
-		t.Fatalf("restored session diverged: %+v vs %+v", o1, o2)
-	}
+	require.Equal(t, o2, o1, "restored session diverged: %+v vs %+v", o1, o2)
 	v1, _ := s.Verify()
 	v2, _ := r.Verify()
-	if v1.Reward != 1 || v2.Reward != 1 || string(v1.Details) != string(v2.Details) {
-		t.Fatalf("verdicts differ: %+v %+v", v1, v2)
-	}
+	require.Equal(t, float64(1), v1.Reward, "verdicts differ: %+v %+v", v1, v2)
+	require.Equal(t, float64(1), v2.Reward, "verdicts differ: %+v %+v", v1, v2)
+	require.Equal(t, string(v2.Details), string(v1.Details), "verdicts differ: %+v %+v", v1, v2)
 }
 
 func TestRestoreRefusesBadState(t *testing.T) {
@@ -183,9 +155,8 @@ func TestRestoreRefusesBadState(t *testing.T) {
 		`{"start":0,"target":1,"padding":0,"value":0,"ops":0}{}`,
 	} {
 		_, err := counter.New().Restore(json.RawMessage(state))
-		if code := envs.CodeOf(err); code != envs.CodeBadState {
-			t.Errorf("state %q: code %q (%v), want %q", state, code, err, envs.CodeBadState)
-		}
+		code := envs.CodeOf(err)
+		assert.Equal(t, envs.CodeBadState, code, "state %q: code %q (%v), want %q", state, code, err, envs.CodeBadState)
 	}
 }
 
@@ -204,9 +175,7 @@ func TestRefuseVerify(t *testing.T) {
 	verify := func(seed int64, task string) error {
 		t.Helper()
 		s, _, err := env.Start(seed, json.RawMessage(task))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		_, err = s.Verify()
 		return err
 	}
@@ -214,40 +183,29 @@ func TestRefuseVerify(t *testing.T) {
 	if err := verify(1, first); envs.CodeOf(err) != envs.CodeBadState {
 		t.Fatalf("first verify of seed 1: %v, want a refusal", err)
 	}
-	if err := verify(1, first); err != nil {
-		t.Fatalf("second verify of seed 1: %v", err)
-	}
+	require.NoError(t, verify(1, first), "second verify of seed 1")
 	if err := verify(2, first); envs.CodeOf(err) != envs.CodeBadState {
 		t.Fatalf("first verify of seed 2: %v, want a refusal", err)
 	}
 	for range 2 {
-		if err := verify(1, `{"target":0,"refuse_verify":"always"}`); envs.CodeOf(err) != envs.CodeBadState {
-			t.Fatalf("always: %v, want a refusal", err)
-		}
+		err := verify(1, `{"target":0,"refuse_verify":"always"}`)
+		require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "always: %v, want a refusal", err)
 	}
 	if _, _, err := env.Start(1, json.RawMessage(`{"target":0,"refuse_verify":"sometimes"}`)); envs.CodeOf(err) != envs.CodeBadTask {
 		t.Fatalf("unknown mode: %v, want bad_task", err)
 	}
 
 	s, _, err := env.Start(3, json.RawMessage(`{"target":0,"refuse_verify":"always"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	state, err := s.Export()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	restored, err := env.Restore(state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := restored.Verify(); envs.CodeOf(err) != envs.CodeBadState {
 		t.Fatalf("restored always: %v, want a refusal", err)
 	}
 	plain, _, err := env.Start(3, json.RawMessage(`{"target":2}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if state, _ := plain.Export(); string(state) != `{"start":0,"target":2,"padding":0,"value":0,"ops":0}` {
 		t.Errorf("plain state %s", state)
 	}

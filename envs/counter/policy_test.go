@@ -3,8 +3,9 @@ package counter_test
 import (
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -75,25 +76,18 @@ func TestCounterRespond(t *testing.T) {
 			req := envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 7, Imperfection: tt.imperfection}
 			got, err := counter.Policy{}.Respond(req)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "Respond error = %v, want one containing %q", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatalf("Respond: %v", err)
-			}
+			require.NoError(t, err, "Respond")
 			want := counterIncrement(tt.msgs)
 			if tt.want != nil {
 				want = *tt.want
 			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("Respond = %+v, want %+v", got, want)
-			}
+			require.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
 			again, err := counter.Policy{}.Respond(req)
-			if err != nil || !reflect.DeepEqual(again, got) {
-				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
-			}
+			require.NoError(t, err, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			require.True(t, reflect.DeepEqual(again, got), "second Respond = %+v, %v; want the same answer %+v", again, err, got)
 		})
 	}
 }
@@ -106,9 +100,7 @@ func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection
 	value := start
 	for turn := 0; turn < 100; turn++ {
 		resp, err := counter.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
-		}
+		require.NoError(t, err, "seed %d turn %d", seed, turn)
 		if len(resp.ToolCalls) == 0 {
 			return value
 		}
@@ -148,13 +140,11 @@ func TestCounterImperfection(t *testing.T) {
 					t.Fatalf("seed %d: counter ended at %d, want 4 or 3", seed, got)
 				}
 				// The decision is per episode: replaying the seed ends the same way.
-				if again := runCounterEpisode(t, 1, 4, seed, tt.imperfection); again != got {
-					t.Fatalf("seed %d: replay ended at %d, first run at %d", seed, again, got)
-				}
+				again := runCounterEpisode(t, 1, 4, seed, tt.imperfection)
+				require.Equal(t, got, again, "seed %d: replay ended at %d, first run at %d", seed, again, got)
 			}
-			if (hits > 0) != tt.wantHits || (misses > 0) != tt.wantMisses {
-				t.Fatalf("hits=%d misses=%d, want hits>0 %v, misses>0 %v", hits, misses, tt.wantHits, tt.wantMisses)
-			}
+			require.Equal(t, tt.wantHits, hits > 0, "hits=%d misses=%d, want hits>0 %v, misses>0 %v", hits, misses, tt.wantHits, tt.wantMisses)
+			require.Equal(t, tt.wantMisses, misses > 0, "hits=%d misses=%d, want hits>0 %v, misses>0 %v", hits, misses, tt.wantHits, tt.wantMisses)
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/notes"
 )
@@ -18,9 +20,7 @@ func respond(t *testing.T, msgs []envs.Message, imperfection float64) envs.Polic
 	t.Helper()
 	out, err := notes.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: 3, Imperfection: imperfection,
 		Tools: []string{notes.ToolList, notes.ToolWrite, notes.ToolAppend, notes.ToolDelete}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return out
 }
 
@@ -32,9 +32,7 @@ func TestPolicyWalksTheEdits(t *testing.T) {
 	var calls []string
 	reply := func(content string) {
 		r := respond(t, msgs, 0)
-		if len(r.ToolCalls) != 1 {
-			t.Fatalf("after %v: want one tool call, got %+v", calls, r)
-		}
+		require.Len(t, r.ToolCalls, 1, "after %v: want one tool call, got %+v", calls, r)
 		c := r.ToolCalls[0]
 		calls = append(calls, c.Name+" "+c.Arguments)
 		msgs = append(msgs, envs.Message{Role: "assistant", ToolCalls: r.ToolCalls}, envs.Message{Role: "tool", ToolCallID: c.ID, Content: content})
@@ -49,15 +47,12 @@ func TestPolicyWalksTheEdits(t *testing.T) {
 		`write_note {"body":"pay rent","title":"todo"}`,
 		`delete_note {"title":"gifts"}`,
 	}
-	if strings.Join(calls, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
-	}
+	require.Equal(t, strings.Join(want, "\n"), strings.Join(calls, "\n"), "calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 	if r := respond(t, msgs, 0); r.Content != notes.Done || len(r.ToolCalls) != 0 {
 		t.Fatalf("after the last edit: %+v, want %q", r, notes.Done)
 	}
-	if r := respond(t, msgs[:8], 1); r.Content != notes.Done {
-		t.Fatalf("an imperfect episode forgets the last edit: %+v", r)
-	}
+	r := respond(t, msgs[:8], 1)
+	require.Equal(t, notes.Done, r.Content, "an imperfect episode forgets the last edit: %+v", r)
 }
 
 func TestPolicyRefusesWithoutATask(t *testing.T) {
@@ -68,9 +63,8 @@ func TestPolicyRefusesWithoutATask(t *testing.T) {
 		"bad JSON":        {{Role: "user", Content: `TASK {"edits":`}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := (notes.Policy{}).Respond(envs.PolicyRequest{Messages: msgs}); err == nil {
-				t.Fatal("want an error")
-			}
+			_, err := (notes.Policy{}).Respond(envs.PolicyRequest{Messages: msgs})
+			require.Error(t, err, "want an error")
 		})
 	}
 }

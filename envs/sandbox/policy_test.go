@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
@@ -71,21 +73,14 @@ func TestSandboxRespond(t *testing.T) {
 			req := envs.PolicyRequest{Messages: tt.msgs, Tools: tt.tools, Seed: 3}
 			got, err := sandbox.Policy{}.Respond(req)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Respond error = %v, want one containing %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "Respond error = %v, want one containing %q", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatalf("Respond: %v", err)
-			}
-			if !reflect.DeepEqual(got, *tt.want) {
-				t.Fatalf("Respond = %+v, want %+v", got, *tt.want)
-			}
+			require.NoError(t, err, "Respond")
+			require.True(t, reflect.DeepEqual(got, *tt.want), "Respond = %+v, want %+v", got, *tt.want)
 			again, err := sandbox.Policy{}.Respond(req)
-			if err != nil || !reflect.DeepEqual(again, got) {
-				t.Fatalf("second Respond = %+v, %v; want the same answer %+v", again, err, got)
-			}
+			require.NoError(t, err, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			require.True(t, reflect.DeepEqual(again, got), "second Respond = %+v, %v; want the same answer %+v", again, err, got)
 		})
 	}
 }
@@ -96,13 +91,9 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 	t.Helper()
 	task := sandbox.GenerateTask(seed, index)
 	s, st, err := sandbox.New().Start(seed, task)
-	if err != nil {
-		t.Fatalf("Start(%s): %v", task, err)
-	}
+	require.NoError(t, err, "Start(%s)", task)
 	defer func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
+		assert.NoError(t, s.Close(), "Close")
 	}()
 	var tools []string
 	for _, tool := range sandbox.New().Spec().Tools {
@@ -111,29 +102,19 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 	msgs := []envs.Message{{Role: "system", Content: st.Instructions}, {Role: "user", Content: st.Observation}}
 	for turn := 0; turn < 10; turn++ {
 		resp, err := sandbox.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("seed %d turn %d: %v", seed, turn, err)
-		}
+		require.NoError(t, err, "seed %d turn %d", seed, turn)
 		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
-			if resp.Content != sandbox.Done {
-				t.Fatalf("seed %d: final answer %q, want %q", seed, resp.Content, sandbox.Done)
-			}
+			require.Equal(t, sandbox.Done, resp.Content, "seed %d: final answer %q, want %q", seed, resp.Content, sandbox.Done)
 			v, err := s.Verify()
-			if err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
+			require.NoError(t, err, "Verify")
 			var d sandbox.Differences
-			if err := json.Unmarshal(v.Details, &d); err != nil {
-				t.Fatalf("details %s: %v", v.Details, err)
-			}
+			require.NoError(t, json.Unmarshal(v.Details, &d), "details %s", v.Details)
 			return msgs, v.Reward, d
 		}
 		for _, call := range resp.ToolCalls {
 			out, err := s.Apply(call.Name, json.RawMessage(call.Arguments))
-			if err != nil {
-				t.Fatalf("seed %d turn %d: Apply(%s, %s): %v", seed, turn, call.Name, call.Arguments, err)
-			}
+			require.NoError(t, err, "seed %d turn %d: Apply(%s, %s)", seed, turn, call.Name, call.Arguments)
 			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
 		}
 	}
@@ -144,27 +125,20 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 func TestSandboxEpisodeReachesReward(t *testing.T) {
 	for seed := int64(0); seed < 6; seed++ {
 		msgs, reward, d := sandboxEpisode(t, seed, int(seed), 0)
-		if reward != 1 {
-			t.Fatalf("seed %d: reward %v, differences %+v; want 1", seed, reward, d)
-		}
+		require.Equal(t, float64(1), reward, "seed %d: reward %v, differences %+v; want 1", seed, reward, d)
 		// One write per expected file, then done.
-		if calls := (len(msgs) - 3) / 2; calls != len(d.Expected) {
-			t.Fatalf("seed %d: %d tool calls for %d files", seed, calls, len(d.Expected))
-		}
+		calls := (len(msgs) - 3) / 2
+		require.Equal(t, len(d.Expected), calls, "seed %d: %d tool calls for %d files", seed, calls, len(d.Expected))
 		// A restarted attempt replays the same episode exactly.
 		again, _, _ := sandboxEpisode(t, seed, int(seed), 0)
-		if !reflect.DeepEqual(again, msgs) {
-			t.Fatalf("seed %d: replay differs:\n%+v\n%+v", seed, again, msgs)
-		}
+		require.True(t, reflect.DeepEqual(again, msgs), "seed %d: replay differs:\n%+v\n%+v", seed, again, msgs)
 	}
 }
 
 func TestSandboxImperfection(t *testing.T) {
 	const task = `{"files":{"a.txt":"1\n","b.txt":"2\n","c.txt":"3\n"}}`
 	want, err := sandbox.ParseTask(json.RawMessage(task))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tests := []struct {
 		name         string
 		imperfection float64
@@ -182,23 +156,17 @@ func TestSandboxImperfection(t *testing.T) {
 			for seed := int64(0); seed < 200; seed++ {
 				req := envs.PolicyRequest{Messages: sandboxConversation(task), Seed: seed, Imperfection: tt.imperfection}
 				plan, err := sandbox.PolicyPlan(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if again, _ := sandbox.PolicyPlan(req); !reflect.DeepEqual(again, plan) {
-					t.Fatalf("seed %d: plan not deterministic", seed)
-				}
+				require.NoError(t, err)
+				again, _ := sandbox.PolicyPlan(req)
+				require.True(t, reflect.DeepEqual(again, plan), "seed %d: plan not deterministic", seed)
 				// The per-episode draw does not depend on how far the episode got.
 				later := req
 				later.Messages = sandboxConversation(task, "wrote a.txt", "wrote b.txt")
-				if laterPlan, _ := sandbox.PolicyPlan(later); !reflect.DeepEqual(laterPlan, plan) {
-					t.Fatalf("seed %d: plan changed mid-episode", seed)
-				}
+				laterPlan, _ := sandbox.PolicyPlan(later)
+				require.True(t, reflect.DeepEqual(laterPlan, plan), "seed %d: plan changed mid-episode", seed)
 				wrong := 0
 				for i, w := range plan {
-					if w.Path != want.Names()[i] {
-						t.Fatalf("seed %d: write %d is %q, want %q", seed, i, w.Path, want.Names()[i])
-					}
+					require.Equal(t, want.Names()[i], w.Path, "seed %d: write %d is %q, want %q", seed, i, w.Path, want.Names()[i])
 					if w.Content != want.Files[w.Path] {
 						wrong++
 						spoiledFiles[w.Path] = true
@@ -213,12 +181,9 @@ func TestSandboxImperfection(t *testing.T) {
 					t.Fatalf("seed %d: %d files spoiled, want at most 1", seed, wrong)
 				}
 			}
-			if (clean > 0) != tt.wantClean || (spoiled > 0) != tt.wantSpoiled {
-				t.Fatalf("clean=%d spoiled=%d, want clean>0 %v, spoiled>0 %v", clean, spoiled, tt.wantClean, tt.wantSpoiled)
-			}
-			if tt.imperfection == 1 && len(spoiledFiles) != 3 {
-				t.Fatalf("spoiled files %v, want each of the 3 chosen by some seed", spoiledFiles)
-			}
+			require.Equal(t, tt.wantClean, clean > 0, "clean=%d spoiled=%d, want clean>0 %v, spoiled>0 %v", clean, spoiled, tt.wantClean, tt.wantSpoiled)
+			require.Equal(t, tt.wantSpoiled, spoiled > 0, "clean=%d spoiled=%d, want clean>0 %v, spoiled>0 %v", clean, spoiled, tt.wantClean, tt.wantSpoiled)
+			require.False(t, tt.imperfection == 1 && len(spoiledFiles) != 3, "spoiled files %v, want each of the 3 chosen by some seed", spoiledFiles)
 		})
 	}
 }
@@ -226,8 +191,9 @@ func TestSandboxImperfection(t *testing.T) {
 func TestSandboxEpisodeWithMistakeScoresZero(t *testing.T) {
 	for seed := int64(0); seed < 4; seed++ {
 		_, reward, d := sandboxEpisode(t, seed, 0, 1)
-		if reward != 0 || len(d.WrongContent) != 1 || len(d.Missing) != 0 || len(d.Unexpected) != 0 {
-			t.Fatalf("seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
-		}
+		require.Equal(t, float64(0), reward, "seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
+		require.Len(t, d.WrongContent, 1, "seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
+		require.Empty(t, d.Missing, "seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
+		require.Empty(t, d.Unexpected, "seed %d: reward %v, differences %+v; want 0 with exactly one wrong file", seed, reward, d)
 	}
 }

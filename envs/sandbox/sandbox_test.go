@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
 )
@@ -44,9 +46,7 @@ func mustJSON(v any) string {
 func start(t *testing.T, task string) (*sandbox.Session, envs.Start) {
 	t.Helper()
 	s, st, err := sandbox.New().Start(0, json.RawMessage(task))
-	if err != nil {
-		t.Fatalf("Start(%s): %v", task, err)
-	}
+	require.NoError(t, err, "Start(%s)", task)
 	t.Cleanup(func() { _ = s.Close() })
 	return s.(*sandbox.Session), st
 }
@@ -55,9 +55,8 @@ func start(t *testing.T, task string) (*sandbox.Session, envs.Start) {
 func apply(t *testing.T, s envs.Session, ops ...op) {
 	t.Helper()
 	for _, o := range ops {
-		if _, err := s.Apply(o.tool, json.RawMessage(o.args)); err != nil {
-			t.Fatalf("Apply(%s, %s): %v", o.tool, o.args, err)
-		}
+		_, err := s.Apply(o.tool, json.RawMessage(o.args))
+		require.NoError(t, err, "Apply(%s, %s)", o.tool, o.args)
 	}
 }
 
@@ -65,9 +64,7 @@ func apply(t *testing.T, s envs.Session, ops ...op) {
 func snapshot(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("read %s: %v", dir, err)
-	}
+	require.NoError(t, err, "read %s", dir)
 	out := map[string]string{}
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -75,9 +72,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatalf("read %s: %v", e.Name(), err)
-		}
+		require.NoError(t, err, "read %s", e.Name())
 		out[e.Name()] = string(b)
 	}
 	return out
@@ -85,45 +80,34 @@ func snapshot(t *testing.T, dir string) map[string]string {
 
 func TestSpec(t *testing.T) {
 	spec := sandbox.New().Spec()
-	if spec.Name != "sandbox" || spec.Mode != envs.ModeRestartOnly || spec.Style != envs.StyleTools {
-		t.Fatalf("Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
-	}
+	require.Equal(t, "sandbox", spec.Name, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
+	require.Equal(t, envs.ModeRestartOnly, spec.Mode, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
+	require.Equal(t, envs.StyleTools, spec.Style, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
 	var names []string
 	for _, tool := range spec.Tools {
 		names = append(names, tool.Name)
 		var schema map[string]any
-		if err := json.Unmarshal(tool.Parameters, &schema); err != nil || schema["type"] != "object" {
-			t.Errorf("tool %s: parameters %s are not a JSON Schema object (%v)", tool.Name, tool.Parameters, err)
-		}
+		err := json.Unmarshal(tool.Parameters, &schema)
+		require.NoError(t, err, "tool %s: parameters %s are not a JSON Schema object (%v)", tool.Name, tool.Parameters, err)
+		require.Equal(t, "object", schema["type"], "tool %s: parameters %s are not a JSON Schema object (%v)", tool.Name, tool.Parameters, err)
 	}
 	want := []string{"write_file", "append_file", "read_file", "list_files", "delete_file", "run_wc"}
-	if !reflect.DeepEqual(names, want) {
-		t.Fatalf("tools = %v, want %v", names, want)
-	}
+	require.True(t, reflect.DeepEqual(names, want), "tools = %v, want %v", names, want)
 }
 
 func TestStartObservationCarriesTask(t *testing.T) {
 	s, st := start(t, testTask)
-	if st.Instructions == "" {
-		t.Fatal("Start gave no instructions")
-	}
+	require.NotEqual(t, "", st.Instructions, "Start gave no instructions")
 	got, err := sandbox.TaskFromObservation(st.Observation)
-	if err != nil {
-		t.Fatalf("TaskFromObservation(%q): %v", st.Observation, err)
-	}
+	require.NoError(t, err, "TaskFromObservation(%q)", st.Observation)
 	want := map[string]string{"a.txt": "hello world\n", "b.txt": "x"}
-	if !reflect.DeepEqual(got.Files, want) {
-		t.Fatalf("task from observation = %v, want %v", got.Files, want)
-	}
-	if strings.Contains(st.Observation, s.Root()) {
-		t.Fatalf("observation leaks the scratch directory %s", s.Root())
-	}
+	require.True(t, reflect.DeepEqual(got.Files, want), "task from observation = %v, want %v", got.Files, want)
+	require.NotContains(t, st.Observation, s.Root(), "observation leaks the scratch directory %s", s.Root())
 	if fi, err := os.Stat(s.Dir()); err != nil || !fi.IsDir() {
 		t.Fatalf("scratch files directory %s: %v", s.Dir(), err)
 	}
-	if files := snapshot(t, s.Dir()); len(files) != 0 {
-		t.Fatalf("fresh sandbox holds %v, want nothing", files)
-	}
+	files := snapshot(t, s.Dir())
+	require.Empty(t, files, "fresh sandbox holds %v, want nothing", files)
 }
 
 func TestStartRefusesBadTasks(t *testing.T) {
@@ -151,9 +135,8 @@ func TestStartRefusesBadTasks(t *testing.T) {
 				_ = s.Close()
 				t.Fatalf("Start accepted %.60s", tt.task)
 			}
-			if envs.CodeOf(err) != envs.CodeBadTask || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
-			}
+			require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
+			require.ErrorContains(t, err, tt.want, "Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
 		})
 	}
 }
@@ -194,18 +177,14 @@ func TestApplyLegalOperations(t *testing.T) {
 			s, _ := start(t, testTask)
 			apply(t, s, tt.setup...)
 			out, err := s.Apply(tt.op.tool, json.RawMessage(tt.op.args))
-			if err != nil {
-				t.Fatalf("Apply(%s, %s): %v", tt.op.tool, tt.op.args, err)
-			}
-			if out.Observation != tt.wantObs || out.Reward != 0 || out.Terminated || out.Truncated {
-				t.Fatalf("outcome = %+v, want observation %q", out, tt.wantObs)
-			}
-			if got := snapshot(t, s.Dir()); !reflect.DeepEqual(got, tt.wantFiles) {
-				t.Fatalf("files = %q, want %q", got, tt.wantFiles)
-			}
-			if staged := snapshot(t, filepath.Join(s.Root(), "staging")); len(staged) != 0 {
-				t.Fatalf("staging left behind %v", staged)
-			}
+			require.NoError(t, err, "Apply(%s, %s)", tt.op.tool, tt.op.args)
+			require.Equal(t, tt.wantObs, out.Observation, "outcome = %+v, want observation %q", out, tt.wantObs)
+			require.Equal(t, float64(0), out.Reward, "outcome = %+v, want observation %q", out, tt.wantObs)
+			require.False(t, out.Terminated, "outcome = %+v, want observation %q", out, tt.wantObs)
+			require.False(t, out.Truncated, "outcome = %+v, want observation %q", out, tt.wantObs)
+			got := snapshot(t, s.Dir())
+			require.True(t, reflect.DeepEqual(got, tt.wantFiles), "files = %q, want %q", got, tt.wantFiles)
+			require.Empty(t, snapshot(t, filepath.Join(s.Root(), "staging")), "staging left behind")
 		})
 	}
 }
@@ -252,15 +231,13 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 			parent := snapshot(t, s.Root())
 			before := snapshot(t, s.Dir())
 			_, err := s.Apply(tt.op.tool, json.RawMessage(tt.op.args))
-			if envs.CodeOf(err) != tt.wantCode || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
-			}
+			require.Equal(t, tt.wantCode, envs.CodeOf(err), "Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
+			require.ErrorContains(t, err, tt.want, "Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
 			if after := snapshot(t, s.Dir()); !reflect.DeepEqual(after, before) {
 				t.Fatalf("refused operation changed files: %q -> %q", before, after)
 			}
-			if after := snapshot(t, s.Root()); !reflect.DeepEqual(after, parent) {
-				t.Fatalf("refused operation changed the scratch root: %q -> %q", parent, after)
-			}
+			after := snapshot(t, s.Root())
+			require.True(t, reflect.DeepEqual(after, parent), "refused operation changed the scratch root: %q -> %q", parent, after)
 		})
 	}
 }
@@ -270,21 +247,17 @@ func TestFileLimit(t *testing.T) {
 	for i := range sandbox.MaxFiles {
 		apply(t, s, write(fmt.Sprintf("f%02d", i), "x"))
 	}
-	if _, err := s.Apply(sandbox.ToolWriteFile, json.RawMessage(write("one-more", "x").args)); envs.CodeOf(err) != envs.CodeIllegalAction {
-		t.Fatalf("write past %d files: error %v, want %s", sandbox.MaxFiles, err, envs.CodeIllegalAction)
-	}
+	_, err := s.Apply(sandbox.ToolWriteFile, json.RawMessage(write("one-more", "x").args))
+	require.Equal(t, envs.CodeIllegalAction, envs.CodeOf(err), "write past %d files: error %v, want %s", sandbox.MaxFiles, err, envs.CodeIllegalAction)
 	// Overwriting an existing file adds nothing, so it is still allowed.
 	apply(t, s, write("f00", "y"))
-	if n := len(snapshot(t, s.Dir())); n != sandbox.MaxFiles {
-		t.Fatalf("sandbox holds %d files, want %d", n, sandbox.MaxFiles)
-	}
+	n := len(snapshot(t, s.Dir()))
+	require.Equal(t, sandbox.MaxFiles, n, "sandbox holds %d files, want %d", n, sandbox.MaxFiles)
 }
 
 func TestSymlinksAreNotFollowed(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "outside.txt")
-	if err := os.WriteFile(outside, []byte("secret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(outside, []byte("secret"), 0o600))
 	for _, o := range []op{
 		onPath(sandbox.ToolReadFile, "link"),
 		write("link", "overwritten"),
@@ -294,19 +267,15 @@ func TestSymlinksAreNotFollowed(t *testing.T) {
 	} {
 		t.Run(o.tool, func(t *testing.T) {
 			s, _ := start(t, testTask)
-			if err := os.Symlink(outside, filepath.Join(s.Dir(), "link")); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Symlink(outside, filepath.Join(s.Dir(), "link")))
 			out, err := s.Apply(o.tool, json.RawMessage(o.args))
-			if envs.CodeOf(err) != envs.CodeBadArguments || !strings.Contains(err.Error(), "symbolic link") {
-				t.Fatalf("Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
-			}
+			require.Equal(t, envs.CodeBadArguments, envs.CodeOf(err), "Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
+			require.ErrorContains(t, err, "symbolic link", "Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
 			if b, err := os.ReadFile(outside); err != nil || string(b) != "secret" {
 				t.Fatalf("link target = %q, %v; want it untouched", b, err)
 			}
-			if _, err := os.Lstat(filepath.Join(s.Dir(), "link")); err != nil {
-				t.Fatalf("link removed: %v", err)
-			}
+			_, err = os.Lstat(filepath.Join(s.Dir(), "link"))
+			require.NoError(t, err, "link removed")
 		})
 	}
 }
@@ -333,13 +302,9 @@ func TestVerify(t *testing.T) {
 			apply(t, s, tt.ops...)
 			before := snapshot(t, s.Dir())
 			v, err := s.Verify()
-			if err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
+			require.NoError(t, err, "Verify")
 			var got sandbox.Differences
-			if err := json.Unmarshal(v.Details, &got); err != nil {
-				t.Fatalf("details %s: %v", v.Details, err)
-			}
+			require.NoError(t, json.Unmarshal(v.Details, &got), "details %s", v.Details)
 			want := tt.want
 			want.Expected = []string{"a.txt", "b.txt"}
 			for _, l := range []*[]string{&want.Missing, &want.Unexpected, &want.WrongContent} {
@@ -347,12 +312,10 @@ func TestVerify(t *testing.T) {
 					*l = []string{}
 				}
 			}
-			if v.Reward != tt.wantReward || !reflect.DeepEqual(got, want) {
-				t.Fatalf("Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
-			}
-			if after := snapshot(t, s.Dir()); !reflect.DeepEqual(after, before) {
-				t.Fatalf("Verify changed files: %q -> %q", before, after)
-			}
+			require.Equal(t, tt.wantReward, v.Reward, "Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
+			require.True(t, reflect.DeepEqual(got, want), "Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
+			after := snapshot(t, s.Dir())
+			require.True(t, reflect.DeepEqual(after, before), "Verify changed files: %q -> %q", before, after)
 		})
 	}
 }
@@ -360,13 +323,11 @@ func TestVerify(t *testing.T) {
 func TestVerifyCountsSymlinkAsUnexpected(t *testing.T) {
 	s, _ := start(t, `{"files":{"a":"x"}}`)
 	apply(t, s, write("a", "x"))
-	if err := os.Symlink(filepath.Join(s.Dir(), "a"), filepath.Join(s.Dir(), "b")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink(filepath.Join(s.Dir(), "a"), filepath.Join(s.Dir(), "b")))
 	v, err := s.Verify()
-	if err != nil || v.Reward != 0 || !strings.Contains(string(v.Details), `"unexpected":["b"]`) {
-		t.Fatalf("Verify = %v %s, %v; want reward 0 with b unexpected", v.Reward, v.Details, err)
-	}
+	require.NoError(t, err, "Verify = %v %s, %v; want reward 0 with b unexpected", v.Reward, v.Details, err)
+	require.Equal(t, float64(0), v.Reward, "Verify = %v %s, %v; want reward 0 with b unexpected", v.Reward, v.Details, err)
+	require.Contains(t, string(v.Details), `"unexpected":["b"]`, "Verify = %v %s, %v; want reward 0 with b unexpected", v.Reward, v.Details, err)
 }
 
 func TestEqualTasksGiveEqualEpisodes(t *testing.T) {
@@ -376,58 +337,43 @@ func TestEqualTasksGiveEqualEpisodes(t *testing.T) {
 		log := []string{st.Instructions, st.Observation}
 		for _, o := range ops {
 			out, err := s.Apply(o.tool, json.RawMessage(o.args))
-			if err != nil {
-				t.Fatalf("Apply(%s): %v", o.tool, err)
-			}
+			require.NoError(t, err, "Apply(%s)", o.tool)
 			log = append(log, out.Observation)
 		}
 		v, err := s.Verify()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return append(log, string(v.Details))
 	}
 	a, b := run(), run()
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("equal tasks diverged:\n%q\n%q", a, b)
-	}
+	require.True(t, reflect.DeepEqual(a, b), "equal tasks diverged:\n%q\n%q", a, b)
 }
 
 func TestCloseRemovesDirectory(t *testing.T) {
 	s, _ := start(t, testTask)
 	apply(t, s, write("a.txt", "x"))
 	root := s.Root()
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	require.NoError(t, s.Close(), "Close")
 	if _, err := os.Stat(root); !os.IsNotExist(err) {
 		t.Fatalf("after Close, stat %s = %v; want it gone", root, err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	require.NoError(t, s.Close(), "second Close")
 	if _, err := s.Apply(sandbox.ToolListFiles, json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("Apply after Close = %v, want a closed-session error", err)
 	}
-	if _, err := s.Verify(); err == nil {
-		t.Fatal("Verify after Close succeeded")
-	}
+	_, err := s.Verify()
+	require.Error(t, err, "Verify after Close succeeded")
 }
 
 func TestExportAndRestoreRefuse(t *testing.T) {
 	s, _ := start(t, testTask)
 	apply(t, s, write("a.txt", "x"))
 	state, err := s.Export()
-	if envs.CodeOf(err) != envs.CodeNotExportable || state != nil {
-		t.Fatalf("Export = %s, %v; want nil and %s", state, err, envs.CodeNotExportable)
-	}
+	require.Equal(t, envs.CodeNotExportable, envs.CodeOf(err), "Export = %s, %v; want nil and %s", state, err, envs.CodeNotExportable)
+	require.Nil(t, state, "Export = %s, %v; want nil and %s", state, err, envs.CodeNotExportable)
 	for _, raw := range []string{``, `{}`, `{"files":{"a.txt":"x"}}`} {
 		restored, err := sandbox.New().Restore(json.RawMessage(raw))
-		if envs.CodeOf(err) != envs.CodeNotExportable || restored != nil {
-			t.Fatalf("Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
-		}
+		require.Equal(t, envs.CodeNotExportable, envs.CodeOf(err), "Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
+		require.True(t, restored == nil, "Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
 	}
-	if envs.EffectiveMode(sandbox.New().Spec().Mode) != envs.ModeRestartOnly {
-		t.Fatal("sandbox is not restart-only")
-	}
+	require.Equal(t, envs.ModeRestartOnly, envs.EffectiveMode(sandbox.New().Spec().Mode), "sandbox is not restart-only")
 }

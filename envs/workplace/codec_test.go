@@ -2,8 +2,9 @@ package workplace_test
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
@@ -21,23 +22,15 @@ type run struct {
 func play(t *testing.T, task json.RawMessage, calls []workplace.Call, cut int) run {
 	t.Helper()
 	s, _, err := workplace.New().Start(0, task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var r run
 	for i := 0; i <= len(calls); i++ {
 		if i == cut {
 			state, err := s.Export()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
 			s, err = workplace.New().Restore(append(json.RawMessage{}, state...))
-			if err != nil {
-				t.Fatalf("restore at cut %d: %v", cut, err)
-			}
+			require.NoError(t, err, "restore at cut %d", cut)
 		}
 		if i == len(calls) {
 			break
@@ -50,13 +43,10 @@ func play(t *testing.T, task json.RawMessage, calls []workplace.Call, cut int) r
 		r.observations = append(r.observations, out.Observation)
 	}
 	raw, err := s.Export()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r.export = string(raw)
-	if r.verdict, err = s.Verify(); err != nil {
-		t.Fatal(err)
-	}
+	r.verdict, err = s.Verify()
+	require.NoError(t, err)
 	return r
 }
 
@@ -77,9 +67,7 @@ func TestRestoredSessionContinuesExactly(t *testing.T) {
 	for i := 0; i < workplace.TemplateCount(); i++ {
 		task := workplace.GenerateTask(11, i)
 		plan, err := workplace.Plan(task)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		scenarios["plan-"+string(task)] = struct {
 			task   json.RawMessage
 			calls  []workplace.Call
@@ -106,22 +94,15 @@ func TestRestoredSessionContinuesExactly(t *testing.T) {
 	for name, sc := range scenarios {
 		t.Run(name, func(t *testing.T) {
 			ref := play(t, sc.task, sc.calls, -1)
-			if ref.verdict.Reward != sc.reward {
-				t.Fatalf("reference reward %v, want %v (%s)", ref.verdict.Reward, sc.reward, ref.verdict.Details)
-			}
+			require.Equal(t, sc.reward, ref.verdict.Reward, "reference reward %v, want %v (%s)", ref.verdict.Reward, sc.reward, ref.verdict.Details)
 			for cut := 0; cut <= len(sc.calls); cut++ {
 				got := play(t, sc.task, sc.calls, cut)
 				for i := range ref.observations {
-					if got.observations[i] != ref.observations[i] {
-						t.Fatalf("cut %d: observation %d = %s, uninterrupted %s", cut, i, got.observations[i], ref.observations[i])
-					}
+					require.Equal(t, ref.observations[i], got.observations[i], "cut %d: observation %d = %s, uninterrupted %s", cut, i, got.observations[i], ref.observations[i])
 				}
-				if got.export != ref.export {
-					t.Fatalf("cut %d: end state differs", cut)
-				}
-				if got.verdict.Reward != ref.verdict.Reward || string(got.verdict.Details) != string(ref.verdict.Details) {
-					t.Fatalf("cut %d: verdict %+v, uninterrupted %+v", cut, got.verdict, ref.verdict)
-				}
+				require.Equal(t, ref.export, got.export, "cut %d: end state differs", cut)
+				require.Equal(t, ref.verdict.Reward, got.verdict.Reward, "cut %d: verdict %+v, uninterrupted %+v", cut, got.verdict, ref.verdict)
+				require.Equal(t, string(ref.verdict.Details), string(got.verdict.Details), "cut %d: verdict %+v, uninterrupted %+v", cut, got.verdict, ref.verdict)
 			}
 		})
 	}
@@ -132,24 +113,14 @@ func TestExportRestoreRoundTrip(t *testing.T) {
 		task := workplace.GenerateTask(5, i)
 		s, _ := runPlan(t, task)
 		a, err := s.Export()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		r, err := workplace.New().Restore(a)
-		if err != nil {
-			t.Fatalf("restore: %v", err)
-		}
+		require.NoError(t, err, "restore")
 		b, err := r.Export()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(a) != string(b) {
-			t.Fatalf("round trip differs:\n%s\n%s", a, b)
-		}
+		require.NoError(t, err)
+		require.Equal(t, string(b), string(a), "round trip differs:\n%s\n%s", a, b)
 		a2, _ := s.Export()
-		if string(a2) != string(a) {
-			t.Fatal("export is not deterministic")
-		}
+		require.Equal(t, string(a), string(a2), "export is not deterministic")
 	}
 }
 
@@ -161,20 +132,14 @@ func TestCorruptStateIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	good, err := s.Export()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// edit decodes the good state into generic JSON, changes it and re-encodes.
 	edit := func(f func(m map[string]any)) string {
 		var m map[string]any
-		if err := json.Unmarshal(good, &m); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(good, &m))
 		f(m)
 		b, err := json.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return string(b)
 	}
 	obj := func(m map[string]any, key string) map[string]any { return m[key].(map[string]any) }
@@ -224,27 +189,21 @@ func TestCorruptStateIsRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			sess, err := workplace.New().Restore(json.RawMessage(tc.state))
-			if envs.CodeOf(err) != envs.CodeBadState || sess != nil {
-				t.Fatalf("Restore: session installed = %v, err = %v; want %s", sess != nil, err, envs.CodeBadState)
-			}
-			if !strings.Contains(err.Error(), tc.names) {
-				t.Fatalf("error %q does not name %q", err, tc.names)
-			}
+			require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "Restore: session installed = %v, err = %v; want %s", sess != nil, err, envs.CodeBadState)
+			require.True(t, sess == nil, "Restore: session installed = %v, err = %v; want %s", sess != nil, err, envs.CodeBadState)
+			require.ErrorContains(t, err, tc.names, "error %q does not name %q", err, tc.names)
 		})
 	}
 	// The untouched state still restores: the cases failed for their edit.
-	if _, err := workplace.New().Restore(json.RawMessage(edit(func(map[string]any) {}))); err != nil {
-		t.Fatalf("re-encoded good state refused: %v", err)
-	}
+	_, err = workplace.New().Restore(json.RawMessage(edit(func(map[string]any) {})))
+	require.NoError(t, err, "re-encoded good state refused")
 }
 
 // FuzzRestore: any input is either refused with CodeBadState or restores to
 // a session whose export restores to the same bytes.
 func FuzzRestore(f *testing.F) {
 	s, _, err := workplace.New().Start(0, workplace.GenerateTask(1, 2))
-	if err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
 	good, _ := s.Export()
 	f.Add(string(good))
 	f.Add(`{}`)
@@ -252,22 +211,15 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, state string) {
 		sess, err := workplace.New().Restore(json.RawMessage(state))
 		if err != nil {
-			if envs.CodeOf(err) != envs.CodeBadState || sess != nil {
-				t.Fatalf("refusal %v with session %v", err, sess)
-			}
+			require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "refusal %v with session %v", err, sess)
+			require.True(t, sess == nil, "refusal %v with session %v", err, sess)
 			return
 		}
 		a, err := sess.Export()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		again, err := workplace.New().Restore(a)
-		if err != nil {
-			t.Fatalf("own export refused: %v", err)
-		}
+		require.NoError(t, err, "own export refused")
 		b, _ := again.Export()
-		if string(a) != string(b) {
-			t.Fatal("export of a restored session does not round trip")
-		}
+		require.Equal(t, string(b), string(a), "export of a restored session does not round trip")
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
 )
@@ -23,9 +25,7 @@ func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection
 	t.Helper()
 	env := workplace.New()
 	sess, start, err := env.Start(seed, task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var tools []string
 	for _, tool := range env.Spec().Tools {
 		tools = append(tools, tool.Name)
@@ -33,36 +33,23 @@ func driveWorkplace(t *testing.T, task json.RawMessage, seed int64, imperfection
 	msgs := []envs.Message{{Role: "system", Content: start.Instructions}, {Role: "user", Content: start.Observation}}
 	var p workplace.Policy
 	for turn := 0; ; turn++ {
-		if turn > 50 {
-			t.Fatal("episode does not end")
-		}
+		require.LessOrEqual(t, turn, 50, "episode does not end")
 		if turn == cut {
 			state, err := sess.Export()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sess, err = env.Restore(state); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			sess, err = env.Restore(state)
+			require.NoError(t, err)
 		}
 		resp, err := p.Respond(envs.PolicyRequest{Messages: msgs, Tools: tools, Seed: seed, Imperfection: imperfection})
-		if err != nil {
-			t.Fatalf("turn %d: %v", turn, err)
-		}
+		require.NoError(t, err, "turn %d", turn)
 		msgs = append(msgs, envs.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 		if len(resp.ToolCalls) == 0 {
-			if resp.Content != workplace.Done {
-				t.Fatalf("final answer %q", resp.Content)
-			}
+			require.Equal(t, workplace.Done, resp.Content, "final answer")
 			v, err := sess.Verify()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return workplaceEpisode{reward: v.Reward, turns: turn + 1, msgs: msgs}
 		}
-		if len(resp.ToolCalls) != 1 {
-			t.Fatalf("turn %d: %d tool calls, want one per turn", turn, len(resp.ToolCalls))
-		}
+		require.Len(t, resp.ToolCalls, 1, "turn %d: %d tool calls, want one per turn", turn, len(resp.ToolCalls))
 		call := resp.ToolCalls[0]
 		out, err := sess.Apply(call.Name, json.RawMessage(call.Arguments))
 		content := out.Observation
@@ -77,20 +64,12 @@ func TestWorkplaceEpisodeReachesRewardOne(t *testing.T) {
 	for i := 0; i < 2*workplace.TemplateCount(); i++ {
 		task := workplace.GenerateTask(3, i)
 		plan, err := workplace.Plan(task)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ep := driveWorkplace(t, task, int64(100+i), 0, -1)
-		if ep.reward != 1 {
-			t.Fatalf("task %s: reward %v", task, ep.reward)
-		}
-		if ep.turns != len(plan)+1 {
-			t.Fatalf("task %s: %d turns, want %d plan steps and done", task, ep.turns, len(plan))
-		}
+		require.Equal(t, float64(1), ep.reward, "task %s: reward %v", task, ep.reward)
+		require.Equal(t, len(plan)+1, ep.turns, "task %s: %d turns, want %d plan steps and done", task, ep.turns, len(plan))
 		for _, m := range ep.msgs {
-			if m.Role == "tool" && strings.HasPrefix(m.Content, "error:") {
-				t.Fatalf("task %s: a planned call failed: %s", task, m.Content)
-			}
+			require.False(t, m.Role == "tool" && strings.HasPrefix(m.Content, "error:"), "task %s: a planned call failed: %s", task, m.Content)
 		}
 	}
 }
@@ -102,26 +81,23 @@ func TestWorkplaceEpisodeSurvivesRestore(t *testing.T) {
 	ref := driveWorkplace(t, task, 1, 0, -1)
 	for cut := 0; cut < ref.turns; cut++ {
 		got := driveWorkplace(t, task, 1, 0, cut)
-		if got.reward != ref.reward || !reflect.DeepEqual(got.msgs, ref.msgs) {
-			t.Fatalf("cut %d: episode differs from the uninterrupted one", cut)
-		}
+		require.Equal(t, ref.reward, got.reward, "cut %d: episode differs from the uninterrupted one", cut)
+		require.True(t, reflect.DeepEqual(got.msgs, ref.msgs), "cut %d: episode differs from the uninterrupted one", cut)
 	}
 }
 
 func TestWorkplaceImperfectionSpoilsTheEpisode(t *testing.T) {
 	for i := 0; i < 2*workplace.TemplateCount(); i++ {
 		task := workplace.GenerateTask(4, i)
-		if ep := driveWorkplace(t, task, int64(i), 1, -1); ep.reward != 0 {
-			t.Fatalf("task %s with imperfection 1: reward %v", task, ep.reward)
-		}
+		ep := driveWorkplace(t, task, int64(i), 1, -1)
+		require.Equal(t, float64(0), ep.reward, "task %s with imperfection 1: reward %v", task, ep.reward)
 	}
 	rewards := map[float64]int{}
 	for seed := int64(0); seed < 24; seed++ {
 		rewards[driveWorkplace(t, workplace.GenerateTask(4, int(seed)), seed, 0.5, -1).reward]++
 	}
-	if rewards[0] == 0 || rewards[1] == 0 {
-		t.Fatalf("imperfection 0.5 gave rewards %v, want both 0 and 1", rewards)
-	}
+	require.NotEqual(t, 0, rewards[0], "imperfection 0.5 gave rewards %v, want both 0 and 1", rewards)
+	require.NotEqual(t, 0, rewards[1], "imperfection 0.5 gave rewards %v, want both 0 and 1", rewards)
 }
 
 func TestWorkplaceRespondIsPure(t *testing.T) {
@@ -131,9 +107,8 @@ func TestWorkplaceRespondIsPure(t *testing.T) {
 		req := envs.PolicyRequest{Messages: ep.msgs[:n], Seed: 5, Imperfection: 0.5}
 		a, errA := p.Respond(req)
 		b, errB := p.Respond(req)
-		if !reflect.DeepEqual(a, b) || (errA == nil) != (errB == nil) {
-			t.Fatalf("prefix %d: %+v / %+v", n, a, b)
-		}
+		require.True(t, reflect.DeepEqual(a, b), "prefix %d: %+v / %+v", n, a, b)
+		require.Equal(t, errB == nil, errA == nil, "prefix %d: %+v / %+v", n, a, b)
 	}
 }
 
@@ -153,9 +128,7 @@ func TestWorkplaceRespondRefusesBadRequests(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := workplace.Policy{}.Respond(envs.PolicyRequest{Messages: tc.msgs, Tools: tc.tools})
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("err = %v, want one naming %q", err, tc.wantErr)
-			}
+			require.ErrorContains(t, err, tc.wantErr, "err = %v, want one naming %q", err, tc.wantErr)
 		})
 	}
 }

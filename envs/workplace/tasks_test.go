@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/workplace"
 )
@@ -13,17 +15,12 @@ import (
 func runPlan(t *testing.T, task json.RawMessage) (envs.Session, envs.Start) {
 	t.Helper()
 	sess, start, err := workplace.New().Start(0, task)
-	if err != nil {
-		t.Fatalf("start %s: %v", task, err)
-	}
+	require.NoError(t, err, "start %s", task)
 	plan, err := workplace.Plan(task)
-	if err != nil {
-		t.Fatalf("plan %s: %v", task, err)
-	}
+	require.NoError(t, err, "plan %s", task)
 	for i, c := range plan {
-		if _, err := sess.Apply(c.Tool, c.Arguments); err != nil {
-			t.Fatalf("task %s step %d %s %s: %v", task, i, c.Tool, c.Arguments, err)
-		}
+		_, err = sess.Apply(c.Tool, c.Arguments)
+		require.NoError(t, err, "task %s step %d %s %s", task, i, c.Tool, c.Arguments)
 	}
 	return sess, start
 }
@@ -31,13 +28,9 @@ func runPlan(t *testing.T, task json.RawMessage) (envs.Session, envs.Start) {
 func verdict(t *testing.T, s envs.Session) (float64, workplace.VerifyDetails) {
 	t.Helper()
 	v, err := s.Verify()
-	if err != nil {
-		t.Fatalf("verify: %v", err)
-	}
+	require.NoError(t, err, "verify")
 	var d workplace.VerifyDetails
-	if err := json.Unmarshal(v.Details, &d); err != nil {
-		t.Fatalf("details %s: %v", v.Details, err)
-	}
+	require.NoError(t, json.Unmarshal(v.Details, &d), "details %s", v.Details)
 	return v.Reward, d
 }
 
@@ -50,30 +43,23 @@ func TestEveryGeneratedTaskIsSolvableByItsPlan(t *testing.T) {
 		for i := 0; i < n; i++ {
 			task := workplace.GenerateTask(seed, i)
 			fresh, start, err := workplace.New().Start(0, task)
-			if err != nil {
-				t.Fatalf("start: %v", err)
-			}
+			require.NoError(t, err, "start")
 			if r, _ := verdict(t, fresh); r != 0 {
 				t.Fatalf("task %s is solved before any call", task)
 			}
 			sess, _ := runPlan(t, task)
 			r, d := verdict(t, sess)
-			if r != 1 {
-				t.Fatalf("task %s: plan reward %v, differs %v", task, r, d.Differs)
-			}
+			require.Equal(t, float64(1), r, "task %s: plan reward %v, differs %v", task, r, d.Differs)
 			templates[d.Template] = true
-			if j, dup := seen[start.Observation]; dup {
-				t.Fatalf("tasks %d and %d of seed %d have the same start observation", j, i, seed)
-			}
+			j, dup := seen[start.Observation]
+			require.False(t, dup, "tasks %d and %d of seed %d have the same start observation", j, i, seed)
 			seen[start.Observation] = i
 			raw, ok := workplace.TaskFromObservation(start.Observation)
-			if !ok || string(raw) != string(task) {
-				t.Fatalf("TASK line of %q = %s, want %s", start.Observation, raw, task)
-			}
+			require.True(t, ok, "TASK line of %q = %s, want %s", start.Observation, raw, task)
+			require.Equal(t, string(task), string(raw), "TASK line of %q = %s, want %s", start.Observation, raw, task)
 		}
-		if len(templates) != workplace.TemplateCount() || len(templates) < 5 {
-			t.Fatalf("seed %d used templates %v, want all %d", seed, templates, workplace.TemplateCount())
-		}
+		require.Len(t, templates, workplace.TemplateCount(), "seed %d used templates %v, want all %d", seed, templates, workplace.TemplateCount())
+		require.GreaterOrEqual(t, len(templates), 5, "seed %d used templates %v, want all %d", seed, templates, workplace.TemplateCount())
 	}
 }
 
@@ -81,23 +67,16 @@ func TestStartIsDeterministic(t *testing.T) {
 	for i := 0; i < 22; i++ {
 		task := workplace.GenerateTask(9, i)
 		a, sa, err := workplace.New().Start(1, task)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, sb, err := workplace.New().Start(2, task)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ea, _ := a.Export()
 		eb, _ := b.Export()
-		if string(ea) != string(eb) || sa != sb {
-			t.Fatalf("task %d: two starts differ", i)
-		}
+		require.Equal(t, string(eb), string(ea), "task %d: two starts differ", i)
+		require.Equal(t, sb, sa, "task %d: two starts differ", i)
 		other, _, _ := workplace.New().Start(1, workplace.GenerateTask(10, i))
 		eo, _ := other.Export()
-		if string(eo) == string(ea) {
-			t.Fatalf("task %d: seeds 9 and 10 give the same world", i)
-		}
+		require.NotEqual(t, string(ea), string(eo), "task %d: seeds 9 and 10 give the same world", i)
 	}
 }
 
@@ -115,9 +94,8 @@ func TestStartRefusesBadTasks(t *testing.T) {
 	for name, task := range cases {
 		t.Run(name, func(t *testing.T) {
 			s, _, err := workplace.New().Start(0, json.RawMessage(task))
-			if envs.CodeOf(err) != envs.CodeBadTask || s != nil {
-				t.Fatalf("Start(%s) = %v, %v; want %s", task, s, err, envs.CodeBadTask)
-			}
+			require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start(%s) = %v, %v; want %s", task, s, err, envs.CodeBadTask)
+			require.True(t, s == nil, "Start(%s) = %v, %v; want %s", task, s, err, envs.CodeBadTask)
 			if _, err := workplace.Plan(json.RawMessage(task)); envs.CodeOf(err) != envs.CodeBadTask {
 				t.Fatalf("Plan(%s) err = %v", task, err)
 			}
@@ -128,17 +106,12 @@ func TestStartRefusesBadTasks(t *testing.T) {
 func TestStartObservationCarriesTaskLine(t *testing.T) {
 	task := workplace.GenerateTask(3, 4)
 	_, start, err := workplace.New().Start(0, task)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lines := strings.Split(start.Observation, "\n")
-	if want := "TASK " + string(task); lines[len(lines)-1] != want {
-		t.Fatalf("last line %q, want %q", lines[len(lines)-1], want)
-	}
-	if start.Instructions == "" || lines[0] == "" {
-		t.Fatalf("empty instructions or instruction: %+v", start)
-	}
-	if _, ok := workplace.TaskFromObservation("no task here"); ok {
-		t.Fatal("found a task line where there is none")
-	}
+	want := "TASK " + string(task)
+	require.Equal(t, want, lines[len(lines)-1], "last line %q, want %q", lines[len(lines)-1], want)
+	require.NotEqual(t, "", start.Instructions, "empty instructions or instruction: %+v", start)
+	require.NotEqual(t, "", lines[0], "empty instructions or instruction: %+v", start)
+	_, ok := workplace.TaskFromObservation("no task here")
+	require.False(t, ok, "found a task line where there is none")
 }

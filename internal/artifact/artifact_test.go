@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 )
 
@@ -54,9 +57,7 @@ var smallOpts = artifact.Options{MaxShardRecords: 2}
 func mustWrite(t *testing.T, dir string, secs []artifact.Section, opts artifact.Options) artifact.Manifest {
 	t.Helper()
 	m, err := artifact.Write(context.Background(), dir, testMeta, secs, opts)
-	if err != nil {
-		t.Fatalf("Write: %v", err)
-	}
+	require.NoError(t, err, "Write")
 	return m
 }
 
@@ -79,9 +80,7 @@ func sorted(recs []artifact.Record) []artifact.Record {
 func checkRoundTrip(t *testing.T, dir string, secs []artifact.Section) *artifact.Checkpoint {
 	t.Helper()
 	c, err := artifact.Open(context.Background(), dir, testID)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
+	require.NoError(t, err, "Open")
 	var names []string
 	for _, s := range secs {
 		names = append(names, s.Name)
@@ -92,17 +91,12 @@ func checkRoundTrip(t *testing.T, dir string, secs []artifact.Section) *artifact
 	}
 	for _, s := range secs {
 		got, err := c.Section(context.Background(), s.Name)
-		if err != nil {
-			t.Fatalf("Section(%q): %v", s.Name, err)
-		}
+		require.NoError(t, err, "Section(%q)", s.Name)
 		want := sorted(s.Records)
-		if len(got) != len(want) {
-			t.Fatalf("Section(%q): %d records, want %d", s.Name, len(got), len(want))
-		}
+		require.Len(t, got, len(want), "Section(%q): %d records, want %d", s.Name, len(got), len(want))
 		for i := range want {
-			if got[i].Key != want[i].Key || !bytes.Equal(got[i].Data, want[i].Data) {
-				t.Fatalf("Section(%q) record %d = %q (%d bytes), want %q (%d bytes)", s.Name, i, got[i].Key, len(got[i].Data), want[i].Key, len(want[i].Data))
-			}
+			require.Equal(t, want[i].Key, got[i].Key, "Section(%q) record %d = %q (%d bytes), want %q (%d bytes)", s.Name, i, got[i].Key, len(got[i].Data), want[i].Key, len(want[i].Data))
+			require.Equal(t, string(want[i].Data), string(got[i].Data), "Section(%q) record %d = %q (%d bytes), want %q (%d bytes)", s.Name, i, got[i].Key, len(got[i].Data), want[i].Key, len(want[i].Data))
 		}
 	}
 	return c
@@ -157,20 +151,15 @@ func TestRoundTrip(t *testing.T) {
 			for _, sm := range m.Sections {
 				var counts []int
 				for i, sh := range sm.Shards {
-					if want := artifact.ShardName(sm.Name, i); sh.Name != want {
-						t.Errorf("shard %d of %q named %q, want %q", i, sm.Name, sh.Name, want)
-					}
+					want := artifact.ShardName(sm.Name, i)
+					assert.Equal(t, want, sh.Name, "shard %d of %q named %q, want %q", i, sm.Name, sh.Name, want)
 					counts = append(counts, sh.Records)
 				}
 				got[sm.Name] = counts
 				total += sm.Records
 			}
-			if fmt.Sprint(got) != fmt.Sprint(tt.wantShards) {
-				t.Fatalf("shards = %v, want %v", got, tt.wantShards)
-			}
-			if m.Records != total {
-				t.Fatalf("manifest records %d, sections sum to %d", m.Records, total)
-			}
+			require.Equal(t, fmt.Sprint(tt.wantShards), fmt.Sprint(got), "shards = %v, want %v", got, tt.wantShards)
+			require.Equal(t, total, m.Records, "manifest records %d, sections sum to %d", m.Records, total)
 		})
 	}
 }
@@ -178,15 +167,11 @@ func TestRoundTrip(t *testing.T) {
 func readDir(t *testing.T, dir string) map[string][]byte {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[string][]byte{}
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out[e.Name()] = b
 	}
 	return out
@@ -206,61 +191,47 @@ func TestDeterministic(t *testing.T) {
 	mustWrite(t, b, shuffled, smallOpts)
 
 	fa, fb := readDir(t, a), readDir(t, b)
-	if len(fa) != len(fb) {
-		t.Fatalf("%d files vs %d files", len(fa), len(fb))
-	}
+	require.Len(t, fa, len(fb), "%d files vs %d files", len(fa), len(fb))
 	for name, da := range fa {
-		if !bytes.Equal(da, fb[name]) {
-			t.Errorf("%s differs between two writes of the same content", name)
-		}
+		assert.Equal(t, string(fb[name]), string(da), "%s differs between two writes of the same content", name)
 	}
 	// The tar headers are the deterministic form.
 	f, err := os.Open(filepath.Join(a, "agents-00000.tar"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	hdr, err := tar.NewReader(f).Next()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hdr.Mode != 0o644 || hdr.ModTime.Unix() != 0 || hdr.Uid != 0 || hdr.Gid != 0 || hdr.Uname != "" || hdr.Format != tar.FormatUSTAR {
-		t.Fatalf("tar header not deterministic: %+v", hdr)
-	}
+	require.NoError(t, err)
+	require.Equal(t, int64(0o644), hdr.Mode, "tar header not deterministic: %+v", hdr)
+	require.Equal(t, int64(0), hdr.ModTime.Unix(), "tar header not deterministic: %+v", hdr)
+	require.Equal(t, 0, hdr.Uid, "tar header not deterministic: %+v", hdr)
+	require.Equal(t, 0, hdr.Gid, "tar header not deterministic: %+v", hdr)
+	require.Equal(t, "", hdr.Uname, "tar header not deterministic: %+v", hdr)
+	require.Equal(t, tar.FormatUSTAR, hdr.Format, "tar header not deterministic: %+v", hdr)
 }
 
 func sameFiles(t *testing.T, dir string, before map[string]os.FileInfo) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != len(before) {
-		t.Fatalf("%d files now, %d before", len(entries), len(before))
-	}
+	require.NoError(t, err)
+	require.Len(t, entries, len(before), "%d files now, %d before", len(entries), len(before))
 	for _, e := range entries {
 		fi, err := os.Stat(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b, ok := before[e.Name()]; !ok || !os.SameFile(b, fi) || b.Size() != fi.Size() {
-			t.Fatalf("%s was replaced or changed", e.Name())
-		}
+		require.NoError(t, err)
+		b, ok := before[e.Name()]
+		require.True(t, ok, "%s was replaced or changed", e.Name())
+		require.True(t, os.SameFile(b, fi), "%s was replaced or changed", e.Name())
+		require.Equal(t, fi.Size(), b.Size(), "%s was replaced or changed", e.Name())
 	}
 }
 
 func statAll(t *testing.T, dir string) map[string]os.FileInfo {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	out := map[string]os.FileInfo{}
 	for _, e := range entries {
 		fi, err := os.Stat(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out[e.Name()] = fi
 	}
 	return out
@@ -292,20 +263,12 @@ func TestRetry(t *testing.T) {
 			m, err := artifact.Write(context.Background(), dir, tt.meta, tt.secs, tt.opts)
 			sameFiles(t, dir, before)
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Write = %v, want %v", err, tt.wantErr)
-				}
-				if m.Digest != "" {
-					t.Fatalf("refused Write returned a manifest %+v", m)
-				}
+				require.ErrorIs(t, err, tt.wantErr, "Write = %v, want %v", err, tt.wantErr)
+				require.Equal(t, "", m.Digest, "refused Write returned a manifest %+v", m)
 				return
 			}
-			if err != nil {
-				t.Fatalf("retried Write: %v", err)
-			}
-			if fmt.Sprint(m) != fmt.Sprint(first) {
-				t.Fatalf("retried Write returned\n%+v\nwant\n%+v", m, first)
-			}
+			require.NoError(t, err, "retried Write")
+			require.Equal(t, fmt.Sprint(first), fmt.Sprint(m), "retried Write returned\n%+v\nwant\n%+v", m, first)
 		})
 	}
 }
@@ -316,9 +279,8 @@ func TestRetryOverCorruptCheckpointRefused(t *testing.T) {
 	flipByte(t, filepath.Join(dir, "agents-00001.tar"), 600)
 	before := statAll(t, dir)
 	_, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), smallOpts)
-	if !errors.Is(err, artifact.ErrInvalid) || !strings.Contains(err.Error(), "agents-00001.tar") {
-		t.Fatalf("Write over a corrupt checkpoint = %v, want ErrInvalid naming agents-00001.tar", err)
-	}
+	require.ErrorIs(t, err, artifact.ErrInvalid, "Write over a corrupt checkpoint = %v, want ErrInvalid naming agents-00001.tar", err)
+	require.ErrorContains(t, err, "agents-00001.tar", "Write over a corrupt checkpoint = %v, want ErrInvalid naming agents-00001.tar", err)
 	sameFiles(t, dir, before)
 }
 
@@ -355,12 +317,10 @@ func TestTornCommit(t *testing.T) {
 				t.Fatalf("Write did not stop: %v", err)
 			}()
 			// A temporary file as a crash inside a write would leave it.
-			if err := os.WriteFile(filepath.Join(dir, ".tmp-agents-00000.tar-123"), []byte("partial"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := artifact.Open(context.Background(), dir, testID); !errors.Is(err, artifact.ErrNoManifest) || !errors.Is(err, artifact.ErrInvalid) {
-				t.Fatalf("Open of a torn commit = %v, want ErrNoManifest and ErrInvalid", err)
-			}
+			require.NoError(t, os.WriteFile(filepath.Join(dir, ".tmp-agents-00000.tar-123"), []byte("partial"), 0o644))
+			_, err := artifact.Open(context.Background(), dir, testID)
+			require.ErrorIs(t, err, artifact.ErrNoManifest, "Open of a torn commit = %v, want ErrNoManifest and ErrInvalid", err)
+			require.ErrorIs(t, err, artifact.ErrInvalid, "Open of a torn commit = %v, want ErrNoManifest and ErrInvalid", err)
 			mustWrite(t, dir, secs, smallOpts)
 			checkRoundTrip(t, dir, secs)
 		})
@@ -370,21 +330,15 @@ func TestTornCommit(t *testing.T) {
 func TestWriteRefusesForeignDirectory(t *testing.T) {
 	dir := t.TempDir()
 	foreign := filepath.Join(dir, "notes.txt")
-	if err := os.WriteFile(foreign, []byte("mine"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(foreign, []byte("mine"), 0o644))
 	leftover := filepath.Join(dir, "agents-00000.tar")
-	if err := os.WriteFile(leftover, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(leftover, []byte("old"), 0o644))
 	_, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), smallOpts)
-	if !errors.Is(err, artifact.ErrConflict) || !strings.Contains(err.Error(), "notes.txt") {
-		t.Fatalf("Write = %v, want ErrConflict naming notes.txt", err)
-	}
+	require.ErrorIs(t, err, artifact.ErrConflict, "Write = %v, want ErrConflict naming notes.txt", err)
+	require.ErrorContains(t, err, "notes.txt", "Write = %v, want ErrConflict naming notes.txt", err)
 	for _, p := range []string{foreign, leftover} {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s touched by a refused Write: %v", p, err)
-		}
+		_, err = os.Stat(p)
+		require.NoError(t, err, "%s touched by a refused Write", p)
 	}
 	if _, err := os.Stat(filepath.Join(dir, artifact.ManifestName)); err == nil {
 		t.Fatal("refused Write wrote a manifest")
@@ -416,9 +370,8 @@ func TestWriteRefusesBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "ckpt")
 			_, err := artifact.Write(context.Background(), dir, tt.meta, tt.secs, tt.opts)
-			if !errors.Is(err, artifact.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Write = %v, want ErrInvalid mentioning %q", err, tt.want)
-			}
+			require.ErrorIs(t, err, artifact.ErrInvalid, "Write = %v, want ErrInvalid mentioning %q", err, tt.want)
+			require.ErrorContains(t, err, tt.want, "Write = %v, want ErrInvalid mentioning %q", err, tt.want)
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("refused Write created %s", dir)
 			}
@@ -431,24 +384,16 @@ func TestWriteRefusesBadInput(t *testing.T) {
 func flipByte(t *testing.T, path string, off int64) {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b[off] ^= 0x55
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, b, 0o644))
 }
 
 func truncate(t *testing.T, path string, by int64) {
 	t.Helper()
 	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, fi.Size()-by); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(path, fi.Size()-by))
 }
 
 func sha(b []byte) string {
@@ -459,25 +404,17 @@ func sha(b []byte) string {
 func readManifest(t *testing.T, dir string) artifact.Manifest {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, artifact.ManifestName))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var m artifact.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b, &m))
 	return m
 }
 
 func writeManifest(t *testing.T, dir string, m artifact.Manifest) {
 	t.Helper()
 	b, err := artifact.SealManifest(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, artifact.ManifestName), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, artifact.ManifestName), b, 0o644))
 }
 
 // reseal makes the manifest agree with the files' current sizes and digests,
@@ -512,9 +449,7 @@ func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member)
 	t.Helper()
 	path := filepath.Join(dir, shard)
 	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var ms []member
 	tr := tar.NewReader(f)
 	for {
@@ -522,32 +457,21 @@ func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member)
 		if err == io.EOF {
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ms = append(ms, member{hdr: hdr, data: data})
 	}
 	f.Close()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, m := range edit(ms) {
-		if err := tw.WriteHeader(m.hdr); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(m.data); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tw.WriteHeader(m.hdr))
+		_, err = tw.Write(m.data)
+		require.NoError(t, err)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
 	reseal(t, dir)
 }
 
@@ -570,31 +494,23 @@ func rewriteIndex(t *testing.T, dir, section string, edit func([]artifact.IndexE
 	t.Helper()
 	path := filepath.Join(dir, artifact.IndexName(section))
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var es []artifact.IndexEntry
 	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
 		if len(line) == 0 {
 			continue
 		}
 		var e artifact.IndexEntry
-		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(line, &e))
 		es = append(es, e)
 	}
 	var out []byte
 	for _, e := range edit(es) {
 		line, err := artifact.CanonicalIndexLine(e)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out = append(out, line...)
 	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, out, 0o644))
 	reseal(t, dir)
 }
 
@@ -798,9 +714,7 @@ func TestOpenRefuses(t *testing.T) {
 			name: "trailing bytes after the archive",
 			damage: func(t *testing.T, dir string) {
 				f, err := os.OpenFile(filepath.Join(dir, shard), os.O_APPEND|os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				f.Write(make([]byte, 512))
 				f.Close()
 				reseal(t, dir)
@@ -910,16 +824,10 @@ func TestOpenRefuses(t *testing.T) {
 				want = tt.wantID
 			}
 			c, err := artifact.Open(context.Background(), dir, want)
-			if c != nil {
-				t.Fatalf("Open returned a checkpoint (err %v)", err)
-			}
-			if !errors.Is(err, artifact.ErrInvalid) {
-				t.Fatalf("Open = %v, want ErrInvalid", err)
-			}
+			require.Nil(t, c, "Open returned a checkpoint (err %v)", err)
+			require.ErrorIs(t, err, artifact.ErrInvalid, "Open = %v, want ErrInvalid", err)
 			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
+				assert.ErrorContains(t, err, w, "error %q does not mention %q", err, w)
 			}
 		})
 	}
@@ -931,17 +839,13 @@ func TestSectionRechecks(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite(t, dir, sampleSections(), smallOpts)
 	c, err := artifact.Open(context.Background(), dir, testID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	flipByte(t, filepath.Join(dir, "transcripts-00002.tar"), 512+3)
 	recs, err := c.Section(context.Background(), "transcripts")
-	if !errors.Is(err, artifact.ErrInvalid) || recs != nil {
-		t.Fatalf("Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)
-	}
-	if _, err := c.Section(context.Background(), "agents"); err != nil {
-		t.Fatalf("untouched section: %v", err)
-	}
+	require.ErrorIs(t, err, artifact.ErrInvalid, "Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)
+	require.Nil(t, recs, "Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)
+	_, err = c.Section(context.Background(), "agents")
+	require.NoError(t, err, "untouched section")
 	if _, err := c.Section(context.Background(), "nope"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("unknown section: %v", err)
 	}
@@ -952,7 +856,6 @@ func TestOpenCancelled(t *testing.T) {
 	mustWrite(t, dir, sampleSections(), smallOpts)
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
 	defer cancel()
-	if _, err := artifact.Open(ctx, dir, testID); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Open with an expired context = %v", err)
-	}
+	_, err := artifact.Open(ctx, dir, testID)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "Open with an expired context = %v", err)
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 )
 
@@ -28,20 +30,15 @@ func BenchmarkWrite(b *testing.B) {
 		n++
 		dir := filepath.Join(root, fmt.Sprint("ckpt-", n))
 		start := time.Now()
-		if _, err := artifact.Write(context.Background(), dir, testMeta, secs, artifact.Options{}); err != nil {
-			b.Fatal(err)
-		}
+		_, err := artifact.Write(context.Background(), dir, testMeta, secs, artifact.Options{})
+		require.NoError(b, err)
 		write += time.Since(start)
 
 		plain := filepath.Join(root, fmt.Sprint("plain-", n))
 		start = time.Now()
-		if err := os.Mkdir(plain, 0o755); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, os.Mkdir(plain, 0o755))
 		for i, r := range secs[0].Records {
-			if err := os.WriteFile(filepath.Join(plain, fmt.Sprintf("%05d", i)), r.Data, 0o644); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, os.WriteFile(filepath.Join(plain, fmt.Sprintf("%05d", i)), r.Data, 0o644))
 		}
 		base += time.Since(start)
 	}
@@ -56,34 +53,25 @@ func BenchmarkOpen(b *testing.B) {
 	secs := benchSections()
 	root := b.TempDir()
 	dir, plain := filepath.Join(root, "ckpt"), filepath.Join(root, "plain")
-	if _, err := artifact.Write(context.Background(), dir, testMeta, secs, artifact.Options{}); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Mkdir(plain, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	_, err := artifact.Write(context.Background(), dir, testMeta, secs, artifact.Options{})
+	require.NoError(b, err)
+	require.NoError(b, os.Mkdir(plain, 0o755))
 	for i, r := range secs[0].Records {
-		if err := os.WriteFile(filepath.Join(plain, fmt.Sprintf("%05d", i)), r.Data, 0o644); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, os.WriteFile(filepath.Join(plain, fmt.Sprintf("%05d", i)), r.Data, 0o644))
 	}
 	var open, base time.Duration
 	for b.Loop() {
 		start := time.Now()
 		c, err := artifact.Open(context.Background(), dir, testID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Section(context.Background(), "transcripts"); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
+		_, err = c.Section(context.Background(), "transcripts")
+		require.NoError(b, err)
 		open += time.Since(start)
 
 		start = time.Now()
 		for i := range secs[0].Records {
-			if _, err := os.ReadFile(filepath.Join(plain, fmt.Sprintf("%05d", i))); err != nil {
-				b.Fatal(err)
-			}
+			_, err = os.ReadFile(filepath.Join(plain, fmt.Sprintf("%05d", i)))
+			require.NoError(b, err)
 		}
 		base += time.Since(start)
 	}

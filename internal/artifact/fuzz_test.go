@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/storage"
@@ -37,23 +38,16 @@ func fuzzSections() []artifact.Section {
 func checkpointFiles(f *testing.F, secs []artifact.Section) (map[string][]byte, []string) {
 	ctx := context.Background()
 	st, err := storage.Memory("fuzz")
-	if err != nil {
-		f.Fatal(err)
-	}
-	if _, err := artifact.WriteTo(ctx, st, testMeta, secs, artifact.Options{MaxShardRecords: 2}); err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
+	_, err = artifact.WriteTo(ctx, st, testMeta, secs, artifact.Options{MaxShardRecords: 2})
+	require.NoError(f, err)
 	entries, err := st.List(ctx)
-	if err != nil {
-		f.Fatal(err)
-	}
+	require.NoError(f, err)
 	files := map[string][]byte{}
 	var names []string
 	for _, e := range entries {
 		b, err := storage.ReadAll(ctx, st, e.Name, 0)
-		if err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, err)
 		names = append(names, e.Name)
 		files[e.Name] = b
 	}
@@ -64,13 +58,9 @@ func checkpointFiles(f *testing.F, secs []artifact.Section) (map[string][]byte, 
 // memoryCheckpoint stores files in a fresh in-memory store.
 func memoryCheckpoint(t *testing.T, files map[string][]byte) storage.Store {
 	st, err := storage.Memory("fuzz")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for name, b := range files {
-		if err := storage.WriteBytes(context.Background(), st, name, b); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, storage.WriteBytes(context.Background(), st, name, b))
 	}
 	return st
 }
@@ -79,17 +69,12 @@ func memoryCheckpoint(t *testing.T, files map[string][]byte) storage.Store {
 func sameSections(t *testing.T, c *artifact.Checkpoint, secs []artifact.Section, what string) {
 	for _, s := range secs {
 		got, err := c.Section(context.Background(), s.Name)
-		if err != nil {
-			t.Fatalf("%s: Section(%q) after a successful Open: %v", what, s.Name, err)
-		}
+		require.NoError(t, err, "%s: Section(%q) after a successful Open", what, s.Name)
 		want := sorted(s.Records)
-		if len(got) != len(want) {
-			t.Fatalf("%s: %s has %d records, want %d", what, s.Name, len(got), len(want))
-		}
+		require.Len(t, got, len(want), "%s: %s has %d records, want %d", what, s.Name, len(got), len(want))
 		for i := range want {
-			if got[i].Key != want[i].Key || !bytes.Equal(got[i].Data, want[i].Data) {
-				t.Fatalf("%s: %s record %d differs", what, s.Name, i)
-			}
+			require.Equal(t, want[i].Key, got[i].Key, "%s: %s record %d differs", what, s.Name, i)
+			require.Equal(t, string(want[i].Data), string(got[i].Data), "%s: %s record %d differs", what, s.Name, i)
 		}
 	}
 }
@@ -143,14 +128,11 @@ func FuzzOpen(f *testing.F) {
 
 		c, err := artifact.OpenStore(context.Background(), memoryCheckpoint(t, altered), testID)
 		if changed {
-			if c != nil || !errors.Is(err, artifact.ErrInvalid) {
-				t.Fatalf("altered %s (op %d, off %d, val %d): Open = %v, %v; want nil, ErrInvalid", target, op%opCount, off, val, c, err)
-			}
+			require.Nil(t, c, "altered %s (op %d, off %d, val %d): Open = %v, %v; want nil, ErrInvalid", target, op%opCount, off, val, c, err)
+			require.ErrorIs(t, err, artifact.ErrInvalid, "altered %s (op %d, off %d, val %d): Open = %v, %v; want nil, ErrInvalid", target, op%opCount, off, val, c, err)
 			return
 		}
-		if err != nil {
-			t.Fatalf("unaltered checkpoint refused: %v", err)
-		}
+		require.NoError(t, err, "unaltered checkpoint refused")
 		sameSections(t, c, secs, "unaltered checkpoint")
 	})
 }
@@ -216,9 +198,8 @@ func FuzzOpenResealed(f *testing.F) {
 		resealFiles(t, altered)
 		c, err := artifact.OpenStore(context.Background(), memoryCheckpoint(t, altered), testID)
 		if err != nil {
-			if c != nil || !errors.Is(err, artifact.ErrInvalid) {
-				t.Fatalf("Open = %v, %v; want nil, ErrInvalid", c, err)
-			}
+			require.Nil(t, c, "Open = %v, %v; want nil, ErrInvalid", c, err)
+			require.ErrorIs(t, err, artifact.ErrInvalid, "Open = %v, %v; want nil, ErrInvalid", c, err)
 			return
 		}
 		sameSections(t, c, secs, "altered "+target+" accepted")
@@ -229,9 +210,7 @@ func FuzzOpenResealed(f *testing.F) {
 // name: the manifest is made to agree with the files' sizes and digests.
 func resealFiles(t *testing.T, files map[string][]byte) {
 	var m artifact.Manifest
-	if err := json.Unmarshal(files[artifact.ManifestName], &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(files[artifact.ManifestName], &m))
 	refresh := func(name string, size *int64, sum *string) {
 		b := files[name]
 		*size, *sum = int64(len(b)), sha(b)
@@ -244,8 +223,6 @@ func resealFiles(t *testing.T, files map[string][]byte) {
 		}
 	}
 	b, err := artifact.SealManifest(&m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	files[artifact.ManifestName] = b
 }

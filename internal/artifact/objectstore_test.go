@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
@@ -27,9 +29,7 @@ func newS3Checkpoint(t *testing.T) s3Checkpoint {
 	var o storage.Opener
 	t.Cleanup(func() { o.Close() })
 	st, err := o.Open(context.Background(), srv.Bucket(t, "ckpt", "root/"+testID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return s3Checkpoint{st: st, dir: srv.ObjectPath("ckpt", "root/"+testID)}
 }
 
@@ -40,47 +40,35 @@ func TestObjectStoreRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	c := newS3Checkpoint(t)
 	m, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cp, err := artifact.OpenStore(ctx, c.st, testID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, sec := range sampleSections() {
 		got, err := cp.Section(ctx, sec.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		want := sorted(sec.Records)
-		if len(got) != len(want) {
-			t.Fatalf("section %s: %d records, want %d", sec.Name, len(got), len(want))
-		}
+		require.Len(t, got, len(want), "section %s: %d records, want %d", sec.Name, len(got), len(want))
 		for i := range want {
-			if got[i].Key != want[i].Key || string(got[i].Data) != string(want[i].Data) {
-				t.Fatalf("section %s record %d differs", sec.Name, i)
-			}
+			require.Equal(t, want[i].Key, got[i].Key, "section %s record %d differs", sec.Name, i)
+			require.Equal(t, string(want[i].Data), string(got[i].Data), "section %s record %d differs", sec.Name, i)
 		}
 	}
 	local := t.TempDir()
 	mustWrite(t, local, sampleSections(), smallOpts)
 	for name, data := range readDir(t, local) {
 		got, err := storage.ReadAll(ctx, c.st, name, 0)
-		if err != nil || string(got) != string(data) {
-			t.Fatalf("object %s differs from the local file (%v)", name, err)
-		}
+		require.NoError(t, err, "object %s differs from the local file (%v)", name, err)
+		require.Equal(t, string(data), string(got), "object %s differs from the local file (%v)", name, err)
 	}
 	again, err := artifact.WriteTo(ctx, c.st, testMeta, reversed(sampleSections()), smallOpts)
-	if err != nil || again.Digest != m.Digest {
-		t.Fatalf("retried write = %s, %v; want %s", again.Digest, err, m.Digest)
-	}
+	require.NoError(t, err, "retried write = %s, %v; want %s", again.Digest, err, m.Digest)
+	require.Equal(t, m.Digest, again.Digest, "retried write = %s, %v; want %s", again.Digest, err, m.Digest)
 	if _, err := artifact.WriteTo(ctx, c.st, artifact.Meta{CheckpointID: testID}, sampleSections(), smallOpts); !errors.Is(err, artifact.ErrConflict) {
 		t.Fatalf("write of other content over it = %v; want ErrConflict", err)
 	}
 	size, err := artifact.SizeIn(ctx, c.st, m)
-	if err != nil || size <= 0 {
-		t.Fatalf("SizeIn = %d, %v", size, err)
-	}
+	require.NoError(t, err, "SizeIn = %d, %v", size, err)
+	require.Greater(t, size, int64(0), "SizeIn = %d, %v", size, err)
 }
 
 // TestObjectStoreFailsClosed damages a committed checkpoint on the
@@ -124,9 +112,9 @@ func TestObjectStoreFailsClosed(t *testing.T) {
 			}
 			tt.damage(t, c)
 			cp, err := artifact.OpenStore(ctx, c.st, testID)
-			if !errors.Is(err, tt.want) || !errors.Is(err, artifact.ErrInvalid) || cp != nil {
-				t.Fatalf("OpenStore of a damaged checkpoint = %v, %v; want %v", cp, err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want, "OpenStore of a damaged checkpoint = %v, %v; want %v", cp, err, tt.want)
+			require.ErrorIs(t, err, artifact.ErrInvalid, "OpenStore of a damaged checkpoint = %v, %v; want %v", cp, err, tt.want)
+			require.Nil(t, cp, "OpenStore of a damaged checkpoint = %v, %v; want %v", cp, err, tt.want)
 		})
 	}
 }
@@ -152,17 +140,13 @@ func TestObjectStoreTornCommitRecovers(t *testing.T) {
 	if _, err := artifact.OpenStore(ctx, c.st, testID); !errors.Is(err, artifact.ErrNoManifest) {
 		t.Fatalf("torn commit opens as %v; want ErrNoManifest", err)
 	}
-	if _, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := artifact.OpenStore(ctx, c.st, testID); err != nil {
-		t.Fatal(err)
-	}
+	_, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts)
+	require.NoError(t, err)
+	_, err = artifact.OpenStore(ctx, c.st, testID)
+	require.NoError(t, err)
 }
 
 func must(t *testing.T, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }

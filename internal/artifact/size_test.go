@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 )
 
@@ -24,28 +27,18 @@ func TestSize(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			m, err := artifact.Write(context.Background(), dir, testMeta, tt.sections, tt.opts)
-			if err != nil {
-				t.Fatalf("Write: %v", err)
-			}
+			require.NoError(t, err, "Write")
 			entries, err := os.ReadDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var want int64
 			for _, e := range entries {
 				fi, err := e.Info()
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				want += fi.Size()
 			}
 			got, err := artifact.Size(dir, m)
-			if err != nil {
-				t.Fatalf("Size: %v", err)
-			}
-			if got != want {
-				t.Errorf("Size = %d, the files in the directory take %d", got, want)
-			}
+			require.NoError(t, err, "Size")
+			assert.Equal(t, want, got, "Size = %d, the files in the directory take %d", got, want)
 		})
 	}
 }
@@ -53,12 +46,8 @@ func TestSize(t *testing.T) {
 func TestSizeWithoutManifest(t *testing.T) {
 	dir := t.TempDir()
 	m, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), artifact.Options{})
-	if err != nil {
-		t.Fatalf("Write: %v", err)
-	}
-	if err := os.Remove(filepath.Join(dir, artifact.ManifestName)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "Write")
+	require.NoError(t, os.Remove(filepath.Join(dir, artifact.ManifestName)))
 	if _, err := artifact.Size(dir, m); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Size without a manifest file: got %v, want a not-exist error", err)
 	}

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
 )
 
@@ -16,9 +19,7 @@ import (
 func entries(t *testing.T, dir string) []string {
 	t.Helper()
 	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var names []string
 	for _, e := range es {
 		names = append(names, e.Name())
@@ -33,9 +34,7 @@ func target(t *testing.T, existing []byte) (dir, path string) {
 	dir = t.TempDir()
 	path = filepath.Join(dir, "file.json")
 	if existing != nil {
-		if err := os.WriteFile(path, existing, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, existing, 0o644))
 	}
 	return dir, path
 }
@@ -56,26 +55,16 @@ func TestWriteFile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir, path := target(t, tt.existing)
-			if err := atomicfile.WriteFile(path, tt.data, tt.perm); err != nil {
-				t.Fatalf("WriteFile: %v", err)
-			}
+			require.NoError(t, atomicfile.WriteFile(path, tt.data, tt.perm), "WriteFile")
 			got, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, tt.data) {
-				t.Fatalf("content: got %d bytes, want %d", len(got), len(tt.data))
-			}
+			require.NoError(t, err)
+			require.Equal(t, string(tt.data), string(got), "content: got %d bytes, want %d", len(got), len(tt.data))
 			fi, err := os.Stat(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.Mode().Perm() != tt.perm {
-				t.Errorf("permissions %v, want %v", fi.Mode().Perm(), tt.perm)
-			}
-			if names := entries(t, dir); len(names) != 1 || names[0] != "file.json" {
-				t.Errorf("directory holds %v, want only file.json (no temporary file left)", names)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.perm, fi.Mode().Perm(), "permissions %v, want %v", fi.Mode().Perm(), tt.perm)
+			names := entries(t, dir)
+			require.Len(t, names, 1, "directory holds %v, want only file.json (no temporary file left)", names)
+			require.Equal(t, "file.json", names[0], "directory holds %v, want only file.json (no temporary file left)", names)
 		})
 	}
 }
@@ -98,9 +87,7 @@ func TestWriteFailedFillLeavesNothing(t *testing.T) {
 				}
 				return errFill
 			})
-			if !errors.Is(err, errFill) {
-				t.Fatalf("Write: got %v, want the fill error", err)
-			}
+			require.ErrorIs(t, err, errFill, "Write: got %v, want the fill error", err)
 			got, err := os.ReadFile(path)
 			switch {
 			case tt.existing == nil && !errors.Is(err, os.ErrNotExist):
@@ -112,9 +99,8 @@ func TestWriteFailedFillLeavesNothing(t *testing.T) {
 			if tt.existing != nil {
 				want = 1
 			}
-			if names := entries(t, dir); len(names) != want {
-				t.Errorf("directory holds %v, want %d file(s) and no temporary file", names, want)
-			}
+			names := entries(t, dir)
+			assert.Len(t, names, want, "directory holds %v, want %d file(s) and no temporary file", names, want)
 		})
 	}
 }
@@ -127,23 +113,19 @@ func TestWriteInvisibleUntilRenamed(t *testing.T) {
 		if _, err := w.Write([]byte("new\n")); err != nil {
 			return err
 		}
-		if got, err := os.ReadFile(path); err != nil || string(got) != "old\n" {
-			t.Errorf("during the write path holds %q, %v; want the old content", got, err)
-		}
+		got, err := os.ReadFile(path)
+		require.NoError(t, err, "during the write path holds %q, %v; want the old content", got, err)
+		require.Equal(t, "old\n", string(got), "during the write path holds %q, %v; want the old content", got, err)
 		var temps []string
 		for _, n := range entries(t, dir) {
 			if strings.HasPrefix(n, atomicfile.TempPrefix+"file.json-") {
 				temps = append(temps, n)
 			}
 		}
-		if len(temps) != 1 {
-			t.Errorf("during the write the directory holds %v, want one temporary file for file.json", entries(t, dir))
-		}
+		assert.Len(t, temps, 1, "during the write the directory holds %v, want one temporary file for file.json", entries(t, dir))
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("Write: %v", err)
-	}
+	require.NoError(t, err, "Write")
 	if got, err := os.ReadFile(path); err != nil || string(got) != "new\n" {
 		t.Errorf("after the write path holds %q, %v; want the new content", got, err)
 	}
@@ -151,21 +133,15 @@ func TestWriteInvisibleUntilRenamed(t *testing.T) {
 
 func TestWriteFileMissingDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
-	if err := atomicfile.WriteFile(filepath.Join(dir, "file.json"), []byte("x"), 0o644); err == nil {
-		t.Fatal("WriteFile into a missing directory succeeded")
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the missing directory was created: %v", err)
-	}
+	require.Error(t, atomicfile.WriteFile(filepath.Join(dir, "file.json"), []byte("x"), 0o644), "WriteFile into a missing directory succeeded")
+	_, err := os.Stat(dir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the missing directory was created: %v", err)
 }
 
 func TestSyncDir(t *testing.T) {
-	if err := atomicfile.SyncDir(t.TempDir()); err != nil {
-		t.Errorf("SyncDir of a directory: %v", err)
-	}
+	assert.NoError(t, atomicfile.SyncDir(t.TempDir()), "SyncDir of a directory")
 	missing := filepath.Join(t.TempDir(), "missing")
 	err := atomicfile.SyncDir(missing)
-	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
-		t.Errorf("SyncDir of a missing directory: got %v, want a not-exist error naming it", err)
-	}
+	require.ErrorIs(t, err, os.ErrNotExist, "SyncDir of a missing directory: got %v, want a not-exist error naming it", err)
+	require.ErrorContains(t, err, missing, "SyncDir of a missing directory: got %v, want a not-exist error naming it", err)
 }

@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -30,14 +32,10 @@ func TestConfigValidate(t *testing.T) {
 			tt.change(&c)
 			err := c.Validate()
 			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want one naming %q", err, tt.wantErr)
-			}
+			require.ErrorContains(t, err, tt.wantErr, "err = %v, want one naming %q", err, tt.wantErr)
 		})
 	}
 }
@@ -54,15 +52,11 @@ func TestTableAndChart(t *testing.T) {
 	var out bytes.Buffer
 	PrintTable(&out, r)
 	for _, want := range []string{"0.80×", "0.50×", "throughput, 8 rollouts", "checkpoint 1000: restore to all running"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, out.String())
-		}
+		assert.Contains(t, out.String(), want, "table lacks %q:\n%s", want, out.String())
 	}
 	svg := Chart(r)
 	for _, want := range []string{"<svg", "turnstile ÷ floor", "request → manifest", "1000"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("chart lacks %q", want)
-		}
+		assert.Contains(t, svg, want, "chart lacks %q", want)
 	}
 }
 
@@ -74,9 +68,10 @@ func TestEvenlySample(t *testing.T) {
 		runs[i].id = fmt.Sprint(i)
 	}
 	got := evenly(runs, 64)
-	if len(got) != 64 || got[0].id != "0" || got[1].id != "4" || got[63].id != "252" {
-		t.Fatalf("evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
-	}
+	require.Len(t, got, 64, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
+	require.Equal(t, "0", got[0].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
+	require.Equal(t, "4", got[1].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
+	require.Equal(t, "252", got[63].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
 	if got := evenly(runs[:10], 64); len(got) != 10 {
 		t.Fatalf("evenly(10, 64) = %d runs, want all 10", len(got))
 	}

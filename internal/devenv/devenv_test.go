@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/devenv"
@@ -47,18 +49,14 @@ dynamic-config:
 func writeFile(t *testing.T, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "temporal-dev.yaml")
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 	return path
 }
 
 func mustLoad(t *testing.T, content string) *devenv.Config {
 	t.Helper()
 	cfg, err := devenv.Load(writeFile(t, content))
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	return cfg
 }
 
@@ -130,18 +128,12 @@ func TestStartDevArgs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustLoad(t, tt.file)
 			got, err := cfg.StartDevArgs(devenv.DefaultEnv, tt.overrides)
-			if err != nil {
-				t.Fatalf("StartDevArgs: %v", err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("StartDevArgs\n got: %q\nwant: %q", got, tt.want)
-			}
+			require.NoError(t, err, "StartDevArgs")
+			assert.True(t, reflect.DeepEqual(got, tt.want), "StartDevArgs\n got: %q\nwant: %q", got, tt.want)
 			// Same input, same command line: map order must not leak out.
 			for i := 0; i < 5; i++ {
 				again, _ := cfg.StartDevArgs(devenv.DefaultEnv, tt.overrides)
-				if !reflect.DeepEqual(again, got) {
-					t.Fatalf("StartDevArgs not deterministic:\n%q\n%q", again, got)
-				}
+				require.True(t, reflect.DeepEqual(again, got), "StartDevArgs not deterministic:\n%q\n%q", again, got)
 			}
 		})
 	}
@@ -165,9 +157,7 @@ func TestStartDevArgsErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := cfg.StartDevArgs(tt.env, tt.overrides)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
-			}
+			require.ErrorContains(t, err, tt.wantErr, "err = %v, want it to contain %q", err, tt.wantErr)
 		})
 	}
 }
@@ -223,37 +213,25 @@ func TestLoadInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFile(t, tt.file)
 			_, err := devenv.Load(path)
-			if err == nil {
-				t.Fatalf("Load accepted an invalid file:\n%s", tt.file)
-			}
-			if !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
-			}
-			if !strings.HasPrefix(err.Error(), path+": ") {
-				t.Errorf("err = %v, want it to name the file %s", err, path)
-			}
+			require.Error(t, err, "Load accepted an invalid file:\n%s", tt.file)
+			require.ErrorContains(t, err, tt.wantErr, "err = %v\nwant it to contain %q", err, tt.wantErr)
+			assert.True(t, strings.HasPrefix(err.Error(), path+": "), "err = %v, want it to name the file %s", err, path)
 		})
 	}
 }
 
 func TestLoadMissingFile(t *testing.T) {
 	_, err := devenv.Load(filepath.Join(t.TempDir(), "nope.yaml"))
-	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
-		t.Fatalf("err = %v, want a read error naming the file", err)
-	}
+	require.ErrorContains(t, err, "nope.yaml", "err = %v, want a read error naming the file", err)
 }
 
 // TestRepoFile keeps the committed temporal-dev.yaml valid and holding what
 // the workflows rely on.
 func TestRepoFile(t *testing.T) {
 	cfg, err := devenv.Load(filepath.Join("..", "..", devenv.DefaultConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	env, err := cfg.Env(devenv.DefaultEnv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// The dev server registers exactly what turnstile sets (the list
 	// `starter setup` registers on a cluster).
 	wantSA := map[string]string{}
@@ -262,28 +240,19 @@ func TestRepoFile(t *testing.T) {
 			enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword", enumspb.INDEXED_VALUE_TYPE_INT: "Int", enumspb.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
 		}[typ]
 	}
-	if !reflect.DeepEqual(env.SearchAttributes, wantSA) {
-		t.Errorf("search attributes = %v, want %v", env.SearchAttributes, wantSA)
-	}
-	if got := env.DynamicConfig["system.enableActivityEagerExecution"]; got != "true" {
-		t.Errorf("system.enableActivityEagerExecution = %q, want \"true\"", got)
-	}
-	if env.Server.DBFilename != "" {
-		t.Errorf("db-filename = %q, want in-memory (\"\")", env.Server.DBFilename)
-	}
-	if env.Client.Address != "127.0.0.1:7233" || env.Server.UIPort != 8233 || !env.Server.UI {
-		t.Errorf("unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)
-	}
+	assert.True(t, reflect.DeepEqual(env.SearchAttributes, wantSA), "search attributes = %v, want %v", env.SearchAttributes, wantSA)
+	got := env.DynamicConfig["system.enableActivityEagerExecution"]
+	assert.Equal(t, "true", got, "system.enableActivityEagerExecution = %q, want \"true\"", got)
+	assert.Equal(t, "", env.Server.DBFilename, "db-filename = %q, want in-memory (\"\")", env.Server.DBFilename)
+	require.Equal(t, "127.0.0.1:7233", env.Client.Address, "unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)
+	require.Equal(t, 8233, env.Server.UIPort, "unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)
+	require.True(t, env.Server.UI, "unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)
 }
 
 func writeExecutable(t *testing.T, path, script string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o755))
 }
 
 func TestEnsureCLI(t *testing.T) {
@@ -338,9 +307,7 @@ func TestEnsureCLI(t *testing.T) {
 			setup: func(t *testing.T, pathDir, root string) {
 				writeExecutable(t, filepath.Join(pathDir, "go"), fakeGo)
 				writeExecutable(t, filepath.Join(root, "bin", "temporal"), fakeCLI)
-				if err := os.Chmod(filepath.Join(root, "bin", "temporal"), 0o644); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, os.Chmod(filepath.Join(root, "bin", "temporal"), 0o644))
 			},
 			want:     func(pathDir, root string) string { return filepath.Join(root, "bin", "temporal") },
 			wantArgs: "install github.com/temporalio/cli/cmd/temporal@v1.5.1\n",
@@ -365,25 +332,16 @@ func TestEnsureCLI(t *testing.T) {
 			t.Setenv("PATH", pathDir)
 			got, err := devenv.EnsureCLI(context.Background(), root)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want it to contain %q", err, tt.wantErr)
 				return
 			}
-			if err != nil {
-				t.Fatalf("EnsureCLI: %v", err)
-			}
-			if want := tt.want(pathDir, root); got != want {
-				t.Errorf("EnsureCLI = %q, want %q", got, want)
-			}
+			require.NoError(t, err, "EnsureCLI")
+			want := tt.want(pathDir, root)
+			assert.Equal(t, want, got, "EnsureCLI = %q, want %q", got, want)
 			if tt.wantArgs != "" {
 				args, err := os.ReadFile(filepath.Join(root, "bin", "go-args"))
-				if err != nil {
-					t.Fatalf("fake go did not run with GOBIN=<root>/bin: %v", err)
-				}
-				if string(args) != tt.wantArgs {
-					t.Errorf("go args = %q, want %q", args, tt.wantArgs)
-				}
+				require.NoError(t, err, "fake go did not run with GOBIN=<root>/bin")
+				assert.Equal(t, tt.wantArgs, string(args), "go args = %q, want %q", args, tt.wantArgs)
 			}
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 )
 
@@ -32,31 +34,24 @@ func TestEachBoundsConcurrencyAndStopsAtTheFirstError(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	})
-	if err == nil || err.Error() != "item 3 failed" {
-		t.Fatalf("err = %v, want the first real error alone", err)
-	}
-	if p := peak.Load(); p > 4 {
-		t.Fatalf("%d calls ran at once, limit 4", p)
-	}
+	require.EqualError(t, err, "item 3 failed", "err = %v, want the first real error alone", err)
+	p := peak.Load()
+	require.LessOrEqual(t, p, int64(4), "%d calls ran at once, limit 4", p)
 	// Items admitted but not yet begun when item 3 failed are skipped, so
 	// between 1 and 4 ran; without the stop, all 50 would have.
-	if c := calls.Load(); c < 1 || c > 4 {
-		t.Fatalf("%d items ran, want at most the 4 admitted before the first error", c)
-	}
+	c := calls.Load()
+	require.GreaterOrEqual(t, c, int64(1), "%d items ran, want at most the 4 admitted before the first error", c)
+	require.LessOrEqual(t, c, int64(4), "%d items ran, want at most the 4 admitted before the first error", c)
 }
 
 func TestEachRunsEveryItem(t *testing.T) {
 	seen := make([]atomic.Bool, 100)
-	if err := fanout.Each(context.Background(), len(seen), 7, func(_ context.Context, i int) error {
+	require.NoError(t, fanout.Each(context.Background(), len(seen), 7, func(_ context.Context, i int) error {
 		seen[i].Store(true)
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	for i := range seen {
-		if !seen[i].Load() {
-			t.Fatalf("item %d never ran", i)
-		}
+		require.True(t, seen[i].Load(), "item %d never ran", i)
 	}
 }
 
@@ -76,20 +71,15 @@ func TestEachJoinsEveryRealError(t *testing.T) {
 		}
 		return nil
 	})
-	if err == nil {
-		t.Fatal("no error from 10 failing items")
-	}
+	require.Error(t, err, "no error from 10 failing items")
 	got := err.Error()
-	if strings.Count(got, "failed") != 8 || !strings.Contains(got, "(and 2 more errors)") {
-		t.Fatalf("err = %q, want 8 failures joined and the other 2 counted", got)
-	}
+	require.Equal(t, 8, strings.Count(got, "failed"), "err = %q, want 8 failures joined and the other 2 counted", got)
+	require.Contains(t, got, "(and 2 more errors)", "err = %q, want 8 failures joined and the other 2 counted", got)
 }
 
 func TestEachReportsAnOuterCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := fanout.Each(ctx, 5, 2, func(context.Context, int) error { return nil })
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
+	require.ErrorIs(t, err, context.Canceled, "err = %v, want context.Canceled", err)
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/location"
 )
 
@@ -32,14 +34,12 @@ func TestParse(t *testing.T) {
 		t.Run(tt.in, func(t *testing.T) {
 			l, err := location.Parse(tt.in)
 			if tt.err != "" {
-				if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tt.err)) {
-					t.Fatalf("ParseLocation(%q) = %v, %v; want error containing %q", tt.in, l, err, tt.err)
-				}
+				require.Error(t, err, "ParseLocation(%q) = %v, %v; want error containing %q", tt.in, l, err, tt.err)
+				require.True(t, bytes.Contains([]byte(err.Error()), []byte(tt.err)), "ParseLocation(%q) = %v, %v; want error containing %q", tt.in, l, err, tt.err)
 				return
 			}
-			if err != nil || l.String() != tt.want {
-				t.Fatalf("ParseLocation(%q) = %q, %v; want %q", tt.in, l.String(), err, tt.want)
-			}
+			require.NoError(t, err, "ParseLocation(%q) = %q, %v; want %q", tt.in, l.String(), err, tt.want)
+			require.Equal(t, tt.want, l.String(), "ParseLocation(%q) = %q, %v; want %q", tt.in, l.String(), err, tt.want)
 		})
 	}
 }
@@ -59,8 +59,7 @@ func TestJoin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := location.Join(tt.loc, tt.elems...)
-		if (err != nil) != tt.err || (!tt.err && got != tt.want) {
-			t.Errorf("Join(%q, %q) = %q, %v; want %q (error %v)", tt.loc, tt.elems, got, err, tt.want, tt.err)
-		}
+		require.Equal(t, tt.err, err != nil, "Join(%q, %q) = %q, %v; want %q (error %v)", tt.loc, tt.elems, got, err, tt.want, tt.err)
+		require.False(t, !tt.err && got != tt.want, "Join(%q, %q) = %q, %v; want %q (error %v)", tt.loc, tt.elems, got, err, tt.want, tt.err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -94,14 +94,11 @@ func serverCounterEpisode(t *testing.T, client openai.Client, start, target int,
 	value := start
 	for calls := 1; calls <= 100; calls++ {
 		resp, err := client.Chat.Completions.New(ctx, params)
-		if err != nil {
-			t.Fatalf("seed %d call %d: %v", seed, calls, err)
-		}
+		require.NoError(t, err, "seed %d call %d", seed, calls)
 		choice := resp.Choices[0]
 		if len(choice.Message.ToolCalls) == 0 {
-			if choice.FinishReason != policy.FinishStop || choice.Message.Content != counter.Done {
-				t.Fatalf("seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, counter.Done)
-			}
+			require.Equal(t, policy.FinishStop, choice.FinishReason, "seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, counter.Done)
+			require.Equal(t, counter.Done, choice.Message.Content, "seed %d: final answer %q (finish %q), want %q (stop)", seed, choice.Message.Content, choice.FinishReason, counter.Done)
 			return value, calls
 		}
 		value++
@@ -124,35 +121,29 @@ func TestServerCounterEpisode(t *testing.T) {
 	observations := []string{"counter=1", "error: environment parked, retry", "counter=2", "counter=3"}
 	for turn := 0; ; turn++ {
 		resp, err := client.Chat.Completions.New(ctx, params)
-		if err != nil {
-			t.Fatalf("turn %d: %v", turn, err)
-		}
-		if !strings.HasPrefix(resp.ID, "chatcmpl-") || resp.Object != "chat.completion" || resp.Model != counterModel {
-			t.Fatalf("turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
-		}
-		if resp.Usage.PromptTokens < 1 || resp.Usage.CompletionTokens < 1 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+resp.Usage.CompletionTokens {
-			t.Fatalf("turn %d: usage %+v", turn, resp.Usage)
-		}
-		if len(resp.Choices) != 1 {
-			t.Fatalf("turn %d: %d choices, want 1", turn, len(resp.Choices))
-		}
+		require.NoError(t, err, "turn %d", turn)
+		require.True(t, strings.HasPrefix(resp.ID, "chatcmpl-"), "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
+		require.True(t, resp.Object == "chat.completion", "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
+		require.Equal(t, counterModel, resp.Model, "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
+		require.GreaterOrEqual(t, resp.Usage.PromptTokens, int64(1), "turn %d: usage %+v", turn, resp.Usage)
+		require.GreaterOrEqual(t, resp.Usage.CompletionTokens, int64(1), "turn %d: usage %+v", turn, resp.Usage)
+		require.Equal(t, resp.Usage.PromptTokens+resp.Usage.CompletionTokens, resp.Usage.TotalTokens, "turn %d: usage %+v", turn, resp.Usage)
+		require.Len(t, resp.Choices, 1, "turn %d: %d choices, want 1", turn, len(resp.Choices))
 		msg := resp.Choices[0].Message
 		if turn == len(observations) {
-			if resp.Choices[0].FinishReason != policy.FinishStop || msg.Content != counter.Done || len(msg.ToolCalls) != 0 {
-				t.Fatalf("last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
-			}
+			require.Equal(t, policy.FinishStop, resp.Choices[0].FinishReason, "last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
+			require.Equal(t, counter.Done, msg.Content, "last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
+			require.Empty(t, msg.ToolCalls, "last turn: %+v, want content %q and no tool calls", resp.Choices[0], counter.Done)
 			return
 		}
-		if resp.Choices[0].FinishReason != policy.FinishToolCalls || len(msg.ToolCalls) != 1 {
-			t.Fatalf("turn %d: finish %q with %d tool calls, want one increment", turn, resp.Choices[0].FinishReason, len(msg.ToolCalls))
-		}
+		require.Equal(t, policy.FinishToolCalls, resp.Choices[0].FinishReason, "turn %d: finish %q with %d tool calls, want one increment", turn, resp.Choices[0].FinishReason, len(msg.ToolCalls))
+		require.Len(t, msg.ToolCalls, 1, "turn %d: finish %q with %d tool calls, want one increment", turn, resp.Choices[0].FinishReason, len(msg.ToolCalls))
 		call := msg.ToolCalls[0]
-		if call.Type != "function" || call.Function.Name != counter.ToolIncrement || call.Function.Arguments != `{"amount":1}` {
-			t.Fatalf("turn %d: tool call %+v", turn, call)
-		}
-		if want := envs.CallID(mirror, 0); call.ID != want {
-			t.Fatalf("turn %d: call id %q, want %q: the server saw a different conversation", turn, call.ID, want)
-		}
+		require.Equal(t, "function", call.Type, "turn %d: tool call %+v", turn, call)
+		require.Equal(t, counter.ToolIncrement, call.Function.Name, "turn %d: tool call %+v", turn, call)
+		require.Equal(t, `{"amount":1}`, call.Function.Arguments, "turn %d: tool call %+v", turn, call)
+		want := envs.CallID(mirror, 0)
+		require.Equal(t, want, call.ID, "turn %d: call id %q, want %q: the server saw a different conversation", turn, call.ID, want)
 		params.Messages = append(params.Messages, msg.ToParam(), openai.ToolMessage(observations[turn], call.ID))
 		mirror = append(mirror,
 			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: call.ID, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
@@ -170,26 +161,16 @@ func TestServerDeterminism(t *testing.T) {
 		openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{openai.TextContentPart("go on")}))
 
 	first, err := plain.Chat.Completions.New(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for name, c := range map[string]openai.Client{"same server": plain, "other server with latency": jittery} {
 		again, err := c.Chat.Completions.New(ctx, params)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if again.RawJSON() != first.RawJSON() {
-			t.Fatalf("%s: answer differs:\n%s\n%s", name, again.RawJSON(), first.RawJSON())
-		}
+		require.NoError(t, err, "%s", name)
+		require.Equal(t, first.RawJSON(), again.RawJSON(), "%s: answer differs:\n%s\n%s", name, again.RawJSON(), first.RawJSON())
 	}
 	params.Seed = openai.Int(43)
 	other, err := plain.Chat.Completions.New(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if other.ID == first.ID {
-		t.Fatalf("seeds 42 and 43 share the completion id %q", first.ID)
-	}
+	require.NoError(t, err)
+	require.NotEqual(t, first.ID, other.ID, "seeds 42 and 43 share the completion id %q", first.ID)
 }
 
 func TestServerImperfection(t *testing.T) {
@@ -205,16 +186,15 @@ func TestServerImperfection(t *testing.T) {
 			t.Fatalf("seed %d: counter ended at %d, want 3 or 2", seed, value)
 		}
 	}
-	if hits == 0 || misses == 0 {
-		t.Fatalf("hits=%d misses=%d over 200 seeds with imperfection 0.3, want both", hits, misses)
-	}
+	require.NotEqual(t, 0, hits, "hits=%d misses=%d over 200 seeds with imperfection 0.3, want both", hits, misses)
+	require.NotEqual(t, 0, misses, "hits=%d misses=%d over 200 seeds with imperfection 0.3, want both", hits, misses)
 }
 
 func TestServerPerfectEpisode(t *testing.T) {
 	_, client := startPolicyServer(t, policy.ServerConfig{})
-	if value, calls := serverCounterEpisode(t, client, 0, 4, 5); value != 4 || calls != 5 {
-		t.Fatalf("episode ended at %d after %d calls, want 4 after 5", value, calls)
-	}
+	value, calls := serverCounterEpisode(t, client, 0, 4, 5)
+	require.Equal(t, 4, value, "episode ended at %d after %d calls, want 4 after 5", value, calls)
+	require.Equal(t, 5, calls, "episode ended at %d after %d calls, want 4 after 5", value, calls)
 }
 
 // errorEnvelope is the OpenAI error body.
@@ -260,24 +240,17 @@ func TestServerRejects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			method, path := cmp.Or(tt.method, http.MethodPost), cmp.Or(tt.path, policy.ChatCompletionsPath)
 			req, err := http.NewRequest(method, url+path, strings.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer res.Body.Close()
 			var env errorEnvelope
-			if err := json.NewDecoder(res.Body).Decode(&env); err != nil {
-				t.Fatalf("status %d, body is not an error envelope: %v", res.StatusCode, err)
-			}
-			if res.StatusCode != tt.wantStatus || env.Error.Code != tt.wantCode || !strings.Contains(env.Error.Message, tt.wantMsg) || env.Error.Type == "" {
-				t.Fatalf("got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
-			}
-			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
-				t.Fatalf("Content-Type %q", ct)
-			}
+			require.NoError(t, json.NewDecoder(res.Body).Decode(&env), "status %d, body is not an error envelope", res.StatusCode)
+			require.Equal(t, tt.wantStatus, res.StatusCode, "got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			require.Equal(t, tt.wantCode, env.Error.Code, "got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			require.Contains(t, env.Error.Message, tt.wantMsg, "got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			require.NotEqual(t, "", env.Error.Type, "got %d %+v, want %d code %q message containing %q", res.StatusCode, env.Error, tt.wantStatus, tt.wantCode, tt.wantMsg)
+			require.Equal(t, "application/json", res.Header.Get("Content-Type"), "Content-Type")
 		})
 	}
 }
@@ -293,9 +266,7 @@ func TestServerClientErrors(t *testing.T) {
 	assertAPIError(t, err, http.StatusNotFound, "model_not_found")
 
 	stream := client.Chat.Completions.NewStreaming(ctx, counterParams(0, 1, 1))
-	if stream.Next() {
-		t.Fatal("streaming request produced a chunk")
-	}
+	require.False(t, stream.Next(), "streaming request produced a chunk")
 	assertAPIError(t, stream.Err(), http.StatusBadRequest, "unsupported_parameter")
 
 	params = counterParams(0, 1, 1)
@@ -307,12 +278,11 @@ func TestServerClientErrors(t *testing.T) {
 func assertAPIError(t *testing.T, err error, status int, code string) *openai.Error {
 	t.Helper()
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) {
-		t.Fatalf("error %v is not an API error", err)
-	}
-	if apiErr.StatusCode != status || apiErr.Code != code || apiErr.Message == "" || apiErr.Type == "" {
-		t.Fatalf("API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
-	}
+	require.ErrorAs(t, err, &apiErr, "error %v is not an API error", err)
+	require.Equal(t, status, apiErr.StatusCode, "API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
+	require.Equal(t, code, apiErr.Code, "API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
+	require.NotEqual(t, "", apiErr.Message, "API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
+	require.NotEqual(t, "", apiErr.Type, "API error %d code %q type %q message %q, want %d code %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message, status, code)
 	return apiErr
 }
 
@@ -334,18 +304,13 @@ func TestServerInjectedErrors(t *testing.T) {
 			if got := apiErr.Response.Header.Get("Retry-After"); got != "2" {
 				t.Fatalf("Retry-After %q, want 2", got)
 			}
-			if got := apiErr.Response.Header.Get("Retry-After-Ms"); got != "2000" {
-				t.Fatalf("Retry-After-Ms %q, want 2000", got)
-			}
+			got := apiErr.Response.Header.Get("Retry-After-Ms")
+			require.Equal(t, "2000", got, "Retry-After-Ms %q, want 2000", got)
 			// Health and listings are never failed on purpose.
 			res, err := http.Get(url + policy.HealthPath)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			res.Body.Close()
-			if res.StatusCode != http.StatusOK {
-				t.Fatalf("healthz %d during injected errors", res.StatusCode)
-			}
+			require.Equal(t, http.StatusOK, res.StatusCode, "healthz %d during injected errors", res.StatusCode)
 		})
 	}
 }
@@ -358,29 +323,21 @@ func TestServerFaultsDoNotChangeAnswers(t *testing.T) {
 	ctx := context.Background()
 	params := counterParams(0, 2, 9)
 	want, err := clean.Chat.Completions.New(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	seen := map[int]int{}
 	for attempt := 0; attempt < 200; attempt++ {
 		got, err := faulty.Chat.Completions.New(ctx, params)
 		if err != nil {
 			var apiErr *openai.Error
-			if !errors.As(err, &apiErr) {
-				t.Fatalf("attempt %d: %v", attempt, err)
-			}
+			require.ErrorAs(t, err, &apiErr, "attempt %d: %v", attempt, err)
 			seen[apiErr.StatusCode]++
 			continue
 		}
 		seen[http.StatusOK]++
-		if got.RawJSON() != want.RawJSON() {
-			t.Fatalf("answer after faults differs:\n%s\n%s", got.RawJSON(), want.RawJSON())
-		}
+		require.Equal(t, want.RawJSON(), got.RawJSON(), "answer after faults differs:\n%s\n%s", got.RawJSON(), want.RawJSON())
 	}
 	for _, status := range []int{http.StatusOK, http.StatusTooManyRequests, http.StatusServiceUnavailable} {
-		if seen[status] == 0 {
-			t.Fatalf("statuses %v over 200 attempts, want some %d", seen, status)
-		}
+		require.NotEqual(t, 0, seen[status], "statuses %v over 200 attempts, want some %d", seen, status)
 	}
 }
 
@@ -388,31 +345,22 @@ func TestServerModels(t *testing.T) {
 	url, client := startPolicyServer(t, policy.ServerConfig{})
 	ctx := context.Background()
 	page, err := client.Models.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var got []string
 	for _, m := range page.Data {
-		if m.Object != "model" || m.OwnedBy == "" {
-			t.Fatalf("model %+v", m)
-		}
+		require.True(t, m.Object == "model", "model %+v", m)
+		require.NotEqual(t, "", m.OwnedBy, "model %+v", m)
 		got = append(got, m.ID)
 	}
-	if want := serverTestRegistry().Names(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("models %v, want %v", got, want)
-	}
+	want := serverTestRegistry().Names()
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "models %v, want %v", got, want)
 	m, err := client.Models.Get(ctx, counterModel)
-	if err != nil || m.ID != counterModel {
-		t.Fatalf("Get(%q) = %+v, %v", counterModel, m, err)
-	}
+	require.NoError(t, err, "Get(%q) = %+v, %v", counterModel, m, err)
+	require.Equal(t, counterModel, m.ID, "Get(%q) = %+v, %v", counterModel, m, err)
 	res, err := http.Get(url + policy.HealthPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("healthz status %d", res.StatusCode)
-	}
+	require.Equal(t, http.StatusOK, res.StatusCode, "healthz status")
 }
 
 // syncBuffer is a log sink safe for concurrent handlers.
@@ -446,13 +394,10 @@ func TestServerLatencyHonoursCancellation(t *testing.T) {
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := client.Chat.Completions.New(ctx, counterParams(0, 1, 1)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("error %v, want the client's deadline", err)
-	}
+	_, err := client.Chat.Completions.New(ctx, counterParams(0, 1, 1))
+	require.ErrorIs(t, err, context.DeadlineExceeded, "error %v, want the client's deadline", err)
 	srv.Close()
-	if !strings.Contains(logs.String(), "request cancelled during latency") {
-		t.Fatalf("handler did not report the cancellation; logs:\n%s", logs.String())
-	}
+	require.Contains(t, logs.String(), "request cancelled during latency", "handler did not report the cancellation; logs:\n%s", logs.String())
 }
 
 func TestServerConfigValidate(t *testing.T) {
@@ -474,21 +419,15 @@ func TestServerConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.cfg.Validate()
 			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
+				require.NoError(t, err, "Validate")
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErr)
-			}
+			require.ErrorContains(t, err, tt.wantErr, "Validate = %v, want an error containing %q", err, tt.wantErr)
 			// A server built from it refuses everything, naming the problem.
 			srv := httptest.NewServer(policy.NewServer(tt.cfg))
 			defer srv.Close()
 			res, err := http.Get(srv.URL + policy.HealthPath)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer res.Body.Close()
 			var env errorEnvelope
 			if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != 500 || !strings.Contains(env.Error.Message, tt.wantErr) {

@@ -3,6 +3,9 @@ package schemacheck
 import (
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const testSchema = `{
@@ -21,9 +24,7 @@ const testSchema = `{
 
 func TestValidate(t *testing.T) {
 	s, err := Compile([]byte(testSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tests := []struct {
 		doc  string
 		want string // "" for valid
@@ -46,18 +47,14 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		errs := s.Validate([]byte(tt.doc))
 		if tt.want == "" {
-			if len(errs) > 0 {
-				t.Errorf("%s: %v, want valid", tt.doc, errs)
-			}
+			assert.Empty(t, errs, "%s: %v, want valid", tt.doc, errs)
 			continue
 		}
 		found := false
 		for _, e := range errs {
 			found = found || strings.Contains(e.Error(), tt.want)
 		}
-		if !found {
-			t.Errorf("%s: %v, want an error mentioning %q", tt.doc, errs, tt.want)
-		}
+		assert.True(t, found, "%s: %v, want an error mentioning %q", tt.doc, errs, tt.want)
 	}
 }
 
@@ -67,8 +64,7 @@ func TestCompileRefusesUnsupportedKeywords(t *testing.T) {
 		`{"properties":{"a":{"minimum":1}}}`,
 		`{"$defs":{"x":{"oneOf":[]}}}`,
 	} {
-		if _, err := Compile([]byte(doc)); err == nil || !strings.Contains(err.Error(), "not supported") {
-			t.Errorf("%s: err = %v, want a refusal", doc, err)
-		}
+		_, err := Compile([]byte(doc))
+		assert.ErrorContains(t, err, "not supported", "%s: err = %v, want a refusal", doc, err)
 	}
 }

@@ -1,13 +1,15 @@
 package storage_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
@@ -20,16 +22,12 @@ func backends(t *testing.T) map[string]func(t *testing.T) storage.Store {
 	return map[string]func(t *testing.T) storage.Store{
 		"dir": func(t *testing.T) storage.Store {
 			st, err := storage.Dir(filepath.Join(t.TempDir(), "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return st
 		},
 		"memory": func(t *testing.T) storage.Store {
 			st, err := storage.Memory("bkt")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return st
 		},
 		"s3": func(t *testing.T) storage.Store {
@@ -38,9 +36,7 @@ func backends(t *testing.T) map[string]func(t *testing.T) storage.Store {
 			var o storage.Opener
 			t.Cleanup(func() { o.Close() })
 			st, err := o.Open(context.Background(), srv.Bucket(t, "bkt", "pre/fix"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			return st
 		},
 	}
@@ -70,29 +66,25 @@ func checkEmpty(ctx context.Context, t *testing.T, st storage.Store) {
 	if _, _, err := st.Open(ctx, "missing"); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("Open(missing) = %v; want ErrNotExist", err)
 	}
-	if _, err := st.Stat(ctx, "missing"); !errors.Is(err, storage.ErrNotExist) {
-		t.Fatalf("Stat(missing) = %v; want ErrNotExist", err)
-	}
+	_, err := st.Stat(ctx, "missing")
+	require.ErrorIs(t, err, storage.ErrNotExist, "Stat(missing) = %v; want ErrNotExist", err)
 }
 
 func checkWriteRead(ctx context.Context, t *testing.T, st storage.Store) {
 	t.Helper()
 	for _, data := range [][]byte{[]byte("first"), []byte("second, longer")} {
-		if err := storage.WriteBytes(ctx, st, "a/b.json", data); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, storage.WriteBytes(ctx, st, "a/b.json", data))
 		got, err := storage.ReadAll(ctx, st, "a/b.json", 0)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("read back %q, %v; want %q", got, err, data)
-		}
+		require.NoError(t, err, "read back %q, %v; want %q", got, err, data)
+		require.Equal(t, string(data), string(got), "read back %q, %v; want %q", got, err, data)
 		e, err := st.Stat(ctx, "a/b.json")
-		if err != nil || e.Size != int64(len(data)) || !e.Regular || e.Name != "b.json" {
-			t.Fatalf("Stat = %+v, %v", e, err)
-		}
+		require.NoError(t, err, "Stat = %+v, %v", e, err)
+		require.Equal(t, int64(len(data)), e.Size, "Stat = %+v, %v", e, err)
+		require.True(t, e.Regular, "Stat = %+v, %v", e, err)
+		require.Equal(t, "b.json", e.Name, "Stat = %+v, %v", e, err)
 	}
-	if _, err := storage.ReadAll(ctx, st, "a/b.json", 3); err == nil {
-		t.Fatal("ReadAll over its limit succeeded")
-	}
+	_, err := storage.ReadAll(ctx, st, "a/b.json", 3)
+	require.Error(t, err, "ReadAll over its limit succeeded")
 }
 
 func checkFailedWrite(ctx context.Context, t *testing.T, st storage.Store) {
@@ -104,9 +96,7 @@ func checkFailedWrite(ctx context.Context, t *testing.T, st storage.Store) {
 		}
 		return boom
 	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("Write with a failing fill = %v; want its error", err)
-	}
+	require.ErrorIs(t, err, boom, "Write with a failing fill = %v; want its error", err)
 	if _, err := st.Stat(ctx, "torn"); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("a failed write left an object: %v", err)
 	}
@@ -114,68 +104,48 @@ func checkFailedWrite(ctx context.Context, t *testing.T, st storage.Store) {
 
 func checkCreate(ctx context.Context, t *testing.T, st storage.Store) {
 	t.Helper()
-	if err := st.Create(ctx, "once", []byte("v1")); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Create(ctx, "once", []byte("v2")); !errors.Is(err, storage.ErrExist) {
-		t.Fatalf("second Create = %v; want ErrExist", err)
-	}
-	if got, _ := storage.ReadAll(ctx, st, "once", 0); string(got) != "v1" {
-		t.Fatalf("Create replaced the object: %q", got)
-	}
+	require.NoError(t, st.Create(ctx, "once", []byte("v1")))
+	err := st.Create(ctx, "once", []byte("v2"))
+	require.ErrorIs(t, err, storage.ErrExist, "second Create = %v; want ErrExist", err)
+	got, _ := storage.ReadAll(ctx, st, "once", 0)
+	require.Equal(t, "v1", string(got), "Create replaced the object: %q", got)
 }
 
 func checkListAndSub(ctx context.Context, t *testing.T, st storage.Store) {
 	t.Helper()
 	l, err := st.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var names []string
 	for _, e := range l {
 		names = append(names, e.Name)
-		if e.Name == "a" && (!e.Dir || e.Regular) {
-			t.Errorf("entry a = %+v; want a directory", e)
-		}
+		assert.False(t, e.Name == "a" && (!e.Dir || e.Regular), "entry a = %+v; want a directory", e)
 	}
 	if want := []string{"a", "once"}; !equal(names, want) {
 		t.Fatalf("List = %q; want %q", names, want)
 	}
 	sub, err := st.Sub("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got, err := storage.ReadAll(ctx, sub, "b.json", 0); err != nil || len(got) == 0 {
 		t.Fatalf("read through Sub: %q, %v", got, err)
 	}
 	want, _ := location.Join(st.Location(), "a")
-	if sub.Location() != want {
-		t.Fatalf("Sub location %q; want %q", sub.Location(), want)
-	}
+	require.Equal(t, want, sub.Location(), "Sub location %q; want %q", sub.Location(), want)
 }
 
 func checkRemove(ctx context.Context, t *testing.T, st storage.Store) {
 	t.Helper()
-	if err := st.Remove(ctx, "once"); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Remove(ctx, "once"); err != nil {
-		t.Fatalf("removing what is gone: %v", err)
-	}
-	if _, err := st.Stat(ctx, "once"); !errors.Is(err, storage.ErrNotExist) {
-		t.Fatalf("removed object still there: %v", err)
-	}
+	require.NoError(t, st.Remove(ctx, "once"))
+	require.NoError(t, st.Remove(ctx, "once"), "removing what is gone")
+	_, err := st.Stat(ctx, "once")
+	require.ErrorIs(t, err, storage.ErrNotExist, "removed object still there: %v", err)
 }
 
 func checkBadNames(ctx context.Context, t *testing.T, st storage.Store) {
 	t.Helper()
 	for _, name := range []string{"", "/abs", "../up", "a//b", "a/./b", "a\\b"} {
-		if err := storage.WriteBytes(ctx, st, name, []byte("x")); err == nil {
-			t.Errorf("Write(%q) succeeded", name)
-		}
-		if _, _, err := st.Open(ctx, name); err == nil {
-			t.Errorf("Open(%q) succeeded", name)
-		}
+		assert.Error(t, storage.WriteBytes(ctx, st, name, []byte("x")), "Write(%q) succeeded", name)
+		_, _, err := st.Open(ctx, name)
+		assert.Error(t, err, "Open(%q) succeeded", name)
 	}
 }
 
@@ -194,24 +164,16 @@ func equal(a, b []string) bool {
 // A symlink in a local store is not an object: Open refuses it.
 func TestDirRefusesSymlink(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "target"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(dir, "target"), filepath.Join(dir, "link")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "target"), []byte("x"), 0o644))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "target"), filepath.Join(dir, "link")))
 	st, err := storage.Dir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, _, err := st.Open(context.Background(), "link"); err == nil {
 		t.Fatal("Open of a symlink succeeded")
 	}
 	l, _ := st.List(context.Background())
 	for _, e := range l {
-		if e.Name == "link" && e.Regular {
-			t.Fatal("List reports a symlink as regular")
-		}
+		require.False(t, e.Name == "link" && e.Regular, "List reports a symlink as regular")
 	}
 }
 
@@ -225,22 +187,15 @@ func TestMemoryIsPrivate(t *testing.T) {
 		t.Fatalf("Opener.Open(mem://…) = %v, %v; want a refusal", st, err)
 	}
 	a, err := storage.Memory("bkt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, err := storage.Memory("bkt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := storage.WriteBytes(ctx, a, "x", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, storage.WriteBytes(ctx, a, "x", []byte("1")))
 	if _, err := b.Stat(ctx, "x"); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("a second memory store sees the first one's object: %v", err)
 	}
 	for _, bad := range []string{"", "bkt/prefix", "bkt?x=1"} {
-		if _, err := storage.Memory(bad); err == nil {
-			t.Errorf("Memory(%q) succeeded", bad)
-		}
+		_, err := storage.Memory(bad)
+		assert.Error(t, err, "Memory(%q) succeeded", bad)
 	}
 }

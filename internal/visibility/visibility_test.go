@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -34,20 +36,16 @@ func TestListSetPagesThroughAll(t *testing.T) {
 		seen++
 		return nil
 	})
-	if err != nil || seen != 3 {
-		t.Fatalf("ListSet = %v after %d runs, want 3 runs", err, seen)
-	}
-	if want := `RolloutSet = "s1" AND ExecutionStatus = "Running"`; l.queries[0] != want {
-		t.Errorf("query = %s, want %s", l.queries[0], want)
-	}
+	require.NoError(t, err, "ListSet = %v after %d runs, want 3 runs", err, seen)
+	require.Equal(t, 3, seen, "ListSet = %v after %d runs, want 3 runs", err, seen)
+	want := `RolloutSet = "s1" AND ExecutionStatus = "Running"`
+	assert.Equal(t, want, l.queries[0], "query = %s, want %s", l.queries[0], want)
 }
 
 func TestSearchAttributeDecoding(t *testing.T) {
 	pl := func(v any) *commonpb.Payload {
 		p, err := converter.GetDefaultDataConverter().ToPayload(v)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return p
 	}
 	sa := &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
@@ -67,9 +65,8 @@ func TestSearchAttributeDecoding(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, ok := tt.decode()
-			if ok != tt.wantOK || (ok && got != tt.want) {
-				t.Errorf("got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
-			}
+			require.Equal(t, tt.wantOK, ok, "got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			require.False(t, ok && got != tt.want, "got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
 		})
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -36,9 +39,7 @@ func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler
 		cfg.DataToken = dataToken
 	}
 	srv, err := envserver.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var h http.Handler = srv
 	if wrap != nil {
 		h = wrap(srv)
@@ -54,13 +55,9 @@ func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler
 func run(t *testing.T, cfg conformance.Config) []conformance.Result {
 	t.Helper()
 	res, err := conformance.Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("conformance run: %v", err)
-	}
+	require.NoError(t, err, "conformance run")
 	var out bytes.Buffer
-	if err := conformance.Print(&out, res); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, conformance.Print(&out, res))
 	t.Logf("conformance results:\n%s", out.String())
 	return res
 }
@@ -70,13 +67,9 @@ func run(t *testing.T, cfg conformance.Config) []conformance.Result {
 // docs/protocol/openapi.json documents (R16).
 func TestGoEnvServerConforms(t *testing.T) {
 	res := run(t, goParticipant(t, false, nil))
-	if len(res) != len(conformance.Rules()) {
-		t.Fatalf("%d results for %d rules", len(res), len(conformance.Rules()))
-	}
+	require.Len(t, res, len(conformance.Rules()), "%d results for %d rules", len(res), len(conformance.Rules()))
 	for _, r := range res {
-		if r.Verdict != conformance.Pass {
-			t.Errorf("%s %s: %s %s", r.ID, r.Name, r.Verdict, r.Evidence)
-		}
+		assert.Equal(t, conformance.Pass, r.Verdict, "%s %s: %s %s", r.ID, r.Name, r.Verdict, r.Evidence)
 	}
 }
 
@@ -100,9 +93,7 @@ func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 					failed = append(failed, r.ID)
 				}
 			}
-			if !slices.Equal(failed, tc.wantFail) {
-				t.Fatalf("failed rules %v, want exactly %v", failed, tc.wantFail)
-			}
+			require.True(t, slices.Equal(failed, tc.wantFail), "failed rules %v, want exactly %v", failed, tc.wantFail)
 		})
 	}
 }

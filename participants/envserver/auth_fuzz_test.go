@@ -3,7 +3,6 @@ package envserver_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -82,14 +83,10 @@ func fuzzAuthenticated(t *testing.T, route, authorization, rollout string, body 
 	case route == protocol.RouteHealth:
 		return
 	case authorization != "Bearer "+token:
-		if status != http.StatusUnauthorized || fuzzCode(t, answer) != protocol.CodeUnauthorized ||
-			!strings.Contains(w.Header().Get("WWW-Authenticate"), realm) {
-			t.Fatalf("%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized",
-				route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
-		}
-		if !reflect.DeepEqual(after, before) {
-			t.Fatalf("an unauthenticated %s changed the server from %+v to %+v", route, before, after)
-		}
+		require.Equal(t, http.StatusUnauthorized, status, "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
+		require.Equal(t, protocol.CodeUnauthorized, fuzzCode(t, answer), "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
+		require.Contains(t, w.Header().Get("WWW-Authenticate"), realm, "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
+		require.True(t, reflect.DeepEqual(after, before), "an unauthenticated %s changed the server from %+v to %+v", route, before, after)
 		fuzzProbe(t, srv)
 		return
 	case status == http.StatusOK:
@@ -99,13 +96,10 @@ func fuzzAuthenticated(t *testing.T, route, authorization, rollout string, body 
 	if control {
 		codes = fuzzControlCodes
 	}
-	if code := fuzzCode(t, answer); !slices.Contains(codes, code) {
-		t.Fatalf("%s answered %d with code %q, want one of %v", route, status, code, codes)
-	}
+	code := fuzzCode(t, answer)
+	require.True(t, slices.Contains(codes, code), "%s answered %d with code %q, want one of %v", route, status, code, codes)
 	before.stats.Refused, after.stats.Refused = 0, 0
-	if !reflect.DeepEqual(after, before) {
-		t.Fatalf("%s answered %d %s, yet the server changed from %+v to %+v", route, status, answer, before, after)
-	}
+	require.True(t, reflect.DeepEqual(after, before), "%s answered %d %s, yet the server changed from %+v to %+v", route, status, answer, before, after)
 	fuzzProbe(t, srv)
 }
 
@@ -115,14 +109,9 @@ func fuzzCode(t *testing.T, answer []byte) string {
 	var eb protocol.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(answer))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&eb); err != nil {
-		t.Fatalf("answer %q is not an error envelope: %v", answer, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		t.Fatalf("answer %q: trailing data after the error envelope", answer)
-	}
-	if eb.Error.Message == "" {
-		t.Fatalf("answer %q names no problem", answer)
-	}
+	require.NoError(t, dec.Decode(&eb), "answer %q is not an error envelope", answer)
+	_, err := dec.Token()
+	require.ErrorIs(t, err, io.EOF, "answer %q: trailing data after the error envelope", answer)
+	require.NotEqual(t, "", eb.Error.Message, "answer %q names no problem", answer)
 	return eb.Error.Code
 }

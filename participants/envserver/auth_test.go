@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
@@ -24,13 +27,11 @@ func TestNewServerRefusesTokenConfig(t *testing.T) {
 		"no tokens, no opt-in": {envserver.ServerConfig{}, "--insecure-no-data-auth"},
 	} {
 		tc.cfg.Envs = []envs.Environment{counter.New()}
-		if _, err := envserver.NewServer(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: NewServer error %v, want one naming %q", name, err, tc.want)
-		}
+		_, err := envserver.NewServer(tc.cfg)
+		assert.ErrorContains(t, err, tc.want, "%s: NewServer error %v, want one naming %q", name, err, tc.want)
 	}
-	if _, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, InsecureNoDataAuth: true}); err != nil {
-		t.Errorf("explicit unauthenticated data plane refused: %v", err)
-	}
+	_, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, InsecureNoDataAuth: true})
+	assert.NoError(t, err, "explicit unauthenticated data plane refused")
 }
 
 // TestDataPlaneAuthentication: every data-plane route wants the data token
@@ -52,25 +53,24 @@ func TestDataPlaneAuthentication(t *testing.T) {
 	for _, auth := range []string{"", "Bearer " + testToken, "Bearer wrong", "Bearer " + testDataToken + "x", "bearer " + testDataToken, testDataToken} {
 		for _, rt := range routes {
 			status, code, challenge := rawCall(t, f.url, rt.method, rt.path, rt.body, auth)
-			if status != http.StatusUnauthorized || code != protocol.CodeUnauthorized || !strings.Contains(challenge, "turnstile-data") {
-				t.Errorf("%s %s with Authorization %q: %d %s (challenge %q), want 401 unauthorized", rt.method, rt.path, auth, status, code, challenge)
-			}
+			require.Equal(t, http.StatusUnauthorized, status, "%s %s with Authorization %q: %d %s (challenge %q), want 401 unauthorized", rt.method, rt.path, auth, status, code, challenge)
+			require.Equal(t, protocol.CodeUnauthorized, code, "%s %s with Authorization %q: %d %s (challenge %q), want 401 unauthorized", rt.method, rt.path, auth, status, code, challenge)
+			require.Contains(t, challenge, "turnstile-data", "%s %s with Authorization %q: %d %s (challenge %q), want 401 unauthorized", rt.method, rt.path, auth, status, code, challenge)
 		}
 	}
-	if after := f.stats(t); after != before {
-		t.Fatalf("unauthenticated requests changed the stats: %+v -> %+v", before, after)
-	}
-	if info := f.info(t, "r1"); info.Attempt != 0 || info.Revision != 0 {
-		t.Fatalf("unauthenticated requests changed the session: %+v", info)
-	}
+	after := f.stats(t)
+	require.Equal(t, before, after, "unauthenticated requests changed the stats: %+v -> %+v", before, after)
+	info := f.info(t, "r1")
+	require.Equal(t, 0, info.Attempt, "unauthenticated requests changed the session: %+v", info)
+	require.Equal(t, int64(0), info.Revision, "unauthenticated requests changed the session: %+v", info)
 	// The health probe needs no token; the data token does not open the
 	// control plane.
 	if status, _, _ := rawCall(t, f.url, http.MethodGet, "/healthz", "", ""); status != http.StatusOK {
 		t.Fatalf("healthz without a token answered %d", status)
 	}
-	if status, code, _ := rawCall(t, f.url, http.MethodGet, "/v1/control/status", "", "Bearer "+testDataToken); status != http.StatusUnauthorized || code != protocol.CodeUnauthorized {
-		t.Fatalf("control status with the data token answered %d %s", status, code)
-	}
+	status, code, _ := rawCall(t, f.url, http.MethodGet, "/v1/control/status", "", "Bearer "+testDataToken)
+	require.Equal(t, http.StatusUnauthorized, status, "control status with the data token answered %d %s", status, code)
+	require.Equal(t, protocol.CodeUnauthorized, code, "control status with the data token answered %d %s", status, code)
 }
 
 // TestDataPlaneNeverMovesTheFence: R7. A data-plane request from an attempt
@@ -105,20 +105,22 @@ func TestDataPlaneNeverMovesTheFence(t *testing.T) {
 			before := f.stats(t)
 			wantRemote(t, tc.call(), http.StatusConflict, protocol.CodeAttemptNotInstalled)
 			after := f.stats(t)
-			if after.Applied != before.Applied || after.Replayed != before.Replayed || after.Sessions != before.Sessions || after.Refused != before.Refused+1 {
-				t.Fatalf("stats %+v -> %+v", before, after)
-			}
+			require.Equal(t, before.Applied, after.Applied, "stats %+v -> %+v", before, after)
+			require.Equal(t, before.Replayed, after.Replayed, "stats %+v -> %+v", before, after)
+			require.Equal(t, before.Sessions, after.Sessions, "stats %+v -> %+v", before, after)
+			require.Equal(t, before.Refused+1, after.Refused, "stats %+v -> %+v", before, after)
 		})
 	}
-	if info := f.info(t, "live"); info.Attempt != 0 || info.Revision != 1 || info.Retired {
-		t.Fatalf("the live session changed: %+v", info)
-	}
+	info := f.info(t, "live")
+	require.Equal(t, 0, info.Attempt, "the live session changed: %+v", info)
+	require.Equal(t, int64(1), info.Revision, "the live session changed: %+v", info)
+	require.False(t, info.Retired, "the live session changed: %+v", info)
 	// The real attempt 0 goes on; the unseen rollout was not remembered, so
 	// its attempt 0 is still a new rollout, and authorising attempt 0 again
 	// is a no-op.
-	if r := f.operate(t, inc("live", 0, "live/t1/c0", 1, 3)); r.Revision != 2 || r.Outcome.Observation != "counter=5" {
-		t.Fatalf("attempt 0 after the refusals = %+v", r)
-	}
+	r := f.operate(t, inc("live", 0, "live/t1/c0", 1, 3))
+	require.Equal(t, int64(2), r.Revision, "attempt 0 after the refusals = %+v", r)
+	require.Equal(t, "counter=5", r.Outcome.Observation, "attempt 0 after the refusals = %+v", r)
 	_, err := f.c.Session(ctx, "ghost")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	if a, err := f.cc.Authorise(ctx, "ghost", 0); err != nil || a.Changed || a.Fence != 0 {
@@ -133,12 +135,11 @@ func TestAuthorise(t *testing.T) {
 	f.operate(t, inc("r", 0, "r/t0/c0", 0, 1))
 
 	a, err := f.cc.Authorise(ctx, "r", 2)
-	if want := (protocol.AuthoriseResponse{RolloutID: "r", Attempt: 2, Fence: 2, Changed: true, Dropped: true}); err != nil || a != want {
-		t.Fatalf("authorise r 2 = %+v, %v, want %+v", a, err, want)
-	}
-	if st := f.stats(t); st.Sessions != 0 {
-		t.Fatalf("the old session survived: %+v", st)
-	}
+	want := (protocol.AuthoriseResponse{RolloutID: "r", Attempt: 2, Fence: 2, Changed: true, Dropped: true})
+	require.NoError(t, err, "authorise r 2 = %+v, %v, want %+v", a, err, want)
+	require.Equal(t, want, a, "authorise r 2 = %+v, %v, want %+v", a, err, want)
+	st := f.stats(t)
+	require.Equal(t, 0, st.Sessions, "the old session survived: %+v", st)
 	// Idempotent: the same attempt again changes nothing.
 	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed || a.Dropped || a.Fence != 2 {
 		t.Fatalf("authorise r 2 again = %+v, %v", a, err)
@@ -158,9 +159,8 @@ func TestAuthorise(t *testing.T) {
 	// A committed cut must not lose an execution: raising is refused, a
 	// no-op is answered.
 	f.prepare(t, "c1")
-	if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()}); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
+	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()})
+	require.NoError(t, err, "commit")
 	_, err = f.cc.Authorise(ctx, "r", 3)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
 	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed {
@@ -179,16 +179,14 @@ func TestAuthorise(t *testing.T) {
 		{"/v1/control/sessions//authorise", `{"attempt":1}`, http.StatusNotFound, protocol.CodeNotFound},
 	} {
 		status, code, _ := rawCall(t, f.url, http.MethodPost, tc.path, tc.body, "Bearer "+testToken)
-		if status != tc.status || code != tc.code {
-			t.Errorf("POST %s %s answered %d %s, want %d %s", tc.path, tc.body, status, code, tc.status, tc.code)
-		}
+		require.Equal(t, tc.status, status, "POST %s %s answered %d %s, want %d %s", tc.path, tc.body, status, code, tc.status, tc.code)
+		require.Equal(t, tc.code, code, "POST %s %s answered %d %s, want %d %s", tc.path, tc.body, status, code, tc.status, tc.code)
 	}
-	if status, code, _ := rawCall(t, f.url, http.MethodPost, "/v1/control/sessions/r/authorise", `{"attempt":5}`, "Bearer "+testDataToken); status != http.StatusUnauthorized || code != protocol.CodeUnauthorized {
-		t.Fatalf("authorise with the data token answered %d %s", status, code)
-	}
-	if info := f.info(t, "r"); info.Attempt != 2 {
-		t.Fatalf("refused authorisations changed the session: %+v", info)
-	}
+	status, code, _ := rawCall(t, f.url, http.MethodPost, "/v1/control/sessions/r/authorise", `{"attempt":5}`, "Bearer "+testDataToken)
+	require.Equal(t, http.StatusUnauthorized, status, "authorise with the data token answered %d %s", status, code)
+	require.Equal(t, protocol.CodeUnauthorized, code, "authorise with the data token answered %d %s", status, code)
+	info := f.info(t, "r")
+	require.Equal(t, 2, info.Attempt, "refused authorisations changed the session: %+v", info)
 }
 
 // rawCall sends one request with the given Authorization header ("" for
@@ -196,16 +194,12 @@ func TestAuthorise(t *testing.T) {
 func rawCall(t *testing.T, base, method, path, body, authorization string) (int, string, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if authorization != "" {
 		req.Header.Set("Authorization", authorization)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var eb protocol.ErrorBody
 	_ = json.NewDecoder(resp.Body).Decode(&eb)

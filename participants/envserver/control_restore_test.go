@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
@@ -27,9 +29,7 @@ import (
 func armed(t *testing.T, name string, hits *int) func(*envserver.ServerConfig) {
 	t.Helper()
 	fps, err := failpoint.Parse(name + "=kill@1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fps.SetKill(func() { *hits++ })
 	return func(c *envserver.ServerConfig) { c.Failpoints = fps }
 }
@@ -61,9 +61,7 @@ func committedCheckpoint(t *testing.T) source {
 	f.startEnv(t, counter.Name, "done", 0)
 	f.operate(t, inc("done", 0, "done/t0/c0", 0, 1))
 	v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	src.verdict = v
 	f.startEnv(t, "restart", "r", 0)
 	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
@@ -74,24 +72,18 @@ func committedCheckpoint(t *testing.T) source {
 		{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
 		{RolloutID: "r", Attempt: 0, Revision: 1, Env: "restart", Mode: "restart_only"},
 	}
-	if !reflect.DeepEqual(prep.Sessions, want) {
-		t.Fatalf("prepared membership = %+v, want %+v", prep.Sessions, want)
-	}
+	require.True(t, reflect.DeepEqual(prep.Sessions, want), "prepared membership = %+v, want %+v", prep.Sessions, want)
 	src.commit, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: src.dir})
-	if err != nil {
-		t.Fatalf("commit: %v", err)
-	}
-	if src.commit.Phase != protocol.PhaseCommitted || src.commit.Sessions != 3 || src.commit.ManifestDigest == "" || src.commit.Bytes <= 0 {
-		t.Fatalf("commit = %+v", src.commit)
-	}
-	if hits != 1 {
-		t.Fatalf("the %s failpoint was passed %d times before firing once; want the commit to pass it", failpoint.CheckpointBetweenFiles, hits)
-	}
+	require.NoError(t, err, "commit")
+	require.Equal(t, protocol.PhaseCommitted, src.commit.Phase, "commit = %+v", src.commit)
+	require.Equal(t, 3, src.commit.Sessions, "commit = %+v", src.commit)
+	require.NotEqual(t, "", src.commit.ManifestDigest, "commit = %+v", src.commit)
+	require.Greater(t, src.commit.Bytes, int64(0), "commit = %+v", src.commit)
+	require.Equal(t, 1, hits, "the %s failpoint was passed %d times before firing once; want the commit to pass it", failpoint.CheckpointBetweenFiles, hits)
 	// A retried commit validates and answers the same.
 	again, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: src.dir + "/"})
-	if err != nil || again != src.commit {
-		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, src.commit)
-	}
+	require.NoError(t, err, "retried commit = %+v, %v; want %+v", again, err, src.commit)
+	require.Equal(t, src.commit, again, "retried commit = %+v, %v; want %+v", again, err, src.commit)
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: t.TempDir()})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, src.dir)
 	f.resume(t, src.id)
@@ -106,23 +98,17 @@ func TestCommitIsIdempotentAndFailsClosed(t *testing.T) {
 	// A location holding something else is refused and the cut stays
 	// prepared, so the commit can go elsewhere.
 	busy := t.TempDir()
-	if err := os.WriteFile(filepath.Join(busy, "notes.txt"), []byte("mine"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(busy, "notes.txt"), []byte("mine"), 0o644))
 	_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: busy})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeLocationConflict, "notes.txt")
-	if st := f.status(t); st.Phase != protocol.PhasePrepared {
-		t.Fatalf("phase after a failed commit = %s", st.Phase)
-	}
+	st := f.status(t)
+	require.Equal(t, protocol.PhasePrepared, st.Phase, "phase after a failed commit = %s", st.Phase)
 	dir := t.TempDir()
 	first, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	again, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
-	if err != nil || again != first {
-		t.Fatalf("retried commit = %+v, %v; want %+v", again, err, first)
-	}
+	require.NoError(t, err, "retried commit = %+v, %v; want %+v", again, err, first)
+	require.Equal(t, first, again, "retried commit = %+v, %v; want %+v", again, err, first)
 	// The retry validates: damage since the commit is reported, not hidden.
 	flipByte(t, filepath.Join(dir, artifact.ShardName(protocol.SectionSessions, 0)))
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
@@ -136,12 +122,8 @@ func TestCommitRestoreCycle(t *testing.T) {
 	b := newCtlFixture(t, armed(t, failpoint.RestoreAfterValidate, &hits))
 	req := protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}
 	res, err := b.cc.Restore(ctx, req)
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	if hits != 1 {
-		t.Fatalf("the %s failpoint was not passed", failpoint.RestoreAfterValidate)
-	}
+	require.NoError(t, err, "restore")
+	require.Equal(t, 1, hits, "the %s failpoint was not passed", failpoint.RestoreAfterValidate)
 	want := protocol.RestoreResponse{
 		Phase: protocol.PhaseRestored, CheckpointID: src.id, RestoreID: src.id, ManifestDigest: src.commit.ManifestDigest,
 		Restored: []protocol.SessionSummary{
@@ -150,9 +132,7 @@ func TestCommitRestoreCycle(t *testing.T) {
 		},
 		Restarted: []protocol.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
 	}
-	if !reflect.DeepEqual(res, want) {
-		t.Fatalf("restore = %+v\nwant %+v", res, want)
-	}
+	require.True(t, reflect.DeepEqual(res, want), "restore = %+v\nwant %+v", res, want)
 	// Replayed with the same arguments, refused with others.
 	if again, err := b.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
 		t.Fatalf("retried restore = %+v, %v", again, err)
@@ -176,33 +156,32 @@ func TestCommitRestoreCycle(t *testing.T) {
 	// Attempt 1 re-sending a mutation applied before the cut gets the stored
 	// response, not a second application.
 	replayed := b.operate(t, inc("a", 1, "a/t1/c0", 1, 2))
-	if !replayed.Replayed || replayed.Revision != src.lastA.Revision || replayed.Outcome != src.lastA.Outcome {
-		t.Fatalf("replay after restore = %+v, want %+v", replayed, src.lastA)
-	}
+	require.True(t, replayed.Replayed, "replay after restore = %+v, want %+v", replayed, src.lastA)
+	require.Equal(t, src.lastA.Revision, replayed.Revision, "replay after restore = %+v, want %+v", replayed, src.lastA)
+	require.Equal(t, src.lastA.Outcome, replayed.Outcome, "replay after restore = %+v, want %+v", replayed, src.lastA)
 	// A changed re-send is a conflict, not an application.
 	_, err = b.c.Operate(ctx, inc("a", 1, "a/t1/c0", 1, 3))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 	// A new mutation continues the restored state.
 	next := b.operate(t, inc("a", 1, "a/t2/c0", 2, 1))
-	if next.Replayed || next.Revision != 3 {
-		t.Fatalf("new mutation after restore = %+v", next)
-	}
+	require.False(t, next.Replayed, "new mutation after restore = %+v", next)
+	require.Equal(t, int64(3), next.Revision, "new mutation after restore = %+v", next)
 	// The restart-only rollout has no session: attempt 1 starts over.
 	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	b.startEnv(t, "restart", "r", 1)
-	if info := b.info(t, "r"); info.Attempt != 1 || info.Revision != 0 {
-		t.Fatalf("restarted rollout = %+v", info)
-	}
+	info := b.info(t, "r")
+	require.Equal(t, 1, info.Attempt, "restarted rollout = %+v", info)
+	require.Equal(t, int64(0), info.Revision, "restarted rollout = %+v", info)
 	// The verified rollout's verdict survives.
 	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
-	if err != nil || !v.Replayed || v.Verdict.Reward != src.verdict.Verdict.Reward || string(v.Verdict.Details) != string(src.verdict.Verdict.Details) {
-		t.Fatalf("verdict after restore = %+v, %v", v, err)
-	}
+	require.NoError(t, err, "verdict after restore = %+v, %v", v, err)
+	require.True(t, v.Replayed, "verdict after restore = %+v, %v", v, err)
+	require.Equal(t, src.verdict.Verdict.Reward, v.Verdict.Reward, "verdict after restore = %+v, %v", v, err)
+	require.Equal(t, string(src.verdict.Verdict.Details), string(v.Verdict.Details), "verdict after restore = %+v, %v", v, err)
 	// Applied: only the new mutation and the start-over.
-	if st := b.stats(t); st.Applied != 2 {
-		t.Fatalf("stats after restore = %+v", st)
-	}
+	st := b.stats(t)
+	require.Equal(t, int64(2), st.Applied, "stats after restore = %+v", st)
 }
 
 // --- checkpoint surgery ---
@@ -210,22 +189,16 @@ func TestCommitRestoreCycle(t *testing.T) {
 func copyDir(t *testing.T, from string) string {
 	t.Helper()
 	to := filepath.Join(t.TempDir(), "ckpt")
-	if err := os.CopyFS(to, os.DirFS(from)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.CopyFS(to, os.DirFS(from)))
 	return to
 }
 
 func flipByte(t *testing.T, path string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b[len(b)/3] ^= 0x20
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, b, 0o644))
 }
 
 type member struct {
@@ -239,9 +212,7 @@ func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member)
 	t.Helper()
 	path := filepath.Join(dir, shard)
 	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var ms []member
 	tr := tar.NewReader(bytes.NewReader(raw))
 	for {
@@ -250,28 +221,20 @@ func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member)
 			break
 		}
 		var buf bytes.Buffer
-		if _, err := buf.ReadFrom(tr); err != nil {
-			t.Fatal(err)
-		}
+		_, err = buf.ReadFrom(tr)
+		require.NoError(t, err)
 		ms = append(ms, member{hdr, buf.Bytes()})
 	}
 	var out bytes.Buffer
 	tw := tar.NewWriter(&out)
 	for _, m := range edit(ms) {
 		m.hdr.Format = tar.FormatUSTAR
-		if err := tw.WriteHeader(m.hdr); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(m.data); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, tw.WriteHeader(m.hdr))
+		_, err = tw.Write(m.data)
+		require.NoError(t, err)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, os.WriteFile(path, out.Bytes(), 0o644))
 	sum := sha256.Sum256(out.Bytes())
 	editManifest(t, dir, func(m *artifact.Manifest) {
 		for i := range m.Sections {
@@ -291,21 +254,15 @@ func editManifest(t *testing.T, dir string, edit func(*artifact.Manifest)) {
 	t.Helper()
 	path := filepath.Join(dir, artifact.ManifestName)
 	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var m artifact.Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &m))
 	edit(&m)
 	m.Digest = ""
 	unsealed := must(json.MarshalIndent(m, "", "  "))
 	sum := sha256.Sum256(append(unsealed, '\n'))
 	m.Digest = hex.EncodeToString(sum[:])
-	if err := os.WriteFile(path, append(must(json.MarshalIndent(m, "", "  ")), '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, append(must(json.MarshalIndent(m, "", "  ")), '\n'), 0o644))
 }
 
 // rewriteRecords writes a new, well-formed checkpoint whose records are
@@ -315,23 +272,18 @@ func rewriteRecords(t *testing.T, from, id string, edit func(section string, rec
 	t.Helper()
 	ctx := context.Background()
 	cp, err := artifact.Open(ctx, from, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var secs []artifact.Section
 	for _, name := range cp.Sections() {
 		recs, err := cp.Section(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if out := edit(name, recs); out != nil { // nil drops the section
 			secs = append(secs, artifact.Section{Name: name, Records: out})
 		}
 	}
 	to := filepath.Join(t.TempDir(), "ckpt")
-	if _, err := artifact.Write(ctx, to, artifact.Meta{CheckpointID: id, Labels: cp.Manifest().Labels}, secs, artifact.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = artifact.Write(ctx, to, artifact.Meta{CheckpointID: id, Labels: cp.Manifest().Labels}, secs, artifact.Options{})
+	require.NoError(t, err)
 	return to
 }
 
@@ -371,9 +323,7 @@ func viewOf(t *testing.T, f *ctlFixture, rollouts ...string) serverView {
 		if errors.As(err, &re) && re.Code == protocol.CodeUnknownSession {
 			continue
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		v.Sessions[r] = info
 	}
 	return v
@@ -402,23 +352,17 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "sha256"},
 		{"truncated shard", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
-			if err := os.Truncate(filepath.Join(d, sessions0), 512); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Truncate(filepath.Join(d, sessions0), 512))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, sessions0},
 		{"torn commit without manifest", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
-			if err := os.Remove(filepath.Join(d, artifact.ManifestName)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Remove(filepath.Join(d, artifact.ManifestName)))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "manifest"},
 		{"extra file", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
-			if err := os.WriteFile(filepath.Join(d, artifact.ShardName(protocol.SectionSessions, 1)), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(filepath.Join(d, artifact.ShardName(protocol.SectionSessions, 1)), nil, 0o644))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, artifact.ShardName(protocol.SectionSessions, 1)},
 		{"extra member", func(t *testing.T) string {
@@ -452,12 +396,8 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 		{"symlinked shard file", func(t *testing.T) string {
 			d := copyDir(t, src.dir)
 			elsewhere := filepath.Join(t.TempDir(), "shard.tar")
-			if err := os.Rename(filepath.Join(d, sessions0), elsewhere); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(elsewhere, filepath.Join(d, sessions0)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.Rename(filepath.Join(d, sessions0), elsewhere))
+			require.NoError(t, os.Symlink(elsewhere, filepath.Join(d, sessions0)))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "not a regular file"},
 		{"wrong checkpoint id", func(*testing.T) string { return src.dir }, "other", nil,
@@ -532,30 +472,25 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 			}
 			_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: id, Location: tc.dir(t), Attempts: attempts})
 			if tc.code == "" {
-				if err != nil {
-					t.Fatalf("identical rewrite: %v", err)
-				}
+				require.NoError(t, err, "identical rewrite")
 				return
 			}
 			wantRemote(t, err, tc.status, tc.code, tc.contains)
-			if after := viewOf(t, f, "a", "x", "done", "r"); !reflect.DeepEqual(after, before) {
-				t.Fatalf("server changed by a failed restore:\nbefore %+v\nafter  %+v", before, after)
-			}
+			after := viewOf(t, f, "a", "x", "done", "r")
+			require.True(t, reflect.DeepEqual(after, before), "server changed by a failed restore:\nbefore %+v\nafter  %+v", before, after)
 			// Nothing was fenced: attempt 0 still works.
-			if r := f.operate(t, inc("a", 0, "a/t1/c0", 1, 1)); r.Revision != 2 {
-				t.Fatalf("attempt 0 after a failed restore = %+v", r)
-			}
+			r := f.operate(t, inc("a", 0, "a/t1/c0", 1, 1))
+			require.Equal(t, int64(2), r.Revision, "attempt 0 after a failed restore = %+v", r)
 			// The failed restore recorded nothing: the good one goes through.
 			res, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: good})
-			if err != nil || len(res.Restored) != 2 {
-				t.Fatalf("restore after a failed one = %+v, %v", res, err)
-			}
+			require.NoError(t, err, "restore after a failed one = %+v, %v", res, err)
+			require.Len(t, res.Restored, 2, "restore after a failed one = %+v, %v", res, err)
 			f.resume(t, src.id)
 			_, err = f.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
 			wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-			if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
-				t.Fatalf("a after restore = %+v", info)
-			}
+			info := f.info(t, "a")
+			require.Equal(t, 1, info.Attempt, "a after restore = %+v", info)
+			require.Equal(t, int64(2), info.Revision, "a after restore = %+v", info)
 		})
 	}
 }
@@ -572,16 +507,14 @@ func TestRestoreWaitsForQuiescence(t *testing.T) {
 	_, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir,
 		Attempts: map[string]int{"a": 1, "r": 1}, Deadline: &past})
 	wantRemote(t, err, http.StatusConflict, protocol.CodePrepareTimeout, "slow (attempt 0)")
-	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen || st.Sessions != 1 {
-		t.Fatalf("status after the refused restore = %+v", st)
-	}
+	st := f.status(t)
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after the refused restore = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after the refused restore = %+v", st)
+	require.Equal(t, 1, st.Sessions, "status after the refused restore = %+v", st)
 	close(f.block.release)
-	if err := <-stuck; err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}}); err != nil {
-		t.Fatalf("restore once idle: %v", err)
-	}
+	require.NoError(t, <-stuck)
+	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 1, "r": 1}})
+	require.NoError(t, err, "restore once idle")
 }
 
 // liveCut takes checkpoint "k" on f (prepare, commit, resume) with:
@@ -600,14 +533,12 @@ func liveCut(t *testing.T, f *ctlFixture) (string, protocol.OperateResponse) {
 	f.startEnv(t, counter.Name, "other", 0)
 	f.operate(t, inc("other", 0, "other/t0/c0", 0, 1))
 	f.startEnv(t, counter.Name, "v", 0)
-	if _, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("v", 0, protocol.VerifyRequestID("v"))}); err != nil {
-		t.Fatalf("verify v: %v", err)
-	}
+	_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("v", 0, protocol.VerifyRequestID("v"))})
+	require.NoError(t, err, "verify v")
 	f.prepare(t, "k")
 	dir := filepath.Join(t.TempDir(), "k")
-	if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
+	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
+	require.NoError(t, err, "commit")
 	f.resume(t, "k")
 	return dir, lastA
 }
@@ -639,9 +570,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 
 	r1 := protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r1", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}}
 	res, err := f.cc.Restore(ctx, r1)
-	if err != nil {
-		t.Fatalf("restore r1: %v", err)
-	}
+	require.NoError(t, err, "restore r1")
 	want := protocol.RestoreResponse{
 		Phase: protocol.PhaseRestored, CheckpointID: "k", RestoreID: "r1", ManifestDigest: res.ManifestDigest,
 		Restored:  []protocol.SessionSummary{{RolloutID: "a", Attempt: 1, Revision: 2, Env: counter.Name, Mode: "export_restore"}},
@@ -649,9 +578,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 		Fenced:    []protocol.FenceSummary{{RolloutID: "late", Attempt: 1, Dropped: true}},
 		Untouched: []string{"other", "v"},
 	}
-	if !reflect.DeepEqual(res, want) {
-		t.Fatalf("restore r1 = %+v\nwant %+v", res, want)
-	}
+	require.True(t, reflect.DeepEqual(res, want), "restore r1 = %+v\nwant %+v", res, want)
 	// Paused, and observable as restore r1 of k; other sessions wait.
 	if st := f.status(t); st.Phase != protocol.PhaseRestored || st.CheckpointID != "k" || st.RestoreID != "r1" || st.Admission != protocol.AdmissionClosed {
 		t.Fatalf("status after restore r1 = %+v", st)
@@ -666,9 +593,8 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "r1")
 	_, err = f.cc.ResumeRestore(ctx, "elsewhere", "r1")
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "elsewhere")
-	if _, err := f.cc.ResumeRestore(ctx, "k", "r1"); err != nil {
-		t.Fatalf("resume r1: %v", err)
-	}
+	_, err = f.cc.ResumeRestore(ctx, "k", "r1")
+	require.NoError(t, err, "resume r1")
 	applied := f.stats(t).Applied
 
 	// a is back at the cut as attempt 1; attempt 0 is refused.
@@ -711,36 +637,33 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 3 {
 		t.Fatalf("a after a re-run of r1 = %+v", info)
 	}
-	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
-		t.Fatalf("status after a re-run of r1 = %+v", st)
-	}
+	st := f.status(t)
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after a re-run of r1 = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after a re-run of r1 = %+v", st)
 
 	// Restoring k again takes a new restore id and higher attempts.
 	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 1, "r": 1, "late": 1}})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, `rollout "a"`)
 	res2, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2, "r": 2, "late": 2}})
-	if err != nil {
-		t.Fatalf("restore r2: %v", err)
-	}
-	if len(res2.Restored) != 1 || res2.Restored[0].Attempt != 2 || res2.Restored[0].Revision != 2 || res2.RestoreID != "r2" ||
-		!reflect.DeepEqual(res2.Fenced, []protocol.FenceSummary{{RolloutID: "late", Attempt: 2}}) {
-		t.Fatalf("restore r2 = %+v", res2)
-	}
-	if _, err := f.cc.ResumeRestore(ctx, "k", "r2"); err != nil {
-		t.Fatalf("resume r2: %v", err)
-	}
+	require.NoError(t, err, "restore r2")
+	require.Len(t, res2.Restored, 1, "restore r2 = %+v", res2)
+	require.Equal(t, 2, res2.Restored[0].Attempt, "restore r2 = %+v", res2)
+	require.Equal(t, int64(2), res2.Restored[0].Revision, "restore r2 = %+v", res2)
+	require.Equal(t, "r2", res2.RestoreID, "restore r2 = %+v", res2)
+	require.True(t, reflect.DeepEqual(res2.Fenced, []protocol.FenceSummary{{RolloutID: "late", Attempt: 2}}), "restore r2 = %+v", res2)
+	_, err = f.cc.ResumeRestore(ctx, "k", "r2")
+	require.NoError(t, err, "resume r2")
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t3/c0", 3, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	if got := f.operate(t, inc("a", 2, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
 		t.Fatalf("a's last mutation before the cut, as attempt 2 = %+v", got)
 	}
-	if info := f.info(t, "a"); info.Attempt != 2 || info.Revision != 2 {
-		t.Fatalf("a after restore r2 = %+v", info)
-	}
+	info := f.info(t, "a")
+	require.Equal(t, 2, info.Attempt, "a after restore r2 = %+v", info)
+	require.Equal(t, int64(2), info.Revision, "a after restore r2 = %+v", info)
 	// Nothing was applied by the restores themselves.
-	if got := f.stats(t).Applied; got != applied {
-		t.Fatalf("applied %d, want %d", got, applied)
-	}
+	got := f.stats(t).Applied
+	require.Equal(t, applied, got, "applied %d, want %d", got, applied)
 	// Both restore ids are spent now.
 	for _, rid := range []string{"r1", "r2"} {
 		_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: rid, Location: dir, Attempts: map[string]int{"a": 3}})
@@ -759,12 +682,11 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 
 	req := protocol.RestoreRequest{CheckpointID: "k", Location: dir, Attempts: map[string]int{"a": 1, "r": 1}}
 	res, err := f.cc.Restore(ctx, req)
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	if res.RestoreID != "k" || len(res.Restored) != 1 || res.Restored[0].Revision != 2 || !reflect.DeepEqual(res.Untouched, []string{"other", "v"}) {
-		t.Fatalf("restore = %+v", res)
-	}
+	require.NoError(t, err, "restore")
+	require.Equal(t, "k", res.RestoreID, "restore = %+v", res)
+	require.Len(t, res.Restored, 1, "restore = %+v", res)
+	require.Equal(t, int64(2), res.Restored[0].Revision, "restore = %+v", res)
+	require.True(t, reflect.DeepEqual(res.Untouched, []string{"other", "v"}), "restore = %+v", res)
 	// The checkpoint's own operations stay refused during the restore.
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
@@ -772,16 +694,16 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 		t.Fatalf("retried restore = %+v, %v", again, err)
 	}
 	f.resume(t, "k")
-	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
-		t.Fatalf("status after resume = %+v", st)
-	}
+	st := f.status(t)
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after resume = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after resume = %+v", st)
 	_, err = f.cc.Restore(ctx, req)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint, "restore session")
 	_, err = f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "k", Deadline: future()})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
-	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
-		t.Fatalf("a after the restore = %+v", info)
-	}
+	info := f.info(t, "a")
+	require.Equal(t, 1, info.Attempt, "a after the restore = %+v", info)
+	require.Equal(t, int64(2), info.Revision, "a after the restore = %+v", info)
 }
 
 // TestRestoreTakesOverStayPausedCheckpoint: a checkpoint taken with
@@ -805,9 +727,10 @@ func TestRestoreTakesOverStayPausedCheckpoint(t *testing.T) {
 			}
 			committed := func(what string) {
 				t.Helper()
-				if st := f.status(t); st.Phase != protocol.PhaseCommitted || st.CheckpointID != "k" || st.Admission != protocol.AdmissionClosed {
-					t.Fatalf("status %s = %+v, want committed k, admission closed", what, st)
-				}
+				st := f.status(t)
+				require.Equal(t, protocol.PhaseCommitted, st.Phase, "status %s = %+v, want committed k, admission closed", what, st)
+				require.Equal(t, "k", st.CheckpointID, "status %s = %+v, want committed k, admission closed", what, st)
+				require.Equal(t, protocol.AdmissionClosed, st.Admission, "status %s = %+v, want committed k, admission closed", what, st)
 			}
 			committed("after a stay-paused commit")
 
@@ -820,25 +743,22 @@ func TestRestoreTakesOverStayPausedCheckpoint(t *testing.T) {
 			wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 
 			res, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: restoreID, Location: dir, Attempts: map[string]int{"a": 1}})
-			if err != nil {
-				t.Fatalf("restore onto the stay-paused server: %v", err)
-			}
+			require.NoError(t, err, "restore onto the stay-paused server")
 			rid := restoreID
 			if rid == "" {
 				rid = "k"
 			}
-			if res.Phase != protocol.PhaseRestored || res.RestoreID != rid || len(res.Restored) != 1 {
-				t.Fatalf("restore = %+v", res)
-			}
-			if _, err := f.cc.ResumeRestore(ctx, "k", rid); err != nil {
-				t.Fatalf("resume restore %s: %v", rid, err)
-			}
-			if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
-				t.Fatalf("status after the restore's resume = %+v", st)
-			}
-			if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 1 {
-				t.Fatalf("a after the restore = %+v", info)
-			}
+			require.Equal(t, protocol.PhaseRestored, res.Phase, "restore = %+v", res)
+			require.Equal(t, rid, res.RestoreID, "restore = %+v", res)
+			require.Len(t, res.Restored, 1, "restore = %+v", res)
+			_, err = f.cc.ResumeRestore(ctx, "k", rid)
+			require.NoError(t, err, "resume restore %s", rid)
+			st := f.status(t)
+			require.Equal(t, protocol.PhaseIdle, st.Phase, "status after the restore's resume = %+v", st)
+			require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after the restore's resume = %+v", st)
+			info := f.info(t, "a")
+			require.Equal(t, 1, info.Attempt, "a after the restore = %+v", info)
+			require.Equal(t, int64(1), info.Revision, "a after the restore = %+v", info)
 			// The checkpoint session is over: a late resume of it replays and
 			// changes nothing, a late prepare is stale.
 			f.resume(t, "k")

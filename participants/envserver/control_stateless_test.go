@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -34,16 +36,13 @@ func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
 
 	b := newCtlFixture(t, withArithmetic)
 	res, err := b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "ck", Location: dir, Attempts: map[string]int{"s": 1}})
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	if len(res.Restored) != 1 || res.Restored[0].Mode != "stateless" || len(res.Restarted) != 0 {
-		t.Fatalf("restore = %+v, want the stateless session restored, not restarted", res)
-	}
+	require.NoError(t, err, "restore")
+	require.Len(t, res.Restored, 1, "restore = %+v, want the stateless session restored, not restarted", res)
+	require.True(t, res.Restored[0].Mode == "stateless", "restore = %+v, want the stateless session restored, not restarted", res)
+	require.Empty(t, res.Restarted, "restore = %+v, want the stateless session restored, not restarted", res)
 	b.resume(t, "ck")
 	b.operate(t, protocol.OperateRequest{Identity: id("s", 1, "s/t0/c0"), Tool: arithmetic.AnswerTool, Arguments: json.RawMessage(`{"value":5}`)})
 	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("s", 1, protocol.VerifyRequestID("s")), ExpectedRevision: 1})
-	if err != nil || v.Verdict.Reward != 1 {
-		t.Fatalf("verify after restore = %+v, %v; want reward 1", v, err)
-	}
+	require.NoError(t, err, "verify after restore = %+v, %v; want reward 1", v, err)
+	require.Equal(t, float64(1), v.Verdict.Reward, "verify after restore = %+v, %v; want reward 1", v, err)
 }

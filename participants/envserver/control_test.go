@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
@@ -117,9 +120,7 @@ func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixtu
 		m(&cfg)
 	}
 	srv, err := envserver.NewServer(cfg)
-	if err != nil {
-		t.Fatalf("NewServer: %v", err)
-	}
+	require.NoError(t, err, "NewServer")
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
@@ -143,19 +144,16 @@ func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixtu
 func (f *ctlFixture) startEnv(t *testing.T, env, rollout string, attempt int) {
 	t.Helper()
 	f.authorise(t, rollout, attempt)
-	if _, err := f.c.Start(context.Background(), protocol.StartRequest{
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
-	}); err != nil {
-		t.Fatalf("start %s/%s attempt %d: %v", env, rollout, attempt, err)
-	}
+	})
+	require.NoError(t, err, "start %s/%s attempt %d", env, rollout, attempt)
 }
 
 func (f *ctlFixture) status(t *testing.T) protocol.ControlStatus {
 	t.Helper()
 	st, err := f.cc.Status(context.Background())
-	if err != nil {
-		t.Fatalf("status: %v", err)
-	}
+	require.NoError(t, err, "status")
 	return st
 }
 
@@ -199,17 +197,14 @@ func future() time.Time { return time.Now().Add(time.Minute) }
 func (f *ctlFixture) prepare(t *testing.T, ckpt string) protocol.PrepareResponse {
 	t.Helper()
 	resp, err := f.cc.Prepare(context.Background(), protocol.PrepareRequest{CheckpointID: ckpt, Deadline: future()})
-	if err != nil {
-		t.Fatalf("prepare %s: %v", ckpt, err)
-	}
+	require.NoError(t, err, "prepare %s", ckpt)
 	return resp
 }
 
 func (f *ctlFixture) resume(t *testing.T, ckpt string) {
 	t.Helper()
-	if _, err := f.cc.Resume(context.Background(), ckpt); err != nil {
-		t.Fatalf("resume %s: %v", ckpt, err)
-	}
+	_, err := f.cc.Resume(context.Background(), ckpt)
+	require.NoError(t, err, "resume %s", ckpt)
 }
 
 func members(resp protocol.PrepareResponse) []string {
@@ -252,29 +247,25 @@ func TestControlAuth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, rt := range routes {
 				req, err := http.NewRequestWithContext(ctx, rt.method, tc.f.url+rt.path, strings.NewReader(rt.body))
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if tc.header != "" {
 					req.Header.Set("Authorization", tc.header)
 				}
 				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				var eb protocol.ErrorBody
 				err = json.NewDecoder(resp.Body).Decode(&eb)
 				resp.Body.Close()
-				if err != nil || resp.StatusCode != tc.status || eb.Error.Code != tc.code {
-					t.Fatalf("%s %s: %d %+v (%v), want %d %s", rt.method, rt.path, resp.StatusCode, eb, err, tc.status, tc.code)
-				}
+				require.NoError(t, err, "%s %s: %d %+v (%v), want %d %s", rt.method, rt.path, resp.StatusCode, eb, err, tc.status, tc.code)
+				require.Equal(t, tc.status, resp.StatusCode, "%s %s: %d %+v (%v), want %d %s", rt.method, rt.path, resp.StatusCode, eb, err, tc.status, tc.code)
+				require.Equal(t, tc.code, eb.Error.Code, "%s %s: %d %+v (%v), want %d %s", rt.method, rt.path, resp.StatusCode, eb, err, tc.status, tc.code)
 			}
 		})
 	}
 	// Nothing above changed anything: the right token sees an idle server.
-	if st := on.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
-		t.Fatalf("status after refused calls = %+v", st)
-	}
+	st := on.status(t)
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after refused calls = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after refused calls = %+v", st)
 	// The data plane needs no token, with or without a control plane.
 	on.startEnv(t, counter.Name, "r", 0)
 	off.startEnv(t, counter.Name, "r", 0)
@@ -286,23 +277,20 @@ func TestControlAuth(t *testing.T) {
 func TestCapabilities(t *testing.T) {
 	f := newCtlFixture(t)
 	caps, err := f.cc.Capabilities(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != "env-a" ||
-		caps.SchemaVersion != protocol.ControlSchemaVersion || caps.Phase != protocol.PhaseIdle ||
-		!slices.Contains(caps.Features, protocol.FeatureRestoreSessions) {
-		t.Fatalf("capabilities = %+v", caps)
-	}
+	require.NoError(t, err)
+	require.Equal(t, protocol.ComponentEnvironmentServer, caps.Component, "capabilities = %+v", caps)
+	require.Equal(t, "env-a", caps.Name, "capabilities = %+v", caps)
+	require.Equal(t, protocol.ControlSchemaVersion, caps.SchemaVersion, "capabilities = %+v", caps)
+	require.Equal(t, protocol.PhaseIdle, caps.Phase, "capabilities = %+v", caps)
+	require.True(t, slices.Contains(caps.Features, protocol.FeatureRestoreSessions), "capabilities = %+v", caps)
 	want := []protocol.EnvCapability{
 		{Name: "block", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
 		{Name: counter.Name, Mode: envs.ModeExportRestore, Style: envs.StyleTools},
 		{Name: "exportfail", Mode: envs.ModeExportRestore, Style: envs.StyleTools},
 		{Name: "restart", Mode: envs.ModeRestartOnly, Style: envs.StyleTools},
 	}
-	if got, _ := json.Marshal(caps.Envs); string(got) != string(must(json.Marshal(want))) {
-		t.Fatalf("envs = %s", got)
-	}
+	got, _ := json.Marshal(caps.Envs)
+	require.Equal(t, string(must(json.Marshal(want))), string(got), "envs = %s", got)
 	// Capabilities stay observable while a checkpoint is active.
 	f.prepare(t, "c1")
 	if caps, err := f.cc.Capabilities(context.Background()); err != nil || caps.Phase != protocol.PhasePrepared || caps.CheckpointID != "c1" {
@@ -331,25 +319,25 @@ func TestPrepareTimeoutRetireRetry(t *testing.T) {
 	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: time.Now().Add(-time.Second)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodePrepareTimeout, "slow (attempt 0)")
 	st := f.status(t)
-	if st.Phase != protocol.PhaseIdle || st.CheckpointID != "" || st.Admission != protocol.AdmissionOpen ||
-		len(st.InFlight) != 1 || st.InFlight[0] != (protocol.InFlight{RolloutID: "slow", Attempt: 0, Count: 1}) {
-		t.Fatalf("status after the failed prepare = %+v", st)
-	}
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after the failed prepare = %+v", st)
+	require.Equal(t, "", st.CheckpointID, "status after the failed prepare = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after the failed prepare = %+v", st)
+	require.Len(t, st.InFlight, 1, "status after the failed prepare = %+v", st)
+	require.Equal(t, protocol.InFlight{RolloutID: "slow", Attempt: 0, Count: 1}, st.InFlight[0], "status after the failed prepare = %+v", st)
 	// Admission is open again: other rollouts go on.
 	f.operate(t, inc("fast", 0, "fast/t0/c0", 0, 1))
 
 	ret, err := f.cc.Retire(ctx, "slow", 0)
-	if err != nil || !ret.Pending || ret.Fence != 1 {
-		t.Fatalf("retire = %+v, %v", ret, err)
-	}
+	require.NoError(t, err, "retire = %+v, %v", ret, err)
+	require.True(t, ret.Pending, "retire = %+v, %v", ret, err)
+	require.Equal(t, 1, ret.Fence, "retire = %+v, %v", ret, err)
 	if st := f.status(t); len(st.InFlight) != 1 || !st.InFlight[0].Retired {
 		t.Fatalf("status after retire = %+v", st)
 	}
 	// The same checkpoint id, tried again, now succeeds without the straggler.
 	prep := f.prepare(t, "c1")
-	if got := members(prep); strings.Join(got, ",") != "fast" || prep.Sessions[0].Revision != 1 {
-		t.Fatalf("cut = %+v", prep)
-	}
+	require.Equal(t, "fast", strings.Join(members(prep), ","), "cut = %+v", prep)
+	require.Equal(t, int64(1), prep.Sessions[0].Revision, "cut = %+v", prep)
 	// The straggler returns: its result is discarded, never recorded.
 	close(f.block.release)
 	wantRemote(t, <-stuck, http.StatusConflict, protocol.CodeStaleAttempt, "retired")
@@ -358,17 +346,16 @@ func TestPrepareTimeoutRetireRetry(t *testing.T) {
 
 	dir := t.TempDir()
 	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
-	if err != nil || com.Sessions != 1 {
-		t.Fatalf("commit = %+v, %v", com, err)
-	}
+	require.NoError(t, err, "commit = %+v, %v", com, err)
+	require.Equal(t, 1, com.Sessions, "commit = %+v, %v", com, err)
 	f.resume(t, "c1")
 	// Attempt 0 of the straggler is fenced out; attempt 1 starts over.
 	_, err = f.c.Operate(ctx, inc("slow", 0, "slow/t0/c0", 0, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	f.startEnv(t, "block", "slow", 1)
-	if info := f.info(t, "slow"); info.Attempt != 1 || info.Revision != 0 {
-		t.Fatalf("restarted straggler = %+v", info)
-	}
+	info := f.info(t, "slow")
+	require.Equal(t, 1, info.Attempt, "restarted straggler = %+v", info)
+	require.Equal(t, int64(0), info.Revision, "restarted straggler = %+v", info)
 }
 
 func TestRetireDropsSessionAtOnce(t *testing.T) {
@@ -378,21 +365,22 @@ func TestRetireDropsSessionAtOnce(t *testing.T) {
 	f.operate(t, inc("r", 2, "r/t0/c0", 0, 1))
 	// Retiring an older attempt leaves the newer session alone.
 	ret, err := f.cc.Retire(ctx, "r", 1)
-	if err != nil || ret.Discarded || ret.Pending || ret.Fence != 2 {
-		t.Fatalf("retire of an older attempt = %+v, %v", ret, err)
-	}
-	if info := f.info(t, "r"); info.Attempt != 2 || info.Revision != 1 {
-		t.Fatalf("session after retiring attempt 1 = %+v", info)
-	}
+	require.NoError(t, err, "retire of an older attempt = %+v, %v", ret, err)
+	require.False(t, ret.Discarded, "retire of an older attempt = %+v, %v", ret, err)
+	require.False(t, ret.Pending, "retire of an older attempt = %+v, %v", ret, err)
+	require.Equal(t, 2, ret.Fence, "retire of an older attempt = %+v, %v", ret, err)
+	info := f.info(t, "r")
+	require.Equal(t, 2, info.Attempt, "session after retiring attempt 1 = %+v", info)
+	require.Equal(t, int64(1), info.Revision, "session after retiring attempt 1 = %+v", info)
 	ret, err = f.cc.Retire(ctx, "r", 2)
-	if err != nil || !ret.Discarded || ret.Pending || ret.Fence != 3 {
-		t.Fatalf("retire = %+v, %v", ret, err)
-	}
+	require.NoError(t, err, "retire = %+v, %v", ret, err)
+	require.True(t, ret.Discarded, "retire = %+v, %v", ret, err)
+	require.False(t, ret.Pending, "retire = %+v, %v", ret, err)
+	require.Equal(t, 3, ret.Fence, "retire = %+v, %v", ret, err)
 	_, err = f.c.Operate(ctx, inc("r", 2, "r/t1/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if st := f.stats(t); st.Sessions != 0 {
-		t.Fatalf("stats after retire = %+v", st)
-	}
+	st := f.stats(t)
+	require.Equal(t, 0, st.Sessions, "stats after retire = %+v", st)
 	for _, body := range []protocol.RetireRequest{{RolloutID: "", Attempt: 0}, {RolloutID: "r", Attempt: -1}} {
 		_, err := f.cc.Retire(ctx, body.RolloutID, body.Attempt)
 		wantRemote(t, err, http.StatusBadRequest, protocol.CodeMalformed)
@@ -412,22 +400,18 @@ func TestRetireAfterPrepareLeavesTheCut(t *testing.T) {
 	if _, err := f.cc.Retire(ctx, "b", 0); err != nil {
 		t.Fatal(err)
 	}
-	if st := f.status(t); st.CutSessions != 1 {
-		t.Fatalf("status after retire = %+v", st)
-	}
+	st := f.status(t)
+	require.Equal(t, 1, st.CutSessions, "status after retire = %+v", st)
 	// A replayed prepare reports the cut as it is now.
-	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a" {
-		t.Fatalf("replayed cut = %v", got)
-	}
+	got := members(f.prepare(t, "c1"))
+	require.Equal(t, "a", strings.Join(got, ","), "replayed cut = %v", got)
 	com, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: t.TempDir()})
-	if err != nil || com.Sessions != 1 {
-		t.Fatalf("commit = %+v, %v", com, err)
-	}
+	require.NoError(t, err, "commit = %+v, %v", com, err)
+	require.Equal(t, 1, com.Sessions, "commit = %+v, %v", com, err)
 	_, err = f.cc.Retire(ctx, "a", 0)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
-	if info := f.info(t, "a"); info.Attempt != 0 {
-		t.Fatalf("a after the refused retire = %+v", info)
-	}
+	info := f.info(t, "a")
+	require.Equal(t, 0, info.Attempt, "a after the refused retire = %+v", info)
 }
 
 // TestPhaseFence drives the fence through its refusals; each case starts
@@ -554,25 +538,20 @@ func TestPhaseFence(t *testing.T) {
 			for _, s := range tc.steps {
 				err := s.call(f, dir)
 				if s.code == "" {
-					if err != nil {
-						t.Fatalf("%s: %v", s.name, err)
-					}
+					require.NoError(t, err, "%s", s.name)
 					continue
 				}
 				var re *protocol.RemoteError
-				if !errors.As(err, &re) || re.Status != s.status || re.Code != s.code {
-					t.Fatalf("%s: got %v, want %d %s", s.name, err, s.status, s.code)
-				}
+				require.ErrorAs(t, err, &re, "%s: got %v, want %d %s", s.name, err, s.status, s.code)
+				require.Equal(t, s.status, re.Status, "%s: got %v, want %d %s", s.name, err, s.status, s.code)
+				require.Equal(t, s.code, re.Code, "%s: got %v, want %d %s", s.name, err, s.status, s.code)
 			}
 			st := f.status(t)
-			if st.Phase != tc.wantPhase || (st.Admission == protocol.AdmissionOpen) != tc.wantOpen {
-				t.Fatalf("status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
-			}
+			require.Equal(t, tc.wantPhase, st.Phase, "status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
+			require.Equal(t, tc.wantOpen, st.Admission == protocol.AdmissionOpen, "status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
 			// Admission as reported is admission as enforced.
 			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
-			if tc.wantOpen && err != nil {
-				t.Fatalf("start with admission open: %v", err)
-			}
+			require.False(t, tc.wantOpen && err != nil, "start with admission open: %v", err)
 			if !tc.wantOpen {
 				wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 			}
@@ -605,25 +584,19 @@ func TestQueuedMutationParkedBehindPrepare(t *testing.T) {
 	}()
 	f.waitStatus(t, "preparing", func(st protocol.ControlStatus) bool { return st.Phase == protocol.PhasePreparing })
 	close(f.block.release)
-	if err := <-first; err != nil {
-		t.Fatalf("the admitted mutation: %v", err)
-	}
+	require.NoError(t, <-first, "the admitted mutation")
 	wantRemote(t, <-second, http.StatusServiceUnavailable, protocol.CodeParked)
 	resp := <-prepared
-	if err := <-prepErr; err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	if len(resp.Sessions) != 1 || resp.Sessions[0].Revision != 1 {
-		t.Fatalf("cut = %+v", resp)
-	}
-	if info := f.info(t, "q"); info.Revision != 1 {
-		t.Fatalf("the parked mutation changed the session: %+v", info)
-	}
+	require.NoError(t, <-prepErr, "prepare")
+	require.Len(t, resp.Sessions, 1, "cut = %+v", resp)
+	require.Equal(t, int64(1), resp.Sessions[0].Revision, "cut = %+v", resp)
+	info := f.info(t, "q")
+	require.Equal(t, int64(1), info.Revision, "the parked mutation changed the session: %+v", info)
 	f.resume(t, "c1")
 	// The parked request, sent again, applies now.
-	if r := f.operate(t, inc("q", 0, "q/t1/c0", 1, 1)); r.Revision != 2 || r.Replayed {
-		t.Fatalf("retried parked mutation = %+v", r)
-	}
+	r := f.operate(t, inc("q", 0, "q/t1/c0", 1, 1))
+	require.Equal(t, int64(2), r.Revision, "retried parked mutation = %+v", r)
+	require.False(t, r.Replayed, "retried parked mutation = %+v", r)
 }
 
 // TestResumeAbortsPrepare: resume during a prepare that waits for a stuck
@@ -643,19 +616,16 @@ func TestResumeAbortsPrepare(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if _, err := f.cc.Resume(ctx, "c1"); err != nil {
-			t.Errorf("resume: %v", err)
-		}
+		_, err := f.cc.Resume(ctx, "c1")
+		assert.NoError(t, err, "resume")
 	}()
 	wantRemote(t, <-prepErr, http.StatusConflict, protocol.CodePrepareAborted)
 	wg.Wait()
-	if st := f.status(t); st.Phase != protocol.PhaseIdle || st.Admission != protocol.AdmissionOpen {
-		t.Fatalf("status after abort = %+v", st)
-	}
+	st := f.status(t)
+	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after abort = %+v", st)
+	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after abort = %+v", st)
 	_, err := f.cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: "c1", Deadline: future()})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	close(f.block.release)
-	if err := <-stuck; err != nil {
-		t.Fatalf("the mutation after the abort: %v", err)
-	}
+	require.NoError(t, <-stuck, "the mutation after the abort")
 }

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -41,9 +44,8 @@ func TestHTTPError(t *testing.T) {
 	}
 	for _, tc := range cases {
 		status, detail := httpError(tc.err)
-		if status != tc.status || detail != tc.detail {
-			t.Errorf("%s: got %d %+v, want %d %+v", tc.name, status, detail, tc.status, tc.detail)
-		}
+		require.Equal(t, tc.status, status, "%s: got %d %+v, want %d %+v", tc.name, status, detail, tc.status, tc.detail)
+		require.Equal(t, tc.detail, detail, "%s: got %d %+v, want %d %+v", tc.name, status, detail, tc.status, tc.detail)
 	}
 }
 
@@ -58,11 +60,8 @@ func TestEveryCodeHasAStatus(t *testing.T) {
 		protocol.CodePrepareTimeout, protocol.CodePrepareAborted, protocol.CodeInvalidCheckpoint, protocol.CodeLocationConflict,
 	}
 	for _, c := range codes {
-		if _, ok := codeStatus[c]; !ok {
-			t.Errorf("code %q has no HTTP status", c)
-		}
+		_, ok := codeStatus[c]
+		assert.True(t, ok, "code %q has no HTTP status", c)
 	}
-	if len(codeStatus) != len(codes) {
-		t.Errorf("codeStatus maps %d codes, the protocol has %d", len(codeStatus), len(codes))
-	}
+	assert.Len(t, codeStatus, len(codes), "codeStatus maps %d codes, the protocol has %d", len(codeStatus), len(codes))
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -121,24 +122,16 @@ func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
 	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken, DataToken: fenceDataToken,
 	})
-	if err != nil {
-		rt.Fatalf("NewServer: %v", err)
-	}
+	require.NoError(rt, err, "NewServer")
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
 	rt.Cleanup(hs.Close)
 	dir, err := os.MkdirTemp(base, "check-")
-	if err != nil {
-		rt.Fatalf("temp dir: %v", err)
-	}
+	require.NoError(rt, err, "temp dir")
 	foreign := filepath.Join(dir, "foreign")
-	if err := os.MkdirAll(foreign, 0o755); err != nil {
-		rt.Fatalf("foreign dir: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("not a checkpoint"), 0o644); err != nil {
-		rt.Fatalf("foreign file: %v", err)
-	}
+	require.NoError(rt, os.MkdirAll(foreign, 0o755), "foreign dir")
+	require.NoError(rt, os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("not a checkpoint"), 0o644), "foreign file")
 	h := &fenceHarness{url: hs.URL, hc: hs.Client(), dir: dir, foreign: foreign,
 		m: fenceModel{phase: protocol.PhaseIdle, retired: map[string][]byte{}, rollouts: map[string]*fenceRollout{}}}
 	for _, r := range fenceRollouts {
@@ -162,42 +155,30 @@ func (h *fenceHarness) call(rt *rapid.T, method, path string, in any) (int, []by
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
-		if err != nil {
-			rt.Fatalf("encode %s body: %v", path, err)
-		}
+		require.NoError(rt, err, "encode %s body", path)
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(context.Background(), method, h.url+path, body)
-	if err != nil {
-		rt.Fatalf("request %s: %v", path, err)
-	}
+	require.NoError(rt, err, "request %s", path)
 	if strings.HasPrefix(path, protocol.ControlPrefix) {
 		req.Header.Set("Authorization", "Bearer "+fenceToken)
 	} else {
 		req.Header.Set("Authorization", "Bearer "+fenceDataToken)
 	}
 	resp, err := h.hc.Do(req)
-	if err != nil {
-		rt.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(rt, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		rt.Fatalf("%s %s: read answer: %v", method, path, err)
-	}
+	require.NoError(rt, err, "%s %s: read answer", method, path)
 	return resp.StatusCode, b
 }
 
 // wantOK checks a 200 and decodes its body into out (when not nil).
 func wantOK(rt *rapid.T, what string, status int, body []byte, out any) {
 	rt.Helper()
-	if status != http.StatusOK {
-		rt.Fatalf("%s: answered %d %s, want 200", what, status, body)
-	}
+	require.Equal(rt, http.StatusOK, status, "%s: answered %d %s, want 200", what, status, body)
 	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
-			rt.Fatalf("%s: decode %s: %v", what, body, err)
-		}
+		require.NoError(rt, json.Unmarshal(body, out), "%s: decode %s", what, body)
 	}
 }
 
@@ -205,12 +186,10 @@ func wantOK(rt *rapid.T, what string, status int, body []byte, out any) {
 func wantRefusal(rt *rapid.T, what string, status int, body []byte, wantStatus int, wantCode string) {
 	rt.Helper()
 	var eb protocol.ErrorBody
-	if err := json.Unmarshal(body, &eb); err != nil {
-		rt.Fatalf("%s: answered %d %s, want %d %s (no error envelope: %v)", what, status, body, wantStatus, wantCode, err)
-	}
-	if status != wantStatus || eb.Error.Code != wantCode {
-		rt.Fatalf("%s: answered %d %s (%s), want %d %s", what, status, eb.Error.Code, eb.Error.Message, wantStatus, wantCode)
-	}
+	err := json.Unmarshal(body, &eb)
+	require.NoError(rt, err, "%s: answered %d %s, want %d %s (no error envelope: %v)", what, status, body, wantStatus, wantCode, err)
+	require.Equal(rt, wantStatus, status, "%s: answered %d %s (%s), want %d %s", what, status, eb.Error.Code, eb.Error.Message, wantStatus, wantCode)
+	require.Equal(rt, wantCode, eb.Error.Code, "%s: answered %d %s (%s), want %d %s", what, status, eb.Error.Code, eb.Error.Message, wantStatus, wantCode)
 }
 
 // --- drawing ---
@@ -273,9 +252,7 @@ func (h *fenceHarness) prepare(rt *rapid.T) {
 	case h.m.active == id:
 		// A replay: the first answer, less what retires took out of the cut.
 		h.checkPrepare(rt, what+" (replay)", status, body, id)
-		if !h.m.cutEdited && !bytes.Equal(body, h.m.prepareBody) {
-			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.prepareBody)
-		}
+		require.False(rt, !h.m.cutEdited && !bytes.Equal(body, h.m.prepareBody), "%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.prepareBody)
 	default:
 		h.m.cut = h.expectedCut()
 		h.checkPrepare(rt, what, status, body, id)
@@ -288,9 +265,7 @@ func (h *fenceHarness) checkPrepare(rt *rapid.T, what string, status int, body [
 	var got protocol.PrepareResponse
 	wantOK(rt, what, status, body, &got)
 	want := protocol.PrepareResponse{Phase: protocol.PhasePrepared, CheckpointID: id, Sessions: h.m.cut}
-	if !reflect.DeepEqual(got, want) {
-		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-	}
+	require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
 }
 
 // drawLocation draws a commit location and says what the server should
@@ -337,9 +312,7 @@ func (h *fenceHarness) commit(rt *rapid.T) {
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeInvalidPhase)
 	case h.m.phase == protocol.PhaseCommitted && kind == "same":
 		wantOK(rt, what, status, body, nil)
-		if !bytes.Equal(body, h.m.commitBody) {
-			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.commitBody)
-		}
+		require.Equal(rt, string(h.m.commitBody), string(body), "%s: replay answered\n%s\nthe first answer was\n%s", what, body, h.m.commitBody)
 	case h.m.phase == protocol.PhaseCommitted:
 		// Committed elsewhere already: other arguments.
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
@@ -349,10 +322,12 @@ func (h *fenceHarness) commit(rt *rapid.T) {
 	default:
 		var got protocol.CommitResponse
 		wantOK(rt, what, status, body, &got)
-		if got.Phase != protocol.PhaseCommitted || got.CheckpointID != id || got.Location != loc ||
-			got.Sessions != len(h.m.cut) || got.ManifestDigest == "" || got.Bytes <= 0 {
-			rt.Fatalf("%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
-		}
+		require.Equal(rt, protocol.PhaseCommitted, got.Phase, "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		require.Equal(rt, id, got.CheckpointID, "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		require.Equal(rt, loc, got.Location, "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		require.Equal(rt, len(h.m.cut), got.Sessions, "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		require.NotEqual(rt, "", got.ManifestDigest, "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
+		require.Greater(rt, got.Bytes, int64(0), "%s: answered %+v, want phase committed, location %s and %d sessions", what, got, loc, len(h.m.cut))
 		h.m.phase, h.m.commitLoc, h.m.commitBody = protocol.PhaseCommitted, loc, body
 	}
 }
@@ -365,17 +340,14 @@ func (h *fenceHarness) resume(rt *rapid.T) {
 	switch first := h.m.retired[id]; {
 	case first != nil:
 		wantOK(rt, what, status, body, nil)
-		if !bytes.Equal(body, first) {
-			rt.Fatalf("%s: replay answered\n%s\nthe first answer was\n%s", what, body, first)
-		}
+		require.Equal(rt, string(first), string(body), "%s: replay answered\n%s\nthe first answer was\n%s", what, body, first)
 	case h.m.active != "" && h.m.active != id:
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeCheckpointConflict)
 	default:
 		var got protocol.ResumeResponse
 		wantOK(rt, what, status, body, &got)
-		if want := (protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id}); got != want {
-			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-		}
+		want := (protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id})
+		require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 		h.m.retired[id] = body
 		if h.m.commitLoc != "" {
 			h.m.usedLocs = append(h.m.usedLocs, h.m.commitLoc)
@@ -399,9 +371,7 @@ func (h *fenceHarness) retire(rt *rapid.T) {
 	want := protocol.RetireResponse{RolloutID: rid, Fence: max(r.fence, floor), Discarded: r.started && r.attempt < floor}
 	var got protocol.RetireResponse
 	wantOK(rt, what, status, body, &got)
-	if got != want {
-		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-	}
+	require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 	r.fence = want.Fence
 	if want.Discarded {
 		*r = fenceRollout{fence: r.fence, nextOp: r.nextOp}
@@ -432,17 +402,14 @@ func (h *fenceHarness) authorise(rt *rapid.T) {
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeStaleAttempt)
 	case attempt == r.fence:
 		wantOK(rt, what, status, body, &got)
-		if want := (protocol.AuthoriseResponse{RolloutID: rid, Attempt: attempt, Fence: attempt}); got != want {
-			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-		}
+		want := (protocol.AuthoriseResponse{RolloutID: rid, Attempt: attempt, Fence: attempt})
+		require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 	case h.m.phase == protocol.PhaseCommitted:
 		wantRefusal(rt, what, status, body, http.StatusConflict, protocol.CodeInvalidPhase)
 	default:
 		wantOK(rt, what, status, body, &got)
 		want := protocol.AuthoriseResponse{RolloutID: rid, Attempt: attempt, Fence: attempt, Changed: true, Dropped: r.started}
-		if got != want {
-			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-		}
+		require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 		*r = fenceRollout{fence: attempt, nextOp: r.nextOp}
 		if h.m.phase == protocol.PhasePrepared {
 			cut := slices.DeleteFunc(slices.Clone(h.m.cut), func(s protocol.SessionSummary) bool { return s.RolloutID == rid })
@@ -481,9 +448,8 @@ func (h *fenceHarness) start(rt *rapid.T) {
 	default:
 		var got protocol.StartResponse
 		wantOK(rt, what, status, body, &got)
-		if got.Revision != 0 || got.Replayed != r.started {
-			rt.Fatalf("%s: answered %+v, want revision 0, replayed %v", what, got, r.started)
-		}
+		require.Equal(rt, int64(0), got.Revision, "%s: answered %+v, want revision 0, replayed %v", what, got, r.started)
+		require.Equal(rt, r.started, got.Replayed, "%s: answered %+v, want revision 0, replayed %v", what, got, r.started)
 		if !r.started {
 			*r = fenceRollout{fence: attempt, started: true, attempt: attempt, nextOp: r.nextOp}
 			h.m.applied++
@@ -520,9 +486,7 @@ func (h *fenceHarness) operate(rt *rapid.T) {
 		wantOK(rt, what, status, body, &got)
 		want := protocol.OperateResponse{Revision: r.revision + 1,
 			Outcome: envs.Outcome{Observation: fmt.Sprintf("counter=%d", r.revision+1)}}
-		if !reflect.DeepEqual(got, want) {
-			rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-		}
+		require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
 		r.revision++
 		r.last = &fenceOperate{req: req, resp: got}
 		h.m.applied++
@@ -546,9 +510,7 @@ func (h *fenceHarness) replayOperate(rt *rapid.T) {
 	wantOK(rt, what, status, body, &got)
 	want := r.last.resp
 	want.Replayed = true
-	if !reflect.DeepEqual(got, want) {
-		rt.Fatalf("%s: answered %+v, want %+v", what, got, want)
-	}
+	require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
 }
 
 func (h *fenceHarness) verify(rt *rapid.T) {
@@ -571,9 +533,9 @@ func (h *fenceHarness) verify(rt *rapid.T) {
 		if r.revision == fenceTarget {
 			reward = 1
 		}
-		if got.Revision != r.revision || got.Verdict.Reward != reward || got.Replayed != r.verified {
-			rt.Fatalf("%s: answered %+v, want revision %d, reward %v, replayed %v", what, got, r.revision, reward, r.verified)
-		}
+		require.Equal(rt, r.revision, got.Revision, "%s: answered %+v, want revision %d, reward %v, replayed %v", what, got, r.revision, reward, r.verified)
+		require.Equal(rt, reward, got.Verdict.Reward, "%s: answered %+v, want revision %d, reward %v, replayed %v", what, got, r.revision, reward, r.verified)
+		require.Equal(rt, r.verified, got.Replayed, "%s: answered %+v, want revision %d, reward %v, replayed %v", what, got, r.revision, reward, r.verified)
 		if !r.verified {
 			r.verified = true
 			h.m.applied++
@@ -599,18 +561,20 @@ func (h *fenceHarness) check(rt *rapid.T) {
 	if h.closed() {
 		admission, cut = protocol.AdmissionClosed, len(h.m.cut)
 	}
-	if st.Phase != h.m.phase || st.CheckpointID != h.m.active || st.RestoreID != "" || st.Admission != admission ||
-		st.Sessions != live || st.CutSessions != cut || len(st.InFlight) != 0 {
-		rt.Fatalf("status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight",
-			st, h.m.phase, h.m.active, admission, live, cut)
-	}
+	require.Equal(rt, h.m.phase, st.Phase, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Equal(rt, h.m.active, st.CheckpointID, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Equal(rt, "", st.RestoreID, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Equal(rt, admission, st.Admission, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Equal(rt, live, st.Sessions, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Equal(rt, cut, st.CutSessions, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
+	require.Empty(rt, st.InFlight, "status %+v, want phase %s, checkpoint %q, admission %s, %d live sessions, %d in the cut, nothing in flight", st, h.m.phase, h.m.active, admission, live, cut)
 
 	var stats protocol.Stats
 	status, body = h.call(rt, http.MethodGet, routePath(protocol.RouteStats), nil)
 	wantOK(rt, "stats", status, body, &stats)
-	if stats.Applied != h.m.applied || stats.Parked != h.m.parked || stats.Sessions != live {
-		rt.Fatalf("stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
-	}
+	require.Equal(rt, h.m.applied, stats.Applied, "stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
+	require.Equal(rt, h.m.parked, stats.Parked, "stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
+	require.Equal(rt, live, stats.Sessions, "stats %+v, want applied %d, parked %d, %d live sessions", stats, h.m.applied, h.m.parked, live)
 
 	for _, rid := range fenceRollouts {
 		r := h.m.rollouts[rid]
@@ -622,8 +586,6 @@ func (h *fenceHarness) check(rt *rapid.T) {
 		var info protocol.SessionInfo
 		wantOK(rt, "session "+rid, status, body, &info)
 		want := protocol.SessionInfo{RolloutID: rid, Env: counter.Name, Attempt: r.attempt, Revision: r.revision, Retired: r.verified}
-		if info != want {
-			rt.Fatalf("session %s is %+v, want %+v", rid, info, want)
-		}
+		require.Equal(rt, want, info, "session %s is %+v, want %+v", rid, info, want)
 	}
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -21,21 +24,14 @@ import (
 // conformance run (protocol/conformance, TestGoEnvServerConforms).
 func TestOpenAPIMatchesServer(t *testing.T) {
 	spec, err := conformance.LoadSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv, _ := newInternal(t)
-	if got, want := slices.Sorted(slices.Values(srv.Routes())), spec.Routes(); !slices.Equal(got, want) {
-		t.Errorf("routes: the server registers %v\nthe document has %v", got, want)
-	}
-	if !maps.Equal(codeStatus, spec.Codes) {
-		t.Errorf("error codes: the server maps %v\nthe document says %v", codeStatus, spec.Codes)
-	}
+	got, want := slices.Sorted(slices.Values(srv.Routes())), spec.Routes()
+	assert.True(t, slices.Equal(got, want), "routes: the server registers %v\nthe document has %v", got, want)
+	assert.True(t, maps.Equal(codeStatus, spec.Codes), "error codes: the server maps %v\nthe document says %v", codeStatus, spec.Codes)
 	envCodes := []string{envs.CodeUnknownTool, envs.CodeBadArguments, envs.CodeIllegalAction, envs.CodeBadTask,
 		envs.CodeBadState, envs.CodeNotExportable, envs.CodeEpisodeOver}
-	if !slices.Equal(spec.EnvCodes, envCodes) {
-		t.Errorf("environment codes: the document lists %v, envs has %v", spec.EnvCodes, envCodes)
-	}
+	assert.True(t, slices.Equal(spec.EnvCodes, envCodes), "environment codes: the document lists %v, envs has %v", spec.EnvCodes, envCodes)
 	for route, op := range spec.Operations {
 		for _, err := range checkOperation(route, op) {
 			t.Errorf("%s: %s", route, err)

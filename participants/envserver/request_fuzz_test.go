@@ -3,7 +3,6 @@ package envserver_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -169,21 +170,15 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 	case status >= 500:
 		t.Fatalf("answered %d %s, want no 5xx", status, answer)
 	case status == http.StatusOK:
-		if !json.Valid(answer) {
-			t.Fatalf("answered 200 with invalid JSON %q", answer)
-		}
+		require.True(t, json.Valid(answer), "answered 200 with invalid JSON %q", answer)
 		// A success is one application or one replay, nothing else.
-		if n := (after.stats.Applied - before.stats.Applied) + (after.stats.Replayed - before.stats.Replayed); n != 1 {
-			t.Fatalf("answered 200 %s: stats went from %+v to %+v, want one application or one replay", answer, before.stats, after.stats)
-		}
+		require.Equal(t, int64(1), (after.stats.Applied-before.stats.Applied)+(after.stats.Replayed-before.stats.Replayed), "answered 200 %s: stats went from %+v to %+v, want one application or one replay", answer, before.stats, after.stats)
 		return
 	case status >= 300 && status < 400:
 		// ServeMux redirects a path it would clean (an empty, "." or ".."
 		// segment); nothing reached a handler.
 		p := strings.Replace(routePath(route), "{rollout_id}", rollout, 1)
-		if path.Clean(p) == p {
-			t.Fatalf("answered %d for the clean path %q", status, p)
-		}
+		require.NotEqual(t, p, path.Clean(p), "answered %d for the clean path %q", status, p)
 	case status >= 400:
 		fuzzWantEnvelope(t, status, w.Header(), answer)
 	default:
@@ -193,29 +188,22 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 	// Not applied: nothing changed, and the live session goes on from
 	// exactly where it was.
 	before.stats.Refused, after.stats.Refused = 0, 0
-	if !reflect.DeepEqual(after, before) {
-		t.Fatalf("answered %d %s, yet the server changed from %+v to %+v", status, answer, before, after)
-	}
+	require.True(t, reflect.DeepEqual(after, before), "answered %d %s, yet the server changed from %+v to %+v", status, answer, before, after)
 	fuzzProbe(t, srv)
 }
 
 func fuzzWantEnvelope(t *testing.T, status int, h http.Header, answer []byte) {
 	t.Helper()
-	if ct := h.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("answered %d with content type %q, want application/json", status, ct)
-	}
+	ct := h.Get("Content-Type")
+	require.Equal(t, "application/json", ct, "answered %d with content type %q, want application/json", status, ct)
 	var eb protocol.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(answer))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&eb); err != nil {
-		t.Fatalf("answered %d %q: not an error envelope: %v", status, answer, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		t.Fatalf("answered %d %q: trailing data after the error envelope", status, answer)
-	}
-	if !slices.Contains(fuzzCodes, eb.Error.Code) || eb.Error.Message == "" {
-		t.Fatalf("answered %d with code %q and message %q, want a known code and a message", status, eb.Error.Code, eb.Error.Message)
-	}
+	require.NoError(t, dec.Decode(&eb), "answered %d %q: not an error envelope", status, answer)
+	_, err := dec.Token()
+	require.ErrorIs(t, err, io.EOF, "answered %d %q: trailing data after the error envelope", status, answer)
+	require.True(t, slices.Contains(fuzzCodes, eb.Error.Code), "answered %d with code %q and message %q, want a known code and a message", status, eb.Error.Code, eb.Error.Message)
+	require.NotEqual(t, "", eb.Error.Message, "answered %d with code %q and message %q, want a known code and a message", status, eb.Error.Code, eb.Error.Message)
 }
 
 // fuzzState is what a refused request must leave as it was.
@@ -232,9 +220,7 @@ func fuzzSnapshot(t *testing.T, srv *envserver.Server) fuzzState {
 	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, protocol.RouteSessions, fuzzLive, nil))
 	st := fuzzState{stats: srv.Stats(), status: w.Code, control: fuzzControlStatus(t, srv)}
 	if w.Code == http.StatusOK {
-		if err := json.Unmarshal(w.Body.Bytes(), &st.info); err != nil {
-			t.Fatalf("session %s: decode %s: %v", fuzzLive, w.Body.Bytes(), err)
-		}
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &st.info), "session %s: decode %s", fuzzLive, w.Body.Bytes())
 	}
 	return st
 }
@@ -245,9 +231,7 @@ func newFuzzServer(t *testing.T) *envserver.Server {
 	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()},
 		DataToken: fuzzDataToken, ControlToken: fuzzControlToken})
-	if err != nil {
-		t.Fatalf("NewServer: %v", err)
-	}
+	require.NoError(t, err, "NewServer")
 	fuzzMust(t, srv, "setup authorise", protocol.RouteControlAuthorise, protocol.AuthoriseRequest{Attempt: fuzzAttempt}, nil)
 	fuzzMust(t, srv, "setup start", protocol.RouteStart, protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: protocol.SeedRequestID(fuzzLive)},
@@ -258,9 +242,8 @@ func newFuzzServer(t *testing.T) *envserver.Server {
 		Identity:         protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: fuzzFirstOp},
 		ExpectedRevision: 0, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	}, &resp)
-	if resp.Revision != 1 || resp.Outcome.Observation != "counter=3" {
-		t.Fatalf("setup operate answered %+v", resp)
-	}
+	require.Equal(t, int64(1), resp.Revision, "setup operate answered %+v", resp)
+	require.Equal(t, "counter=3", resp.Outcome.Observation, "setup operate answered %+v", resp)
 	return srv
 }
 
@@ -273,27 +256,21 @@ func fuzzProbe(t *testing.T, srv *envserver.Server) {
 		Identity:         protocol.Identity{RolloutID: fuzzLive, Attempt: fuzzAttempt, RequestID: "live/probe"},
 		ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`),
 	}, &resp)
-	if resp.Revision != 2 || resp.Outcome.Observation != "counter=4" || resp.Replayed {
-		t.Fatalf("probe increment answered %+v, want revision 2 and counter=4: the refused request changed the session", resp)
-	}
+	require.Equal(t, int64(2), resp.Revision, "probe increment answered %+v, want revision 2 and counter=4: the refused request changed the session", resp)
+	require.Equal(t, "counter=4", resp.Outcome.Observation, "probe increment answered %+v, want revision 2 and counter=4: the refused request changed the session", resp)
+	require.False(t, resp.Replayed, "probe increment answered %+v, want revision 2 and counter=4: the refused request changed the session", resp)
 }
 
 // fuzzMust sends a request that must succeed and decodes its answer.
 func fuzzMust(t *testing.T, srv *envserver.Server, what, route string, in, out any) {
 	t.Helper()
 	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatalf("encode: %v", err)
-	}
+	require.NoError(t, err, "encode")
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, fuzzRequest(http.MethodPost, route, fuzzLive, b))
-	if w.Code != http.StatusOK {
-		t.Fatalf("%s answered %d %s", what, w.Code, w.Body.Bytes())
-	}
+	require.Equal(t, http.StatusOK, w.Code, "%s answered %d %s", what, w.Code, w.Body.Bytes())
 	if out != nil {
-		if err := json.Unmarshal(w.Body.Bytes(), out); err != nil {
-			t.Fatalf("%s: decode %s: %v", what, w.Body.Bytes(), err)
-		}
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), out), "%s: decode %s", what, w.Body.Bytes())
 	}
 }
 
@@ -327,9 +304,8 @@ func fuzzControlStatus(t *testing.T, srv *envserver.Server) protocol.ControlStat
 	w := httptest.NewRecorder()
 	srv.ServeHTTP(w, fuzzRequest(http.MethodGet, protocol.RouteControlStatus, "", nil))
 	var st protocol.ControlStatus
-	if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &st) != nil {
-		t.Fatalf("control status answered %d %s", w.Code, w.Body.Bytes())
-	}
+	require.Equal(t, http.StatusOK, w.Code, "control status answered %d %s", w.Code, w.Body.Bytes())
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &st), "control status answered %d %s", w.Code, w.Body.Bytes())
 	st.InFlight = nil // nothing runs between two snapshots; nil and [] alike
 	return st
 }

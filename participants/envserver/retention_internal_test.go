@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 )
@@ -26,9 +28,7 @@ func TestIdleStoreSweepsRetiredSessions(t *testing.T) {
 		if kept == 0 && evicted == 2 && !pending {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %d retired sessions kept, %d evicted, sweep pending %v; want 0, 2, false", kept, evicted, pending)
-		}
+		require.False(t, time.Now().After(deadline), "after 10 s: %d retired sessions kept, %d evicted, sweep pending %v; want 0, 2, false", kept, evicted, pending)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -39,9 +39,7 @@ func TestExportDoesNotKeepRetiredSessions(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	s, err := NewServer(ServerConfig{Envs: []envs.Environment{counter.New()}, InsecureNoDataAuth: true,
 		RetiredGrace: time.Minute, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sl := s.store.slotFor("a")
 	sl.mu.Lock()
 	s.store.install(sl, &session{Env: counter.Name, Retired: true, Receipts: map[string]receipt{}})
@@ -49,19 +47,15 @@ func TestExportDoesNotKeepRetiredSessions(t *testing.T) {
 	exported := func() int {
 		t.Helper()
 		st, err := s.exportState()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return len(st.Sessions)
 	}
 	for range 2 {
 		now = now.Add(20 * time.Second)
-		if n := exported(); n != 1 {
-			t.Fatalf("at %s: %d sessions exported; want the retired one", now, n)
-		}
+		n := exported()
+		require.Equal(t, 1, n, "at %s: %d sessions exported; want the retired one", now, n)
 	}
 	now = now.Add(25 * time.Second) // 65 s since its retirement, 25 s since the last export
-	if n := exported(); n != 0 {
-		t.Fatalf("%d sessions exported after the grace; want none (exports must not keep them)", n)
-	}
+	n := exported()
+	require.Equal(t, 0, n, "%d sessions exported after the grace; want none (exports must not keep them)", n)
 }

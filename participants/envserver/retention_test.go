@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -43,9 +45,9 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 	}
 	replays := func(rollout string) {
 		t.Helper()
-		if v, err := verify(rollout); err != nil || !v.Replayed {
-			t.Fatalf("%s: verify retry = %+v, %v; want a replay", rollout, v, err)
-		}
+		v, err := verify(rollout)
+		require.NoError(t, err, "%s: verify retry = %+v, %v; want a replay", rollout, v, err)
+		require.True(t, v.Replayed, "%s: verify retry = %+v, %v; want a replay", rollout, v, err)
 	}
 	dropped := func(rollout string) {
 		t.Helper()
@@ -54,9 +56,8 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 	}
 	for _, r := range []string{"a", "b"} {
 		f.start(t, r, 0, `{"target":0}`)
-		if _, err := verify(r); err != nil {
-			t.Fatal(err)
-		}
+		_, err := verify(r)
+		require.NoError(t, err)
 	}
 	clock.advance(40 * time.Second)
 	replays("a")   // used at 40 s
@@ -72,16 +73,14 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 	applied := f.srv.Stats().Applied
 	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("b", 0, protocol.SeedRequestID("b")), Env: "counter", Task: []byte(`{"target":0}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
-	if got := f.srv.Stats().Applied; got != applied {
-		t.Fatalf("a refused retry applied something: applied %d → %d", applied, got)
-	}
-	if info := f.info(t, "b"); !info.Retired || info.Env != "counter" {
-		t.Fatalf("dropped session's info = %+v; want it retired", info)
-	}
+	got := f.srv.Stats().Applied
+	require.Equal(t, applied, got, "a refused retry applied something: applied %d → %d", applied, got)
+	info := f.info(t, "b")
+	require.True(t, info.Retired, "dropped session's info = %+v; want it retired", info)
+	require.Equal(t, "counter", info.Env, "dropped session's info = %+v; want it retired", info)
 	// A higher attempt may start over.
-	if st := f.start(t, "b", 1, `{"target":0}`); st.Replayed {
-		t.Fatalf("start-over after the drop replayed: %+v", st)
-	}
+	st := f.start(t, "b", 1, `{"target":0}`)
+	require.False(t, st.Replayed, "start-over after the drop replayed: %+v", st)
 }
 
 // A negative grace keeps receipts until the count bound alone drops them.
@@ -93,11 +92,10 @@ func TestRetiredSessionsWithoutGrace(t *testing.T) {
 	})
 	f.start(t, "a", 0, `{"target":0}`)
 	req := protocol.VerifyRequest{Identity: id("a", 0, "a/verify")}
-	if _, err := f.c.Verify(context.Background(), req); err != nil {
-		t.Fatal(err)
-	}
+	_, err := f.c.Verify(context.Background(), req)
+	require.NoError(t, err)
 	clock.advance(1000 * time.Hour)
-	if v, err := f.c.Verify(context.Background(), req); err != nil || !v.Replayed {
-		t.Fatalf("verify retry = %+v, %v; want a replay", v, err)
-	}
+	v, err := f.c.Verify(context.Background(), req)
+	require.NoError(t, err, "verify retry = %+v, %v; want a replay", v, err)
+	require.True(t, v.Replayed, "verify retry = %+v, %v; want a replay", v, err)
 }

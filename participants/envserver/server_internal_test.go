@@ -6,8 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
@@ -56,9 +58,7 @@ func (s *gateSession) Apply(tool string, args json.RawMessage) (envs.Outcome, er
 func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *protocol.Client) {
 	t.Helper()
 	srv, err := NewServer(ServerConfig{Envs: append([]envs.Environment{counter.New()}, environments...), InsecureNoDataAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return srv, protocol.NewClient(hs.URL, hs.Client())
@@ -67,9 +67,9 @@ func newInternal(t *testing.T, environments ...envs.Environment) (*Server, *prot
 func wantCode(t *testing.T, err error, status int, code string) {
 	t.Helper()
 	var re *protocol.RemoteError
-	if !errors.As(err, &re) || re.Status != status || re.Code != code {
-		t.Fatalf("error %v, want %d %s", err, status, code)
-	}
+	require.ErrorAs(t, err, &re, "error %v, want %d %s", err, status, code)
+	require.Equal(t, status, re.Status, "error %v, want %d %s", err, status, code)
+	require.Equal(t, code, re.Code, "error %v, want %d %s", err, status, code)
 }
 
 func incr(rollout string, attempt int, req string, rev int64) protocol.OperateRequest {
@@ -89,9 +89,7 @@ func TestAdmissionParksMutations(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.closeAdmission()
-	if !srv.admissionClosed() {
-		t.Fatal("admission still open")
-	}
+	require.True(t, srv.admissionClosed(), "admission still open")
 	_, err := c.Start(ctx, startReq("r2", 0))
 	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	_, err = c.Operate(ctx, incr("r1", 0, "a", 0))
@@ -102,27 +100,26 @@ func TestAdmissionParksMutations(t *testing.T) {
 	if info, err := c.Session(ctx, "r1"); err != nil || info.Revision != 0 {
 		t.Fatalf("session while parked = %+v, %v", info, err)
 	}
-	if st, _ := c.Stats(ctx); st.Parked != 3 || st.Applied != 1 || st.Refused != 0 || st.Sessions != 1 {
-		t.Fatalf("stats = %+v", st)
-	}
+	st, _ := c.Stats(ctx)
+	require.Equal(t, int64(3), st.Parked, "stats = %+v", st)
+	require.Equal(t, int64(1), st.Applied, "stats = %+v", st)
+	require.Equal(t, int64(0), st.Refused, "stats = %+v", st)
+	require.Equal(t, 1, st.Sessions, "stats = %+v", st)
 	srv.openAdmission()
 	// The same request, retried, now applies.
 	r, err := c.Operate(ctx, incr("r1", 0, "a", 0))
-	if err != nil || r.Replayed || r.Revision != 1 {
-		t.Fatalf("operate after reopening = %+v, %v", r, err)
-	}
+	require.NoError(t, err, "operate after reopening = %+v, %v", r, err)
+	require.False(t, r.Replayed, "operate after reopening = %+v, %v", r, err)
+	require.Equal(t, int64(1), r.Revision, "operate after reopening = %+v, %v", r, err)
 }
 
 func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
 	g := &gateEnv{entered: make(chan struct{}), release: make(chan struct{})}
 	srv, c := newInternal(t, g)
 	ctx := context.Background()
-	if _, err := c.Start(ctx, protocol.StartRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "g/seed"}, Env: "gate", Task: json.RawMessage(`{"target":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.waitIdle(ctx); err != nil {
-		t.Fatalf("idle server: %v", err)
-	}
+	_, err := c.Start(ctx, protocol.StartRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "g/seed"}, Env: "gate", Task: json.RawMessage(`{"target":1}`)})
+	require.NoError(t, err)
+	require.NoError(t, srv.waitIdle(ctx), "idle server")
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Operate(ctx, protocol.OperateRequest{Identity: protocol.Identity{RolloutID: "g", RequestID: "b"}, Tool: "block"})
@@ -138,61 +135,41 @@ func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
 	idle := make(chan error, 1)
 	go func() { idle <- srv.waitIdle(ctx) }()
 	close(g.release)
-	if err := <-done; err != nil {
-		t.Fatalf("in-flight mutation: %v", err)
-	}
-	if err := <-idle; err != nil {
-		t.Fatalf("waitIdle: %v", err)
-	}
-	if info, _ := c.Session(ctx, "g"); info.Revision != 1 {
-		t.Fatalf("the admitted mutation did not complete: %+v", info)
-	}
+	require.NoError(t, <-done, "in-flight mutation")
+	require.NoError(t, <-idle, "waitIdle")
+	info, _ := c.Session(ctx, "g")
+	require.Equal(t, int64(1), info.Revision, "the admitted mutation did not complete: %+v", info)
 }
 
 func TestExportInstallRoundTrip(t *testing.T) {
 	a, ca := newInternal(t)
 	ctx := context.Background()
 	for _, r := range []string{"live", "done"} {
-		if _, err := ca.Start(ctx, startReq(r, 0)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ca.Operate(ctx, incr(r, 0, r+"/t0/c0", 0)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := ca.Start(ctx, startReq(r, 0))
+		require.NoError(t, err)
+		_, err = ca.Operate(ctx, incr(r, 0, r+"/t0/c0", 0))
+		require.NoError(t, err)
 	}
 	verdict, err := ca.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", RequestID: "done/verify"}, ExpectedRevision: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a.closeAdmission()
-	if err := a.waitIdle(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.waitIdle(ctx))
 	st, err := a.exportState()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	raw, err := json.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	again, _ := a.exportState()
-	if raw2, _ := json.Marshal(again); string(raw2) != string(raw) {
-		t.Fatalf("export is not deterministic:\n%s\n%s", raw, raw2)
-	}
+	raw2, _ := json.Marshal(again)
+	require.Equal(t, string(raw), string(raw2), "export is not deterministic:\n%s\n%s", raw, raw2)
 
 	// Install into a fresh server as attempt 1.
 	var loaded serverState
-	if err := json.Unmarshal(raw, &loaded); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(raw, &loaded))
 	for i := range loaded.Sessions {
 		loaded.Sessions[i].Attempt = 1
 	}
 	b, cb := newInternal(t)
-	if err := b.installState(loaded); err != nil {
-		t.Fatalf("install: %v", err)
-	}
+	require.NoError(t, b.installState(loaded), "install")
 	if st, _ := cb.Stats(ctx); st.Sessions != 1 {
 		t.Fatalf("stats after install = %+v", st)
 	}
@@ -201,18 +178,19 @@ func TestExportInstallRoundTrip(t *testing.T) {
 	wantCode(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	// Attempt 1 re-sending a mutation applied before the cut gets the stored response.
 	r, err := cb.Operate(ctx, incr("live", 1, "live/t0/c0", 0))
-	if err != nil || !r.Replayed || r.Outcome.Observation != "counter=1" {
-		t.Fatalf("replay after install = %+v, %v", r, err)
-	}
+	require.NoError(t, err, "replay after install = %+v, %v", r, err)
+	require.True(t, r.Replayed, "replay after install = %+v, %v", r, err)
+	require.Equal(t, "counter=1", r.Outcome.Observation, "replay after install = %+v, %v", r, err)
 	// And the next one continues the restored state.
 	r, err = cb.Operate(ctx, incr("live", 1, "live/t1/c0", 1))
-	if err != nil || r.Replayed || r.Revision != 2 || r.Outcome.Observation != "counter=2" {
-		t.Fatalf("operate after install = %+v, %v", r, err)
-	}
+	require.NoError(t, err, "operate after install = %+v, %v", r, err)
+	require.False(t, r.Replayed, "operate after install = %+v, %v", r, err)
+	require.Equal(t, int64(2), r.Revision, "operate after install = %+v, %v", r, err)
+	require.Equal(t, "counter=2", r.Outcome.Observation, "operate after install = %+v, %v", r, err)
 	v, err := cb.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "done", Attempt: 1, RequestID: "done/verify"}, ExpectedRevision: 1})
-	if err != nil || !v.Replayed || string(v.Verdict.Details) != string(verdict.Verdict.Details) {
-		t.Fatalf("verdict replay after install = %+v, %v", v, err)
-	}
+	require.NoError(t, err, "verdict replay after install = %+v, %v", v, err)
+	require.True(t, v.Replayed, "verdict replay after install = %+v, %v", v, err)
+	require.Equal(t, string(verdict.Verdict.Details), string(v.Verdict.Details), "verdict replay after install = %+v, %v", v, err)
 }
 
 func TestInstallIsAllOrNothing(t *testing.T) {
@@ -228,18 +206,13 @@ func TestInstallIsAllOrNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv, c := newInternal(t)
 			err := srv.installState(serverState{Sessions: []sessionRecord{good, bad}, Fences: map[string]int{"ok": 1}})
-			if err == nil {
-				t.Fatal("install accepted a bad record")
-			}
-			if !strings.Contains(err.Error(), "record 1") {
-				t.Errorf("error %q does not name the record", err)
-			}
+			require.Error(t, err, "install accepted a bad record")
+			assert.ErrorContains(t, err, "record 1", "error %q does not name the record", err)
 			_, err = c.Session(context.Background(), "ok")
 			wantCode(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 			// The fence was not installed either.
-			if _, err := c.Start(context.Background(), startReq("ok", 0)); err != nil {
-				t.Fatalf("start after a failed install: %v", err)
-			}
+			_, err = c.Start(context.Background(), startReq("ok", 0))
+			require.NoError(t, err, "start after a failed install")
 		})
 	}
 }

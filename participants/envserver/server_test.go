@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
@@ -100,9 +103,7 @@ func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 		m(&cfg)
 	}
 	srv, err := envserver.NewServer(cfg)
-	if err != nil {
-		t.Fatalf("NewServer: %v", err)
-	}
+	require.NoError(t, err, "NewServer")
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
 	hs.Start()
@@ -123,9 +124,7 @@ func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) 
 	resp, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
 	})
-	if err != nil {
-		t.Fatalf("start %s attempt %d: %v", rollout, attempt, err)
-	}
+	require.NoError(t, err, "start %s attempt %d", rollout, attempt)
 	return resp
 }
 
@@ -143,35 +142,28 @@ func (f *fixture) authorise(t *testing.T, rollout string, attempt int) {
 	if attempt == 0 {
 		return
 	}
-	if _, err := f.cc.Authorise(context.Background(), rollout, attempt); err != nil {
-		t.Fatalf("authorise %s attempt %d: %v", rollout, attempt, err)
-	}
+	_, err := f.cc.Authorise(context.Background(), rollout, attempt)
+	require.NoError(t, err, "authorise %s attempt %d", rollout, attempt)
 }
 
 func (f *fixture) operate(t *testing.T, req protocol.OperateRequest) protocol.OperateResponse {
 	t.Helper()
 	resp, err := f.c.Operate(context.Background(), req)
-	if err != nil {
-		t.Fatalf("operate %+v: %v", req.Identity, err)
-	}
+	require.NoError(t, err, "operate %+v", req.Identity)
 	return resp
 }
 
 func (f *fixture) stats(t *testing.T) protocol.Stats {
 	t.Helper()
 	st, err := f.c.Stats(context.Background())
-	if err != nil {
-		t.Fatalf("stats: %v", err)
-	}
+	require.NoError(t, err, "stats")
 	return st
 }
 
 func (f *fixture) info(t *testing.T, rollout string) protocol.SessionInfo {
 	t.Helper()
 	info, err := f.c.Session(context.Background(), rollout)
-	if err != nil {
-		t.Fatalf("session %s: %v", rollout, err)
-	}
+	require.NoError(t, err, "session %s", rollout)
 	return info
 }
 
@@ -180,16 +172,11 @@ func (f *fixture) info(t *testing.T, rollout string) protocol.SessionInfo {
 func wantRemote(t *testing.T, err error, status int, code string, contains ...string) {
 	t.Helper()
 	var re *protocol.RemoteError
-	if !errors.As(err, &re) {
-		t.Fatalf("error %v is not a RemoteError (want %d %s)", err, status, code)
-	}
-	if re.Status != status || re.Code != code {
-		t.Fatalf("got %d %s (%s), want %d %s", re.Status, re.Code, re.Message, status, code)
-	}
+	require.ErrorAs(t, err, &re, "error %v is not a RemoteError (want %d %s)", err, status, code)
+	require.Equal(t, status, re.Status, "got %d %s (%s), want %d %s", re.Status, re.Code, re.Message, status, code)
+	require.Equal(t, code, re.Code, "got %d %s (%s), want %d %s", re.Status, re.Code, re.Message, status, code)
 	for _, c := range contains {
-		if !strings.Contains(re.Message, c) {
-			t.Fatalf("message %q does not contain %q", re.Message, c)
-		}
+		require.Contains(t, re.Message, c, "message %q does not contain %q", re.Message, c)
 	}
 }
 
@@ -198,9 +185,8 @@ func TestNewServerRefusesBadConfig(t *testing.T) {
 		"nil env":   {Envs: []envs.Environment{nil}},
 		"duplicate": {Envs: []envs.Environment{counter.New(), counter.New()}},
 	} {
-		if _, err := envserver.NewServer(cfg); err == nil {
-			t.Errorf("%s: NewServer accepted it", name)
-		}
+		_, err := envserver.NewServer(cfg)
+		assert.Error(t, err, "%s: NewServer accepted it", name)
 	}
 }
 
@@ -211,43 +197,40 @@ func TestHealthEnvsAndUnknownRoute(t *testing.T) {
 		t.Fatalf("healthz = %v, %v", health, err)
 	}
 	var specs []envs.Spec
-	if err := f.c.Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs); err != nil {
-		t.Fatal(err)
-	}
-	if len(specs) != 2 || specs[0].Name != "counter" || specs[1].Name != "probe" || specs[0].Mode != envs.ModeExportRestore {
-		t.Fatalf("specs = %+v", specs)
-	}
+	require.NoError(t, f.c.Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs))
+	require.Len(t, specs, 2, "specs = %+v", specs)
+	require.Equal(t, "counter", specs[0].Name, "specs = %+v", specs)
+	require.Equal(t, "probe", specs[1].Name, "specs = %+v", specs)
+	require.Equal(t, envs.ModeExportRestore, specs[0].Mode, "specs = %+v", specs)
 	err := f.c.Do(context.Background(), http.MethodGet, "/v1/nothing", nil, nil)
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeNotFound, "/v1/nothing")
-	if st := f.stats(t); st.Refused != 1 {
-		t.Fatalf("refused = %d, want 1", st.Refused)
-	}
+	st := f.stats(t)
+	require.Equal(t, int64(1), st.Refused, "refused = %d, want 1", st.Refused)
 }
 
 func TestEpisode(t *testing.T) {
 	f := newFixture(t)
 	st := f.start(t, "r1", 0, `{"target":5,"start":1}`)
-	if st.Revision != 0 || st.Spec.Name != counter.Name || !strings.Contains(st.Start.Observation, `TASK {"start":1,"target":5}`) || st.Replayed {
-		t.Fatalf("start = %+v", st)
-	}
-	if info := f.info(t, "r1"); info != (protocol.SessionInfo{RolloutID: "r1", Env: "counter", Attempt: 0, Revision: 0}) {
-		t.Fatalf("info = %+v", info)
-	}
+	require.Equal(t, int64(0), st.Revision, "start = %+v", st)
+	require.Equal(t, counter.Name, st.Spec.Name, "start = %+v", st)
+	require.Contains(t, st.Start.Observation, `TASK {"start":1,"target":5}`, "start = %+v", st)
+	require.False(t, st.Replayed, "start = %+v", st)
+	info := f.info(t, "r1")
+	require.Equal(t, protocol.SessionInfo{RolloutID: "r1", Env: "counter", Attempt: 0, Revision: 0}, info, "info")
 	r := f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 3))
-	if r.Revision != 1 || r.Outcome.Observation != "counter=4" || r.Replayed {
-		t.Fatalf("operate = %+v", r)
-	}
+	require.Equal(t, int64(1), r.Revision, "operate = %+v", r)
+	require.Equal(t, "counter=4", r.Outcome.Observation, "operate = %+v", r)
+	require.False(t, r.Replayed, "operate = %+v", r)
 	r = f.operate(t, inc("r1", 0, "r1/t1/c0", 1, 1))
-	if r.Revision != 2 || r.Outcome.Observation != "counter=5" {
-		t.Fatalf("operate = %+v", r)
-	}
+	require.Equal(t, int64(2), r.Revision, "operate = %+v", r)
+	require.Equal(t, "counter=5", r.Outcome.Observation, "operate = %+v", r)
 	v, err := f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
-	if err != nil || v.Verdict.Reward != 1 || v.Revision != 2 || string(v.Verdict.Details) != `{"value":5,"target":5}` {
-		t.Fatalf("verify = %+v, %v", v, err)
-	}
-	if got, want := f.stats(t), (protocol.Stats{Applied: 4}); got != want {
-		t.Fatalf("stats = %+v, want %+v", got, want)
-	}
+	require.NoError(t, err, "verify = %+v, %v", v, err)
+	require.Equal(t, float64(1), v.Verdict.Reward, "verify = %+v, %v", v, err)
+	require.Equal(t, int64(2), v.Revision, "verify = %+v, %v", v, err)
+	require.Equal(t, `{"value":5,"target":5}`, string(v.Verdict.Details), "verify = %+v, %v", v, err)
+	got, want := f.stats(t), (protocol.Stats{Applied: 4})
+	require.Equal(t, want, got, "stats = %+v, want %+v", got, want)
 }
 
 func TestMalformedRequests(t *testing.T) {
@@ -295,17 +278,15 @@ func TestMalformedRequests(t *testing.T) {
 			before := f.stats(t)
 			wantRemote(t, post(tc.path, tc.body), http.StatusBadRequest, protocol.CodeMalformed, tc.field)
 			after := f.stats(t)
-			if after.Refused != before.Refused+1 || after.Applied != before.Applied {
-				t.Fatalf("stats %+v -> %+v", before, after)
-			}
+			require.Equal(t, before.Refused+1, after.Refused, "stats %+v -> %+v", before, after)
+			require.Equal(t, before.Applied, after.Applied, "stats %+v -> %+v", before, after)
 		})
 	}
-	if info := f.info(t, "r1"); info.Revision != 0 || info.Retired {
-		t.Fatalf("malformed requests changed the session: %+v", info)
-	}
-	if _, err := f.c.Session(context.Background(), "r2"); err == nil {
-		t.Fatal("a malformed start created a session")
-	}
+	info := f.info(t, "r1")
+	require.Equal(t, int64(0), info.Revision, "malformed requests changed the session: %+v", info)
+	require.False(t, info.Retired, "malformed requests changed the session: %+v", info)
+	_, err := f.c.Session(context.Background(), "r2")
+	require.Error(t, err, "a malformed start created a session")
 }
 
 func TestReceiptsReplayAndConflict(t *testing.T) {
@@ -318,9 +299,9 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	sr, err := f.c.Start(context.Background(), protocol.StartRequest{
 		Identity: id("r1", 0, "r1/seed"), Env: counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
-	if err != nil || !sr.Replayed || sr.Revision != 0 {
-		t.Fatalf("start replay = %+v, %v", sr, err)
-	}
+	require.NoError(t, err, "start replay = %+v, %v", sr, err)
+	require.True(t, sr.Replayed, "start replay = %+v, %v", sr, err)
+	require.Equal(t, int64(0), sr.Revision, "start replay = %+v, %v", sr, err)
 	if info := f.info(t, "r1"); info.Revision != 1 {
 		t.Fatalf("start replay reset the session: %+v", info)
 	}
@@ -332,17 +313,15 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	again.Arguments = json.RawMessage(`{ "amount" : 2 }`)
 	for range 2 {
 		r := f.operate(t, again)
-		if !r.Replayed || r.Revision != first.Revision || r.Outcome != first.Outcome {
-			t.Fatalf("replay = %+v, first = %+v", r, first)
-		}
+		require.True(t, r.Replayed, "replay = %+v, first = %+v", r, first)
+		require.Equal(t, first.Revision, r.Revision, "replay = %+v, first = %+v", r, first)
+		require.Equal(t, first.Outcome, r.Outcome, "replay = %+v, first = %+v", r, first)
 	}
 	st := f.stats(t)
-	if st.Applied != 2 || st.Replayed != 3 {
-		t.Fatalf("stats = %+v, want 2 applied (start, op) and 3 replayed", st)
-	}
-	if info := f.info(t, "r1"); info.Revision != 1 {
-		t.Fatalf("replays advanced the revision: %+v", info)
-	}
+	require.Equal(t, int64(2), st.Applied, "stats = %+v, want 2 applied (start, op) and 3 replayed", st)
+	require.Equal(t, int64(3), st.Replayed, "stats = %+v, want 2 applied (start, op) and 3 replayed", st)
+	info := f.info(t, "r1")
+	require.Equal(t, int64(1), info.Revision, "replays advanced the revision: %+v", info)
 
 	// Same request id, different body: conflict, nothing applied.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 3))
@@ -365,9 +344,9 @@ func TestRevisionMismatch(t *testing.T) {
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRevisionMismatch)
 	// Not stored: the same request id with the right revision now applies.
 	r := f.operate(t, inc("r1", 0, "b", 1, 1))
-	if r.Replayed || r.Revision != 2 || r.Outcome.Observation != "counter=2" {
-		t.Fatalf("operate after mismatch = %+v", r)
-	}
+	require.False(t, r.Replayed, "operate after mismatch = %+v", r)
+	require.Equal(t, int64(2), r.Revision, "operate after mismatch = %+v", r)
+	require.Equal(t, "counter=2", r.Outcome.Observation, "operate after mismatch = %+v", r)
 }
 
 func TestFencing(t *testing.T) {
@@ -390,13 +369,15 @@ func TestFencing(t *testing.T) {
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if after := f.stats(t); after.Applied != before.Applied || after.Replayed != before.Replayed || after.Refused != before.Refused+4 || after.Sessions != 0 {
-		t.Fatalf("stats %+v -> %+v", before, after)
-	}
+	after := f.stats(t)
+	require.Equal(t, before.Applied, after.Applied, "stats %+v -> %+v", before, after)
+	require.Equal(t, before.Replayed, after.Replayed, "stats %+v -> %+v", before, after)
+	require.Equal(t, before.Refused+4, after.Refused, "stats %+v -> %+v", before, after)
+	require.Equal(t, 0, after.Sessions, "stats %+v -> %+v", before, after)
 	// Attempt 1 starts over: a fresh episode.
-	if st := f.start(t, "r1", 1, `{"target":9}`); st.Replayed || st.Revision != 0 {
-		t.Fatalf("start-over = %+v", st)
-	}
+	st := f.start(t, "r1", 1, `{"target":9}`)
+	require.False(t, st.Replayed, "start-over = %+v", st)
+	require.Equal(t, int64(0), st.Revision, "start-over = %+v", st)
 }
 
 func TestStartOverAndSameAttemptConflict(t *testing.T) {
@@ -416,17 +397,16 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	// Installed through the control plane, attempt 2 starts over with the
 	// same seed request: a fresh episode, not a replay.
 	st := f.start(t, "r1", 2, `{"target":9}`)
-	if st.Replayed || st.Revision != 0 {
-		t.Fatalf("start-over = %+v", st)
-	}
-	if info := f.info(t, "r1"); info.Attempt != 2 || info.Revision != 0 {
-		t.Fatalf("after start-over: %+v", info)
-	}
+	require.False(t, st.Replayed, "start-over = %+v", st)
+	require.Equal(t, int64(0), st.Revision, "start-over = %+v", st)
+	info := f.info(t, "r1")
+	require.Equal(t, 2, info.Attempt, "after start-over: %+v", info)
+	require.Equal(t, int64(0), info.Revision, "after start-over: %+v", info)
 	// The old request ids belong to the old episode: they apply anew.
 	r := f.operate(t, inc("r1", 2, "r1/t0/c0", 0, 4))
-	if r.Replayed || r.Outcome.Observation != "counter=4" || r.Revision != 1 {
-		t.Fatalf("operate after start-over = %+v", r)
-	}
+	require.False(t, r.Replayed, "operate after start-over = %+v", r)
+	require.Equal(t, "counter=4", r.Outcome.Observation, "operate after start-over = %+v", r)
+	require.Equal(t, int64(1), r.Revision, "operate after start-over = %+v", r)
 	// Attempt 1 is now fenced.
 	_, err = f.c.Operate(context.Background(), inc("r1", 1, "r1/t1/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
@@ -440,51 +420,45 @@ func TestStartOverClosesOldSession(t *testing.T) {
 	start := func(attempt int) {
 		f.authorise(t, "p", attempt)
 		_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	start(0)
 	start(1)
-	if n := f.probe.closed.Load(); n != 1 {
-		t.Fatalf("closed %d sessions, want 1", n)
-	}
+	n := f.probe.closed.Load()
+	require.Equal(t, int64(1), n, "closed %d sessions, want 1", n)
 }
 
 func TestVerifyIsTerminal(t *testing.T) {
 	f := newFixture(t)
 	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", 0, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f.operate(t, protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	vreq := protocol.VerifyRequest{Identity: id("p", 0, "p/verify"), ExpectedRevision: 1}
 	v, err := f.c.Verify(context.Background(), vreq)
-	if err != nil || v.Verdict.Reward != 1 || v.Replayed {
-		t.Fatalf("verify = %+v, %v", v, err)
-	}
+	require.NoError(t, err, "verify = %+v, %v", v, err)
+	require.Equal(t, float64(1), v.Verdict.Reward, "verify = %+v, %v", v, err)
+	require.False(t, v.Replayed, "verify = %+v, %v", v, err)
 	if n := f.probe.closed.Load(); n != 1 {
 		t.Fatalf("verify closed %d sessions, want 1", n)
 	}
-	if info := f.info(t, "p"); !info.Retired || info.Revision != 1 {
-		t.Fatalf("info = %+v", info)
-	}
-	if st := f.stats(t); st.Sessions != 0 {
-		t.Fatalf("live sessions = %d after verify", st.Sessions)
-	}
+	info := f.info(t, "p")
+	require.True(t, info.Retired, "info = %+v", info)
+	require.Equal(t, int64(1), info.Revision, "info = %+v", info)
+	st := f.stats(t)
+	require.Equal(t, 0, st.Sessions, "live sessions = %d after verify", st.Sessions)
 	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// Replays still work after retirement.
 	for range 2 {
 		again, err := f.c.Verify(context.Background(), vreq)
-		if err != nil || !again.Replayed || again.Verdict.Reward != 1 || string(again.Verdict.Details) != string(v.Verdict.Details) {
-			t.Fatalf("verify replay = %+v, %v", again, err)
-		}
+		require.NoError(t, err, "verify replay = %+v, %v", again, err)
+		require.True(t, again.Replayed, "verify replay = %+v, %v", again, err)
+		require.Equal(t, float64(1), again.Verdict.Reward, "verify replay = %+v, %v", again, err)
+		require.Equal(t, string(v.Verdict.Details), string(again.Verdict.Details), "verify replay = %+v, %v", again, err)
 	}
 	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
-	if err != nil || !op.Replayed {
-		t.Fatalf("operate replay after retirement = %+v, %v", op, err)
-	}
+	require.NoError(t, err, "operate replay after retirement = %+v, %v", op, err)
+	require.True(t, op.Replayed, "operate replay after retirement = %+v, %v", op, err)
 	// A different verify request on a retired session is refused.
 	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 0, "p/verify2"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
@@ -492,9 +466,8 @@ func TestVerifyIsTerminal(t *testing.T) {
 	f.authorise(t, "p", 3)
 	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 2, "p/verify"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if n := f.probe.closed.Load(); n != 1 {
-		t.Fatalf("closed %d times, want 1", n)
-	}
+	n := f.probe.closed.Load()
+	require.Equal(t, int64(1), n, "closed %d times, want 1", n)
 }
 
 func TestUnknowns(t *testing.T) {
@@ -507,9 +480,9 @@ func TestUnknowns(t *testing.T) {
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	_, err = f.c.Session(context.Background(), "r1")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
-	if st := f.stats(t); st.Refused != 4 || st.Applied != 0 {
-		t.Fatalf("stats = %+v", st)
-	}
+	st := f.stats(t)
+	require.Equal(t, int64(4), st.Refused, "stats = %+v", st)
+	require.Equal(t, int64(0), st.Applied, "stats = %+v", st)
 }
 
 func TestEnvironmentRefusals(t *testing.T) {
@@ -527,17 +500,16 @@ func TestEnvironmentRefusals(t *testing.T) {
 	bad.Tool = "decrement"
 	_, err = f.c.Operate(context.Background(), bad)
 	wantRemote(t, err, http.StatusUnprocessableEntity, envs.CodeUnknownTool)
-	if info := f.info(t, "r1"); info.Revision != 0 {
-		t.Fatalf("a refusal changed the revision: %+v", info)
-	}
+	info := f.info(t, "r1")
+	require.Equal(t, int64(0), info.Revision, "a refusal changed the revision: %+v", info)
 	// Refusals are not receipts: the same request id with a good body applies.
 	r := f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 2))
-	if r.Replayed || r.Outcome.Observation != "counter=2" || r.Revision != 1 {
-		t.Fatalf("operate after refusal = %+v", r)
-	}
-	if st := f.stats(t); st.Refused != 4 || st.Applied != 2 {
-		t.Fatalf("stats = %+v", st)
-	}
+	require.False(t, r.Replayed, "operate after refusal = %+v", r)
+	require.Equal(t, "counter=2", r.Outcome.Observation, "operate after refusal = %+v", r)
+	require.Equal(t, int64(1), r.Revision, "operate after refusal = %+v", r)
+	st := f.stats(t)
+	require.Equal(t, int64(4), st.Refused, "stats = %+v", st)
+	require.Equal(t, int64(2), st.Applied, "stats = %+v", st)
 }
 
 func TestInternalEnvironmentFailure(t *testing.T) {
@@ -547,9 +519,8 @@ func TestInternalEnvironmentFailure(t *testing.T) {
 	}
 	_, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "x"), Tool: "explode"})
 	wantRemote(t, err, http.StatusInternalServerError, protocol.CodeInternal, "boom")
-	if info := f.info(t, "p"); info.Revision != 0 {
-		t.Fatalf("a failed operation changed the revision: %+v", info)
-	}
+	info := f.info(t, "p")
+	require.Equal(t, int64(0), info.Revision, "a failed operation changed the revision: %+v", info)
 }
 
 func TestErrorsAreJSON(t *testing.T) {
@@ -561,20 +532,18 @@ func TestErrorsAreJSON(t *testing.T) {
 	} {
 		req, _ := http.NewRequest(tc.method, f.url+tc.path, strings.NewReader(tc.body))
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		var eb protocol.ErrorBody
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
-		if resp.StatusCode < 400 || dec.Decode(&eb) != nil || eb.Error.Code == "" || eb.Error.Message == "" {
-			t.Errorf("%s %s: %d %s is not an error body", tc.method, tc.path, resp.StatusCode, data)
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-			t.Errorf("%s %s: content type %q", tc.method, tc.path, ct)
-		}
+		require.GreaterOrEqual(t, resp.StatusCode, 400, "%s %s: %d %s is not an error body", tc.method, tc.path, resp.StatusCode, data)
+		require.NoError(t, dec.Decode(&eb), "%s %s: %d %s is not an error body", tc.method, tc.path, resp.StatusCode, data)
+		require.NotEqual(t, "", eb.Error.Code, "%s %s: %d %s is not an error body", tc.method, tc.path, resp.StatusCode, data)
+		require.NotEqual(t, "", eb.Error.Message, "%s %s: %d %s is not an error body", tc.method, tc.path, resp.StatusCode, data)
+		ct := resp.Header.Get("Content-Type")
+		assert.Equal(t, "application/json", ct, "%s %s: content type %q", tc.method, tc.path, ct)
 	}
 }
 
@@ -585,27 +554,25 @@ func TestRetiredSessionsAreBounded(t *testing.T) {
 	}
 	for _, r := range []string{"a", "b", "c"} {
 		f.start(t, r, 0, `{"target":0}`)
-		if _, err := verify(r, 0); err != nil {
-			t.Fatal(err)
-		}
+		_, err := verify(r, 0)
+		require.NoError(t, err)
 	}
 	// "a" was evicted: its verdict cannot be replayed, but it fails closed.
 	_, err := verify("a", 0)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired, "dropped")
 	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("a", 0, "a/seed"), Env: "counter", Task: json.RawMessage(`{"target":0}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
-	if info := f.info(t, "a"); !info.Retired || info.Env != "counter" {
-		t.Fatalf("evicted info = %+v", info)
-	}
+	info := f.info(t, "a")
+	require.True(t, info.Retired, "evicted info = %+v", info)
+	require.Equal(t, "counter", info.Env, "evicted info = %+v", info)
 	for _, r := range []string{"b", "c"} {
-		if v, err := verify(r, 0); err != nil || !v.Replayed {
-			t.Fatalf("%s: verify replay = %+v, %v", r, v, err)
-		}
+		v, err := verify(r, 0)
+		require.NoError(t, err, "%s: verify replay = %+v, %v", r, v, err)
+		require.True(t, v.Replayed, "%s: verify replay = %+v, %v", r, v, err)
 	}
 	// A higher attempt may start over.
-	if st := f.start(t, "a", 1, `{"target":0}`); st.Replayed {
-		t.Fatalf("start-over after eviction replayed: %+v", st)
-	}
+	st := f.start(t, "a", 1, `{"target":0}`)
+	require.False(t, st.Replayed, "start-over after eviction replayed: %+v", st)
 }
 
 func TestRolloutIDWithSlash(t *testing.T) {
@@ -613,12 +580,10 @@ func TestRolloutIDWithSlash(t *testing.T) {
 	const rid = "set-1/rollout 7"
 	f.start(t, rid, 0, `{"target":2}`)
 	r := f.operate(t, inc(rid, 0, protocol.OperateRequestID(rid, 0, 0), 0, 2))
-	if r.Outcome.Observation != "counter=2" {
-		t.Fatalf("operate = %+v", r)
-	}
-	if info := f.info(t, rid); info.RolloutID != rid || info.Revision != 1 {
-		t.Fatalf("info = %+v", info)
-	}
+	require.Equal(t, "counter=2", r.Outcome.Observation, "operate = %+v", r)
+	info := f.info(t, rid)
+	require.Equal(t, rid, info.RolloutID, "info = %+v", info)
+	require.Equal(t, int64(1), info.Revision, "info = %+v", info)
 }
 
 // TestLostReplyIsReplayed kills the reply at the failpoint (the panic drops
@@ -626,9 +591,7 @@ func TestRolloutIDWithSlash(t *testing.T) {
 // applied and recorded: the retry is a replay.
 func TestLostReplyIsReplayed(t *testing.T) {
 	fp, err := failpoint.Parse(failpoint.EnvAfterApplyBeforeReply + "=kill@2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var fired atomic.Int64
 	fp.SetKill(func() {
 		fired.Add(1)
@@ -640,16 +603,14 @@ func TestLostReplyIsReplayed(t *testing.T) {
 	if _, err := f.c.Operate(context.Background(), req); err == nil { // 2nd pass: reply lost
 		t.Fatal("the reply was not lost")
 	}
-	if fired.Load() != 1 {
-		t.Fatalf("failpoint fired %d times", fired.Load())
-	}
+	require.Equal(t, int64(1), fired.Load(), "failpoint fired %d times", fired.Load())
 	r := f.operate(t, req)
-	if !r.Replayed || r.Revision != 1 || r.Outcome.Observation != "counter=3" {
-		t.Fatalf("retry = %+v", r)
-	}
-	if st := f.stats(t); st.Applied != 2 || st.Replayed != 1 {
-		t.Fatalf("stats = %+v", st)
-	}
+	require.True(t, r.Replayed, "retry = %+v", r)
+	require.Equal(t, int64(1), r.Revision, "retry = %+v", r)
+	require.Equal(t, "counter=3", r.Outcome.Observation, "retry = %+v", r)
+	st := f.stats(t)
+	require.Equal(t, int64(2), st.Applied, "stats = %+v", st)
+	require.Equal(t, int64(1), st.Replayed, "stats = %+v", st)
 }
 
 // TestConcurrentRollouts runs many rollouts in parallel, each with several
@@ -696,7 +657,7 @@ func TestConcurrentRollouts(t *testing.T) {
 	}
 	st := f.stats(t)
 	perRollout := int64(1 + steps + 1)
-	if st.Applied != rollouts*perRollout || st.Replayed != rollouts*(racers-1)*perRollout || st.Sessions != 0 {
-		t.Fatalf("stats = %+v, want %d applied and %d replayed", st, rollouts*perRollout, rollouts*(racers-1)*perRollout)
-	}
+	require.Equal(t, rollouts*perRollout, st.Applied, "stats = %+v, want %d applied and %d replayed", st, rollouts*perRollout, rollouts*(racers-1)*perRollout)
+	require.Equal(t, rollouts*(racers-1)*perRollout, st.Replayed, "stats = %+v, want %d applied and %d replayed", st, rollouts*perRollout, rollouts*(racers-1)*perRollout)
+	require.Equal(t, 0, st.Sessions, "stats = %+v, want %d applied and %d replayed", st, rollouts*perRollout, rollouts*(racers-1)*perRollout)
 }

@@ -2,12 +2,13 @@ package protocol_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -47,9 +48,7 @@ func TestClientsSendEveryRoute(t *testing.T) {
 		func() error { _, err := cc.Retire(ctx, "r", 1); return err },
 	}
 	for i, call := range calls {
-		if err := call(); err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
+		require.NoError(t, call(), "call %d", i)
 	}
 	want := []string{
 		"POST /v1/sessions ",
@@ -66,9 +65,7 @@ func TestClientsSendEveryRoute(t *testing.T) {
 		"POST /v1/control/resume Bearer tok",
 		"POST /v1/control/retire Bearer tok",
 	}
-	if !slices.Equal(seen, want) {
-		t.Fatalf("sent\n%q\nwant\n%q", seen, want)
-	}
+	require.True(t, slices.Equal(seen, want), "sent\n%q\nwant\n%q", seen, want)
 }
 
 // TestRemoteError: an error answer in the envelope keeps its code and
@@ -86,11 +83,9 @@ func TestRemoteError(t *testing.T) {
 	c := protocol.NewClient(srv.URL, nil)
 	var re *protocol.RemoteError
 	_, err := c.Start(context.Background(), protocol.StartRequest{})
-	if !errors.As(err, &re) || *re != (protocol.RemoteError{Status: 409, Code: protocol.CodeStaleAttempt, Message: "old"}) {
-		t.Fatalf("start: %v", err)
-	}
+	require.ErrorAs(t, err, &re, "start: %v", err)
+	require.Equal(t, protocol.RemoteError{Status: 409, Code: protocol.CodeStaleAttempt, Message: "old"}, *re, "start: %v", err)
 	_, err = c.Stats(context.Background())
-	if !errors.As(err, &re) || *re != (protocol.RemoteError{Status: 502, Code: "http_502", Message: "gateway down"}) {
-		t.Fatalf("stats: %v", err)
-	}
+	require.ErrorAs(t, err, &re, "stats: %v", err)
+	require.Equal(t, protocol.RemoteError{Status: 502, Code: "http_502", Message: "gateway down"}, *re, "stats: %v", err)
 }

@@ -3,6 +3,7 @@ package rollout
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -26,7 +27,6 @@ func TestStartOptionsGroup(t *testing.T) {
 	if _, ok := plain.GetKeyword(groupKey); ok {
 		t.Errorf("a rollout without a group sets %s", SARolloutGroup)
 	}
-	if _, ok := plain.GetInt64(repeatKey); ok {
-		t.Errorf("a rollout without a group sets %s", SARolloutRepeat)
-	}
+	_, ok := plain.GetInt64(repeatKey)
+	assert.False(t, ok, "a rollout without a group sets %s", SARolloutRepeat)
 }

@@ -3,6 +3,9 @@ package rollout_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -22,11 +25,8 @@ func TestSubmittedIndex(t *testing.T) {
 		{"s1-0007-r1", 0, false}, // a dataset id
 	} {
 		i, ok := rollout.SubmittedIndex("s1", tc.id)
-		if ok != tc.isOf || i != tc.i {
-			t.Errorf("SubmittedIndex(s1, %q) = %d, %v; want %d, %v", tc.id, i, ok, tc.i, tc.isOf)
-		}
-		if ok && rollout.SubmittedID("s1", i) != tc.id {
-			t.Errorf("SubmittedID(s1, %d) = %q, want %q", i, rollout.SubmittedID("s1", i), tc.id)
-		}
+		require.Equal(t, tc.isOf, ok, "SubmittedIndex(s1, %q) = %d, %v; want %d, %v", tc.id, i, ok, tc.i, tc.isOf)
+		require.Equal(t, tc.i, i, "SubmittedIndex(s1, %q) = %d, %v; want %d, %v", tc.id, i, ok, tc.i, tc.isOf)
+		assert.False(t, ok && rollout.SubmittedID("s1", i) != tc.id, "SubmittedID(s1, %d) = %q, want %q", i, rollout.SubmittedID("s1", i), tc.id)
 	}
 }

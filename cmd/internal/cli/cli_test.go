@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 )
 
@@ -28,14 +31,12 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := cli.ExitCode(tt.err); got != tt.want {
-				t.Fatalf("ExitCode(%v) = %d, want %d", tt.err, got, tt.want)
-			}
+			got := cli.ExitCode(tt.err)
+			require.Equal(t, tt.want, got, "ExitCode(%v) = %d, want %d", tt.err, got, tt.want)
 		})
 	}
-	if cli.Usage(flag.ErrHelp) != flag.ErrHelp || cli.Usage(nil) != nil {
-		t.Fatal("Usage must pass nil and flag.ErrHelp through")
-	}
+	require.True(t, cli.Usage(flag.ErrHelp) == flag.ErrHelp, "Usage must pass nil and flag.ErrHelp through")
+	require.NoError(t, cli.Usage(nil), "Usage must pass nil and flag.ErrHelp through")
 }
 
 func TestUsageListsFlagsAndEnvironment(t *testing.T) {
@@ -44,15 +45,10 @@ func TestUsageListsFlagsAndEnvironment(t *testing.T) {
 	fs.SetOutput(&b)
 	fs.String("listen", "127.0.0.1:1", "address to listen on")
 	cli.SetUsage(fs, "Serves a demo.", []cli.Setting{{Env: "DEMO_TOKEN", Meaning: "bearer token"}})
-	if err := fs.Parse([]string{"--help"}); !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("parse --help: %v", err)
-	}
+	err := fs.Parse([]string{"--help"})
+	require.ErrorIs(t, err, flag.ErrHelp, "parse --help: %v", err)
 	for _, want := range []string{"Usage: demo [flags]", "Serves a demo.", "-listen", "DEMO_TOKEN", "bearer token (default empty)"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("usage lacks %q:\n%s", want, b.String())
-		}
+		assert.Contains(t, b.String(), want, "usage lacks %q:\n%s", want, b.String())
 	}
-	if code := cli.Report(io.Discard, "demo", flag.ErrHelp); code != 0 {
-		t.Fatalf("Report(help) = %d", code)
-	}
+	require.Equal(t, 0, cli.Report(io.Discard, "demo", flag.ErrHelp), "Report(help)")
 }
