@@ -159,24 +159,6 @@ var mutations = []string{"Submit", "Acknowledge", "Staleness", "StartCheckpoint"
 
 const testToken = "s3cret-token"
 
-// fakeClock is a clock tests move by hand; Sleep-free.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newTestServer serves f with a token, a checkpoint root, a transcript
 // store and a control token.
 func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -114,14 +115,14 @@ func TestFeedWaits(t *testing.T) {
 // TestFeedWaitEnds: a poll that finds nothing answers an empty page when
 // its wait is over; a set with no rollouts at all is a 404 then.
 func TestFeedWaitEnds(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := testsupport.NewClock(time.Unix(1000, 0))
 	f := &fakeBackend{runs: 1}
 	f.health = func(trainer.HealthRequest) (trainer.Health, error) {
-		clock.Add(healthEvery) // each look costs time of the wait
+		clock.Advance(healthEvery) // each look costs time of the wait
 		return trainer.Health{State: trainer.HealthOK, Rollouts: f.runs, Running: f.runs}, nil
 	}
 	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
-		clock.Add(time.Second)
+		clock.Advance(time.Second)
 		return trainer.FeedPage{Next: r.After}, nil
 	}
 	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })

@@ -3,42 +3,24 @@ package envserver_test
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
-
-// fakeClock is a clock a test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // A retired session keeps its receipts for RetiredGrace after its last use
 // (its retirement or a replay from it); after that a retry of its verify
 // fails closed with session_retired, naming the drop, and applies nothing.
 func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	clock := testsupport.NewClock(time.Unix(1_000_000, 0))
 	f := newFixture(t, func(c *envserver.ServerConfig) {
 		c.RetiredGrace = time.Minute
-		c.Now = clock.now
+		c.Now = clock.Now
 	})
 	verify := func(rollout string) (protocol.VerifyResponse, error) {
 		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id(rollout, 0, rollout+"/verify")})
@@ -59,15 +41,15 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 		_, err := verify(r)
 		require.NoError(t, err)
 	}
-	clock.advance(40 * time.Second)
+	clock.Advance(40 * time.Second)
 	replays("a")   // used at 40 s
 	f.info(t, "b") // reading its info is no use of it
-	clock.advance(30 * time.Second)
+	clock.Advance(30 * time.Second)
 	dropped("b") // unused for 70 s
 	replays("a") // unused for 30 s; used again at 70 s
-	clock.advance(59 * time.Second)
+	clock.Advance(59 * time.Second)
 	replays("a") // used at 129 s
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	dropped("a")
 
 	applied := f.srv.Stats().Applied
@@ -85,16 +67,16 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 
 // A negative grace keeps receipts until the count bound alone drops them.
 func TestRetiredSessionsWithoutGrace(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_000_000, 0)}
+	clock := testsupport.NewClock(time.Unix(1_000_000, 0))
 	f := newFixture(t, func(c *envserver.ServerConfig) {
 		c.RetiredGrace = -1
-		c.Now = clock.now
+		c.Now = clock.Now
 	})
 	f.start(t, "a", 0, `{"target":0}`)
 	req := protocol.VerifyRequest{Identity: id("a", 0, "a/verify")}
 	_, err := f.c.Verify(context.Background(), req)
 	require.NoError(t, err)
-	clock.advance(1000 * time.Hour)
+	clock.Advance(1000 * time.Hour)
 	v, err := f.c.Verify(context.Background(), req)
 	require.NoError(t, err, "verify retry = %+v, %v; want a replay", v, err)
 	require.True(t, v.Replayed, "verify retry = %+v, %v; want a replay", v, err)
