@@ -2,12 +2,10 @@ package trainer
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -136,88 +135,54 @@ func TestPlanAllCompleted(t *testing.T) {
 	require.Equal(t, a, plan.Send[1], "send = %+v", plan.Send)
 }
 
-// fakeUpdater records updates; closed names workflows that have closed,
-// reject those whose update is rejected.
-type fakeUpdater struct {
-	mu     sync.Mutex
-	got    map[string]client.UpdateWorkflowOptions
-	closed map[string]bool
-	reject map[string]bool
-	calls  int
-}
-
-type fakeHandle struct {
-	client.WorkflowUpdateHandle
-	err error
-}
-
-func (h fakeHandle) Get(context.Context, any) error { return h.err }
-
-func (f *fakeUpdater) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls++
-	if f.closed[o.WorkflowID] {
-		return nil, serviceerror.NewNotFound("workflow execution already completed")
-	}
-	if f.got == nil {
-		f.got = map[string]client.UpdateWorkflowOptions{}
-	}
-	f.got[o.WorkflowID] = o
-	if f.reject[o.WorkflowID] {
-		return fakeHandle{err: errors.New("rejected by the validator")}, nil
-	}
-	return fakeHandle{}, nil
+// updater answers updates as rollouts do: a workflow in closed has
+// closed, one in reject has its update refused by the validator; log, when
+// set, hears of every update first.
+func updater(closed, reject map[string]bool, log func(workflowID string)) *temporalfake.Client {
+	return &temporalfake.Client{Update: func(o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+		if log != nil {
+			log(o.WorkflowID)
+		}
+		if closed[o.WorkflowID] {
+			return nil, serviceerror.NewNotFound("workflow execution already completed")
+		}
+		if reject[o.WorkflowID] {
+			return temporalfake.UpdateHandle{Err: errors.New("rejected by the validator")}, nil
+		}
+		return temporalfake.UpdateHandle{}, nil
+	}}
 }
 
 func TestSendAcks(t *testing.T) {
 	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
-	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0002": true}}
+	f := updater(map[string]bool{"rollout/s1-0002": true}, nil, nil)
 	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}})
 	require.NoError(t, err)
 	assert.Equal(t, AckSummary{Acknowledged: 2, Already: 1, Closed: 1}, sum, "summary")
-	o := f.got["rollout/s1-0001"]
+	o, _ := f.UpdateOf("rollout/s1-0001")
 	require.Equal(t, rollout.UpdateAcknowledge, o.UpdateName, "update %+v", o)
 	require.Equal(t, "ack/s1-0001/"+sha('b'), o.UpdateID, "update %+v", o)
 	require.Equal(t, client.WorkflowUpdateStageCompleted, o.WaitForStage, "update %+v", o)
 	require.Equal(t, b, o.Args[0].(rollout.AckRequest).Receipt, "update %+v", o)
 
-	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}}
+	f = updater(nil, map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}, nil)
 	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}})
 	require.ErrorContains(t, err, "2 of 3", "err = %v", err)
 	require.ErrorContains(t, err, "s1-0000: rejected", "err = %v", err)
 	require.ErrorContains(t, err, "s1-0002: rejected", "err = %v", err)
-	require.Equal(t, 1, sum.Acknowledged, "summary %+v after %d calls: every rollout must be tried", sum, f.calls)
-	require.Equal(t, 3, f.calls, "summary %+v after %d calls: every rollout must be tried", sum, f.calls)
+	require.Equal(t, 1, sum.Acknowledged, "summary %+v after %d calls: every rollout must be tried", sum, len(f.Updates()))
+	require.Len(t, f.Updates(), 3, "summary %+v: every rollout must be tried", sum)
 }
 
-// fakeQuerier answers status queries from a table.
-type fakeQuerier struct {
-	status  map[string]rollout.Status
-	queried []string
-	mu      sync.Mutex
-}
-
-type encoded struct{ v any }
-
-func (e encoded) HasValue() bool { return true }
-func (e encoded) Get(ptr any) error {
-	p, err := converter.GetDefaultDataConverter().ToPayload(e.v)
-	if err != nil {
-		return err
-	}
-	return converter.GetDefaultDataConverter().FromPayload(p, ptr)
-}
-
-func (q *fakeQuerier) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.queried = append(q.queried, workflowID)
-	st, ok := q.status[workflowID]
-	if !ok || queryType != rollout.QueryStatus || runID != "" {
-		return nil, fmt.Errorf("unexpected query %s %q %s", workflowID, runID, queryType)
-	}
-	return encoded{st}, nil
+// statusQueries answers status queries of the current runs from a table.
+func statusQueries(status map[string]rollout.Status) *temporalfake.Client {
+	return &temporalfake.Client{Query: func(workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
+		st, ok := status[workflowID]
+		if !ok || queryType != rollout.QueryStatus || runID != "" {
+			return nil, fmt.Errorf("unexpected query %s %q %s", workflowID, runID, queryType)
+		}
+		return temporalfake.Value{V: st}, nil
+	}}
 }
 
 func TestResultsListHeldResultsWithReceipts(t *testing.T) {
@@ -227,11 +192,11 @@ func TestResultsListHeldResultsWithReceipts(t *testing.T) {
 		{RolloutID: "s1-0001", WorkflowID: "rollout/s1-0001", Status: running, Phase: "model"},
 		{RolloutID: "s1-0002", WorkflowID: "rollout/s1-0002", Status: completed, Result: &rollout.Result{RolloutID: "s1-0002", Attempt: 1, Receipt: &c}},
 	}
-	q := &fakeQuerier{status: map[string]rollout.Status{
+	q := statusQueries(map[string]rollout.Status{
 		"rollout/s1-0000": {Phase: rollout.PhaseAwaitingAck, Result: &rollout.Result{RolloutID: "s1-0000", Reward: 1, Receipt: &a}},
-	}}
+	})
 	require.NoError(t, fillHeld(t.Context(), q, recs))
-	assert.Len(t, q.queried, 1, "queried %v; only the awaiting rollout needs a query", q.queried)
+	assert.Len(t, q.Queried(), 1, "only the awaiting rollout needs a query")
 	// What results prints is what acknowledge reads.
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

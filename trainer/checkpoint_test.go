@@ -2,7 +2,6 @@ package trainer
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -132,52 +132,21 @@ func TestRestoreInput(t *testing.T) {
 	}
 }
 
-// fakeRun is a started workflow whose result is res or err.
-type fakeRun struct {
-	client.WorkflowRun
-	res checkpoint.CheckpointResult
-	err error
-}
-
-func (r fakeRun) GetRunID() string { return "run-1" }
-
-func (r fakeRun) Get(_ context.Context, out any) error {
-	if r.err != nil {
-		return r.err
-	}
-	*out.(*checkpoint.CheckpointResult) = r.res
-	return nil
-}
-
-// coordinatorStarter checks what a coordinator start sends.
-type coordinatorStarter struct {
-	run      fakeRun
-	startErr error
-	got      []any
-}
-
-func (s *coordinatorStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
-	s.got = append([]any{o.ID, wf}, args...)
-	if s.startErr != nil {
-		return nil, s.startErr
-	}
-	return s.run, nil
-}
-
 func TestStartCoordinator(t *testing.T) {
 	in := checkpoint.CheckpointInput{CheckpointID: "ck1"}
 	opts := CheckpointStartOptions("ck1", "q")
 	tests := []struct {
-		name    string
-		s       coordinatorStarter
-		wait    bool
-		wantErr string
-		want    int
+		name     string
+		run      temporalfake.Run // what the start gives
+		startErr error            // or the start fails
+		wait     bool
+		wantErr  string
+		want     int
 	}{
-		{"no wait", coordinatorStarter{run: fakeRun{err: errors.New("must not be awaited")}}, false, "", 0},
-		{"wait", coordinatorStarter{run: fakeRun{res: checkpoint.CheckpointResult{Members: 7}}}, true, "", 7},
-		{"wait fails", coordinatorStarter{run: fakeRun{err: errors.New("connection lost")}}, true, "wait for checkpoint/ck1: connection lost", 0},
-		{"already started", coordinatorStarter{startErr: serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "r")}, true, "already running or was already completed", 0},
+		{"no wait", temporalfake.Run{RunID: "run-1", Err: errors.New("must not be awaited")}, nil, false, "", 0},
+		{"wait", temporalfake.Run{RunID: "run-1", Value: checkpoint.CheckpointResult{Members: 7}}, nil, true, "", 7},
+		{"wait fails", temporalfake.Run{RunID: "run-1", Err: errors.New("connection lost")}, nil, true, "wait for checkpoint/ck1: connection lost", 0},
+		{"already started", temporalfake.Run{}, serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "r"), true, "already running or was already completed", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,37 +157,36 @@ func TestStartCoordinator(t *testing.T) {
 			announce := func(s Started) {
 				fmt.Fprintf(&log, "started %s (run %s) on task queue %s\n", s.WorkflowID, s.RunID, s.TaskQueue)
 			}
-			err := startCoordinator(t.Context(), &tt.s, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in, wait: tt.wait, onStart: announce}, &res)
+			var got []any // what the start sent
+			c := &temporalfake.Client{Execute: func(o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+				got = append([]any{o.ID, wf}, args...)
+				if tt.startErr != nil {
+					return nil, tt.startErr
+				}
+				return tt.run, nil
+			}}
+			err := startCoordinator(t.Context(), c, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in, wait: tt.wait, onStart: announce}, &res)
 			if tt.wantErr != "" {
 				require.ErrorContains(t, err, tt.wantErr, "err = %v, want %q", err, tt.wantErr)
 				return
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, res.Members, "members = %d, want %d", res.Members, tt.want)
-			require.Equal(t, "checkpoint/ck1", tt.s.got[0], "started %v", tt.s.got)
-			require.Equal(t, checkpoint.CheckpointWorkflowName, tt.s.got[1], "started %v", tt.s.got)
-			require.Equal(t, "ck1", tt.s.got[2].(checkpoint.CheckpointInput).CheckpointID, "started %v", tt.s.got)
+			require.Equal(t, "checkpoint/ck1", got[0], "started %v", got)
+			require.Equal(t, checkpoint.CheckpointWorkflowName, got[1], "started %v", got)
+			require.Equal(t, "ck1", got[2].(checkpoint.CheckpointInput).CheckpointID, "started %v", got)
 			assert.Contains(t, log.String(), "started checkpoint/ck1 (run run-1)", "log %q", log.String())
 		})
 	}
-}
-
-// queueRecorder records where the client starts a workflow.
-type queueRecorder struct {
-	client.Client
-	queues []string
-}
-
-func (q *queueRecorder) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
-	q.queues = append(q.queues, o.TaskQueue)
-	return fakeRun{}, nil
 }
 
 // Checkpoint and Restore run on the control plane's task queue, so a cut
 // never waits behind the rollouts' tasks; the restored rollouts still go to
 // the rollouts' queue.
 func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
-	rec := &queueRecorder{}
+	rec := &temporalfake.Client{Execute: func(client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+		return temporalfake.Run{}, nil
+	}}
 	c := New(rec, "q")
 	if _, err := c.Checkpoint(t.Context(), CheckpointRequest{
 		Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute,
@@ -229,7 +197,11 @@ func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"q-control", "q-control"}
-	assert.Equal(t, strings.Join(want, ","), strings.Join(rec.queues, ","), "coordinators started on %v, want %v", rec.queues, want)
+	var queues []string
+	for _, o := range rec.Starts() {
+		queues = append(queues, o.TaskQueue)
+	}
+	assert.Equal(t, want, queues, "coordinators started on the wrong task queues")
 	in, err := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}.RestoreInput("/", c.TaskQueue())
 	require.NoError(t, err, "restored rollouts go to %q (%v), want q", in.TaskQueue, err)
 	require.Equal(t, "q", in.TaskQueue, "restored rollouts go to %q (%v), want q", in.TaskQueue, err)

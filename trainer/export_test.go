@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/turnstile-rl/turnstile/internal/schemacheck"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -162,42 +161,41 @@ func TestBuildLineMissingTranscript(t *testing.T) {
 	require.ErrorContains(t, err, "s1-0001", "err = %v, want one naming the rollout and --transcript-dir", err)
 }
 
-// fakeSet serves a set's runs to the exporter: visibility pages of two
-// runs, and each run's result or failure.
-type fakeSet struct {
+// setRuns is what the exporter reads of set s1: its runs, and its groups'
+// ledgers by group id (a group without one has none).
+type setRuns struct {
 	t       *testing.T
-	runs    []fakeRunInfo
-	mu      sync.Mutex
-	queries []string
-	// ledgers are the groups' ledgers by group id; a group without one
-	// has none.
-	ledgers   map[string]ExportGroup
-	described []string
+	runs    []listedRun
+	ledgers map[string]ExportGroup
 }
 
-// DescribeWorkflowExecution describes a group's ledger as its search
-// attribute and memo show it.
-func (f *fakeSet) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	f.mu.Lock()
-	f.described = append(f.described, workflowID)
-	f.mu.Unlock()
+// client serves the runs to the exporter: visibility pages of two runs,
+// each run's result or failure, the status of the running ones, and the
+// ledgers.
+func (f *setRuns) client() *temporalfake.Client {
+	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query}
+}
+
+// describe describes a group's ledger as its search attribute and memo
+// show it.
+func (f *setRuns) describe(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	for group, g := range f.ledgers {
 		if rollout.GroupWorkflowID("s1", group) != workflowID {
 			continue
 		}
 		memo := map[string]*commonpb.Payload{
-			rollout.MemoGroupSize: payload(f.t, g.Size), rollout.MemoGroupRetries: payload(f.t, g.Retries),
-			rollout.MemoGroupBudget: payload(f.t, g.RetryBudget), rollout.MemoGroupReason: payload(f.t, g.Reason),
+			rollout.MemoGroupSize: temporalfake.Payload(g.Size), rollout.MemoGroupRetries: temporalfake.Payload(g.Retries),
+			rollout.MemoGroupBudget: temporalfake.Payload(g.RetryBudget), rollout.MemoGroupReason: temporalfake.Payload(g.Reason),
 		}
 		return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
-			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{rollout.SARolloutGroupStatus: payload(f.t, g.Status)}},
+			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{rollout.SARolloutGroupStatus: temporalfake.Payload(g.Status)}},
 			Memo:             &commonpb.Memo{Fields: memo},
 		}}, nil
 	}
 	return nil, serviceerror.NewNotFound("no ledger " + workflowID)
 }
 
-type fakeRunInfo struct {
+type listedRun struct {
 	id, runID string
 	phase     rollout.Phase
 	attempt   int64
@@ -213,23 +211,23 @@ type fakeRunInfo struct {
 	queried    rollout.Phase
 }
 
-func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
+func (f *setRuns) info(r listedRun) *workflowpb.WorkflowExecutionInfo {
 	fields := map[string]*commonpb.Payload{
-		rollout.SARolloutID: payload(f.t, r.id), rollout.SARolloutSet: payload(f.t, "s1"),
-		rollout.SARolloutAttempt: payload(f.t, r.attempt), rollout.SARolloutPhase: payload(f.t, string(r.phase)),
+		rollout.SARolloutID: temporalfake.Payload(r.id), rollout.SARolloutSet: temporalfake.Payload("s1"),
+		rollout.SARolloutAttempt: temporalfake.Payload(r.attempt), rollout.SARolloutPhase: temporalfake.Payload(string(r.phase)),
 	}
 	if r.group != "" {
-		fields[rollout.SARolloutGroup], fields[rollout.SARolloutRepeat] = payload(f.t, r.group), payload(f.t, r.repeat)
+		fields[rollout.SARolloutGroup], fields[rollout.SARolloutRepeat] = temporalfake.Payload(r.group), temporalfake.Payload(r.repeat)
 	}
 	if !r.finishedAt.IsZero() {
-		fields[rollout.SARolloutFinishedAt] = payload(f.t, r.finishedAt)
+		fields[rollout.SARolloutFinishedAt] = temporalfake.Payload(r.finishedAt)
 	}
 	info := &workflowpb.WorkflowExecutionInfo{
 		Execution:        &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(r.id), RunId: r.runID},
 		Status:           r.status,
 		StartTime:        timestamppb.New(r.start),
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: fields},
-		Memo:             &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: payload(f.t, "counter")}},
+		Memo:             &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: temporalfake.Payload("counter")}},
 	}
 	if r.status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		info.CloseTime = timestamppb.New(r.start.Add(time.Second))
@@ -237,76 +235,49 @@ func (f *fakeSet) info(r fakeRunInfo) *workflowpb.WorkflowExecutionInfo {
 	return info
 }
 
-func (f *fakeSet) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
-	f.mu.Lock()
-	f.queries = append(f.queries, req.GetQuery())
-	f.mu.Unlock()
+// list matches the set's finished runs, its feed, or runs by workflow ID.
+func (f *setRuns) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	var match []*workflowpb.WorkflowExecutionInfo
 	for _, r := range f.runs {
-		byID := strings.HasPrefix(req.GetQuery(), "WorkflowId IN (") && strings.Contains(req.GetQuery(), fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
+		byID := strings.HasPrefix(query, "WorkflowId IN (") && strings.Contains(query, fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
 		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
-		if byID || strings.Contains(req.GetQuery(), finishedQuery) && finished || strings.Contains(req.GetQuery(), feedQuery) && inFeed {
+		if byID || strings.Contains(query, finishedQuery) && finished || strings.Contains(query, feedQuery) && inFeed {
 			match = append(match, f.info(r))
 		}
 	}
-	from, _ := strconv.Atoi(string(req.GetNextPageToken()))
-	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: match[from:min(from+2, len(match))]}
-	if from+2 < len(match) {
-		resp.NextPageToken = []byte(strconv.Itoa(from + 2))
-	}
-	return resp, nil
+	return match, nil
 }
 
-func (f *fakeSet) GetWorkflow(_ context.Context, workflowID, runID string) tclient.WorkflowRun {
+// run is a closed run: its result, or a failure when it has none.
+func (f *setRuns) run(workflowID, runID string) tclient.WorkflowRun {
 	for _, r := range f.runs {
 		if rollout.WorkflowID(r.id) == workflowID && r.runID == runID {
-			return resultRun{res: r.result}
+			if r.result == nil {
+				return temporalfake.Run{Err: &temporal.WorkflowExecutionError{}}
+			}
+			return temporalfake.Run{Value: r.result}
 		}
 	}
 	f.t.Fatalf("GetWorkflow(%s, %s): no such run", workflowID, runID)
 	return nil
 }
 
-// QueryWorkflow answers the status query of the latest run.
-func (f *fakeSet) QueryWorkflow(_ context.Context, workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
+// query answers the status query of the latest run.
+func (f *setRuns) query(workflowID, runID, queryType string, _ ...any) (converter.EncodedValue, error) {
 	require.Equal(f.t, "", runID, "query %s of %s run %q", queryType, workflowID, runID)
 	require.Equal(f.t, rollout.QueryStatus, queryType, "query %s of %s run %q", queryType, workflowID, runID)
 	for _, r := range f.runs {
 		if rollout.WorkflowID(r.id) == workflowID && r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			if r.queried != "" {
-				return encodedStatus{rollout.Status{Phase: r.queried, Result: r.result}}, nil
+				return temporalfake.Value{V: rollout.Status{Phase: r.queried, Result: r.result}}, nil
 			}
-			return encodedStatus{rollout.Status{Phase: r.phase, Result: r.result}}, nil
+			return temporalfake.Value{V: rollout.Status{Phase: r.phase, Result: r.result}}, nil
 		}
 	}
 	return nil, fmt.Errorf("no running run of %s", workflowID)
-}
-
-// encodedStatus is a status query's answer.
-type encodedStatus struct{ st rollout.Status }
-
-func (e encodedStatus) HasValue() bool { return true }
-
-func (e encodedStatus) Get(v any) error {
-	*v.(*rollout.Status) = e.st
-	return nil
-}
-
-// resultRun is a closed run: a result, or a failure when res is nil.
-type resultRun struct {
-	tclient.WorkflowRun
-	res *rollout.Result
-}
-
-func (r resultRun) Get(_ context.Context, out any) error {
-	if r.res == nil {
-		return &temporal.WorkflowExecutionError{}
-	}
-	*out.(*rollout.Result) = *r.res
-	return nil
 }
 
 func TestExportSet(t *testing.T) {
@@ -320,10 +291,10 @@ func TestExportSet(t *testing.T) {
 	completed, failed := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED
 	held := done("s1-q3-r0", 0)
 	held.Receipt = &rollout.Receipt{RolloutID: "s1-q3-r0", SHA256: strings.Repeat("a", 64)}
-	src := &fakeSet{t: t, ledgers: map[string]ExportGroup{
+	s1 := &setRuns{t: t, ledgers: map[string]ExportGroup{
 		"q1": {Status: "failed", Size: 2, Retries: 2, RetryBudget: 2, Reason: "group retry budget (2) exhausted"},
 		"q2": {Status: "complete", Size: 2, Retries: 1, RetryBudget: 2},
-	}, runs: []fakeRunInfo{
+	}, runs: []listedRun{
 		{id: "s1-q1-r0", runID: "a", status: completed, start: t0, group: "q1", result: done("s1-q1-r0", 0)},
 		{id: "s1-q1-r1", runID: "b", status: failed, start: t0, group: "q1", repeat: 1},
 		// Attempt 0 was replaced by a restored attempt 1: one line, of attempt 1.
@@ -334,6 +305,7 @@ func TestExportSet(t *testing.T) {
 		// Holding its result for acknowledgement: finished, exported with its receipt.
 		{id: "s1-q3-r0", runID: "e", status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck, start: t0, group: "q3", result: held},
 	}}
+	src := s1.client()
 	var out bytes.Buffer
 	stats, err := exportSet(context.Background(), src, store, "s1", &out, ExportOptions{})
 	require.NoError(t, err)
@@ -357,10 +329,11 @@ func TestExportSet(t *testing.T) {
 		"s1-q3-r0 completed g=q3 r=0 a=0 attempts=1 held=true receipt=true group=unknown",
 	}
 	assert.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "lines\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	assert.Contains(t, src.queries[0], `RolloutSet = "s1" AND `+finishedQuery, "set query %q", src.queries[0])
+	assert.Contains(t, src.ListQueries()[0], `RolloutSet = "s1" AND `+finishedQuery, "set query")
 	// The set's fence record once, then each of the 3 groups' ledgers once.
-	require.Len(t, src.described, 4, "described %v, want the fence record, then each of the 3 groups once", src.described)
-	require.Equal(t, set.SetFenceWorkflowID("s1"), src.described[0], "described %v, want the fence record, then each of the 3 groups once", src.described)
+	described := src.Described()
+	require.Len(t, described, 4, "described %v, want the fence record, then each of the 3 groups once", described)
+	require.Equal(t, set.SetFenceWorkflowID("s1"), described[0], "described %v, want the fence record, then each of the 3 groups once", described)
 
 	// The trainer's view: the complete group's lines only; the failed
 	// group is left out whole, and so are groups not known complete.
@@ -375,20 +348,18 @@ func TestExportSet(t *testing.T) {
 // pageCountingWriter records how many visibility pages of the set had been
 // read when the first line was written.
 type pageCountingWriter struct {
-	src          *fakeSet
+	src          *temporalfake.Client
 	pagesAtFirst int
 	lines        int
 }
 
 func (w *pageCountingWriter) Write(p []byte) (int, error) {
 	if w.lines == 0 {
-		w.src.mu.Lock()
-		for _, q := range w.src.queries {
+		for _, q := range w.src.ListQueries() {
 			if strings.HasPrefix(q, "RolloutSet") {
 				w.pagesAtFirst++
 			}
 		}
-		w.src.mu.Unlock()
 	}
 	w.lines += bytes.Count(p, []byte("\n"))
 	return len(p), nil
@@ -400,13 +371,14 @@ func TestExportStreams(t *testing.T) {
 	store, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
 	head := storedRollout(t, store)
-	src := &fakeSet{t: t}
+	s1 := &setRuns{t: t}
 	const n = 5 * exportWindow
 	for i := range n {
 		id := fmt.Sprintf("s1-%04d", i)
-		src.runs = append(src.runs, fakeRunInfo{id: id, runID: "r" + id, status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		s1.runs = append(s1.runs, listedRun{id: id, runID: "r" + id, status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
 			start: time.Unix(int64(i), 0), result: &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head}})
 	}
+	src := s1.client()
 	w := &pageCountingWriter{src: src}
 	stats, err := exportSet(context.Background(), src, store, "s1", w, ExportOptions{})
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -35,12 +36,12 @@ func TestFeedPages(t *testing.T) {
 	heldResult := func(id string) *rollout.Result {
 		return &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head, Receipt: &rollout.Receipt{RolloutID: id, SHA256: strings.Repeat("a", 64)}}
 	}
-	held := func(id string, at time.Duration) fakeRunInfo {
-		return fakeRunInfo{id: id, runID: "run-" + id, status: running, phase: rollout.PhaseAwaitingAck, start: t0, finishedAt: t0.Add(at), result: heldResult(id)}
+	held := func(id string, at time.Duration) listedRun {
+		return listedRun{id: id, runID: "run-" + id, status: running, phase: rollout.PhaseAwaitingAck, start: t0, finishedAt: t0.Add(at), result: heldResult(id)}
 	}
 	acked := held("s1-f", 4*time.Second)
 	acked.queried = rollout.PhaseCompleted
-	src := &fakeSet{t: t, runs: []fakeRunInfo{
+	s1 := &setRuns{t: t, runs: []listedRun{
 		held("s1-a", 3*time.Second),
 		// Failed without RolloutFinishedAt: ordered by its close time (start + 1s).
 		{id: "s1-b", runID: "run-b", status: failed, start: t0.Add(1500 * time.Millisecond)},
@@ -51,6 +52,7 @@ func TestFeedPages(t *testing.T) {
 		// Still working: not finished.
 		{id: "s1-g", runID: "run-g", status: running, phase: rollout.PhaseModel, start: t0},
 	}}
+	src := s1.client()
 	req := FeedRequest{Set: "s1", Max: 2, Settle: time.Second, Now: t0.Add(5500 * time.Millisecond)}
 	var pages [][]string
 	var mores []int
@@ -91,10 +93,10 @@ func TestChooseFeedRunsKeepsTheEarliest(t *testing.T) {
 	}
 	sort.Slice(ats, func(i, j int) bool { return ats[i] < ats[j] })
 	after := FeedPosition{At: ats[9], RolloutID: "~"} // past the tenth
-	lister := &pagedLister{}
+	lister := &temporalfake.Client{}
 	for len(infos) > 0 {
 		n := min(50, len(infos))
-		lister.pages, infos = append(lister.pages, infos[:n]), infos[n:]
+		lister.Pages, infos = append(lister.Pages, infos[:n]), infos[n:]
 	}
 	chosen, more, err := chooseFeedRuns(context.Background(), lister, FeedRequest{Set: "s", After: after, Max: 7})
 	require.NoError(t, err)

@@ -16,13 +16,14 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
-// fakeHealth answers counts by filter, lists by filter and describes runs
-// with the pending model calls a test set.
-type fakeHealth struct {
+// healthAnswers answers counts by filter, lists by filter and describes
+// runs with the pending model calls a test set.
+type healthAnswers struct {
 	counts   func(query string) int
 	lists    func(query string) []*workflowpb.WorkflowExecutionInfo
 	attempts map[string]int32 // workflow id → attempt of its pending model call
@@ -31,37 +32,34 @@ type fakeHealth struct {
 	noAttributes bool
 }
 
-func (f *fakeHealth) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-	if f.noAttributes && strings.Contains(req.GetQuery(), "At ") {
-		return nil, errors.New("invalid query: search attribute RolloutProgressAt is not defined")
+// client is a Temporal client giving the answers.
+func (f *healthAnswers) client() *temporalfake.Client {
+	return &temporalfake.Client{
+		Count: func(query string) (int64, error) {
+			if f.noAttributes && strings.Contains(query, "At ") {
+				return 0, errors.New("invalid query: search attribute RolloutProgressAt is not defined")
+			}
+			return int64(f.counts(query)), nil
+		},
+		List: func(query string) ([]*workflowpb.WorkflowExecutionInfo, error) { return f.lists(query), nil },
+		Describe: func(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+			resp := &workflowservice.DescribeWorkflowExecutionResponse{}
+			if a, ok := f.attempts[workflowID]; ok {
+				resp.PendingActivities = []*workflowpb.PendingActivityInfo{{
+					ActivityType: &commonpb.ActivityType{Name: rollout.CallModelName}, Attempt: a,
+					LastFailure: &failurepb.Failure{Message: workflowID[len("rollout/"):] + "/a0/t1: " + f.failure},
+				}}
+			}
+			return resp, nil
+		},
 	}
-	return &workflowservice.CountWorkflowExecutionsResponse{Count: int64(f.counts(req.GetQuery()))}, nil
-}
-
-func (f *fakeHealth) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
-	out := f.lists(req.GetQuery())
-	if n := int(req.GetPageSize()); n > 0 && len(out) > n {
-		out = out[:n]
-	}
-	return &workflowservice.ListWorkflowExecutionsResponse{Executions: out}, nil
-}
-
-func (f *fakeHealth) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	resp := &workflowservice.DescribeWorkflowExecutionResponse{}
-	if a, ok := f.attempts[workflowID]; ok {
-		resp.PendingActivities = []*workflowpb.PendingActivityInfo{{
-			ActivityType: &commonpb.ActivityType{Name: rollout.CallModelName}, Attempt: a,
-			LastFailure: &failurepb.Failure{Message: workflowID[len("rollout/"):] + "/a0/t1: " + f.failure},
-		}}
-	}
-	return resp, nil
 }
 
 // finishedRun is a listed run that finished at t0+at with a status and
 // phase.
 func finishedRun(t *testing.T, id string, st enumspb.WorkflowExecutionStatus, phase string, at time.Duration) *workflowpb.WorkflowExecutionInfo {
 	i := info(t, id, "r", st, t0, 0, phase)
-	i.SearchAttributes.IndexedFields[rollout.SARolloutFinishedAt] = payload(t, t0.Add(at))
+	i.SearchAttributes.IndexedFields[rollout.SARolloutFinishedAt] = temporalfake.Payload(t0.Add(at))
 	return i
 }
 
@@ -96,7 +94,7 @@ func TestHealth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := &fakeHealth{attempts: tt.attempts, failure: "call model: connection refused"}
+			f := &healthAnswers{attempts: tt.attempts, failure: "call model: connection refused"}
 			f.counts = func(q string) int {
 				switch {
 				case strings.Contains(q, runSucceededQ):
@@ -125,7 +123,7 @@ func TestHealth(t *testing.T) {
 				}
 				return nil
 			}
-			h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: 5 * time.Minute, Now: t0.Add(time.Hour)})
+			h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: 5 * time.Minute, Now: t0.Add(time.Hour)})
 			require.NoError(t, err)
 			require.Equal(t, tt.state, h.State, "health %+v", h)
 			require.Equal(t, tt.streak, h.ConsecutiveFailures, "health %+v", h)
@@ -142,12 +140,12 @@ func TestHealth(t *testing.T) {
 // start of the window, as visibility spells a Datetime.
 func TestHealthQueriesUseTheWindow(t *testing.T) {
 	var queries []string
-	f := &fakeHealth{
+	f := &healthAnswers{
 		counts: func(q string) int { queries = append(queries, q); return 0 },
 		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	_, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: now})
+	_, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: now})
 	require.NoError(t, err)
 	since := `"2026-11-30T11:59:00Z"`
 	for _, q := range queries {
@@ -204,7 +202,7 @@ func TestFailureStreak(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			counts := 0
-			f := &fakeHealth{
+			f := &healthAnswers{
 				counts: func(q string) int { counts++; return countAfter(t, q, tt.runs, false) },
 				lists: func(string) []*workflowpb.WorkflowExecutionInfo {
 					var out []*workflowpb.WorkflowExecutionInfo
@@ -216,7 +214,7 @@ func TestFailureStreak(t *testing.T) {
 					return out
 				},
 			}
-			got, err := failureStreak(context.Background(), f, "s1", visibility.VisibilityTime(t0))
+			got, err := failureStreak(context.Background(), f.client(), "s1", visibility.VisibilityTime(t0))
 			require.NoError(t, err, "streak %d (%v), want %d", got, err, tt.want)
 			require.Equal(t, tt.want, got, "streak %d (%v), want %d", got, err, tt.want)
 			assert.LessOrEqual(t, counts, 3, "%d counts for %d runs", counts, len(tt.runs))
@@ -229,11 +227,11 @@ func TestFailureStreak(t *testing.T) {
 // stalls.
 func TestHealthWithoutProgressAttributes(t *testing.T) {
 	var queries []string
-	f := &fakeHealth{noAttributes: true,
+	f := &healthAnswers{noAttributes: true,
 		counts: func(q string) int { queries = append(queries, q); return 2 },
 		lists:  func(q string) []*workflowpb.WorkflowExecutionInfo { queries = append(queries, q); return nil },
 	}
-	h, err := setHealth(context.Background(), f, HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
 	require.NoError(t, err)
 	require.Equal(t, HealthOK, h.State, "health %+v", h)
 	require.Contains(t, h.Reason, "no watchdog", "health %+v", h)

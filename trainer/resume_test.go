@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -63,36 +63,29 @@ func (f fakeControl) Resume(_ context.Context, id string) (protocol.ResumeRespon
 	return protocol.ResumeResponse{Phase: protocol.PhaseIdle, CheckpointID: id}, f.err
 }
 
-// loggingUpdater logs every update after the inner updater.
-type loggingUpdater struct {
-	*fakeUpdater
-	log *orderLog
-}
-
-func (l loggingUpdater) UpdateWorkflow(ctx context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	l.log.add("rollout " + o.WorkflowID)
-	return l.fakeUpdater.UpdateWorkflow(ctx, o)
-}
-
 func TestResumeSet(t *testing.T) {
-	lister := func() *pagedLister {
-		return &pagedLister{pages: [][]*workflowpb.WorkflowExecutionInfo{
+	log := &orderLog{}
+	// rollouts lists the set in two pages and answers updates, logging
+	// each.
+	rollouts := func(closed, reject map[string]bool) *temporalfake.Client {
+		c := updater(closed, reject, func(id string) { log.add("rollout " + id) })
+		c.Pages = [][]*workflowpb.WorkflowExecutionInfo{
 			{info(t, "s1-0000", "r1", running, t0, 0, "parked"), info(t, "s1-0001", "r1", completed, t0, 0, "completed")},
 			{info(t, "s1-0002", "r1", running, t0, 0, "parked"), info(t, "s1-0003", "r1", running, t0, 0, "parked")},
-		}}
+		}
+		return c
 	}
-	log := &orderLog{}
 	servers := map[string]controlResumer{"http://a": fakeControl{"a", log, nil}, "http://b": fakeControl{"b", log, nil}}
-	f := &fakeUpdater{closed: map[string]bool{"rollout/s1-0003": true}}
-	sum, err := resumeSet(t.Context(), resumeTarget{servers, []string{"http://b", "http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
+	f := rollouts(map[string]bool{"rollout/s1-0003": true}, nil)
+	sum, err := resumeSet(t.Context(), resumeTarget{servers, []string{"http://b", "http://a"}, f, f}, "s1", "ck1")
 	require.NoError(t, err)
 	assert.Equal(t, ResumeSummary{Participants: 2, Rollouts: 2, Closed: 1}, sum, "summary")
 	require.Len(t, log.events, 5, "order %v: servers first, in the given order", log.events)
 	require.Equal(t, "server b ck1", log.events[0], "order %v: servers first, in the given order", log.events)
 	require.Equal(t, "server a ck1", log.events[1], "order %v: servers first, in the given order", log.events)
-	_, ok := f.got["rollout/s1-0001"]
+	_, ok := f.UpdateOf("rollout/s1-0001")
 	assert.False(t, ok, "a closed rollout was sent a resume")
-	o := f.got["rollout/s1-0002"]
+	o, _ := f.UpdateOf("rollout/s1-0002")
 	require.Equal(t, rollout.UpdateResume, o.UpdateName, "update %+v", o)
 	require.Equal(t, "ck1/resume", o.UpdateID, "update %+v", o)
 	require.Equal(t, "ck1", o.Args[0].(rollout.ResumeRequest).CheckpointID, "update %+v", o)
@@ -100,15 +93,15 @@ func TestResumeSet(t *testing.T) {
 	// A server that refuses stops before any rollout is released.
 	log = &orderLog{}
 	servers["http://a"] = fakeControl{"a", log, errors.New("401 unauthorized")}
-	f = &fakeUpdater{}
-	_, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a", "http://b"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
-	require.ErrorContains(t, err, "resume environment server http://a", "err = %v after %d updates", err, f.calls)
-	require.Equal(t, 0, f.calls, "err = %v after %d updates", err, f.calls)
+	f = rollouts(nil, nil)
+	_, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a", "http://b"}, f, f}, "s1", "ck1")
+	require.ErrorContains(t, err, "resume environment server http://a")
+	require.Empty(t, f.Updates(), "a rollout was released after a server refused")
 
 	// A rollout held for another checkpoint is reported; the others go on.
 	servers["http://a"] = fakeControl{"a", log, nil}
-	f = &fakeUpdater{reject: map[string]bool{"rollout/s1-0002": true}}
-	sum, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a"}, lister(), loggingUpdater{f, log}}, "s1", "ck1")
+	f = rollouts(nil, map[string]bool{"rollout/s1-0002": true})
+	sum, err = resumeSet(t.Context(), resumeTarget{servers, []string{"http://a"}, f, f}, "s1", "ck1")
 	require.ErrorContains(t, err, "rollout/s1-0002: rejected", "err = %v, summary %+v", err, sum)
 	require.Equal(t, 2, sum.Rollouts, "err = %v, summary %+v", err, sum)
 }

@@ -42,16 +42,16 @@ func TestStaleness(t *testing.T) {
 		}
 		return st
 	}
-	q := &fakeQuerier{status: map[string]rollout.Status{
+	c := statusQueries(map[string]rollout.Status{
 		rollout.WorkflowID("s1-0000"): lineage("step-9", "step-10"), // lag 1
 		rollout.WorkflowID("s1-0001"): lineage("step-7", "step-10"), // lag 3: stale
 		rollout.WorkflowID("s1-0002"): lineage("lora-a"),            // unversioned
 		rollout.WorkflowID("s1-0003"): lineage(),                    // no call yet
 		rollout.WorkflowID("s1-0004"): lineage("v2"),                // lag 8: stale, closes meanwhile
-	}}
+	})
 	var mu sync.Mutex
 	var cancelled []string
-	target := stalenessTarget{q: q, cancel: func(_ context.Context, workflowID, _ string) error {
+	c.Cancel = func(workflowID, _ string) error {
 		if workflowID == rollout.WorkflowID("s1-0004") {
 			return serviceerror.NewNotFound("closed")
 		}
@@ -59,15 +59,14 @@ func TestStaleness(t *testing.T) {
 		defer mu.Unlock()
 		cancelled = append(cancelled, workflowID)
 		return nil
-	}}
+	}
 	var runs []*workflowpb.WorkflowExecutionInfo
 	for i := range 5 {
 		runs = append(runs, info(t, RolloutID("s1", i), "r", running, t0, 0, "model"))
 	}
-	lister := &pagedLister{pages: [][]*workflowpb.WorkflowExecutionInfo{runs}}
+	c.Pages = [][]*workflowpb.WorkflowExecutionInfo{runs}
 	for _, cancel := range []bool{false, true} {
-		lister.calls = 0
-		res, err := staleness(context.Background(), target, lister, StalenessRequest{Set: "s1", Version: 10, MaxLag: 2, Cancel: cancel})
+		res, err := staleness(context.Background(), stalenessTarget{q: c, cancel: c.CancelWorkflow}, c, StalenessRequest{Set: "s1", Version: 10, MaxLag: 2, Cancel: cancel})
 		require.NoError(t, err)
 		got := fmt.Sprint(res.Checked, res.Stale)
 		assert.Equal(t, "5 [{s1-0001 7 3} {s1-0004 2 8}]", got, "cancel %v: checked and stale %s", cancel, got)

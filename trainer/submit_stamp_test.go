@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 )
 
 func TestSubmitStamp(t *testing.T) {
@@ -51,38 +52,33 @@ func TestSameSubmission(t *testing.T) {
 			i := info(t, "s1-0000", "r", running, t0, 0, "model")
 			i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{}}
 			if tt.memo != nil {
-				i.Memo.Fields[MemoSubmit] = payload(t, *tt.memo)
+				i.Memo.Fields[MemoSubmit] = temporalfake.Payload(*tt.memo)
 			}
-			err := sameSubmission(context.Background(), &pagedLister{pages: [][]*workflowpb.WorkflowExecutionInfo{{i}}}, "s1", want)
+			err := sameSubmission(context.Background(), &temporalfake.Client{Pages: [][]*workflowpb.WorkflowExecutionInfo{{i}}}, "s1", want)
 			var ce *ConflictError
-			require.Equal(t, errors.As(err, &ce), tt.conflict, "error %v, want conflict %v", err, tt.conflict)
-			require.False(t, !tt.conflict && err != nil, "error %v, want conflict %v", err, tt.conflict)
+			require.Equal(t, tt.conflict, errors.As(err, &ce), "error %v, want conflict %v", err, tt.conflict)
+			if !tt.conflict {
+				require.NoError(t, err)
+			}
 		})
 	}
 }
 
-type countFunc func(string) (*workflowservice.CountWorkflowExecutionsResponse, error)
-
-func (f countFunc) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-	return f(req.GetQuery())
+// counts answers every count with err.
+func counts(err error) *temporalfake.Client {
+	return &temporalfake.Client{Count: func(string) (int64, error) { return 0, err }}
 }
 
 func TestHasProgressAttributes(t *testing.T) {
-	ok := countFunc(func(string) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-		return &workflowservice.CountWorkflowExecutionsResponse{}, nil
-	})
-	missing := countFunc(func(string) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-		return nil, errors.New("invalid query: unknown search attribute RolloutProgressAt")
-	})
-	down := countFunc(func(string) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-		return nil, errors.New("connection refused")
-	})
-	if has, err := hasProgressAttributes(context.Background(), ok, "s1"); !has || err != nil {
-		t.Errorf("registered: %v, %v", has, err)
-	}
-	if has, err := hasProgressAttributes(context.Background(), missing, "s1"); has || err != nil {
-		t.Errorf("missing: %v, %v", has, err)
-	}
-	_, err := hasProgressAttributes(context.Background(), down, "s1")
+	ok := counts(nil)
+	missing := counts(errors.New("invalid query: unknown search attribute RolloutProgressAt"))
+	down := counts(errors.New("connection refused"))
+	has, err := hasProgressAttributes(context.Background(), ok, "s1")
+	assert.NoError(t, err, "registered")
+	assert.True(t, has, "registered")
+	has, err = hasProgressAttributes(context.Background(), missing, "s1")
+	assert.NoError(t, err, "missing")
+	assert.False(t, has, "missing")
+	_, err = hasProgressAttributes(context.Background(), down, "s1")
 	assert.Error(t, err, "an unreachable server passed for one without the attributes")
 }

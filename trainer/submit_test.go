@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -137,38 +137,33 @@ func TestStartOptions(t *testing.T) {
 	require.Equal(t, int64(0), i64(rollout.SARolloutTurn), "int search attributes: %v", sa)
 }
 
-// fakeStarter records starts; failAt makes one rollout's start fail.
-type fakeStarter struct {
-	mu       sync.Mutex
-	ids      []string
-	inFlight atomic.Int32
-	maxSeen  atomic.Int32
-	failAt   string
-	failWith error
-}
-
-func (f *fakeStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
-	n := f.inFlight.Add(1)
-	defer f.inFlight.Add(-1)
-	for {
-		m := f.maxSeen.Load()
-		if n <= m || f.maxSeen.CompareAndSwap(m, n) {
-			break
+// starter starts rollouts, refusing a start whose workflow or input is
+// not a rollout's, and failing failAt's with failWith; maxSeen is the most
+// starts it had in flight at once.
+func starter(failAt string, failWith error) (c *temporalfake.Client, maxSeen *atomic.Int32) {
+	var inFlight atomic.Int32
+	maxSeen = new(atomic.Int32)
+	c = &temporalfake.Client{Execute: func(o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := maxSeen.Load()
+			if n <= m || maxSeen.CompareAndSwap(m, n) {
+				break
+			}
 		}
-	}
-	if wf != rollout.WorkflowName || len(args) != 1 {
-		return nil, errors.New("wrong workflow or args")
-	}
-	if in, ok := args[0].(rollout.Input); !ok || rollout.WorkflowID(in.RolloutID) != o.ID {
-		return nil, errors.New("input does not match ID")
-	}
-	if o.ID == f.failAt {
-		return nil, f.failWith
-	}
-	f.mu.Lock()
-	f.ids = append(f.ids, o.ID)
-	f.mu.Unlock()
-	return nil, nil
+		if wf != rollout.WorkflowName || len(args) != 1 {
+			return nil, errors.New("wrong workflow or args")
+		}
+		if in, ok := args[0].(rollout.Input); !ok || rollout.WorkflowID(in.RolloutID) != o.ID {
+			return nil, errors.New("input does not match ID")
+		}
+		if o.ID == failAt {
+			return nil, failWith
+		}
+		return nil, nil
+	}}
+	return c, maxSeen
 }
 
 func TestStartAll(t *testing.T) {
@@ -176,12 +171,12 @@ func TestStartAll(t *testing.T) {
 	req.Count = 40
 	inputs, err := BuildInputs(req)
 	require.NoError(t, err)
-	var f fakeStarter
-	n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 4})
+	f, maxSeen := starter("", nil)
+	n, _, err := startAll(t.Context(), f, inputs, startSpec{taskQueue: "q", limit: 4})
 	require.NoError(t, err)
-	require.Equal(t, 40, n, "started %d (recorded %d), want 40", n, len(f.ids))
-	require.Len(t, f.ids, 40, "started %d (recorded %d), want 40", n, len(f.ids))
-	m := f.maxSeen.Load()
+	require.Equal(t, 40, n, "started %d (recorded %d), want 40", n, len(f.Starts()))
+	require.Len(t, f.Starts(), 40, "started %d (recorded %d), want 40", n, len(f.Starts()))
+	m := maxSeen.Load()
 	assert.LessOrEqual(t, m, int32(4), "%d starts in flight, limit 4", m)
 }
 
@@ -199,8 +194,8 @@ func TestStartAllErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			inputs, err := BuildInputs(validRequest())
 			require.NoError(t, err)
-			f := fakeStarter{failAt: "rollout/s1-0002", failWith: tt.err}
-			n, _, err := startAll(t.Context(), &f, inputs, startSpec{taskQueue: "q", limit: 1})
+			f, _ := starter("rollout/s1-0002", tt.err)
+			n, _, err := startAll(t.Context(), f, inputs, startSpec{taskQueue: "q", limit: 1})
 			require.Error(t, err, "no error")
 			assert.ErrorContains(t, err, tt.want, "error %q does not contain %q", err, tt.want)
 			// One start at a time: the failure stops the ones after it.
@@ -282,31 +277,26 @@ func TestParseEnvs(t *testing.T) {
 	}
 }
 
-// scriptedCounter answers counts from a script: listed[i] and working[i]
+// scriptedCounts answers counts from a script: listed[i] and working[i]
 // on the i-th poll (the last entry repeats).
-type scriptedCounter struct {
+type scriptedCounts struct {
 	mu              sync.Mutex
 	listed, working []int64
 	pollsL, pollsW  int
-	queries         map[string]bool
 }
 
-func (s *scriptedCounter) CountWorkflow(_ context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
+func (s *scriptedCounts) count(query string) (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.queries == nil {
-		s.queries = map[string]bool{}
-	}
-	s.queries[req.Query] = true
 	next := func(list []int64, n *int) int64 {
 		v := list[min(*n, len(list)-1)]
 		*n++
 		return v
 	}
-	if req.Query == rollout.SetQuery("s1") {
-		return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.listed, &s.pollsL)}, nil
+	if query == rollout.SetQuery("s1") {
+		return next(s.listed, &s.pollsL), nil
 	}
-	return &workflowservice.CountWorkflowExecutionsResponse{Count: next(s.working, &s.pollsW)}, nil
+	return next(s.working, &s.pollsW), nil
 }
 
 type countingProgress struct {
@@ -321,33 +311,27 @@ func TestAwaitHeld(t *testing.T) {
 	// Visibility lists nothing at first (working 0 must not count), then
 	// part of the set, then all of it working, then rollouts come to hold
 	// their results.
-	c := &scriptedCounter{listed: []int64{0, 3, 5}, working: []int64{0, 3, 5, 2, 0}}
+	script := &scriptedCounts{listed: []int64{0, 3, 5}, working: []int64{0, 3, 5, 2, 0}}
+	c := &temporalfake.Client{Count: script.count}
 	var bar countingProgress
 	require.NoError(t, awaitHeld(t.Context(), c, "s1", 5, &bar))
 	require.Equal(t, 5, bar.n, "progress %d, finished %v", bar.n, bar.ok)
 	require.NotNil(t, bar.ok, "progress %d, finished %v", bar.n, bar.ok)
 	require.True(t, *bar.ok, "progress %d, finished %v", bar.n, bar.ok)
-	assert.Equal(t, 5, c.pollsW, "%d polls, want 5: zero working counts only once the set is listed whole", c.pollsW)
+	assert.Equal(t, 5, script.pollsW, "polls: zero working counts only once the set is listed whole")
 	want := `RolloutSet = "s1" AND ExecutionStatus="Running" AND RolloutPhase!="awaiting_ack"`
-	assert.True(t, c.queries[want], "queries %v lack %s", c.queries, want)
-}
-
-// failingCounter answers every count with err.
-type failingCounter struct{ err error }
-
-func (f failingCounter) CountWorkflow(context.Context, *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error) {
-	return &workflowservice.CountWorkflowExecutionsResponse{}, f.err
+	assert.Contains(t, c.CountQueries(), want)
 }
 
 // TestCheckGroupAttribute: a dataset is refused before anything starts on a
 // namespace that lacks the group ledgers' search attribute, with the fix.
 func TestCheckGroupAttribute(t *testing.T) {
-	require.NoError(t, checkGroupAttribute(t.Context(), failingCounter{}))
-	err := checkGroupAttribute(t.Context(), failingCounter{errors.New("invalid query: unknown search attribute: RolloutGroupStatus")})
+	require.NoError(t, checkGroupAttribute(t.Context(), counts(nil)))
+	err := checkGroupAttribute(t.Context(), counts(errors.New("invalid query: unknown search attribute: RolloutGroupStatus")))
 	require.ErrorContains(t, err, "starter setup", "err = %v, want one naming the attribute and starter setup", err)
 	require.ErrorContains(t, err, rollout.SARolloutGroupStatus, "err = %v, want one naming the attribute and starter setup", err)
 	// A server that cannot answer is not taken for a missing attribute.
-	err = checkGroupAttribute(t.Context(), failingCounter{errors.New("connection refused")})
+	err = checkGroupAttribute(t.Context(), counts(errors.New("connection refused")))
 	require.ErrorContains(t, err, "look up group ledgers", "err = %v, want a lookup failure, not a setup hint", err)
 	require.NotContains(t, err.Error(), "starter setup", "err = %v, want a lookup failure, not a setup hint", err)
 }

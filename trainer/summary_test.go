@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -11,10 +10,9 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -91,24 +89,17 @@ func TestSummarize(t *testing.T) {
 
 }
 
-func payload(t *testing.T, v any) *commonpb.Payload {
-	t.Helper()
-	p, err := converter.GetDefaultDataConverter().ToPayload(v)
-	require.NoError(t, err)
-	return p
-}
-
 func info(t *testing.T, id, run string, st enumspb.WorkflowExecutionStatus, start time.Time, attempt int64, phase string) *workflowpb.WorkflowExecutionInfo {
 	i := &workflowpb.WorkflowExecutionInfo{
 		Execution: &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(id), RunId: run},
 		Status:    st,
 		StartTime: timestamppb.New(start),
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{
-			rollout.SARolloutID:      payload(t, id),
-			rollout.SARolloutSet:     payload(t, "s1"),
-			rollout.SARolloutAttempt: payload(t, attempt),
-			rollout.SARolloutTurn:    payload(t, int64(4)),
-			rollout.SARolloutPhase:   payload(t, phase),
+			rollout.SARolloutID:      temporalfake.Payload(id),
+			rollout.SARolloutSet:     temporalfake.Payload("s1"),
+			rollout.SARolloutAttempt: temporalfake.Payload(attempt),
+			rollout.SARolloutTurn:    temporalfake.Payload(int64(4)),
+			rollout.SARolloutPhase:   temporalfake.Payload(phase),
 		}},
 	}
 	if st != running {
@@ -165,26 +156,6 @@ func TestRecordWithoutSearchAttributes(t *testing.T) {
 	require.Equal(t, int64(0), r.Attempt, "record = %+v", r)
 }
 
-// pagedLister serves pages and checks the tokens it gets back.
-type pagedLister struct {
-	pages [][]*workflowpb.WorkflowExecutionInfo
-	calls int
-	query string
-}
-
-func (p *pagedLister) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
-	if want := fmt.Sprint(p.calls); p.calls > 0 && string(req.NextPageToken) != want {
-		return nil, fmt.Errorf("token %q, want %q", req.NextPageToken, want)
-	}
-	p.query = req.Query
-	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: p.pages[p.calls]}
-	p.calls++
-	if p.calls < len(p.pages) {
-		resp.NextPageToken = []byte(fmt.Sprint(p.calls))
-	}
-	return resp, nil
-}
-
 func TestListLatestPagesThroughAll(t *testing.T) {
 	var pages [][]*workflowpb.WorkflowExecutionInfo
 	for p := 0; p < 3; p++ {
@@ -195,12 +166,13 @@ func TestListLatestPagesThroughAll(t *testing.T) {
 		pages = append(pages, page)
 	}
 	pages = append(pages, nil) // an empty last page with no token
-	l := &pagedLister{pages: pages}
+	l := &temporalfake.Client{Pages: pages}
 	got, err := listLatest(t.Context(), l, "s1")
 	require.NoError(t, err)
-	require.Len(t, got, 6, "got %d runs in %d calls", len(got), l.calls)
-	require.Equal(t, 4, l.calls, "got %d runs in %d calls", len(got), l.calls)
-	assert.Equal(t, `RolloutSet = "s1"`, l.query, "query")
+	queries := l.ListQueries()
+	require.Len(t, got, 6, "got %d runs in %d calls", len(got), len(queries))
+	require.Len(t, queries, 4, "got %d runs in %d calls", len(got), len(queries))
+	assert.Equal(t, `RolloutSet = "s1"`, queries[3], "query")
 }
 
 func withEnv(r RolloutRecord, env string) RolloutRecord {
@@ -263,7 +235,7 @@ func TestPassed(t *testing.T) {
 
 func TestRecordEnvFromMemo(t *testing.T) {
 	i := info(t, "s1-0003", "r", running, t0, 0, "model")
-	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: payload(t, "sandbox")}}
+	i.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{rollout.MemoEnv: temporalfake.Payload("sandbox")}}
 	r := recordFromInfo(i)
 	assert.Equal(t, "sandbox", r.Env, "env %q, want sandbox", r.Env)
 }
