@@ -1,7 +1,6 @@
 package bookkeeping_test
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"sync"
@@ -16,14 +15,14 @@ import (
 
 	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
 	"github.com/turnstile-rl/turnstile/internal/testsupport"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
-// fakeTemporal is the part of a Temporal client the group activities use:
-// update-with-start against one ledger that may be closed, reading a closed
-// ledger's result, and cancelling workflows.
-type fakeTemporal struct {
-	client.Client
+// ledger is one group's ledger as the group activities reach it through
+// Temporal: update-with-start against it (it may have closed), its closed
+// run's result, and cancelling workflows.
+type ledger struct {
 	mu        sync.Mutex
 	closed    *rollout.GroupState // the ledger closed with this state
 	starts    []startedLedger     // update-with-start calls that got through
@@ -37,11 +36,6 @@ type startedLedger struct {
 	input rollout.GroupInput
 }
 
-type fakeStartOp struct {
-	opts  client.StartWorkflowOptions
-	input rollout.GroupInput
-}
-
 // report is a report of repeat of group g of set s (3 members, budget 1).
 func report(repeat, attempt int, kind string, retryable bool) rollout.GroupReport {
 	id := rollout.GroupRolloutID("s", "g", repeat)
@@ -49,32 +43,36 @@ func report(repeat, attempt int, kind string, retryable bool) rollout.GroupRepor
 		Kind: kind, Retryable: retryable, Reason: fmt.Sprintf("%s of attempt %d", kind, attempt)}
 }
 
-func (fakeStartOp) Get(context.Context) (client.WorkflowRun, error) { return nil, nil }
-
-func (f *fakeTemporal) NewWithStartWorkflowOperation(opts client.StartWorkflowOptions, _ any, args ...any) client.WithStartWorkflowOperation {
-	return fakeStartOp{opts: opts, input: args[0].(rollout.GroupInput)}
+// client is a Temporal client answering from the ledger.
+func (f *ledger) client() *temporalfake.Client {
+	return &temporalfake.Client{UpdateWithStart: f.updateWithStart, GetRun: f.run, Cancel: f.cancel}
 }
 
-func (f *fakeTemporal) UpdateWithStartWorkflow(_ context.Context, o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
-	op := o.StartWorkflowOperation.(fakeStartOp)
+func (f *ledger) updateWithStart(o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	op := o.StartWorkflowOperation.(*temporalfake.StartOperation)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.startErr != nil {
 		return nil, f.startErr
 	}
-	if f.closed != nil && op.opts.WorkflowIDReusePolicy == enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE {
+	if f.closed != nil && op.Options.WorkflowIDReusePolicy == enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE {
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("Workflow execution already finished", "", "")
 	}
-	f.starts = append(f.starts, startedLedger{reuse: op.opts.WorkflowIDReusePolicy, input: op.input})
+	f.starts = append(f.starts, startedLedger{reuse: op.Options.WorkflowIDReusePolicy, input: op.Args[0].(rollout.GroupInput)})
 	r := o.UpdateOptions.Args[0].(rollout.GroupReport)
-	return verdictHandle{rollout.GroupVerdict{Status: rollout.GroupRunning, Granted: &rollout.GroupGrant{RolloutID: r.RolloutID, Attempt: r.Attempt + 1}}}, nil
+	return temporalfake.UpdateHandle{Value: rollout.GroupVerdict{Status: rollout.GroupRunning, Granted: &rollout.GroupGrant{RolloutID: r.RolloutID, Attempt: r.Attempt + 1}}}, nil
 }
 
-func (f *fakeTemporal) GetWorkflow(_ context.Context, workflowID, _ string) client.WorkflowRun {
-	return closedLedger{state: f.closed}
+// run is the ledger's closed run: its final state, or a failure when it
+// has not closed.
+func (f *ledger) run(string, string) client.WorkflowRun {
+	if f.closed == nil {
+		return temporalfake.Run{Err: &temporal.WorkflowExecutionError{}}
+	}
+	return temporalfake.Run{Value: f.closed}
 }
 
-func (f *fakeTemporal) CancelWorkflow(_ context.Context, workflowID, _ string) error {
+func (f *ledger) cancel(workflowID, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.missing[workflowID] {
@@ -84,34 +82,8 @@ func (f *fakeTemporal) CancelWorkflow(_ context.Context, workflowID, _ string) e
 	return nil
 }
 
-type verdictHandle struct{ v rollout.GroupVerdict }
-
-func (verdictHandle) WorkflowID() string { return "" }
-func (verdictHandle) RunID() string      { return "" }
-func (verdictHandle) UpdateID() string   { return "" }
-func (h verdictHandle) Get(_ context.Context, out any) error {
-	*out.(*rollout.GroupVerdict) = h.v
-	return nil
-}
-
-type closedLedger struct {
-	client.WorkflowRun
-	state *rollout.GroupState
-}
-
-func (c closedLedger) Get(_ context.Context, out any) error {
-	if c.state == nil {
-		return &temporal.WorkflowExecutionError{}
-	}
-	*out.(*rollout.GroupState) = *c.state
-	return nil
-}
-
-func groupActivityEnv(f *fakeTemporal) *testsuite.TestActivityEnvironment {
-	var suite testsuite.WorkflowTestSuite
-	env := suite.NewTestActivityEnvironment()
-	env.RegisterActivity(&bookkeeping.GroupActivities{Client: f, TaskQueue: "q"})
-	return env
+func groupActivityEnv(f *ledger) *testsuite.TestActivityEnvironment {
+	return testsupport.NewActivityEnv(&bookkeeping.GroupActivities{Client: f.client(), TaskQueue: "q"})
 }
 
 func reportVerdict(t *testing.T, env *testsuite.TestActivityEnvironment, r rollout.GroupReport) rollout.GroupVerdict {
@@ -130,7 +102,7 @@ func reportVerdict(t *testing.T, env *testsuite.TestActivityEnvironment, r rollo
 func TestReportToGroup(t *testing.T) {
 	r := report(1, 0, rollout.ReportFailure, true)
 
-	f := &fakeTemporal{}
+	f := &ledger{}
 	v := reportVerdict(t, groupActivityEnv(f), r)
 	require.NotNil(t, v.Granted)
 	require.Len(t, f.starts, 1)
@@ -138,13 +110,13 @@ func TestReportToGroup(t *testing.T) {
 	require.Equal(t, rollout.GroupInput{Set: "s", Group: "g", Size: 3, Budget: 1}, f.starts[0].input)
 
 	failed := &rollout.GroupState{Set: "s", Group: "g", Size: 3, Status: rollout.GroupFailed, Reason: "budget spent", Members: make([]rollout.MemberState, 3)}
-	f = &fakeTemporal{closed: failed}
+	f = &ledger{closed: failed}
 	v = reportVerdict(t, groupActivityEnv(f), r)
 	require.Equal(t, rollout.GroupVerdict{Status: rollout.GroupFailed, Reason: "budget spent"}, v)
 	require.Empty(t, f.starts, "a failed group is never started again")
 
 	complete := &rollout.GroupState{Set: "s", Group: "g", Size: 3, Status: rollout.GroupComplete, Members: make([]rollout.MemberState, 3)}
-	f = &fakeTemporal{closed: complete}
+	f = &ledger{closed: complete}
 	v = reportVerdict(t, groupActivityEnv(f), r)
 	require.NotNil(t, v.Granted)
 	require.Len(t, f.starts, 1)
@@ -153,13 +125,13 @@ func TestReportToGroup(t *testing.T) {
 
 	// A namespace without the ledger's search attribute: retrying cannot
 	// help, so the report fails at once, naming the fix.
-	f = &fakeTemporal{startErr: serviceerror.NewInvalidArgument("search attribute RolloutGroupStatus is not defined")}
+	f = &ledger{startErr: serviceerror.NewInvalidArgument("search attribute RolloutGroupStatus is not defined")}
 	_, err := groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, r)
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "starter setup"})
 
 	bad := r
 	bad.Repeat = 3
-	f = &fakeTemporal{}
+	f = &ledger{}
 	_, err = groupActivityEnv(f).ExecuteActivity(rollout.ReportToGroupName, bad)
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "repeat 3 is outside"})
 	require.Empty(t, f.starts)
@@ -168,7 +140,7 @@ func TestReportToGroup(t *testing.T) {
 // TestCancelGroupMembers: the named members' workflows are cancelled by
 // their derived ids; one already closed is counted, not an error.
 func TestCancelGroupMembers(t *testing.T) {
-	f := &fakeTemporal{missing: map[string]bool{rollout.WorkflowID("s-g-r2"): true}}
+	f := &ledger{missing: map[string]bool{rollout.WorkflowID("s-g-r2"): true}}
 	val, err := groupActivityEnv(f).ExecuteActivity(rollout.CancelGroupMembersName,
 		rollout.CancelGroupMembersInput{Set: "s", Group: "g", Repeats: []int{0, 2, 3}, Reason: "budget spent"})
 	require.NoError(t, err)

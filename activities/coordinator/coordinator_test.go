@@ -39,7 +39,7 @@ type world struct {
 	root   string
 	store  *transcriptstore.Store
 	env    *envServer
-	tc     *fakeTemporal
+	tc     *rolloutTable
 	coord  *coordinator.Coordinator
 	wanted map[transcript.Digest]bool // every blob the records reference
 }
@@ -56,7 +56,7 @@ func newWorld(t *testing.T) *world {
 func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newFakeTemporal(), wanted: map[transcript.Digest]bool{}}
+	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
 	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener}
 
 	// A blob nobody references must not be copied.
@@ -65,17 +65,17 @@ func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener 
 
 	w.env.start(t, "s1-0000", 0)
 	w.env.inc(t, "s1-0000", 0, 1, 0)
-	w.tc.add("s1-0000", &fakeRun{set: "s1", attempt: 0, running: true, record: w.record(t, "s1-0000", 0, envs.ModeExportRestore, true, false)})
+	w.tc.add("s1-0000", &runRow{set: "s1", attempt: 0, running: true, record: w.record(t, "s1-0000", 0, envs.ModeExportRestore, true, false)})
 	w.env.start(t, "s1-0001", 1)
-	w.tc.add("s1-0001", &fakeRun{set: "s1", attempt: 1, running: true, record: w.record(t, "s1-0001", 1, envs.ModeRestartOnly, false, false)})
+	w.tc.add("s1-0001", &runRow{set: "s1", attempt: 1, running: true, record: w.record(t, "s1-0001", 1, envs.ModeRestartOnly, false, false)})
 	w.env.start(t, "s1-0002", 0)
 	w.env.verify(t, "s1-0002", 0, 0)
-	w.tc.add("s1-0002", &fakeRun{set: "s1", attempt: 0, running: true, record: w.record(t, "s1-0002", 0, envs.ModeExportRestore, false, true)})
-	w.tc.add("s1-0003", &fakeRun{set: "s1", attempt: 0, running: false, listedRunning: true})
+	w.tc.add("s1-0002", &runRow{set: "s1", attempt: 0, running: true, record: w.record(t, "s1-0002", 0, envs.ModeExportRestore, false, true)})
+	w.tc.add("s1-0003", &runRow{set: "s1", attempt: 0, running: false, listedRunning: true})
 	w.env.start(t, "s1-0004", 0)
-	w.tc.add("s1-0004", &fakeRun{set: "s1", attempt: 0, running: true, hidden: true, record: w.record(t, "s1-0004", 0, envs.ModeExportRestore, false, false)})
+	w.tc.add("s1-0004", &runRow{set: "s1", attempt: 0, running: true, hidden: true, record: w.record(t, "s1-0004", 0, envs.ModeExportRestore, false, false)})
 	w.env.start(t, "s2-0000", 0)
-	w.tc.add("s2-0000", &fakeRun{set: "s2", attempt: 0, running: true})
+	w.tc.add("s2-0000", &runRow{set: "s2", attempt: 0, running: true})
 	return w
 }
 
@@ -164,7 +164,7 @@ func (w *world) cut(t *testing.T) {
 	ctx := context.Background()
 	// The Checkpoint workflow's run: its start is when the cut began.
 	w.tc.mu.Lock()
-	w.tc.runs[checkpoint.CheckpointWorkflowID("ck1")] = &fakeRun{runID: "run-ck1", started: time.Now()}
+	w.tc.runs[checkpoint.CheckpointWorkflowID("ck1")] = &runRow{runID: "run-ck1", started: time.Now()}
 	w.tc.mu.Unlock()
 	prep, err := w.coord.PrepareParticipants(ctx, checkpoint.PrepareParticipantsInput{
 		CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
@@ -373,7 +373,7 @@ func TestRestoreActivities(t *testing.T) {
 
 	// A later run of the same restore reuses the map, whatever Temporal
 	// shows now.
-	w.tc.add("s1-0000", &fakeRun{set: "s1", attempt: 0, running: true})
+	w.tc.add("s1-0000", &runRow{set: "s1", attempt: 0, running: true})
 	again, err := coord.PlanAttempts(ctx, checkpoint.PlanAttemptsInput{CheckpointID: "ck1", Root: w.root, Participants: urls})
 	require.NoError(t, err)
 	require.True(t, again.Reused)

@@ -23,20 +23,20 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
-// fakeRun is the current run of one rollout workflow in fakeTemporal.
-type fakeRun struct {
+// runRow is the current run of one rollout workflow in rolloutTable.
+type runRow struct {
 	set     string
 	attempt int64
 	running bool
@@ -61,23 +61,29 @@ type fakeRun struct {
 	ignoreParks int
 }
 
-// fakeTemporal is the part of a Temporal client the coordinator uses, over
-// an in-memory table of rollout runs. Other methods panic (nil embedded).
-type fakeTemporal struct {
-	client.Client
+// rolloutTable is the Temporal the coordinator talks to: a
+// temporalfake.Client answering the calls the coordinator makes from an
+// in-memory table of rollout runs.
+type rolloutTable struct {
+	*temporalfake.Client
 	mu         sync.Mutex
-	runs       map[string]*fakeRun // by workflow ID
-	updates    map[string]int      // "workflowID update updateID" → calls
+	runs       map[string]*runRow // by workflow ID
+	updates    map[string]int     // "workflowID update updateID" → calls
 	starts     []client.StartWorkflowOptions
 	terminated []string
-	lists      int
 }
 
-func newFakeTemporal() *fakeTemporal {
-	return &fakeTemporal{runs: map[string]*fakeRun{}, updates: map[string]int{}}
+func newRolloutTable() *rolloutTable {
+	f := &rolloutTable{runs: map[string]*runRow{}, updates: map[string]int{}}
+	// Two executions a page, so paging is exercised.
+	f.Client = &temporalfake.Client{
+		List: f.list, PageSize: 2, Describe: f.describe, Update: f.update, Signal: f.signal,
+		QueryWithOptions: f.queryParkRecord, Execute: f.start, Terminate: f.terminate, History: f.history,
+	}
+	return f
 }
 
-func (f *fakeTemporal) add(id string, r *fakeRun) {
+func (f *rolloutTable) add(id string, r *runRow) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r.runID == "" {
@@ -86,15 +92,7 @@ func (f *fakeTemporal) add(id string, r *fakeRun) {
 	f.runs["rollout/"+id] = r
 }
 
-func payload(v any) *commonpb.Payload {
-	p, err := converter.GetDefaultDataConverter().ToPayload(v)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
-func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.WorkflowExecutionInfo {
+func (f *rolloutTable) info(wid string, r *runRow, listing bool) *workflowpb.WorkflowExecutionInfo {
 	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	if r.running || (listing && r.listedRunning) {
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -104,10 +102,10 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 		started = timestamppb.New(r.started)
 	}
 	sa := map[string]*commonpb.Payload{
-		"RolloutSet": payload(r.set), "RolloutAttempt": payload(r.attempt), "RolloutPhase": payload(r.phase),
+		"RolloutSet": temporalfake.Payload(r.set), "RolloutAttempt": temporalfake.Payload(r.attempt), "RolloutPhase": temporalfake.Payload(r.phase),
 	}
 	if r.heldFor != "" {
-		sa["CheckpointId"] = payload(r.heldFor)
+		sa["CheckpointId"] = temporalfake.Payload(r.heldFor)
 	}
 	return &workflowpb.WorkflowExecutionInfo{
 		Execution:        &commonpb.WorkflowExecution{WorkflowId: wid, RunId: r.runID},
@@ -117,12 +115,11 @@ func (f *fakeTemporal) info(wid string, r *fakeRun, listing bool) *workflowpb.Wo
 	}
 }
 
-// ListWorkflow understands the two queries the coordinator sends, and
-// answers two executions per page, so paging is exercised.
-func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+// list understands the two queries the coordinator sends: a set's runs,
+// and its running ones.
+func (f *rolloutTable) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lists++
 	var all []*workflowpb.WorkflowExecutionInfo
 	ids := make([]string, 0, len(f.runs))
 	for id := range f.runs {
@@ -132,54 +129,29 @@ func (f *fakeTemporal) ListWorkflow(_ context.Context, req *workflowservice.List
 	for _, id := range ids {
 		r := f.runs[id]
 		info := f.info(id, r, true)
-		if r.hidden || !strings.Contains(req.Query, strconv.Quote(r.set)) {
+		if r.hidden || !strings.Contains(query, strconv.Quote(r.set)) {
 			continue
 		}
-		if strings.Contains(req.Query, "Running") && info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if strings.Contains(query, "Running") && info.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			continue
 		}
 		all = append(all, info)
 	}
-	start := 0
-	if len(req.NextPageToken) > 0 {
-		start, _ = strconv.Atoi(string(req.NextPageToken))
-	}
-	end := min(start+2, len(all))
-	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: all[start:end]}
-	if end < len(all) {
-		resp.NextPageToken = []byte(strconv.Itoa(end))
-	}
-	return resp, nil
+	return all, nil
 }
 
-func (f *fakeTemporal) DescribeWorkflow(_ context.Context, wid, _ string) (*client.WorkflowExecutionDescription, error) {
+func (f *rolloutTable) describe(wid, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.runs[wid]
 	if !ok {
 		return nil, serviceerror.NewNotFound("workflow not found for ID: " + wid)
 	}
-	return &client.WorkflowExecutionDescription{
-		RawResponse: &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(wid, r, false)},
-	}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(wid, r, false)}, nil
 }
 
-type fakeHandle struct {
-	wid, uid string
-	value    []byte
-}
-
-func (h fakeHandle) WorkflowID() string { return h.wid }
-func (h fakeHandle) RunID() string      { return "" }
-func (h fakeHandle) UpdateID() string   { return h.uid }
-func (h fakeHandle) Get(_ context.Context, ptr any) error {
-	if ptr == nil || h.value == nil {
-		return nil
-	}
-	return json.Unmarshal(h.value, ptr)
-}
-
-func (f *fakeTemporal) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+// update answers a park update with the run's record.
+func (f *rolloutTable) update(o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.updates[o.WorkflowID+" "+o.UpdateName+" "+o.UpdateID]++
@@ -193,17 +165,17 @@ func (f *fakeTemporal) UpdateWorkflow(_ context.Context, o client.UpdateWorkflow
 	if r.refuse != "" {
 		return nil, temporal.NewApplicationError(r.refuse, "")
 	}
-	h := fakeHandle{wid: o.WorkflowID, uid: o.UpdateID}
-	if o.UpdateName == "park" {
-		h.value = r.record
+	h := temporalfake.UpdateHandle{ID: o.WorkflowID, Update: o.UpdateID}
+	if o.UpdateName == "park" && r.record != nil {
+		h.Value = json.RawMessage(r.record)
 	}
 	return h, nil
 }
 
-// SignalWorkflow counts park and resume signals as UpdateWorkflow counts
-// updates ("workflowID signal checkpointID"); a run that refuses ignores
-// them, as a rollout held for another checkpoint does.
-func (f *fakeTemporal) SignalWorkflow(_ context.Context, wid, _, name string, arg any) error {
+// signal counts park and resume signals as update counts updates
+// ("workflowID signal checkpointID"); a run that refuses ignores them, as a
+// rollout held for another checkpoint does.
+func (f *rolloutTable) signal(wid, _, name string, arg any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var ck string
@@ -235,9 +207,9 @@ func (f *fakeTemporal) SignalWorkflow(_ context.Context, wid, _, name string, ar
 	return nil
 }
 
-// QueryWorkflowWithOptions answers the park record query: the run's record,
-// or the refusal of a run held for another checkpoint.
-func (f *fakeTemporal) QueryWorkflowWithOptions(_ context.Context, req *client.QueryWorkflowWithOptionsRequest) (*client.QueryWorkflowWithOptionsResponse, error) {
+// queryParkRecord answers the park record query: the run's record, or the
+// refusal of a run held for another checkpoint.
+func (f *rolloutTable) queryParkRecord(req *client.QueryWorkflowWithOptionsRequest) (*client.QueryWorkflowWithOptionsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.runs[req.WorkflowID]
@@ -253,18 +225,15 @@ func (f *fakeTemporal) QueryWorkflowWithOptions(_ context.Context, req *client.Q
 	case len(req.Args) == 1 && r.heldFor != req.Args[0]:
 		return nil, serviceerror.NewQueryFailed(rollout.NotParkedYet)
 	}
-	return &client.QueryWorkflowWithOptionsResponse{QueryResult: encodedValue{r.record}}, nil
+	var v temporalfake.Value
+	if r.record != nil {
+		v.V = json.RawMessage(r.record)
+	}
+	return &client.QueryWorkflowWithOptionsResponse{QueryResult: v}, nil
 }
 
-// encodedValue is a query result holding JSON.
-type encodedValue struct{ data []byte }
-
-func (v encodedValue) HasValue() bool { return v.data != nil }
-func (v encodedValue) Get(ptr any) error {
-	return json.Unmarshal(v.data, ptr)
-}
-
-func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+// start starts a Rollout run, unless one is running.
+func (f *rolloutTable) start(o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r, ok := f.runs[o.ID]; ok && r.running {
@@ -282,11 +251,11 @@ func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflow
 		return nil, err
 	}
 	f.starts = append(f.starts, o)
-	f.runs[o.ID] = &fakeRun{set: head.Set, attempt: int64(head.Attempt), running: true, runID: fmt.Sprintf("%s-a%d", o.ID, head.Attempt), input: in}
+	f.runs[o.ID] = &runRow{set: head.Set, attempt: int64(head.Attempt), running: true, runID: fmt.Sprintf("%s-a%d", o.ID, head.Attempt), input: in}
 	return nil, nil
 }
 
-func (f *fakeTemporal) TerminateWorkflow(_ context.Context, wid, runID, reason string, _ ...any) error {
+func (f *rolloutTable) terminate(wid, runID, reason string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.runs[wid]
@@ -296,6 +265,29 @@ func (f *fakeTemporal) TerminateWorkflow(_ context.Context, wid, runID, reason s
 	r.running = false
 	f.terminated = append(f.terminated, wid+": "+reason)
 	return nil
+}
+
+// history is the first event of a run: its start, with the input it was
+// started with.
+func (f *rolloutTable) history(wid, _ string) client.HistoryEventIterator {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.runs[wid]
+	if !ok {
+		return &temporalfake.History{}
+	}
+	var in map[string]any // JSON, as a start input travels
+	if r.input != nil {
+		if err := json.Unmarshal(r.input, &in); err != nil {
+			panic(err)
+		}
+	}
+	return &temporalfake.History{Events: []*historypb.HistoryEvent{{
+		EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+		Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{
+			Input: &commonpb.Payloads{Payloads: []*commonpb.Payload{temporalfake.Payload(in)}},
+		}},
+	}}}
 }
 
 const (
@@ -372,39 +364,4 @@ func (e *envServer) status(t *testing.T) protocol.ControlStatus {
 	st, err := e.cc.Status(context.Background())
 	require.NoError(t, err)
 	return st
-}
-
-// fakeHistory is a history of one event: the run's start, with its input.
-type fakeHistory struct {
-	event *historypb.HistoryEvent
-}
-
-func (h *fakeHistory) HasNext() bool { return h.event != nil }
-func (h *fakeHistory) Next() (*historypb.HistoryEvent, error) {
-	ev := h.event
-	h.event = nil
-	return ev, nil
-}
-
-// GetWorkflowHistory answers the first event of a run: its start, with the
-// input it was started with.
-func (f *fakeTemporal) GetWorkflowHistory(_ context.Context, wid, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r, ok := f.runs[wid]
-	if !ok {
-		return &fakeHistory{}
-	}
-	var in map[string]any // JSON, as a start input travels
-	if r.input != nil {
-		if err := json.Unmarshal(r.input, &in); err != nil {
-			panic(err)
-		}
-	}
-	return &fakeHistory{event: &historypb.HistoryEvent{
-		EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
-		Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{
-			Input: &commonpb.Payloads{Payloads: []*commonpb.Payload{payload(in)}},
-		}},
-	}}
 }

@@ -40,7 +40,7 @@ func TestRecoverServerActivities(t *testing.T) {
 	w.tc.runs["rollout/s1-0004"].input = input("s1-0004", "s1", 0, "http://127.0.0.1:1")
 	w.tc.runs["rollout/s2-0000"].input = input("s2-0000", "s2", 0, dead)
 	w.tc.mu.Unlock()
-	w.tc.add("s1-0008", &fakeRun{set: "s1", attempt: 0, running: true, input: input("s1-0008", "s1", 0, dead)})
+	w.tc.add("s1-0008", &runRow{set: "s1", attempt: 0, running: true, input: input("s1-0008", "s1", 0, dead)})
 
 	repl := newEnvServerWith(t, "env-a", nil)
 	plan, err := w.coord.PlanRecovery(ctx, checkpoint.PlanRecoveryInput{Set: "s1", Server: dead, Replacement: repl.url,

@@ -83,7 +83,7 @@ func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	w.env.inc(t, "s1-0000", 0, 2, 1)
 	w.env.inc(t, "s2-0000", 0, 1, 0)
 	w.env.start(t, "s1-0005", 0)
-	w.tc.add("s1-0005", &fakeRun{set: "s1", attempt: 0, running: true})
+	w.tc.add("s1-0005", &runRow{set: "s1", attempt: 0, running: true})
 
 	r1 := runRestoreActivities(t, w, "r1")
 	require.False(t, r1.plan.Reused)
@@ -187,7 +187,7 @@ func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
 	// s1-0006 starts after the cut, finishes and closes before the restore.
 	w.env.start(t, "s1-0006", 0)
 	w.env.verify(t, "s1-0006", 0, 0)
-	w.tc.add("s1-0006", &fakeRun{set: "s1", attempt: 0, running: false, started: time.Now().Add(time.Second)})
+	w.tc.add("s1-0006", &runRow{set: "s1", attempt: 0, running: false, started: time.Now().Add(time.Second)})
 
 	r := runRestoreActivities(t, w, "r1")
 	require.Equal(t, 1, r.plan.Fence)
@@ -219,7 +219,7 @@ func TestRestoreFencesRunsVisibilityDoesNotListYet(t *testing.T) {
 	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
 	require.NoError(t, err)
 	w.env.start(t, "s1-0007", 0)
-	w.tc.add("s1-0007", &fakeRun{set: "s1", attempt: 0, running: true, hidden: true, started: time.Now().Add(time.Second)})
+	w.tc.add("s1-0007", &runRow{set: "s1", attempt: 0, running: true, hidden: true, started: time.Now().Add(time.Second)})
 
 	r := runRestoreActivities(t, w, "r1")
 	af := readAttemptMap(t, w, "r1")
