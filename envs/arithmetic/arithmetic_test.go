@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 )
 
 var _ envs.Environment = arithmetic.New()
@@ -20,13 +21,6 @@ func start(t *testing.T, task string) envs.Session {
 	s, _, err := arithmetic.New().Start(1, json.RawMessage(task))
 	require.NoError(t, err, "Start(%s)", task)
 	return s
-}
-
-func export(t *testing.T, s envs.Session) json.RawMessage {
-	t.Helper()
-	b, err := s.Export()
-	require.NoError(t, err, "Export")
-	return b
 }
 
 func TestSpec(t *testing.T) {
@@ -85,12 +79,12 @@ func TestVerify(t *testing.T) {
 				require.Equal(t, float64(0), out.Reward, "Apply(%s) = %+v, %v", a, out, err)
 				require.False(t, out.Terminated, "Apply(%s) = %+v, %v", a, out, err)
 			}
-			before := export(t, s)
+			before := envtest.Export(t, s)
 			v, err := s.Verify()
 			require.NoError(t, err, "Verify = %+v, %v; want reward %v", v, err, tt.reward)
 			require.Equal(t, tt.reward, v.Reward, "Verify = %+v, %v; want reward %v", v, err, tt.reward)
 			require.True(t, json.Valid(v.Details), "Verify = %+v, %v; want reward %v", v, err, tt.reward)
-			assert.Equal(t, string(export(t, s)), string(before), "Verify changed state")
+			assert.Equal(t, string(envtest.Export(t, s)), string(before), "Verify changed state")
 		})
 	}
 }
@@ -116,25 +110,25 @@ func TestApplyRefusalsLeaveStateUnchanged(t *testing.T) {
 		s := start(t, `{"a":2,"b":3,"op":"+"}`)
 		_, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":4}`))
 		require.NoError(t, err)
-		before := export(t, s)
+		before := envtest.Export(t, s)
 		_, err = s.Apply(tt.tool, json.RawMessage(tt.args))
 		assert.Equal(t, tt.code, envs.CodeOf(err), "Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
-		assert.Equal(t, string(export(t, s)), string(before), "Apply(%s, %s) changed state", tt.tool, tt.args)
+		assert.Equal(t, string(envtest.Export(t, s)), string(before), "Apply(%s, %s) changed state", tt.tool, tt.args)
 	}
 }
 
 func TestExportRestore(t *testing.T) {
 	s := start(t, `{"a":-3,"b":9,"op":"-"}`)
-	fresh := export(t, s)
+	fresh := envtest.Export(t, s)
 	want := `{"version":1,"task":{"a":-3,"b":9,"op":"-"},"answer":null}`
 	assert.Equal(t, want, string(fresh), "export = %s, want %s", fresh, want)
 	if _, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":-12}`)); err != nil {
 		t.Fatal(err)
 	}
-	saved := export(t, s)
+	saved := envtest.Export(t, s)
 	r, err := arithmetic.New().Restore(saved)
 	require.NoError(t, err)
-	got := export(t, r)
+	got := envtest.Export(t, r)
 	assert.Equal(t, string(saved), string(got), "export∘restore∘export:\n%s\n%s", got, saved)
 	v, err := r.Verify()
 	require.NoError(t, err, "restored verdict = %+v, %v", v, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 )
 
 var _ envs.Environment = blackjack.New()
@@ -48,13 +49,6 @@ func start(t testing.TB, seed int64, rounds int) (envs.Session, envs.Start) {
 	s, st, err := blackjack.New().Start(seed, task(rounds))
 	require.NoError(t, err, "Start(%d, %d rounds)", seed, rounds)
 	return s, st
-}
-
-func export(t testing.TB, s envs.Session) json.RawMessage {
-	t.Helper()
-	b, err := s.Export()
-	require.NoError(t, err, "Export")
-	return b
 }
 
 func TestSpec(t *testing.T) {
@@ -94,7 +88,7 @@ func TestStartObservation(t *testing.T) {
 func TestShoeIsPinned(t *testing.T) {
 	s, _ := start(t, 42, 2)
 	const want = `{"version":1,"seed":42,"rounds":2,"rng":{"algorithm":"splitmix64","state":"78dde6e5fd29f07e","draws":4},"history":[],"current":{"player":[4,5],"dealer":[10,3]}}`
-	got := string(export(t, s))
+	got := string(envtest.Export(t, s))
 	assert.Equal(t, want, got, "export of seed 42 =\n%s\nwant\n%s", got, want)
 }
 
@@ -104,8 +98,8 @@ func TestStartIsDeterministic(t *testing.T) {
 		s1, st1 := start(t, seed, 5)
 		s2, st2 := start(t, seed, 5)
 		require.Equal(t, st2, st1, "seed %d: two starts differ", seed)
-		require.Equal(t, string(export(t, s2)), string(export(t, s1)), "seed %d: two starts differ", seed)
-		distinct[string(export(t, s1))] = true
+		require.Equal(t, string(envtest.Export(t, s2)), string(envtest.Export(t, s1)), "seed %d: two starts differ", seed)
+		distinct[string(envtest.Export(t, s1))] = true
 	}
 	assert.GreaterOrEqual(t, len(distinct), 15, "20 seeds gave only %d distinct deals", len(distinct))
 }
@@ -132,10 +126,10 @@ func TestApplyRefusalsLeaveStateUnchanged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := start(t, 3, 2)
-			before := export(t, s)
+			before := envtest.Export(t, s)
 			_, err := s.Apply(tt.tool, json.RawMessage(tt.args))
 			require.Equal(t, tt.code, envs.CodeOf(err), "Apply(%s, %s) error = %v, want %s", tt.tool, tt.args, err, tt.code)
-			after := export(t, s)
+			after := envtest.Export(t, s)
 			assert.Equal(t, string(after), string(before), "state changed by a refused step:\n%s\n%s", before, after)
 		})
 	}
@@ -280,25 +274,25 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 func TestStepAfterTerminationIsRefused(t *testing.T) {
 	s, st := start(t, 9, 2)
 	play(t, s, func(blackjack.Observation) string { return "stick" }, st.Observation)
-	before := export(t, s)
+	before := envtest.Export(t, s)
 	for _, a := range []string{"hit", "stick", "bogus"} {
 		_, err := s.Apply(envs.StepTool, step(a))
 		assert.Equal(t, envs.CodeEpisodeOver, envs.CodeOf(err), "step %q after termination: %v, want %s", a, err, envs.CodeEpisodeOver)
 	}
-	assert.Equal(t, string(export(t, s)), string(before), "state changed after termination")
+	assert.Equal(t, string(envtest.Export(t, s)), string(before), "state changed after termination")
 	// The finished episode still exports and restores.
 	r, err := blackjack.New().Restore(before)
 	require.NoError(t, err, "restore finished episode")
-	assert.Equal(t, string(export(t, r)), string(before), "finished episode does not round-trip")
+	assert.Equal(t, string(envtest.Export(t, r)), string(before), "finished episode does not round-trip")
 }
 
 func TestVerifyBeforeTheEnd(t *testing.T) {
 	s, _ := start(t, 11, 4)
-	before := export(t, s)
+	before := envtest.Export(t, s)
 	v, err := s.Verify()
 	require.NoError(t, err, "verify before any hand ended: %+v %v", v, err)
 	require.Equal(t, float64(0), v.Reward, "verify before any hand ended: %+v %v", v, err)
-	assert.Equal(t, string(export(t, s)), string(before), "Verify changed state")
+	assert.Equal(t, string(envtest.Export(t, s)), string(before), "Verify changed state")
 }
 
 func TestGenerateTask(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/blackjack"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 )
 
 // midGame returns an exported two-hand episode whose first hand ended with
@@ -26,13 +27,13 @@ func midGame(t *testing.T) json.RawMessage {
 		var st struct {
 			History []struct{ Dealer []int } `json:"history"`
 		}
-		require.NoError(t, json.Unmarshal(export(t, s), &st))
+		require.NoError(t, json.Unmarshal(envtest.Export(t, s), &st))
 		if len(st.History[0].Dealer) < 3 || parseObs(t, out.Observation).PlayerSum > 11 {
 			continue
 		}
 		_, err = s.Apply(envs.StepTool, step("hit"))
 		require.NoError(t, err)
-		return export(t, s)
+		return envtest.Export(t, s)
 	}
 	t.Fatal("no seed below 2000 gives a dealer draw followed by a hand of 11 or less")
 	return nil
@@ -121,7 +122,7 @@ func TestRestoreRefusesBadStates(t *testing.T) {
 			s, err := blackjack.New().Restore(data)
 			if tt.want == "" {
 				require.NoError(t, err, "Restore(valid state)")
-				got := export(t, s)
+				got := envtest.Export(t, s)
 				require.Equal(t, string(base), string(got), "round trip:\n%s\n%s", got, base)
 				return
 			}
@@ -207,10 +208,10 @@ func FuzzRestore(f *testing.F) {
 			require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "refusal with code %q: %v", envs.CodeOf(err), err)
 			return
 		}
-		e1 := export(t, s)
+		e1 := envtest.Export(t, s)
 		s2, err := blackjack.New().Restore(e1)
 		require.NoError(t, err, "own export refused")
-		e2 := export(t, s2)
+		e2 := envtest.Export(t, s2)
 		require.Equal(t, string(e2), string(e1), "export not stable:\n%s\n%s", e1, e2)
 		_, _ = s.Apply(envs.StepTool, step("hit"))
 	})

@@ -9,29 +9,8 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 )
-
-// counterTask is the counter environment's task statement.
-func counterTask(start, target int) string {
-	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
-}
-
-// counterConversation builds system, user task and then, per observation, one
-// assistant increment call followed by the tool message showing obs.
-func counterConversation(task string, observations ...string) []envs.Message {
-	msgs := []envs.Message{
-		{Role: "system", Content: "You operate a counter."},
-		{Role: "user", Content: task},
-	}
-	for i, obs := range observations {
-		id := fmt.Sprintf("call_%d", i)
-		msgs = append(msgs,
-			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
-			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
-		)
-	}
-	return msgs
-}
 
 func counterIncrement(msgs []envs.Message) envs.PolicyResponse {
 	return envs.PolicyResponse{ToolCalls: []envs.ToolCall{{ID: envs.CallID(msgs, 0), Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}}
@@ -48,28 +27,28 @@ func TestCounterRespond(t *testing.T) {
 		want         *envs.PolicyResponse // nil: want the increment call for msgs
 		wantErr      string
 	}{
-		{name: "first turn increments", msgs: counterConversation(counterTask(0, 3))},
-		{name: "below target increments", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2")},
-		{name: "at target is done", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2", "counter=3"), want: &counterDoneResponse},
-		{name: "start at target is done", msgs: counterConversation(counterTask(4, 4)), want: &counterDoneResponse},
-		{name: "past target is done", msgs: counterConversation(counterTask(5, 2)), want: &counterDoneResponse},
-		{name: "only the first line counts", msgs: counterConversation(counterTask(0, 3), "counter=3\ncounter=0"), want: &counterDoneResponse},
-		{name: "error observation retries", msgs: counterConversation(counterTask(0, 3), "counter=1", "error: environment parked")},
-		{name: "error on the first call retries", msgs: counterConversation(counterTask(2, 3), "error: busy")},
-		{name: "error after reaching target stays done", msgs: counterConversation(counterTask(0, 1), "counter=1", "error: x"), want: &counterDoneResponse},
-		{name: "offered tools include increment", msgs: counterConversation(counterTask(0, 3)), tools: []string{"reset", "increment"}},
-		{name: "always missing stops one short", msgs: counterConversation(counterTask(0, 3), "counter=1", "counter=2"), imperfection: 1, want: &counterDoneResponse},
-		{name: "always missing still increments below", msgs: counterConversation(counterTask(0, 3), "counter=1"), imperfection: 1},
-		{name: "miss with target 0 overshoots", msgs: counterConversation(counterTask(0, 0)), imperfection: 1},
-		{name: "miss with target 0 stops at 1", msgs: counterConversation(counterTask(0, 0), "counter=1"), imperfection: 1, want: &counterDoneResponse},
-		{name: "miss with start at target overshoots", msgs: counterConversation(counterTask(7, 7)), imperfection: 1},
+		{name: "first turn increments", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3))},
+		{name: "below target increments", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=1", "counter=2")},
+		{name: "at target is done", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=1", "counter=2", "counter=3"), want: &counterDoneResponse},
+		{name: "start at target is done", msgs: envtest.CounterConversation(envtest.CounterTask(4, 4)), want: &counterDoneResponse},
+		{name: "past target is done", msgs: envtest.CounterConversation(envtest.CounterTask(5, 2)), want: &counterDoneResponse},
+		{name: "only the first line counts", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=3\ncounter=0"), want: &counterDoneResponse},
+		{name: "error observation retries", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=1", "error: environment parked")},
+		{name: "error on the first call retries", msgs: envtest.CounterConversation(envtest.CounterTask(2, 3), "error: busy")},
+		{name: "error after reaching target stays done", msgs: envtest.CounterConversation(envtest.CounterTask(0, 1), "counter=1", "error: x"), want: &counterDoneResponse},
+		{name: "offered tools include increment", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3)), tools: []string{"reset", "increment"}},
+		{name: "always missing stops one short", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=1", "counter=2"), imperfection: 1, want: &counterDoneResponse},
+		{name: "always missing still increments below", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=1"), imperfection: 1},
+		{name: "miss with target 0 overshoots", msgs: envtest.CounterConversation(envtest.CounterTask(0, 0)), imperfection: 1},
+		{name: "miss with target 0 stops at 1", msgs: envtest.CounterConversation(envtest.CounterTask(0, 0), "counter=1"), imperfection: 1, want: &counterDoneResponse},
+		{name: "miss with start at target overshoots", msgs: envtest.CounterConversation(envtest.CounterTask(7, 7)), imperfection: 1},
 		{name: "no messages", msgs: nil, wantErr: "no user message"},
 		{name: "no TASK line", msgs: []envs.Message{{Role: "user", Content: "Increase the counter."}}, wantErr: "no TASK line"},
-		{name: "TASK only in a later user message", msgs: []envs.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: counterTask(0, 1)}}, wantErr: "no TASK line"},
+		{name: "TASK only in a later user message", msgs: []envs.Message{{Role: "user", Content: "hi"}, {Role: "user", Content: envtest.CounterTask(0, 1)}}, wantErr: "no TASK line"},
 		{name: "malformed TASK", msgs: []envs.Message{{Role: "user", Content: "TASK {start:1}"}}, wantErr: "malformed TASK line"},
 		{name: "TASK without target", msgs: []envs.Message{{Role: "user", Content: `TASK {"start":1}`}}, wantErr: "lacks start or target"},
-		{name: "malformed counter line", msgs: counterConversation(counterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
-		{name: "increment not offered", msgs: counterConversation(counterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
+		{name: "malformed counter line", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3), "counter=two"), wantErr: "malformed counter line"},
+		{name: "increment not offered", msgs: envtest.CounterConversation(envtest.CounterTask(0, 3)), tools: []string{"reset"}, wantErr: `tool "increment" is not among`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +75,7 @@ func TestCounterRespond(t *testing.T) {
 // returns the final counter value.
 func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection float64) int {
 	t.Helper()
-	msgs := counterConversation(counterTask(start, target))
+	msgs := envtest.CounterConversation(envtest.CounterTask(start, target))
 	value := start
 	for turn := 0; turn < 100; turn++ {
 		resp, err := counter.Policy{}.Respond(envs.PolicyRequest{Messages: msgs, Seed: seed, Imperfection: imperfection})

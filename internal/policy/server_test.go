@@ -23,6 +23,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/policy"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 )
 
 // echoPolicy is a second policy, so listings hold more than one model.
@@ -78,7 +79,7 @@ func counterParams(start, target int, seed int64) openai.ChatCompletionNewParams
 		Model: counterModel,
 		Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.SystemMessage("You operate a counter."),
-			openai.UserMessage(counterTask(start, target)),
+			openai.UserMessage(envtest.CounterTask(start, target)),
 		},
 		Tools: []openai.ChatCompletionToolUnionParam{incrementTool()},
 		Seed:  openai.Int(seed),
@@ -117,7 +118,7 @@ func TestServerCounterEpisode(t *testing.T) {
 	_, client := startPolicyServer(t, policy.ServerConfig{})
 	ctx := context.Background()
 	params := counterParams(0, 3, 11)
-	mirror := counterConversation(counterTask(0, 3)) // what the policy should see
+	mirror := envtest.CounterConversation(envtest.CounterTask(0, 3)) // what the policy should see
 	observations := []string{"counter=1", "error: environment parked, retry", "counter=2", "counter=3"}
 	for turn := 0; ; turn++ {
 		resp, err := client.Chat.Completions.New(ctx, params)
@@ -208,7 +209,7 @@ type errorEnvelope struct {
 
 func TestServerRejects(t *testing.T) {
 	url, _ := startPolicyServer(t, policy.ServerConfig{})
-	task, _ := json.Marshal(counterTask(0, 2))
+	task, _ := json.Marshal(envtest.CounterTask(0, 2))
 	user := `{"role":"user","content":` + string(task) + `}`
 	tests := []struct {
 		name       string
@@ -435,27 +436,4 @@ func TestServerConfigValidate(t *testing.T) {
 			}
 		})
 	}
-}
-
-// counterTask is the counter environment's task statement (as in the
-// counter policy's own tests).
-func counterTask(start, target int) string {
-	return fmt.Sprintf("Increase the counter from %d to %d.\nTASK {\"start\":%d,\"target\":%d}", start, target, start, target)
-}
-
-// counterConversation builds system, user task and then, per observation, one
-// assistant increment call followed by the tool message showing obs.
-func counterConversation(task string, observations ...string) []envs.Message {
-	msgs := []envs.Message{
-		{Role: "system", Content: "You operate a counter."},
-		{Role: "user", Content: task},
-	}
-	for i, obs := range observations {
-		id := fmt.Sprintf("call_%d", i)
-		msgs = append(msgs,
-			envs.Message{Role: "assistant", ToolCalls: []envs.ToolCall{{ID: id, Name: counter.ToolIncrement, Arguments: `{"amount":1}`}}},
-			envs.Message{Role: "tool", ToolCallID: id, Content: obs},
-		)
-	}
-	return msgs
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -86,17 +87,17 @@ func TestDataPlaneNeverMovesTheFence(t *testing.T) {
 		call func() error
 	}{
 		{"start-over of a live rollout (the data-plane fence attack)", func() error {
-			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("live", 9, "live/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("live", 9, "live/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
 			return err
 		}},
 		{"operate from a higher attempt", func() error { _, err := f.c.Operate(ctx, inc("live", 1, "live/t1/c0", 1, 1)); return err }},
 		{"replay from a higher attempt", func() error { _, err := f.c.Operate(ctx, inc("live", 1, "live/t0/c0", 0, 2)); return err }},
 		{"verify from a higher attempt", func() error {
-			_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("live", 2, "live/verify"), ExpectedRevision: 1})
+			_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("live", 2, "live/verify"), ExpectedRevision: 1})
 			return err
 		}},
 		{"start of an unseen rollout at attempt 3", func() error {
-			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("ghost", 3, "ghost/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("ghost", 3, "ghost/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
 			return err
 		}},
 		{"operate of an unseen rollout at attempt 1", func() error { _, err := f.c.Operate(ctx, inc("ghost", 1, "ghost/t0/c0", 0, 1)); return err }},

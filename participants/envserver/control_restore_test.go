@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -60,11 +61,11 @@ func committedCheckpoint(t *testing.T) source {
 	src.lastA = f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
 	f.startEnv(t, counter.Name, "done", 0)
 	f.operate(t, inc("done", 0, "done/t0/c0", 0, 1))
-	v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
+	v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
 	require.NoError(t, err)
 	src.verdict = v
 	f.startEnv(t, "restart", "r", 0)
-	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 
 	prep := f.prepare(t, src.id)
 	want := []protocol.SessionSummary{
@@ -151,7 +152,7 @@ func TestCommitRestoreCycle(t *testing.T) {
 	// Attempt 0 is fenced out, for every rollout of the checkpoint.
 	_, err = b.c.Operate(ctx, inc("a", 0, "a/t2/c0", 2, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	// Attempt 1 re-sending a mutation applied before the cut gets the stored
 	// response, not a second application.
@@ -167,14 +168,14 @@ func TestCommitRestoreCycle(t *testing.T) {
 	require.False(t, next.Replayed, "new mutation after restore = %+v", next)
 	require.Equal(t, int64(3), next.Revision, "new mutation after restore = %+v", next)
 	// The restart-only rollout has no session: attempt 1 starts over.
-	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	_, err = b.c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("r", 1, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	b.startEnv(t, "restart", "r", 1)
 	info := b.info(t, "r")
 	require.Equal(t, 1, info.Attempt, "restarted rollout = %+v", info)
 	require.Equal(t, int64(0), info.Revision, "restarted rollout = %+v", info)
 	// The verified rollout's verdict survives.
-	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
+	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
 	require.NoError(t, err, "verdict after restore = %+v, %v", v, err)
 	require.True(t, v.Replayed, "verdict after restore = %+v, %v", v, err)
 	require.Equal(t, src.verdict.Verdict.Reward, v.Verdict.Reward, "verdict after restore = %+v, %v", v, err)
@@ -529,11 +530,11 @@ func liveCut(t *testing.T, f *ctlFixture) (string, protocol.OperateResponse) {
 	f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
 	lastA := f.operate(t, inc("a", 0, "a/t1/c0", 1, 2))
 	f.startEnv(t, "restart", "r", 0)
-	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t0/c0"), Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	f.startEnv(t, counter.Name, "other", 0)
 	f.operate(t, inc("other", 0, "other/t0/c0", 0, 1))
 	f.startEnv(t, counter.Name, "v", 0)
-	_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id("v", 0, protocol.VerifyRequestID("v"))})
+	_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("v", 0, protocol.VerifyRequestID("v"))})
 	require.NoError(t, err, "verify v")
 	f.prepare(t, "k")
 	dir := filepath.Join(t.TempDir(), "k")
@@ -557,7 +558,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	// Progress after the cut: a and other move on, r too, and "late"
 	// starts.
 	f.operate(t, inc("a", 0, "a/t2/c0", 2, 1))
-	f.operate(t, protocol.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	f.operate(t, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	f.operate(t, inc("other", 0, "other/t1/c0", 1, 1))
 	f.startEnv(t, counter.Name, "late", 0)
 	f.operate(t, inc("late", 0, "late/t0/c0", 0, 1))
@@ -612,7 +613,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 		t.Fatalf("a's first mutation after the cut = %+v", got)
 	}
 	// r starts over: no session, attempt 0 refused.
-	_, err = f.c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
+	_, err = f.c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Session(ctx, "r")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -23,7 +24,7 @@ func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
 	ctx := context.Background()
 	a := newCtlFixture(t, withArithmetic)
 	if _, err := a.c.Start(ctx, protocol.StartRequest{
-		Identity: id("s", 0, protocol.SeedRequestID("s")), Env: arithmetic.Name, Seed: 1,
+		Identity: envtest.ID("s", 0, protocol.SeedRequestID("s")), Env: arithmetic.Name, Seed: 1,
 		Task: json.RawMessage(`{"a":2,"b":3,"op":"+"}`),
 	}); err != nil {
 		t.Fatalf("start: %v", err)
@@ -41,8 +42,8 @@ func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
 	require.True(t, res.Restored[0].Mode == "stateless", "restore = %+v, want the stateless session restored, not restarted", res)
 	require.Empty(t, res.Restarted, "restore = %+v, want the stateless session restored, not restarted", res)
 	b.resume(t, "ck")
-	b.operate(t, protocol.OperateRequest{Identity: id("s", 1, "s/t0/c0"), Tool: arithmetic.AnswerTool, Arguments: json.RawMessage(`{"value":5}`)})
-	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: id("s", 1, protocol.VerifyRequestID("s")), ExpectedRevision: 1})
+	b.operate(t, protocol.OperateRequest{Identity: envtest.ID("s", 1, "s/t0/c0"), Tool: arithmetic.AnswerTool, Arguments: json.RawMessage(`{"value":5}`)})
+	v, err := b.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("s", 1, protocol.VerifyRequestID("s")), ExpectedRevision: 1})
 	require.NoError(t, err, "verify after restore = %+v, %v; want reward 1", v, err)
 	require.Equal(t, float64(1), v.Verdict.Reward, "verify after restore = %+v, %v; want reward 1", v, err)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -145,7 +146,7 @@ func (f *ctlFixture) startEnv(t *testing.T, env, rollout string, attempt int) {
 	t.Helper()
 	f.authorise(t, rollout, attempt)
 	_, err := f.c.Start(context.Background(), protocol.StartRequest{
-		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
+		Identity: envtest.ID(rollout, attempt, protocol.SeedRequestID(rollout)), Env: env, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
 	require.NoError(t, err, "start %s/%s attempt %d", env, rollout, attempt)
 }
@@ -184,7 +185,7 @@ func (f *ctlFixture) blockOp(t *testing.T, rollout string, attempt int, req stri
 	done := make(chan error, 1)
 	go func() {
 		_, err := f.c.Operate(context.Background(), protocol.OperateRequest{
-			Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: "block", Arguments: json.RawMessage(`{}`),
+			Identity: envtest.ID(rollout, attempt, req), ExpectedRevision: rev, Tool: "block", Arguments: json.RawMessage(`{}`),
 		})
 		done <- err
 	}()
@@ -550,7 +551,7 @@ func TestPhaseFence(t *testing.T) {
 			require.Equal(t, tc.wantPhase, st.Phase, "status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
 			require.Equal(t, tc.wantOpen, st.Admission == protocol.AdmissionOpen, "status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
 			// Admission as reported is admission as enforced.
-			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: id("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
+			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
 			require.False(t, tc.wantOpen && err != nil, "start with admission open: %v", err)
 			if !tc.wantOpen {
 				wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)

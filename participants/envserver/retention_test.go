@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -23,7 +24,7 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 		c.Now = clock.Now
 	})
 	verify := func(rollout string) (protocol.VerifyResponse, error) {
-		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id(rollout, 0, rollout+"/verify")})
+		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID(rollout, 0, rollout+"/verify")})
 	}
 	replays := func(rollout string) {
 		t.Helper()
@@ -53,7 +54,7 @@ func TestRetiredSessionsExpireAfterGrace(t *testing.T) {
 	dropped("a")
 
 	applied := f.srv.Stats().Applied
-	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("b", 0, protocol.SeedRequestID("b")), Env: "counter", Task: []byte(`{"target":0}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("b", 0, protocol.SeedRequestID("b")), Env: "counter", Task: []byte(`{"target":0}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	got := f.srv.Stats().Applied
 	require.Equal(t, applied, got, "a refused retry applied something: applied %d → %d", applied, got)
@@ -73,7 +74,7 @@ func TestRetiredSessionsWithoutGrace(t *testing.T) {
 		c.Now = clock.Now
 	})
 	f.start(t, "a", 0, `{"target":0}`)
-	req := protocol.VerifyRequest{Identity: id("a", 0, "a/verify")}
+	req := protocol.VerifyRequest{Identity: envtest.ID("a", 0, "a/verify")}
 	_, err := f.c.Verify(context.Background(), req)
 	require.NoError(t, err)
 	clock.Advance(1000 * time.Hour)

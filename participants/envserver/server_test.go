@@ -21,6 +21,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -112,17 +113,13 @@ func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }
 
-func id(rollout string, attempt int, req string) protocol.Identity {
-	return protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req}
-}
-
 // start starts attempt of rollout, authorising the attempt through the
 // control plane first when it is above 0 (a start-over).
 func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) protocol.StartResponse {
 	t.Helper()
 	f.authorise(t, rollout, attempt)
 	resp, err := f.c.Start(context.Background(), protocol.StartRequest{
-		Identity: id(rollout, attempt, protocol.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
+		Identity: envtest.ID(rollout, attempt, protocol.SeedRequestID(rollout)), Env: counter.Name, Seed: 1, Task: json.RawMessage(task),
 	})
 	require.NoError(t, err, "start %s attempt %d", rollout, attempt)
 	return resp
@@ -130,7 +127,7 @@ func (f *fixture) start(t *testing.T, rollout string, attempt int, task string) 
 
 func inc(rollout string, attempt int, req string, rev int64, amount int) protocol.OperateRequest {
 	return protocol.OperateRequest{
-		Identity: id(rollout, attempt, req), ExpectedRevision: rev, Tool: counter.ToolIncrement,
+		Identity: envtest.ID(rollout, attempt, req), ExpectedRevision: rev, Tool: counter.ToolIncrement,
 		Arguments: json.RawMessage(`{"amount":` + strconv.Itoa(amount) + `}`),
 	}
 }
@@ -224,7 +221,7 @@ func TestEpisode(t *testing.T) {
 	r = f.operate(t, inc("r1", 0, "r1/t1/c0", 1, 1))
 	require.Equal(t, int64(2), r.Revision, "operate = %+v", r)
 	require.Equal(t, "counter=5", r.Outcome.Observation, "operate = %+v", r)
-	v, err := f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 2})
+	v, err := f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("r1", 0, "r1/verify"), ExpectedRevision: 2})
 	require.NoError(t, err, "verify = %+v, %v", v, err)
 	require.Equal(t, float64(1), v.Verdict.Reward, "verify = %+v, %v", v, err)
 	require.Equal(t, int64(2), v.Revision, "verify = %+v, %v", v, err)
@@ -297,7 +294,7 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	// The start replays too (from the session's attempt: a start from a
 	// higher attempt is a start-over, see TestStartOverAndSameAttemptConflict).
 	sr, err := f.c.Start(context.Background(), protocol.StartRequest{
-		Identity: id("r1", 0, "r1/seed"), Env: counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
+		Identity: envtest.ID("r1", 0, "r1/seed"), Env: counter.Name, Seed: 1, Task: json.RawMessage(`{"target":9}`),
 	})
 	require.NoError(t, err, "start replay = %+v, %v", sr, err)
 	require.True(t, sr.Replayed, "start replay = %+v, %v", sr, err)
@@ -340,7 +337,7 @@ func TestRevisionMismatch(t *testing.T) {
 	f.operate(t, inc("r1", 0, "a", 0, 1))
 	_, err := f.c.Operate(context.Background(), inc("r1", 0, "b", 5, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRevisionMismatch, "expected revision 5", "revision 1")
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "v"), ExpectedRevision: 0})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("r1", 0, "v"), ExpectedRevision: 0})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRevisionMismatch)
 	// Not stored: the same request id with the right revision now applies.
 	r := f.operate(t, inc("r1", 0, "b", 1, 1))
@@ -365,9 +362,9 @@ func TestFencing(t *testing.T) {
 	// Even a replay from the stale attempt is refused.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "r1/verify"), ExpectedRevision: 1})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("r1", 0, "r1/verify"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 0, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	after := f.stats(t)
 	require.Equal(t, before.Applied, after.Applied, "stats %+v -> %+v", before, after)
@@ -385,11 +382,11 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	f.start(t, "r1", 0, `{"target":9}`)
 	f.operate(t, inc("r1", 0, "r1/t0/c0", 0, 4))
 
-	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "another-seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 0, "another-seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
 
 	// Attempt 2 is not installed: the data plane cannot start it.
-	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 2, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 2, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeAttemptNotInstalled)
 	if info := f.info(t, "r1"); info.Attempt != 0 || info.Revision != 1 {
 		t.Fatalf("a refused start-over changed the session: %+v", info)
@@ -419,7 +416,7 @@ func TestStartOverClosesOldSession(t *testing.T) {
 	f := newFixture(t)
 	start := func(attempt int) {
 		f.authorise(t, "p", attempt)
-		_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
+		_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("p", attempt, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
 		require.NoError(t, err)
 	}
 	start(0)
@@ -430,10 +427,10 @@ func TestStartOverClosesOldSession(t *testing.T) {
 
 func TestVerifyIsTerminal(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", 0, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("p", 0, "p/seed"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
 	require.NoError(t, err)
-	f.operate(t, protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
-	vreq := protocol.VerifyRequest{Identity: id("p", 0, "p/verify"), ExpectedRevision: 1}
+	f.operate(t, protocol.OperateRequest{Identity: envtest.ID("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	vreq := protocol.VerifyRequest{Identity: envtest.ID("p", 0, "p/verify"), ExpectedRevision: 1}
 	v, err := f.c.Verify(context.Background(), vreq)
 	require.NoError(t, err, "verify = %+v, %v", v, err)
 	require.Equal(t, float64(1), v.Verdict.Reward, "verify = %+v, %v", v, err)
@@ -446,7 +443,7 @@ func TestVerifyIsTerminal(t *testing.T) {
 	require.Equal(t, int64(1), info.Revision, "info = %+v", info)
 	st := f.stats(t)
 	require.Equal(t, 0, st.Sessions, "live sessions = %d after verify", st.Sessions)
-	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: envtest.ID("p", 0, "p/t1/c0"), ExpectedRevision: 1, Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// Replays still work after retirement.
 	for range 2 {
@@ -456,15 +453,15 @@ func TestVerifyIsTerminal(t *testing.T) {
 		require.Equal(t, float64(1), again.Verdict.Reward, "verify replay = %+v, %v", again, err)
 		require.Equal(t, string(v.Verdict.Details), string(again.Verdict.Details), "verify replay = %+v, %v", again, err)
 	}
-	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
+	op, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: envtest.ID("p", 0, "p/t0/c0"), Tool: "increment", Arguments: json.RawMessage(`{"amount":1}`)})
 	require.NoError(t, err, "operate replay after retirement = %+v, %v", op, err)
 	require.True(t, op.Replayed, "operate replay after retirement = %+v, %v", op, err)
 	// A different verify request on a retired session is refused.
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 0, "p/verify2"), ExpectedRevision: 1})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("p", 0, "p/verify2"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	// The fence outlives the session.
 	f.authorise(t, "p", 3)
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("p", 2, "p/verify"), ExpectedRevision: 1})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("p", 2, "p/verify"), ExpectedRevision: 1})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	n := f.probe.closed.Load()
 	require.Equal(t, int64(1), n, "closed %d times, want 1", n)
@@ -472,11 +469,11 @@ func TestVerifyIsTerminal(t *testing.T) {
 
 func TestUnknowns(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "s"), Env: "nope", Task: json.RawMessage(`{}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 0, "s"), Env: "nope", Task: json.RawMessage(`{}`)})
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownEnv, "nope")
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "a", 0, 1))
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession, "r1")
-	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id("r1", 0, "v")})
+	_, err = f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID("r1", 0, "v")})
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	_, err = f.c.Session(context.Background(), "r1")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
@@ -487,7 +484,7 @@ func TestUnknowns(t *testing.T) {
 
 func TestEnvironmentRefusals(t *testing.T) {
 	f := newFixture(t)
-	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("r1", 0, "s"), Env: "counter", Task: json.RawMessage(`{"target":-1}`)})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 0, "s"), Env: "counter", Task: json.RawMessage(`{"target":-1}`)})
 	wantRemote(t, err, http.StatusUnprocessableEntity, envs.CodeBadTask, "target")
 	_, err = f.c.Session(context.Background(), "r1")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
@@ -514,10 +511,10 @@ func TestEnvironmentRefusals(t *testing.T) {
 
 func TestInternalEnvironmentFailure(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: id("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)}); err != nil {
+	if _, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: id("p", 0, "x"), Tool: "explode"})
+	_, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: envtest.ID("p", 0, "x"), Tool: "explode"})
 	wantRemote(t, err, http.StatusInternalServerError, protocol.CodeInternal, "boom")
 	info := f.info(t, "p")
 	require.Equal(t, int64(0), info.Revision, "a failed operation changed the revision: %+v", info)
@@ -550,7 +547,7 @@ func TestErrorsAreJSON(t *testing.T) {
 func TestRetiredSessionsAreBounded(t *testing.T) {
 	f := newFixture(t, func(c *envserver.ServerConfig) { c.RetiredSessions = 2 })
 	verify := func(rollout string, attempt int) (protocol.VerifyResponse, error) {
-		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: id(rollout, attempt, rollout+"/verify")})
+		return f.c.Verify(context.Background(), protocol.VerifyRequest{Identity: envtest.ID(rollout, attempt, rollout+"/verify")})
 	}
 	for _, r := range []string{"a", "b", "c"} {
 		f.start(t, r, 0, `{"target":0}`)
@@ -560,7 +557,7 @@ func TestRetiredSessionsAreBounded(t *testing.T) {
 	// "a" was evicted: its verdict cannot be replayed, but it fails closed.
 	_, err := verify("a", 0)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired, "dropped")
-	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: id("a", 0, "a/seed"), Env: "counter", Task: json.RawMessage(`{"target":0}`)})
+	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("a", 0, "a/seed"), Env: "counter", Task: json.RawMessage(`{"target":0}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeSessionRetired)
 	info := f.info(t, "a")
 	require.True(t, info.Retired, "evicted info = %+v", info)
@@ -628,7 +625,7 @@ func TestConcurrentRollouts(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				ctx := context.Background()
-				if _, err := f.c.Start(ctx, protocol.StartRequest{Identity: id(rid, 0, protocol.SeedRequestID(rid)), Env: "counter", Task: json.RawMessage(`{"target":6}`)}); err != nil {
+				if _, err := f.c.Start(ctx, protocol.StartRequest{Identity: envtest.ID(rid, 0, protocol.SeedRequestID(rid)), Env: "counter", Task: json.RawMessage(`{"target":6}`)}); err != nil {
 					errs <- err
 					return
 				}
@@ -643,7 +640,7 @@ func TestConcurrentRollouts(t *testing.T) {
 						return
 					}
 				}
-				v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: id(rid, 0, protocol.VerifyRequestID(rid)), ExpectedRevision: steps})
+				v, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID(rid, 0, protocol.VerifyRequestID(rid)), ExpectedRevision: steps})
 				if err != nil || v.Verdict.Reward != 1 {
 					errs <- errors.New(rid + ": verify failed")
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/participants/remote"
@@ -138,12 +139,8 @@ func (f *fixture) server(t *testing.T, kind string) (*protocol.Client, *protocol
 	return protocol.NewDataClient(hs.URL, dataToken, nil), protocol.NewControlClient(hs.URL, token, nil)
 }
 
-func id(rollout string, attempt int, req string) protocol.Identity {
-	return protocol.Identity{RolloutID: rollout, Attempt: attempt, RequestID: req}
-}
-
 func add(ctx context.Context, c *protocol.Client, rollout string, attempt int, rev int64, amount int) (protocol.OperateResponse, error) {
-	return c.Operate(ctx, protocol.OperateRequest{Identity: id(rollout, attempt, fmt.Sprintf("%s/t%d/c0", rollout, rev)),
+	return c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID(rollout, attempt, fmt.Sprintf("%s/t%d/c0", rollout, rev)),
 		ExpectedRevision: rev, Tool: "add", Arguments: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, amount))})
 }
 
@@ -162,7 +159,7 @@ func TestNeMoGymThroughTheProtocol(t *testing.T) {
 	f := newFixture(t, false)
 	c, _ := f.server(t, remote.KindNeMoGym)
 	task := json.RawMessage(`{"start":1,"target":4,"responses_create_params":{"input":[{"role":"user","content":"Reach 4."}]}}`)
-	st, err := c.Start(ctx, protocol.StartRequest{Identity: id("r", 0, "r/seed"), Env: "gym-counter", Task: task})
+	st, err := c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("r", 0, "r/seed"), Env: "gym-counter", Task: task})
 	require.NoError(t, err)
 	require.Equal(t, envs.ModeRestartOnly, st.Spec.Mode, "a remote that declares nothing is restart-only")
 	require.Equal(t, "Reach 4.", st.Start.Observation)
@@ -176,9 +173,9 @@ func TestNeMoGymThroughTheProtocol(t *testing.T) {
 	require.Equal(t, first.Outcome, again.Outcome)
 	require.Equal(t, 1, f.remote.count("/add"), "a replay is never forwarded")
 
-	_, err = c.Operate(ctx, protocol.OperateRequest{Identity: id("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: "add", Arguments: json.RawMessage(`{"amount":0}`)})
+	_, err = c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t1/c0"), ExpectedRevision: 1, Tool: "add", Arguments: json.RawMessage(`{"amount":0}`)})
 	requireCode(t, err, "bad_amount")
-	v, err := c.Verify(ctx, protocol.VerifyRequest{Identity: id("r", 0, "r/verify"), ExpectedRevision: 1})
+	v, err := c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("r", 0, "r/verify"), ExpectedRevision: 1})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, v.Verdict.Reward)
 	require.Len(t, f.remote.verified, 1)
@@ -203,7 +200,7 @@ func TestUncertainCallPoisonsTheSession(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, false)
 	c, _ := f.server(t, remote.KindNeMoGym)
-	_, err := c.Start(ctx, protocol.StartRequest{Identity: id("u", 0, "u/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":0}`)})
+	_, err := c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("u", 0, "u/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":0}`)})
 	require.NoError(t, err)
 	_, err = add(ctx, c, "u", 0, 0, 99)
 	requireCode(t, err, remote.CodeRemoteUncertain)
@@ -239,7 +236,7 @@ func TestRestartOnlyRemoteStartsOver(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, false)
 	c, cc := f.server(t, remote.KindNeMoGym)
-	start := protocol.StartRequest{Identity: id("s", 0, "s/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":5}`)}
+	start := protocol.StartRequest{Identity: envtest.ID("s", 0, "s/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":5}`)}
 	_, err := c.Start(ctx, start)
 	require.NoError(t, err)
 	_, err = add(ctx, c, "s", 0, 0, 2)
@@ -266,7 +263,7 @@ func TestDeclaredExportRestoreContinues(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, true)
 	c, cc := f.server(t, remote.KindNeMoGym)
-	st, err := c.Start(ctx, protocol.StartRequest{Identity: id("e", 0, "e/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":1,"target":5}`)})
+	st, err := c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("e", 0, "e/seed"), Env: "gym-counter", Task: json.RawMessage(`{"start":1,"target":5}`)})
 	require.NoError(t, err)
 	require.Equal(t, envs.ModeExportRestore, st.Spec.Mode)
 	_, err = add(ctx, c, "e", 0, 0, 2)
@@ -280,7 +277,7 @@ func TestDeclaredExportRestoreContinues(t *testing.T) {
 	out, err := add(ctx, c2, "e", 1, 1, 2)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"value":5}`, out.Outcome.Observation, "the remote state continues from the cut")
-	v, err := c2.Verify(ctx, protocol.VerifyRequest{Identity: id("e", 1, "e/verify"), ExpectedRevision: 2})
+	v, err := c2.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("e", 1, "e/verify"), ExpectedRevision: 2})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, v.Verdict.Reward)
 }
@@ -337,12 +334,12 @@ func TestGymnasiumThroughTheProtocol(t *testing.T) {
 	url, s := gymStandIn(t)
 	f := &fixture{rurl: url}
 	c, _ := f.server(t, remote.KindGymnasium)
-	st, err := c.Start(ctx, protocol.StartRequest{Identity: id("g", 0, "g/seed"), Env: "gym-counter", Seed: 1, Task: json.RawMessage(`{"goal":1}`)})
+	st, err := c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("g", 0, "g/seed"), Env: "gym-counter", Seed: 1, Task: json.RawMessage(`{"goal":1}`)})
 	require.NoError(t, err)
 	require.Equal(t, envs.StyleGym, st.Spec.Style)
 	require.Equal(t, "pos=0 goal=2", st.Start.Observation)
 	step := func(rev int64, action string) (protocol.OperateResponse, error) {
-		return c.Operate(ctx, protocol.OperateRequest{Identity: id("g", 0, fmt.Sprintf("g/t%d/c0", rev)), ExpectedRevision: rev,
+		return c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("g", 0, fmt.Sprintf("g/t%d/c0", rev)), ExpectedRevision: rev,
 			Tool: envs.StepTool, Arguments: json.RawMessage(fmt.Sprintf(`{"action":%q}`, action))})
 	}
 	_, err = step(0, "left")
@@ -353,7 +350,7 @@ func TestGymnasiumThroughTheProtocol(t *testing.T) {
 	two, err := step(1, "right")
 	require.NoError(t, err)
 	require.Equal(t, envs.Outcome{Observation: "pos=2", Reward: 1, Terminated: true}, two.Outcome)
-	v, err := c.Verify(ctx, protocol.VerifyRequest{Identity: id("g", 0, "g/verify"), ExpectedRevision: 2})
+	v, err := c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("g", 0, "g/verify"), ExpectedRevision: 2})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, v.Verdict.Reward)
 	require.Equal(t, 1, s.count("/close"))
