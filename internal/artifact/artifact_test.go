@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/artifactedit"
 )
 
 const testID = "ckpt-0001"
@@ -276,7 +276,7 @@ func TestRetry(t *testing.T) {
 func TestRetryOverCorruptCheckpointRefused(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite(t, dir, sampleSections(), smallOpts)
-	flipByte(t, filepath.Join(dir, "agents-00001.tar"), 600)
+	artifactedit.FlipByte(t, filepath.Join(dir, "agents-00001.tar"), 600)
 	before := statAll(t, dir)
 	_, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), smallOpts)
 	require.ErrorIs(t, err, artifact.ErrInvalid, "Write over a corrupt checkpoint = %v, want ErrInvalid naming agents-00001.tar", err)
@@ -381,14 +381,6 @@ func TestWriteRefusesBadInput(t *testing.T) {
 
 // --- helpers that damage a valid checkpoint -------------------------------
 
-func flipByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	b[off] ^= 0x55
-	require.NoError(t, os.WriteFile(path, b, 0o644))
-}
-
 func truncate(t *testing.T, path string, by int64) {
 	t.Helper()
 	fi, err := os.Stat(path)
@@ -401,91 +393,17 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-func readManifest(t *testing.T, dir string) artifact.Manifest {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, artifact.ManifestName))
-	require.NoError(t, err)
-	var m artifact.Manifest
-	require.NoError(t, json.Unmarshal(b, &m))
-	return m
-}
-
-func writeManifest(t *testing.T, dir string, m artifact.Manifest) {
-	t.Helper()
-	b, err := artifact.SealManifest(&m)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, artifact.ManifestName), b, 0o644))
-}
-
-// reseal makes the manifest agree with the files' current sizes and digests,
-// so that Open gets past those checks to the damage a test is about.
-func reseal(t *testing.T, dir string) {
-	t.Helper()
-	m := readManifest(t, dir)
-	refresh := func(name string, size *int64, sum *string) {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return
-		}
-		*size, *sum = int64(len(b)), sha(b)
-	}
-	for i := range m.Sections {
-		sm := &m.Sections[i]
-		refresh(sm.Index.Name, &sm.Index.Size, &sm.Index.SHA256)
-		for j := range sm.Shards {
-			refresh(sm.Shards[j].Name, &sm.Shards[j].Size, &sm.Shards[j].SHA256)
-		}
-	}
-	writeManifest(t, dir, m)
-}
-
-type member struct {
-	hdr  *tar.Header
-	data []byte
-}
-
-// rewriteShard rebuilds a shard from edited members and reseals.
-func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member) {
-	t.Helper()
-	path := filepath.Join(dir, shard)
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	var ms []member
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		data, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		ms = append(ms, member{hdr: hdr, data: data})
-	}
-	f.Close()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range edit(ms) {
-		require.NoError(t, tw.WriteHeader(m.hdr))
-		_, err = tw.Write(m.data)
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
-	reseal(t, dir)
-}
-
 // setMember replaces member i by a header edited by fn, with no data unless
 // the type is regular.
-func setMember(i int, fn func(h *tar.Header)) func([]member) []member {
-	return func(ms []member) []member {
-		h := *ms[i].hdr
+func setMember(i int, fn func(h *tar.Header)) func([]artifactedit.Member) []artifactedit.Member {
+	return func(ms []artifactedit.Member) []artifactedit.Member {
+		h := *ms[i].Hdr
 		fn(&h)
-		data := ms[i].data
+		data := ms[i].Data
 		if h.Typeflag != tar.TypeReg {
 			h.Size, data = 0, nil
 		}
-		ms[i] = member{hdr: &h, data: data}
+		ms[i] = artifactedit.Member{Hdr: &h, Data: data}
 		return ms
 	}
 }
@@ -511,14 +429,14 @@ func rewriteIndex(t *testing.T, dir, section string, edit func([]artifact.IndexE
 		out = append(out, line...)
 	}
 	require.NoError(t, os.WriteFile(path, out, 0o644))
-	reseal(t, dir)
+	artifactedit.Reseal(t, dir)
 }
 
 func editManifest(fn func(m *artifact.Manifest)) func(t *testing.T, dir string) {
 	return func(t *testing.T, dir string) {
-		m := readManifest(t, dir)
+		m := artifactedit.ReadManifest(t, dir)
 		fn(&m)
-		writeManifest(t, dir, m)
+		artifactedit.WriteManifest(t, dir, m)
 	}
 }
 
@@ -532,14 +450,14 @@ func TestOpenRefuses(t *testing.T) {
 	}{
 		{
 			name:   "corrupt member byte",
-			damage: func(t *testing.T, dir string) { flipByte(t, filepath.Join(dir, shard), 512+10) },
+			damage: func(t *testing.T, dir string) { artifactedit.FlipByte(t, filepath.Join(dir, shard), 512+10) },
 			want:   []string{shard, "manifest says", "sha256", "key"},
 		},
 		{
 			name: "corrupt member byte, resealed archive",
 			damage: func(t *testing.T, dir string) {
-				flipByte(t, filepath.Join(dir, shard), 512+10)
-				reseal(t, dir)
+				artifactedit.FlipByte(t, filepath.Join(dir, shard), 512+10)
+				artifactedit.Reseal(t, dir)
 			},
 			want: []string{shard, "sha256", "index says"},
 		},
@@ -552,7 +470,7 @@ func TestOpenRefuses(t *testing.T) {
 			name: "truncated archive, resealed",
 			damage: func(t *testing.T, dir string) {
 				truncate(t, filepath.Join(dir, shard), 2048) // the second member and the trailer
-				reseal(t, dir)
+				artifactedit.Reseal(t, dir)
 			},
 			want: []string{shard, "missing member"},
 		},
@@ -565,7 +483,7 @@ func TestOpenRefuses(t *testing.T) {
 			name: "truncated index, resealed",
 			damage: func(t *testing.T, dir string) {
 				truncate(t, filepath.Join(dir, "agents.index.jsonl"), 5)
-				reseal(t, dir)
+				artifactedit.Reseal(t, dir)
 			},
 			want: []string{"agents.index.jsonl", "not terminated"},
 		},
@@ -616,10 +534,10 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name: "extra member in a tar",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, func(ms []member) []member {
-					h := *ms[0].hdr
+				artifactedit.RewriteShard(t, dir, shard, func(ms []artifactedit.Member) []artifactedit.Member {
+					h := *ms[0].Hdr
 					h.Name = artifact.MemberName("intruder")
-					return append(ms, member{hdr: &h, data: ms[0].data})
+					return append(ms, artifactedit.Member{Hdr: &h, Data: ms[0].Data})
 				})
 			},
 			want: []string{shard, "extra member", artifact.MemberName("intruder")},
@@ -627,84 +545,84 @@ func TestOpenRefuses(t *testing.T) {
 		{
 			name: "duplicate member in a tar",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, func(ms []member) []member { return append(ms, ms[1]) })
+				artifactedit.RewriteShard(t, dir, shard, func(ms []artifactedit.Member) []artifactedit.Member { return append(ms, ms[1]) })
 			},
 			want: []string{shard, "duplicate member"},
 		},
 		{
 			name: "missing member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, func(ms []member) []member { return ms[:1] })
+				artifactedit.RewriteShard(t, dir, shard, func(ms []artifactedit.Member) []artifactedit.Member { return ms[:1] })
 			},
 			want: []string{shard, "missing member"},
 		},
 		{
 			name: "members reordered",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, func(ms []member) []member { return []member{ms[1], ms[0]} })
+				artifactedit.RewriteShard(t, dir, shard, func(ms []artifactedit.Member) []artifactedit.Member { return []artifactedit.Member{ms[1], ms[0]} })
 			},
 			want: []string{shard, "the index lists"},
 		},
 		{
 			name: "symlink member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag, h.Linkname = tar.TypeSymlink, "/etc/passwd" }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag, h.Linkname = tar.TypeSymlink, "/etc/passwd" }))
 			},
 			want: []string{shard, "symlink", "/etc/passwd"},
 		},
 		{
 			name: "hardlink member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(1, func(h *tar.Header) { h.Typeflag, h.Linkname = tar.TypeLink, "../../x" }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(1, func(h *tar.Header) { h.Typeflag, h.Linkname = tar.TypeLink, "../../x" }))
 			},
 			want: []string{shard, "hardlink"},
 		},
 		{
 			name: "directory member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag = tar.TypeDir }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag = tar.TypeDir }))
 			},
 			want: []string{shard, "directory"},
 		},
 		{
 			name: "device member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag = tar.TypeChar }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Typeflag = tar.TypeChar }))
 			},
 			want: []string{shard, "device"},
 		},
 		{
 			name: "path escape member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "../x" }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "../x" }))
 			},
 			want: []string{shard, `"../x"`, "path escape"},
 		},
 		{
 			name: "absolute path member",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "/abs" }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "/abs" }))
 			},
 			want: []string{shard, `"/abs"`, "absolute"},
 		},
 		{
 			name: "member in a subdirectory",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "sub/" + h.Name }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Name = "sub/" + h.Name }))
 			},
 			want: []string{shard, "path separator"},
 		},
 		{
 			name: "member header with an owner",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Uname = "root" }))
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) { h.Uname = "root" }))
 			},
 			want: []string{shard, "deterministic form"},
 		},
 		{
 			name: "member with PAX records",
 			damage: func(t *testing.T, dir string) {
-				rewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) {
+				artifactedit.RewriteShard(t, dir, shard, setMember(0, func(h *tar.Header) {
 					h.Format, h.PAXRecords = tar.FormatPAX, map[string]string{"comment": "hi"}
 				}))
 			},
@@ -717,7 +635,7 @@ func TestOpenRefuses(t *testing.T) {
 				require.NoError(t, err)
 				f.Write(make([]byte, 512))
 				f.Close()
-				reseal(t, dir)
+				artifactedit.Reseal(t, dir)
 			},
 			want: []string{shard, "deterministic archive"},
 		},
@@ -840,7 +758,7 @@ func TestSectionRechecks(t *testing.T) {
 	mustWrite(t, dir, sampleSections(), smallOpts)
 	c, err := artifact.Open(context.Background(), dir, testID)
 	require.NoError(t, err)
-	flipByte(t, filepath.Join(dir, "transcripts-00002.tar"), 512+3)
+	artifactedit.FlipByte(t, filepath.Join(dir, "transcripts-00002.tar"), 512+3)
 	recs, err := c.Section(context.Background(), "transcripts")
 	require.ErrorIs(t, err, artifact.ErrInvalid, "Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)
 	require.Nil(t, recs, "Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)

@@ -12,6 +12,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/artifactedit"
 )
 
 // s3Checkpoint is a checkpoint location on a real S3-compatible server:
@@ -84,7 +85,7 @@ func TestObjectStoreFailsClosed(t *testing.T) {
 			must(t, os.Remove(filepath.Join(c.dir, artifact.ManifestName)))
 		}, artifact.ErrNoManifest},
 		{"flipped byte in a shard", func(t *testing.T, c s3Checkpoint) {
-			flipByte(t, filepath.Join(c.dir, artifact.ShardName("transcripts", 0)), 600)
+			artifactedit.FlipByte(t, filepath.Join(c.dir, artifact.ShardName("transcripts", 0)), 600)
 		}, artifact.ErrInvalid},
 		{"truncated shard", func(t *testing.T, c s3Checkpoint) {
 			truncate(t, filepath.Join(c.dir, artifact.ShardName("agents", 0)), 100)
@@ -93,7 +94,7 @@ func TestObjectStoreFailsClosed(t *testing.T) {
 			must(t, os.Remove(filepath.Join(c.dir, artifact.ShardName("agents", 0))))
 		}, artifact.ErrInvalid},
 		{"edited index", func(t *testing.T, c s3Checkpoint) {
-			flipByte(t, filepath.Join(c.dir, artifact.IndexName("agents")), 3)
+			artifactedit.FlipByte(t, filepath.Join(c.dir, artifact.IndexName("agents")), 3)
 		}, artifact.ErrInvalid},
 		{"extra object", func(t *testing.T, c s3Checkpoint) {
 			must(t, os.WriteFile(filepath.Join(c.dir, "stray.tar"), []byte("x"), 0o644))

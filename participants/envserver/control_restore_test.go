@@ -2,10 +2,7 @@ package envserver_test
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -20,6 +17,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/artifactedit"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -111,7 +109,7 @@ func TestCommitIsIdempotentAndFailsClosed(t *testing.T) {
 	require.NoError(t, err, "retried commit = %+v, %v; want %+v", again, err, first)
 	require.Equal(t, first, again, "retried commit = %+v, %v; want %+v", again, err, first)
 	// The retry validates: damage since the commit is reported, not hidden.
-	flipByte(t, filepath.Join(dir, artifact.ShardName(protocol.SectionSessions, 0)))
+	artifactedit.FlipByte(t, filepath.Join(dir, artifact.ShardName(protocol.SectionSessions, 0)), 512+10) // a byte of the first member's data
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: dir})
 	wantRemote(t, err, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "sha256")
 }
@@ -186,85 +184,6 @@ func TestCommitRestoreCycle(t *testing.T) {
 }
 
 // --- checkpoint surgery ---
-
-func copyDir(t *testing.T, from string) string {
-	t.Helper()
-	to := filepath.Join(t.TempDir(), "ckpt")
-	require.NoError(t, os.CopyFS(to, os.DirFS(from)))
-	return to
-}
-
-func flipByte(t *testing.T, path string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	b[len(b)/3] ^= 0x20
-	require.NoError(t, os.WriteFile(path, b, 0o644))
-}
-
-type member struct {
-	hdr  *tar.Header
-	data []byte
-}
-
-// rewriteShard edits a shard's members and reseals the manifest, so the
-// check reached is the one about the members.
-func rewriteShard(t *testing.T, dir, shard string, edit func([]member) []member) {
-	t.Helper()
-	path := filepath.Join(dir, shard)
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var ms []member
-	tr := tar.NewReader(bytes.NewReader(raw))
-	for {
-		hdr, err := tr.Next()
-		if err != nil {
-			break
-		}
-		var buf bytes.Buffer
-		_, err = buf.ReadFrom(tr)
-		require.NoError(t, err)
-		ms = append(ms, member{hdr, buf.Bytes()})
-	}
-	var out bytes.Buffer
-	tw := tar.NewWriter(&out)
-	for _, m := range edit(ms) {
-		m.hdr.Format = tar.FormatUSTAR
-		require.NoError(t, tw.WriteHeader(m.hdr))
-		_, err = tw.Write(m.data)
-		require.NoError(t, err)
-	}
-	require.NoError(t, tw.Close())
-	require.NoError(t, os.WriteFile(path, out.Bytes(), 0o644))
-	sum := sha256.Sum256(out.Bytes())
-	editManifest(t, dir, func(m *artifact.Manifest) {
-		for i := range m.Sections {
-			for j := range m.Sections[i].Shards {
-				if m.Sections[i].Shards[j].Name == shard {
-					m.Sections[i].Shards[j].Size = int64(out.Len())
-					m.Sections[i].Shards[j].SHA256 = hex.EncodeToString(sum[:])
-				}
-			}
-		}
-	})
-}
-
-// editManifest edits manifest.json and seals it again the way package
-// artifact encodes it (indented JSON, digest over the encoding without it).
-func editManifest(t *testing.T, dir string, edit func(*artifact.Manifest)) {
-	t.Helper()
-	path := filepath.Join(dir, artifact.ManifestName)
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var m artifact.Manifest
-	require.NoError(t, json.Unmarshal(raw, &m))
-	edit(&m)
-	m.Digest = ""
-	unsealed := must(json.MarshalIndent(m, "", "  "))
-	sum := sha256.Sum256(append(unsealed, '\n'))
-	m.Digest = hex.EncodeToString(sum[:])
-	require.NoError(t, os.WriteFile(path, append(must(json.MarshalIndent(m, "", "  ")), '\n'), 0o644))
-}
 
 // rewriteRecords writes a new, well-formed checkpoint whose records are
 // edit's output (nil drops the section), so the check reached is the
@@ -347,55 +266,55 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 		contains string
 	}{
 		{"corrupt shard", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
-			flipByte(t, filepath.Join(d, sessions0))
+			d := artifactedit.CopyDir(t, src.dir)
+			artifactedit.FlipByte(t, filepath.Join(d, sessions0), 512+10) // a byte of the first member's data
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "sha256"},
 		{"truncated shard", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
+			d := artifactedit.CopyDir(t, src.dir)
 			require.NoError(t, os.Truncate(filepath.Join(d, sessions0), 512))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, sessions0},
 		{"torn commit without manifest", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
+			d := artifactedit.CopyDir(t, src.dir)
 			require.NoError(t, os.Remove(filepath.Join(d, artifact.ManifestName)))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "manifest"},
 		{"extra file", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
+			d := artifactedit.CopyDir(t, src.dir)
 			require.NoError(t, os.WriteFile(filepath.Join(d, artifact.ShardName(protocol.SectionSessions, 1)), nil, 0o644))
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, artifact.ShardName(protocol.SectionSessions, 1)},
 		{"extra member", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
-			rewriteShard(t, d, sessions0, func(ms []member) []member {
-				extra := *ms[0].hdr
+			d := artifactedit.CopyDir(t, src.dir)
+			artifactedit.RewriteShard(t, d, sessions0, func(ms []artifactedit.Member) []artifactedit.Member {
+				extra := *ms[0].Hdr
 				extra.Name = artifact.MemberName("intruder")
-				return append(ms, member{&extra, ms[0].data})
+				return append(ms, artifactedit.Member{Hdr: &extra, Data: ms[0].Data})
 			})
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "extra member"},
 		{"symlink member", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
-			rewriteShard(t, d, sessions0, func(ms []member) []member {
-				ms[0].hdr.Typeflag = tar.TypeSymlink
-				ms[0].hdr.Linkname = "/etc/passwd"
-				ms[0].hdr.Size = 0
-				ms[0].data = nil
+			d := artifactedit.CopyDir(t, src.dir)
+			artifactedit.RewriteShard(t, d, sessions0, func(ms []artifactedit.Member) []artifactedit.Member {
+				ms[0].Hdr.Typeflag = tar.TypeSymlink
+				ms[0].Hdr.Linkname = "/etc/passwd"
+				ms[0].Hdr.Size = 0
+				ms[0].Data = nil
 				return ms
 			})
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "symlink"},
 		{"path-escape member", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
-			rewriteShard(t, d, sessions0, func(ms []member) []member {
-				ms[0].hdr.Name = "../" + ms[0].hdr.Name
+			d := artifactedit.CopyDir(t, src.dir)
+			artifactedit.RewriteShard(t, d, sessions0, func(ms []artifactedit.Member) []artifactedit.Member {
+				ms[0].Hdr.Name = "../" + ms[0].Hdr.Name
 				return ms
 			})
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "path escape"},
 		{"symlinked shard file", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
+			d := artifactedit.CopyDir(t, src.dir)
 			elsewhere := filepath.Join(t.TempDir(), "shard.tar")
 			require.NoError(t, os.Rename(filepath.Join(d, sessions0), elsewhere))
 			require.NoError(t, os.Symlink(elsewhere, filepath.Join(d, sessions0)))
@@ -404,8 +323,8 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 		{"wrong checkpoint id", func(*testing.T) string { return src.dir }, "other", nil,
 			http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "other"},
 		{"unknown artifact schema", func(t *testing.T) string {
-			d := copyDir(t, src.dir)
-			editManifest(t, d, func(m *artifact.Manifest) { m.Schema = artifact.SchemaVersion + 1 })
+			d := artifactedit.CopyDir(t, src.dir)
+			artifactedit.EditManifest(t, d, func(m *artifact.Manifest) { m.Schema = artifact.SchemaVersion + 1 })
 			return d
 		}, "", nil, http.StatusUnprocessableEntity, protocol.CodeInvalidCheckpoint, "schema"},
 		{"unknown record schema", func(t *testing.T) string {
