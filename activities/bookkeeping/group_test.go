@@ -1,7 +1,6 @@
 package bookkeeping_test
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -34,13 +33,6 @@ type ledger struct {
 type startedLedger struct {
 	reuse enumspb.WorkflowIdReusePolicy
 	input rollout.GroupInput
-}
-
-// report is a report of repeat of group g of set s (3 members, budget 1).
-func report(repeat, attempt int, kind string, retryable bool) rollout.GroupReport {
-	id := rollout.GroupRolloutID("s", "g", repeat)
-	return rollout.GroupReport{Set: "s", Group: "g", Size: 3, Budget: 1, RolloutID: id, Repeat: repeat, Attempt: attempt,
-		Kind: kind, Retryable: retryable, Reason: fmt.Sprintf("%s of attempt %d", kind, attempt)}
 }
 
 // client is a Temporal client answering from the ledger.
@@ -100,7 +92,7 @@ func reportVerdict(t *testing.T, env *testsuite.TestActivityEnvironment, r rollo
 // complete one is reopened from its final state; a report no ledger could
 // accept is refused before any call.
 func TestReportToGroup(t *testing.T) {
-	r := report(1, 0, rollout.ReportFailure, true)
+	r := testsupport.GroupReport(1, 0, rollout.ReportFailure, true)
 
 	f := &ledger{}
 	v := reportVerdict(t, groupActivityEnv(f), r)

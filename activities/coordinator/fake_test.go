@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +26,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -319,9 +317,7 @@ func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envSer
 		Storage: opener,
 	})
 	require.NoError(t, err)
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
-	hs.Start()
+	hs := testsupport.QuietServer(srv)
 	t.Cleanup(hs.Close)
 	return &envServer{url: hs.URL, kill: hs.Close, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
 }

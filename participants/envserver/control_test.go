@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -122,9 +120,7 @@ func newCtlFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *ctlFixtu
 	}
 	srv, err := envserver.NewServer(cfg)
 	require.NoError(t, err, "NewServer")
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
-	hs.Start()
+	hs := testsupport.QuietServer(srv)
 	t.Cleanup(func() {
 		// A test may leave a mutation stuck for good; let it return so the
 		// server can close.

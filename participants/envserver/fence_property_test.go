@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -123,9 +122,7 @@ func newFenceHarness(rt *rapid.T, base string) *fenceHarness {
 		Envs: []envs.Environment{counter.New()}, Name: "env-prop", ControlToken: fenceToken, DataToken: fenceDataToken,
 	})
 	require.NoError(rt, err, "NewServer")
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
-	hs.Start()
+	hs := testsupport.QuietServer(srv)
 	rt.Cleanup(hs.Close)
 	dir, err := os.MkdirTemp(base, "check-")
 	require.NoError(rt, err, "temp dir")

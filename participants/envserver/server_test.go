@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/testsupport"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/envtest"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -105,9 +104,7 @@ func newFixture(t *testing.T, mod ...func(*envserver.ServerConfig)) *fixture {
 	}
 	srv, err := envserver.NewServer(cfg)
 	require.NoError(t, err, "NewServer")
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ErrorLog = log.New(io.Discard, "", 0)
-	hs.Start()
+	hs := testsupport.QuietServer(srv)
 	t.Cleanup(hs.Close)
 	return &fixture{srv: srv, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), url: hs.URL, probe: probe,
 		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}

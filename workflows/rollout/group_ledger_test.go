@@ -40,14 +40,6 @@ func newLedgerRun(t *testing.T) *ledgerRun {
 	return l
 }
 
-// report is a report of repeat of group g of set s (3 members, budget 1).
-func report(repeat, attempt int, kind string, retryable bool) rollout.GroupReport {
-	return rollout.GroupReport{
-		Set: "s", Group: "g", Size: 3, Budget: 1, RolloutID: rollout.GroupRolloutID("s", "g", repeat),
-		Repeat: repeat, Attempt: attempt, Kind: kind, Retryable: retryable, Reason: fmt.Sprintf("%s of attempt %d", kind, attempt),
-	}
-}
-
 // run starts the ledger with the first report's group and sends every
 // report; it returns the ledger's final state.
 func (l *ledgerRun) run(t *testing.T, budget int, reports ...rollout.GroupReport) rollout.GroupState {
@@ -79,10 +71,10 @@ func (l *ledgerRun) run(t *testing.T, budget int, reports ...rollout.GroupReport
 func TestGroupLedgerRetryGrantedThenBudgetExhausted(t *testing.T) {
 	l := newLedgerRun(t)
 	st := l.run(t, 1,
-		report(0, 0, rollout.ReportFailure, true),
-		report(0, 0, rollout.ReportFailure, true), // the activity retried
-		report(2, 0, rollout.ReportDone, false),
-		report(0, 1, rollout.ReportFailure, true),
+		testsupport.GroupReport(0, 0, rollout.ReportFailure, true),
+		testsupport.GroupReport(0, 0, rollout.ReportFailure, true), // the activity retried
+		testsupport.GroupReport(2, 0, rollout.ReportDone, false),
+		testsupport.GroupReport(0, 1, rollout.ReportFailure, true),
 	)
 	require.Len(t, l.verdicts, 4)
 	grant := l.verdicts[0].Granted
@@ -109,7 +101,7 @@ func TestGroupLedgerRetryGrantedThenBudgetExhausted(t *testing.T) {
 // the group fails and every other member without a result is cancelled.
 func TestGroupLedgerNonEnvironmentFailureFailsAtOnce(t *testing.T) {
 	l := newLedgerRun(t)
-	st := l.run(t, 5, report(1, 0, rollout.ReportFailure, false))
+	st := l.run(t, 5, testsupport.GroupReport(1, 0, rollout.ReportFailure, false))
 	require.Len(t, l.verdicts, 1)
 	require.Nil(t, l.verdicts[0].Granted)
 	require.Equal(t, rollout.GroupFailed, st.Status)
@@ -124,11 +116,11 @@ func TestGroupLedgerNonEnvironmentFailureFailsAtOnce(t *testing.T) {
 func TestGroupLedgerCompletes(t *testing.T) {
 	l := newLedgerRun(t)
 	st := l.run(t, 1,
-		report(0, 0, rollout.ReportFailure, true),
-		report(0, 1, rollout.ReportDone, false),
-		report(0, 0, rollout.ReportDone, false), // the replaced attempt's news
-		report(1, 0, rollout.ReportDone, false),
-		report(2, 0, rollout.ReportDone, false),
+		testsupport.GroupReport(0, 0, rollout.ReportFailure, true),
+		testsupport.GroupReport(0, 1, rollout.ReportDone, false),
+		testsupport.GroupReport(0, 0, rollout.ReportDone, false), // the replaced attempt's news
+		testsupport.GroupReport(1, 0, rollout.ReportDone, false),
+		testsupport.GroupReport(2, 0, rollout.ReportDone, false),
 	)
 	require.Equal(t, rollout.GroupComplete, st.Status)
 	require.Empty(t, st.Reason)
@@ -142,7 +134,7 @@ func TestGroupLedgerCompletes(t *testing.T) {
 // operator fails its group, so the group never waits for it.
 func TestGroupLedgerCancelledMemberFailsGroup(t *testing.T) {
 	l := newLedgerRun(t)
-	st := l.run(t, 1, report(2, 0, rollout.ReportCanceled, false))
+	st := l.run(t, 1, testsupport.GroupReport(2, 0, rollout.ReportCanceled, false))
 	require.Equal(t, rollout.GroupFailed, st.Status)
 	require.Equal(t, "s-g-r2 (attempt 0) was cancelled", st.Reason)
 	require.Equal(t, rollout.MemberCanceled, st.Members[2].State)
@@ -153,13 +145,13 @@ func TestGroupLedgerCancelledMemberFailsGroup(t *testing.T) {
 // repeat outside the group, is rejected before it reaches history.
 func TestGroupLedgerRejectsForeignReports(t *testing.T) {
 	l := newLedgerRun(t)
-	foreign := report(0, 0, rollout.ReportDone, false)
+	foreign := testsupport.GroupReport(0, 0, rollout.ReportDone, false)
 	foreign.Group = "other"
-	outside := report(3, 0, rollout.ReportDone, false)
-	unknown := report(0, 0, "finished", false)
+	outside := testsupport.GroupReport(3, 0, rollout.ReportDone, false)
+	unknown := testsupport.GroupReport(0, 0, "finished", false)
 	var done []rollout.GroupReport
 	for k := range 3 {
-		done = append(done, report(k, 0, rollout.ReportDone, false))
+		done = append(done, testsupport.GroupReport(k, 0, rollout.ReportDone, false))
 	}
 	st := l.run(t, 1, append([]rollout.GroupReport{foreign, outside, unknown}, done...)...)
 	require.Len(t, l.rejected, 3)
@@ -178,7 +170,7 @@ func TestGroupLedgerReopensFromPriorState(t *testing.T) {
 		Members: []rollout.MemberState{{Attempt: 1, State: rollout.MemberDone}, {State: rollout.MemberDone}, {State: rollout.MemberDone}},
 		Grants:  []rollout.GroupGrant{{RolloutID: "s-g-r0", Attempt: 1, Retry: 1, Budget: 1}}}
 	l.env.RegisterDelayedCallback(func() {
-		l.env.UpdateWorkflowNoRejection(rollout.UpdateGroupReport, "late", t, report(1, 2, rollout.ReportFailure, true))
+		l.env.UpdateWorkflowNoRejection(rollout.UpdateGroupReport, "late", t, testsupport.GroupReport(1, 2, rollout.ReportFailure, true))
 	}, time.Second)
 	l.env.ExecuteWorkflow(rollout.GroupLedger, rollout.GroupInput{Set: "s", Group: "g", Size: 3, Budget: 1, Prior: &prior})
 	require.NoError(t, l.env.GetWorkflowError())
@@ -213,7 +205,7 @@ func TestGroupLedgerRestoredMemberReopensGroup(t *testing.T) {
 	prior := rollout.GroupState{Set: "s", Group: "g", Size: 3, Budget: 1, Status: rollout.GroupComplete,
 		Members: []rollout.MemberState{{State: rollout.MemberDone}, {State: rollout.MemberDone}, {State: rollout.MemberDone}}}
 	var statuses []rollout.GroupStatus
-	for i, r := range []rollout.GroupReport{report(2, 1, rollout.ReportRestored, false), report(2, 1, rollout.ReportDone, false)} {
+	for i, r := range []rollout.GroupReport{testsupport.GroupReport(2, 1, rollout.ReportRestored, false), testsupport.GroupReport(2, 1, rollout.ReportDone, false)} {
 		l.env.RegisterDelayedCallback(func() {
 			l.env.UpdateWorkflow(rollout.UpdateGroupReport, fmt.Sprint(i), &testsuite.TestUpdateCallback{
 				OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
