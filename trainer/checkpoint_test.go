@@ -188,14 +188,12 @@ func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
 		return temporalfake.Run{}, nil
 	}}
 	c := New(rec, "q")
-	if _, err := c.Checkpoint(t.Context(), CheckpointRequest{
+	_, err := c.Checkpoint(t.Context(), CheckpointRequest{
 		Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute,
-	}, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false); err != nil {
-		t.Fatal(err)
-	}
+	}, false)
+	require.NoError(t, err)
+	_, err = c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false)
+	require.NoError(t, err)
 	want := []string{"q-control", "q-control"}
 	var queues []string
 	for _, o := range rec.Starts() {

@@ -15,9 +15,9 @@ import (
 
 func TestSubmitStamp(t *testing.T) {
 	r := validRequest()
-	if s, err := r.Stamp(); err != nil || s != nil {
-		t.Fatalf("no request id: stamp %v, %v", s, err)
-	}
+	s, err := r.Stamp()
+	require.NoError(t, err, "no request id: stamp %v, %v", s, err)
+	require.Nil(t, s, "no request id: stamp %v, %v", s, err)
 	r.RequestID = "req-1"
 	a, err := r.Stamp()
 	require.NoError(t, err)

@@ -219,9 +219,8 @@ func TestForEachStopsAtFirstError(t *testing.T) {
 	assert.Equal(t, int32(4), c, "%d calls after a failure at index 3 with limit 1", c)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := fanout.Each(ctx, 3, 2, func(context.Context, int) error { return nil }); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled context: err = %v", err)
-	}
+	err = fanout.Each(ctx, 3, 2, func(context.Context, int) error { return nil })
+	assert.ErrorIs(t, err, context.Canceled, "cancelled context: err = %v", err)
 }
 
 func TestBuildInputsMixedSet(t *testing.T) {

@@ -45,8 +45,7 @@ func TestActivitiesOverMutualTLS(t *testing.T) {
 	}
 	require.NoError(t, seed(t, tlsfiles.ClientFiles{CA: certs.CA, Cert: certs.ClientCert, Key: certs.ClientKey}), "seed over mutual TLS")
 	require.Error(t, seed(t, tlsfiles.ClientFiles{CA: certs.CA}), "a worker without a client certificate got through")
-	if _, err := workers.NewActivities(workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: hs.URL, TaskQueue: "q",
-		LogLevel: "info", LogFormat: "json", TLS: tlsfiles.ClientFiles{CA: "/nonexistent/ca.pem"}}); err == nil {
-		t.Fatal("NewActivities accepted a CA file that does not exist")
-	}
+	_, err = workers.NewActivities(workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: hs.URL, TaskQueue: "q",
+		LogLevel: "info", LogFormat: "json", TLS: tlsfiles.ClientFiles{CA: "/nonexistent/ca.pem"}})
+	require.Error(t, err, "NewActivities accepted a CA file that does not exist")
 }

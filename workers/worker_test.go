@@ -52,9 +52,9 @@ func TestRegister(t *testing.T) {
 	require.True(t, r.activities[0] == any(acts.Model), "activities registered: %v", r.activities)
 	require.True(t, r.activities[1] == any(acts.Environment), "activities registered: %v", r.activities)
 	require.True(t, r.activities[4] == any(coord), "activities registered: %v", r.activities)
-	if g, ok := r.activities[2].(*bookkeeping.GroupActivities); !ok || g.Client != coord.Client {
-		t.Errorf("group activities registered: %#v", r.activities[2])
-	}
+	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
+	require.True(t, ok, "group activities registered: %#v", r.activities[2])
+	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
 	f, ok := r.activities[3].(*bookkeeping.FenceActivities)
 	require.True(t, ok, "fence activities registered: %#v", r.activities[3])
 	require.True(t, f.Client == coord.Client, "fence activities registered: %#v", r.activities[3])
@@ -69,9 +69,8 @@ func TestNewActivities(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, acts.Store, "store not opened in %s", cfg.TranscriptDir)
 	require.Equal(t, cfg.TranscriptDir, acts.Store.Location(), "store not opened in %s", cfg.TranscriptDir)
-	if _, err := os.Stat(cfg.TranscriptDir); err != nil {
-		t.Errorf("transcript dir not created: %v", err)
-	}
+	_, err = os.Stat(cfg.TranscriptDir)
+	assert.NoError(t, err, "transcript dir not created")
 	require.Equal(t, cfg.EnvURL, acts.Environment.URL, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
 	require.Equal(t, cfg.ModelBaseURL, acts.Model.BaseURL, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)
 	require.Equal(t, "k", acts.Model.APIKey, "endpoints = %q %q %q", acts.Environment.URL, acts.Model.BaseURL, acts.Model.APIKey)

@@ -24,9 +24,8 @@ func TestRunAgainstTheGoEnvServer(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	var out, errOut bytes.Buffer
-	if err := run(context.Background(), []string{"--url", hs.URL, "--data-token", "d", "--control-token", "c"}, &out, &errOut); err != nil {
-		t.Fatalf("run: %v\n%s%s", err, out.String(), errOut.String())
-	}
+	err = run(context.Background(), []string{"--url", hs.URL, "--data-token", "d", "--control-token", "c"}, &out, &errOut)
+	require.NoError(t, err, "run: %v\n%s%s", err, out.String(), errOut.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, len(conformance.Rules()), "%d lines for %d rules:\n%s", len(lines), len(conformance.Rules()), out.String())
 	for _, l := range lines {

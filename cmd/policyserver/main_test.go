@@ -68,9 +68,8 @@ func TestRunServesAndShutsDown(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done, "run after cancel")
-	if _, err := http.Get(strings.TrimSuffix(base, "/v1") + policy.HealthPath); err == nil {
-		t.Fatal("server still answers after shutdown")
-	}
+	_, err = http.Get(strings.TrimSuffix(base, "/v1") + policy.HealthPath)
+	require.Error(t, err, "server still answers after shutdown")
 }
 
 func TestParseFlagsRejects(t *testing.T) {
@@ -100,9 +99,8 @@ func TestListenDefaultFromEnvironment(t *testing.T) {
 	require.NoError(t, err, "listen %q (%v), want the environment's", o.listen, err)
 	require.Equal(t, "127.0.0.1:9999", o.listen, "listen %q (%v), want the environment's", o.listen, err)
 	t.Setenv(ListenEnv, "")
-	if o, _ := parseFlags(nil, io.Discard); o.listen != defaultListen {
-		t.Fatalf("listen %q, want %q", o.listen, defaultListen)
-	}
+	o, _ = parseFlags(nil, io.Discard)
+	require.Equal(t, defaultListen, o.listen, "listen %q, want %q", o.listen, defaultListen)
 }
 
 func TestBaseURL(t *testing.T) {

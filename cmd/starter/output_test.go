@@ -205,9 +205,11 @@ func TestWriteResults(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 3, "lines")
 	var res rollout.Result
-	if err := json.Unmarshal([]byte(lines[0]), &res); err != nil || res.RolloutID != "a" || res.Reward != 1 || res.Turns != 2 {
-		t.Errorf("line 0 %s: %+v %v", lines[0], res, err)
-	}
+	err = json.Unmarshal([]byte(lines[0]), &res)
+	require.NoError(t, err, "line 0 %s: %+v %v", lines[0], res, err)
+	require.Equal(t, "a", res.RolloutID, "line 0 %s: %+v %v", lines[0], res, err)
+	require.Equal(t, float64(1), res.Reward, "line 0 %s: %+v %v", lines[0], res, err)
+	require.Equal(t, 2, res.Turns, "line 0 %s: %+v %v", lines[0], res, err)
 	require.Equal(t, `{"rollout_id":"b","error":"environment refused"}`, lines[1], "failure lines: %q", lines[1:])
 	require.Equal(t, `{"rollout_id":"d","error":"terminated"}`, lines[2], "failure lines: %q", lines[1:])
 }

@@ -53,9 +53,8 @@ func TestBlackjackBasicStrategy(t *testing.T) {
 			req := envs.PolicyRequest{Messages: blackjackConversation(blackjackObs(tt.sum, tt.dealer, tt.soft)), Seed: 1}
 			got, err := blackjack.Policy{}.Respond(req)
 			require.NoError(t, err)
-			if want := (envs.PolicyResponse{Content: tt.want}); !reflect.DeepEqual(got, want) {
-				t.Errorf("Respond = %+v, want %+v", got, want)
-			}
+			want := (envs.PolicyResponse{Content: tt.want})
+			assert.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
 			req.Imperfection = 1
 			got, err = blackjack.Policy{}.Respond(req)
 			require.NoError(t, err)

@@ -201,12 +201,10 @@ func TestRefuseVerify(t *testing.T) {
 	require.NoError(t, err)
 	restored, err := env.Restore(state)
 	require.NoError(t, err)
-	if _, err := restored.Verify(); envs.CodeOf(err) != envs.CodeBadState {
-		t.Fatalf("restored always: %v, want a refusal", err)
-	}
+	_, err = restored.Verify()
+	require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "restored always: %v, want a refusal", err)
 	plain, _, err := env.Start(3, json.RawMessage(`{"target":2}`))
 	require.NoError(t, err)
-	if state, _ := plain.Export(); string(state) != `{"start":0,"target":2,"padding":0,"value":0,"ops":0}` {
-		t.Errorf("plain state %s", state)
-	}
+	state, _ = plain.Export()
+	assert.Equal(t, `{"start":0,"target":2,"padding":0,"value":0,"ops":0}`, string(state), "plain state %s", state)
 }

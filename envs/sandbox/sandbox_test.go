@@ -103,9 +103,9 @@ func TestStartObservationCarriesTask(t *testing.T) {
 	want := map[string]string{"a.txt": "hello world\n", "b.txt": "x"}
 	require.True(t, reflect.DeepEqual(got.Files, want), "task from observation = %v, want %v", got.Files, want)
 	require.NotContains(t, st.Observation, s.Root(), "observation leaks the scratch directory %s", s.Root())
-	if fi, err := os.Stat(s.Dir()); err != nil || !fi.IsDir() {
-		t.Fatalf("scratch files directory %s: %v", s.Dir(), err)
-	}
+	fi, err := os.Stat(s.Dir())
+	require.NoError(t, err, "scratch files directory %s: %v", s.Dir(), err)
+	require.True(t, fi.IsDir(), "scratch files directory %s: %v", s.Dir(), err)
 	files := snapshot(t, s.Dir())
 	require.Empty(t, files, "fresh sandbox holds %v, want nothing", files)
 }
@@ -271,9 +271,9 @@ func TestSymlinksAreNotFollowed(t *testing.T) {
 			out, err := s.Apply(o.tool, json.RawMessage(o.args))
 			require.Equal(t, envs.CodeBadArguments, envs.CodeOf(err), "Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
 			require.ErrorContains(t, err, "symbolic link", "Apply(%s) on a symlink = %+v, %v; want %s naming the link", o.tool, out, err, envs.CodeBadArguments)
-			if b, err := os.ReadFile(outside); err != nil || string(b) != "secret" {
-				t.Fatalf("link target = %q, %v; want it untouched", b, err)
-			}
+			b, err := os.ReadFile(outside)
+			require.NoError(t, err, "link target = %q, %v; want it untouched", b, err)
+			require.Equal(t, "secret", string(b), "link target = %q, %v; want it untouched", b, err)
 			_, err = os.Lstat(filepath.Join(s.Dir(), "link"))
 			require.NoError(t, err, "link removed")
 		})

@@ -128,9 +128,8 @@ func TestExportRestoreRoundTrip(t *testing.T) {
 // wrong, and yields no session.
 func TestCorruptStateIsRefused(t *testing.T) {
 	s := fixture(t)
-	if _, err := s.Apply("email_delete", json.RawMessage(`{"email_id":"00000102"}`)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Apply("email_delete", json.RawMessage(`{"email_id":"00000102"}`))
+	require.NoError(t, err)
 	good, err := s.Export()
 	require.NoError(t, err)
 	// edit decodes the good state into generic JSON, changes it and re-encodes.

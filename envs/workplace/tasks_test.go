@@ -44,9 +44,8 @@ func TestEveryGeneratedTaskIsSolvableByItsPlan(t *testing.T) {
 			task := workplace.GenerateTask(seed, i)
 			fresh, start, err := workplace.New().Start(0, task)
 			require.NoError(t, err, "start")
-			if r, _ := verdict(t, fresh); r != 0 {
-				t.Fatalf("task %s is solved before any call", task)
-			}
+			r, _ := verdict(t, fresh)
+			require.Equal(t, float64(0), r, "task %s is solved before any call", task)
 			sess, _ := runPlan(t, task)
 			r, d := verdict(t, sess)
 			require.Equal(t, float64(1), r, "task %s: plan reward %v, differs %v", task, r, d.Differs)
@@ -96,9 +95,8 @@ func TestStartRefusesBadTasks(t *testing.T) {
 			s, _, err := workplace.New().Start(0, json.RawMessage(task))
 			require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start(%s) = %v, %v; want %s", task, s, err, envs.CodeBadTask)
 			require.True(t, s == nil, "Start(%s) = %v, %v; want %s", task, s, err, envs.CodeBadTask)
-			if _, err := workplace.Plan(json.RawMessage(task)); envs.CodeOf(err) != envs.CodeBadTask {
-				t.Fatalf("Plan(%s) err = %v", task, err)
-			}
+			_, err = workplace.Plan(json.RawMessage(task))
+			require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Plan(%s) err = %v", task, err)
 		})
 	}
 }

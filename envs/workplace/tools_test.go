@@ -254,9 +254,8 @@ func TestNewIDsNeverReuseDeletedOnes(t *testing.T) {
 	s := fixture(t)
 	_, before := export(t, s)
 	last := before.Tables.Tasks[len(before.Tables.Tasks)-1].ID
-	if _, err := s.Apply("task_delete", json.RawMessage(`{"task_id":"`+last+`"}`)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Apply("task_delete", json.RawMessage(`{"task_id":"`+last+`"}`))
+	require.NoError(t, err)
 	out, err := s.Apply("task_create", json.RawMessage(`{"title":"T","assignee":"a@acme.example","due":"2026-06-01"}`))
 	require.NoError(t, err)
 	require.NotContains(t, out.Observation, `"id":"`+last+`"`, "id %s reused: %s", last, out.Observation)

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -86,9 +85,8 @@ func checkRoundTrip(t *testing.T, dir string, secs []artifact.Section) *artifact
 		names = append(names, s.Name)
 	}
 	slices.Sort(names)
-	if got := c.Sections(); !slices.Equal(got, names) {
-		t.Fatalf("Sections() = %v, want %v", got, names)
-	}
+	got := c.Sections()
+	require.True(t, slices.Equal(got, names), "Sections() = %v, want %v", got, names)
 	for _, s := range secs {
 		got, err := c.Section(context.Background(), s.Name)
 		require.NoError(t, err, "Section(%q)", s.Name)
@@ -340,9 +338,8 @@ func TestWriteRefusesForeignDirectory(t *testing.T) {
 		_, err = os.Stat(p)
 		require.NoError(t, err, "%s touched by a refused Write", p)
 	}
-	if _, err := os.Stat(filepath.Join(dir, artifact.ManifestName)); err == nil {
-		t.Fatal("refused Write wrote a manifest")
-	}
+	_, err = os.Stat(filepath.Join(dir, artifact.ManifestName))
+	require.Error(t, err, "refused Write wrote a manifest")
 }
 
 func TestWriteRefusesBadInput(t *testing.T) {
@@ -372,9 +369,8 @@ func TestWriteRefusesBadInput(t *testing.T) {
 			_, err := artifact.Write(context.Background(), dir, tt.meta, tt.secs, tt.opts)
 			require.ErrorIs(t, err, artifact.ErrInvalid, "Write = %v, want ErrInvalid mentioning %q", err, tt.want)
 			require.ErrorContains(t, err, tt.want, "Write = %v, want ErrInvalid mentioning %q", err, tt.want)
-			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("refused Write created %s", dir)
-			}
+			_, err = os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "refused Write created %s", dir)
 		})
 	}
 }
@@ -733,9 +729,8 @@ func TestOpenRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			mustWrite(t, dir, sampleSections(), smallOpts)
-			if _, err := artifact.Open(context.Background(), dir, testID); err != nil {
-				t.Fatalf("Open before the damage: %v", err)
-			}
+			_, err := artifact.Open(context.Background(), dir, testID)
+			require.NoError(t, err, "Open before the damage")
 			tt.damage(t, dir)
 			want := testID
 			if tt.wantID != "" {
@@ -764,9 +759,8 @@ func TestSectionRechecks(t *testing.T) {
 	require.Nil(t, recs, "Section after corruption = %d records, %v; want nil, ErrInvalid", len(recs), err)
 	_, err = c.Section(context.Background(), "agents")
 	require.NoError(t, err, "untouched section")
-	if _, err := c.Section(context.Background(), "nope"); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("unknown section: %v", err)
-	}
+	_, err = c.Section(context.Background(), "nope")
+	require.ErrorIs(t, err, os.ErrNotExist, "unknown section: %v", err)
 }
 
 func TestOpenCancelled(t *testing.T) {

@@ -64,9 +64,8 @@ func TestObjectStoreRoundTrip(t *testing.T) {
 	again, err := artifact.WriteTo(ctx, c.st, testMeta, reversed(sampleSections()), smallOpts)
 	require.NoError(t, err, "retried write = %s, %v; want %s", again.Digest, err, m.Digest)
 	require.Equal(t, m.Digest, again.Digest, "retried write = %s, %v; want %s", again.Digest, err, m.Digest)
-	if _, err := artifact.WriteTo(ctx, c.st, artifact.Meta{CheckpointID: testID}, sampleSections(), smallOpts); !errors.Is(err, artifact.ErrConflict) {
-		t.Fatalf("write of other content over it = %v; want ErrConflict", err)
-	}
+	_, err = artifact.WriteTo(ctx, c.st, artifact.Meta{CheckpointID: testID}, sampleSections(), smallOpts)
+	require.ErrorIs(t, err, artifact.ErrConflict, "write of other content over it = %v; want ErrConflict", err)
 	size, err := artifact.SizeIn(ctx, c.st, m)
 	require.NoError(t, err, "SizeIn = %d, %v", size, err)
 	require.Greater(t, size, int64(0), "SizeIn = %d, %v", size, err)
@@ -108,9 +107,8 @@ func TestObjectStoreFailsClosed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			c := newS3Checkpoint(t)
-			if _, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts); err != nil {
-				t.Fatal(err)
-			}
+			_, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts)
+			require.NoError(t, err)
 			tt.damage(t, c)
 			cp, err := artifact.OpenStore(ctx, c.st, testID)
 			require.ErrorIs(t, err, tt.want, "OpenStore of a damaged checkpoint = %v, %v; want %v", cp, err, tt.want)

@@ -2,7 +2,6 @@ package artifact_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,7 +47,6 @@ func TestSizeWithoutManifest(t *testing.T) {
 	m, err := artifact.Write(context.Background(), dir, testMeta, sampleSections(), artifact.Options{})
 	require.NoError(t, err, "Write")
 	require.NoError(t, os.Remove(filepath.Join(dir, artifact.ManifestName)))
-	if _, err := artifact.Size(dir, m); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Size without a manifest file: got %v, want a not-exist error", err)
-	}
+	_, err = artifact.Size(dir, m)
+	assert.ErrorIs(t, err, os.ErrNotExist, "Size without a manifest file: got %v, want a not-exist error", err)
 }

@@ -126,9 +126,9 @@ func TestWriteInvisibleUntilRenamed(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err, "Write")
-	if got, err := os.ReadFile(path); err != nil || string(got) != "new\n" {
-		t.Errorf("after the write path holds %q, %v; want the new content", got, err)
-	}
+	got, err := os.ReadFile(path)
+	require.NoError(t, err, "after the write path holds %q, %v; want the new content", got, err)
+	require.Equal(t, "new\n", string(got), "after the write path holds %q, %v; want the new content", got, err)
 }
 
 func TestWriteFileMissingDirectory(t *testing.T) {

@@ -72,7 +72,6 @@ func TestEvenlySample(t *testing.T) {
 	require.Equal(t, "0", got[0].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
 	require.Equal(t, "4", got[1].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
 	require.Equal(t, "252", got[63].id, "evenly(256, 64) = %d runs, first %s, second %s, last %s", len(got), got[0].id, got[1].id, got[len(got)-1].id)
-	if got := evenly(runs[:10], 64); len(got) != 10 {
-		t.Fatalf("evenly(10, 64) = %d runs, want all 10", len(got))
-	}
+	got = evenly(runs[:10], 64)
+	require.Len(t, got, 10, "evenly(10, 64) = %d runs, want all 10", len(got))
 }

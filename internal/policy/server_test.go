@@ -431,9 +431,10 @@ func TestServerConfigValidate(t *testing.T) {
 			require.NoError(t, err)
 			defer res.Body.Close()
 			var env errorEnvelope
-			if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != 500 || !strings.Contains(env.Error.Message, tt.wantErr) {
-				t.Fatalf("status %d envelope %+v (%v), want 500 naming %q", res.StatusCode, env.Error, err, tt.wantErr)
-			}
+			err = json.NewDecoder(res.Body).Decode(&env)
+			require.NoError(t, err, "status %d envelope %+v (%v), want 500 naming %q", res.StatusCode, env.Error, err, tt.wantErr)
+			require.Equal(t, 500, res.StatusCode, "status %d envelope %+v (%v), want 500 naming %q", res.StatusCode, env.Error, err, tt.wantErr)
+			require.Contains(t, env.Error.Message, tt.wantErr, "status %d envelope %+v (%v), want 500 naming %q", res.StatusCode, env.Error, err, tt.wantErr)
 		})
 	}
 }

@@ -97,9 +97,8 @@ func checkFailedWrite(ctx context.Context, t *testing.T, st storage.Store) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom, "Write with a failing fill = %v; want its error", err)
-	if _, err := st.Stat(ctx, "torn"); !errors.Is(err, storage.ErrNotExist) {
-		t.Fatalf("a failed write left an object: %v", err)
-	}
+	_, err = st.Stat(ctx, "torn")
+	require.ErrorIs(t, err, storage.ErrNotExist, "a failed write left an object: %v", err)
 }
 
 func checkCreate(ctx context.Context, t *testing.T, st storage.Store) {
@@ -125,9 +124,9 @@ func checkListAndSub(ctx context.Context, t *testing.T, st storage.Store) {
 	}
 	sub, err := st.Sub("a")
 	require.NoError(t, err)
-	if got, err := storage.ReadAll(ctx, sub, "b.json", 0); err != nil || len(got) == 0 {
-		t.Fatalf("read through Sub: %q, %v", got, err)
-	}
+	got, err := storage.ReadAll(ctx, sub, "b.json", 0)
+	require.NoError(t, err, "read through Sub: %q, %v", got, err)
+	require.NotEmpty(t, got, "read through Sub: %q, %v", got, err)
 	want, _ := location.Join(st.Location(), "a")
 	require.Equal(t, want, sub.Location(), "Sub location %q; want %q", sub.Location(), want)
 }
@@ -168,9 +167,8 @@ func TestDirRefusesSymlink(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(dir, "target"), filepath.Join(dir, "link")))
 	st, err := storage.Dir(dir)
 	require.NoError(t, err)
-	if _, _, err := st.Open(context.Background(), "link"); err == nil {
-		t.Fatal("Open of a symlink succeeded")
-	}
+	_, _, err = st.Open(context.Background(), "link")
+	require.Error(t, err, "Open of a symlink succeeded")
 	l, _ := st.List(context.Background())
 	for _, e := range l {
 		require.False(t, e.Name == "link" && e.Regular, "List reports a symlink as regular")
@@ -191,9 +189,8 @@ func TestMemoryIsPrivate(t *testing.T) {
 	b, err := storage.Memory("bkt")
 	require.NoError(t, err)
 	require.NoError(t, storage.WriteBytes(ctx, a, "x", []byte("1")))
-	if _, err := b.Stat(ctx, "x"); !errors.Is(err, storage.ErrNotExist) {
-		t.Fatalf("a second memory store sees the first one's object: %v", err)
-	}
+	_, err = b.Stat(ctx, "x")
+	require.ErrorIs(t, err, storage.ErrNotExist, "a second memory store sees the first one's object: %v", err)
 	for _, bad := range []string{"", "bkt/prefix", "bkt?x=1"} {
 		_, err := storage.Memory(bad)
 		assert.Error(t, err, "Memory(%q) succeeded", bad)

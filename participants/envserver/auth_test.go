@@ -66,9 +66,8 @@ func TestDataPlaneAuthentication(t *testing.T) {
 	require.Equal(t, int64(0), info.Revision, "unauthenticated requests changed the session: %+v", info)
 	// The health probe needs no token; the data token does not open the
 	// control plane.
-	if status, _, _ := rawCall(t, f.url, http.MethodGet, "/healthz", "", ""); status != http.StatusOK {
-		t.Fatalf("healthz without a token answered %d", status)
-	}
+	status, _, _ := rawCall(t, f.url, http.MethodGet, "/healthz", "", "")
+	require.Equal(t, http.StatusOK, status, "healthz without a token answered")
 	status, code, _ := rawCall(t, f.url, http.MethodGet, "/v1/control/status", "", "Bearer "+testDataToken)
 	require.Equal(t, http.StatusUnauthorized, status, "control status with the data token answered %d %s", status, code)
 	require.Equal(t, protocol.CodeUnauthorized, code, "control status with the data token answered %d %s", status, code)
@@ -124,9 +123,10 @@ func TestDataPlaneNeverMovesTheFence(t *testing.T) {
 	require.Equal(t, "counter=5", r.Outcome.Observation, "attempt 0 after the refusals = %+v", r)
 	_, err := f.c.Session(ctx, "ghost")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
-	if a, err := f.cc.Authorise(ctx, "ghost", 0); err != nil || a.Changed || a.Fence != 0 {
-		t.Fatalf("authorise ghost 0 = %+v, %v", a, err)
-	}
+	a, err := f.cc.Authorise(ctx, "ghost", 0)
+	require.NoError(t, err, "authorise ghost 0 = %+v, %v", a, err)
+	require.False(t, a.Changed, "authorise ghost 0 = %+v, %v", a, err)
+	require.Equal(t, 0, a.Fence, "authorise ghost 0 = %+v, %v", a, err)
 }
 
 func TestAuthorise(t *testing.T) {
@@ -142,9 +142,11 @@ func TestAuthorise(t *testing.T) {
 	st := f.stats(t)
 	require.Equal(t, 0, st.Sessions, "the old session survived: %+v", st)
 	// Idempotent: the same attempt again changes nothing.
-	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed || a.Dropped || a.Fence != 2 {
-		t.Fatalf("authorise r 2 again = %+v, %v", a, err)
-	}
+	a, err = f.cc.Authorise(ctx, "r", 2)
+	require.NoError(t, err, "authorise r 2 again = %+v, %v", a, err)
+	require.False(t, a.Changed, "authorise r 2 again = %+v, %v", a, err)
+	require.False(t, a.Dropped, "authorise r 2 again = %+v, %v", a, err)
+	require.Equal(t, 2, a.Fence, "authorise r 2 again = %+v, %v", a, err)
 	_, err = f.cc.Authorise(ctx, "r", 1)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "below")
 	// Attempt 2 starts over; attempts 0 and 1 are fenced out, 3 is not installed.
@@ -164,9 +166,9 @@ func TestAuthorise(t *testing.T) {
 	require.NoError(t, err, "commit")
 	_, err = f.cc.Authorise(ctx, "r", 3)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeInvalidPhase, "committed")
-	if a, err := f.cc.Authorise(ctx, "r", 2); err != nil || a.Changed {
-		t.Fatalf("no-op authorise while committed = %+v, %v", a, err)
-	}
+	a, err = f.cc.Authorise(ctx, "r", 2)
+	require.NoError(t, err, "no-op authorise while committed = %+v, %v", a, err)
+	require.False(t, a.Changed, "no-op authorise while committed = %+v, %v", a, err)
 	f.resume(t, "c1")
 
 	for _, tc := range []struct {

@@ -133,9 +133,9 @@ func TestCommitRestoreCycle(t *testing.T) {
 	}
 	require.True(t, reflect.DeepEqual(res, want), "restore = %+v\nwant %+v", res, want)
 	// Replayed with the same arguments, refused with others.
-	if again, err := b.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
-		t.Fatalf("retried restore = %+v, %v", again, err)
-	}
+	again, err := b.cc.Restore(ctx, req)
+	require.NoError(t, err, "retried restore = %+v, %v", again, err)
+	require.True(t, reflect.DeepEqual(again, res), "retried restore = %+v, %v", again, err)
 	_, err = b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 2, "r": 1}})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict)
 
@@ -506,9 +506,9 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
 	wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	// A retry replays; another restore or another id waits its turn.
-	if again, err := f.cc.Restore(ctx, r1); err != nil || !reflect.DeepEqual(again, res) {
-		t.Fatalf("retried restore r1 = %+v, %v", again, err)
-	}
+	again, err := f.cc.Restore(ctx, r1)
+	require.NoError(t, err, "retried restore r1 = %+v, %v", again, err)
+	require.True(t, reflect.DeepEqual(again, res), "retried restore r1 = %+v, %v", again, err)
 	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2}})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "r1")
 	_, err = f.cc.ResumeRestore(ctx, "elsewhere", "r1")
@@ -610,9 +610,9 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 	// The checkpoint's own operations stay refused during the restore.
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
-	if again, err := f.cc.Restore(ctx, req); err != nil || !reflect.DeepEqual(again, res) {
-		t.Fatalf("retried restore = %+v, %v", again, err)
-	}
+	again, err := f.cc.Restore(ctx, req)
+	require.NoError(t, err, "retried restore = %+v, %v", again, err)
+	require.True(t, reflect.DeepEqual(again, res), "retried restore = %+v, %v", again, err)
 	f.resume(t, "k")
 	st := f.status(t)
 	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after resume = %+v", st)

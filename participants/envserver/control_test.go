@@ -290,9 +290,10 @@ func TestCapabilities(t *testing.T) {
 	require.Equal(t, string(must(json.Marshal(want))), string(got), "envs = %s", got)
 	// Capabilities stay observable while a checkpoint is active.
 	f.prepare(t, "c1")
-	if caps, err := f.cc.Capabilities(context.Background()); err != nil || caps.Phase != protocol.PhasePrepared || caps.CheckpointID != "c1" {
-		t.Fatalf("capabilities while prepared = %+v, %v", caps, err)
-	}
+	caps, err = f.cc.Capabilities(context.Background())
+	require.NoError(t, err, "capabilities while prepared = %+v, %v", caps, err)
+	require.Equal(t, protocol.PhasePrepared, caps.Phase, "capabilities while prepared = %+v, %v", caps, err)
+	require.Equal(t, "c1", caps.CheckpointID, "capabilities while prepared = %+v, %v", caps, err)
 }
 
 func must[T any](v T, err error) T {
@@ -328,9 +329,9 @@ func TestPrepareTimeoutRetireRetry(t *testing.T) {
 	require.NoError(t, err, "retire = %+v, %v", ret, err)
 	require.True(t, ret.Pending, "retire = %+v, %v", ret, err)
 	require.Equal(t, 1, ret.Fence, "retire = %+v, %v", ret, err)
-	if st := f.status(t); len(st.InFlight) != 1 || !st.InFlight[0].Retired {
-		t.Fatalf("status after retire = %+v", st)
-	}
+	st = f.status(t)
+	require.Len(t, st.InFlight, 1, "status after retire = %+v", st)
+	require.True(t, st.InFlight[0].Retired, "status after retire = %+v", st)
 	// The same checkpoint id, tried again, now succeeds without the straggler.
 	prep := f.prepare(t, "c1")
 	require.Equal(t, "fast", strings.Join(members(prep), ","), "cut = %+v", prep)
@@ -394,9 +395,8 @@ func TestRetireAfterPrepareLeavesTheCut(t *testing.T) {
 	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a,b" {
 		t.Fatalf("cut = %v", got)
 	}
-	if _, err := f.cc.Retire(ctx, "b", 0); err != nil {
-		t.Fatal(err)
-	}
+	_, err := f.cc.Retire(ctx, "b", 0)
+	require.NoError(t, err)
 	st := f.status(t)
 	require.Equal(t, 1, st.CutSessions, "status after retire = %+v", st)
 	// A replayed prepare reports the cut as it is now.

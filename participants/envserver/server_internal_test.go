@@ -3,7 +3,6 @@ package envserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -97,9 +96,9 @@ func TestAdmissionParksMutations(t *testing.T) {
 	_, err = c.Verify(ctx, protocol.VerifyRequest{Identity: protocol.Identity{RolloutID: "r1", Attempt: 0, RequestID: "v"}})
 	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	// Reads still work while parked.
-	if info, err := c.Session(ctx, "r1"); err != nil || info.Revision != 0 {
-		t.Fatalf("session while parked = %+v, %v", info, err)
-	}
+	info, err := c.Session(ctx, "r1")
+	require.NoError(t, err, "session while parked = %+v, %v", info, err)
+	require.Equal(t, int64(0), info.Revision, "session while parked = %+v, %v", info, err)
 	st, _ := c.Stats(ctx)
 	require.Equal(t, int64(3), st.Parked, "stats = %+v", st)
 	require.Equal(t, int64(1), st.Applied, "stats = %+v", st)
@@ -129,9 +128,8 @@ func TestWaitIdleWaitsForInFlightMutations(t *testing.T) {
 	srv.closeAdmission()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := srv.waitIdle(cancelled); !errors.Is(err, context.Canceled) {
-		t.Fatalf("waitIdle with a mutation in flight = %v, want context.Canceled", err)
-	}
+	err = srv.waitIdle(cancelled)
+	require.ErrorIs(t, err, context.Canceled, "waitIdle with a mutation in flight = %v, want context.Canceled", err)
 	idle := make(chan error, 1)
 	go func() { idle <- srv.waitIdle(ctx) }()
 	close(g.release)

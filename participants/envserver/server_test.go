@@ -323,9 +323,10 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	// A request id used for a start cannot be reused for an operate.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, protocol.SeedRequestID("r1"), 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeRequestConflict)
-	if st := f.stats(t); st.Applied != 2 || st.Replayed != 3 || st.Refused != 2 {
-		t.Fatalf("stats after conflicts = %+v", st)
-	}
+	st = f.stats(t)
+	require.Equal(t, int64(2), st.Applied, "stats after conflicts = %+v", st)
+	require.Equal(t, int64(3), st.Replayed, "stats after conflicts = %+v", st)
+	require.Equal(t, int64(2), st.Refused, "stats after conflicts = %+v", st)
 }
 
 func TestRevisionMismatch(t *testing.T) {
