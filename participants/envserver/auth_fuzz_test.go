@@ -77,7 +77,7 @@ func fuzzAuthenticated(t *testing.T, route, authorization, rollout string, body 
 
 	switch {
 	case status >= 500:
-		t.Fatalf("%s answered %d %s, want no 5xx", route, status, answer)
+		require.Failf(t, "a 5xx answer", "%s answered %d %s, want no 5xx", route, status, answer)
 	case status >= 300 && status < 400:
 		return // ServeMux cleaning a path: nothing reached a handler
 	case route == protocol.RouteHealth:

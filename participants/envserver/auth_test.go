@@ -151,9 +151,9 @@ func TestAuthorise(t *testing.T) {
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "below")
 	// Attempt 2 starts over; attempts 0 and 1 are fenced out, 3 is not installed.
 	f.startEnv(t, counter.Name, "r", 2)
-	if info := f.info(t, "r"); info.Attempt != 2 || info.Revision != 0 {
-		t.Fatalf("after the start-over: %+v", info)
-	}
+	over := f.info(t, "r")
+	require.Equal(t, 2, over.Attempt, "after the start-over: %+v", over)
+	require.Equal(t, int64(0), over.Revision, "after the start-over: %+v", over)
 	_, err = f.c.Operate(ctx, inc("r", 0, "r/t1/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
 	_, err = f.c.Operate(ctx, inc("r", 3, "r/t1/c0", 0, 1))

@@ -140,9 +140,10 @@ func TestCommitRestoreCycle(t *testing.T) {
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict)
 
 	// Paused until resume, even for the new attempt.
-	if st := b.status(t); st.Phase != protocol.PhaseRestored || st.Admission != protocol.AdmissionClosed || st.Sessions != 1 {
-		t.Fatalf("status after restore = %+v", st)
-	}
+	paused := b.status(t)
+	require.Equal(t, protocol.PhaseRestored, paused.Phase, "status after restore = %+v", paused)
+	require.Equal(t, protocol.AdmissionClosed, paused.Admission, "status after restore = %+v", paused)
+	require.Equal(t, 1, paused.Sessions, "status after restore = %+v", paused)
 	_, err = b.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
 	wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	b.resume(t, src.id)
@@ -500,9 +501,11 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	}
 	require.True(t, reflect.DeepEqual(res, want), "restore r1 = %+v\nwant %+v", res, want)
 	// Paused, and observable as restore r1 of k; other sessions wait.
-	if st := f.status(t); st.Phase != protocol.PhaseRestored || st.CheckpointID != "k" || st.RestoreID != "r1" || st.Admission != protocol.AdmissionClosed {
-		t.Fatalf("status after restore r1 = %+v", st)
-	}
+	paused := f.status(t)
+	require.Equal(t, protocol.PhaseRestored, paused.Phase, "status after restore r1 = %+v", paused)
+	require.Equal(t, "k", paused.CheckpointID, "status after restore r1 = %+v", paused)
+	require.Equal(t, "r1", paused.RestoreID, "status after restore r1 = %+v", paused)
+	require.Equal(t, protocol.AdmissionClosed, paused.Admission, "status after restore r1 = %+v", paused)
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t2/c0", 2, 1))
 	wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	// A retry replays; another restore or another id waits its turn.
@@ -518,19 +521,19 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	applied := f.stats(t).Applied
 
 	// a is back at the cut as attempt 1; attempt 0 is refused.
-	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 2 {
-		t.Fatalf("a after restore r1 = %+v", info)
-	}
+	a := f.info(t, "a")
+	require.Equal(t, 1, a.Attempt, "a after restore r1 = %+v", a)
+	require.Equal(t, int64(2), a.Revision, "a after restore r1 = %+v", a)
 	_, err = f.c.Operate(ctx, inc("a", 0, "a/t3/c0", 3, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if got := f.operate(t, inc("a", 1, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
-		t.Fatalf("a's last mutation before the cut = %+v, want the stored %+v", got, lastA)
-	}
+	replay := f.operate(t, inc("a", 1, "a/t1/c0", 1, 2))
+	require.True(t, replay.Replayed, "a's last mutation before the cut = %+v, want the stored %+v", replay, lastA)
+	require.Equal(t, lastA.Outcome, replay.Outcome, "a's last mutation before the cut = %+v, want the stored %+v", replay, lastA)
 	// The mutation applied after the cut is not in this lineage: attempt 1
 	// applies it anew.
-	if got := f.operate(t, inc("a", 1, "a/t2/c0", 2, 1)); got.Replayed || got.Revision != 3 {
-		t.Fatalf("a's first mutation after the cut = %+v", got)
-	}
+	anew := f.operate(t, inc("a", 1, "a/t2/c0", 2, 1))
+	require.False(t, anew.Replayed, "a's first mutation after the cut = %+v", anew)
+	require.Equal(t, int64(3), anew.Revision, "a's first mutation after the cut = %+v", anew)
 	// r starts over: no session, attempt 0 refused.
 	_, err = f.c.Operate(ctx, protocol.OperateRequest{Identity: envtest.ID("r", 0, "r/t2/c0"), ExpectedRevision: 2, Tool: counter.ToolIncrement, Arguments: json.RawMessage(`{"amount":1}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
@@ -542,21 +545,21 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	_, err = f.c.Session(ctx, "late")
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
 	// Another set's rollout was not named: it goes on where it was.
-	if info := f.info(t, "other"); info.Attempt != 0 || info.Revision != 2 {
-		t.Fatalf("other after restore r1 = %+v", info)
-	}
+	other := f.info(t, "other")
+	require.Equal(t, 0, other.Attempt, "other after restore r1 = %+v", other)
+	require.Equal(t, int64(2), other.Revision, "other after restore r1 = %+v", other)
 	f.operate(t, inc("other", 0, "other/t2/c0", 2, 1))
 	applied += 2
-	if info := f.info(t, "v"); info.Attempt != 1 || info.Retired {
-		t.Fatalf("v after restore r1 = %+v, want its attempt 1 as it was", info)
-	}
+	v := f.info(t, "v")
+	require.Equal(t, 1, v.Attempt, "v after restore r1 = %+v, want its attempt 1 as it was", v)
+	require.False(t, v.Retired, "v after restore r1 = %+v, want its attempt 1 as it was", v)
 
 	// A re-run of r1 installs nothing: stale, and a keeps its progress.
 	_, err = f.cc.Restore(ctx, r1)
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint, "r1")
-	if info := f.info(t, "a"); info.Attempt != 1 || info.Revision != 3 {
-		t.Fatalf("a after a re-run of r1 = %+v", info)
-	}
+	a = f.info(t, "a")
+	require.Equal(t, 1, a.Attempt, "a after a re-run of r1 = %+v", a)
+	require.Equal(t, int64(3), a.Revision, "a after a re-run of r1 = %+v", a)
 	st := f.status(t)
 	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after a re-run of r1 = %+v", st)
 	require.Equal(t, protocol.AdmissionOpen, st.Admission, "status after a re-run of r1 = %+v", st)
@@ -575,9 +578,9 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	require.NoError(t, err, "resume r2")
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t3/c0", 3, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if got := f.operate(t, inc("a", 2, "a/t1/c0", 1, 2)); !got.Replayed || got.Outcome != lastA.Outcome {
-		t.Fatalf("a's last mutation before the cut, as attempt 2 = %+v", got)
-	}
+	replay = f.operate(t, inc("a", 2, "a/t1/c0", 1, 2))
+	require.True(t, replay.Replayed, "a's last mutation before the cut, as attempt 2 = %+v", replay)
+	require.Equal(t, lastA.Outcome, replay.Outcome, "a's last mutation before the cut, as attempt 2 = %+v", replay)
 	info := f.info(t, "a")
 	require.Equal(t, 2, info.Attempt, "a after restore r2 = %+v", info)
 	require.Equal(t, int64(2), info.Revision, "a after restore r2 = %+v", info)
@@ -642,9 +645,8 @@ func TestRestoreTakesOverStayPausedCheckpoint(t *testing.T) {
 			f.operate(t, inc("a", 0, "a/t0/c0", 0, 1))
 			f.prepare(t, "k")
 			dir := filepath.Join(t.TempDir(), "k")
-			if _, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir}); err != nil {
-				t.Fatalf("commit: %v", err)
-			}
+			_, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
+			require.NoError(t, err, "commit")
 			committed := func(what string) {
 				t.Helper()
 				st := f.status(t)
@@ -655,11 +657,10 @@ func TestRestoreTakesOverStayPausedCheckpoint(t *testing.T) {
 			committed("after a stay-paused commit")
 
 			bad := protocol.RestoreRequest{CheckpointID: "k", RestoreID: restoreID, Location: filepath.Join(t.TempDir(), "missing"), Attempts: map[string]int{"a": 1}}
-			if _, err := f.cc.Restore(ctx, bad); err == nil {
-				t.Fatal("restore of a missing location succeeded")
-			}
+			_, err = f.cc.Restore(ctx, bad)
+			require.Error(t, err, "restore of a missing location succeeded")
 			committed("after a failed restore")
-			_, err := f.c.Operate(ctx, inc("a", 0, "a/t1/c0", 1, 1))
+			_, err = f.c.Operate(ctx, inc("a", 0, "a/t1/c0", 1, 1))
 			wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 
 			res, err := f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: restoreID, Location: dir, Attempts: map[string]int{"a": 1}})

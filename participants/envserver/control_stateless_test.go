@@ -23,17 +23,15 @@ func withArithmetic(c *envserver.ServerConfig) { c.Envs = append(c.Envs, arithme
 func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
 	ctx := context.Background()
 	a := newCtlFixture(t, withArithmetic)
-	if _, err := a.c.Start(ctx, protocol.StartRequest{
+	_, err := a.c.Start(ctx, protocol.StartRequest{
 		Identity: envtest.ID("s", 0, protocol.SeedRequestID("s")), Env: arithmetic.Name, Seed: 1,
 		Task: json.RawMessage(`{"a":2,"b":3,"op":"+"}`),
-	}); err != nil {
-		t.Fatalf("start: %v", err)
-	}
+	})
+	require.NoError(t, err, "start")
 	dir := filepath.Join(t.TempDir(), "ckpt")
 	a.prepare(t, "ck")
-	if _, err := a.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "ck", Location: dir}); err != nil {
-		t.Fatalf("commit: %v", err)
-	}
+	_, err = a.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "ck", Location: dir})
+	require.NoError(t, err, "commit")
 
 	b := newCtlFixture(t, withArithmetic)
 	res, err := b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "ck", Location: dir, Attempts: map[string]int{"s": 1}})

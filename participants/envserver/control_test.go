@@ -168,7 +168,7 @@ func (f *ctlFixture) waitStatus(t *testing.T, what string, ok func(protocol.Cont
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("status never showed %s; last %+v", what, st)
+			require.Failf(t, "timed out", "status never showed %s; last %+v", what, st)
 		case <-tick.C:
 		}
 	}
@@ -392,9 +392,7 @@ func TestRetireAfterPrepareLeavesTheCut(t *testing.T) {
 	f := newCtlFixture(t)
 	f.startEnv(t, counter.Name, "a", 0)
 	f.startEnv(t, counter.Name, "b", 0)
-	if got := members(f.prepare(t, "c1")); strings.Join(got, ",") != "a,b" {
-		t.Fatalf("cut = %v", got)
-	}
+	require.Equal(t, "a,b", strings.Join(members(f.prepare(t, "c1")), ","), "cut")
 	_, err := f.cc.Retire(ctx, "b", 0)
 	require.NoError(t, err)
 	st := f.status(t)

@@ -168,7 +168,7 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 
 	switch {
 	case status >= 500:
-		t.Fatalf("answered %d %s, want no 5xx", status, answer)
+		require.Failf(t, "a 5xx answer", "answered %d %s, want no 5xx", status, answer)
 	case status == http.StatusOK:
 		require.True(t, json.Valid(answer), "answered 200 with invalid JSON %q", answer)
 		// A success is one application or one replay, nothing else.
@@ -182,7 +182,7 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 	case status >= 400:
 		fuzzWantEnvelope(t, status, w.Header(), answer)
 	default:
-		t.Fatalf("answered %d %s", status, answer)
+		require.Failf(t, "an unexpected answer", "answered %d %s", status, answer)
 	}
 
 	// Not applied: nothing changed, and the live session goes on from

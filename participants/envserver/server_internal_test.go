@@ -84,12 +84,11 @@ func startReq(rollout string, attempt int) protocol.StartRequest {
 func TestAdmissionParksMutations(t *testing.T) {
 	srv, c := newInternal(t)
 	ctx := context.Background()
-	if _, err := c.Start(ctx, startReq("r1", 0)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.Start(ctx, startReq("r1", 0))
+	require.NoError(t, err)
 	srv.closeAdmission()
 	require.True(t, srv.admissionClosed(), "admission still open")
-	_, err := c.Start(ctx, startReq("r2", 0))
+	_, err = c.Start(ctx, startReq("r2", 0))
 	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 	_, err = c.Operate(ctx, incr("r1", 0, "a", 0))
 	wantCode(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
@@ -168,9 +167,8 @@ func TestExportInstallRoundTrip(t *testing.T) {
 	}
 	b, cb := newInternal(t)
 	require.NoError(t, b.installState(loaded), "install")
-	if st, _ := cb.Stats(ctx); st.Sessions != 1 {
-		t.Fatalf("stats after install = %+v", st)
-	}
+	installed, _ := cb.Stats(ctx)
+	require.Equal(t, 1, installed.Sessions, "stats after install = %+v", installed)
 	// Attempt 0 is fenced out.
 	_, err = cb.Operate(ctx, incr("live", 0, "live/t1/c0", 1))
 	wantCode(t, err, http.StatusConflict, protocol.CodeStaleAttempt)

@@ -187,9 +187,8 @@ func TestNewServerRefusesBadConfig(t *testing.T) {
 func TestHealthEnvsAndUnknownRoute(t *testing.T) {
 	f := newFixture(t)
 	var health map[string]bool
-	if err := f.c.Do(context.Background(), http.MethodGet, "/healthz", nil, &health); err != nil || !health["ok"] {
-		t.Fatalf("healthz = %v, %v", health, err)
-	}
+	require.NoError(t, f.c.Do(context.Background(), http.MethodGet, "/healthz", nil, &health), "healthz")
+	require.True(t, health["ok"], "healthz = %v", health)
 	var specs []envs.Spec
 	require.NoError(t, f.c.Do(context.Background(), http.MethodGet, "/v1/envs", nil, &specs))
 	require.Len(t, specs, 2, "specs = %+v", specs)
@@ -296,9 +295,7 @@ func TestReceiptsReplayAndConflict(t *testing.T) {
 	require.NoError(t, err, "start replay = %+v, %v", sr, err)
 	require.True(t, sr.Replayed, "start replay = %+v, %v", sr, err)
 	require.Equal(t, int64(0), sr.Revision, "start replay = %+v, %v", sr, err)
-	if info := f.info(t, "r1"); info.Revision != 1 {
-		t.Fatalf("start replay reset the session: %+v", info)
-	}
+	require.Equal(t, int64(1), f.info(t, "r1").Revision, "start replay reset the session")
 
 	// The same request again, even with differently formatted arguments,
 	// replays the stored response (a higher attempt replays too once it is
@@ -351,11 +348,13 @@ func TestFencing(t *testing.T) {
 
 	// The control plane installs attempt 1 (a start-over): attempt 0's
 	// session is dropped and attempt 0 is fenced out.
-	if a, err := f.cc.Authorise(context.Background(), "r1", 1); err != nil || !a.Changed || !a.Dropped || a.Fence != 1 {
-		t.Fatalf("authorise = %+v, %v", a, err)
-	}
+	a, err := f.cc.Authorise(context.Background(), "r1", 1)
+	require.NoError(t, err, "authorise")
+	require.True(t, a.Changed, "authorise = %+v", a)
+	require.True(t, a.Dropped, "authorise = %+v", a)
+	require.Equal(t, 1, a.Fence, "authorise = %+v", a)
 	before := f.stats(t)
-	_, err := f.c.Operate(context.Background(), inc("r1", 0, "r1/t2/c0", 1, 1))
+	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t2/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt, "attempt 0", "attempt 1")
 	// Even a replay from the stale attempt is refused.
 	_, err = f.c.Operate(context.Background(), inc("r1", 0, "r1/t0/c0", 0, 1))
@@ -386,9 +385,9 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	// Attempt 2 is not installed: the data plane cannot start it.
 	_, err = f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("r1", 2, "r1/seed"), Env: "counter", Task: json.RawMessage(`{"target":9}`)})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeAttemptNotInstalled)
-	if info := f.info(t, "r1"); info.Attempt != 0 || info.Revision != 1 {
-		t.Fatalf("a refused start-over changed the session: %+v", info)
-	}
+	kept := f.info(t, "r1")
+	require.Equal(t, 0, kept.Attempt, "a refused start-over changed the session: %+v", kept)
+	require.Equal(t, int64(1), kept.Revision, "a refused start-over changed the session: %+v", kept)
 	// Installed through the control plane, attempt 2 starts over with the
 	// same seed request: a fresh episode, not a replay.
 	st := f.start(t, "r1", 2, `{"target":9}`)
@@ -405,9 +404,7 @@ func TestStartOverAndSameAttemptConflict(t *testing.T) {
 	// Attempt 1 is now fenced.
 	_, err = f.c.Operate(context.Background(), inc("r1", 1, "r1/t1/c0", 1, 1))
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleAttempt)
-	if st := f.stats(t); st.Sessions != 1 {
-		t.Fatalf("sessions = %d, want 1", st.Sessions)
-	}
+	require.Equal(t, 1, f.stats(t).Sessions, "sessions")
 }
 
 func TestStartOverClosesOldSession(t *testing.T) {
@@ -433,9 +430,7 @@ func TestVerifyIsTerminal(t *testing.T) {
 	require.NoError(t, err, "verify = %+v, %v", v, err)
 	require.Equal(t, float64(1), v.Verdict.Reward, "verify = %+v, %v", v, err)
 	require.False(t, v.Replayed, "verify = %+v, %v", v, err)
-	if n := f.probe.closed.Load(); n != 1 {
-		t.Fatalf("verify closed %d sessions, want 1", n)
-	}
+	require.Equal(t, int64(1), f.probe.closed.Load(), "sessions verify closed")
 	info := f.info(t, "p")
 	require.True(t, info.Retired, "info = %+v", info)
 	require.Equal(t, int64(1), info.Revision, "info = %+v", info)
@@ -509,10 +504,9 @@ func TestEnvironmentRefusals(t *testing.T) {
 
 func TestInternalEnvironmentFailure(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := f.c.Operate(context.Background(), protocol.OperateRequest{Identity: envtest.ID("p", 0, "x"), Tool: "explode"})
+	_, err := f.c.Start(context.Background(), protocol.StartRequest{Identity: envtest.ID("p", 0, "s"), Env: "probe", Task: json.RawMessage(`{"target":1}`)})
+	require.NoError(t, err)
+	_, err = f.c.Operate(context.Background(), protocol.OperateRequest{Identity: envtest.ID("p", 0, "x"), Tool: "explode"})
 	wantRemote(t, err, http.StatusInternalServerError, protocol.CodeInternal, "boom")
 	info := f.info(t, "p")
 	require.Equal(t, int64(0), info.Revision, "a failed operation changed the revision: %+v", info)
@@ -595,9 +589,8 @@ func TestLostReplyIsReplayed(t *testing.T) {
 	f := newFixture(t, func(c *envserver.ServerConfig) { c.Failpoints = fp })
 	f.start(t, "r1", 0, `{"target":5}`) // 1st pass
 	req := inc("r1", 0, "r1/t0/c0", 0, 3)
-	if _, err := f.c.Operate(context.Background(), req); err == nil { // 2nd pass: reply lost
-		t.Fatal("the reply was not lost")
-	}
+	_, err = f.c.Operate(context.Background(), req) // 2nd pass: reply lost
+	require.Error(t, err, "the reply was not lost")
 	require.Equal(t, int64(1), fired.Load(), "failpoint fired %d times", fired.Load())
 	r := f.operate(t, req)
 	require.True(t, r.Replayed, "retry = %+v", r)
@@ -648,7 +641,7 @@ func TestConcurrentRollouts(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Error(err)
+		assert.NoError(t, err)
 	}
 	st := f.stats(t)
 	perRollout := int64(1 + steps + 1)
