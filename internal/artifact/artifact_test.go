@@ -141,9 +141,10 @@ func TestRoundTrip(t *testing.T) {
 			dir := t.TempDir()
 			m := mustWrite(t, dir, tt.secs, tt.opts)
 			c := checkRoundTrip(t, dir, tt.secs)
-			if got := c.Manifest(); got.Digest != m.Digest || got.CheckpointID != testID || got.Schema != artifact.SchemaVersion {
-				t.Fatalf("Open manifest %+v differs from Write's %+v", got, m)
-			}
+			opened := c.Manifest()
+			require.Equal(t, m.Digest, opened.Digest, "Open manifest %+v differs from Write's %+v", opened, m)
+			require.Equal(t, testID, opened.CheckpointID, "Open manifest %+v differs from Write's %+v", opened, m)
+			require.Equal(t, artifact.SchemaVersion, opened.Schema, "Open manifest %+v differs from Write's %+v", opened, m)
 			got := map[string][]int{}
 			total := 0
 			for _, sm := range m.Sections {
@@ -291,9 +292,7 @@ func TestTornCommit(t *testing.T) {
 	secs := sampleSections()
 	var files int
 	mustWrite(t, t.TempDir(), secs, artifact.Options{MaxShardRecords: 2, BetweenFiles: func() { files++ }})
-	if files != 13 { // 9 shards and 4 indexes; not after the manifest
-		t.Fatalf("BetweenFiles called %d times, want 13", files)
-	}
+	require.Equal(t, 13, files, "BetweenFiles calls: 9 shards and 4 indexes; not after the manifest")
 	for stop := 1; stop <= files; stop++ {
 		t.Run(fmt.Sprint("after file ", stop), func(t *testing.T) {
 			dir := t.TempDir()
@@ -312,7 +311,7 @@ func TestTornCommit(t *testing.T) {
 					}
 				}}
 				_, err := artifact.Write(context.Background(), dir, testMeta, bigger, opts)
-				t.Fatalf("Write did not stop: %v", err)
+				require.Failf(t, "Write did not stop", "Write returned %v", err)
 			}()
 			// A temporary file as a crash inside a write would leave it.
 			require.NoError(t, os.WriteFile(filepath.Join(dir, ".tmp-agents-00000.tar-123"), []byte("partial"), 0o644))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
@@ -360,7 +361,7 @@ func TestRolloutParkAndResume(t *testing.T) {
 	var rec rollout.ParkRecord
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("park rejected: %v", err) },
+			OnReject: func(err error) { assert.NoError(t, err, "park rejected") },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
 				rec = v.(rollout.ParkRecord)
@@ -368,12 +369,12 @@ func TestRolloutParkAndResume(t *testing.T) {
 				require.Equal(t, rollout.PhaseParked, rec.Phase)
 				// A second checkpoint is refused while the first holds.
 				env.UpdateWorkflow(rollout.UpdatePark, "park-2", &testsuite.TestUpdateCallback{
-					OnAccept:   func() { t.Error("a conflicting checkpoint was accepted") },
+					OnAccept:   func() { assert.Fail(t, "a conflicting checkpoint was accepted") },
 					OnReject:   func(err error) { require.Contains(t, err.Error(), "cp-1") },
 					OnComplete: func(any, error) {},
 				}, rollout.ParkRequest{CheckpointID: "cp-2"})
 				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
-					OnReject: func(err error) { t.Errorf("resume rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+					OnReject: func(err error) { assert.NoError(t, err, "resume rejected") }, OnAccept: func() {}, OnComplete: func(any, error) {},
 				}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 			},
 			OnAccept: func() {},
@@ -410,7 +411,7 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 		}
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept: func() {},
-			OnReject: func(err error) { t.Errorf("park rejected: %v", err) },
+			OnReject: func(err error) { assert.NoError(t, err, "park rejected") },
 			OnComplete: func(v any, err error) {
 				require.NoError(t, err)
 				rec, parked = v.(rollout.ParkRecord), true
@@ -418,7 +419,7 @@ func TestRolloutParkDeadlineCancelsSlowModel(t *testing.T) {
 				w.modelBlock = nil
 				w.mu.Unlock()
 				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
-					OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {},
+					OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) }, OnComplete: func(any, error) {},
 				}, rollout.ResumeRequest{CheckpointID: "cp-1"})
 			},
 		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(200 * time.Millisecond)})
@@ -482,10 +483,10 @@ func TestRolloutHoldsResultUntilAcknowledged(t *testing.T) {
 		bad := *status.Result.Receipt
 		bad.SHA256 = "00"
 		env.UpdateWorkflow(rollout.UpdateAcknowledge, "ack-bad", &testsuite.TestUpdateCallback{
-			OnAccept: func() { t.Error("a wrong receipt was accepted") }, OnReject: func(error) {}, OnComplete: func(any, error) {},
+			OnAccept: func() { assert.Fail(t, "a wrong receipt was accepted") }, OnReject: func(error) {}, OnComplete: func(any, error) {},
 		}, rollout.AckRequest{Receipt: bad})
 		env.UpdateWorkflow(rollout.UpdateAcknowledge, "ack", &testsuite.TestUpdateCallback{
-			OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {},
+			OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) }, OnComplete: func(any, error) {},
 		}, rollout.AckRequest{Receipt: *status.Result.Receipt})
 	}, time.Hour)
 	env.ExecuteWorkflow(rollout.Rollout, in)
@@ -540,11 +541,11 @@ func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
-			OnReject:   func(err error) { t.Errorf("park rejected: %v", err) },
+			OnReject:   func(err error) { assert.NoError(t, err, "park rejected") },
 			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
 		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
 		env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
-			OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+			OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) },
 			OnComplete: func(any, error) {
 				w.mu.Lock()
 				close(w.modelBlock)
@@ -580,10 +581,10 @@ func TestRolloutParkedCarriesCheckpointID(t *testing.T) {
 	}).Return(nil)
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("park rejected: %v", err) }, OnAccept: func() {},
+			OnReject: func(err error) { assert.NoError(t, err, "park rejected") }, OnAccept: func() {},
 			OnComplete: func(any, error) {
 				env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
-					OnReject: func(err error) { t.Errorf("resume rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {},
+					OnReject: func(err error) { assert.NoError(t, err, "resume rejected") }, OnAccept: func() {}, OnComplete: func(any, error) {},
 				}, rollout.ResumeRequest{CheckpointID: "cp-7"})
 			},
 		}, rollout.ParkRequest{CheckpointID: "cp-7", Deadline: time.Now().Add(time.Hour)})
@@ -675,7 +676,7 @@ func TestRolloutResumeSignalEndsPendingPark(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
-			OnReject:   func(err error) { t.Errorf("park rejected: %v", err) },
+			OnReject:   func(err error) { assert.NoError(t, err, "park rejected") },
 			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
 		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
 		env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
