@@ -102,9 +102,7 @@ func TestCoordinatorStartOptions(t *testing.T) {
 	require.Equal(t, "restore/ck1", rs.ID, "restore options %+v", rs)
 	require.Equal(t, "q", rs.TaskQueue, "restore options %+v", rs)
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, rs.WorkflowIDConflictPolicy, "restore options %+v", rs)
-	if rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q"); rs.ID != "restore/again" {
-		t.Errorf("restore with an id: %s", rs.ID)
-	}
+	assert.Equal(t, "restore/again", RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q").ID, "restore with an id")
 	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
 	for _, o := range []client.StartWorkflowOptions{ck, rs} {
 		id, _ := o.TypedSearchAttributes.GetKeyword(key)

@@ -33,13 +33,14 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	select {
 	case base = <-ready:
 	case err := <-done:
-		t.Fatalf("run ended before listening: %v", err)
+		require.Failf(t, "run ended before listening", "run returned %v", err)
 	}
 	content, err := os.ReadFile(readyFile)
 	require.NoError(t, err)
-	if got := strings.TrimSpace(string(content)); got != base || !strings.HasPrefix(got, "http://127.0.0.1:") || !strings.HasSuffix(got, "/v1") {
-		t.Fatalf("ready file %q, callback %q, want http://127.0.0.1:PORT/v1", got, base)
-	}
+	readyURL := strings.TrimSpace(string(content))
+	require.Equal(t, base, readyURL, "ready file and callback")
+	require.True(t, strings.HasPrefix(readyURL, "http://127.0.0.1:"), "ready file %q, want http://127.0.0.1:PORT/v1", readyURL)
+	require.True(t, strings.HasSuffix(readyURL, "/v1"), "ready file %q, want http://127.0.0.1:PORT/v1", readyURL)
 
 	res, err := http.Get(base + "/models")
 	require.NoError(t, err)

@@ -180,20 +180,17 @@ func TestRefuseVerify(t *testing.T) {
 		return err
 	}
 	first := `{"target":0,"refuse_verify":"first"}`
-	if err := verify(1, first); envs.CodeOf(err) != envs.CodeBadState {
-		t.Fatalf("first verify of seed 1: %v, want a refusal", err)
-	}
+	err := verify(1, first)
+	require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "first verify of seed 1: %v, want a refusal", err)
 	require.NoError(t, verify(1, first), "second verify of seed 1")
-	if err := verify(2, first); envs.CodeOf(err) != envs.CodeBadState {
-		t.Fatalf("first verify of seed 2: %v, want a refusal", err)
-	}
+	err = verify(2, first)
+	require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "first verify of seed 2: %v, want a refusal", err)
 	for range 2 {
 		err := verify(1, `{"target":0,"refuse_verify":"always"}`)
 		require.Equal(t, envs.CodeBadState, envs.CodeOf(err), "always: %v, want a refusal", err)
 	}
-	if _, _, err := env.Start(1, json.RawMessage(`{"target":0,"refuse_verify":"sometimes"}`)); envs.CodeOf(err) != envs.CodeBadTask {
-		t.Fatalf("unknown mode: %v, want bad_task", err)
-	}
+	_, _, err = env.Start(1, json.RawMessage(`{"target":0,"refuse_verify":"sometimes"}`))
+	require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "unknown mode: %v, want bad_task", err)
 
 	s, _, err := env.Start(3, json.RawMessage(`{"target":0,"refuse_verify":"always"}`))
 	require.NoError(t, err)

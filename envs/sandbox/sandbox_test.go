@@ -133,8 +133,8 @@ func TestStartRefusesBadTasks(t *testing.T) {
 			s, _, err := sandbox.New().Start(0, json.RawMessage(tt.task))
 			if err == nil {
 				_ = s.Close()
-				t.Fatalf("Start accepted %.60s", tt.task)
 			}
+			require.Error(t, err, "Start accepted %.60s", tt.task)
 			require.Equal(t, envs.CodeBadTask, envs.CodeOf(err), "Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
 			require.ErrorContains(t, err, tt.want, "Start error = %v, want %s containing %q", err, envs.CodeBadTask, tt.want)
 		})
@@ -233,9 +233,7 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 			_, err := s.Apply(tt.op.tool, json.RawMessage(tt.op.args))
 			require.Equal(t, tt.wantCode, envs.CodeOf(err), "Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
 			require.ErrorContains(t, err, tt.want, "Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
-			if after := snapshot(t, s.Dir()); !reflect.DeepEqual(after, before) {
-				t.Fatalf("refused operation changed files: %q -> %q", before, after)
-			}
+			require.Equal(t, before, snapshot(t, s.Dir()), "refused operation changed files")
 			after := snapshot(t, s.Root())
 			require.True(t, reflect.DeepEqual(after, parent), "refused operation changed the scratch root: %q -> %q", parent, after)
 		})
@@ -353,14 +351,12 @@ func TestCloseRemovesDirectory(t *testing.T) {
 	apply(t, s, write("a.txt", "x"))
 	root := s.Root()
 	require.NoError(t, s.Close(), "Close")
-	if _, err := os.Stat(root); !os.IsNotExist(err) {
-		t.Fatalf("after Close, stat %s = %v; want it gone", root, err)
-	}
+	_, err := os.Stat(root)
+	require.True(t, os.IsNotExist(err), "after Close, stat %s = %v; want it gone", root, err)
 	require.NoError(t, s.Close(), "second Close")
-	if _, err := s.Apply(sandbox.ToolListFiles, json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "closed") {
-		t.Fatalf("Apply after Close = %v, want a closed-session error", err)
-	}
-	_, err := s.Verify()
+	_, err = s.Apply(sandbox.ToolListFiles, json.RawMessage(`{}`))
+	require.ErrorContains(t, err, "closed", "Apply after Close, want a closed-session error")
+	_, err = s.Verify()
 	require.Error(t, err, "Verify after Close succeeded")
 }
 

@@ -2,7 +2,6 @@ package artifact_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -136,10 +135,9 @@ func TestObjectStoreTornCommitRecovers(t *testing.T) {
 		defer func() { _ = recover() }()
 		_, _ = artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), opts)
 	}()
-	if _, err := artifact.OpenStore(ctx, c.st, testID); !errors.Is(err, artifact.ErrNoManifest) {
-		t.Fatalf("torn commit opens as %v; want ErrNoManifest", err)
-	}
-	_, err := artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts)
+	_, err := artifact.OpenStore(ctx, c.st, testID)
+	require.ErrorIs(t, err, artifact.ErrNoManifest, "torn commit opens as %v; want ErrNoManifest", err)
+	_, err = artifact.WriteTo(ctx, c.st, testMeta, sampleSections(), smallOpts)
 	require.NoError(t, err)
 	_, err = artifact.OpenStore(ctx, c.st, testID)
 	require.NoError(t, err)

@@ -89,11 +89,11 @@ func TestWriteFailedFillLeavesNothing(t *testing.T) {
 			})
 			require.ErrorIs(t, err, errFill, "Write: got %v, want the fill error", err)
 			got, err := os.ReadFile(path)
-			switch {
-			case tt.existing == nil && !errors.Is(err, os.ErrNotExist):
-				t.Errorf("after a failed write: read gives %q, %v; want no file", got, err)
-			case tt.existing != nil && (err != nil || !bytes.Equal(got, tt.existing)):
-				t.Errorf("after a failed write: read gives %q, %v; want the old content %q", got, err, tt.existing)
+			if tt.existing == nil {
+				assert.ErrorIs(t, err, os.ErrNotExist, "after a failed write: read gives %q, %v; want no file", got, err)
+			} else {
+				assert.NoError(t, err, "after a failed write: want the old content %q", tt.existing)
+				assert.Equal(t, string(tt.existing), string(got), "after a failed write: want the old content")
 			}
 			want := 0
 			if tt.existing != nil {

@@ -107,7 +107,7 @@ func serverCounterEpisode(t *testing.T, client openai.Client, start, target int,
 			choice.Message.ToParam(),
 			openai.ToolMessage(fmt.Sprintf("counter=%d", value), choice.Message.ToolCalls[0].ID))
 	}
-	t.Fatalf("seed %d: episode did not end in 100 calls", seed)
+	require.Failf(t, "no end", "seed %d: episode did not end in 100 calls", seed)
 	return 0, 0
 }
 
@@ -184,7 +184,7 @@ func TestServerImperfection(t *testing.T) {
 		case 2:
 			misses++
 		default:
-			t.Fatalf("seed %d: counter ended at %d, want 3 or 2", seed, value)
+			require.Failf(t, "counter out of range", "seed %d: counter ended at %d, want 3 or 2", seed, value)
 		}
 	}
 	require.NotEqual(t, 0, hits, "hits=%d misses=%d over 200 seeds with imperfection 0.3, want both", hits, misses)
@@ -302,9 +302,7 @@ func TestServerInjectedErrors(t *testing.T) {
 			url, client := startPolicyServer(t, tt.cfg)
 			_, err := client.Chat.Completions.New(context.Background(), counterParams(0, 1, 1))
 			apiErr := assertAPIError(t, err, tt.wantStatus, tt.wantCode)
-			if got := apiErr.Response.Header.Get("Retry-After"); got != "2" {
-				t.Fatalf("Retry-After %q, want 2", got)
-			}
+			require.Equal(t, "2", apiErr.Response.Header.Get("Retry-After"), "Retry-After")
 			got := apiErr.Response.Header.Get("Retry-After-Ms")
 			require.Equal(t, "2000", got, "Retry-After-Ms %q, want 2000", got)
 			// Health and listings are never failed on purpose.

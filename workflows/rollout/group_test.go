@@ -16,17 +16,16 @@ func TestStartOptionsGroup(t *testing.T) {
 
 	in := Input{RolloutID: "s1-q7-r2", Set: "s1", Group: "q7", Repeat: 2, Env: EnvRef{Name: "counter"}}
 	sa := StartOptions(in, TaskQueue).TypedSearchAttributes
-	if g, ok := sa.GetKeyword(groupKey); !ok || g != "q7" {
-		t.Errorf("%s = %q, %v; want q7", SARolloutGroup, g, ok)
-	}
-	if r, ok := sa.GetInt64(repeatKey); !ok || r != 2 {
-		t.Errorf("%s = %d, %v; want 2", SARolloutRepeat, r, ok)
-	}
+	g, ok := sa.GetKeyword(groupKey)
+	assert.True(t, ok, "%s unset", SARolloutGroup)
+	assert.Equal(t, "q7", g, SARolloutGroup)
+	r, ok := sa.GetInt64(repeatKey)
+	assert.True(t, ok, "%s unset", SARolloutRepeat)
+	assert.Equal(t, int64(2), r, SARolloutRepeat)
 
 	plain := StartOptions(Input{RolloutID: "s1-0001", Set: "s1"}, TaskQueue).TypedSearchAttributes
-	if _, ok := plain.GetKeyword(groupKey); ok {
-		t.Errorf("a rollout without a group sets %s", SARolloutGroup)
-	}
-	_, ok := plain.GetInt64(repeatKey)
+	_, ok = plain.GetKeyword(groupKey)
+	assert.False(t, ok, "a rollout without a group sets %s", SARolloutGroup)
+	_, ok = plain.GetInt64(repeatKey)
 	assert.False(t, ok, "a rollout without a group sets %s", SARolloutRepeat)
 }
