@@ -24,13 +24,11 @@ import (
 )
 
 func TestNewRefusesNoToken(t *testing.T) {
-	if _, err := New(Config{}, &fakeBackend{}); err == nil {
-		t.Fatal("a gateway without a token and without --insecure-no-auth was built")
-	}
-	if _, err := New(Config{Token: " padded "}, &fakeBackend{}); err == nil {
-		t.Fatal("a padded token was accepted")
-	}
-	_, err := New(Config{InsecureNoAuth: true}, &fakeBackend{})
+	_, err := New(Config{}, &fakeBackend{})
+	require.Error(t, err, "a gateway without a token and without --insecure-no-auth was built")
+	_, err = New(Config{Token: " padded "}, &fakeBackend{})
+	require.Error(t, err, "a padded token was accepted")
+	_, err = New(Config{InsecureNoAuth: true}, &fakeBackend{})
 	require.NoError(t, err, "explicitly insecure")
 }
 
@@ -247,7 +245,7 @@ func TestExportAbortsMidStream(t *testing.T) {
 	req := httptest.NewRequest("GET", "/v1/sets/s1/export", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	s.Handler().ServeHTTP(httptest.NewRecorder(), req)
-	t.Fatal("the handler returned normally")
+	require.Fail(t, "the handler returned normally")
 }
 
 func receiptJSON(id string, c byte) string {

@@ -261,7 +261,7 @@ func (f *setRuns) run(workflowID, runID string) tclient.WorkflowRun {
 			return temporalfake.Run{Value: r.result}
 		}
 	}
-	f.t.Fatalf("GetWorkflow(%s, %s): no such run", workflowID, runID)
+	require.Failf(f.t, "no such run", "GetWorkflow(%s, %s)", workflowID, runID)
 	return nil
 }
 

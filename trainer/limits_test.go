@@ -43,8 +43,8 @@ func play(t *testing.T, env envs.Environment, pol envs.Policy, seed int64, task 
 		switch {
 		case errors.As(err, &refusal):
 			return envs.Outcome{Observation: "error: " + refusal.Code + ": " + refusal.Message}
-		case err != nil:
-			t.Fatalf("%s apply %s: %v", spec.Name, tool, err)
+		default:
+			require.NoError(t, err, "%s apply %s", spec.Name, tool)
 		}
 		return out
 	}
@@ -133,9 +133,7 @@ func TestLimitsReadTheCatalog(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.env, func(t *testing.T) {
-			if got := DefaultMaxTurns(tt.env); got != tt.maxTurns {
-				t.Errorf("DefaultMaxTurns(%q) = %d, want %d", tt.env, got, tt.maxTurns)
-			}
+			assert.Equal(t, tt.maxTurns, DefaultMaxTurns(tt.env), "DefaultMaxTurns(%q)", tt.env)
 			got := ScriptedPolicy(tt.env)
 			assert.Equal(t, tt.model, got, "ScriptedPolicy(%q) = %q, want %q", tt.env, got, tt.model)
 		})

@@ -53,9 +53,7 @@ func TestLoggerWithDoesNotMutate(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	base := workers.NewLogger(zap.New(core))
 	child := log.With(base, "rollout", "s-0001")
-	if _, ok := child.(*workers.Logger); !ok {
-		t.Fatalf("log.With did not use the adapter's With: got %T", child)
-	}
+	require.IsType(t, &workers.Logger{}, child, "log.With did not use the adapter's With")
 	child.Info("child")
 	base.Info("base")
 	skipped := log.Skip(base, 1)

@@ -8,6 +8,7 @@ import (
 	"github.com/turnstile-rl/turnstile/activities/environment"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/envs"
@@ -250,7 +251,7 @@ func TestOperateEnvironmentInvalidArgumentsAreRefusedLocally(t *testing.T) {
 			head := testsupport.MustAppend(t, store, before...)
 			env := newFakeEnv(t)
 			env.operate = func(protocol.OperateRequest) testsupport.Answer {
-				t.Error("the server must not be called with invalid arguments")
+				assert.Fail(t, "the server must not be called with invalid arguments")
 				return testsupport.OK(protocol.OperateResponse{})
 			}
 			acts := &environment.Activities{Store: store, URL: env.URL}

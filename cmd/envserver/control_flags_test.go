@@ -43,9 +43,9 @@ func startRun(t *testing.T, args ...string) string {
 		select {
 		case err := <-done:
 			done <- nil // for the cleanup, which waits for run to return
-			t.Fatalf("run returned before ready: %v", err)
+			require.Failf(t, "run returned before ready", "run returned %v", err)
 		case <-deadline:
-			t.Fatal("no ready file")
+			require.Fail(t, "no ready file")
 		case <-tick.C:
 			if b, err := os.ReadFile(ready); err == nil {
 				return string(b)

@@ -36,9 +36,9 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	for base == "" {
 		select {
 		case err := <-done:
-			t.Fatalf("run returned before ready: %v", err)
+			require.Failf(t, "run returned before ready", "run returned %v", err)
 		case <-deadline:
-			t.Fatal("no ready file")
+			require.Fail(t, "no ready file")
 		case <-tick.C:
 			if b, err := os.ReadFile(ready); err == nil {
 				base = string(b)
@@ -47,11 +47,10 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	}
 	require.True(t, strings.HasPrefix(base, "http://127.0.0.1:"), "ready file holds %q", base)
 	require.False(t, strings.HasSuffix(base, ":0"), "ready file holds %q", base)
-	if _, err := protocol.NewClient(base, nil).Stats(context.Background()); !isUnauthorized(err) {
-		t.Fatalf("stats without the data token = %v, want 401 unauthorized", err)
-	}
+	_, err := protocol.NewClient(base, nil).Stats(context.Background())
+	require.True(t, isUnauthorized(err), "stats without the data token = %v, want 401 unauthorized", err)
 	c := protocol.NewDataClient(base, "data-from-env", nil)
-	_, err := c.Stats(context.Background())
+	_, err = c.Stats(context.Background())
 	require.NoError(t, err, "stats")
 	_, err = c.Start(context.Background(), protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: "r", RequestID: "r/seed"}, Env: "counter", Task: []byte(`{"target":1}`),

@@ -27,10 +27,12 @@ func TestRemoteFlag(t *testing.T) {
 	for _, s := range specs {
 		got[s.Name] = s
 	}
-	if w, ok := got["walk"]; !ok || w.Mode != envs.ModeRestartOnly || w.Style != envs.StyleGym || got["counter"].Name == "" {
-		b, _ := json.Marshal(specs)
-		t.Fatalf("/v1/envs = %s, want counter and walk (gym, restart_only)", b)
-	}
+	b, _ := json.Marshal(specs)
+	w, ok := got["walk"]
+	require.True(t, ok, "/v1/envs = %s, want counter and walk (gym, restart_only)", b)
+	require.Equal(t, envs.ModeRestartOnly, w.Mode, "/v1/envs = %s, want counter and walk (gym, restart_only)", b)
+	require.Equal(t, envs.StyleGym, w.Style, "/v1/envs = %s, want counter and walk (gym, restart_only)", b)
+	require.NotEmpty(t, got["counter"].Name, "/v1/envs = %s, want counter and walk (gym, restart_only)", b)
 
 	down := httptest.NewServer(http.NotFoundHandler())
 	down.Close()

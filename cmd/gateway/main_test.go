@@ -49,11 +49,10 @@ func TestParseFlags(t *testing.T) {
 				t.Setenv(k, tt.env[k])
 			}
 			_, err := parseFlags(tt.args, &bytes.Buffer{})
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("error %v", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Fatalf("error %v, want one naming %q", err, tt.want)
+			if tt.want == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tt.want)
 			}
 		})
 	}

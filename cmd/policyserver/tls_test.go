@@ -58,7 +58,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 			case base = <-ready:
 			case err := <-done:
 				done <- nil
-				t.Fatalf("run ended before listening: %v", err)
+				require.Failf(t, "run ended before listening", "run returned %v", err)
 			}
 			require.True(t, strings.HasPrefix(base, "https://127.0.0.1:"), "base URL %q, want https", base)
 			for _, f := range tc.accept {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,11 +38,10 @@ func TestSubmitBudgetFlags(t *testing.T) {
 		cmd.SetErr(&out)
 		cmd.SetArgs(append([]string{"--set", "s1", "--env", "counter", "--dry-run"}, tt.args...))
 		err := cmd.Execute()
-		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("%v: %v", tt.args, err)
-		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("%v: error %v, want one naming %q", tt.args, err, tt.want)
+		if tt.want == "" {
+			assert.NoError(t, err, "%v", tt.args)
+		} else {
+			assert.ErrorContains(t, err, tt.want, "%v", tt.args)
 		}
 	}
 }

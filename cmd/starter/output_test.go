@@ -146,9 +146,7 @@ func TestWriteCoordinatorResults(t *testing.T) {
 	for _, want := range []string{"members ", " 24\n", "completed_unacked  3\n", "bytes ", " 123456\n", "manifest digest ", " abc\n", "cut_ms ", " 812\n", "total_ms ", " 1500\n"} {
 		assert.Contains(t, ck.String(), want, "checkpoint table lacks %q:\n%s", want, ck.String())
 	}
-	if cols := valueColumn(t, ck.String()); len(cols) != 1 {
-		t.Errorf("values not aligned (%v):\n%s", cols, ck.String())
-	}
+	assert.Len(t, valueColumn(t, ck.String()), 1, "values not aligned:\n%s", ck.String())
 	var rs bytes.Buffer
 	require.NoError(t, writeRestoreResult(&rs, checkpoint.RestoreResult{CheckpointID: "ck1", Restored: 17, StartedOver: 2, OfferedAgain: 3, Started: 22}))
 	for _, want := range []string{" 17\n", "started_over ", "offered_again ", " 22\n"} {

@@ -51,8 +51,7 @@ func TestSubmitModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		out, err := runStarter(t, append([]string{"submit", "--set", "s1", "--dry-run"}, tt.args...)...)
-		if tt.ok != (err == nil) {
-			t.Errorf("%v: err = %v, want ok %v\n%s", tt.args, err, tt.ok, out)
+		if !assert.Equal(t, tt.ok, err == nil, "%v: err = %v, want ok %v\n%s", tt.args, err, tt.ok, out) {
 			continue
 		}
 		got := out

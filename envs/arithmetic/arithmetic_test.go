@@ -122,9 +122,8 @@ func TestExportRestore(t *testing.T) {
 	fresh := envtest.Export(t, s)
 	want := `{"version":1,"task":{"a":-3,"b":9,"op":"-"},"answer":null}`
 	assert.Equal(t, want, string(fresh), "export = %s, want %s", fresh, want)
-	if _, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":-12}`)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Apply(arithmetic.AnswerTool, json.RawMessage(`{"value":-12}`))
+	require.NoError(t, err)
 	saved := envtest.Export(t, s)
 	r, err := arithmetic.New().Restore(saved)
 	require.NoError(t, err)

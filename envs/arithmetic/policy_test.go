@@ -95,7 +95,7 @@ func playArithmetic(t *testing.T, task json.RawMessage, seed int64, imperfection
 			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: c.ID, Content: out.Observation})
 		}
 	}
-	t.Fatalf("task %s: no final answer in 10 turns", task)
+	require.Failf(t, "no answer", "task %s: no final answer in 10 turns", task)
 	return 0, 0
 }
 

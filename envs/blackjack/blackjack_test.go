@@ -161,7 +161,7 @@ func play(t testing.TB, s envs.Session, choose func(o blackjack.Observation) str
 		}
 		obs = out.Observation
 	}
-	t.Fatal("episode did not terminate in 1000 steps")
+	require.Fail(t, "episode did not terminate in 1000 steps")
 	return nil
 }
 
@@ -258,8 +258,8 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 						ends = ended
 						require.Equal(t, o.Reward, float64(d.Hands[ended-1].Reward), "seed %d step %d ended hand %d with reward %v (OBS %d), verdict says %d", seed, i+1, ended, o.Reward, obs.LastReward, d.Hands[ended-1].Reward)
 						require.Equal(t, o.Reward, float64(obs.LastReward), "seed %d step %d ended hand %d with reward %v (OBS %d), verdict says %d", seed, i+1, ended, o.Reward, obs.LastReward, d.Hands[ended-1].Reward)
-					case o.Reward != 0:
-						t.Errorf("seed %d step %d: reward %v on a step that did not end a hand", seed, i+1, o.Reward)
+					default:
+						assert.Zero(t, o.Reward, "seed %d step %d: reward on a step that did not end a hand", seed, i+1)
 					}
 					stepSum += o.Reward
 				}

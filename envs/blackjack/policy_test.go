@@ -131,7 +131,7 @@ func playBlackjack(t *testing.T, seed int64, rounds int, imperfection float64) (
 			return total, msgs
 		}
 	}
-	t.Fatalf("seed %d: episode did not end", seed)
+	require.Failf(t, "no end", "seed %d: episode did not end", seed)
 	return 0, nil
 }
 

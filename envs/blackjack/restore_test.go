@@ -35,7 +35,7 @@ func midGame(t *testing.T) json.RawMessage {
 		require.NoError(t, err)
 		return envtest.Export(t, s)
 	}
-	t.Fatal("no seed below 2000 gives a dealer draw followed by a hand of 11 or less")
+	require.Fail(t, "no seed below 2000 gives a dealer draw followed by a hand of 11 or less")
 	return nil
 }
 

@@ -77,9 +77,7 @@ func TestTaskErrors(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	got := strings.Join(catalog.Names(), ",")
-	if want := "arithmetic,blackjack,counter,notes,sandbox,workplace"; got != want {
-		t.Fatalf("Names() = %s, want %s (sorted)", got, want)
-	}
+	require.Equal(t, "arithmetic,blackjack,counter,notes,sandbox,workplace", got, "Names(), sorted")
 	hosted := strings.Join(catalog.HostedNames(), ",")
 	want := "arithmetic,blackjack,counter,sandbox,workplace"
 	require.Equal(t, want, hosted, "HostedNames() = %s, want %s (notes runs in the Python participant)", hosted, want)

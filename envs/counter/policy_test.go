@@ -90,7 +90,7 @@ func runCounterEpisode(t *testing.T, start, target int, seed int64, imperfection
 			envs.Message{Role: "tool", ToolCallID: call.ID, Content: fmt.Sprintf("counter=%d", value)},
 		)
 	}
-	t.Fatalf("seed %d: episode did not end in 100 turns", seed)
+	require.Failf(t, "no end", "seed %d: episode did not end in 100 turns", seed)
 	return 0
 }
 
@@ -116,7 +116,7 @@ func TestCounterImperfection(t *testing.T) {
 				case 3:
 					misses++
 				default:
-					t.Fatalf("seed %d: counter ended at %d, want 4 or 3", seed, got)
+					require.Failf(t, "counter out of range", "seed %d: counter ended at %d, want 4 or 3", seed, got)
 				}
 				// The decision is per episode: replaying the seed ends the same way.
 				again := runCounterEpisode(t, 1, 4, seed, tt.imperfection)

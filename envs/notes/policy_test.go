@@ -48,9 +48,9 @@ func TestPolicyWalksTheEdits(t *testing.T) {
 		`delete_note {"title":"gifts"}`,
 	}
 	require.Equal(t, strings.Join(want, "\n"), strings.Join(calls, "\n"), "calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
-	if r := respond(t, msgs, 0); r.Content != notes.Done || len(r.ToolCalls) != 0 {
-		t.Fatalf("after the last edit: %+v, want %q", r, notes.Done)
-	}
+	last := respond(t, msgs, 0)
+	require.Equal(t, notes.Done, last.Content, "after the last edit: %+v", last)
+	require.Empty(t, last.ToolCalls, "after the last edit: %+v", last)
 	r := respond(t, msgs[:8], 1)
 	require.Equal(t, notes.Done, r.Content, "an imperfect episode forgets the last edit: %+v", r)
 }

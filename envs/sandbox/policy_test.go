@@ -118,7 +118,7 @@ func sandboxEpisode(t *testing.T, seed int64, index int, imperfection float64) (
 			msgs = append(msgs, envs.Message{Role: "tool", ToolCallID: call.ID, Content: out.Observation})
 		}
 	}
-	t.Fatalf("seed %d: episode did not end in 10 turns", seed)
+	require.Failf(t, "no end", "seed %d: episode did not end in 10 turns", seed)
 	return nil, 0, sandbox.Differences{}
 }
 
@@ -178,7 +178,7 @@ func TestSandboxImperfection(t *testing.T) {
 				case 1:
 					spoiled++
 				default:
-					t.Fatalf("seed %d: %d files spoiled, want at most 1", seed, wrong)
+					require.Failf(t, "too many spoiled", "seed %d: %d files spoiled, want at most 1", seed, wrong)
 				}
 			}
 			require.Equal(t, tt.wantClean, clean > 0, "clean=%d spoiled=%d, want clean>0 %v, spoiled>0 %v", clean, spoiled, tt.wantClean, tt.wantSpoiled)

@@ -43,7 +43,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 			case checkpoint.RestoreWorkflowName:
 				r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: typ})
 			default:
-				t.Fatalf("history of workflow type %q: not a coordinator workflow", typ)
+				require.Failf(t, "not a coordinator workflow", "history of workflow type %q", typ)
 			}
 			seen[typ] = true
 			require.NoError(t, r.ReplayWorkflowHistory(nil, hist))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
@@ -208,7 +209,7 @@ func TestGroupLedgerRestoredMemberReopensGroup(t *testing.T) {
 	for i, r := range []rollout.GroupReport{testsupport.GroupReport(2, 1, rollout.ReportRestored, false), testsupport.GroupReport(2, 1, rollout.ReportDone, false)} {
 		l.env.RegisterDelayedCallback(func() {
 			l.env.UpdateWorkflow(rollout.UpdateGroupReport, fmt.Sprint(i), &testsuite.TestUpdateCallback{
-				OnAccept: func() {}, OnReject: func(err error) { t.Error(err) },
+				OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) },
 				OnComplete: func(v any, _ error) { statuses = append(statuses, v.(rollout.GroupVerdict).Status) },
 			}, r)
 		}, time.Duration(i+1)*time.Second)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
@@ -37,7 +38,7 @@ func TestRolloutProgressAttributes(t *testing.T) {
 				require.NoError(t, v.Get(&st))
 				require.Equal(t, rollout.PhaseAwaitingAck, st.Phase)
 				env.UpdateWorkflow(rollout.UpdateAcknowledge, "ack", &testsuite.TestUpdateCallback{
-					OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {},
+					OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) }, OnComplete: func(any, error) {},
 				}, rollout.AckRequest{Receipt: *st.Result.Receipt})
 			}, time.Hour)
 			env.ExecuteWorkflow(rollout.Rollout, in)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
@@ -127,7 +128,7 @@ func TestRestoredInputResumesAtTheCursor(t *testing.T) {
 		w.mu.Unlock()
 		require.Zero(t, n, "a held run does nothing before resume")
 		env.UpdateWorkflow(rollout.UpdateResume, "r1", &testsuite.TestUpdateCallback{
-			OnReject: func(err error) { t.Errorf("resume rejected: %v", err) },
+			OnReject: func(err error) { assert.NoError(t, err, "resume rejected") },
 			OnAccept: func() {}, OnComplete: func(any, error) {},
 		}, rollout.ResumeRequest{CheckpointID: "ck1"})
 	}, time.Minute)

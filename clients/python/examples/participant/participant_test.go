@@ -156,7 +156,7 @@ func startParticipant(t *testing.T, name string, extra ...string) *participant {
 		select {
 		case <-p.done:
 			b, _ := os.ReadFile(p.log)
-			t.Fatalf("participant exited before it was ready:\n%s", b)
+			require.Failf(t, "participant exited before it was ready", "its log:\n%s", b)
 		default:
 		}
 		require.False(t, time.Now().After(deadline), "participant not ready after 30s")
