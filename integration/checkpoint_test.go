@@ -97,7 +97,7 @@ func (c *cluster) replaceWhenDead(ctx context.Context, p *proc) {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		c.t.Fatal("the armed worker never reached its failpoint")
+		require.Fail(c.t, "the armed worker never reached its failpoint")
 	}
 	require.ErrorContains(c.t, p.Err(), "killed", "the worker died by SIGKILL at its failpoint")
 	c.startWorker()

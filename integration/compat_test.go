@@ -219,7 +219,7 @@ func (c *cluster) waitSetSettled(ctx context.Context, set string, count int) {
 	for _, e := range resp.GetExecutions() {
 		names = append(names, fmt.Sprintf("%s (%s)", e.GetExecution().GetWorkflowId(), e.GetStatus()))
 	}
-	c.t.Fatalf("set %s: %d of %d rollouts did not finish after the restore: %s", set, nFailed, count, strings.Join(names, ", "))
+	require.Failf(c.t, "rollouts did not finish after the restore", "set %s: %d of %d: %s", set, nFailed, count, strings.Join(names, ", "))
 }
 
 // starter runs the starter binary against the cluster's Temporal.

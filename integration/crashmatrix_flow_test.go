@@ -203,9 +203,9 @@ func (s *matrixStack) awaitDeath(ctx context.Context, p *proc, mc matrixCase, fi
 	select {
 	case <-p.done:
 	case err := <-finished:
-		s.t.Fatalf("the workflow ended (error: %v) and %s never reached %s (pass %d)", err, p.name, mc.point, mc.killAt)
+		require.Failf(s.t, "the workflow ended first", "the workflow ended (error: %v) and %s never reached %s (pass %d)", err, p.name, mc.point, mc.killAt)
 	case <-ctx.Done():
-		s.t.Fatalf("%s never reached %s (pass %d)", p.name, mc.point, mc.killAt)
+		require.Failf(s.t, "the failpoint was never reached", "%s never reached %s (pass %d)", p.name, mc.point, mc.killAt)
 	}
 	require.ErrorContains(s.t, p.Err(), "killed", "%s died by SIGKILL at its failpoint", p.name)
 	s.note("%s SIGKILLed at %s (pass %d)", p.name, mc.point, mc.killAt)
@@ -425,9 +425,7 @@ func (s *matrixStack) check(ctx context.Context, base matrixBase, results map[st
 		}
 	}
 	for class, cc := range out {
-		for _, p := range cc.problems {
-			s.t.Errorf("%s: %s", class, p)
-		}
+		assert.Empty(s.t, cc.problems, "class %s", class)
 	}
 	return out
 }

@@ -40,7 +40,7 @@ func TestEnvCallHeartbeatRetriesKilledWorker(t *testing.T) {
 	select {
 	case <-doomed.done:
 	case <-ctx.Done():
-		t.Fatal("the armed worker never reached its failpoint")
+		require.Fail(t, "the armed worker never reached its failpoint")
 	}
 	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
 	c.startWorker()

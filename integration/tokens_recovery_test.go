@@ -203,7 +203,7 @@ func tokenRunWorkerKilled(t *testing.T, ctx context.Context) map[string][]byte {
 	select {
 	case <-doomed.done:
 	case <-ctx.Done():
-		t.Fatal("the armed worker never reached its failpoint")
+		require.Fail(t, "the armed worker never reached its failpoint")
 	}
 	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
 	c.startWorker()

@@ -68,7 +68,7 @@ func (tr *pyTrainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 	select {
 	case <-tr.p.done:
 	case <-time.After(timeout):
-		t.Fatalf("the trainer did not exit within %s:\n%s", timeout, tr.p.tail(40))
+		require.Failf(t, "the trainer did not exit", "not within %s:\n%s", timeout, tr.p.tail(40))
 	}
 	out, err := os.ReadFile(tr.p.Log)
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func (tr *pyTrainer) wait(t *testing.T, timeout time.Duration) (int, string) {
 	case errors.As(tr.p.Err(), &ee):
 		return ee.ExitCode(), string(out)
 	}
-	t.Fatalf("trainer: %v", tr.p.Err())
+	require.Failf(t, "the trainer failed", "trainer: %v", tr.p.Err())
 	return -1, ""
 }
 
@@ -117,7 +117,7 @@ func trainerSummary(t *testing.T, out string) map[string]any {
 			}
 		}
 	}
-	t.Fatalf("the trainer printed no summary:\n%s", out)
+	require.Failf(t, "the trainer printed no summary", "its output:\n%s", out)
 	return nil
 }
 
