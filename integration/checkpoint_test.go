@@ -394,7 +394,13 @@ func readRecords(t *testing.T, root, id string) map[string]rollout.ParkRecord {
 	ctx := context.Background()
 	cp, err := artifact.Open(ctx, filepath.Join(root, id, "agents"), id)
 	require.NoError(t, err)
-	recs, err := cp.Section(ctx, "agents")
+	return parkRecords(t, cp)
+}
+
+// parkRecords decodes the boundary records of an agents artifact.
+func parkRecords(t *testing.T, cp *artifact.Checkpoint) map[string]rollout.ParkRecord {
+	t.Helper()
+	recs, err := cp.Section(context.Background(), checkpoint.SectionAgents)
 	require.NoError(t, err)
 	out := map[string]rollout.ParkRecord{}
 	for _, r := range recs {

@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"testing"
@@ -173,13 +172,5 @@ func readS3Records(t *testing.T, dir, id string) map[string]rollout.ParkRecord {
 	require.NoError(t, err)
 	cp, err := artifact.OpenStore(ctx, st, id)
 	require.NoError(t, err)
-	recs, err := cp.Section(ctx, checkpoint.SectionAgents)
-	require.NoError(t, err)
-	out := map[string]rollout.ParkRecord{}
-	for _, r := range recs {
-		var rec rollout.ParkRecord
-		require.NoError(t, json.Unmarshal(r.Data, &rec))
-		out[rec.Input.RolloutID] = rec
-	}
-	return out
+	return parkRecords(t, cp)
 }

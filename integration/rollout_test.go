@@ -131,13 +131,7 @@ func workerCrash(t *testing.T, fp string, replays bool) {
 	for i := range setSize {
 		runs = append(runs, c.submit(ctx, counterInput("crash", i, target(i))))
 	}
-	select {
-	case <-doomed.done:
-	case <-ctx.Done():
-		require.Fail(t, "the armed worker never reached its failpoint")
-	}
-	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
-	c.startWorker()
+	c.replaceWhenDead(ctx, doomed)
 	crashed := c.results(ctx, runs)
 	after := c.envStats(ctx)
 

@@ -200,13 +200,7 @@ func tokenRunWorkerKilled(t *testing.T, ctx context.Context) map[string][]byte {
 	for i := range tokenCount {
 		c.submit(ctx, tokenInput(t, i))
 	}
-	select {
-	case <-doomed.done:
-	case <-ctx.Done():
-		require.Fail(t, "the armed worker never reached its failpoint")
-	}
-	require.Contains(t, doomed.Err().Error(), "killed", "the worker died by SIGKILL at the failpoint")
-	c.startWorker()
+	c.replaceWhenDead(ctx, doomed)
 	res := c.acknowledgeAll(ctx, tokenSet, tokenCount)
 	for _, r := range res {
 		require.Equal(t, 0, r.Attempt, "a worker crash needs no new attempt")
