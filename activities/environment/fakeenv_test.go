@@ -34,46 +34,35 @@ func newFakeEnv(t *testing.T) *fakeEnv {
 	t.Helper()
 	f := &fakeEnv{}
 	mux := http.NewServeMux()
-	mux.HandleFunc(protocol.RouteStart, func(w http.ResponseWriter, r *http.Request) {
-		var req protocol.StartRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		f.mu.Lock()
-		f.starts = append(f.starts, req)
-		h := f.start
-		f.mu.Unlock()
-		h(req).Write(w)
+	route(f, mux, protocol.RouteStart, &f.starts, &f.start, nil)
+	route(f, mux, protocol.RouteOperate, &f.operates, &f.operate, func(r *http.Request, req protocol.OperateRequest) bool {
+		return r.PathValue("rollout_id") == req.RolloutID
 	})
-	mux.HandleFunc(protocol.RouteOperate, func(w http.ResponseWriter, r *http.Request) {
-		var req protocol.OperateRequest
+	route(f, mux, protocol.RouteVerify, &f.verifies, &f.verify, nil)
+	f.Server = httptest.NewServer(mux)
+	t.Cleanup(f.Close)
+	return f
+}
+
+// route serves pattern: each request is decoded as a Req, refused when
+// the path and body disagree (agree, when set, says whether they do),
+// recorded in got and answered by answer (both under f.mu).
+func route[Req any](f *fakeEnv, mux *http.ServeMux, pattern string, got *[]Req, answer *func(Req) testsupport.Answer, agree func(*http.Request, Req) bool) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var req Req
 		if !decode(w, r, &req) {
 			return
 		}
-		if r.PathValue("rollout_id") != req.RolloutID {
+		if agree != nil && !agree(r, req) {
 			envRefusal(http.StatusBadRequest, protocol.CodeMalformed, "path and body disagree").Write(w)
 			return
 		}
 		f.mu.Lock()
-		f.operates = append(f.operates, req)
-		h := f.operate
+		*got = append(*got, req)
+		h := *answer
 		f.mu.Unlock()
 		h(req).Write(w)
 	})
-	mux.HandleFunc(protocol.RouteVerify, func(w http.ResponseWriter, r *http.Request) {
-		var req protocol.VerifyRequest
-		if !decode(w, r, &req) {
-			return
-		}
-		f.mu.Lock()
-		f.verifies = append(f.verifies, req)
-		h := f.verify
-		f.mu.Unlock()
-		h(req).Write(w)
-	})
-	f.Server = httptest.NewServer(mux)
-	t.Cleanup(f.Close)
-	return f
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
