@@ -1,7 +1,6 @@
 package trainer
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +62,7 @@ func TestReadDatasetReportsEveryBadRow(t *testing.T) {
 		lines = append(lines, r.Line)
 		assert.ErrorContains(t, r.Err, want[r.Line], "line %d: %v, want it to mention %q", r.Line, r.Err, want[r.Line])
 	}
-	assert.True(t, reflect.DeepEqual(lines, []int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12}), "bad lines %v, want 2-9, 11, 12\n%v", lines, err)
+	assert.Equal(t, []int{2, 3, 4, 5, 6, 7, 8, 9, 11, 12}, lines, "bad lines %v, want 2-9, 11, 12\n%v", lines, err)
 	require.ErrorContains(t, err, "10 bad rows", "message %q", err)
 	require.ErrorContains(t, err, "line 12:", "message %q", err)
 	assert.Len(t, rows, 10, "%d decodable rows returned, want 10", len(rows))
@@ -103,7 +102,7 @@ func TestBuildDatasetInputs(t *testing.T) {
 		ids = append(ids, in.RolloutID)
 	}
 	wantIDs := []string{"s1-q1-r0", "s1-q1-r1", "s1-row3-r0", "s1-row3-r1", "s1-q3-r0", "s1-q3-r1"}
-	require.True(t, reflect.DeepEqual(ids, wantIDs), "ids %v, want %v", ids, wantIDs)
+	require.Equal(t, wantIDs, ids, "ids %v, want %v", ids, wantIDs)
 	q1, row3, q3 := inputs[1], inputs[2], inputs[5]
 	require.Equal(t, "q1", q1.Group, "q1 r1 = %+v", q1)
 	require.Equal(t, 1, q1.Repeat, "q1 r1 = %+v", q1)
@@ -133,7 +132,7 @@ func TestBuildDatasetInputs(t *testing.T) {
 	// starts the same workflow IDs and Temporal refuses the duplicates.
 	again, err := BuildInputs(datasetRequest(t))
 	require.NoError(t, err)
-	assert.True(t, reflect.DeepEqual(inputs, again), "equal requests gave different inputs")
+	assert.Equal(t, again, inputs, "equal requests gave different inputs")
 }
 
 func TestDatasetRequestRejects(t *testing.T) {

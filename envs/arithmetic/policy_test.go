@@ -2,7 +2,6 @@ package arithmetic_test
 
 import (
 	"encoding/json"
-	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,7 +67,7 @@ func TestArithmeticRespond(t *testing.T) {
 			if tt.want != "" {
 				want = arithmeticCall(tt.msgs, tt.want)
 			}
-			assert.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
+			assert.Equal(t, want, got, "Respond = %+v, want %+v", got, want)
 		})
 	}
 }

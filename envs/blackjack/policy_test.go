@@ -54,7 +54,7 @@ func TestBlackjackBasicStrategy(t *testing.T) {
 			got, err := blackjack.Policy{}.Respond(req)
 			require.NoError(t, err)
 			want := (envs.PolicyResponse{Content: tt.want})
-			assert.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
+			assert.Equal(t, want, got, "Respond = %+v, want %+v", got, want)
 			req.Imperfection = 1
 			got, err = blackjack.Policy{}.Respond(req)
 			require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestBlackjackPlaysTheEnvironment(t *testing.T) {
 		p, pm := playBlackjack(t, seed, 5, 0)
 		p2, pm2 := playBlackjack(t, seed, 5, 0)
 		require.Equal(t, p2, p, "seed %d: two runs differ", seed)
-		require.True(t, reflect.DeepEqual(pm, pm2), "seed %d: two runs differ", seed)
+		require.Equal(t, pm2, pm, "seed %d: two runs differ", seed)
 		s, sm := playBlackjack(t, seed, 5, 0.5)
 		perfect += p
 		sloppy += s
@@ -170,7 +170,7 @@ func TestBlackjackImperfectionPerDecision(t *testing.T) {
 		a, err := blackjack.Policy{}.Respond(req)
 		require.NoError(t, err)
 		b, _ := blackjack.Policy{}.Respond(req)
-		require.True(t, reflect.DeepEqual(a, b), "same request, different answers: %+v %+v", a, b)
+		require.Equal(t, b, a, "same request, different answers: %+v %+v", a, b)
 		if a.Content == "stick" {
 			mistakes++
 		}

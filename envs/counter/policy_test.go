@@ -2,7 +2,6 @@ package counter_test
 
 import (
 	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -63,10 +62,10 @@ func TestCounterRespond(t *testing.T) {
 			if tt.want != nil {
 				want = *tt.want
 			}
-			require.True(t, reflect.DeepEqual(got, want), "Respond = %+v, want %+v", got, want)
+			require.Equal(t, want, got, "Respond = %+v, want %+v", got, want)
 			again, err := counter.Policy{}.Respond(req)
 			require.NoError(t, err, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
-			require.True(t, reflect.DeepEqual(again, got), "second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			require.Equal(t, got, again, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
 		})
 	}
 }

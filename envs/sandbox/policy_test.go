@@ -3,7 +3,6 @@ package sandbox_test
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -77,10 +76,10 @@ func TestSandboxRespond(t *testing.T) {
 				return
 			}
 			require.NoError(t, err, "Respond")
-			require.True(t, reflect.DeepEqual(got, *tt.want), "Respond = %+v, want %+v", got, *tt.want)
+			require.Equal(t, *tt.want, got, "Respond = %+v, want %+v", got, *tt.want)
 			again, err := sandbox.Policy{}.Respond(req)
 			require.NoError(t, err, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
-			require.True(t, reflect.DeepEqual(again, got), "second Respond = %+v, %v; want the same answer %+v", again, err, got)
+			require.Equal(t, got, again, "second Respond = %+v, %v; want the same answer %+v", again, err, got)
 		})
 	}
 }
@@ -131,7 +130,7 @@ func TestSandboxEpisodeReachesReward(t *testing.T) {
 		require.Equal(t, len(d.Expected), calls, "seed %d: %d tool calls for %d files", seed, calls, len(d.Expected))
 		// A restarted attempt replays the same episode exactly.
 		again, _, _ := sandboxEpisode(t, seed, int(seed), 0)
-		require.True(t, reflect.DeepEqual(again, msgs), "seed %d: replay differs:\n%+v\n%+v", seed, again, msgs)
+		require.Equal(t, msgs, again, "seed %d: replay differs:\n%+v\n%+v", seed, again, msgs)
 	}
 }
 
@@ -158,12 +157,12 @@ func TestSandboxImperfection(t *testing.T) {
 				plan, err := sandbox.PolicyPlan(req)
 				require.NoError(t, err)
 				again, _ := sandbox.PolicyPlan(req)
-				require.True(t, reflect.DeepEqual(again, plan), "seed %d: plan not deterministic", seed)
+				require.Equal(t, plan, again, "seed %d: plan not deterministic", seed)
 				// The per-episode draw does not depend on how far the episode got.
 				later := req
 				later.Messages = sandboxConversation(task, "wrote a.txt", "wrote b.txt")
 				laterPlan, _ := sandbox.PolicyPlan(later)
-				require.True(t, reflect.DeepEqual(laterPlan, plan), "seed %d: plan changed mid-episode", seed)
+				require.Equal(t, plan, laterPlan, "seed %d: plan changed mid-episode", seed)
 				wrong := 0
 				for i, w := range plan {
 					require.Equal(t, want.Names()[i], w.Path, "seed %d: write %d is %q, want %q", seed, i, w.Path, want.Names()[i])

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -92,7 +91,7 @@ func TestSpec(t *testing.T) {
 		require.Equal(t, "object", schema["type"], "tool %s: parameters %s are not a JSON Schema object (%v)", tool.Name, tool.Parameters, err)
 	}
 	want := []string{"write_file", "append_file", "read_file", "list_files", "delete_file", "run_wc"}
-	require.True(t, reflect.DeepEqual(names, want), "tools = %v, want %v", names, want)
+	require.Equal(t, want, names, "tools = %v, want %v", names, want)
 }
 
 func TestStartObservationCarriesTask(t *testing.T) {
@@ -101,7 +100,7 @@ func TestStartObservationCarriesTask(t *testing.T) {
 	got, err := sandbox.TaskFromObservation(st.Observation)
 	require.NoError(t, err, "TaskFromObservation(%q)", st.Observation)
 	want := map[string]string{"a.txt": "hello world\n", "b.txt": "x"}
-	require.True(t, reflect.DeepEqual(got.Files, want), "task from observation = %v, want %v", got.Files, want)
+	require.Equal(t, want, got.Files, "task from observation = %v, want %v", got.Files, want)
 	require.NotContains(t, st.Observation, s.Root(), "observation leaks the scratch directory %s", s.Root())
 	fi, err := os.Stat(s.Dir())
 	require.NoError(t, err, "scratch files directory %s: %v", s.Dir(), err)
@@ -183,7 +182,7 @@ func TestApplyLegalOperations(t *testing.T) {
 			require.False(t, out.Terminated, "outcome = %+v, want observation %q", out, tt.wantObs)
 			require.False(t, out.Truncated, "outcome = %+v, want observation %q", out, tt.wantObs)
 			got := snapshot(t, s.Dir())
-			require.True(t, reflect.DeepEqual(got, tt.wantFiles), "files = %q, want %q", got, tt.wantFiles)
+			require.Equal(t, tt.wantFiles, got, "files = %q, want %q", got, tt.wantFiles)
 			require.Empty(t, snapshot(t, filepath.Join(s.Root(), "staging")), "staging left behind")
 		})
 	}
@@ -235,7 +234,7 @@ func TestApplyRefusesAndChangesNothing(t *testing.T) {
 			require.ErrorContains(t, err, tt.want, "Apply(%s, %.80s) error = %v, want %s containing %q", tt.op.tool, tt.op.args, err, tt.wantCode, tt.want)
 			require.Equal(t, before, snapshot(t, s.Dir()), "refused operation changed files")
 			after := snapshot(t, s.Root())
-			require.True(t, reflect.DeepEqual(after, parent), "refused operation changed the scratch root: %q -> %q", parent, after)
+			require.Equal(t, parent, after, "refused operation changed the scratch root: %q -> %q", parent, after)
 		})
 	}
 }
@@ -311,9 +310,9 @@ func TestVerify(t *testing.T) {
 				}
 			}
 			require.Equal(t, tt.wantReward, v.Reward, "Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
-			require.True(t, reflect.DeepEqual(got, want), "Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
+			require.Equal(t, want, got, "Verify = %v %s, want %v %+v", v.Reward, v.Details, tt.wantReward, want)
 			after := snapshot(t, s.Dir())
-			require.True(t, reflect.DeepEqual(after, before), "Verify changed files: %q -> %q", before, after)
+			require.Equal(t, before, after, "Verify changed files: %q -> %q", before, after)
 		})
 	}
 }
@@ -343,7 +342,7 @@ func TestEqualTasksGiveEqualEpisodes(t *testing.T) {
 		return append(log, string(v.Details))
 	}
 	a, b := run(), run()
-	require.True(t, reflect.DeepEqual(a, b), "equal tasks diverged:\n%q\n%q", a, b)
+	require.Equal(t, b, a, "equal tasks diverged:\n%q\n%q", a, b)
 }
 
 func TestCloseRemovesDirectory(t *testing.T) {

@@ -2,7 +2,6 @@ package workplace_test
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -82,7 +81,7 @@ func TestWorkplaceEpisodeSurvivesRestore(t *testing.T) {
 	for cut := 0; cut < ref.turns; cut++ {
 		got := driveWorkplace(t, task, 1, 0, cut)
 		require.Equal(t, ref.reward, got.reward, "cut %d: episode differs from the uninterrupted one", cut)
-		require.True(t, reflect.DeepEqual(got.msgs, ref.msgs), "cut %d: episode differs from the uninterrupted one", cut)
+		require.Equal(t, ref.msgs, got.msgs, "cut %d: episode differs from the uninterrupted one", cut)
 	}
 }
 
@@ -107,7 +106,7 @@ func TestWorkplaceRespondIsPure(t *testing.T) {
 		req := envs.PolicyRequest{Messages: ep.msgs[:n], Seed: 5, Imperfection: 0.5}
 		a, errA := p.Respond(req)
 		b, errB := p.Respond(req)
-		require.True(t, reflect.DeepEqual(a, b), "prefix %d: %+v / %+v", n, a, b)
+		require.Equal(t, b, a, "prefix %d: %+v / %+v", n, a, b)
 		require.Equal(t, errB == nil, errA == nil, "prefix %d: %+v / %+v", n, a, b)
 	}
 }

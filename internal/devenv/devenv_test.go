@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -129,11 +128,11 @@ func TestStartDevArgs(t *testing.T) {
 			cfg := mustLoad(t, tt.file)
 			got, err := cfg.StartDevArgs(devenv.DefaultEnv, tt.overrides)
 			require.NoError(t, err, "StartDevArgs")
-			assert.True(t, reflect.DeepEqual(got, tt.want), "StartDevArgs\n got: %q\nwant: %q", got, tt.want)
+			assert.Equal(t, tt.want, got, "StartDevArgs\n got: %q\nwant: %q", got, tt.want)
 			// Same input, same command line: map order must not leak out.
 			for i := 0; i < 5; i++ {
 				again, _ := cfg.StartDevArgs(devenv.DefaultEnv, tt.overrides)
-				require.True(t, reflect.DeepEqual(again, got), "StartDevArgs not deterministic:\n%q\n%q", again, got)
+				require.Equal(t, got, again, "StartDevArgs not deterministic:\n%q\n%q", again, got)
 			}
 		})
 	}
@@ -240,7 +239,7 @@ func TestRepoFile(t *testing.T) {
 			enumspb.INDEXED_VALUE_TYPE_KEYWORD: "Keyword", enumspb.INDEXED_VALUE_TYPE_INT: "Int", enumspb.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
 		}[typ]
 	}
-	assert.True(t, reflect.DeepEqual(env.SearchAttributes, wantSA), "search attributes = %v, want %v", env.SearchAttributes, wantSA)
+	assert.Equal(t, wantSA, env.SearchAttributes, "search attributes = %v, want %v", env.SearchAttributes, wantSA)
 	got := env.DynamicConfig["system.enableActivityEagerExecution"]
 	assert.Equal(t, "true", got, "system.enableActivityEagerExecution = %q, want \"true\"", got)
 	assert.Equal(t, "", env.Server.DBFilename, "db-filename = %q, want in-memory (\"\")", env.Server.DBFilename)

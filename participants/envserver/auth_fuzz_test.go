@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -86,7 +85,7 @@ func fuzzAuthenticated(t *testing.T, route, authorization, rollout string, body 
 		require.Equal(t, http.StatusUnauthorized, status, "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
 		require.Equal(t, protocol.CodeUnauthorized, fuzzCode(t, answer), "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
 		require.Contains(t, w.Header().Get("WWW-Authenticate"), realm, "%s with Authorization %q answered %d %s (WWW-Authenticate %q), want 401 unauthorized", route, authorization, status, answer, w.Header().Get("WWW-Authenticate"))
-		require.True(t, reflect.DeepEqual(after, before), "an unauthenticated %s changed the server from %+v to %+v", route, before, after)
+		require.Equal(t, before, after, "an unauthenticated %s changed the server from %+v to %+v", route, before, after)
 		fuzzProbe(t, srv)
 		return
 	case status == http.StatusOK:
@@ -99,7 +98,7 @@ func fuzzAuthenticated(t *testing.T, route, authorization, rollout string, body 
 	code := fuzzCode(t, answer)
 	require.True(t, slices.Contains(codes, code), "%s answered %d with code %q, want one of %v", route, status, code, codes)
 	before.stats.Refused, after.stats.Refused = 0, 0
-	require.True(t, reflect.DeepEqual(after, before), "%s answered %d %s, yet the server changed from %+v to %+v", route, status, answer, before, after)
+	require.Equal(t, before, after, "%s answered %d %s, yet the server changed from %+v to %+v", route, status, answer, before, after)
 	fuzzProbe(t, srv)
 }
 

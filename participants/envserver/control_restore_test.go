@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 	"time"
 
@@ -71,7 +70,7 @@ func committedCheckpoint(t *testing.T) source {
 		{RolloutID: "done", Attempt: 0, Revision: 1, Env: counter.Name, Mode: "export_restore", Retired: true},
 		{RolloutID: "r", Attempt: 0, Revision: 1, Env: "restart", Mode: "restart_only"},
 	}
-	require.True(t, reflect.DeepEqual(prep.Sessions, want), "prepared membership = %+v, want %+v", prep.Sessions, want)
+	require.Equal(t, want, prep.Sessions, "prepared membership = %+v, want %+v", prep.Sessions, want)
 	src.commit, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: src.id, Location: src.dir})
 	require.NoError(t, err, "commit")
 	require.Equal(t, protocol.PhaseCommitted, src.commit.Phase, "commit = %+v", src.commit)
@@ -131,11 +130,11 @@ func TestCommitRestoreCycle(t *testing.T) {
 		},
 		Restarted: []protocol.SessionSummary{{RolloutID: "r", Attempt: 1, Revision: 1, Env: "restart", Mode: "restart_only"}},
 	}
-	require.True(t, reflect.DeepEqual(res, want), "restore = %+v\nwant %+v", res, want)
+	require.Equal(t, want, res, "restore = %+v\nwant %+v", res, want)
 	// Replayed with the same arguments, refused with others.
 	again, err := b.cc.Restore(ctx, req)
 	require.NoError(t, err, "retried restore = %+v, %v", again, err)
-	require.True(t, reflect.DeepEqual(again, res), "retried restore = %+v, %v", again, err)
+	require.Equal(t, res, again, "retried restore = %+v, %v", again, err)
 	_, err = b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: src.id, Location: src.dir, Attempts: map[string]int{"a": 2, "r": 1}})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict)
 
@@ -398,7 +397,7 @@ func TestFailedRestoreInstallsNothing(t *testing.T) {
 			}
 			wantRemote(t, err, tc.status, tc.code, tc.contains)
 			after := viewOf(t, f, "a", "x", "done", "r")
-			require.True(t, reflect.DeepEqual(after, before), "server changed by a failed restore:\nbefore %+v\nafter  %+v", before, after)
+			require.Equal(t, before, after, "server changed by a failed restore:\nbefore %+v\nafter  %+v", before, after)
 			// Nothing was fenced: attempt 0 still works.
 			r := f.operate(t, inc("a", 0, "a/t1/c0", 1, 1))
 			require.Equal(t, int64(2), r.Revision, "attempt 0 after a failed restore = %+v", r)
@@ -499,7 +498,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 		Fenced:    []protocol.FenceSummary{{RolloutID: "late", Attempt: 1, Dropped: true}},
 		Untouched: []string{"other", "v"},
 	}
-	require.True(t, reflect.DeepEqual(res, want), "restore r1 = %+v\nwant %+v", res, want)
+	require.Equal(t, want, res, "restore r1 = %+v\nwant %+v", res, want)
 	// Paused, and observable as restore r1 of k; other sessions wait.
 	paused := f.status(t)
 	require.Equal(t, protocol.PhaseRestored, paused.Phase, "status after restore r1 = %+v", paused)
@@ -511,7 +510,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	// A retry replays; another restore or another id waits its turn.
 	again, err := f.cc.Restore(ctx, r1)
 	require.NoError(t, err, "retried restore r1 = %+v, %v", again, err)
-	require.True(t, reflect.DeepEqual(again, res), "retried restore r1 = %+v, %v", again, err)
+	require.Equal(t, res, again, "retried restore r1 = %+v, %v", again, err)
 	_, err = f.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "k", RestoreID: "r2", Location: dir, Attempts: map[string]int{"a": 2}})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeCheckpointConflict, "r1")
 	_, err = f.cc.ResumeRestore(ctx, "elsewhere", "r1")
@@ -573,7 +572,7 @@ func TestRestoreOnTheLiveServerThatTookIt(t *testing.T) {
 	require.Equal(t, 2, res2.Restored[0].Attempt, "restore r2 = %+v", res2)
 	require.Equal(t, int64(2), res2.Restored[0].Revision, "restore r2 = %+v", res2)
 	require.Equal(t, "r2", res2.RestoreID, "restore r2 = %+v", res2)
-	require.True(t, reflect.DeepEqual(res2.Fenced, []protocol.FenceSummary{{RolloutID: "late", Attempt: 2}}), "restore r2 = %+v", res2)
+	require.Equal(t, []protocol.FenceSummary{{RolloutID: "late", Attempt: 2}}, res2.Fenced, "restore r2 = %+v", res2)
 	_, err = f.cc.ResumeRestore(ctx, "k", "r2")
 	require.NoError(t, err, "resume r2")
 	_, err = f.c.Operate(ctx, inc("a", 1, "a/t3/c0", 3, 1))
@@ -609,13 +608,13 @@ func TestRestoreUnderTheCheckpointIDOnce(t *testing.T) {
 	require.Equal(t, "k", res.RestoreID, "restore = %+v", res)
 	require.Len(t, res.Restored, 1, "restore = %+v", res)
 	require.Equal(t, int64(2), res.Restored[0].Revision, "restore = %+v", res)
-	require.True(t, reflect.DeepEqual(res.Untouched, []string{"other", "v"}), "restore = %+v", res)
+	require.Equal(t, []string{"other", "v"}, res.Untouched, "restore = %+v", res)
 	// The checkpoint's own operations stay refused during the restore.
 	_, err = f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "k", Location: dir})
 	wantRemote(t, err, http.StatusConflict, protocol.CodeStaleCheckpoint)
 	again, err := f.cc.Restore(ctx, req)
 	require.NoError(t, err, "retried restore = %+v, %v", again, err)
-	require.True(t, reflect.DeepEqual(again, res), "retried restore = %+v, %v", again, err)
+	require.Equal(t, res, again, "retried restore = %+v, %v", again, err)
 	f.resume(t, "k")
 	st := f.status(t)
 	require.Equal(t, protocol.PhaseIdle, st.Phase, "status after resume = %+v", st)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -262,7 +261,7 @@ func (h *fenceHarness) checkPrepare(rt *rapid.T, what string, status int, body [
 	var got protocol.PrepareResponse
 	wantOK(rt, what, status, body, &got)
 	want := protocol.PrepareResponse{Phase: protocol.PhasePrepared, CheckpointID: id, Sessions: h.m.cut}
-	require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
+	require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 }
 
 // drawLocation draws a commit location and says what the server should
@@ -483,7 +482,7 @@ func (h *fenceHarness) operate(rt *rapid.T) {
 		wantOK(rt, what, status, body, &got)
 		want := protocol.OperateResponse{Revision: r.revision + 1,
 			Outcome: envs.Outcome{Observation: fmt.Sprintf("counter=%d", r.revision+1)}}
-		require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
+		require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 		r.revision++
 		r.last = &fenceOperate{req: req, resp: got}
 		h.m.applied++
@@ -507,7 +506,7 @@ func (h *fenceHarness) replayOperate(rt *rapid.T) {
 	wantOK(rt, what, status, body, &got)
 	want := r.last.resp
 	want.Replayed = true
-	require.True(rt, reflect.DeepEqual(got, want), "%s: answered %+v, want %+v", what, got, want)
+	require.Equal(rt, want, got, "%s: answered %+v, want %+v", what, got, want)
 }
 
 func (h *fenceHarness) verify(rt *rapid.T) {

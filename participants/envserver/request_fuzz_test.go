@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -188,7 +187,7 @@ func fuzzMutation(t *testing.T, route, rollout string, body []byte) {
 	// Not applied: nothing changed, and the live session goes on from
 	// exactly where it was.
 	before.stats.Refused, after.stats.Refused = 0, 0
-	require.True(t, reflect.DeepEqual(after, before), "answered %d %s, yet the server changed from %+v to %+v", status, answer, before, after)
+	require.Equal(t, before, after, "answered %d %s, yet the server changed from %+v to %+v", status, answer, before, after)
 	fuzzProbe(t, srv)
 }
 
