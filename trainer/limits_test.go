@@ -107,7 +107,9 @@ func TestDefaultMaxTurnsLetScriptedPoliciesFinish(t *testing.T) {
 				for _, imperfection := range []float64{0, 0.2} {
 					ep := play(t, env, e.Policy, RolloutSeed(7, i), task, imperfection, limit)
 					require.True(t, ep.done, "task %d %s (imperfection %v) not finished in %d turns", i, task, imperfection, limit)
-					assert.False(t, imperfection == 0 && env.Spec().Style == envs.StyleTools && !Passed(e.Name, ep.reward), "task %d %s: perfect policy scored %v", i, task, ep.reward)
+					if imperfection == 0 && env.Spec().Style == envs.StyleTools {
+						assert.True(t, Passed(e.Name, ep.reward), "task %d %s: perfect policy scored %v", i, task, ep.reward)
+					}
 					most = max(most, ep.turns)
 				}
 			}

@@ -229,7 +229,9 @@ func TestEpisodesFollowTheRules(t *testing.T) {
 						assert.Len(t, h.Dealer, 2, "seed %d hand %d: dealer drew after a player bust: %v", seed, h.Hand, h.Dealer)
 					default:
 						require.GreaterOrEqual(t, dl, 17, "seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
-						require.False(t, value(h.Dealer[:len(h.Dealer)-1]) >= 17 && len(h.Dealer) > 2, "seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
+						if len(h.Dealer) > 2 {
+							require.Less(t, value(h.Dealer[:len(h.Dealer)-1]), 17, "seed %d hand %d: dealer %v does not stop at the first 17+", seed, h.Hand, h.Dealer)
+						}
 						if dl > 21 || p > dl {
 							want = 1
 						} else if p < dl {

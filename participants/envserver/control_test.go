@@ -546,7 +546,9 @@ func TestPhaseFence(t *testing.T) {
 			require.Equal(t, tc.wantOpen, st.Admission == protocol.AdmissionOpen, "status = %+v, want phase %s, open %v", st, tc.wantPhase, tc.wantOpen)
 			// Admission as reported is admission as enforced.
 			_, err := f.c.Start(ctx, protocol.StartRequest{Identity: envtest.ID("probe", 0, "probe/seed"), Env: counter.Name, Task: json.RawMessage(`{"target":1}`)})
-			require.False(t, tc.wantOpen && err != nil, "start with admission open: %v", err)
+			if tc.wantOpen {
+				require.NoError(t, err, "start with admission open")
+			}
 			if !tc.wantOpen {
 				wantRemote(t, err, http.StatusServiceUnavailable, protocol.CodeParked)
 			}
