@@ -49,9 +49,9 @@ func TestRegister(t *testing.T) {
 		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
 	require.Len(t, r.activities, 5, "activities registered: %v", r.activities)
-	require.True(t, r.activities[0] == any(acts.Model), "activities registered: %v", r.activities)
-	require.True(t, r.activities[1] == any(acts.Environment), "activities registered: %v", r.activities)
-	require.True(t, r.activities[4] == any(coord), "activities registered: %v", r.activities)
+	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
+	require.Same(t, acts.Environment, r.activities[1], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[4], "activities registered: %v", r.activities)
 	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
 	require.True(t, ok, "group activities registered: %#v", r.activities[2])
 	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
@@ -137,6 +137,6 @@ func TestRegisterControl(t *testing.T) {
 	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
 	require.Len(t, r.activities, 1, "activities registered: %v, want the coordinator only", r.activities)
-	require.True(t, r.activities[0] == any(coord), "activities registered: %v, want the coordinator only", r.activities)
+	require.Same(t, coord, r.activities[0], "activities registered: %v, want the coordinator only", r.activities)
 	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

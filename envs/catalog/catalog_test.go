@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"testing"
 
@@ -28,7 +27,7 @@ func TestEntriesComplete(t *testing.T) {
 			model := envs.ScriptedModel(e.Name)
 			p, err := registry.Lookup(model)
 			require.NoError(t, err, "policy server registry")
-			require.True(t, reflect.TypeOf(p) == reflect.TypeOf(e.Policy), "model %q serves %T, want the entry's %T", model, p, e.Policy)
+			require.IsType(t, e.Policy, p, "model %q serves another policy than the entry's", model)
 			if !e.Hosted() {
 				// Its host starts the generated tasks in its own tests
 				// (clients/python/examples/participant for notes).

@@ -124,7 +124,7 @@ func TestServerCounterEpisode(t *testing.T) {
 		resp, err := client.Chat.Completions.New(ctx, params)
 		require.NoError(t, err, "turn %d", turn)
 		require.True(t, strings.HasPrefix(resp.ID, "chatcmpl-"), "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
-		require.True(t, resp.Object == "chat.completion", "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
+		require.EqualValues(t, "chat.completion", resp.Object, "turn %d: id %q model %q", turn, resp.ID, resp.Model)
 		require.Equal(t, counterModel, resp.Model, "turn %d: id %q object %q model %q", turn, resp.ID, resp.Object, resp.Model)
 		require.GreaterOrEqual(t, resp.Usage.PromptTokens, int64(1), "turn %d: usage %+v", turn, resp.Usage)
 		require.GreaterOrEqual(t, resp.Usage.CompletionTokens, int64(1), "turn %d: usage %+v", turn, resp.Usage)
@@ -347,7 +347,7 @@ func TestServerModels(t *testing.T) {
 	require.NoError(t, err)
 	var got []string
 	for _, m := range page.Data {
-		require.True(t, m.Object == "model", "model %+v", m)
+		require.EqualValues(t, "model", m.Object, "model %+v", m)
 		require.NotEqual(t, "", m.OwnedBy, "model %+v", m)
 		got = append(got, m.ID)
 	}

@@ -37,7 +37,7 @@ func TestStatelessSessionContinuesAfterRestore(t *testing.T) {
 	res, err := b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "ck", Location: dir, Attempts: map[string]int{"s": 1}})
 	require.NoError(t, err, "restore")
 	require.Len(t, res.Restored, 1, "restore = %+v, want the stateless session restored, not restarted", res)
-	require.True(t, res.Restored[0].Mode == "stateless", "restore = %+v, want the stateless session restored, not restarted", res)
+	require.EqualValues(t, "stateless", res.Restored[0].Mode, "restore = %+v, want the stateless session restored, not restarted", res)
 	require.Empty(t, res.Restarted, "restore = %+v, want the stateless session restored, not restarted", res)
 	b.resume(t, "ck")
 	b.operate(t, protocol.OperateRequest{Identity: envtest.ID("s", 1, "s/t0/c0"), Tool: arithmetic.AnswerTool, Arguments: json.RawMessage(`{"value":5}`)})
