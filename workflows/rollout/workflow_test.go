@@ -531,37 +531,59 @@ func TestRolloutOffersCompletedResultAgain(t *testing.T) {
 	require.Error(t, env.GetWorkflowError())
 }
 
-func TestRolloutParkEndsWhenCheckpointAbortsBeforeBoundary(t *testing.T) {
-	w := newWorld(1)
-	w.modelBlock = make(chan struct{}) // the model is still answering when the abort comes
-	env := newEnv(t, w)
-	env.SetTestTimeout(30 * time.Second)
-	var parkErr error
-	parkDone := false
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
-			OnAccept:   func() {},
-			OnReject:   func(err error) { assert.NoError(t, err, "park rejected") },
-			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
-		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
-		env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
-			OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) },
-			OnComplete: func(any, error) {
-				w.mu.Lock()
-				close(w.modelBlock)
-				w.modelBlock = nil
-				w.mu.Unlock()
-			},
-		}, rollout.ResumeRequest{CheckpointID: "cp-1"})
-	}, 10*time.Millisecond)
-	env.ExecuteWorkflow(rollout.Rollout, input(16))
-	res := result(t, env)
+// A checkpoint that aborts before the rollout reached its boundary
+// releases it by a resume update or, as a retried step does, a resume
+// signal; either ends the pending park update with NotParked (it returns
+// instead of dangling), and the rollout goes on.
+func TestRolloutPendingParkEndsWhenCheckpointAborts(t *testing.T) {
+	// unblock lets the model answer: it was still answering when the abort
+	// came.
+	unblock := func(w *world) {
+		w.mu.Lock()
+		close(w.modelBlock)
+		w.modelBlock = nil
+		w.mu.Unlock()
+	}
+	for _, tc := range []struct {
+		name   string
+		resume func(t *testing.T, env *testsuite.TestWorkflowEnvironment, w *world)
+	}{
+		{"resume update", func(t *testing.T, env *testsuite.TestWorkflowEnvironment, w *world) {
+			env.UpdateWorkflow(rollout.UpdateResume, "resume-1", &testsuite.TestUpdateCallback{
+				OnAccept: func() {}, OnReject: func(err error) { assert.NoError(t, err) },
+				OnComplete: func(any, error) { unblock(w) },
+			}, rollout.ResumeRequest{CheckpointID: "cp-1"})
+		}},
+		{"resume signal", func(_ *testing.T, env *testsuite.TestWorkflowEnvironment, w *world) {
+			env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+			env.RegisterDelayedCallback(func() { unblock(w) }, time.Millisecond)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(1)
+			w.modelBlock = make(chan struct{})
+			env := newEnv(t, w)
+			env.SetTestTimeout(30 * time.Second)
+			var parkErr error
+			parkDone := false
+			env.RegisterDelayedCallback(func() {
+				env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
+					OnAccept:   func() {},
+					OnReject:   func(err error) { assert.NoError(t, err, "park rejected") },
+					OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
+				}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
+				tc.resume(t, env, w)
+			}, 10*time.Millisecond)
+			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			res := result(t, env)
 
-	require.True(t, parkDone, "the park update returned instead of dangling")
-	var ae *temporal.ApplicationError
-	require.ErrorAs(t, parkErr, &ae)
-	require.Equal(t, rollout.ErrNotParked, ae.Type())
-	require.Equal(t, 1.0, res.Reward, "the rollout went on after the abort")
+			require.True(t, parkDone, "the park update returned instead of dangling")
+			var ae *temporal.ApplicationError
+			require.ErrorAs(t, parkErr, &ae)
+			require.Equal(t, rollout.ErrNotParked, ae.Type())
+			require.Equal(t, 1.0, res.Reward, "the rollout went on after the abort")
+		})
+	}
 }
 
 // A parked rollout is searchable by the checkpoint it is held for
@@ -661,40 +683,6 @@ func TestRolloutParkAndResumeBySignal(t *testing.T) {
 	require.ErrorContains(t, notYet, rollout.NotParkedYet)
 	require.ErrorContains(t, other, rollout.HeldForOther)
 	require.ErrorContains(t, other, "cp-1")
-}
-
-// A resume signal before the rollout reached its boundary (a checkpoint
-// aborted) ends a pending park update with NotParked, as the resume
-// update does.
-func TestRolloutResumeSignalEndsPendingPark(t *testing.T) {
-	w := newWorld(1)
-	w.modelBlock = make(chan struct{})
-	env := newEnv(t, w)
-	env.SetTestTimeout(30 * time.Second)
-	var parkErr error
-	parkDone := false
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(rollout.UpdatePark, "park-1", &testsuite.TestUpdateCallback{
-			OnAccept:   func() {},
-			OnReject:   func(err error) { assert.NoError(t, err, "park rejected") },
-			OnComplete: func(_ any, err error) { parkErr, parkDone = err, true },
-		}, rollout.ParkRequest{CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour)})
-		env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
-		env.RegisterDelayedCallback(func() {
-			w.mu.Lock()
-			close(w.modelBlock)
-			w.modelBlock = nil
-			w.mu.Unlock()
-		}, time.Millisecond)
-	}, 10*time.Millisecond)
-	env.ExecuteWorkflow(rollout.Rollout, input(16))
-	res := result(t, env)
-
-	require.True(t, parkDone, "the park update returned instead of dangling")
-	var ae *temporal.ApplicationError
-	require.ErrorAs(t, parkErr, &ae)
-	require.Equal(t, rollout.ErrNotParked, ae.Type())
-	require.Equal(t, 1.0, res.Reward)
 }
 
 // A park signal that arrives after its checkpoint released the rollout (a
