@@ -145,6 +145,15 @@ func (w *world) checkpoint(t *testing.T) checkpoint.CommitCheckpointResult {
 	return res
 }
 
+// checkpointAndResume takes checkpoint ck1 and lets the environment server
+// go on after it, as a checkpoint that does not stay paused does.
+func (w *world) checkpointAndResume(t *testing.T) {
+	t.Helper()
+	w.checkpoint(t)
+	_, err := w.coord.ResumeParticipants(context.Background(), checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
+	require.NoError(t, err)
+}
+
 // prepareAndFreeze runs the checkpoint's prepare and membership steps,
 // for tests of the park step.
 func (w *world) prepareAndFreeze(t *testing.T) {

@@ -74,10 +74,7 @@ func wantCode(t *testing.T, err error, code string) {
 func TestRestoreTwiceOnTheLiveServer(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	w.checkpoint(t)
-	urls := []string{w.env.url}
-	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: urls})
-	require.NoError(t, err)
+	w.checkpointAndResume(t)
 
 	// Progress after the cut; s1-0005 starts.
 	w.env.inc(t, "s1-0000", 0, 2, 1)
@@ -179,10 +176,7 @@ func TestRestoreIDIsValidated(t *testing.T) {
 func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	w.checkpoint(t)
-	urls := []string{w.env.url}
-	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: urls})
-	require.NoError(t, err)
+	w.checkpointAndResume(t)
 
 	// s1-0006 starts after the cut, finishes and closes before the restore.
 	w.env.start(t, "s1-0006", 0)
@@ -196,7 +190,7 @@ func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
 	require.Equal(t, 1.0, af["attempts"].(map[string]any)["s1-0006"])
 	require.NotContains(t, af["attempts"], "s1-0003", "closed before the cut: its result stands")
 	require.Equal(t, 4, r.term.Terminated, "the closed run needs no ending")
-	_, err = w.env.c.Session(ctx, "s1-0006")
+	_, err := w.env.c.Session(ctx, "s1-0006")
 	wantCode(t, err, protocol.CodeUnknownSession)
 	_, err = w.env.c.Start(ctx, protocol.StartRequest{
 		Identity: protocol.Identity{RolloutID: "s1-0006", Attempt: 0, RequestID: protocol.SeedRequestID("s1-0006")},
@@ -215,9 +209,7 @@ func TestRestoreFencesRunsThatClosedAfterTheCut(t *testing.T) {
 func TestRestoreFencesRunsVisibilityDoesNotListYet(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	w.checkpoint(t)
-	_, err := w.coord.ResumeParticipants(ctx, checkpoint.ResumeParticipantsInput{CheckpointID: "ck1", Participants: []string{w.env.url}})
-	require.NoError(t, err)
+	w.checkpointAndResume(t)
 	w.env.start(t, "s1-0007", 0)
 	w.tc.add("s1-0007", &runRow{set: "s1", attempt: 0, running: true, hidden: true, started: time.Now().Add(time.Second)})
 
@@ -229,6 +221,6 @@ func TestRestoreFencesRunsVisibilityDoesNotListYet(t *testing.T) {
 	w.tc.mu.Lock()
 	require.False(t, w.tc.runs["rollout/s1-0007"].running, "its run is ended")
 	w.tc.mu.Unlock()
-	_, err = w.env.c.Session(ctx, "s1-0007")
+	_, err := w.env.c.Session(ctx, "s1-0007")
 	wantCode(t, err, protocol.CodeUnknownSession)
 }
