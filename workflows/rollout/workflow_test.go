@@ -112,6 +112,17 @@ func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.C
 	return res, nil
 }
 
+// closedFor makes the first ops operations find admission closed (the
+// server is parked), so the rollout waits on a timer mid-episode.
+func closedFor(ops int) func(n int) error {
+	return func(n int) error {
+		if n <= ops {
+			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
+		}
+		return nil
+	}
+}
+
 func (w *world) operate(_ context.Context, in rollout.OperateEnvironmentInput) (rollout.OperateEnvironmentResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -330,12 +341,7 @@ func TestRolloutParkedEnvironmentRetriesSameRequest(t *testing.T) {
 	w := newWorld(2)
 	var seen []string
 	w.operateHook = func(in rollout.OperateEnvironmentInput) { seen = append(seen, in.RequestID) }
-	w.operateErr = func(n int) error {
-		if n <= 2 {
-			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
-		}
-		return nil
-	}
+	w.operateErr = closedFor(2)
 	env := newEnv(t, w)
 	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	res := result(t, env)
@@ -351,12 +357,7 @@ func TestRolloutParkAndResume(t *testing.T) {
 	// The first operation finds admission closed, so the rollout waits on a
 	// timer mid-episode: the test clock moves only then, and the park
 	// request below arrives before the episode ends, on any machine.
-	w.operateErr = func(n int) error {
-		if n == 1 {
-			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
-		}
-		return nil
-	}
+	w.operateErr = closedFor(1)
 	env := newEnv(t, w)
 	var rec rollout.ParkRecord
 	env.RegisterDelayedCallback(func() {
@@ -590,12 +591,7 @@ func TestRolloutPendingParkEndsWhenCheckpointAborts(t *testing.T) {
 // (CheckpointId), and stops being so once resumed.
 func TestRolloutParkedCarriesCheckpointID(t *testing.T) {
 	w := newWorld(3)
-	w.operateErr = func(n int) error { // wait on a timer mid-episode, as above
-		if n == 1 {
-			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
-		}
-		return nil
-	}
+	w.operateErr = closedFor(1) // wait on a timer mid-episode, as above
 	env := newEnv(t, w)
 	var upserts []temporal.SearchAttributes
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
@@ -638,12 +634,7 @@ func TestRolloutParkedCarriesCheckpointID(t *testing.T) {
 // another checkpoint releases nothing, and the right one releases it.
 func TestRolloutParkAndResumeBySignal(t *testing.T) {
 	w := newWorld(3)
-	w.operateErr = func(n int) error { // wait on a timer mid-episode, as above
-		if n == 1 {
-			return temporal.NewNonRetryableApplicationError("admission closed", rollout.ErrParked, nil)
-		}
-		return nil
-	}
+	w.operateErr = closedFor(1) // wait on a timer mid-episode, as above
 	env := newEnv(t, w)
 	var rec rollout.ParkRecord
 	var notYet, other error
