@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"net/http"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/trainer"
 )
@@ -20,9 +22,8 @@ func TestAcksCarryRequestIDAndNames(t *testing.T) {
 	s := newTestServer(t, f)
 	body := `{"request_id":"ack-7","receipts":[` + receiptJSON("s1-0000", 'a') + `]}`
 	decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusOK)
-	if got.RequestID != "ack-7" || got.Field != "receipts" {
-		t.Errorf("client request %+v: want request id ack-7 and field receipts", got)
-	}
+	require.Equal(t, "ack-7", got.RequestID, "client request %+v: want request id ack-7 and field receipts", got)
+	require.Equal(t, "receipts", got.Field, "client request %+v: want request id ack-7 and field receipts", got)
 }
 
 // A 409 of an acknowledgement names the field at fault, as 400s do: the
@@ -35,8 +36,6 @@ func TestAcksConflictNamesField(t *testing.T) {
 		s := newTestServer(t, f)
 		body := `{"request_id":"a","receipts":[` + receiptJSON("s1-0000", 'a') + "," + receiptJSON("s1-0001", 'b') + `]}`
 		b := expectError(t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusConflict, CodeConflict, field)
-		if !strings.Contains(b.Error.Message, field) {
-			t.Errorf("message %q", b.Error.Message)
-		}
+		assert.Contains(t, b.Error.Message, field, "message %q", b.Error.Message)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestCountsAreDefined: every field of the summary and the health answers
@@ -20,19 +23,13 @@ func TestCountsAreDefined(t *testing.T) {
 			} `json:"schemas"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(OpenAPI, &raw); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(OpenAPI, &raw))
 	page, err := os.ReadFile("../docs/trainer.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	table := string(page)
 	for schema, prefix := range map[string]string{"Summary": "overall.", "EnvSummary": "by_env[].", "Health": "health."} {
 		for name, p := range raw.Components.Schemas[schema].Properties {
-			if strings.TrimSpace(p.Description) == "" {
-				t.Errorf("openapi.json: %s.%s has no description", schema, name)
-			}
+			assert.NotEqual(t, "", strings.TrimSpace(p.Description), "openapi.json: %s.%s has no description", schema, name)
 			if schema == "EnvSummary" && name == "env" || schema == "Health" && (name == "state" || name == "reason" || name == "window_ms") {
 				continue // not counts; described above the table
 			}
@@ -40,9 +37,7 @@ func TestCountsAreDefined(t *testing.T) {
 			if schema == "EnvSummary" && name != "passed" && name != "rollouts" {
 				row = "`" + name + "`" // listed after by_env[].rollouts in one row
 			}
-			if !strings.Contains(table, row) {
-				t.Errorf("docs/trainer.md does not define %s%s", prefix, name)
-			}
+			assert.Contains(t, table, row, "docs/trainer.md does not define %s%s", prefix, name)
 		}
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // postBodies are a valid body of every POST route (for the fake backend),
@@ -31,17 +34,12 @@ func TestRefusedWhenAbsentIsRequired(t *testing.T) {
 	d := loadDoc(t)
 	for _, pb := range postBodies {
 		schema, ok := d.Components.Schemas[pb.schema]
-		if !ok {
-			t.Fatalf("no schema %s", pb.schema)
-		}
+		require.True(t, ok, "no schema %s", pb.schema)
 		s := newTestServer(t, &fakeBackend{runs: 1})
-		if rec := call(t, s, "POST", pb.path, pb.body); rec.Code/100 != 2 {
-			t.Fatalf("POST %s with the valid body: %d %s", pb.path, rec.Code, rec.Body.String())
-		}
+		rec := call(t, s, "POST", pb.path, pb.body)
+		require.Equal(t, 2, rec.Code/100, "POST %s with the valid body: %d %s", pb.path, rec.Code, rec.Body.String())
 		var body map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(pb.body), &body); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal([]byte(pb.body), &body))
 		for field := range body {
 			without := map[string]json.RawMessage{}
 			for k, v := range body {
@@ -56,9 +54,7 @@ func TestRefusedWhenAbsentIsRequired(t *testing.T) {
 			}
 			e := errorOf(t, rec).Error
 			named := e.Field == field || strings.HasPrefix(e.Field, field+"[") || strings.HasPrefix(e.Field, field+".")
-			if named && !pb.alternatives[field] && !slices.Contains(schema.Required, field) {
-				t.Errorf("POST %s without %s: 400 %q, but schema %s does not require %s", pb.path, field, e.Message, pb.schema, field)
-			}
+			assert.False(t, named && !pb.alternatives[field] && !slices.Contains(schema.Required, field), "POST %s without %s: 400 %q, but schema %s does not require %s", pb.path, field, e.Message, pb.schema, field)
 		}
 	}
 }
@@ -87,12 +83,8 @@ func TestValidationSpeaksJSON(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newTestServer(t, &fakeBackend{runs: 1})
 			b := expectError(t, call(t, s, "POST", tt.path, tt.body), http.StatusBadRequest, CodeBadRequest, tt.field)
-			if strings.Contains(b.Error.Message, "--") {
-				t.Errorf("message %q names a flag", b.Error.Message)
-			}
-			if !strings.Contains(b.Error.Message, tt.says) {
-				t.Errorf("message %q does not say %q", b.Error.Message, tt.says)
-			}
+			assert.NotContains(t, b.Error.Message, "--", "message %q names a flag", b.Error.Message)
+			assert.Contains(t, b.Error.Message, tt.says, "message %q does not say %q", b.Error.Message, tt.says)
 		})
 	}
 }

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/internal/docblocks"
 )
 
@@ -96,8 +99,7 @@ func TestDocs(t *testing.T) {
 		if len(run) == 0 {
 			continue
 		}
-		if !stack {
-			t.Errorf("not run: the %d blocks of %s, since %s did not start the stack they use", len(run), p.name, docsFirst)
+		if !assert.True(t, stack, "not run: the %d blocks of %s, since %s did not start the stack they use", len(run), p.name, docsFirst) {
 			continue
 		}
 		exported, ok := sb.runPage(ctx, p.name, run, env)
@@ -121,9 +123,7 @@ type docPage struct {
 func docPages(t *testing.T) []docPage {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(bins.root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i, n := range names {
 		names[i] = filepath.ToSlash(strings.TrimPrefix(n, bins.root+string(filepath.Separator)))
 	}
@@ -137,19 +137,13 @@ func docPages(t *testing.T) []docPage {
 		}
 		return strings.Compare(a, b)
 	})
-	if names[0] != docsFirst {
-		t.Fatalf("%s is missing", docsFirst)
-	}
+	require.Equal(t, docsFirst, names[0], "%s is missing", docsFirst)
 	var pages []docPage
 	for _, n := range names {
 		data, err := os.ReadFile(filepath.Join(bins.root, n))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		blocks, err := docblocks.Parse(n, data)
-		if err != nil {
-			t.Fatalf("the docs' fences: %v", err)
-		}
+		require.NoError(t, err, "the docs' fences")
 		pages = append(pages, docPage{name: n, blocks: blocks})
 	}
 	return pages
@@ -173,22 +167,17 @@ func newDocSandbox(t *testing.T) *docSandbox {
 	sb := &docSandbox{t: t, root: filepath.Join(base, "repo"), work: filepath.Join(base, "work"), start: time.Now()}
 	tools := filepath.Join(base, "tools")
 	for _, d := range []string{sb.root, sb.work, tools, filepath.Join(sb.root, "bin")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
 	t.Cleanup(sb.stopAll)
 
 	// bin/: the binaries TestMain built, and the conformance kit.
 	build := exec.Command("go", "build", "-o", sb.work+string(os.PathSeparator), "./cmd/conformance")
 	build.Dir = bins.root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/conformance: %v\n%s", err, out)
-	}
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/conformance: %v\n%s", err, out)
 	entries, err := os.ReadDir(bins.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, e := range entries {
 		docsLink(t, filepath.Join(bins.dir, e.Name()), filepath.Join(sb.root, "bin", e.Name()))
 	}
@@ -198,9 +187,7 @@ func newDocSandbox(t *testing.T) *docSandbox {
 
 	// Everything else of the repository root, but its outputs and settings.
 	entries, err = os.ReadDir(bins.root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, e := range entries {
 		switch e.Name() {
 		case "bin", ".turnstile", ".git", "temporal-dev.yaml":
@@ -243,9 +230,7 @@ func newDocSandbox(t *testing.T) *docSandbox {
 
 func docsLink(t *testing.T, target, name string) {
 	t.Helper()
-	if err := os.Symlink(target, name); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Symlink(target, name))
 }
 
 // freePorts are n distinct free ports (all held open while choosing).
@@ -254,9 +239,7 @@ func docsFreePorts(t *testing.T, n int) []int {
 	var ports []int
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer l.Close()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
@@ -267,9 +250,7 @@ func docsFreePorts(t *testing.T, n int) []int {
 // with the frontend (and the CLI's address) and the Web UI on free ports.
 func (sb *docSandbox) writeDevConfig(frontend, ui int) {
 	data, err := os.ReadFile(filepath.Join(bins.root, "temporal-dev.yaml"))
-	if err != nil {
-		sb.t.Fatal(err)
-	}
+	require.NoError(sb.t, err)
 	s := string(data)
 	for _, r := range []struct {
 		re, with string
@@ -279,14 +260,11 @@ func (sb *docSandbox) writeDevConfig(frontend, ui int) {
 		{`(?m)^(\s+ui-port: )"\d*"`, fmt.Sprintf(`${1}"%d"`, ui)},
 	} {
 		re := regexp.MustCompile(r.re)
-		if n := len(re.FindAllString(s, -1)); n != 1 {
-			sb.t.Fatalf("temporal-dev.yaml: %d lines match %s, want 1: update the docs test", n, r.re)
-		}
+		n := len(re.FindAllString(s, -1))
+		require.Equal(sb.t, 1, n, "temporal-dev.yaml: %d lines match %s, want 1: update the docs test", n, r.re)
 		s = re.ReplaceAllString(s, r.with)
 	}
-	if err := os.WriteFile(filepath.Join(sb.root, "temporal-dev.yaml"), []byte(s), 0o644); err != nil {
-		sb.t.Fatal(err)
-	}
+	require.NoError(sb.t, os.WriteFile(filepath.Join(sb.root, "temporal-dev.yaml"), []byte(s), 0o644))
 }
 
 // mergeEnv is base with the variables of exported (NAME=value entries)
@@ -323,20 +301,14 @@ func (sb *docSandbox) runPage(ctx context.Context, page string, blocks []docbloc
 		"trap 'for n in $(compgen -e); do printf \"%s=%s\\0\" \"$n\" \"${!n-}\"; done > \"$DOCSTEST_ENV_OUT\"' EXIT\n")
 	for i, b := range blocks {
 		file := filepath.Join(sb.work, fmt.Sprintf("%s-L%d.sh", slug, b.Line))
-		if err := os.WriteFile(file, []byte(b.Text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(file, []byte(b.Text), 0o644))
 		fmt.Fprintf(&script, "echo %d >> \"$DOCSTEST_MARKS\"\nsource %s\n", i, strconv.Quote(file))
 	}
 	script.WriteString("echo done >> \"$DOCSTEST_MARKS\"\n")
 	scriptPath := filepath.Join(sb.work, slug+".sh")
-	if err := os.WriteFile(scriptPath, []byte(script.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(scriptPath, []byte(script.String()), 0o644))
 	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer logFile.Close()
 
 	cmd := exec.Command("bash", scriptPath)
@@ -346,9 +318,7 @@ func (sb *docSandbox) runPage(ctx context.Context, page string, blocks []docbloc
 	// Wait would wait for it.
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	sb.pgids = append(sb.pgids, cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -394,7 +364,7 @@ watch:
 		at, ok := started[i]
 		switch {
 		case !ok:
-			t.Errorf("not reached %s (an earlier block of the page failed)", b.Where())
+			assert.Fail(t, "not reached "+b.Where(), "an earlier block of the page failed")
 			continue
 		case i == cur && !finished:
 			sb.failed++
@@ -402,7 +372,7 @@ watch:
 			if timedOut {
 				why = fmt.Sprintf("timed out after %s", time.Since(at).Round(time.Second))
 			}
-			t.Errorf("%s %s:\n%s\n---- its shell's output (last 60 lines of %s) ----\n%s", b.Where(), why,
+			assert.Failf(t, b.Where()+" "+why, "%s\n---- its shell's output (last 60 lines of %s) ----\n%s",
 				docsIndent(b.Text), logPath, docsTail(logPath, 60))
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	pyclient "github.com/turnstile-rl/turnstile/clients/python"
 )
 
@@ -40,8 +42,6 @@ func clientPython(t testing.TB) string {
 		clientVenv.python = v.Python
 		t.Logf("the Python client installed into a venv in %s", time.Since(start).Round(10*time.Millisecond))
 	})
-	if clientVenv.err != nil {
-		t.Fatalf("installing the Python client into a venv: %v", clientVenv.err)
-	}
+	require.NoError(t, clientVenv.err, "installing the Python client into a venv")
 	return clientVenv.python
 }

@@ -9,35 +9,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
-// fakeRecords keeps request records as Temporal would: a workflow id
+// ackRecords keeps request records as Temporal would: a workflow id
 // started once (reuse rejected), its memo, and whether it was terminated.
-type fakeRecords struct {
+type ackRecords struct {
 	mu         sync.Mutex
-	records    map[string]*fakeRecord
+	records    map[string]*keptRecord
 	starts     int
 	terminates int
 	// beforeStart, when set, runs before a start (another caller racing).
 	beforeStart func()
 }
 
-type fakeRecord struct {
+type keptRecord struct {
 	opts       tclient.StartWorkflowOptions
 	memo       map[string]*commonpb.Payload
 	terminated bool
 }
 
-func (f *fakeRecords) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+// client is a Temporal client keeping the records.
+func (f *ackRecords) client() *temporalfake.Client {
+	return &temporalfake.Client{Describe: f.describe, Execute: f.start, Terminate: f.terminate}
+}
+
+func (f *ackRecords) describe(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rec, ok := f.records[workflowID]
@@ -50,7 +57,8 @@ func (f *fakeRecords) DescribeWorkflowExecution(_ context.Context, workflowID, _
 	}}, nil
 }
 
-func (f *fakeRecords) ExecuteWorkflow(_ context.Context, o tclient.StartWorkflowOptions, wf any, _ ...any) (tclient.WorkflowRun, error) {
+// start starts a record; its run is only ever read for its ids.
+func (f *ackRecords) start(o tclient.StartWorkflowOptions, wf any, _ ...any) (tclient.WorkflowRun, error) {
 	if f.beforeStart != nil {
 		f.beforeStart()
 	}
@@ -61,24 +69,20 @@ func (f *fakeRecords) ExecuteWorkflow(_ context.Context, o tclient.StartWorkflow
 		return nil, errors.New("not a record")
 	}
 	if f.records == nil {
-		f.records = map[string]*fakeRecord{}
+		f.records = map[string]*keptRecord{}
 	}
 	if _, ok := f.records[o.ID]; ok {
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("already started", "", "run-"+o.ID)
 	}
 	memo := map[string]*commonpb.Payload{}
 	for k, v := range o.Memo {
-		p, err := converter.GetDefaultDataConverter().ToPayload(v)
-		if err != nil {
-			return nil, err
-		}
-		memo[k] = p
+		memo[k] = temporalfake.Payload(v)
 	}
-	f.records[o.ID] = &fakeRecord{opts: o, memo: memo}
-	return recordRun{id: o.ID}, nil
+	f.records[o.ID] = &keptRecord{opts: o, memo: memo}
+	return temporalfake.Run{ID: o.ID, RunID: "run-" + o.ID}, nil
 }
 
-func (f *fakeRecords) TerminateWorkflow(_ context.Context, workflowID, runID, _ string, _ ...any) error {
+func (f *ackRecords) terminate(workflowID, runID, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.terminates++
@@ -89,15 +93,6 @@ func (f *fakeRecords) TerminateWorkflow(_ context.Context, workflowID, runID, _ 
 	rec.terminated = true
 	return nil
 }
-
-// recordRun is the run of a record: only its id is ever read.
-type recordRun struct {
-	tclient.WorkflowRun
-	id string
-}
-
-func (r recordRun) GetID() string    { return r.id }
-func (r recordRun) GetRunID() string { return "run-" + r.id }
 
 func receiptOf(id string, c byte) rollout.Receipt {
 	return rollout.Receipt{RolloutID: id, SHA256: strings.Repeat(string(c), 64)}
@@ -132,27 +127,26 @@ func (a *countingAck) ack(context.Context, AckRequest) (AckSummary, error) {
 // started on a queue no worker polls and ended at once.
 func TestAcknowledgeOnceReplaysAndRefuses(t *testing.T) {
 	ctx := context.Background()
-	k := &fakeRecords{}
+	k := &ackRecords{}
 	a := &countingAck{answers: []AckSummary{{Acknowledged: 2}, {Already: 2}}}
 	first := ackOf("s1", "ack-1", receiptOf("s1-0000", 'a'), receiptOf("s1-0001", 'b'))
 
-	got, err := acknowledgeOnce(ctx, k, "q", first, a.ack)
-	if err != nil || got != (AckSummary{Acknowledged: 2}) || a.calls != 1 {
-		t.Fatalf("first: %+v, %v, %d acknowledgements", got, err, a.calls)
-	}
+	got, err := acknowledgeOnce(ctx, k.client(), "q", first, a.ack)
+	require.NoError(t, err, "first: %+v, %v, %d acknowledgements", got, err, a.calls)
+	require.Equal(t, AckSummary{Acknowledged: 2}, got, "first: %+v, %v, %d acknowledgements", got, err, a.calls)
+	require.Equal(t, 1, a.calls, "first: %+v, %v, %d acknowledgements", got, err, a.calls)
 	rec := k.records[AckRecordWorkflowID("s1", "ack-1")]
-	if rec == nil {
-		t.Fatal("no record written")
-	}
-	if rec.opts.TaskQueue != "q-records" || rec.opts.WorkflowIDReusePolicy != enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE ||
-		rec.opts.WorkflowExecutionTimeout <= 0 || rec.opts.WorkflowExecutionTimeout > time.Hour || !rec.terminated {
-		t.Errorf("record %+v (terminated %v)", rec.opts, rec.terminated)
-	}
+	require.NotNil(t, rec, "no record written")
+	require.Equal(t, "q-records", rec.opts.TaskQueue, "record %+v (terminated %v)", rec.opts, rec.terminated)
+	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE, rec.opts.WorkflowIDReusePolicy, "record %+v (terminated %v)", rec.opts, rec.terminated)
+	require.Greater(t, rec.opts.WorkflowExecutionTimeout, time.Duration(0), "record %+v (terminated %v)", rec.opts, rec.terminated)
+	require.LessOrEqual(t, rec.opts.WorkflowExecutionTimeout, time.Hour, "record %+v (terminated %v)", rec.opts, rec.terminated)
+	require.True(t, rec.terminated, "record %+v (terminated %v)", rec.opts, rec.terminated)
 
-	got, err = acknowledgeOnce(ctx, k, "q", first, a.ack)
-	if err != nil || got != (AckSummary{Acknowledged: 2}) || a.calls != 1 {
-		t.Fatalf("repeat: %+v, %v, %d acknowledgements; want the first answer and no acknowledgement", got, err, a.calls)
-	}
+	got, err = acknowledgeOnce(ctx, k.client(), "q", first, a.ack)
+	require.NoError(t, err, "repeat: %+v, %v, %d acknowledgements; want the first answer and no acknowledgement", got, err, a.calls)
+	require.Equal(t, AckSummary{Acknowledged: 2}, got, "repeat: %+v, %v, %d acknowledgements; want the first answer and no acknowledgement", got, err, a.calls)
+	require.Equal(t, 1, a.calls, "repeat: %+v, %v, %d acknowledgements; want the first answer and no acknowledgement", got, err, a.calls)
 
 	for name, other := range map[string]AckRequest{
 		"another receipt":    ackOf("s1", "ack-1", receiptOf("s1-0000", 'a'), receiptOf("s1-0002", 'c')),
@@ -161,40 +155,36 @@ func TestAcknowledgeOnceReplaysAndRefuses(t *testing.T) {
 		"another order":      ackOf("s1", "ack-1", receiptOf("s1-0001", 'b'), receiptOf("s1-0000", 'a')),
 		"all completed then": {Set: "s1", RequestID: "ack-1", AllCompleted: true},
 	} {
-		_, err = acknowledgeOnce(ctx, k, "q", other, a.ack)
+		_, err = acknowledgeOnce(ctx, k.client(), "q", other, a.ack)
 		var ce *ConflictError
-		if !errors.As(err, &ce) || ce.Field != "request_id" || !strings.Contains(ce.Msg, `"ack-1"`) {
-			t.Errorf("%s under the same request id: %v, want a conflict naming request_id", name, err)
-		}
+		require.ErrorAs(t, err, &ce, "%s under the same request id: %v, want a conflict naming request_id", name, err)
+		require.Equal(t, "request_id", ce.Field, "%s under the same request id: %v, want a conflict naming request_id", name, err)
+		require.Contains(t, ce.Msg, `"ack-1"`, "%s under the same request id: %v, want a conflict naming request_id", name, err)
 	}
-	if a.calls != 1 {
-		t.Errorf("%d acknowledgements, want 1: a refused request acknowledged", a.calls)
-	}
+	assert.Equal(t, 1, a.calls, "%d acknowledgements, want 1: a refused request acknowledged", a.calls)
 
 	// The request id is the set's: another set's request of that id is its own.
-	if _, err := acknowledgeOnce(ctx, k, "q", ackOf("s2", "ack-1", receiptOf("s2-0000", 'a')), a.ack); err != nil || a.calls != 2 {
-		t.Errorf("same request id, another set: %v, %d acknowledgements", err, a.calls)
-	}
+	_, err = acknowledgeOnce(ctx, k.client(), "q", ackOf("s2", "ack-1", receiptOf("s2-0000", 'a')), a.ack)
+	require.NoError(t, err, "same request id, another set: %v, %d acknowledgements", err, a.calls)
+	require.Equal(t, 2, a.calls, "same request id, another set: %v, %d acknowledgements", err, a.calls)
 }
 
 // A refused or failed acknowledgement leaves no record: the request id may
 // be sent again, corrected.
 func TestAcknowledgeOnceRefusedLeavesNoRecord(t *testing.T) {
 	ctx := context.Background()
-	k := &fakeRecords{}
+	k := &ackRecords{}
 	refused := &countingAck{err: &ConflictError{Field: "receipts[0].sha256", Msg: "1 of 1 receipts do not match"}}
-	_, err := acknowledgeOnce(ctx, k, "q", ackOf("s1", "ack-1", receiptOf("s1-0000", 'a')), refused.ack)
+	_, err := acknowledgeOnce(ctx, k.client(), "q", ackOf("s1", "ack-1", receiptOf("s1-0000", 'a')), refused.ack)
 	var ce *ConflictError
-	if !errors.As(err, &ce) || ce.Field != "receipts[0].sha256" {
-		t.Fatalf("refused: %v", err)
-	}
-	if k.starts != 0 || len(k.records) != 0 {
-		t.Fatalf("a refused acknowledgement wrote a record")
-	}
+	require.ErrorAs(t, err, &ce, "refused: %v", err)
+	require.Equal(t, "receipts[0].sha256", ce.Field, "refused: %v", err)
+	require.Equal(t, 0, k.starts, "a refused acknowledgement wrote a record")
+	require.Empty(t, k.records, "a refused acknowledgement wrote a record")
 	ok := &countingAck{answers: []AckSummary{{Acknowledged: 1}}}
-	if got, err := acknowledgeOnce(ctx, k, "q", ackOf("s1", "ack-1", receiptOf("s1-0000", 'b')), ok.ack); err != nil || got.Acknowledged != 1 {
-		t.Fatalf("corrected: %+v, %v", got, err)
-	}
+	got, err := acknowledgeOnce(ctx, k.client(), "q", ackOf("s1", "ack-1", receiptOf("s1-0000", 'b')), ok.ack)
+	require.NoError(t, err, "corrected: %+v, %v", got, err)
+	require.Equal(t, 1, got.Acknowledged, "corrected: %+v, %v", got, err)
 }
 
 // Two calls of one request at once: the second to record answers what the
@@ -212,22 +202,22 @@ func TestAcknowledgeOnceRace(t *testing.T) {
 		{"another request", ackOf("s1", "ack-1", receiptOf("s1-0000", 'b')), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			k := &fakeRecords{}
+			k := &ackRecords{}
 			k.beforeStart = func() {
 				k.beforeStart = nil
 				winner := &countingAck{answers: []AckSummary{{Acknowledged: 1}}}
-				if _, err := acknowledgeOnce(ctx, k, "q", tt.winner, winner.ack); err != nil {
-					t.Fatal(err)
-				}
+				_, err := acknowledgeOnce(ctx, k.client(), "q", tt.winner, winner.ack)
+				require.NoError(t, err)
 			}
 			loser := &countingAck{answers: []AckSummary{{Already: 1}}}
-			got, err := acknowledgeOnce(ctx, k, "q", req, loser.ack)
-			var ce *ConflictError
-			switch {
-			case tt.conflict && !(errors.As(err, &ce) && ce.Field == "request_id"):
-				t.Errorf("%+v, %v: want a conflict naming request_id", got, err)
-			case !tt.conflict && (err != nil || got != (AckSummary{Acknowledged: 1})):
-				t.Errorf("%+v, %v: want the recorded answer", got, err)
+			got, err := acknowledgeOnce(ctx, k.client(), "q", req, loser.ack)
+			if tt.conflict {
+				var ce *ConflictError
+				require.ErrorAs(t, err, &ce, "%+v: want a conflict naming request_id", got)
+				assert.Equal(t, "request_id", ce.Field, "want a conflict naming request_id")
+			} else {
+				require.NoError(t, err, "want the recorded answer")
+				assert.Equal(t, AckSummary{Acknowledged: 1}, got, "want the recorded answer")
 			}
 		})
 	}
@@ -236,11 +226,11 @@ func TestAcknowledgeOnceRace(t *testing.T) {
 // A workflow of the record's id that is not a record (no stamp, no answer)
 // is an error, not a replay.
 func TestAckRecordOfSomethingElse(t *testing.T) {
-	k := &fakeRecords{records: map[string]*fakeRecord{AckRecordWorkflowID("s1", "x"): {memo: map[string]*commonpb.Payload{}}}}
+	k := &ackRecords{records: map[string]*keptRecord{AckRecordWorkflowID("s1", "x"): {memo: map[string]*commonpb.Payload{}}}}
 	a := &countingAck{answers: []AckSummary{{}}}
-	if _, err := acknowledgeOnce(context.Background(), k, "q", ackOf("s1", "x", receiptOf("s1-0000", 'a')), a.ack); err == nil || a.calls != 0 {
-		t.Fatalf("%v, %d acknowledgements", err, a.calls)
-	}
+	_, err := acknowledgeOnce(context.Background(), k.client(), "q", ackOf("s1", "x", receiptOf("s1-0000", 'a')), a.ack)
+	require.Error(t, err, "%v, %d acknowledgements", err, a.calls)
+	require.Equal(t, 0, a.calls, "%v, %d acknowledgements", err, a.calls)
 }
 
 // Receipts sent as a JSON array (the gateway's) are named as its elements
@@ -266,27 +256,18 @@ func TestPlanAcksNamesReceiptsInJSON(t *testing.T) {
 	for _, tt := range tests {
 		_, err := planAcks("s1", lines, states, tt.array)
 		var ce *ConflictError
-		if !errors.As(err, &ce) {
-			t.Fatalf("%q: %v, want a conflict", tt.array, err)
-		}
-		if ce.Field != tt.field {
-			t.Errorf("%q: field %q, want %q", tt.array, ce.Field, tt.field)
-		}
+		require.ErrorAs(t, err, &ce, "%q: %v, want a conflict", tt.array, err)
+		assert.Equal(t, tt.field, ce.Field, "%q: field %q, want %q", tt.array, ce.Field, tt.field)
 		for _, s := range tt.says {
-			if !strings.Contains(ce.Msg, s) {
-				t.Errorf("%q: message %q does not say %q", tt.array, ce.Msg, s)
-			}
+			assert.Contains(t, ce.Msg, s, "%q: message %q does not say %q", tt.array, ce.Msg, s)
 		}
-		if tt.array != "" && strings.Contains(ce.Msg, "line ") {
-			t.Errorf("message %q numbers lines", ce.Msg)
-		}
+		assert.False(t, tt.array != "" && strings.Contains(ce.Msg, "line "), "message %q numbers lines", ce.Msg)
 	}
 	for i, sub := range map[int]string{2: ".attempt", 3: ".rollout_id", 4: ""} {
 		_, err := planAcks("s1", []ReceiptLine{lines[0], lines[i]}, states, "receipts")
 		var ce *ConflictError
 		want := fmt.Sprintf("receipts[%d]%s", i, sub)
-		if !errors.As(err, &ce) || ce.Field != want {
-			t.Errorf("receipt %d alone: %v, want field %s", i, err, want)
-		}
+		require.ErrorAs(t, err, &ce, "receipt %d alone: %v, want field %s", i, err, want)
+		require.Equal(t, want, ce.Field, "receipt %d alone: %v, want field %s", i, err, want)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestPythonUnitTests installs the client into a fresh virtual environment
@@ -19,16 +21,12 @@ func TestPythonUnitTests(t *testing.T) {
 		t.Skip("python3 is not installed: the Python client's unit tests did not run")
 	}
 	src, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
 	v, err := Install(ctx, py, src, filepath.Join(t.TempDir(), "venv"))
-	if err != nil {
-		t.Fatalf("installing the client into a fresh venv (offline) failed, so its tests cannot run: %v", err)
-	}
+	require.NoError(t, err, "installing the client into a fresh venv (offline) failed, so its tests cannot run")
 	t.Logf("venv with the client installed in %s", time.Since(start).Round(10*time.Millisecond))
 
 	work := t.TempDir() // the tests' working folder: no turnstile/ there
@@ -36,26 +34,19 @@ func TestPythonUnitTests(t *testing.T) {
 		"import sysconfig, turnstile; print(sysconfig.get_path('purelib')); print(turnstile.__file__)")
 	cmd.Dir = work
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("importing the installed client: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "importing the installed client: %v\n%s", err, out)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("want site-packages and turnstile.__file__, got:\n%s", out)
-	}
+	require.Len(t, lines, 2, "want site-packages and turnstile.__file__, got:\n%s", out)
 	site, file := lines[0], lines[1]
-	if !within(v.Dir, site) || !within(filepath.Join(site, "turnstile"), file) {
-		t.Fatalf("turnstile imports from %s, not from the venv's site-packages %s (venv %s)", file, site, v.Dir)
-	}
+	require.True(t, within(v.Dir, site), "turnstile imports from %s, not from the venv's site-packages %s (venv %s)", file, site, v.Dir)
+	require.True(t, within(filepath.Join(site, "turnstile"), file), "turnstile imports from %s, not from the venv's site-packages %s (venv %s)", file, site, v.Dir)
 	t.Logf("turnstile imports from %s", file)
 
 	cmd = exec.CommandContext(ctx, v.Python, "-m", "unittest", "discover", "-s", filepath.Join(src, "tests"), "-v")
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 	out, err = cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python -m unittest (the venv's python): %v\n%s", err, out)
-	}
+	require.NoError(t, err, "python -m unittest (the venv's python): %v\n%s", err, out)
 	t.Logf("%s", out)
 }
 

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Every port the dev server listens on can be set, by flag or in the
@@ -14,17 +17,11 @@ import (
 func TestPortsByFlagAndFile(t *testing.T) {
 	repoFile := filepath.Join("..", "..", "temporal-dev.yaml")
 	data, err := os.ReadFile(repoFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	withPorts := strings.NewReplacer(`metrics-port: ""`, `metrics-port: "19091"`, `http-port: ""`, `http-port: "17243"`).Replace(string(data))
-	if withPorts == string(data) {
-		t.Fatal("temporal-dev.yaml no longer has empty metrics-port and http-port lines to replace")
-	}
+	require.NotEqual(t, string(data), withPorts, "temporal-dev.yaml no longer has empty metrics-port and http-port lines to replace")
 	fileWithPorts := filepath.Join(t.TempDir(), "temporal-dev.yaml")
-	if err := os.WriteFile(fileWithPorts, []byte(withPorts), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(fileWithPorts, []byte(withPorts), 0o644))
 	tests := []struct {
 		name     string
 		args     []string
@@ -66,22 +63,14 @@ func TestPortsByFlagAndFile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := run(append(tt.args, "--print-flags"), &stdout, &stderr)
-			if code != tt.wantCode {
-				t.Fatalf("exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
-			}
+			require.Equal(t, tt.wantCode, code, "exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
 			for _, w := range tt.want {
-				if !strings.Contains(stdout.String(), w) {
-					t.Errorf("stdout %q does not contain %q", stdout.String(), w)
-				}
+				assert.Contains(t, stdout.String(), w, "stdout %q does not contain %q", stdout.String(), w)
 			}
 			for _, a := range tt.absent {
-				if strings.Contains(stdout.String(), a) {
-					t.Errorf("stdout %q contains %q", stdout.String(), a)
-				}
+				assert.NotContains(t, stdout.String(), a, "stdout %q contains %q", stdout.String(), a)
 			}
-			if tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr) {
-				t.Errorf("stderr %q does not contain %q", stderr.String(), tt.wantErr)
-			}
+			assert.False(t, tt.wantErr != "" && !strings.Contains(stderr.String(), tt.wantErr), "stderr %q does not contain %q", stderr.String(), tt.wantErr)
 		})
 	}
 }
@@ -89,12 +78,9 @@ func TestPortsByFlagAndFile(t *testing.T) {
 // --help names every port flag.
 func TestHelpNamesPorts(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit code %d", code)
-	}
+	code := run([]string{"--help"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "exit code")
 	for _, f := range []string{"-port", "-ui-port", "-metrics-port", "-http-port"} {
-		if !strings.Contains(stderr.String()+stdout.String(), f) {
-			t.Errorf("--help does not name %s", f)
-		}
+		assert.Contains(t, stderr.String()+stdout.String(), f, "--help does not name %s", f)
 	}
 }

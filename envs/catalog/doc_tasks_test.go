@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
@@ -37,9 +40,7 @@ var pythonHosted = map[string]string{
 func taskSection(t *testing.T) []docRow {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "environments.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lines := strings.Split(string(data), "\n")
 	heading := regexp.MustCompile("^### `([a-z0-9_-]+)`$")
 	var (
@@ -61,8 +62,7 @@ func taskSection(t *testing.T) []docRow {
 			start := i + 1
 			for i++; i < len(lines) && lines[i] != "```"; i++ {
 			}
-			if lang != "json" {
-				t.Errorf("environments.md:%d: a %q block in Task formats; examples are json", start, lang)
+			if !assert.Equal(t, "json", lang, "environments.md:%d: a block in Task formats; examples are json", start) {
 				continue
 			}
 			for j, text := range lines[start:i] {
@@ -78,17 +78,14 @@ func taskSection(t *testing.T) []docRow {
 				}
 				dec := json.NewDecoder(strings.NewReader(text))
 				dec.DisallowUnknownFields()
-				if err := dec.Decode(&r); err != nil {
-					t.Errorf("environments.md:%d: not one dataset row: %v", r.line, err)
+				if err := dec.Decode(&r); !assert.NoError(t, err, "environments.md:%d: not one dataset row", r.line) {
 					continue
 				}
 				rows = append(rows, r)
 			}
 		}
 	}
-	if len(rows) == 0 {
-		t.Fatal(`docs/environments.md has no "## Task formats" section with examples`)
-	}
+	require.NotEmpty(t, rows, `docs/environments.md has no "## Task formats" section with examples`)
 	return rows
 }
 
@@ -102,21 +99,15 @@ func TestDocumentedTasksParse(t *testing.T) {
 	documented := map[string]bool{}
 	var python []docRow
 	for _, r := range rows {
-		if r.Env != r.heading {
-			t.Errorf("environments.md:%d: a row of %q under the heading of %q", r.line, r.Env, r.heading)
-		}
+		assert.Equal(t, r.heading, r.Env, "environments.md:%d: a row of %q under the heading of %q", r.line, r.Env, r.heading)
 		documented[r.Env] = true
 		if _, ok := pythonHosted[r.Env]; ok {
 			python = append(python, r)
 			continue
 		}
 		e, ok := catalog.Lookup(r.Env)
-		switch {
-		case !ok:
-			t.Errorf("environments.md:%d: no environment %q in the catalog", r.line, r.Env)
-			continue
-		case !e.Hosted():
-			t.Errorf("environments.md:%d: %q is hosted by %s: add its parser to pythonHosted", r.line, r.Env, e.Remote)
+		if !assert.True(t, ok, "environments.md:%d: no environment %q in the catalog", r.line, r.Env) ||
+			!assert.True(t, e.Hosted(), "environments.md:%d: %q is hosted by %s: add its parser to pythonHosted", r.line, r.Env, e.Remote) {
 			continue
 		}
 		seed := int64(1)
@@ -124,13 +115,10 @@ func TestDocumentedTasksParse(t *testing.T) {
 			seed = *r.Seed
 		}
 		session, _, err := e.New().Start(seed, r.Task)
-		if err != nil {
-			t.Errorf("environments.md:%d: %s refuses the documented task %s: %v", r.line, r.Env, r.Task, err)
+		if !assert.NoError(t, err, "environments.md:%d: %s refuses the documented task %s", r.line, r.Env, r.Task) {
 			continue
 		}
-		if err := session.Close(); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, session.Close())
 	}
 	// The rows of the catalog's environments are dataset rows as
 	// starter submit --tasks reads them.
@@ -140,18 +128,13 @@ func TestDocumentedTasksParse(t *testing.T) {
 			dataset = append(dataset, r.raw)
 		}
 	}
-	if _, err := trainer.ReadDataset(strings.NewReader(strings.Join(dataset, "\n"))); err != nil {
-		t.Errorf("the examples are not a dataset: %v", err)
-	}
+	_, err := trainer.ReadDataset(strings.NewReader(strings.Join(dataset, "\n")))
+	assert.NoError(t, err, "the examples are not a dataset")
 	for _, name := range catalog.Names() {
-		if !documented[name] {
-			t.Errorf("environment %s has no task format in docs/environments.md (## Task formats, ### `%s`)", name, name)
-		}
+		assert.True(t, documented[name], "environment %s has no task format in docs/environments.md (## Task formats, ### `%s`)", name, name)
 	}
 	for name := range pythonHosted {
-		if !documented[name] {
-			t.Errorf("environment %s has no task format in docs/environments.md", name)
-		}
+		assert.True(t, documented[name], "environment %s has no task format in docs/environments.md", name)
 	}
 	checkPythonTasks(t, python)
 }
@@ -170,8 +153,7 @@ func checkPythonTasks(t *testing.T, rows []docRow) {
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 		cmd.Stdin = bytes.NewReader(r.Task)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("environments.md:%d: %s refuses the documented task %s: %v\n%s", r.line, r.Env, r.Task, err, out)
-		}
+		out, err := cmd.CombinedOutput()
+		assert.NoError(t, err, "environments.md:%d: %s refuses the documented task %s\n%s", r.line, r.Env, r.Task, out)
 	}
 }

@@ -3,8 +3,10 @@ package docblocks
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParse(t *testing.T) {
@@ -17,26 +19,21 @@ func TestParse(t *testing.T) {
 		"```sh\nkill $(cat .turnstile/pids)\n```\n" +
 		"```json\n{\"a\": 1}\n```\n"
 	blocks, err := Parse("p.md", []byte(page))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []Block{
 		{Page: "p.md", Line: 2, Lang: "sh", Text: "make build\n"},
 		{Page: "p.md", Line: 6, Lang: "sh", Text: "bin/worker &\n", NotRun: "needs a GPU"},
 		{Page: "p.md", Line: 11, Lang: "sh", Text: "kill $(cat .turnstile/pids)\n", Teardown: "stops the stack"},
 		{Page: "p.md", Line: 14, Lang: "json", Text: "{\"a\": 1}\n"},
 	}
-	if len(blocks) != len(want) {
-		t.Fatalf("%d blocks, want %d: %+v", len(blocks), len(want), blocks)
-	}
+	require.Len(t, blocks, len(want), "%d blocks, want %d: %+v", len(blocks), len(want), blocks)
 	for i := range want {
-		if blocks[i] != want[i] {
-			t.Errorf("block %d: %+v, want %+v", i, blocks[i], want[i])
-		}
+		assert.Equal(t, want[i], blocks[i], "block %d: %+v, want %+v", i, blocks[i], want[i])
 	}
-	if !blocks[0].Runs() || blocks[1].Runs() || !blocks[2].Runs() || blocks[3].Runs() {
-		t.Errorf("Runs: %v %v %v %v", blocks[0].Runs(), blocks[1].Runs(), blocks[2].Runs(), blocks[3].Runs())
-	}
+	require.True(t, blocks[0].Runs(), "Runs: %v %v %v %v", blocks[0].Runs(), blocks[1].Runs(), blocks[2].Runs(), blocks[3].Runs())
+	require.False(t, blocks[1].Runs(), "Runs: %v %v %v %v", blocks[0].Runs(), blocks[1].Runs(), blocks[2].Runs(), blocks[3].Runs())
+	require.True(t, blocks[2].Runs(), "Runs: %v %v %v %v", blocks[0].Runs(), blocks[1].Runs(), blocks[2].Runs(), blocks[3].Runs())
+	require.False(t, blocks[3].Runs(), "Runs: %v %v %v %v", blocks[0].Runs(), blocks[1].Runs(), blocks[2].Runs(), blocks[3].Runs())
 }
 
 func TestParseRefuses(t *testing.T) {
@@ -58,9 +55,7 @@ func TestParseRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("p.md", []byte(tt.page))
-			if err == nil || !strings.Contains(err.Error(), tt.says) {
-				t.Fatalf("error %v, want one saying %q", err, tt.says)
-			}
+			require.ErrorContains(t, err, tt.says, "error %v, want one saying %q", err, tt.says)
 		})
 	}
 }
@@ -69,27 +64,19 @@ func TestParseRefuses(t *testing.T) {
 // their language, markers give reasons, no sh block holds a file.
 func TestRepoPages(t *testing.T) {
 	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pages = append(pages, filepath.Join("..", "..", "README.md"))
 	run := 0
 	for _, p := range pages {
 		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		blocks, err := Parse(filepath.Base(p), data)
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 		for _, b := range blocks {
 			if b.Runs() {
 				run++
 			}
 		}
 	}
-	if run == 0 {
-		t.Error("no page has a block to run")
-	}
+	assert.NotEqual(t, 0, run, "no page has a block to run")
 }

@@ -10,11 +10,11 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	"github.com/turnstile-rl/turnstile/workflows/set"
@@ -58,26 +58,22 @@ func TestSetFenceRules(t *testing.T) {
 	}
 }
 
-// fenceDescriber answers a describe of the fence workflow.
-type fenceDescriber struct {
-	resp *workflowservice.DescribeWorkflowExecutionResponse
-	err  error
-}
-
-func (d fenceDescriber) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	if workflowID != set.SetFenceWorkflowID("s") {
-		return nil, serviceerror.NewNotFound(workflowID)
-	}
-	return d.resp, d.err
+// fenceDescriber answers a describe of set s's fence workflow with resp,
+// or err.
+func fenceDescriber(resp *workflowservice.DescribeWorkflowExecutionResponse, err error) *temporalfake.Client {
+	return &temporalfake.Client{Describe: func(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+		if workflowID != set.SetFenceWorkflowID("s") {
+			return nil, serviceerror.NewNotFound(workflowID)
+		}
+		return resp, err
+	}}
 }
 
 func fenceRun(t *testing.T, memo any, start time.Time) *workflowservice.DescribeWorkflowExecutionResponse {
 	t.Helper()
 	info := &workflowpb.WorkflowExecutionInfo{StartTime: timestamppb.New(start)}
 	if memo != nil {
-		p, err := converter.GetDefaultDataConverter().ToPayload(memo)
-		require.NoError(t, err)
-		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{set.MemoSetFence: p}}
+		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{set.MemoSetFence: temporalfake.Payload(memo)}}
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}
 }
@@ -88,21 +84,21 @@ func TestReadSetFence(t *testing.T) {
 		{RestoreID: "r1", CheckpointID: "k1", From: at(10), Before: at(20)},
 		{RestoreID: "r2", CheckpointID: "k2", From: at(30)},
 	}}
-	f, err := visibility.ReadSetFence(ctx, fenceDescriber{resp: fenceRun(t, current, at(40))}, "s")
+	f, err := visibility.ReadSetFence(ctx, fenceDescriber(fenceRun(t, current, at(40)), nil), "s")
 	require.NoError(t, err)
 	require.Equal(t, twoRestores.Windows, f.Windows, "the newest window ends at the fence run's start")
 
-	f, err = visibility.ReadSetFence(ctx, fenceDescriber{err: serviceerror.NewNotFound("none")}, "s")
+	f, err = visibility.ReadSetFence(ctx, fenceDescriber(nil, serviceerror.NewNotFound("none")), "s")
 	require.NoError(t, err)
 	require.Empty(t, f.Windows, "a set never restored has no fence")
 
 	// Anything else fails closed: the caller retries, never takes it as unfenced.
-	for name, d := range map[string]fenceDescriber{
-		"unavailable":  {err: serviceerror.NewUnavailable("down")},
-		"no memo":      {resp: fenceRun(t, nil, at(40))},
-		"another set":  {resp: fenceRun(t, set.SetFence{Set: "x", Windows: current.Windows}, at(40))},
-		"no windows":   {resp: fenceRun(t, set.SetFence{Set: "s"}, at(40))},
-		"not a record": {resp: fenceRun(t, "text", at(40))},
+	for name, d := range map[string]*temporalfake.Client{
+		"unavailable":  fenceDescriber(nil, serviceerror.NewUnavailable("down")),
+		"no memo":      fenceDescriber(fenceRun(t, nil, at(40)), nil),
+		"another set":  fenceDescriber(fenceRun(t, set.SetFence{Set: "x", Windows: current.Windows}, at(40)), nil),
+		"no windows":   fenceDescriber(fenceRun(t, set.SetFence{Set: "s"}, at(40)), nil),
+		"not a record": fenceDescriber(fenceRun(t, "text", at(40)), nil),
 	} {
 		_, err := visibility.ReadSetFence(ctx, d, "s")
 		require.Error(t, err, name)
@@ -111,7 +107,7 @@ func TestReadSetFence(t *testing.T) {
 
 func TestCheckSetFenceActivity(t *testing.T) {
 	current := set.SetFence{Set: "s", Windows: []rollout.FenceWindow{{RestoreID: "r1", CheckpointID: "k1", From: at(10)}}}
-	acts := &bookkeeping.FenceActivities{Client: fenceDescriber{resp: fenceRun(t, current, at(20))}}
+	acts := &bookkeeping.FenceActivities{Client: fenceDescriber(fenceRun(t, current, at(20)), nil)}
 	for _, tc := range []struct {
 		started time.Time
 		fenced  bool
