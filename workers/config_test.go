@@ -89,6 +89,13 @@ func TestConfigFromLookup(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if got.Destinations == nil {
+				t.Fatal("no destinations read")
+			}
+			if d, err := got.Destinations.Env("", ""); err != nil || d.URL != tt.want.EnvURL {
+				t.Errorf("default environment server %+v, %v; want %s", d, err, tt.want.EnvURL)
+			}
+			got.Destinations = nil
 			if got != tt.want {
 				t.Fatalf("got %+v\nwant %+v", got, tt.want)
 			}
@@ -107,6 +114,12 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},
 		{"log level", workers.EnvLogLevel, "loud", nil},
 		{"log format", workers.EnvLogFormat, "xml", nil},
+		{"named server without URL", workers.EnvEnvServers, "a", nil},
+		{"named endpoint with user info", workers.EnvModelEndpoints, "v=http://u@h/v1", nil},
+		{"env allowlist entry without scheme", workers.EnvAllowedEnvURLs, "127.0.0.1:*", nil},
+		{"participant allowlist entry with a query", workers.EnvAllowedParticipants, "http://h?x=1", nil},
+		{"store endpoint without scheme", workers.EnvAllowedStoreEndpoints, "minio:9000", nil},
+		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
