@@ -114,7 +114,8 @@ func TestSubmit(t *testing.T) {
 }
 
 func TestSubmitDatasetPath(t *testing.T) {
-	path := t.TempDir() + "/rows.jsonl"
+	root := t.TempDir()
+	path := root + "/rows.jsonl"
 	if err := writeFile(path, `{"id":"q1","env":"counter","task":{"target":2}}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestSubmitDatasetPath(t *testing.T) {
 		got = r
 		return trainer.SubmitResult{Inputs: make([]rollout.Input, 2), Started: 2}, nil
 	}}
-	s := newTestServer(t, f)
+	s := newTestServer(t, f, func(c *Config) { c.DatasetRoot = root })
 	rec := call(t, s, "POST", "/v1/sets", fmt.Sprintf(`{"request_id":"d1","set":"d1","dataset_path":%q,"repeats":2,"require_ack":false}`, path))
 	decodeOK[SubmitResponse](t, rec, http.StatusOK)
 	if len(got.Rows) != 1 || got.Rows[0].ID != "q1" || got.Repeats != 2 || got.RequireAck {
