@@ -153,6 +153,9 @@ func (c *Config) EnvControl(name, rawURL string) (Target, error) {
 // Participant resolves a participant (an environment server's control
 // plane) by URL, with the control token to send it.
 func (c *Config) Participant(rawURL string) (Target, error) {
+	if strings.TrimSpace(rawURL) == "" {
+		return Target{}, refused(KindParticipant, rawURL, EnvAllowedParticipants, "a participant needs a URL")
+	}
 	return c.EnvControl("", rawURL)
 }
 

@@ -126,6 +126,8 @@ func TestEnvResolution(t *testing.T) {
 	require.ErrorContains(t, err, EnvAllowedParticipants, "the env allowlist does not admit the control token")
 	require.ErrorContains(t, c.CheckParticipants([]string{"http://127.0.0.1:8091", "http://attacker.example"}), "http://attacker.example")
 	require.NoError(t, c.CheckParticipants([]string{"http://127.0.0.1:8091", "http://10.0.2.0:1"}))
+	_, err = c.Participant("")
+	require.Error(t, err, "a participant is named by its URL, never the default by omission")
 }
 
 func TestNothingConfiguredAdmitsNothing(t *testing.T) {
