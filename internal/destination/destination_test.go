@@ -1,6 +1,7 @@
 package destination
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -210,4 +211,32 @@ func TestFromLookupRefusesBadSettings(t *testing.T) {
 
 func TestSecretVar(t *testing.T) {
 	require.Equal(t, "TURNSTILE_DATA_TOKEN_ENV_A", SecretVar(DataTokenPrefix, "env-a"))
+}
+
+// BenchmarkResolve is what an activity pays per call to resolve its
+// destination, by name and by URL; BenchmarkResolve/baseline is one
+// url.Parse of the same URL in the same run, the cost any HTTP client pays
+// anyway: read the others as ratios to it.
+func BenchmarkResolve(b *testing.B) {
+	c, err := FromLookup(lookupOf(map[string]string{
+		EnvEnvServers: "a=http://10.0.0.5:8091,b=http://10.0.0.6:8091,c=http://10.0.0.7:8091", EnvAllowedParticipants: "http://10.0.1.0:*",
+	}), defaults)
+	require.NoError(b, err)
+	for _, bc := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"baseline", func() error { _, err := url.Parse("http://10.0.1.0:7000"); return err }},
+		{"by name", func() error { _, err := c.Env("c", ""); return err }},
+		{"by configured URL", func() error { _, err := c.Env("", "http://10.0.0.7:8091"); return err }},
+		{"by allowlisted URL", func() error { _, err := c.Env("", "http://10.0.1.0:7000"); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := bc.fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
