@@ -23,6 +23,7 @@ import (
 // Error codes of an ErrorBody, each with one HTTP status.
 const (
 	CodeUnauthorized = "unauthorized" // 401
+	CodeForbidden    = "forbidden"    // 403: the token's role may not use the route
 	CodeBadRequest   = "bad_request"  // 400
 	CodeNotFound     = "not_found"    // 404
 	CodeConflict     = "conflict"     // 409
@@ -54,17 +55,25 @@ type SubmitRequest struct {
 	Envs  []string `json:"envs,omitempty"`
 	Count int      `json:"count,omitempty"`
 	Seed  int64    `json:"seed,omitempty"`
-	// Rows (inline) or DatasetPath (a JSONL file the gateway can read): a
-	// dataset, each row Repeats times as one group.
+	// Rows (inline) or DatasetPath (a JSONL file under the gateway's
+	// dataset root): a dataset, each row Repeats times as one group.
 	Rows        []trainer.DatasetRow `json:"rows,omitempty"`
 	DatasetPath string               `json:"dataset_path,omitempty"`
 	Repeats     int                  `json:"repeats,omitempty"`
 	Policy      string               `json:"policy,omitempty"`
-	ModelURL    string               `json:"model_url,omitempty"`
-	EnvURL      string               `json:"env_url,omitempty"`
-	MaxTurns    int                  `json:"max_turns,omitempty"`
-	Sampling    *rollout.Sampling    `json:"sampling,omitempty"`
-	Limits      *SubmitLimits        `json:"limits,omitempty"`
+	// PolicyEndpoint names a model endpoint the workers' operator
+	// configured; ModelURL one by base URL, admitted only when configured
+	// or allowlisted. Neither: the workers' default.
+	PolicyEndpoint string `json:"policy_endpoint,omitempty"`
+	ModelURL       string `json:"model_url,omitempty"`
+	// EnvServer names an environment server the workers' operator
+	// configured; EnvURL one by URL, admitted only when configured or
+	// allowlisted. Neither: the workers' default.
+	EnvServer string            `json:"env_server,omitempty"`
+	EnvURL    string            `json:"env_url,omitempty"`
+	MaxTurns  int               `json:"max_turns,omitempty"`
+	Sampling  *rollout.Sampling `json:"sampling,omitempty"`
+	Limits    *SubmitLimits     `json:"limits,omitempty"`
 	// RequireAck holds every result until acknowledged; default true (the
 	// feed delivers held results).
 	RequireAck *bool `json:"require_ack,omitempty"`

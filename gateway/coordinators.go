@@ -55,7 +55,25 @@ func (s *Server) checkpointRequest(req CheckpointRequest) (trainer.CheckpointReq
 	if _, err := cr.CheckpointInput(s.cfg.CheckpointRoot); err != nil {
 		return cr, invalid(err, coordinatorFields)
 	}
-	return cr, nil
+	return cr, s.checkParticipants(req.Participants)
+}
+
+// checkParticipants refuses participants the workers' settings do not
+// admit as destinations of the control token: the coordinator would refuse
+// them anyway, and the gateway sends it itself on a resume.
+func (s *Server) checkParticipants(urls []string) error {
+	if err := s.cfg.Destinations.CheckParticipants(urls); err != nil {
+		return badRequest("participants", err.Error())
+	}
+	return nil
+}
+
+// controlTokenFor is the control token of the participant at url: its
+// own, else the gateway's; refused when url is not a configured
+// participant.
+func (s *Server) controlTokenFor(url string) (string, error) {
+	t, err := s.cfg.Destinations.Participant(url)
+	return t.Secret, err
 }
 
 // getCheckpoint is GET /v1/checkpoints/{id}.
@@ -91,6 +109,9 @@ func (s *Server) startRestore(w http.ResponseWriter, r *http.Request) error {
 	cr := trainer.RestoreRequest{CheckpointID: req.CheckpointID, RestoreID: req.RestoreID, Root: s.cfg.CheckpointRoot, Participants: req.Participants}
 	if _, err := cr.RestoreInput(s.cfg.CheckpointRoot, "check"); err != nil {
 		return invalid(err, coordinatorFields)
+	}
+	if err := s.checkParticipants(req.Participants); err != nil {
+		return err
 	}
 	st, existing, err := s.backend.StartRestore(r.Context(), cr, req.RequestID)
 	if err != nil {
@@ -131,12 +152,18 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRequestID(req.RequestID); err != nil {
 		return err
 	}
-	cr := trainer.ResumeRequest{Set: req.Set, CheckpointID: req.CheckpointID, Participants: req.Participants, ControlToken: s.cfg.ControlToken}
+	cr := trainer.ResumeRequest{Set: req.Set, CheckpointID: req.CheckpointID, Participants: req.Participants,
+		ControlToken: s.cfg.ControlToken, TokenFor: s.controlTokenFor}
 	if err := cr.Validate(); err != nil {
 		return invalid(err, coordinatorFields)
 	}
-	if s.cfg.ControlToken == "" {
-		return unavailable("this gateway has no control token for the environment servers (TURNSTILE_CONTROL_TOKEN)")
+	if err := s.checkParticipants(req.Participants); err != nil {
+		return err
+	}
+	for _, u := range req.Participants {
+		if tok, _ := s.controlTokenFor(u); tok == "" {
+			return unavailable(fmt.Sprintf("this gateway has no control token for participant %s (TURNSTILE_CONTROL_TOKEN, or TURNSTILE_CONTROL_TOKEN_<NAME> of a named server)", u))
+		}
 	}
 	sum, err := s.backend.Resume(r.Context(), cr)
 	if err != nil {

@@ -87,6 +87,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 var flagFields = map[string]string{
 	"--set": "set", "--count": "count", "--env": "envs", "--seed": "seed", "--max-turns": "max_turns", "--policy": "policy",
 	"--env-url": "env_url", "--model-url": "model_url", "--repeats": "repeats", "--tasks": "rows",
+	"--env-server": "env_server", "--policy-endpoint": "policy_endpoint",
 	"--model-timeout": "limits.model_call_timeout", "--env-timeout": "limits.env_call_timeout",
 	"--model-retries": "limits.model_call_retries", "--deadline": "limits.deadline",
 	"--id": "checkpoint_id", "--restore-id": "restore_id", "--participants": "participants",

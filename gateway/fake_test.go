@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
@@ -157,15 +158,19 @@ func (f *fakeBackend) Resume(_ context.Context, r trainer.ResumeRequest) (traine
 // state-changing backend calls: none may happen on a refused request.
 var mutations = []string{"Submit", "Acknowledge", "Staleness", "StartCheckpoint", "StartRestore", "Resume"}
 
-const testToken = "s3cret-token"
+const (
+	testToken         = "s3cret-token"
+	testOperatorToken = "operator-s3cret"
+)
 
 // newTestServer serves f with a token, a checkpoint root, a transcript
 // store and a control token.
-func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server {
+func newTestServer(t testing.TB, f *fakeBackend, tweak ...func(*Config)) *Server {
 	t.Helper()
 	store, err := transcriptstore.Open(t.TempDir())
 	require.NoError(t, err)
-	cfg := Config{Token: testToken, CheckpointRoot: "/ckpt", Transcripts: store, ControlToken: "ctl", PollInterval: time.Millisecond}
+	cfg := Config{Token: testToken, OperatorToken: testOperatorToken, CheckpointRoot: "/ckpt", Transcripts: store, ControlToken: "ctl",
+		Destinations: testDestinations(t), PollInterval: time.Millisecond}
 	for _, fn := range tweak {
 		fn(&cfg)
 	}
@@ -174,16 +179,56 @@ func newTestServer(t *testing.T, f *fakeBackend, tweak ...func(*Config)) *Server
 	return s
 }
 
-// call sends a request with the token and returns the recorder; every
-// status a test sees must be one the OpenAPI document lists for the route.
+// testDestinations is what the test servers admit: the default
+// environment server and model endpoint, a named server "b" with a control
+// token of its own, and any port of host h as a participant.
+func testDestinations(t testing.TB) *destination.Config {
+	t.Helper()
+	env := map[string]string{
+		destination.EnvEnvServers: "b=http://b.internal:8091", "TURNSTILE_CONTROL_TOKEN_B": "ctl-b",
+		destination.EnvModelEndpoints: "vllm=http://gpu:8000/v1", destination.EnvAllowedParticipants: "http://h:*",
+	}
+	d, err := destination.FromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		destination.Defaults{EnvURL: "http://127.0.0.1:8091", ModelURL: "http://127.0.0.1:8092/v1", ControlToken: "ctl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &d
+}
+
+// operatorRoute reports whether a path is one of the operator role's.
+func operatorRoute(target string) bool {
+	for _, p := range []string{"/v1/checkpoints", "/v1/restores", "/v1/resumes"} {
+		if strings.HasPrefix(target, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// call sends a request with the token of the role the route needs and
+// returns the recorder; every status a test sees must be one the OpenAPI
+// document lists for the route.
 func call(t *testing.T, s *Server, method, target, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	token := testToken
+	if operatorRoute(target) {
+		token = testOperatorToken
+	}
+	return callAs(t, s, token, method, target, body)
+}
+
+// callAs is call with the given bearer token ("" sends none).
+func callAs(t *testing.T, s *Server, token, method, target, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, rd)
-	req.Header.Set("Authorization", "Bearer "+testToken)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, req)
 	checkDocumented(t, req, rec.Code)

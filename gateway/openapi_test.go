@@ -32,6 +32,8 @@ type apiDoc struct {
 
 type apiOperation struct {
 	Security    *[]map[string][]string `json:"security"`
+	Role        string                 `json:"x-turnstile-role"`
+	Description string                 `json:"description"`
 	RequestBody *struct {
 		Content map[string]struct {
 			Schema apiSchema `json:"schema"`
@@ -59,7 +61,7 @@ var (
 	docErr  error
 )
 
-func loadDoc(t *testing.T) apiDoc {
+func loadDoc(t testing.TB) apiDoc {
 	t.Helper()
 	docOnce.Do(func() { docErr = json.Unmarshal(OpenAPI, &doc) })
 	require.NoError(t, docErr, "openapi.json")
@@ -77,7 +79,7 @@ func routeStatuses(t *testing.T) map[string][]int {
 }
 
 // docStatuses are the document's operations as "METHOD path" → statuses.
-func docStatuses(t *testing.T) map[string][]int {
+func docStatuses(t testing.TB) map[string][]int {
 	t.Helper()
 	out := map[string][]int{}
 	for path, ops := range loadDoc(t).Paths {
@@ -122,6 +124,28 @@ func TestOpenAPIAuth(t *testing.T) {
 		open := op.Security != nil && len(*op.Security) == 0
 		assert.Equal(t, rt.open, open, "%s %s: open %v in the server, %v in the document", rt.method, rt.pattern, rt.open, open)
 		assert.NotEqual(t, slices.Contains(rt.statuses, http.StatusUnauthorized), rt.open, "%s %s: open %v but 401 listed %v", rt.method, rt.pattern, rt.open, !rt.open)
+	}
+}
+
+// TestOpenAPIRoles: every route that asks for a token names, in its
+// x-turnstile-role and its description, the role the server asks of it;
+// exactly the operator routes list 403. Open routes name no role.
+func TestOpenAPIRoles(t *testing.T) {
+	d := loadDoc(t)
+	for _, rt := range newTestServer(t, &fakeBackend{}).routes() {
+		op := d.Paths[rt.pattern][strings.ToLower(rt.method)]
+		if op.Role != string(rt.role) {
+			t.Errorf("%s %s: role %q in the server, x-turnstile-role %q in the document", rt.method, rt.pattern, rt.role, op.Role)
+		}
+		if rt.open {
+			continue
+		}
+		if !strings.HasPrefix(op.Description, "Role: "+string(rt.role)+" ") {
+			t.Errorf("%s %s: the description %q does not start with the role %q", rt.method, rt.pattern, op.Description, rt.role)
+		}
+		if (rt.role == RoleOperator) != slices.Contains(rt.statuses, http.StatusForbidden) {
+			t.Errorf("%s %s: role %s, 403 listed %v", rt.method, rt.pattern, rt.role, !slices.Contains(rt.statuses, http.StatusForbidden))
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -41,9 +42,14 @@ type Backend interface {
 
 // Config configures a Server.
 type Config struct {
-	// Token is the bearer token every /v1 route but the OpenAPI document
-	// asks for; empty is refused unless InsecureNoAuth.
-	Token          string
+	// Token is the trainer role's bearer token: every /v1 route but the
+	// OpenAPI document and the operator routes asks for it (or the operator
+	// token); empty is refused unless InsecureNoAuth.
+	Token string
+	// OperatorToken is the operator role's bearer token: checkpoints,
+	// restores and resumes ask for it, and it opens the trainer routes too.
+	// Empty: no one may use the operator routes (403).
+	OperatorToken  string
 	InsecureNoAuth bool
 	// CheckpointRoot is the directory checkpoints go under (the workers'
 	// view of it); empty refuses checkpoints and restores.
@@ -54,6 +60,17 @@ type Config struct {
 	// ControlToken is the environment servers' control token, for resumes;
 	// empty refuses resumes.
 	ControlToken string
+	// Destinations is where the gateway lets a request point the workers
+	// (environment servers, model endpoints, participants) and where it
+	// sends the control token itself (resumes): the workers' own settings.
+	// A request naming anything else is a 400 naming the setting. Nil
+	// admits nothing a request names.
+	Destinations *destination.Config
+	// DatasetRoot is the directory dataset_path resolves in; empty refuses
+	// dataset_path. DatasetMaxBytes caps a dataset file (default
+	// DefaultDatasetMaxBytes).
+	DatasetRoot     string
+	DatasetMaxBytes int64
 	// StallWindow is the watchdog's window (default DefaultStallWindow).
 	StallWindow time.Duration
 	// FeedSettle delays a finished rollout in the feed until its
@@ -74,24 +91,25 @@ const (
 	DefaultPollInterval = 500 * time.Millisecond
 	// maxBody bounds a request body (inline dataset rows included).
 	maxBody = 64 << 20
+	// DefaultDatasetMaxBytes caps a dataset_path file.
+	DefaultDatasetMaxBytes = 256 << 20
 )
 
 // Server serves the gateway's routes over a Backend.
 type Server struct {
 	cfg     Config
 	backend Backend
-	token   [32]byte
-	mux     *http.ServeMux
+	// tokens are the digests of the roles' tokens (a role without a token
+	// has none).
+	tokens map[Role][32]byte
+	mux    *http.ServeMux
 }
 
 // New returns a server over backend. A config without a token is refused
 // unless it disables authentication explicitly.
 func New(cfg Config, backend Backend) (*Server, error) {
-	if cfg.Token == "" && !cfg.InsecureNoAuth {
-		return nil, errors.New("a bearer token is required (or disable authentication explicitly, for local use only)")
-	}
-	if cfg.Token != "" && cfg.Token != strings.TrimSpace(cfg.Token) {
-		return nil, errors.New("the bearer token has leading or trailing whitespace")
+	if err := checkTokens(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.StallWindow <= 0 {
 		cfg.StallWindow = DefaultStallWindow
@@ -108,7 +126,23 @@ func New(cfg Config, backend Backend) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, backend: backend, token: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux()}
+	// ControlToken is the global control token; a named server's own
+	// comes from Destinations.
+	dest := destination.Config{}
+	if cfg.Destinations != nil {
+		dest = *cfg.Destinations
+	}
+	dest.ControlToken = cfg.ControlToken
+	cfg.Destinations = &dest
+	if cfg.DatasetMaxBytes <= 0 {
+		cfg.DatasetMaxBytes = DefaultDatasetMaxBytes
+	}
+	s := &Server{cfg: cfg, backend: backend, tokens: map[Role][32]byte{}, mux: http.NewServeMux()}
+	for role, tok := range map[Role]string{RoleTrainer: cfg.Token, RoleOperator: cfg.OperatorToken} {
+		if tok != "" {
+			s.tokens[role] = sha256.Sum256([]byte(tok))
+		}
+	}
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
 	}
@@ -121,13 +155,40 @@ func New(cfg Config, backend Backend) (*Server, error) {
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// checkTokens refuses a configuration whose tokens cannot work.
+func checkTokens(cfg Config) error {
+	switch {
+	case cfg.Token == "" && !cfg.InsecureNoAuth:
+		return errors.New("a bearer token is required (or disable authentication explicitly, for local use only)")
+	case cfg.Token != strings.TrimSpace(cfg.Token):
+		return errors.New("the bearer token has leading or trailing whitespace")
+	case cfg.OperatorToken != strings.TrimSpace(cfg.OperatorToken):
+		return errors.New("the operator token has leading or trailing whitespace")
+	case cfg.OperatorToken != "" && cfg.OperatorToken == cfg.Token:
+		return errors.New("the operator token equals the trainer token: give each role its own")
+	}
+	return nil
+}
+
+// Role is what a token may do. The operator role opens every route; the
+// trainer role every route but the operator's.
+type Role string
+
+// Roles.
+const (
+	RoleTrainer  Role = "trainer"
+	RoleOperator Role = "operator"
+)
+
 // route is one route: its method and pattern (net/http syntax), its
-// handler, whether it needs the bearer token, and every status it answers
-// (the OpenAPI document lists exactly these; a test checks both ways).
+// handler, whether it needs no token and else the role it needs, and every
+// status it answers (the OpenAPI document lists exactly these, and the
+// role; a test checks both ways).
 type route struct {
 	method, pattern string
 	handle          func(w http.ResponseWriter, r *http.Request) error
 	open            bool
+	role            Role
 	statuses        []int
 }
 
@@ -136,38 +197,45 @@ var (
 	ok200, ok202 = http.StatusOK, http.StatusAccepted
 	badReq       = http.StatusBadRequest
 	unauth       = http.StatusUnauthorized
+	forbidden    = http.StatusForbidden
 	notFound     = http.StatusNotFound
 	conflict     = http.StatusConflict
 	unavail      = http.StatusServiceUnavailable
 )
 
 func (s *Server) routes() []route {
+	const t, o = RoleTrainer, RoleOperator
 	return []route{
 		{method: "GET", pattern: "/healthz", handle: s.healthz, open: true, statuses: []int{ok200}},
 		{method: "GET", pattern: "/v1/openapi.json", handle: s.openapi, open: true, statuses: []int{ok200}},
-		{method: "POST", pattern: "/v1/sets", handle: s.submit, statuses: []int{ok200, badReq, unauth, conflict, unavail}},
-		{method: "GET", pattern: "/v1/sets/{set}", handle: s.getSet, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "GET", pattern: "/v1/sets/{set}/results", handle: s.results, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "GET", pattern: "/v1/sets/{set}/export", handle: s.export, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "GET", pattern: "/v1/sets/{set}/feed", handle: s.feed, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
-		{method: "POST", pattern: "/v1/sets/{set}/acks", handle: s.acks, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
-		{method: "POST", pattern: "/v1/sets/{set}/policy_version", handle: s.policyVersion, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "POST", pattern: "/v1/checkpoints", handle: s.startCheckpoint, statuses: []int{ok202, badReq, unauth, conflict, unavail}},
-		{method: "GET", pattern: "/v1/checkpoints/{id}", handle: s.getCheckpoint, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "POST", pattern: "/v1/restores", handle: s.startRestore, statuses: []int{ok202, badReq, unauth, conflict, unavail}},
-		{method: "GET", pattern: "/v1/restores/{id}", handle: s.getRestore, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
-		{method: "POST", pattern: "/v1/resumes", handle: s.resume, statuses: []int{ok200, badReq, unauth, unavail}},
+		{method: "POST", pattern: "/v1/sets", handle: s.submit, role: t, statuses: []int{ok200, badReq, unauth, conflict, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}", handle: s.getSet, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}/results", handle: s.results, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}/export", handle: s.export, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}/feed", handle: s.feed, role: t, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/acks", handle: s.acks, role: t, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/policy_version", handle: s.policyVersion, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "POST", pattern: "/v1/checkpoints", handle: s.startCheckpoint, role: o, statuses: []int{ok202, badReq, unauth, forbidden, conflict, unavail}},
+		{method: "GET", pattern: "/v1/checkpoints/{id}", handle: s.getCheckpoint, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
+		{method: "POST", pattern: "/v1/restores", handle: s.startRestore, role: o, statuses: []int{ok202, badReq, unauth, forbidden, conflict, unavail}},
+		{method: "GET", pattern: "/v1/restores/{id}", handle: s.getRestore, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
+		{method: "POST", pattern: "/v1/resumes", handle: s.resume, role: o, statuses: []int{ok200, badReq, unauth, forbidden, unavail}},
 	}
 }
 
-// wrap authenticates (unless the route is open), bounds the body and turns
-// a handler's error into its JSON answer.
+// wrap authenticates and checks the role (unless the route is open),
+// bounds the body and turns a handler's error into its JSON answer. A
+// refused request is answered before its body is read: it changes nothing.
 func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !rt.open && !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile"`)
-			writeError(w, &apiError{status: unauth, code: CodeUnauthorized, msg: "missing or wrong bearer token (Authorization: Bearer <token>)"})
-			return
+		if !rt.open {
+			if e := s.admit(r, rt.role); e != nil {
+				if e.status == unauth {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile"`)
+				}
+				writeError(w, e)
+				return
+			}
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		if err := rt.handle(w, r); err != nil {
@@ -180,18 +248,39 @@ func (s *Server) wrap(rt route) http.Handler {
 	})
 }
 
-// authorized compares the bearer token in constant time (digests of equal
-// length, so not even the token's length leaks).
-func (s *Server) authorized(r *http.Request) bool {
+// admit answers nil when r's token holds the role a route needs: 401 for
+// a missing or wrong token, 403 for a token of a role that may not.
+func (s *Server) admit(r *http.Request, need Role) *apiError {
 	if s.cfg.InsecureNoAuth {
-		return true
+		return nil
 	}
+	role, ok := s.roleOf(r)
+	switch {
+	case !ok:
+		return &apiError{status: unauth, code: CodeUnauthorized, msg: "missing or wrong bearer token (Authorization: Bearer <token>)"}
+	case need == RoleOperator && role != RoleOperator:
+		return &apiError{status: forbidden, code: CodeForbidden, msg: "this route needs the operator role: send the operator token (the gateway's --operator-token); the trainer token cannot checkpoint, restore or resume"}
+	}
+	return nil
+}
+
+// roleOf is the role whose token r carries, compared in constant time
+// against every role's (digests of equal length, so not even a token's
+// length leaks).
+func (s *Server) roleOf(r *http.Request) (Role, bool) {
 	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return false
+		return "", false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+	var found Role
+	for _, role := range []Role{RoleTrainer, RoleOperator} {
+		want, has := s.tokens[role]
+		if has && subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+			found = role
+		}
+	}
+	return found, found != ""
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {

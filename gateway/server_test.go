@@ -104,14 +104,15 @@ func TestSubmit(t *testing.T) {
 }
 
 func TestSubmitDatasetPath(t *testing.T) {
-	path := t.TempDir() + "/rows.jsonl"
+	root := t.TempDir()
+	path := root + "/rows.jsonl"
 	require.NoError(t, writeFile(path, `{"id":"q1","env":"counter","task":{"target":2}}`+"\n"))
 	var got trainer.SubmitRequest
 	f := &fakeBackend{submit: func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
 		got = r
 		return trainer.SubmitResult{Inputs: make([]rollout.Input, 2), Started: 2}, nil
 	}}
-	s := newTestServer(t, f)
+	s := newTestServer(t, f, func(c *Config) { c.DatasetRoot = root })
 	rec := call(t, s, "POST", "/v1/sets", fmt.Sprintf(`{"request_id":"d1","set":"d1","dataset_path":%q,"repeats":2,"require_ack":false}`, path))
 	decodeOK[SubmitResponse](t, rec, http.StatusOK)
 	require.Len(t, got.Rows, 1, "client request %+v", got)

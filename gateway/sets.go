@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -16,7 +18,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	cr, err := submitRequest(req)
+	cr, err := s.submitRequest(r.Context(), req)
 	if err != nil {
 		return err
 	}
@@ -30,8 +32,9 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 }
 
 // submitRequest checks req and turns it into the client library's request;
-// every error is a 400 naming the field.
-func submitRequest(req SubmitRequest) (trainer.SubmitRequest, error) {
+// every error is a 400 naming the field. A server or endpoint the workers'
+// settings do not admit is refused here, before anything starts.
+func (s *Server) submitRequest(ctx context.Context, req SubmitRequest) (trainer.SubmitRequest, error) {
 	if err := checkRequestID(req.RequestID); err != nil {
 		return trainer.SubmitRequest{}, err
 	}
@@ -45,15 +48,15 @@ func submitRequest(req SubmitRequest) (trainer.SubmitRequest, error) {
 		return trainer.SubmitRequest{}, badRequest("", "give exactly one of envs+count, rows or dataset_path")
 	}
 	cr := trainer.SubmitRequest{
-		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvURL: req.EnvURL, Policy: req.Policy,
-		ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns, RequireAck: req.RequireAck == nil || *req.RequireAck,
-		Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
+		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvServer: req.EnvServer, EnvURL: req.EnvURL,
+		Policy: req.Policy, PolicyEndpoint: req.PolicyEndpoint, ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns,
+		RequireAck: req.RequireAck == nil || *req.RequireAck, Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
 	}
 	if err := setLimits(&cr, req.Limits); err != nil {
 		return trainer.SubmitRequest{}, err
 	}
 	if req.DatasetPath != "" {
-		rows, err := readDataset(req.DatasetPath)
+		rows, err := s.readDataset(ctx, req.DatasetPath)
 		if err != nil {
 			return trainer.SubmitRequest{}, err
 		}
@@ -63,9 +66,58 @@ func submitRequest(req SubmitRequest) (trainer.SubmitRequest, error) {
 		cr.Repeats = 1
 	}
 	if err := cr.Validate(); err != nil {
+		var de *trainer.DatasetError
+		if req.DatasetPath != "" && errors.As(err, &de) {
+			return trainer.SubmitRequest{}, badRequest("dataset_path", fmt.Sprintf("dataset_path %q: %s", req.DatasetPath, de.Summary()))
+		}
 		return trainer.SubmitRequest{}, invalid(err, nil)
 	}
+	if err := s.checkSubmitDestinations(cr, req.DatasetPath != ""); err != nil {
+		return trainer.SubmitRequest{}, err
+	}
 	return cr, nil
+}
+
+// checkSubmitDestinations refuses a server or endpoint a submission names
+// that the workers' settings do not admit: the workers would refuse it
+// anyway, one failed rollout at a time. A dataset file's rows are refused
+// by line, without repeating what the file holds.
+func (s *Server) checkSubmitDestinations(cr trainer.SubmitRequest, fromFile bool) error {
+	d := s.cfg.Destinations
+	if cr.EnvServer != "" || cr.EnvURL != "" {
+		if _, err := d.Env(cr.EnvServer, cr.EnvURL); err != nil {
+			return badRequest(pick(cr.EnvServer != "", "env_server", "env_url"), err.Error())
+		}
+	}
+	if cr.PolicyEndpoint != "" || cr.ModelURL != "" {
+		if _, err := d.Model(cr.PolicyEndpoint, cr.ModelURL); err != nil {
+			return badRequest(pick(cr.PolicyEndpoint != "", "policy_endpoint", "model_url"), err.Error())
+		}
+	}
+	for i, row := range cr.Rows {
+		p := row.Policy
+		if p == nil || (p.Endpoint == "" && p.BaseURL == "") {
+			continue
+		}
+		_, err := d.Model(p.Endpoint, p.BaseURL)
+		var re *destination.RefusedError
+		switch {
+		case err == nil:
+		case fromFile && errors.As(err, &re):
+			return badRequest("dataset_path", fmt.Sprintf("dataset_path: line %d: field policy names a model endpoint the workers do not admit (%s, or %s)",
+				row.Line, destination.EnvModelEndpoints, destination.EnvAllowedModelURLs))
+		default:
+			return badRequest(fmt.Sprintf("rows[%d].policy", i), fmt.Sprintf("rows[%d].policy: %v", i, err))
+		}
+	}
+	return nil
+}
+
+func pick(cond bool, a, b string) string {
+	if cond {
+		return a
+	}
+	return b
 }
 
 // setLimits copies the budgets of a request.
@@ -85,20 +137,6 @@ func setLimits(cr *trainer.SubmitRequest, l *SubmitLimits) error {
 	}
 	cr.ModelCallRetries = l.ModelCallRetries
 	return nil
-}
-
-// readDataset reads a JSONL dataset the gateway can see.
-func readDataset(path string) ([]trainer.DatasetRow, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path: %v", err))
-	}
-	defer f.Close()
-	rows, err := trainer.ReadDataset(f)
-	if err != nil {
-		return nil, badRequest("dataset_path", fmt.Sprintf("dataset_path %s: %v", path, err))
-	}
-	return rows, nil
 }
 
 // getSet is GET /v1/sets/{set}.

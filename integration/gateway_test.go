@@ -18,12 +18,17 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/gateway"
+	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
-// gatewayToken is the bearer token of the gateways the tests start.
-const gatewayToken = "test-gateway-token"
+// gatewayToken and gatewayOperatorToken are the trainer and operator
+// tokens of the gateways the tests start.
+const (
+	gatewayToken         = "test-gateway-token"
+	gatewayOperatorToken = "test-gateway-operator-token"
+)
 
 // startGateway starts a gateway on addr ("127.0.0.1:0" the first time; a
 // restarted one keeps its address, as behind a load balancer) and returns
@@ -31,11 +36,15 @@ const gatewayToken = "test-gateway-token"
 func (c *cluster) startGateway(addr string, args ...string) (*proc, string) {
 	c.t.Helper()
 	ready := filepath.Join(c.dir, fmt.Sprintf("gateway-ready-%d", time.Now().UnixNano()))
-	args = append([]string{"--addr", addr, "--ready-file", ready, "--token", gatewayToken,
+	args = append([]string{"--addr", addr, "--ready-file", ready, "--token", gatewayToken, "--operator-token", gatewayOperatorToken,
 		"--checkpoint-root", filepath.Join(c.dir, "checkpoints"), "--log-level", "warn"}, args...)
+	// The workers' destinations (startWorker's), so the gateway admits
+	// what they do.
 	p := c.start("gateway", filepath.Join(bins.dir, "gateway"), args,
 		"TEMPORAL_ADDRESS="+c.hostPort, "TEMPORAL_NAMESPACE=default",
-		"TURNSTILE_TRANSCRIPT_DIR="+c.store, "TURNSTILE_CONTROL_TOKEN="+c.token)
+		"TURNSTILE_TRANSCRIPT_DIR="+c.store, "TURNSTILE_CONTROL_TOKEN="+c.token,
+		"TURNSTILE_ENV_URL="+c.envURL, "TURNSTILE_MODEL_BASE_URL="+c.modelURL,
+		"TURNSTILE_ALLOWED_PARTICIPANTS="+stack.Loopback, "TURNSTILE_ALLOWED_MODEL_URLS="+stack.Loopback)
 	var base string
 	c.waitFor("gateway", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
@@ -197,20 +206,22 @@ func TestGatewayFeed(t *testing.T) {
 	// A checkpoint through the gateway: a repeat finds the same run, the
 	// same id under another request is a conflict; it commits with the held
 	// results in it.
+	// (The operator role's token.)
+	op := gw{t: t, base: base, token: gatewayOperatorToken}
 	ck := gateway.CheckpointRequest{RequestID: "ck-1", CheckpointID: "gwk1", Set: set, Participants: []string{c.envURL}, Timeout: "60s"}
 	var started, repeated gateway.StartedResponse
-	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, &started)
+	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, &started)
 	require.Equal(t, http.StatusAccepted, status, "%s", raw)
-	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, &repeated)
+	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, &repeated)
 	require.Equal(t, http.StatusAccepted, status, "%s", raw)
 	require.True(t, repeated.Existing)
 	require.Equal(t, started.RunID, repeated.RunID)
 	ck.RequestID = "ck-2"
-	status, raw = g.do(ctx, "POST", "/v1/checkpoints", ck, nil)
+	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, nil)
 	require.Equal(t, http.StatusConflict, status, "%s", raw)
 	var ckStatus gateway.CheckpointStatus
 	c.waitFor("checkpoint gwk1", nil, time.Minute, func() bool {
-		status, raw := g.do(ctx, "GET", "/v1/checkpoints/gwk1", nil, &ckStatus)
+		status, raw := op.do(ctx, "GET", "/v1/checkpoints/gwk1", nil, &ckStatus)
 		require.Equal(t, http.StatusOK, status, "%s", raw)
 		return ckStatus.Status != gateway.RunRunning
 	})

@@ -258,7 +258,7 @@ func (c *cluster) startWorker(extraEnv ...string) *proc {
 	c.t.Helper()
 	env := append(stack.WorkerEnv{
 		HostPort: c.hostPort, EnvURL: c.envURL, ModelURL: c.modelURL, Store: c.store,
-		ControlToken: c.token, DataToken: c.dataToken,
+		ControlToken: c.token, DataToken: c.dataToken, AllowLoopback: true,
 	}.Environ(), extraEnv...)
 	p := c.start("worker", filepath.Join(bins.dir, "worker"), nil, env...)
 	c.waitFor("worker polling", p, 60*time.Second, func() bool { return c.hasPoller() })

@@ -57,7 +57,7 @@ func (c *cluster) startTrainer(gatewayURL, set string, args ...string) *pyTraine
 	state := filepath.Join(c.dir, set+".trainer.json")
 	script := filepath.Join(bins.root, "clients", "python", "examples", "trainer_loop.py")
 	all := append([]string{script, "--gateway", gatewayURL, "--set", set, "--state", state}, args...)
-	p := c.start("trainer", py, all, "TURNSTILE_GATEWAY_TOKEN="+gatewayToken, "PYTHONDONTWRITEBYTECODE=1",
+	p := c.start("trainer", py, all, "TURNSTILE_GATEWAY_TOKEN="+gatewayToken, "TURNSTILE_GATEWAY_OPERATOR_TOKEN="+gatewayOperatorToken, "PYTHONDONTWRITEBYTECODE=1",
 		"PYTHONUNBUFFERED=1")
 	return &pyTrainer{p: p, state: state}
 }

@@ -69,13 +69,24 @@ type SubmitRequest struct {
 	Sampling *rollout.Sampling
 	// Envs are the environments of the set; rollout i runs in
 	// Envs[i % len(Envs)].
-	Envs   []string
-	EnvURL string
+	Envs []string
+	// EnvServer names the environment server of every rollout among the
+	// workers' configured ones (TURNSTILE_ENV_SERVERS); EnvURL names one by
+	// URL, which the workers admit only when it is a configured server's or
+	// an allowlist's (TURNSTILE_ALLOWED_ENV_URLS). Neither: the workers'
+	// default; not both.
+	EnvServer string `json:",omitempty"`
+	EnvURL    string
 	// Policy is the model of every rollout; empty means each rollout's
 	// environment's scripted policy ("scripted-<env>").
-	Policy   string
-	ModelURL string
-	Seed     int64
+	Policy string
+	// PolicyEndpoint names the model endpoint among the workers'
+	// configured ones (TURNSTILE_MODEL_ENDPOINTS); ModelURL names one by
+	// base URL (admitted like EnvURL, by TURNSTILE_ALLOWED_MODEL_URLS).
+	// Neither: the workers' default; not both.
+	PolicyEndpoint string `json:",omitempty"`
+	ModelURL       string
+	Seed           int64
 	// MaxTurns limits every rollout; 0 means each environment's default
 	// (DefaultMaxTurns).
 	MaxTurns   int
@@ -301,6 +312,11 @@ type ResumeRequest struct {
 	// ControlToken is the environment servers' control token (see
 	// ControlToken).
 	ControlToken string
+	// TokenFor, when set, gives the control token of each participant
+	// instead (a server may have one of its own) and may refuse one that
+	// is not a configured destination: an error stops the resume before
+	// anything is sent.
+	TokenFor func(url string) (string, error)
 }
 
 // ResumeSummary counts what a resume did.

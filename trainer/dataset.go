@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -63,6 +64,30 @@ func (e RowError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.E
 
 func (e RowError) Unwrap() error { return e.Err }
 
+// Summary is the row's problem in general terms, by line number and field
+// name, never quoting the row: what a reader of a file it did not write
+// may be told.
+func (e RowError) Summary() string {
+	var p *rowProblem
+	if errors.As(e.Err, &p) {
+		return fmt.Sprintf("line %d: %s", e.Line, p.summary)
+	}
+	return fmt.Sprintf("line %d: not a valid row", e.Line)
+}
+
+// rowProblem is a row error with its summary (RowError.Summary).
+type rowProblem struct {
+	summary string
+	err     error
+}
+
+func (p *rowProblem) Error() string { return p.err.Error() }
+
+func (p *rowProblem) Unwrap() error { return p.err }
+
+// problem is err with its summary.
+func problem(summary string, err error) error { return &rowProblem{summary: summary, err: err} }
+
 // DatasetError lists every bad row of a dataset, so a user fixes a file in
 // one pass instead of one error per submit.
 type DatasetError struct {
@@ -71,7 +96,13 @@ type DatasetError struct {
 	More int
 }
 
-func (e *DatasetError) Error() string {
+func (e *DatasetError) Error() string { return e.text(RowError.Error) }
+
+// Summary is the error in general terms: each bad row by its line number
+// and what was wrong (RowError.Summary), quoting none of them.
+func (e *DatasetError) Summary() string { return e.text(RowError.Summary) }
+
+func (e *DatasetError) text(line func(RowError) string) string {
 	var b strings.Builder
 	n, rows := len(e.Rows)+e.More, "rows"
 	if n == 1 {
@@ -80,7 +111,7 @@ func (e *DatasetError) Error() string {
 	fmt.Fprintf(&b, "dataset has %d bad %s; nothing was started:", n, rows)
 	for _, r := range e.Rows {
 		b.WriteString("\n  ")
-		b.WriteString(r.Error())
+		b.WriteString(line(r))
 	}
 	if e.More > 0 {
 		fmt.Fprintf(&b, "\n  … and %d more", e.More)
@@ -163,12 +194,34 @@ func decodeRow(text []byte) (DatasetRow, error) {
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&row); err != nil {
-		return row, fmt.Errorf("bad JSON: %w", err)
+		return row, problem(jsonSummary(err), fmt.Errorf("bad JSON: %w", err))
 	}
 	if dec.More() {
-		return row, errors.New("bad JSON: more than one value on the line")
+		return row, problem("holds more than one JSON value", errors.New("bad JSON: more than one value on the line"))
 	}
 	return row, nil
+}
+
+// rowFields are the fields of a row, the only names a summary repeats.
+var rowFields = []string{"id", "env", "task", "seed", "policy", "sampling", "max_turns"}
+
+// jsonSummary is a decode error in general terms.
+func jsonSummary(err error) string {
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		return "is not valid JSON"
+	case errors.As(err, &typeErr):
+		field, _, _ := strings.Cut(typeErr.Field, ".")
+		if slices.Contains(rowFields, field) {
+			return "field " + field + " has the wrong JSON type"
+		}
+		return "is not a JSON object of the row format"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "has a field the row format does not know"
+	}
+	return "is not a valid row"
 }
 
 // sortRowErrors orders errors by line (stable, so one row's errors keep

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -25,9 +26,9 @@ func CheckRows(rows []DatasetRow) []RowError {
 		line, id := rowLine(row, i), RowID(row, i)
 		report := func(err error) { errs = append(errs, RowError{Line: line, Err: err}) }
 		if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
-			report(err)
+			report(problem("field id is not a valid row id", err))
 		} else if first, dup := seen[id]; dup {
-			report(fmt.Errorf("id %q is also the id of line %d", id, first))
+			report(problem(fmt.Sprintf("field id repeats the id of line %d", first), fmt.Errorf("id %q is also the id of line %d", id, first)))
 		} else {
 			seen[id] = line
 		}
@@ -42,17 +43,18 @@ func CheckRows(rows []DatasetRow) []RowError {
 func checkRow(row DatasetRow, id string) []error {
 	var errs []error
 	if err := row.Sampling.Validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, problem("field sampling is invalid", err))
 	}
 	if row.MaxTurns < 0 || row.MaxTurns > rollout.MaxMaxTurns {
-		errs = append(errs, fmt.Errorf("max_turns %d: want 1..%d, or 0 for the default", row.MaxTurns, rollout.MaxMaxTurns))
+		errs = append(errs, problem("field max_turns is out of range",
+			fmt.Errorf("max_turns %d: want 1..%d, or 0 for the default", row.MaxTurns, rollout.MaxMaxTurns)))
 	}
 	if p := row.Policy; p != nil {
 		if p.Model != strings.TrimSpace(p.Model) {
-			errs = append(errs, fmt.Errorf("policy.model %q: surrounding spaces", p.Model))
+			errs = append(errs, problem("field policy.model has surrounding spaces", fmt.Errorf("policy.model %q: surrounding spaces", p.Model)))
 		}
-		if err := checkURL("policy.base_url", p.BaseURL); err != nil {
-			errs = append(errs, err)
+		if err := checkDestination("policy.endpoint", p.Endpoint, "policy.base_url", p.BaseURL); err != nil {
+			errs = append(errs, problem("field policy names its endpoint wrongly (policy.endpoint or policy.base_url)", err))
 		}
 	}
 	if err := checkTask(row, id); err != nil {
@@ -65,14 +67,14 @@ func checkRow(row DatasetRow, id string) []error {
 // accepts.
 func checkTask(row DatasetRow, id string) error {
 	if row.Env == "" {
-		return fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", "))
+		return problem("field env is missing", fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", ")))
 	}
 	entry, err := catalog.Find(row.Env)
 	if err != nil {
-		return fmt.Errorf("env: %w", err)
+		return problem("field env names no known environment", fmt.Errorf("env: %w", err))
 	}
 	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
-		return errors.New("task is required")
+		return problem("field task is missing", errors.New("task is required"))
 	}
 	if !entry.Hosted() {
 		return nil // its host checks the task when the rollout starts
@@ -81,10 +83,10 @@ func checkTask(row DatasetRow, id string) error {
 	// whose Start uses it, and none refuses a task for its seed.
 	session, _, err := entry.New().Start(rowSeed("", row, id, 0), row.Task)
 	if err != nil {
-		return fmt.Errorf("environment %s refuses the task: %w", row.Env, err)
+		return problem("field task is refused by its environment", fmt.Errorf("environment %s refuses the task: %w", row.Env, err))
 	}
 	if err := session.Close(); err != nil {
-		return fmt.Errorf("environment %s: close the session that checked the task: %w", row.Env, err)
+		return problem("the environment could not check field task", fmt.Errorf("environment %s: close the session that checked the task: %w", row.Env, err))
 	}
 	return nil
 }
@@ -95,6 +97,21 @@ func checkURL(what, value string) error {
 		return fmt.Errorf("%s %q: want an http:// or https:// URL", what, value)
 	}
 	return nil
+}
+
+// checkDestination checks a server or endpoint named by name (its form)
+// or by URL (http or https), not both. Whether the workers admit it is
+// theirs to say.
+func checkDestination(nameFlag, name, urlFlag, url string) error {
+	if name != "" && url != "" {
+		return fmt.Errorf("%s %q and %s %q: give one, not both", nameFlag, name, urlFlag, url)
+	}
+	if name != "" {
+		if err := destination.ValidateName(nameFlag, name); err != nil {
+			return err
+		}
+	}
+	return checkURL(urlFlag, url)
 }
 
 // isDataset reports whether r submits a dataset rather than --count
@@ -154,7 +171,7 @@ func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
 				RolloutID:  DatasetRolloutID(r.Set, id, rep),
 				Set:        r.Set,
 				Task:       json.RawMessage(task.Bytes()),
-				Env:        rollout.EnvRef{Name: row.Env, URL: r.EnvURL},
+				Env:        rollout.EnvRef{Name: row.Env, URL: r.EnvURL, Server: r.EnvServer},
 				Policy:     policy,
 				Seed:       rowSeed(r.Set, row, id, rep),
 				Limits:     limits,
@@ -182,8 +199,8 @@ func rowPolicy(r SubmitRequest, row DatasetRow) rollout.PolicyRef {
 	if p.Model == "" {
 		p.Model = ScriptedPolicy(row.Env)
 	}
-	if p.BaseURL == "" {
-		p.BaseURL = r.ModelURL
+	if p.BaseURL == "" && p.Endpoint == "" {
+		p.BaseURL, p.Endpoint = r.ModelURL, r.PolicyEndpoint
 	}
 	return p
 }

@@ -51,15 +51,31 @@ func (c *Client) Resume(ctx context.Context, r ResumeRequest) (ResumeSummary, er
 	if err := r.Validate(); err != nil {
 		return ResumeSummary{}, err
 	}
-	if strings.TrimSpace(r.ControlToken) == "" {
-		return ResumeSummary{}, errors.New("no control token: the environment servers' control plane needs the token they were started with")
-	}
 	parts, _ := participants(r.Participants) // checked by Validate
 	servers := map[string]controlResumer{}
 	for _, u := range parts {
-		servers[u] = c.newControl(u, r.ControlToken)
+		tok, err := r.tokenFor(u)
+		if err != nil {
+			return ResumeSummary{}, err
+		}
+		servers[u] = c.newControl(u, tok)
 	}
 	return resumeSet(ctx, resumeTarget{servers: servers, order: parts, lister: c.tc, upd: c.tc}, r.Set, r.CheckpointID)
+}
+
+// tokenFor is the control token to send participant u.
+func (r ResumeRequest) tokenFor(u string) (string, error) {
+	tok := r.ControlToken
+	if r.TokenFor != nil {
+		var err error
+		if tok, err = r.TokenFor(u); err != nil {
+			return "", err
+		}
+	}
+	if strings.TrimSpace(tok) == "" {
+		return "", errors.New("no control token: the environment servers' control plane needs the token they were started with")
+	}
+	return tok, nil
 }
 
 // Validate reports the first field of r that cannot work (the control

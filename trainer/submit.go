@@ -64,10 +64,10 @@ func (r SubmitRequest) validateShared() error {
 	if err := r.Sampling.Validate(); err != nil {
 		return err
 	}
-	if err := checkURL("--env-url", r.EnvURL); err != nil {
+	if err := checkDestination("--env-server", r.EnvServer, "--env-url", r.EnvURL); err != nil {
 		return err
 	}
-	return checkURL("--model-url", r.ModelURL)
+	return checkDestination("--policy-endpoint", r.PolicyEndpoint, "--model-url", r.ModelURL)
 }
 
 // RolloutID is the id of rollout i of set: "<set>-0007" (see
@@ -148,8 +148,8 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 			Set:        r.Set,
 			Attempt:    0,
 			Task:       task,
-			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL},
-			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL},
+			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL, Server: r.EnvServer},
+			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL, Endpoint: r.PolicyEndpoint},
 			Seed:       RolloutSeed(r.Seed, i),
 			Limits:     r.limits(maxTurns),
 			Sampling:   r.Sampling,

@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -29,8 +30,8 @@ import (
 // envconfig in ClientOptions.
 const (
 	EnvTranscriptDir = "TURNSTILE_TRANSCRIPT_DIR"
-	EnvEnvURL        = "TURNSTILE_ENV_URL"
-	EnvModelBaseURL  = "TURNSTILE_MODEL_BASE_URL"
+	EnvEnvURL        = destination.EnvEnvURL
+	EnvModelBaseURL  = destination.EnvModelBaseURL
 	EnvModelAPIKey   = "TURNSTILE_MODEL_API_KEY"
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY" // fallback for EnvModelAPIKey
 	EnvTaskQueue     = "TURNSTILE_TASK_QUEUE"
@@ -53,6 +54,15 @@ const (
 	// EnvCPUProfile, when set, names a file the worker writes a CPU
 	// profile of its whole run to (for `make bench`; read by cmd/worker).
 	EnvCPUProfile = "TURNSTILE_CPU_PROFILE"
+	// Where each secret may go besides EnvEnvURL and EnvModelBaseURL (see
+	// package destination): named servers and endpoints, and allowlists
+	// by URL prefix.
+	EnvEnvServers            = destination.EnvEnvServers
+	EnvModelEndpoints        = destination.EnvModelEndpoints
+	EnvAllowedEnvURLs        = destination.EnvAllowedEnvURLs
+	EnvAllowedModelURLs      = destination.EnvAllowedModelURLs
+	EnvAllowedParticipants   = destination.EnvAllowedParticipants
+	EnvAllowedStoreEndpoints = destination.EnvAllowedStoreEndpoints
 )
 
 // Defaults, chosen so a worker started beside `make devserver` and the local
@@ -94,6 +104,30 @@ type Config struct {
 	MetricsListen string
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
+	// Destinations is where each secret may go (package destination): the
+	// named servers and endpoints, their own tokens and the allowlists,
+	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
+	// transcript store's endpoint only.
+	Destinations *destination.Config
+}
+
+// destinationDefaults is what the destinations build on: the default
+// server and endpoint, the global secrets and the transcript store.
+func (c Config) destinationDefaults() destination.Defaults {
+	return destination.Defaults{
+		EnvURL: c.EnvURL, ModelURL: c.ModelBaseURL,
+		DataToken: c.DataToken, ControlToken: c.ControlToken, APIKey: c.ModelAPIKey,
+		StoreLocations: []string{c.TranscriptDir},
+	}
+}
+
+// destinations is Destinations, or the defaults alone.
+func (c Config) destinations() (*destination.Config, error) {
+	if c.Destinations != nil {
+		return c.Destinations, nil
+	}
+	d, err := destination.FromLookup(func(string) (string, bool) { return "", false }, c.destinationDefaults())
+	return &d, err
 }
 
 // ConfigFromEnv reads the configuration from the process environment.
@@ -130,6 +164,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
+	dest, err := destination.FromLookup(lookup, cfg.destinationDefaults())
+	if err != nil {
+		return Config{}, err
+	}
+	cfg.Destinations = &dest
 	return cfg, nil
 }
 
@@ -282,4 +321,31 @@ func unreachable(addr, namespace string, err error) error {
 		return fmt.Errorf("connect to Temporal at %s (namespace %s): %w", addr, namespace, err)
 	}
 	return fmt.Errorf("cannot reach Temporal at %s (namespace %s): %w; %s", addr, namespace, err, DevServerHint)
+}
+
+// GatewayDestinations reads, through lookup, the destinations a gateway
+// checks requests against: the workers' own settings (their default
+// environment server and model endpoint with the workers' defaults, the
+// named ones and the allowlists) and the named servers' own control
+// tokens, which it sends on resumes. The data tokens and API keys stay
+// the workers'.
+func GatewayDestinations(lookup func(string) (string, bool)) (*destination.Config, error) {
+	get := func(key, def string) string {
+		if v, ok := lookup(key); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		return def
+	}
+	d, err := destination.FromLookup(func(key string) (string, bool) {
+		if strings.HasPrefix(key, destination.DataTokenPrefix) || strings.HasPrefix(key, destination.APIKeyPrefix) {
+			return "", false
+		}
+		return lookup(key)
+	}, destination.Defaults{
+		EnvURL: get(EnvEnvURL, DefaultEnvURL), ModelURL: get(EnvModelBaseURL, DefaultModelBaseURL),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -89,6 +89,11 @@ func TestConfigFromLookup(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := workers.ConfigFromLookup(lookup(tt.env))
 			require.NoError(t, err)
+			require.NotNil(t, got.Destinations, "no destinations read")
+			d, err := got.Destinations.Env("", "")
+			require.NoError(t, err)
+			require.Equal(t, tt.want.EnvURL, d.URL, "default environment server")
+			got.Destinations = nil
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
@@ -105,6 +110,12 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},
 		{"log level", workers.EnvLogLevel, "loud", nil},
 		{"log format", workers.EnvLogFormat, "xml", nil},
+		{"named server without URL", workers.EnvEnvServers, "a", nil},
+		{"named endpoint with user info", workers.EnvModelEndpoints, "v=http://u@h/v1", nil},
+		{"env allowlist entry without scheme", workers.EnvAllowedEnvURLs, "127.0.0.1:*", nil},
+		{"participant allowlist entry with a query", workers.EnvAllowedParticipants, "http://h?x=1", nil},
+		{"store endpoint without scheme", workers.EnvAllowedStoreEndpoints, "minio:9000", nil},
+		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

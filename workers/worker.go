@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/activities/environment"
 	"github.com/turnstile-rl/turnstile/activities/model"
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
@@ -86,6 +87,12 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 		zap.String("transcript_store", acts.Store.Location()),
 		zap.String("env_url", cfg.EnvURL),
 		zap.String("model_base_url", cfg.ModelBaseURL),
+		zap.Strings("env_servers", acts.Destinations.EnvServerNames()),
+		zap.Strings("model_endpoints", acts.Destinations.ModelEndpointNames()),
+		zap.Stringers("allowed_env_urls", acts.Destinations.EnvURLs),
+		zap.Stringers("allowed_model_urls", acts.Destinations.ModelURLs),
+		zap.Stringers("allowed_participants", acts.Destinations.Participants),
+		zap.Stringers("allowed_store_endpoints", acts.Destinations.StoreEndpoints),
 		zap.Bool("model_api_key_set", cfg.ModelAPIKey != ""),
 		zap.Bool("data_token_set", cfg.DataToken != ""),
 		zap.Bool("control_token_set", cfg.ControlToken != ""),
@@ -116,6 +123,9 @@ type Activities struct {
 	Failpoints  *failpoint.Set
 	Model       *model.Activities
 	Environment *environment.Activities
+	// Destinations is where the worker's secrets may go; the coordinator
+	// shares it.
+	Destinations *destination.Config
 }
 
 // NewActivities builds the activities a worker hosts: the transcript store it
@@ -131,6 +141,13 @@ func NewActivities(cfg Config) (*Activities, error) {
 func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	dest, err := cfg.destinations()
+	if err != nil {
+		return nil, err
+	}
+	if opener.Allow == nil {
+		opener.Allow = dest.Store
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), openTimeout)
 	defer cancel()
@@ -150,12 +167,13 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 	// the activity's context bounds each call.
 	hc := httpClient(tlsCfg)
 	return &Activities{
-		Store: store, HTTPClient: hc, Failpoints: fps,
+		Store: store, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		Model: &model.Activities{
-			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps,
+			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		},
 		Environment: &environment.Activities{
 			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,
+			Destinations: dest,
 		},
 	}, nil
 }
@@ -177,14 +195,21 @@ func NewTransport() *http.Transport {
 
 // httpClient is the worker's client of environment servers, model
 // endpoints and control planes: NewTransport's pool, trusting and
-// presenting what tlsCfg says (nil: the system roots).
+// presenting what tlsCfg says (nil: the system roots). It follows no
+// redirect: a token goes to the destination that was admitted, never to
+// one a server names in its answer (Go forwards Authorization to another
+// port of the same host).
 func httpClient(tlsCfg *tls.Config) *http.Client {
 	t := NewTransport()
 	if tlsCfg != nil {
 		t.TLSClientConfig = tlsCfg
 	}
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: t, CheckRedirect: noRedirects}
 }
+
+// noRedirects answers a redirect with the 3xx response itself, which the
+// callers report as an error.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // NewCoordinator builds the activities of the Checkpoint and Restore
 // workflows; they share the rollout activities' transcript store and
@@ -194,6 +219,7 @@ func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.
 		Client:       c,
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
+		Destinations: acts.Destinations,
 		// The rollout activities' client: the same trust and client
 		// certificate, and no client-wide timeout (a prepare waits up to
 		// its absolute deadline, which the activity's context bounds).

@@ -26,7 +26,7 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	if err != nil {
 		return checkpoint.AbortCheckpointResult{}, err
 	}
-	if err := checkParticipants(in.Participants); err != nil {
+	if err := checkParticipantURLs(in.Participants); err != nil {
 		return checkpoint.AbortCheckpointResult{}, err
 	}
 	var res checkpoint.AbortCheckpointResult

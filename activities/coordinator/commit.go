@@ -119,7 +119,11 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store,
 		var resp protocol.CommitResponse
 		dead, err := callReachable(ctx, func(ctx context.Context) error {
 			var err error
-			resp, err = c.control(p.URL).Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
+			cc, err := c.control(p.URL)
+			if err != nil {
+				return err
+			}
+			resp, err = cc.Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
 			return err
 		})
 		if dead {

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
@@ -52,6 +53,20 @@ type Coordinator struct {
 	// Storage opens checkpoint roots that are object-store URLs and keeps
 	// their connections; with none, only local directories can be roots.
 	Storage *storage.Opener
+	// Destinations decides which participants the control token may go to
+	// (and which token each gets: a named server's own, else the global
+	// one: its own, else ControlToken)
+	// and which object-store endpoints a checkpoint root may name. Nil
+	// admits no participant and no object store.
+	Destinations *destination.Config
+}
+
+// destinations is Destinations, or a configuration admitting nothing.
+func (c *Coordinator) destinations() *destination.Config {
+	if c.Destinations != nil {
+		return c.Destinations
+	}
+	return &destination.Config{ControlToken: c.ControlToken}
 }
 
 func (c *Coordinator) limit() int {
@@ -61,8 +76,18 @@ func (c *Coordinator) limit() int {
 	return DefaultCoordinatorConcurrency
 }
 
-func (c *Coordinator) control(url string) *protocol.ControlClient {
-	return protocol.NewControlClient(url, c.ControlToken, c.HTTPClient)
+// control is the control-plane client of the participant at url, with its
+// control token; a participant the operator did not configure is refused
+// before anything is sent.
+func (c *Coordinator) control(url string) (*protocol.ControlClient, error) {
+	t, err := c.destinations().Participant(url)
+	if err != nil {
+		return nil, rollout.DestinationRefused(err)
+	}
+	if t.Secret == "" {
+		t.Secret = c.ControlToken
+	}
+	return protocol.NewControlClient(t.URL, t.Secret, c.HTTPClient), nil
 }
 
 func (c *Coordinator) temporal() (client.Client, error) {
@@ -85,6 +110,9 @@ func (c *Coordinator) checkDir(ctx context.Context, root, checkpointID string) (
 	if err != nil {
 		return nil, rollout.BadInput("%v", err)
 	}
+	if err := c.destinations().Store(root); err != nil {
+		return nil, rollout.DestinationRefused(fmt.Errorf("checkpoint root: %w", err))
+	}
 	// A nil Storage opens local directories only.
 	st, err := c.Storage.Open(ctx, loc)
 	if err != nil {
@@ -95,11 +123,24 @@ func (c *Coordinator) checkDir(ctx context.Context, root, checkpointID string) (
 	return st, nil
 }
 
-// checkParticipants is protocol.ValidateParticipants as a non-retryable
+// checkParticipantURLs is protocol.ValidateParticipants as a non-retryable
 // bad-input error.
-func checkParticipants(urls []string) error {
+func checkParticipantURLs(urls []string) error {
 	if _, err := protocol.ValidateParticipants(urls); err != nil {
 		return rollout.BadInput("%v", err)
+	}
+	return nil
+}
+
+// checkParticipants checks a participant list's form and that every
+// participant is a configured destination of the control token, before
+// anything is sent to any of them.
+func (c *Coordinator) checkParticipants(urls []string) error {
+	if err := checkParticipantURLs(urls); err != nil {
+		return err
+	}
+	if err := c.destinations().CheckParticipants(urls); err != nil {
+		return rollout.DestinationRefused(err)
 	}
 	return nil
 }

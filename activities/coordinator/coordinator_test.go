@@ -17,6 +17,7 @@ import (
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
@@ -44,6 +45,16 @@ type world struct {
 	wanted map[transcript.Digest]bool // every blob the records reference
 }
 
+// loopbackDestinations admits every participant and object-store endpoint
+// on loopback, as the tests' servers listen on free ports there.
+func loopbackDestinations(t *testing.T) *destination.Config {
+	t.Helper()
+	env := map[string]string{destination.EnvAllowedParticipants: "http://127.0.0.1:*", destination.EnvAllowedStoreEndpoints: "http://127.0.0.1:*"}
+	d, err := destination.FromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, destination.Defaults{ControlToken: testToken})
+	require.NoError(t, err)
+	return &d
+}
+
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	store, err := transcriptstore.Open(t.TempDir())
@@ -57,7 +68,8 @@ func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener 
 	t.Helper()
 	ctx := context.Background()
 	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
-	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener}
+	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener,
+		Destinations: loopbackDestinations(t)}
 
 	// A blob nobody references must not be copied.
 	_, err := store.AppendAll(ctx, "", transcript.Item{Role: "user", Content: "unrelated"})

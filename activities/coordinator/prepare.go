@@ -36,7 +36,7 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	if err := rollout.ValidateSet(in.Set); err != nil {
 		return checkpoint.PrepareParticipantsResult{}, rollout.BadInput("%v", err)
 	}
-	if err := checkParticipants(in.Participants); err != nil {
+	if err := c.checkParticipants(in.Participants); err != nil {
 		return checkpoint.PrepareParticipantsResult{}, err
 	}
 	if in.Deadline.IsZero() {
@@ -54,7 +54,10 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
 		url := in.Participants[i]
-		cc := c.control(url)
+		cc, err := c.control(url)
+		if err != nil {
+			return err
+		}
 		var caps protocol.Capabilities
 		dead, err := callReachable(ctx, func(ctx context.Context) error {
 			var err error

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
@@ -44,7 +45,7 @@ func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID stri
 		if in, ok := af.Recover.Fresh[id]; ok {
 			in.Attempt, in.HoldFor = af.Attempts[id], checkpointID
 			in.Resume, in.Completed = nil, nil
-			in.Env.URL = af.Recover.Replacement
+			in.Env.URL, in.Env.Server = af.Recover.Replacement, ""
 			return in, checkpoint.RestoreStartOver, nil
 		}
 	}
@@ -58,7 +59,7 @@ func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID stri
 	}
 	if af.Recover != nil {
 		// Only rollouts of the dead server move, all to the replacement.
-		in.Env.URL = af.Recover.Replacement
+		in.Env.URL, in.Env.Server = af.Recover.Replacement, ""
 	}
 	return in, kind, nil
 }
@@ -191,7 +192,7 @@ func (c *Coordinator) findMoved(ctx context.Context, tc client.Client, lc *loade
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if cur.Env.URL != plan.Server {
+		if !c.usesServer(cur.Env, plan.Server) {
 			plan.Untouched++
 			return nil
 		}
@@ -259,4 +260,19 @@ func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string
 		return "", rollout.BadInput("set %s has no completed checkpoint to recover from: name one (checkpoint_id)", set)
 	}
 	return best.id, nil
+}
+
+// usesServer reports whether ref names the server at url: by that URL, or
+// by the name of a configured server at that URL. A rollout on the default
+// server (neither) is left alone, as it always was.
+func (c *Coordinator) usesServer(ref rollout.EnvRef, url string) bool {
+	if ref.Server == "" {
+		return ref.URL == url
+	}
+	t, err := c.destinations().Env(ref.Server, "")
+	if err != nil {
+		return false
+	}
+	want, err := destination.Canonical(url)
+	return err == nil && t.URL == want
 }

@@ -94,7 +94,7 @@ func (c *Coordinator) setUpRestore(ctx context.Context, in restoreSetUp) (restor
 		return restoreStep{}, err
 	}
 	if in.checkParticipants {
-		if err := checkParticipants(in.participants); err != nil {
+		if err := c.checkParticipants(in.participants); err != nil {
 			return restoreStep{}, err
 		}
 	}

@@ -39,7 +39,11 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		defer prog.add()
 		i := indexes[k]
 		url := in.Participants[i]
-		resp, err := c.control(url).Restore(ctx, protocol.RestoreRequest{
+		cc, err := c.control(url)
+		if err != nil {
+			return err
+		}
+		resp, err := cc.Restore(ctx, protocol.RestoreRequest{
 			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
 		})
 		if remoteCode(err) == protocol.CodeStaleCheckpoint {

@@ -19,13 +19,17 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 	if err := checkpoint.ValidateName("checkpoint_id", in.CheckpointID); err != nil {
 		return checkpoint.ResumeParticipantsResult{}, rollout.BadInput("%v", err)
 	}
-	if err := checkParticipants(in.Participants); err != nil {
+	if err := c.checkParticipants(in.Participants); err != nil {
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	defer prog.stop()
 	err := fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
-		if _, err := c.control(in.Participants[i]).Resume(ctx, in.CheckpointID); err != nil {
+		cc, err := c.control(in.Participants[i])
+		if err != nil {
+			return err
+		}
+		if _, err := cc.Resume(ctx, in.CheckpointID); err != nil {
 			return controlError(in.Participants[i], "resume", err)
 		}
 		prog.add()
@@ -74,13 +78,17 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 	if err != nil {
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
-	if err := checkParticipants(in.Participants); err != nil {
+	if err := c.checkParticipants(in.Participants); err != nil {
 		return checkpoint.ResumeParticipantsResult{}, err
 	}
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
-		if _, err := c.control(in.Participants[i]).ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
+		cc, err := c.control(in.Participants[i])
+		if err != nil {
+			return err
+		}
+		if _, err := cc.ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
 			return controlError(in.Participants[i], "resume", err)
 		}
 		prog.add()

@@ -74,10 +74,15 @@ func (c *Coordinator) resumeReachable(ctx context.Context, checkpointID string, 
 	_ = fanout.Each(ctx, len(participants), c.limit(), func(ctx context.Context, i int) error {
 		defer prog.add()
 		url := participants[i]
+		cc, err := c.control(url)
+		if err != nil {
+			errs[i] = err // refused: nothing sent, and no retry changes that
+			return nil
+		}
 		d, err := callReachable(ctx, func(ctx context.Context) error {
 			cctx, cancel := context.WithTimeout(ctx, abortCallTimeout)
 			defer cancel()
-			_, err := c.control(url).Resume(cctx, checkpointID)
+			_, err := cc.Resume(cctx, checkpointID)
 			return err
 		})
 		dead[i] = d

@@ -72,7 +72,7 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 	if err != nil {
 		return nil, err
 	}
-	if err := checkParticipants(urls); err != nil {
+	if err := c.checkParticipants(urls); err != nil {
 		return nil, err
 	}
 	m, err := ReadAggregateManifest(ctx, dir, checkpointID)
@@ -250,7 +250,11 @@ func (c *Coordinator) checkParticipantsLive(ctx context.Context, lc *loadedCheck
 // checkParticipantLive asks the server at url, read-only, whether it
 // carries the name participant i of the checkpoint had.
 func (c *Coordinator) checkParticipantLive(ctx context.Context, lc *loadedCheckpoint, i int, url string) error {
-	caps, err := c.control(url).Capabilities(ctx)
+	cc, err := c.control(url)
+	if err != nil {
+		return err
+	}
+	caps, err := cc.Capabilities(ctx)
 	if err != nil {
 		return controlError(url, "capabilities", err)
 	}

@@ -8,10 +8,12 @@
 package environment
 
 import (
+	"fmt"
 	"net/http"
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -39,16 +41,49 @@ type Activities struct {
 	// Failpoints lets crash tests kill the worker at named places; nil is
 	// unarmed.
 	Failpoints *failpoint.Set
+	// Destinations decides which servers the tokens may go to, and which
+	// tokens each gets: a named server's own, else the global ones (its
+	// own, else DataToken and ControlToken). Nil admits the default server
+	// URL only.
+	Destinations *destination.Config
 }
 
-func (a *Activities) envURL(ref rollout.EnvRef) (string, error) {
-	if ref.URL != "" {
-		return ref.URL, nil
+// destinations is Destinations, or the default server alone.
+func (a *Activities) destinations() *destination.Config {
+	if a.Destinations != nil {
+		return a.Destinations
 	}
-	if a.URL != "" {
-		return a.URL, nil
+	c := &destination.Config{DataToken: a.DataToken, ControlToken: a.ControlToken}
+	if u, err := destination.Canonical(a.URL); err == nil {
+		c.EnvServers = []destination.Server{{Name: destination.DefaultName, URL: u}}
 	}
-	return "", rollout.BadInput("environment %q has no server URL and the worker has no default", ref.Name)
+	return c
+}
+
+// server resolves the data plane of the server ref names, before anything
+// is sent: a destination not configured is refused, non-retryably.
+func (a *Activities) server(ref rollout.EnvRef) (destination.Target, error) {
+	t, err := a.destinations().Env(ref.Server, ref.URL)
+	if err != nil {
+		return destination.Target{}, rollout.DestinationRefused(fmt.Errorf("environment %s: %w", ref.Name, err))
+	}
+	if t.Secret == "" {
+		t.Secret = a.DataToken
+	}
+	return t, nil
+}
+
+// controlServer resolves the control plane of the server ref names: it
+// must be admitted as a participant (it gets the control token).
+func (a *Activities) controlServer(ref rollout.EnvRef) (destination.Target, error) {
+	t, err := a.destinations().EnvControl(ref.Server, ref.URL)
+	if err != nil {
+		return destination.Target{}, rollout.DestinationRefused(fmt.Errorf("environment %s: %w", ref.Name, err))
+	}
+	if t.Secret == "" {
+		t.Secret = a.ControlToken
+	}
+	return t, nil
 }
 
 func (a *Activities) store() (*transcriptstore.Store, error) {

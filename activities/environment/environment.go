@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/heartbeat"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
@@ -49,7 +50,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in rollout.StartEnvir
 	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
 		return rollout.StartEnvironmentResult{}, rollout.BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
 	}
-	base, err := a.envURL(in.Env)
+	server, err := a.server(in.Env)
 	if err != nil {
 		return rollout.StartEnvironmentResult{}, err
 	}
@@ -58,7 +59,7 @@ func (a *Activities) StartEnvironment(ctx context.Context, in rollout.StartEnvir
 		return rollout.StartEnvironmentResult{}, err
 	}
 
-	resp, err := a.startSession(ctx, base, in)
+	resp, err := a.startSession(ctx, server, in)
 	if err != nil {
 		return rollout.StartEnvironmentResult{}, err
 	}
@@ -100,13 +101,13 @@ func (a *Activities) StartEnvironment(ctx context.Context, in rollout.StartEnvir
 	}, nil
 }
 
-// startSession sends the start of in's attempt to the server at base. A
+// startSession sends the start of in's attempt to server. A
 // start-over no restore installed (a restart-only environment's rollout
 // started again, a retried group member) is refused attempt_not_installed:
 // only the control plane may install the attempt, so it is authorised there
 // and the start sent again. A restore installs its attempts itself, so a
 // restored start-over goes through at once.
-func (a *Activities) startSession(ctx context.Context, base string, in rollout.StartEnvironmentInput) (protocol.StartResponse, error) {
+func (a *Activities) startSession(ctx context.Context, server destination.Target, in rollout.StartEnvironmentInput) (protocol.StartResponse, error) {
 	req := protocol.StartRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
@@ -117,12 +118,12 @@ func (a *Activities) startSession(ctx context.Context, base string, in rollout.S
 		Seed: in.Seed,
 		Task: in.Task,
 	}
-	resp, err := a.envClient(base).Start(ctx, req)
+	resp, err := a.envClient(server).Start(ctx, req)
 	if in.Attempt > 0 && remoteCode(err) == protocol.CodeAttemptNotInstalled {
 		if err := a.AuthoriseAttempt(ctx, rollout.AuthoriseAttemptInput{RolloutID: in.RolloutID, Attempt: in.Attempt, Env: in.Env}); err != nil {
 			return protocol.StartResponse{}, err
 		}
-		resp, err = a.envClient(base).Start(ctx, req)
+		resp, err = a.envClient(server).Start(ctx, req)
 	}
 	if err != nil {
 		return protocol.StartResponse{}, envError("start "+in.RolloutID, err)
@@ -142,17 +143,17 @@ func (a *Activities) AuthoriseAttempt(ctx context.Context, in rollout.AuthoriseA
 	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
 		return err
 	}
-	base, err := a.envURL(in.Env)
+	op := fmt.Sprintf("authorise attempt %d of %s", in.Attempt, in.RolloutID)
+	server, err := a.controlServer(in.Env)
 	if err != nil {
 		return err
 	}
-	op := fmt.Sprintf("authorise attempt %d of %s", in.Attempt, in.RolloutID)
-	if a.ControlToken == "" {
+	if server.Secret == "" {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"environment %s: %s at %s: this worker has no control token (%s) to install a start-over's attempt",
-			op, in.RolloutID, base, protocol.ControlTokenEnvVar), rollout.ErrEnvironment, nil)
+			op, in.RolloutID, server.URL, protocol.ControlTokenEnvVar), rollout.ErrEnvironment, nil)
 	}
-	_, err = protocol.NewControlClient(base, a.ControlToken, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
+	_, err = protocol.NewControlClient(server.URL, server.Secret, a.HTTPClient).Authorise(ctx, in.RolloutID, in.Attempt)
 	if remoteCode(err) == protocol.CodeInvalidPhase {
 		// A committed cut or a restore holds the server: the workflow
 		// waits at its boundary and sends the start again.
@@ -164,13 +165,13 @@ func (a *Activities) AuthoriseAttempt(ctx context.Context, in rollout.AuthoriseA
 	return nil
 }
 
-// envClient is the data-plane client of the server at base, with the data
-// token when the worker has one.
-func (a *Activities) envClient(base string) *protocol.Client {
-	if a.DataToken == "" {
-		return protocol.NewClient(base, a.HTTPClient)
+// envClient is the data-plane client of server, with its data token when
+// the worker has one for it.
+func (a *Activities) envClient(server destination.Target) *protocol.Client {
+	if server.Secret == "" {
+		return protocol.NewClient(server.URL, a.HTTPClient)
 	}
-	return protocol.NewDataClient(base, a.DataToken, a.HTTPClient)
+	return protocol.NewDataClient(server.URL, server.Secret, a.HTTPClient)
 }
 
 // remoteCode is the protocol error code of err, or "".
@@ -199,7 +200,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in rollout.OperateE
 	if err := rollout.CheckDigest("operate "+in.RequestID+": head", in.Head); err != nil {
 		return rollout.OperateEnvironmentResult{}, err
 	}
-	base, err := a.envURL(in.Env)
+	server, err := a.server(in.Env)
 	if err != nil {
 		return rollout.OperateEnvironmentResult{}, err
 	}
@@ -221,7 +222,7 @@ func (a *Activities) OperateEnvironment(ctx context.Context, in rollout.OperateE
 			fmt.Sprintf("arguments of %s are not valid JSON: %s", in.Call.Name, rollout.Truncate(in.Call.Arguments, 200)))
 	}
 
-	resp, err := a.envClient(base).Operate(ctx, protocol.OperateRequest{
+	resp, err := a.envClient(server).Operate(ctx, protocol.OperateRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,
@@ -289,7 +290,7 @@ func (a *Activities) Verify(ctx context.Context, in rollout.VerifyInput) (rollou
 	if err := rollout.CheckIdentity(in.RolloutID, in.Attempt); err != nil {
 		return rollout.VerifyResult{}, err
 	}
-	base, err := a.envURL(in.Env)
+	server, err := a.server(in.Env)
 	if err != nil {
 		return rollout.VerifyResult{}, err
 	}
@@ -297,7 +298,7 @@ func (a *Activities) Verify(ctx context.Context, in rollout.VerifyInput) (rollou
 	if requestID == "" {
 		requestID = protocol.VerifyRequestID(in.RolloutID)
 	}
-	resp, err := a.envClient(base).Verify(ctx, protocol.VerifyRequest{
+	resp, err := a.envClient(server).Verify(ctx, protocol.VerifyRequest{
 		Identity: protocol.Identity{
 			RolloutID: in.RolloutID,
 			Attempt:   in.Attempt,

@@ -215,7 +215,8 @@ func TestOperateEnvironment(t *testing.T) {
 			require.NoError(t, err)
 			var kills int
 			fp.SetKill(func() { kills++ })
-			acts := &environment.Activities{Store: store, URL: "http://unused.invalid", Failpoints: fp}
+			acts := &environment.Activities{Store: store, URL: "http://unused.invalid", Failpoints: fp,
+				Destinations: testsupport.LoopbackDestinations(t, "http://unused.invalid", "")}
 
 			in := rollout.OperateEnvironmentInput{
 				RolloutID: "r1", Attempt: 1, RequestID: protocol.OperateRequestID("r1", 0, 0),

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -46,9 +47,25 @@ type Activities struct {
 	// HeartbeatEvery is how often a model call heartbeats while it waits;
 	// zero means DefaultHeartbeatEvery.
 	HeartbeatEvery time.Duration
+	// Destinations decides which endpoints the API key may go to, and which
+	// key each gets: a named endpoint's own, else the global one (its own,
+	// else APIKey). Nil admits the default BaseURL only.
+	Destinations *destination.Config
 
 	mu      sync.Mutex
-	clients map[string]*openai.Client // by base URL
+	clients map[string]*openai.Client // by endpoint name and URL
+}
+
+// destinations is Destinations, or the default endpoint alone.
+func (a *Activities) destinations() *destination.Config {
+	if a.Destinations != nil {
+		return a.Destinations
+	}
+	c := &destination.Config{APIKey: a.APIKey}
+	if u, err := destination.Canonical(a.BaseURL); err == nil {
+		c.ModelEndpoints = []destination.Endpoint{{Name: destination.DefaultName, URL: u}}
+	}
+	return c
 }
 
 func (a *Activities) heartbeatEvery() time.Duration {

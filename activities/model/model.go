@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/heartbeat"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
@@ -44,11 +45,11 @@ func (a *Activities) CallModel(ctx context.Context, in rollout.CallModelInput) (
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	baseURL, err := a.baseURL(in.Policy, callID)
+	endpoint, err := a.endpoint(in.Policy, callID)
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	completion, header, err := a.complete(ctx, callID, baseURL, params)
+	completion, header, err := a.complete(ctx, callID, endpoint, params)
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
@@ -152,25 +153,27 @@ func requestOf(ctx context.Context, store *transcriptstore.Store, in rollout.Cal
 	return params, nil
 }
 
-// baseURL is the policy's model server, or the worker's default when the
-// policy names none.
-func (a *Activities) baseURL(p rollout.PolicyRef, callID string) (string, error) {
-	baseURL := p.BaseURL
-	if baseURL == "" {
-		baseURL = a.BaseURL
+// endpoint resolves the policy's model endpoint (by name, by URL, or the
+// worker's default) before anything is sent: one the operator did not
+// configure is refused, non-retryably.
+func (a *Activities) endpoint(p rollout.PolicyRef, callID string) (destination.Target, error) {
+	t, err := a.destinations().Model(p.Endpoint, p.BaseURL)
+	if err != nil {
+		return destination.Target{}, rollout.DestinationRefused(fmt.Errorf("%s: %w", callID, err))
 	}
-	if baseURL == "" {
-		return "", rollout.BadInput("%s: no model base URL in the policy and no worker default", callID)
+	if t.Secret == "" {
+		t.Secret = a.APIKey
 	}
-	return baseURL, nil
+	return t, nil
 }
 
-// complete sends the request to the model server at baseURL, heartbeating
-// while it waits, and returns a completion with at least one choice.
-// Its response headers are returned too: an endpoint may report the policy
-// version in one.
-func (a *Activities) complete(ctx context.Context, callID, baseURL string, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, http.Header, error) {
-	client := a.modelClient(baseURL)
+// complete sends the request to the model endpoint, heartbeating while it
+// waits, and returns a completion with at least one choice. Its response
+// headers are returned too: an endpoint may report the policy version in
+// one.
+func (a *Activities) complete(ctx context.Context, callID string, endpoint destination.Target, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, http.Header, error) {
+	baseURL := endpoint.URL
+	client := a.modelClient(endpoint)
 	stop := a.heartbeatWhile(ctx, callID)
 	var resp *http.Response
 	completion, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
@@ -221,21 +224,22 @@ func answerOf(style envs.Style, turn int, msg openai.ChatCompletionMessage, call
 	return answer, calls, nil
 }
 
-// modelClient returns the cached client for baseURL. The SDK does not retry
-// (Temporal owns retries, so each attempt is visible and bounded by the
-// activity's timeouts).
-func (a *Activities) modelClient(baseURL string) *openai.Client {
+// modelClient returns the cached client of endpoint, holding its key. The
+// SDK does not retry (Temporal owns retries, so each attempt is visible and
+// bounded by the activity's timeouts).
+func (a *Activities) modelClient(endpoint destination.Target) *openai.Client {
+	cacheKey := endpoint.Name + " " + endpoint.URL
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c, ok := a.clients[baseURL]; ok {
+	if c, ok := a.clients[cacheKey]; ok {
 		return c
 	}
-	key := a.APIKey
+	key := endpoint.Secret
 	if key == "" {
 		key = placeholderAPIKey
 	}
 	opts := []option.RequestOption{
-		option.WithBaseURL(baseURL),
+		option.WithBaseURL(endpoint.URL),
 		option.WithAPIKey(key),
 		option.WithMaxRetries(0),
 	}
@@ -246,7 +250,7 @@ func (a *Activities) modelClient(baseURL string) *openai.Client {
 	if a.clients == nil {
 		a.clients = map[string]*openai.Client{}
 	}
-	a.clients[baseURL] = &c
+	a.clients[cacheKey] = &c
 	return &c
 }
 

@@ -99,7 +99,8 @@ func TestCallModelToolsStyle(t *testing.T) {
 	require.NoError(t, err)
 	var kills int
 	fp.SetKill(func() { kills++ })
-	acts := &model.Activities{Store: store, BaseURL: "http://unused.invalid/v1", APIKey: "k-123", Failpoints: fp}
+	acts := &model.Activities{Store: store, BaseURL: "http://unused.invalid/v1", APIKey: "k-123", Failpoints: fp,
+		Destinations: testsupport.LoopbackDestinations(t, "", "http://unused.invalid/v1")}
 
 	in := rollout.CallModelInput{
 		RolloutID: "r1", Attempt: 1, Turn: 2, Head: head, Tools: toolsDigest, Style: envs.StyleTools,

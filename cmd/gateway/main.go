@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -36,11 +37,14 @@ import (
 // Environment variables the gateway reads besides the workers' and
 // Temporal's own.
 const (
-	EnvAddr           = "TURNSTILE_GATEWAY_ADDR"
-	EnvToken          = "TURNSTILE_GATEWAY_TOKEN"
-	EnvStallWindow    = "TURNSTILE_GATEWAY_STALL_WINDOW"
-	EnvCheckpointRoot = "TURNSTILE_CHECKPOINT_ROOT"
-	DefaultAddr       = "127.0.0.1:8088"
+	EnvAddr            = "TURNSTILE_GATEWAY_ADDR"
+	EnvToken           = "TURNSTILE_GATEWAY_TOKEN"
+	EnvOperatorToken   = "TURNSTILE_GATEWAY_OPERATOR_TOKEN"
+	EnvStallWindow     = "TURNSTILE_GATEWAY_STALL_WINDOW"
+	EnvCheckpointRoot  = "TURNSTILE_CHECKPOINT_ROOT"
+	EnvDatasetRoot     = "TURNSTILE_DATASET_ROOT"
+	EnvDatasetMaxBytes = "TURNSTILE_DATASET_MAX_BYTES"
+	DefaultAddr        = "127.0.0.1:8088"
 )
 
 const (
@@ -59,6 +63,8 @@ func main() {
 // config is the gateway's command line and environment.
 type config struct {
 	addr, token, taskQueue, transcripts, checkpointRoot string
+	operatorToken, datasetRoot                          string
+	datasetMaxBytes                                     int64
 	readyFile, logLevel, logFormat                      string
 	insecureNoAuth                                      bool
 	stallWindow, feedSettle                             time.Duration
@@ -80,12 +86,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err != nil {
 		return c, fmt.Errorf("%s: %w", EnvStallWindow, err)
 	}
+	maxBytes, err := strconv.ParseInt(env(EnvDatasetMaxBytes, strconv.Itoa(gateway.DefaultDatasetMaxBytes)), 10, 64)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", EnvDatasetMaxBytes, err)
+	}
 	fs.StringVar(&c.addr, "addr", env(EnvAddr, DefaultAddr), "address to listen on (port 0 picks a free one); default from $"+EnvAddr)
-	fs.StringVar(&c.token, "token", os.Getenv(EnvToken), "bearer token every /v1 route asks for; default from $"+EnvToken)
+	fs.StringVar(&c.token, "token", os.Getenv(EnvToken), "the trainer role's bearer token (submit, results, feed, acknowledgements, policy version); default from $"+EnvToken)
+	fs.StringVar(&c.operatorToken, "operator-token", os.Getenv(EnvOperatorToken), "the operator role's bearer token (checkpoints, restores, resumes, and every trainer route); empty: no one may checkpoint, restore or resume; default from $"+EnvOperatorToken)
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", false, "serve without a token (local use only)")
 	fs.StringVar(&c.taskQueue, "task-queue", env(workers.EnvTaskQueue, rollout.TaskQueue), "task queue rollouts start on; default from $"+workers.EnvTaskQueue)
 	fs.StringVar(&c.transcripts, "transcripts", env(workers.EnvTranscriptDir, workers.DefaultTranscriptDir), "the workers' transcript directory (feed, export); default from $"+workers.EnvTranscriptDir)
 	fs.StringVar(&c.checkpointRoot, "checkpoint-root", os.Getenv(EnvCheckpointRoot), "directory checkpoints go under, as the workers see it (empty refuses checkpoints and restores); default from $"+EnvCheckpointRoot)
+	fs.StringVar(&c.datasetRoot, "dataset-root", os.Getenv(EnvDatasetRoot), "directory dataset_path resolves in (regular files only; empty refuses dataset_path); default from $"+EnvDatasetRoot)
+	fs.Int64Var(&c.datasetMaxBytes, "dataset-max-bytes", maxBytes, "largest dataset file the gateway reads; default from $"+EnvDatasetMaxBytes)
 	fs.DurationVar(&c.stallWindow, "stall-window", stall, "watchdog: a set with rollouts working and no progress for this long makes its feed answer 409 set_stalled; default from $"+EnvStallWindow)
 	fs.DurationVar(&c.feedSettle, "feed-settle", gateway.DefaultFeedSettle, "a finished rollout enters the feed this long after it finished (visibility lag)")
 	fs.StringVar(&c.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
@@ -109,12 +122,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 func settings() []cli.Setting {
 	return []cli.Setting{
 		{Env: EnvAddr, Default: DefaultAddr, Meaning: "address to listen on"},
-		{Env: EnvToken, Meaning: "bearer token (required unless --insecure-no-auth)"},
+		{Env: EnvToken, Meaning: "the trainer role's bearer token (required unless --insecure-no-auth)"},
+		{Env: EnvOperatorToken, Meaning: "the operator role's bearer token (checkpoints, restores, resumes)"},
+		{Env: EnvDatasetRoot, Meaning: "directory dataset_path resolves in (empty refuses dataset_path)"},
+		{Env: EnvDatasetMaxBytes, Default: strconv.Itoa(gateway.DefaultDatasetMaxBytes), Meaning: "largest dataset file read"},
 		{Env: EnvStallWindow, Default: gateway.DefaultStallWindow.String(), Meaning: "watchdog window of the feed"},
 		{Env: EnvCheckpointRoot, Meaning: "directory checkpoints go under"},
 		{Env: workers.EnvTaskQueue, Default: rollout.TaskQueue, Meaning: "task queue"},
 		{Env: workers.EnvTranscriptDir, Default: workers.DefaultTranscriptDir, Meaning: "the workers' transcript directory"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "environment servers' control token (resumes)"},
+		{Env: workers.EnvEnvURL + ", " + workers.EnvEnvServers + ", " + workers.EnvAllowedEnvURLs, Meaning: "the workers' environment servers: a submission naming another is refused (as the workers read them)"},
+		{Env: workers.EnvModelBaseURL + ", " + workers.EnvModelEndpoints + ", " + workers.EnvAllowedModelURLs, Meaning: "the workers' model endpoints, likewise"},
+		{Env: workers.EnvAllowedParticipants, Meaning: "participants beyond the named servers a checkpoint, restore or resume may name"},
 		{Env: "TEMPORAL_ADDRESS", Default: "localhost:7233", Meaning: "Temporal frontend (also TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*, temporal.toml, as the Temporal CLI reads them)"},
 	}
 }
@@ -127,6 +146,14 @@ func (c *config) validate() error {
 		return errors.New("give --token or --insecure-no-auth, not both")
 	case c.token != strings.TrimSpace(c.token):
 		return errors.New("--token: leading or trailing whitespace")
+	case c.operatorToken != strings.TrimSpace(c.operatorToken):
+		return errors.New("--operator-token: leading or trailing whitespace")
+	case c.operatorToken != "" && c.operatorToken == c.token:
+		return errors.New("--operator-token equals --token: give each role its own token")
+	case c.operatorToken != "" && c.insecureNoAuth:
+		return errors.New("give --operator-token or --insecure-no-auth, not both")
+	case c.datasetMaxBytes <= 0:
+		return fmt.Errorf("--dataset-max-bytes %d: want a positive size", c.datasetMaxBytes)
 	case c.stallWindow <= 0:
 		return fmt.Errorf("--stall-window %s: want a positive duration", c.stallWindow)
 	case c.feedSettle < 0:
@@ -140,6 +167,13 @@ func (c *config) validate() error {
 			return fmt.Errorf("--checkpoint-root: %w", err)
 		}
 		c.checkpointRoot = abs
+	}
+	if c.datasetRoot != "" {
+		abs, err := filepath.Abs(c.datasetRoot)
+		if err != nil {
+			return fmt.Errorf("--dataset-root: %w", err)
+		}
+		c.datasetRoot = abs
 	}
 	return nil
 }
@@ -168,9 +202,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--transcripts: %w", err)
 	}
+	dest, err := workers.GatewayDestinations(os.LookupEnv)
+	if err != nil {
+		return cli.Usage(err)
+	}
 	srv, err := gateway.New(gateway.Config{
-		Token: c.token, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
-		ControlToken: os.Getenv(protocol.ControlTokenEnvVar), StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
+		Token: c.token, OperatorToken: c.operatorToken, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
+		ControlToken: os.Getenv(protocol.ControlTokenEnvVar), Destinations: dest, DatasetRoot: c.datasetRoot, DatasetMaxBytes: c.datasetMaxBytes,
+		StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
 	}, trainer.New(tc, c.taskQueue))
 	if err != nil {
 		return err
@@ -195,7 +234,8 @@ func serve(ctx context.Context, c config, h http.Handler, log *zap.Logger, tempo
 		}
 	}
 	log.Info("gateway listening", zap.String("url", base), zap.String("temporal", temporal), zap.String("task_queue", c.taskQueue),
-		zap.Bool("auth", !c.insecureNoAuth), zap.Duration("stall_window", c.stallWindow), zap.Int("pid", os.Getpid()))
+		zap.Bool("auth", !c.insecureNoAuth), zap.Bool("operator_role", c.operatorToken != ""), zap.String("dataset_root", c.datasetRoot),
+		zap.Duration("stall_window", c.stallWindow), zap.Int("pid", os.Getpid()))
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)

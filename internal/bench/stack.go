@@ -102,7 +102,7 @@ func (s *stack) startAll(ctx context.Context) error {
 func (s *stack) startWorker(ctx context.Context) error {
 	env := procs.WorkerEnv{
 		HostPort: s.hostPort, EnvURL: s.envURL, ModelURL: s.policyURL, Store: s.store,
-		ControlToken: s.token, DataToken: benchDataToken,
+		ControlToken: s.token, DataToken: benchDataToken, AllowLoopback: true,
 	}.Environ()
 	if s.cfg.CPUProfile {
 		env = append(env, workers.EnvCPUProfile+"="+filepath.Join(s.cfg.OutDir, "worker.pprof"))

@@ -133,7 +133,7 @@ func (s *soakStack) startWorker(ctx context.Context, i int) error {
 	}
 	env := stack.WorkerEnv{
 		HostPort: s.hostPort, EnvURL: envURL, ModelURL: s.modelURL, Store: s.store,
-		ControlToken: controlToken, DataToken: dataToken, MetricsListen: m.metrics,
+		ControlToken: controlToken, DataToken: dataToken, MetricsListen: m.metrics, AllowLoopback: true,
 	}.Environ()
 	p, err := s.launch.Start(m.role, filepath.Join(s.cfg.BinDir, "worker"), nil, env...)
 	if err != nil {

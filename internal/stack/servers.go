@@ -101,7 +101,16 @@ type WorkerEnv struct {
 	MetricsListen string
 	// LogLevel defaults to warn.
 	LogLevel string
+	// AllowLoopback admits every environment server, participant, model
+	// endpoint and object-store endpoint on loopback (any port) as a
+	// destination of the worker's secrets: the servers a test, a benchmark
+	// or a soak starts listen on free ports there. Without it the worker
+	// admits only EnvURL, ModelURL and the store's endpoint.
+	AllowLoopback bool
 }
+
+// Loopback is the allowlist entry of every port of loopback.
+const Loopback = "http://127.0.0.1:*"
 
 // Environ is w as NAME=value entries.
 func (w WorkerEnv) Environ() []string {
@@ -121,6 +130,10 @@ func (w WorkerEnv) Environ() []string {
 	}
 	if w.MetricsListen != "" {
 		env = append(env, workers.EnvMetricsListen+"="+w.MetricsListen)
+	}
+	if w.AllowLoopback {
+		env = append(env, workers.EnvAllowedParticipants+"="+Loopback, workers.EnvAllowedModelURLs+"="+Loopback,
+			workers.EnvAllowedStoreEndpoints+"="+Loopback)
 	}
 	return env
 }

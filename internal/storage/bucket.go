@@ -23,6 +23,13 @@ import (
 // store bucket (URL without its path) until Close. Its zero value is ready
 // to use; it is safe for concurrent use.
 type Opener struct {
+	// Allow, when set, is asked before an object store is opened, so
+	// before any request is signed with the process's credentials: an
+	// error refuses the location (a worker admits only the endpoints its
+	// operator configured; see package destination). Local directories are
+	// not asked about.
+	Allow func(location string) error
+
 	mu      sync.Mutex
 	buckets map[string]*blob.Bucket
 	closed  bool
@@ -51,6 +58,11 @@ func (o *Opener) Open(ctx context.Context, where string) (Store, error) {
 	}
 	if o == nil {
 		return nil, fmt.Errorf("storage: open %s: no opener for object stores", l.BucketKey())
+	}
+	if o.Allow != nil {
+		if err := o.Allow(where); err != nil {
+			return nil, fmt.Errorf("storage: open %s: %w", l.Scheme+"://"+l.Bucket, err)
+		}
 	}
 	b, err := o.bucket(ctx, l)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 )
@@ -126,4 +127,22 @@ func CheckError(t testing.TB, err error, want ErrorWant) {
 	if want.Contains != "" {
 		require.Contains(t, err.Error(), want.Contains)
 	}
+}
+
+// LoopbackDestinations admits, besides the default environment server and
+// model endpoint given (either may be empty), every environment server,
+// model endpoint, participant and object-store endpoint on loopback, where
+// tests' fake servers listen on free ports. The activities send their own
+// tokens (no global secrets here).
+func LoopbackDestinations(t testing.TB, envURL, modelURL string) *destination.Config {
+	t.Helper()
+	const loopback = "http://127.0.0.1:*"
+	env := map[string]string{
+		destination.EnvAllowedEnvURLs: loopback, destination.EnvAllowedModelURLs: loopback,
+		destination.EnvAllowedParticipants: loopback, destination.EnvAllowedStoreEndpoints: loopback,
+	}
+	d, err := destination.FromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+		destination.Defaults{EnvURL: envURL, ModelURL: modelURL})
+	require.NoError(t, err)
+	return &d
 }

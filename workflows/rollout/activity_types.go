@@ -40,7 +40,18 @@ const (
 	// ErrEnvironment: the environment server refused the request for a reason
 	// that a retry cannot fix (unknown session, revision mismatch, conflict).
 	ErrEnvironment = "EnvironmentRefused"
+	// ErrDestinationRefused: the environment server, model endpoint,
+	// participant or object store an input names is not a destination the
+	// worker's operator configured for the secret it would carry; nothing
+	// was sent. The message names the setting that would allow it.
+	ErrDestinationRefused = "DestinationRefused"
 )
+
+// DestinationRefused is the non-retryable error of a refused destination:
+// no retry changes the worker's configuration.
+func DestinationRefused(err error) error {
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrDestinationRefused, nil)
+}
 
 // StartEnvironmentInput seeds the rollout's environment session.
 type StartEnvironmentInput struct {

@@ -114,19 +114,29 @@ const workflowIDPrefix = "rollout/"
 // other workflow ID.
 func IDOf(workflowID string) (string, bool) { return strings.CutPrefix(workflowID, workflowIDPrefix) }
 
-// EnvRef names an environment and, optionally, the server hosting it. An
-// empty URL means the worker's default environment server.
+// EnvRef names an environment and, optionally, the server hosting it: a
+// server the worker's operator configured, by name (Server), or a URL the
+// worker's allowlist admits. Neither means the worker's default
+// environment server; both is refused.
 type EnvRef struct {
 	Name string `json:"name"`
 	URL  string `json:"url,omitempty"`
+	// Server names one of the worker's configured environment servers
+	// (TURNSTILE_ENV_SERVERS; "default" is TURNSTILE_ENV_URL).
+	Server string `json:"server,omitempty"`
 }
 
 // PolicyRef names the policy model and, optionally, its OpenAI-compatible
-// base URL. An empty BaseURL means the worker's default endpoint. The API key
-// never travels in workflow input; the worker holds it.
+// endpoint: one the worker's operator configured, by name (Endpoint), or a
+// base URL the worker's allowlist admits. Neither means the worker's
+// default endpoint; both is refused. The API key never travels in workflow
+// input; the worker holds it.
 type PolicyRef struct {
 	Model   string `json:"model"`
 	BaseURL string `json:"base_url,omitempty"`
+	// Endpoint names one of the worker's configured model endpoints
+	// (TURNSTILE_MODEL_ENDPOINTS; "default" is TURNSTILE_MODEL_BASE_URL).
+	Endpoint string `json:"endpoint,omitempty"`
 	// Version names the weights the trainer serves under Model (a step
 	// number, an adapter name): recorded with every model call so a trainer
 	// can compute staleness. A version the endpoint reports (header

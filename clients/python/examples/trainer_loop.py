@@ -21,7 +21,9 @@ once with the reason and exit status 3, instead of polling an empty feed.
         --set d1 --dataset rows.jsonl --repeats 4 --state d1.trainer.json \\
         --checkpoint-every 32 --participant http://127.0.0.1:8091
 
-The token is read from $TURNSTILE_GATEWAY_TOKEN (or --token). The summary is
+The token is read from $TURNSTILE_GATEWAY_TOKEN (or --token); checkpoints
+need the gateway's operator token, read from $TURNSTILE_GATEWAY_OPERATOR_TOKEN
+(or --operator-token). The summary is
 one JSON document on standard output; progress goes to standard error.
 """
 
@@ -393,6 +395,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="gateway URL (default $TURNSTILE_GATEWAY_URL or http://127.0.0.1:8088)")
     p.add_argument("--token", default=os.environ.get("TURNSTILE_GATEWAY_TOKEN", ""),
                    help="bearer token (default $TURNSTILE_GATEWAY_TOKEN)")
+    p.add_argument("--operator-token", default=os.environ.get("TURNSTILE_GATEWAY_OPERATOR_TOKEN", ""),
+                   help="the operator role's token, for --checkpoint-every (default $TURNSTILE_GATEWAY_OPERATOR_TOKEN)")
     p.add_argument("--set", required=True, help="the set to submit and consume")
     p.add_argument("--state", required=True, help="the trainer's state file (created if missing)")
     src = p.add_mutually_exclusive_group()
@@ -451,7 +455,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        checkpoint_timeout=args.checkpoint_timeout, outage_timeout=args.outage_timeout,
                        stop_after=args.stop_after, step_ms=args.step_ms,
                        submit=submit_request(args))
-        client = Client(args.gateway, args.token or None, retry=RetryPolicy(attempts=6), log=log)
+        client = Client(args.gateway, args.token or None, operator_token=args.operator_token or None,
+                        retry=RetryPolicy(attempts=6), log=log)
         trainer = Trainer(client, opts, log)
     except (ValueError, OSError) as e:
         print(f"trainer: {e}", file=sys.stderr)

@@ -22,6 +22,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 DROP = "drop"  # a fault that closes the connection without an answer
 
+# The operator role's routes.
+OPERATOR_ROUTES = ("/v1/checkpoints", "/v1/restores", "/v1/resumes")
+
 
 @dataclass
 class Recorded:
@@ -87,8 +90,11 @@ class FakeSet:
 class FakeGateway:
     """Serves on a free loopback port until close()."""
 
-    def __init__(self, token: str = "secret") -> None:
+    def __init__(self, token: str = "secret", operator_token: Optional[str] = None) -> None:
         self.token = token
+        # With an operator token, checkpoints, restores and resumes need it
+        # (the trainer token is answered 403, as the gateway does).
+        self.operator_token = operator_token
         self.sets: Dict[str, FakeSet] = {}
         self.requests: List[Recorded] = []
         self.faults: List[Tuple[str, str, Any, Any]] = []  # (method, path prefix, status or DROP, body)
@@ -263,8 +269,13 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/healthz":
             self._answer(200, {"ok": True})
             return
-        if self.headers.get("Authorization") != f"Bearer {gw.token}":
+        auth = self.headers.get("Authorization")
+        operator = gw.operator_token is not None and auth == f"Bearer {gw.operator_token}"
+        if auth != f"Bearer {gw.token}" and not operator:
             self._answer(401, error("unauthorized", "missing or wrong bearer token", ""))
+            return
+        if gw.operator_token is not None and not operator and url.path.startswith(OPERATOR_ROUTES):
+            self._answer(403, error("forbidden", "this route needs the operator role: send the operator token", ""))
             return
         if url.path.endswith("/export") and method == "GET":
             self._ndjson(url.path)

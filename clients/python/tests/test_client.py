@@ -13,6 +13,7 @@ from turnstile import (
     BadRequest,
     Client,
     Conflict,
+    Forbidden,
     NotFound,
     RetryPolicy,
     SetStalled,
@@ -161,6 +162,28 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(call.body, {"request_id": "cp-k1", "checkpoint_id": "k1", "set": "s1",
                                      "participants": ["http://env:1"], "timeout": "30s"})
         self.assertEqual(self.client.checkpoint_status("k1")["status"], "completed")
+
+    def test_operator_routes_send_the_operator_token(self) -> None:
+        gw = FakeGateway(token="secret", operator_token="op-secret")
+        self.addCleanup(gw.close)
+        trainer_only = Client(gw.url, "secret", retry=RetryPolicy(attempts=2), sleep=self.sleeps.append)
+        with self.assertRaises(Forbidden) as ctx:
+            trainer_only.checkpoint("k1", "s1", ["http://env:1"], timeout="30s")
+        self.assertEqual(ctx.exception.status, 403)
+        self.assertEqual(self.sleeps, [], "a 403 is not retried")
+        both = Client(gw.url, "secret", operator_token="op-secret", retry=RetryPolicy(attempts=2), sleep=self.sleeps.append)
+        both.checkpoint("k1", "s1", ["http://env:1"], timeout="30s", request_id="cp-op")
+        both.submit("s2", envs=["counter"], count=2)
+        (call,) = gw.calls("POST", "/v1/checkpoints")[1:]
+        self.assertEqual(call.headers.get("Authorization"), "Bearer op-secret")
+        (sub,) = gw.calls("POST", "/v1/sets")
+        self.assertEqual(sub.headers.get("Authorization"), "Bearer secret", "trainer routes keep the trainer token")
+
+    def test_submit_names_configured_servers(self) -> None:
+        self.client.submit("s1", envs=["counter"], count=1, env_server="b", policy_endpoint="vllm", request_id="sub-n")
+        (call,) = self.gw.calls("POST", "/v1/sets")
+        self.assertEqual(call.body["env_server"], "b")
+        self.assertEqual(call.body["policy_endpoint"], "vllm")
 
     def test_rejects_a_url_without_scheme(self) -> None:
         with self.assertRaises(ValueError):

@@ -25,7 +25,7 @@ class _Recorder(Client):
         self.sent: List[Tuple[str, str, Dict[str, Any], Optional[Dict[str, Any]]]] = []
 
     def _with_retries(self, method: str, path: str, query: Optional[Mapping[str, Any]],
-                      body: Optional[Mapping[str, Any]], send: Any) -> Any:
+                      body: Optional[Mapping[str, Any]], send: Any, operator: bool = False) -> Any:
         kept = {k: v for k, v in (query or {}).items() if v is not None}
         self.sent.append((method, path, kept, dict(body) if body is not None else None))
         return _Answer()
@@ -56,7 +56,7 @@ def _every_call(c: Client) -> None:
     c.submit("s1", envs=["counter"], count=2, rows=[{"env": "counter", "task": {"target": 1}}],
              dataset_path="/d.jsonl", repeats=2, seed=1, policy="p", model_url="http://m", env_url="http://e",
              max_turns=4, sampling={"temperature": 1.0}, limits={"deadline": "5m"}, require_ack=True,
-             request_id="r1")
+             request_id="r1", env_server="b", policy_endpoint="vllm")
     c.get_set("s1")
     c.results("s1", page_token="t", page_size=10)
     list(c.iter_results("s1", page_size=10))

@@ -11,6 +11,7 @@ from .errors import (
     APIError,
     BadRequest,
     Conflict,
+    Forbidden,
     NotFound,
     SetStalled,
     TransportError,
@@ -32,7 +33,7 @@ from .types import (
 
 __all__ = [
     "Client", "RetryPolicy", "new_request_id",
-    "TurnstileError", "TransportError", "APIError", "Unauthorized", "BadRequest", "NotFound", "Conflict",
+    "TurnstileError", "TransportError", "APIError", "Unauthorized", "Forbidden", "BadRequest", "NotFound", "Conflict",
     "SetStalled", "Unavailable",
     "AckResponse", "DatasetRow", "ExportLine", "FeedResponse", "Health", "Receipt", "SetResponse",
     "SubmitResponse", "receipt_of",

@@ -1,10 +1,15 @@
 """HTTP client of the turnstile gateway (standard library only).
 
     from turnstile import Client
-    tc = Client("http://127.0.0.1:8088", token="...")
+    tc = Client("http://127.0.0.1:8088", token="...", operator_token="...")
     tc.submit("s1", envs=["counter"], count=64)
     page = tc.feed("s1", max_items=32, wait_ms=10_000)
     tc.acknowledge("s1", [receipt_of(i) for i in page["items"] if i.get("held")])
+
+The gateway has two roles: the trainer token opens submit, results, export,
+the feed, acknowledgements and the policy version; checkpoints, restores
+and resumes need the operator token (a trainer token there raises
+Forbidden). A client given an operator token sends it on those routes.
 
 Every state-changing call carries a request id (generated once per call
 unless the caller passes one, and reused by every retry of that call), so a
@@ -83,13 +88,17 @@ class Client:
     """A client of one gateway. It holds no state but its settings; one
     Client may be shared by threads."""
 
-    def __init__(self, base_url: str, token: Optional[str] = None, *, timeout: float = 30.0,
-                 retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
+    def __init__(self, base_url: str, token: Optional[str] = None, *, operator_token: Optional[str] = None,
+                 timeout: float = 30.0, retry: RetryPolicy = RetryPolicy(), sleep: Callable[[float], None] = time.sleep,
                  log: Optional[Callable[[str], None]] = None) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"gateway URL {base_url!r}: want http://host:port or https://...")
         self.base_url = base_url.rstrip("/")
         self.token = token
+        # The operator role's token, sent on checkpoints, restores and
+        # resumes (without it those send token, which the gateway refuses
+        # unless it is the operator token).
+        self.operator_token = operator_token
         self.timeout = timeout
         self.retry = retry
         self._sleep = sleep
@@ -98,8 +107,10 @@ class Client:
     @classmethod
     def from_env(cls, **kwargs: Any) -> "Client":
         """A client of $TURNSTILE_GATEWAY_URL (default http://127.0.0.1:8088)
-        with the token $TURNSTILE_GATEWAY_TOKEN."""
+        with the token $TURNSTILE_GATEWAY_TOKEN and, when set, the operator
+        token $TURNSTILE_GATEWAY_OPERATOR_TOKEN."""
         url = os.environ.get("TURNSTILE_GATEWAY_URL", "http://127.0.0.1:8088")
+        kwargs.setdefault("operator_token", os.environ.get("TURNSTILE_GATEWAY_OPERATOR_TOKEN") or None)
         return cls(url, os.environ.get("TURNSTILE_GATEWAY_TOKEN") or None, **kwargs)
 
     # -- routes ---------------------------------------------------------
@@ -117,15 +128,21 @@ class Client:
                repeats: Optional[int] = None, seed: Optional[int] = None, policy: Optional[str] = None,
                model_url: Optional[str] = None, env_url: Optional[str] = None, max_turns: Optional[int] = None,
                sampling: Optional[Sampling] = None, limits: Optional[Limits] = None,
-               require_ack: Optional[bool] = None, request_id: Optional[str] = None) -> SubmitResponse:
+               require_ack: Optional[bool] = None, request_id: Optional[str] = None,
+               env_server: Optional[str] = None, policy_endpoint: Optional[str] = None) -> SubmitResponse:
         """POST /v1/sets: count rollouts over envs, or a dataset (rows inline
-        or dataset_path on the gateway's disk), each row repeats times as one
-        group. Results are held for acknowledgement unless require_ack is
-        False. A repeat with the same request_id starts nothing new."""
+        or dataset_path under the gateway's dataset root), each row repeats
+        times as one group. env_server and policy_endpoint pick a server and
+        an endpoint the workers' operator configured, by name (env_url and
+        model_url name one by URL, admitted only when configured or
+        allowlisted). Results are held for acknowledgement unless
+        require_ack is False. A repeat with the same request_id starts
+        nothing new."""
         body = {
             "set": set_name, "envs": list(envs) if envs is not None else None, "count": count,
             "rows": list(rows) if rows is not None else None, "dataset_path": dataset_path,
-            "repeats": repeats, "seed": seed, "policy": policy, "model_url": model_url, "env_url": env_url,
+            "repeats": repeats, "seed": seed, "policy": policy, "policy_endpoint": policy_endpoint,
+            "model_url": model_url, "env_server": env_server, "env_url": env_url,
             "max_turns": max_turns, "sampling": sampling, "limits": limits, "require_ack": require_ack,
         }
         return cast(SubmitResponse, self._post("/v1/sets", body, request_id))
@@ -197,11 +214,11 @@ class Client:
             "participants": list(participants) if participants is not None else None,
             "timeout": timeout, "deadline": deadline, "stay_paused": stay_paused or None,
         }
-        return cast(StartedResponse, self._post("/v1/checkpoints", body, request_id))
+        return cast(StartedResponse, self._post("/v1/checkpoints", body, request_id, operator=True))
 
     def checkpoint_status(self, checkpoint_id: str) -> RunStatus:
         """GET /v1/checkpoints/{id}."""
-        return cast(RunStatus, self._json("GET", f"/v1/checkpoints/{_seg(checkpoint_id)}"))
+        return cast(RunStatus, self._json("GET", f"/v1/checkpoints/{_seg(checkpoint_id)}", operator=True))
 
     def restore(self, checkpoint_id: str, participants: Optional[Sequence[str]] = None, *,
                 restore_id: Optional[str] = None, request_id: Optional[str] = None) -> StartedResponse:
@@ -210,28 +227,30 @@ class Client:
             "checkpoint_id": checkpoint_id, "restore_id": restore_id,
             "participants": list(participants) if participants is not None else None,
         }
-        return cast(StartedResponse, self._post("/v1/restores", body, request_id))
+        return cast(StartedResponse, self._post("/v1/restores", body, request_id, operator=True))
 
     def restore_status(self, restore_id: str) -> RunStatus:
         """GET /v1/restores/{id}."""
-        return cast(RunStatus, self._json("GET", f"/v1/restores/{_seg(restore_id)}"))
+        return cast(RunStatus, self._json("GET", f"/v1/restores/{_seg(restore_id)}", operator=True))
 
     def resume(self, set_name: str, checkpoint_id: str, participants: Optional[Sequence[str]] = None,
                request_id: Optional[str] = None) -> ResumeResponse:
         """POST /v1/resumes: release a checkpoint taken with stay_paused."""
         body = {"set": set_name, "checkpoint_id": checkpoint_id,
                 "participants": list(participants) if participants is not None else None}
-        return cast(ResumeResponse, self._post("/v1/resumes", body, request_id))
+        return cast(ResumeResponse, self._post("/v1/resumes", body, request_id, operator=True))
 
     # -- transport ------------------------------------------------------
 
-    def _post(self, path: str, body: Mapping[str, Any], request_id: Optional[str]) -> Dict[str, Any]:
+    def _post(self, path: str, body: Mapping[str, Any], request_id: Optional[str],
+              operator: bool = False) -> Dict[str, Any]:
         doc = {"request_id": request_id or new_request_id()}
         doc.update({k: v for k, v in body.items() if v is not None})
-        return self._json("POST", path, body=doc)
+        return self._json("POST", path, body=doc, operator=operator)
 
     def _json(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None,
-              body: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+              body: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,
+              operator: bool = False) -> Dict[str, Any]:
         """One call whose answer is a JSON document. Reading the answer is
         retried too: an answer lost after the gateway acted is asked for
         again with the same request id, which applies nothing twice."""
@@ -240,7 +259,7 @@ class Client:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return cast(bytes, resp.read())
 
-        data = self._with_retries(method, path, query, body, roundtrip)
+        data = self._with_retries(method, path, query, body, roundtrip, operator)
         try:
             return cast(Dict[str, Any], json.loads(data))
         except ValueError as e:
@@ -256,17 +275,20 @@ class Client:
         return self._with_retries(method, path, query, body, opener)
 
     def _with_retries(self, method: str, path: str, query: Optional[Mapping[str, Any]],
-                      body: Optional[Mapping[str, Any]], send: Callable[[urllib.request.Request], _T]) -> _T:
+                      body: Optional[Mapping[str, Any]], send: Callable[[urllib.request.Request], _T],
+                      operator: bool = False) -> _T:
         """Sends one request, retrying connection errors, timeouts and 503
         with the same body (and so the same request id); any other non-2xx
-        answer raises its APIError at once."""
+        answer raises its APIError at once. An operator route carries the
+        operator token when the client has one."""
         url = self.base_url + path + _query(query)
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        token = self.operator_token if operator and self.operator_token else self.token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         attempt = 0
         while True:
             attempt += 1

@@ -56,6 +56,13 @@ class Unauthorized(APIError):
     code = "unauthorized"
 
 
+class Forbidden(APIError):
+    """403: the token's role may not use the route: checkpoints, restores
+    and resumes need the operator token. Nothing was changed."""
+
+    code = "forbidden"
+
+
 class BadRequest(APIError):
     """400: the request is malformed; field names what was wrong. Nothing
     was changed."""
@@ -100,11 +107,11 @@ class Unavailable(APIError):
 
 
 ERRORS_BY_CODE: Dict[str, Type[APIError]] = {
-    cls.code: cls for cls in (Unauthorized, BadRequest, NotFound, Conflict, SetStalled, Unavailable)
+    cls.code: cls for cls in (Unauthorized, Forbidden, BadRequest, NotFound, Conflict, SetStalled, Unavailable)
 }
 
 # The code of an error body that lacks one, by HTTP status.
-_CODE_BY_STATUS = {401: "unauthorized", 400: "bad_request", 404: "not_found", 409: "conflict", 503: "unavailable"}
+_CODE_BY_STATUS = {401: "unauthorized", 403: "forbidden", 400: "bad_request", 404: "not_found", 409: "conflict", 503: "unavailable"}
 
 
 def api_error(status: int, body: bytes) -> APIError:
