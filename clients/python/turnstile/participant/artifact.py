@@ -10,11 +10,12 @@ A checkpoint directory holds named sections of (key, data) records:
 The Go coordinator opens what a participant commits with artifact.Open and
 refuses anything it could not have written itself, so every byte here is
 what Go writes for the same sections: the same sections give the same files,
-whatever order they came in. Run as a script it writes or checks one
-checkpoint, for the tests that compare it with the Go implementation:
+whatever order they came in. `python -m turnstile.participant artifact`
+writes or checks one checkpoint, for the tests that compare it with the Go
+implementation:
 
-    python3 artifact.py write DIR CHECKPOINT_ID < sections.json
-    python3 artifact.py check DIR CHECKPOINT_ID
+    python3 -m turnstile.participant artifact write DIR CHECKPOINT_ID < sections.json
+    python3 -m turnstile.participant artifact check DIR CHECKPOINT_ID
 """
 
 import hashlib
@@ -22,7 +23,7 @@ import os
 import re
 import sys
 
-import wire
+from . import wire
 
 SCHEMA_VERSION = 1
 MAX_SHARD_RECORDS = 512
@@ -397,6 +398,3 @@ def _main(argv):
     print(m["digest"])
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
