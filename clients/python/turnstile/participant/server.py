@@ -307,7 +307,11 @@ def start(envs, host="127.0.0.1", port=0, *, name=DEFAULT_NAME, data_token=None,
     bound_host, bound_port = httpd.server_address[:2]
     url = f"{scheme}://{bound_host}:{bound_port}"
     if ready_file:
-        write_ready_file(ready_file, url)
+        try:
+            write_ready_file(ready_file, url)
+        except OSError:
+            httpd.server_close()
+            raise
     if not quiet:
         log("info", "participant listening", url=url, name=name, envs=names,
             control_plane=bool(control_token), data_auth=bool(data_token))
