@@ -10,7 +10,8 @@ import (
 
 // TestPythonParticipantCheckpointKillEverythingRestore is the whole recovery
 // story with an environment written in another language: a set of notes
-// rollouts runs on the Python participant (clients/python/examples/participant),
+// rollouts runs on the Python participant (clients/python/examples/participant,
+// on the participant library turnstile.participant),
 // a checkpoint is cut mid-flight, then the worker, the Python participant
 // and the in-memory Temporal dev server are SIGKILLed and the transcript
 // store deleted; fresh processes restore the checkpoint and every rollout
@@ -21,6 +22,18 @@ func TestPythonParticipantCheckpointKillEverythingRestore(t *testing.T) {
 		t.Skip("integration")
 	}
 	recoverSet(t, []string{"notes"}, 12, recoverOptions{python: true})
+}
+
+// TestPythonCounterCheckpointKillEverythingRestore is the same story for
+// the counter environment of the Python example (counter.py, some fifty
+// lines on the participant library): its rollouts, driven by the bundled
+// policy server's scripted counter policy, come through a checkpoint, a
+// SIGKILL of everything and a restore equal to an uninterrupted run.
+func TestPythonCounterCheckpointKillEverythingRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	recoverSet(t, []string{"counter"}, 12, recoverOptions{python: true})
 }
 
 // startPythonParticipant starts the Python participant on the environment

@@ -21,11 +21,18 @@ class InstalledTest(unittest.TestCase):
         self.assertEqual(os.path.realpath(str(dist.locate_file("turnstile"))), imported,
                          "the imported turnstile is the one the turnstile-client distribution installed")
         installed = {str(f) for f in dist.files or [] if str(f).startswith("turnstile/") and str(f).endswith(".py")}
-        source = {f"turnstile/{name}" for name in os.listdir(SOURCE) if name.endswith(".py")}
+        source = set()
+        for dirpath, dirnames, filenames in os.walk(SOURCE):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            rel = os.path.relpath(dirpath, SOURCE).replace(os.sep, "/")
+            prefix = "turnstile/" if rel == "." else f"turnstile/{rel}/"
+            source |= {prefix + name for name in filenames if name.endswith(".py")}
+        self.assertIn("turnstile/participant/__init__.py", source, "the participant library is part of the client")
         self.assertEqual(installed, source, "every module of the source, and only those, is installed")
         for path in sorted(source):
-            with open(os.path.join(SOURCE, os.path.basename(path)), "rb") as a, \
-                    open(os.path.join(imported, os.path.basename(path)), "rb") as b:
+            rel = path[len("turnstile/"):]
+            with open(os.path.join(SOURCE, *rel.split("/")), "rb") as a, \
+                    open(os.path.join(imported, *rel.split("/")), "rb") as b:
                 self.assertEqual(a.read(), b.read(), f"{path} changed since the install: install the client again")
 
 

@@ -4,6 +4,9 @@ checkpoint, restore and resume. Standard library only.
 
 See examples/trainer_loop.py for a complete trainer loop, and the
 gateway's OpenAPI document (GET /v1/openapi.json) for every field.
+
+turnstile.participant is the other side: a library to serve environments
+written in Python behind the participant protocol (examples/participant).
 """
 
 from .client import Client, RetryPolicy, new_request_id

@@ -22,7 +22,7 @@ session answers every later tool call exactly like the original.
 import hashlib
 import json
 
-from environment import EnvError
+from turnstile.participant import EXPORT_RESTORE, EnvError, Environment, Session
 
 NAME = "notes"
 MAX_STEPS = 6
@@ -112,11 +112,8 @@ def parse_task(task):
     return steps
 
 
-class NotesEnv:
-    name = NAME
-
-    def spec(self):
-        return {"name": NAME, "mode": "export_restore", "style": "tools", "tools": TOOLS}
+class NotesEnv(Environment):
+    name, mode, tools = NAME, EXPORT_RESTORE, TOOLS
 
     def start(self, seed, task):
         steps = parse_task(task)
@@ -167,24 +164,21 @@ def _args(args, names):
     return args
 
 
-class NotesSession:
+class NotesSession(Session):
+    """Each tool is a tool_<name> method (the library's Session.apply
+    dispatches to it); a string it returns is the observation."""
+
     def __init__(self, state):
         self.s = state
 
-    def apply(self, tool, args):
-        handler = getattr(self, "_tool_" + tool, None) if tool in {t["name"] for t in TOOLS} else None
-        if handler is None:
-            raise EnvError("unknown_tool", f"no tool {tool!r} (tools: list_notes, write_note, append_note, delete_note)")
-        return {"observation": handler(args), "reward": 0}
-
-    def _tool_list_notes(self, args):
+    def tool_list_notes(self, args):
         _args(args, [])
         notes = self.s["notes"]
         if not notes:
             return "The notebook is empty."
         return f"{len(notes)} notes:\n" + "\n".join(f"- {t}: {notes[t]}" for t in sorted(notes))
 
-    def _tool_write_note(self, args):
+    def tool_write_note(self, args):
         a = _args(args, ["title", "body"])
         if len(a["body"]) > MAX_BODY:
             raise EnvError("bad_arguments", f"body longer than {MAX_BODY} characters")
@@ -192,7 +186,7 @@ class NotesSession:
         self.s["edits"] += 1
         return f'Wrote "{a["title"]}". The notebook holds {len(self.s["notes"])} notes.'
 
-    def _tool_append_note(self, args):
+    def tool_append_note(self, args):
         a = _args(args, ["title", "text"])
         notes = self.s["notes"]
         if a["title"] not in notes:
@@ -203,7 +197,7 @@ class NotesSession:
         self.s["edits"] += 1
         return f'"{a["title"]}" now reads: {notes[a["title"]]}'
 
-    def _tool_delete_note(self, args):
+    def tool_delete_note(self, args):
         a = _args(args, ["title"])
         if a["title"] not in self.s["notes"]:
             raise EnvError("illegal_action", f'there is no note "{a["title"]}"')
@@ -226,6 +220,3 @@ class NotesSession:
         return {"version": s["version"], "seed": s["seed"], "steps": s["steps"],
                 "notes": {t: s["notes"][t] for t in sorted(s["notes"])},
                 "goal": {t: s["goal"][t] for t in sorted(s["goal"])}, "edits": s["edits"]}
-
-    def close(self):
-        pass

@@ -1,7 +1,9 @@
-// Package pythonparticipant_test checks the Python participant beside it from
-// the Go side: its unit tests, its checkpoint files against the Go artifact
-// package byte for byte, and its protocol through the Go clients and the
-// notes scripted policy. Only python3 (standard library) is needed.
+// Package pythonparticipant_test checks the Python participant beside it, on
+// the participant library of the turnstile client (turnstile.participant)
+// installed into a fresh virtual environment, from the Go side: its unit
+// tests, the library's checkpoint files against the Go artifact package byte
+// for byte, and its protocol through the Go clients and the scripted
+// policies of its environments. Only python3 (standard library) is needed.
 package pythonparticipant_test
 
 import (
@@ -12,14 +14,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	pyclient "github.com/turnstile-rl/turnstile/clients/python"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envs/notes"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -32,14 +37,51 @@ const (
 	dataToken    = "py-data-token"
 )
 
-func python(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	require.NoError(t, err, "the Python participant needs python3 (standard library only)")
-	return p
+// venv is the virtual environment with the turnstile client (and so the
+// participant library) installed, made once for the whole package.
+var venv struct {
+	once sync.Once
+	dir  string
+	py   string
+	err  error
 }
 
-// TestPythonUnitTests runs the participant's own unittest suite.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if venv.dir != "" {
+		_ = os.RemoveAll(venv.dir)
+	}
+	os.Exit(code)
+}
+
+// python is the interpreter of a fresh virtual environment with the client
+// installed from clients/python (offline, as the docs install it): the
+// example runs on the installed library, not on its sources.
+func python(t *testing.T) string {
+	t.Helper()
+	venv.once.Do(func() {
+		py3, err := exec.LookPath("python3")
+		if err != nil {
+			venv.err = fmt.Errorf("the Python participant needs python3 (standard library only): %w", err)
+			return
+		}
+		if venv.dir, venv.err = os.MkdirTemp("", "pyparticipant-venv-"); venv.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		v, err := pyclient.Install(ctx, py3, filepath.Join("..", ".."), filepath.Join(venv.dir, "venv"))
+		if err != nil {
+			venv.err = fmt.Errorf("installing the turnstile client into a venv: %w", err)
+			return
+		}
+		venv.py = v.Python
+	})
+	require.NoError(t, venv.err)
+	return venv.py
+}
+
+// TestPythonUnitTests runs the unittest suite of the example's environments.
 func TestPythonUnitTests(t *testing.T) {
 	cmd := exec.Command(python(t), "-m", "unittest", "-q")
 	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
@@ -47,8 +89,8 @@ func TestPythonUnitTests(t *testing.T) {
 	require.NoError(t, err, "python3 -m unittest:\n%s", out)
 }
 
-// TestArtifactBytesMatchGo: the same sections give the same files from
-// artifact.py as from the Go artifact package, and each side validates the
+// TestArtifactBytesMatchGo: the same sections give the same files from the
+// library's artifact module as from the Go artifact package, and each side validates the
 // other's checkpoint.
 func TestArtifactBytesMatchGo(t *testing.T) {
 	big := strings.Repeat("x", 700) // spans two tar blocks
@@ -87,7 +129,7 @@ func TestArtifactBytesMatchGo(t *testing.T) {
 	}
 	in, err := json.Marshal(doc)
 	require.NoError(t, err)
-	cmd := exec.Command(python(t), "artifact.py", "write", pyDir, meta.CheckpointID)
+	cmd := exec.Command(python(t), "-m", "turnstile.participant", "artifact", "write", pyDir, meta.CheckpointID)
 	cmd.Stdin = strings.NewReader(string(in))
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -107,7 +149,7 @@ func TestArtifactBytesMatchGo(t *testing.T) {
 	}
 	_, err = artifact.Open(context.Background(), pyDir, meta.CheckpointID)
 	require.NoError(t, err, "Go validates the Python checkpoint")
-	out, err = exec.Command(python(t), "artifact.py", "check", goDir, meta.CheckpointID).CombinedOutput()
+	out, err = exec.Command(python(t), "-m", "turnstile.participant", "artifact", "check", goDir, meta.CheckpointID).CombinedOutput()
 	require.NoError(t, err, "Python validates the Go checkpoint: %s", out)
 }
 
@@ -171,9 +213,11 @@ func (p *participant) kill() {
 	<-p.done
 }
 
-// episode drives one notes rollout with the scripted policy, as the Rollout
-// workflow would: the conversation grows with each observation.
+// episode drives one rollout of a catalog environment with its scripted
+// policy, as the Rollout workflow would: the conversation grows with each
+// observation.
 type episode struct {
+	entry    envs.Entry
 	rollout  string
 	attempt  int
 	seed     int64
@@ -186,7 +230,7 @@ type episode struct {
 func (e *episode) start(ctx context.Context, t *testing.T, c *protocol.Client, task json.RawMessage) {
 	t.Helper()
 	resp, err := c.Start(ctx, protocol.StartRequest{Identity: protocol.Identity{RolloutID: e.rollout, Attempt: e.attempt,
-		RequestID: protocol.SeedRequestID(e.rollout)}, Env: notes.Name, Seed: e.seed, Task: task})
+		RequestID: protocol.SeedRequestID(e.rollout)}, Env: e.entry.Name, Seed: e.seed, Task: task})
 	require.NoError(t, err)
 	require.Equal(t, envs.ModeExportRestore, resp.Spec.Mode)
 	e.msgs = []envs.Message{{Role: "system", Content: resp.Start.Instructions}, {Role: "user", Content: resp.Start.Observation}}
@@ -196,7 +240,7 @@ func (e *episode) start(ctx context.Context, t *testing.T, c *protocol.Client, t
 // reports false once the policy answered done.
 func (e *episode) step(ctx context.Context, t *testing.T, c *protocol.Client, imperfection float64) bool {
 	t.Helper()
-	r, err := notes.Policy{}.Respond(envs.PolicyRequest{Messages: e.msgs, Seed: e.seed, Imperfection: imperfection})
+	r, err := e.entry.Policy.Respond(envs.PolicyRequest{Messages: e.msgs, Seed: e.seed, Imperfection: imperfection})
 	require.NoError(t, err)
 	if len(r.ToolCalls) == 0 {
 		return false
@@ -235,7 +279,7 @@ func TestScriptedPolicyFinishesWithinTheDefaultLimit(t *testing.T) {
 		for _, imperfection := range []float64{0, 0.5} {
 			task, err := entry.Task(7, i)
 			require.NoError(t, err)
-			e := &episode{rollout: fmt.Sprintf("lim-%d-%v", i, imperfection), seed: int64(7000 + i)}
+			e := &episode{entry: entry, rollout: fmt.Sprintf("lim-%d-%v", i, imperfection), seed: int64(7000 + i)}
 			e.start(ctx, t, c, task)
 			turns := 1
 			for e.step(ctx, t, c, imperfection) {
@@ -249,22 +293,42 @@ func TestScriptedPolicyFinishesWithinTheDefaultLimit(t *testing.T) {
 	}
 }
 
-// TestCheckpointKillRestoreThroughGoClients: rollouts are cut mid-episode
-// through the Go control client, the checkpoint validates with the Go
-// artifact package, the participant is SIGKILLed, a fresh one restores the
-// cut as attempt 1, and every rollout continues with the same observations
-// and reward as an uninterrupted run; attempt 0 is refused from then on.
+// TestCheckpointKillRestoreThroughGoClients: for each export_restore
+// environment of the example, rollouts are cut mid-episode through the Go
+// control client, the checkpoint validates with the Go artifact package,
+// the participant is SIGKILLed, a fresh one restores the cut as attempt 1,
+// and every rollout continues with the same observations and reward as an
+// uninterrupted run; attempt 0 is refused from then on.
 func TestCheckpointKillRestoreThroughGoClients(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		tool string // an operation attempt 0 tries after the restore
+		args string
+	}{
+		{env: notes.Name, tool: notes.ToolList, args: `{}`},
+		{env: counter.Name, tool: counter.ToolIncrement, args: `{"amount":1}`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			entry, err := catalog.Find(tc.env)
+			require.NoError(t, err)
+			checkpointKillRestore(t, entry, tc.tool, json.RawMessage(tc.args))
+		})
+	}
+}
+
+func checkpointKillRestore(t *testing.T, entry envs.Entry, staleTool string, staleArgs json.RawMessage) {
 	ctx := context.Background()
 	const n = 4
 	tasks := make([]json.RawMessage, n)
 	for i := range tasks {
-		tasks[i], _ = catalog.Task(notes.Name, 3, i)
+		var err error
+		tasks[i], err = entry.Task(3, i)
+		require.NoError(t, err)
 	}
 	run := func(c *protocol.Client, prefix string) []*episode {
 		eps := make([]*episode, n)
 		for i := range eps {
-			eps[i] = &episode{rollout: fmt.Sprintf("%s-%d", prefix, i), seed: int64(i)}
+			eps[i] = &episode{entry: entry, rollout: fmt.Sprintf("%s-%d", prefix, i), seed: int64(i)}
 			eps[i].start(ctx, t, c, tasks[i])
 		}
 		return eps
@@ -315,7 +379,7 @@ func TestCheckpointKillRestoreThroughGoClients(t *testing.T) {
 	c = protocol.NewDataClient(second.url, dataToken, nil)
 	for _, e := range eps {
 		_, err := c.Operate(ctx, protocol.OperateRequest{Identity: protocol.Identity{RolloutID: e.rollout, Attempt: 0, RequestID: e.rollout + "/stale"},
-			ExpectedRevision: e.revision, Tool: notes.ToolList, Arguments: json.RawMessage(`{}`)})
+			ExpectedRevision: e.revision, Tool: staleTool, Arguments: staleArgs})
 		var re *protocol.RemoteError
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, protocol.CodeStaleAttempt, re.Code)

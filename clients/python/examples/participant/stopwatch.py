@@ -13,18 +13,17 @@ A task is {"laps": N} (1..10); the verdict is 1 once N laps are recorded.
 
 import time
 
-from environment import EnvError
+from turnstile.participant import RESTART_ONLY, EnvError, Environment, Session, tool
 
 NAME = "stopwatch"
 
 
-class StopwatchEnv:
-    name = NAME
+class StopwatchEnv(Environment):
+    """restart_only: the library commits its sessions without state and
+    never calls restore; the base class's restore refuses."""
 
-    def spec(self):
-        return {"name": NAME, "mode": "restart_only", "style": "tools", "tools": [
-            {"name": "lap", "description": "Record a lap and show the time since the start.",
-             "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}]}
+    name, mode = NAME, RESTART_ONLY
+    tools = [tool("lap", "Record a lap and show the time since the start.")]
 
     def start(self, seed, task):
         if not isinstance(task, dict) or set(task) != {"laps"} or type(task["laps"]) is not int or not 1 <= task["laps"] <= 10:
@@ -33,29 +32,18 @@ class StopwatchEnv:
             "instructions": "Record laps with the lap tool, then answer done.",
             "observation": f"Record {task['laps']} laps."}
 
-    def restore(self, state):
-        raise EnvError("not_exportable", "a stopwatch runs on this process's clock; its sessions start over")
 
-
-class StopwatchSession:
+class StopwatchSession(Session):
     def __init__(self, laps):
         self.want = laps
         self.laps = 0
         self.t0 = time.monotonic()
 
-    def apply(self, tool, args):
-        if tool != "lap":
-            raise EnvError("unknown_tool", f"no tool {tool!r} (tools: lap)")
+    def tool_lap(self, args):
         if args != {}:
             raise EnvError("bad_arguments", "lap takes no arguments")
         self.laps += 1
-        return {"observation": f"lap {self.laps} at {int((time.monotonic() - self.t0) * 1000)} ms", "reward": 0}
+        return f"lap {self.laps} at {int((time.monotonic() - self.t0) * 1000)} ms"
 
     def verify(self):
         return {"reward": 1.0 if self.laps >= self.want else 0.0, "details": {"laps": self.laps}}
-
-    def export(self):
-        raise EnvError("not_exportable", "a stopwatch cannot be exported")
-
-    def close(self):
-        pass

@@ -1,262 +1,66 @@
-"""Unit tests of the Python participant (python3 -m unittest, standard library
-only). The Go tests beside this file run them, then drive the participant
-with the Go clients and the conformance kit."""
+"""Unit tests of the example's environments (python3 -m unittest, standard
+library only, with the turnstile client installed or on PYTHONPATH). The
+protocol itself is the library's and tested with it (clients/python/tests);
+the Go tests beside this file drive participant.py with the Go clients and
+the conformance kit."""
 
 import json
-import os
-import shutil
-import tempfile
-import threading
 import unittest
-import urllib.error
-import urllib.request
-from http.server import ThreadingHTTPServer
 
-import artifact
-import notes
-import participant
-from environment import EnvError
-
-DATA, CONTROL = "data-token", "control-token"
+from counter import CounterEnv
+from notes import NotesEnv
+from stopwatch import StopwatchEnv
+from turnstile.participant import EnvError, check_environment
 
 
-class Server:
-    """A participant on a free loopback port, in this process."""
+class CounterTest(unittest.TestCase):
+    def test_reaching_the_target_scores_one_and_state_round_trips(self):
+        sess, start = CounterEnv().start(0, {"target": 7, "start": 2})
+        self.assertIn('TASK {"start":2,"target":7}', start["observation"])
+        self.assertEqual(sess.apply("increment", {"amount": 4}), {"observation": "counter=6", "reward": 0})
+        state = json.loads(json.dumps(sess.export()))
+        again = CounterEnv().restore(state)
+        self.assertEqual(again.export(), state)
+        self.assertEqual(again.apply("increment", {"amount": 1})["observation"], "counter=7")
+        self.assertEqual(again.verify()["reward"], 1.0)
+        self.assertEqual(sess.verify()["reward"], 0.0)
 
-    def __init__(self, name="py-test", retired_cap=None):
-        envs = [notes.NotesEnv(), participant.ENVIRONMENTS["stopwatch"]()]
-        self.p = participant.Participant(envs, name, DATA, CONTROL, retired_cap)
-        handler = type("H", (participant.Handler,), {"participant": self.p})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def call(self, method, path, body=None, token=DATA, raw=None):
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if token:
-            req.add_header("Authorization", "Bearer " + token)
-        try:
-            with urllib.request.urlopen(req) as r:
-                return r.status, json.loads(r.read()), r.headers
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read()), e.headers
-
-    def ok(self, method, path, body=None, token=DATA):
-        status, out, _ = self.call(method, path, body, token)
-        if status != 200:
-            raise AssertionError(f"{method} {path}: {status} {out}")
-        return out
-
-    def start(self, rid, attempt=0, steps=3, seed=7, request_id=None):
-        return self.call("POST", "/v1/sessions", {"rollout_id": rid, "attempt": attempt, "request_id": request_id or rid + "/seed",
-                                                   "env": "notes", "seed": seed, "task": {"steps": steps}})
-
-    def operate(self, rid, rev, tool="list_notes", args=None, attempt=0, request_id=None):
-        return self.call("POST", f"/v1/sessions/{rid}/operate", {
-            "rollout_id": rid, "attempt": attempt, "request_id": request_id or f"{rid}/t{rev}/c0",
-            "expected_revision": rev, "tool": tool, "arguments": {} if args is None else args})
-
-    def stats(self):
-        return self.ok("GET", "/v1/stats")
-
-
-class ParticipantTest(unittest.TestCase):
-    def setUp(self):
-        self.s = Server()
-        self.dir = tempfile.mkdtemp()
-
-    def tearDown(self):
-        self.s.close()
-        shutil.rmtree(self.dir)
-
-    def code(self, answer):
-        return answer[0], answer[1]["error"]["code"]
-
-    def test_tokens_guard_both_planes_and_change_nothing(self):
-        s = self.s
-        self.assertEqual(s.call("GET", "/healthz", token=None)[:2], (200, {"ok": True}))
-        for path, token, realm in [("/v1/stats", None, "data"), ("/v1/stats", CONTROL, "data"),
-                                   ("/v1/control/status", DATA, "control"), ("/v1/control/status", "x", "control")]:
-            status, body, headers = s.call("GET", path, token=token)
-            self.assertEqual((status, body["error"]["code"]), (401, "unauthorized"), path)
-            self.assertEqual(headers["WWW-Authenticate"], f'Bearer realm="turnstile-{realm}"')
-        self.assertEqual(self.code(s.call("POST", "/v1/sessions", {"rollout_id": "r"}, token="wrong")), (401, "unauthorized"))
-        self.assertEqual(s.stats(), {"applied": 0, "replayed": 0, "refused": 0, "parked": 0, "sessions": 0})
-
-    def test_replay_conflict_revision_and_fence(self):
-        s = self.s
-        first = s.start("r")[1]
-        self.assertEqual(first["revision"], 0)
-        op = s.operate("r", 0, "write_note", {"title": "a", "body": "x"})[1]
-        # Key order and spacing do not matter; the stored answer comes back.
-        raw = b'{ "tool":"write_note","arguments":{"body":"x", "title":"a"},"expected_revision":0,' \
-              b'"request_id":"r/t0/c0","attempt":0,"rollout_id":"r"}'
-        again = s.call("POST", "/v1/sessions/r/operate", raw=raw)[1]
-        self.assertEqual(again, dict(op, replayed=True))
-        self.assertEqual(s.stats()["applied"], 2)
-        self.assertEqual(s.stats()["replayed"], 1)
-        self.assertEqual(self.code(s.operate("r", 0, "write_note", {"title": "a", "body": "y"})), (409, "request_id_conflict"))
-        self.assertEqual(self.code(s.operate("r", 0, request_id="r/other")), (409, "revision_mismatch"))
-        self.assertEqual(self.code(s.operate("r", 1, attempt=1)), (409, "attempt_not_installed"))
-        self.assertEqual(self.code(s.start("fresh", attempt=2)), (409, "attempt_not_installed"))
-        self.assertEqual(self.code(s.call("GET", "/v1/sessions/fresh")), (404, "unknown_session"))
-        self.assertEqual(s.ok("GET", "/v1/sessions/r")["revision"], 1)
-
-    def test_malformed_requests_are_refused_400(self):
-        base = {"rollout_id": "m", "attempt": 0, "request_id": "m/seed", "env": "notes", "seed": 1, "task": {"steps": 1}}
-        cases = {
-            "unknown field": dict(base, extra=1),
-            "missing attempt": {k: v for k, v in base.items() if k != "attempt"},
-            "null attempt": dict(base, attempt=None),
-            "negative attempt": dict(base, attempt=-1),
-            "float attempt": dict(base, attempt=1.5),
-            "string attempt": dict(base, attempt="0"),
-            "empty rollout": dict(base, rollout_id=""),
-            "empty request id": dict(base, request_id=""),
-        }
-        for name, body in cases.items():
-            with self.subTest(name):
-                self.assertEqual(self.code(self.s.call("POST", "/v1/sessions", body)), (400, "malformed_request"))
-        deep = b'{"rollout_id":"m","attempt":0,"request_id":"d","env":"notes","task":' + b"[" * 100000 + b"]" * 100000 + b"}"
-        for name, raw in {"trailing data": json.dumps(base).encode() + b" {}", "not an object": b"[1]", "not JSON": b"{",
-                          "NaN": b'{"rollout_id":"m","attempt":NaN}', "too deep": deep}.items():
-            with self.subTest(name):
-                self.assertEqual(self.code(self.s.call("POST", "/v1/sessions", raw=raw)), (400, "malformed_request"))
-        self.s.start("m")
-        body = {"rollout_id": "other", "attempt": 0, "request_id": "x", "expected_revision": 0, "tool": "list_notes"}
-        self.assertEqual(self.code(self.s.call("POST", "/v1/sessions/m/operate", body)), (400, "malformed_request"))
-        self.assertEqual(self.s.stats()["applied"], 1)
-
-    def test_environment_refusal_is_422_and_changes_nothing(self):
-        s = self.s
-        s.start("e")
-        self.assertEqual(self.code(s.operate("e", 0, "delete_note", {"title": "nope"})), (422, "illegal_action"))
-        self.assertEqual(self.code(s.operate("e", 0, "fly", request_id="e/x")), (422, "unknown_tool"))
-        self.assertEqual(s.ok("GET", "/v1/sessions/e")["revision"], 0)
-
-    def test_verify_is_terminal(self):
-        s = self.s
-        s.start("v")
-        body = {"rollout_id": "v", "attempt": 0, "request_id": "v/verify", "expected_revision": 0}
-        verdict = s.ok("POST", "/v1/sessions/v/verify", body)
-        self.assertEqual(s.ok("POST", "/v1/sessions/v/verify", body), dict(verdict, replayed=True))
-        self.assertEqual(self.code(s.operate("v", 0, request_id="v/late")), (409, "session_retired"))
-        self.assertTrue(s.ok("GET", "/v1/sessions/v")["retired"])
-        self.assertEqual(s.stats()["sessions"], 0)
-
-    def checkpoint(self, s, cid, loc):
-        s.ok("POST", "/v1/control/prepare", {"checkpoint_id": cid, "deadline": "2099-01-01T00:00:00Z"}, CONTROL)
-        out = s.ok("POST", "/v1/control/commit", {"checkpoint_id": cid, "location": loc}, CONTROL)
-        s.ok("POST", "/v1/control/resume", {"checkpoint_id": cid}, CONTROL)
-        return out
-
-    def test_checkpoint_restore_continues_identically(self):
-        s = self.s
-        s.start("c")
-        s.operate("c", 0, "write_note", {"title": "a", "body": "x"})
-        loc = os.path.join(self.dir, "k1")
-        commit = self.checkpoint(s, "k1", loc)
-        # Later operations of the original, and of a restore elsewhere.
-        want = [s.operate("c", 1, "append_note", {"title": "a", "text": "y"})[1],
-                s.operate("c", 2, "list_notes")[1]]
-        fresh = Server()
-        try:
-            restored = fresh.ok("POST", "/v1/control/restore", {"checkpoint_id": "k1", "location": loc, "attempts": {"c": 1}}, CONTROL)
-            self.assertEqual(restored["restored"][0]["revision"], 1)
-            self.assertEqual(self.code(fresh.operate("c", 1, attempt=1)), (503, "parked"))
-            fresh.ok("POST", "/v1/control/resume", {"checkpoint_id": "k1"}, CONTROL)
-            # The request applied before the cut replays under the new attempt.
-            self.assertTrue(fresh.operate("c", 0, "write_note", {"title": "a", "body": "x"}, attempt=1, request_id="c/t0/c0")[1]["replayed"])
-            got = [fresh.operate("c", 1, "append_note", {"title": "a", "text": "y"}, attempt=1)[1],
-                   fresh.operate("c", 2, "list_notes", attempt=1)[1]]
-            self.assertEqual(got, want)
-            self.assertEqual(self.code(fresh.operate("c", 3, attempt=0)), (409, "stale_attempt"))
-            # The same state exports to the same bytes.
-            again = self.checkpoint(fresh, "k2", os.path.join(self.dir, "k2"))
-            self.checkpoint(s, "k3", os.path.join(self.dir, "k3"))
-            self.assertNotEqual(again["manifest_digest"], commit["manifest_digest"])  # other checkpoint id
-        finally:
-            fresh.close()
-        a = artifact.open_checkpoint(os.path.join(self.dir, "k2"), "k2")[1]["sessions"]
-        b = artifact.open_checkpoint(os.path.join(self.dir, "k3"), "k3")[1]["sessions"]
-        self.assertEqual(a[0][1].replace(b'"attempt":1', b'"attempt":0'), b[0][1])
-
-    def test_phase_fence(self):
-        s = self.s
-        prep = {"checkpoint_id": "p1", "deadline": "2099-01-01T00:00:00Z"}
-        first = s.ok("POST", "/v1/control/prepare", prep, CONTROL)
-        self.assertEqual(s.ok("POST", "/v1/control/prepare", prep, CONTROL), first)
-        self.assertEqual(self.code(s.call("POST", "/v1/control/prepare", dict(prep, checkpoint_id="p2"), CONTROL)), (409, "checkpoint_conflict"))
-        self.assertEqual(self.code(s.start("during")), (503, "parked"))
-        self.assertEqual(self.code(s.call("POST", "/v1/control/restore", {"checkpoint_id": "p1", "location": "/x", "attempts": {"a": 1}}, CONTROL)),
-                         (409, "invalid_phase"))
-        s.ok("POST", "/v1/control/resume", {"checkpoint_id": "p1"}, CONTROL)
-        self.assertEqual(self.code(s.call("POST", "/v1/control/prepare", prep, CONTROL)), (409, "stale_checkpoint"))
-        self.assertEqual(s.stats()["parked"], 1)
-        self.assertEqual(self.code(s.call("POST", "/v1/control/prepare", {"checkpoint_id": "p3", "deadline": "0001-01-01T00:00:00Z"}, CONTROL)),
-                         (400, "malformed_request"))
-
-    def test_authorise_retire_and_restart_only(self):
-        s = self.s
-        task = {"rollout_id": "w", "attempt": 0, "request_id": "w/seed", "env": "stopwatch", "seed": 0, "task": {"laps": 1}}
-        s.ok("POST", "/v1/sessions", task)
-        ans = s.ok("POST", "/v1/control/sessions/w/authorise", {"attempt": 1}, CONTROL)
-        self.assertEqual(ans, {"rollout_id": "w", "attempt": 1, "fence": 1, "changed": True, "dropped": True, "pending": False})
-        self.assertEqual(s.ok("POST", "/v1/control/sessions/w/authorise", {"attempt": 1}, CONTROL)["changed"], False)
-        self.assertEqual(self.code(s.call("POST", "/v1/control/sessions/w/authorise", {"attempt": 0}, CONTROL)), (409, "stale_attempt"))
-        self.assertEqual(s.ok("POST", "/v1/sessions", dict(task, attempt=1))["revision"], 0)
-        ret = s.ok("POST", "/v1/control/retire", {"rollout_id": "w", "attempt": 1}, CONTROL)
-        self.assertEqual((ret["fence"], ret["discarded"]), (2, True))
-        # A restart-only session is committed without state and restarts.
-        s.ok("POST", "/v1/control/sessions/w/authorise", {"attempt": 2}, CONTROL)
-        s.ok("POST", "/v1/sessions", dict(task, attempt=2))
-        loc = os.path.join(self.dir, "k")
-        self.checkpoint(s, "k", loc)
-        out = s.ok("POST", "/v1/control/restore", {"checkpoint_id": "k", "location": loc, "attempts": {"w": 3}}, CONTROL)
-        self.assertEqual([r["rollout_id"] for r in out["restarted"]], ["w"])
-        s.ok("POST", "/v1/control/resume", {"checkpoint_id": "k"}, CONTROL)
-        self.assertEqual(self.code(s.call("GET", "/v1/sessions/w")), (404, "unknown_session"))
-        self.assertEqual(s.ok("POST", "/v1/sessions", dict(task, attempt=3))["revision"], 0)
-
-    def test_corrupt_checkpoint_installs_nothing(self):
-        s = self.s
-        s.start("x")
-        loc = os.path.join(self.dir, "k")
-        self.checkpoint(s, "k", loc)
-        shard = os.path.join(loc, "sessions-00000.tar")
-        with open(shard, "r+b") as f:
-            f.seek(600)
-            b = f.read(1)
-            f.seek(600)
-            f.write(bytes([b[0] ^ 1]))
-        fresh = Server()
-        try:
-            out = fresh.call("POST", "/v1/control/restore", {"checkpoint_id": "k", "location": loc, "attempts": {"x": 1}}, CONTROL)
-            self.assertEqual(self.code(out), (422, "invalid_checkpoint"))
-            self.assertEqual(fresh.ok("GET", "/v1/control/status", token=CONTROL)["phase"], "idle")
-            self.assertEqual(self.code(fresh.start("x", attempt=1)), (409, "attempt_not_installed"))
-        finally:
-            fresh.close()
+    def test_bad_input_is_refused(self):
+        for task in [None, {}, {"target": -1}, {"target": 1.5}, {"target": 3, "x": 1}]:
+            with self.subTest(task=task), self.assertRaises(EnvError):
+                CounterEnv().start(0, task)
+        sess, _ = CounterEnv().start(0, {"target": 3})
+        for args in [{}, {"amount": 0}, {"amount": 11}, {"amount": "1"}]:
+            with self.subTest(args=args), self.assertRaises(EnvError):
+                sess.apply("increment", args)
+        with self.assertRaises(EnvError) as cm:
+            sess.apply("decrement", {"amount": 1})
+        self.assertEqual(cm.exception.code, "unknown_tool")
+        good = {"start": 0, "target": 3, "padding": 0, "value": 5, "ops": 1}
+        for k, v in [("value", 11), ("ops", 0), ("padding", 1), ("start", -1)]:
+            with self.subTest(state=k), self.assertRaises(EnvError):
+                CounterEnv().restore(dict(good, **{k: v}))
+        self.assertEqual(sess.export()["value"], 0)
 
 
 class NotesTest(unittest.TestCase):
+    def test_declarations_check(self):
+        for env in (CounterEnv(), NotesEnv(), StopwatchEnv()):
+            check_environment(env)
+        self.assertEqual(StopwatchEnv().spec()["mode"], "restart_only")
+
     def test_task_is_a_function_of_seed_and_steps(self):
-        a = notes.NotesEnv().start(5, {"steps": 4})[1]
-        b = notes.NotesEnv().start(5, {"steps": 4})[1]
-        c = notes.NotesEnv().start(6, {"steps": 4})[1]
+        a = NotesEnv().start(5, {"steps": 4})[1]
+        b = NotesEnv().start(5, {"steps": 4})[1]
+        c = NotesEnv().start(6, {"steps": 4})[1]
         self.assertEqual(a, b)
         self.assertNotEqual(a, c)
         for bad in [{"steps": 0}, {"steps": 7}, {"steps": 2.0}, {"steps": 2, "x": 1}, [], None]:
             with self.assertRaises(EnvError):
-                notes.NotesEnv().start(1, bad)
+                NotesEnv().start(1, bad)
 
     def test_following_the_task_scores_one(self):
-        sess, start = notes.NotesEnv().start(11, {"steps": 5})
+        sess, start = NotesEnv().start(11, {"steps": 5})
         line = [l for l in start["observation"].splitlines() if l.startswith("TASK ")][0]
         self.assertLess(sess.verify()["reward"], 1)
         for e in json.loads(line[5:])["edits"]:
@@ -264,31 +68,13 @@ class NotesTest(unittest.TestCase):
         self.assertEqual(sess.verify()["reward"], 1)
 
     def test_restore_refuses_bad_state(self):
-        sess, _ = notes.NotesEnv().start(3, {"steps": 2})
+        sess, _ = NotesEnv().start(3, {"steps": 2})
         state = sess.export()
-        self.assertEqual(notes.NotesEnv().restore(json.loads(json.dumps(state))).export(), state)
+        self.assertEqual(NotesEnv().restore(json.loads(json.dumps(state))).export(), state)
         for k, v in [("version", 2), ("notes", {"t": 1}), ("steps", 99), ("edits", "1")]:
             with self.subTest(k), self.assertRaises(EnvError):
-                notes.NotesEnv().restore(dict(state, **{k: v}))
+                NotesEnv().restore(dict(state, **{k: v}))
 
-
-class ArtifactTest(unittest.TestCase):
-    def test_round_trip_and_corruption(self):
-        d = tempfile.mkdtemp()
-        try:
-            loc = os.path.join(d, "c")
-            m = artifact.write(loc, "c1", {"name": "n"}, {"s": [("b", b"2"), ("a", b"1")], "empty": []})
-            self.assertEqual(artifact.write(loc, "c1", {"name": "n"}, {"empty": [], "s": [("a", b"1"), ("b", b"2")]}), m)
-            with self.assertRaises(artifact.Conflict):
-                artifact.write(loc, "c1", {"name": "n"}, {"s": [("a", b"other")]})
-            self.assertEqual(artifact.open_checkpoint(loc, "c1")[1]["s"], [("a", b"1"), ("b", b"2")])
-            with self.assertRaises(artifact.InvalidCheckpoint):
-                artifact.open_checkpoint(loc, "other-id")
-            open(os.path.join(loc, "stray"), "w").close()
-            with self.assertRaises(artifact.InvalidCheckpoint):
-                artifact.open_checkpoint(loc, "c1")
-        finally:
-            shutil.rmtree(d)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ import re
 import threading
 import time
 
-import artifact
-import wire
-from environment import EnvError
-from sessions import START, OPERATE, VERIFY, Session, Slot
-from wire import refuse
+from . import artifact, wire
+from .environment import EnvError
+from .sessions import OPERATE, START, VERIFY, Session, Slot
+from .wire import refuse
 
 SCHEMA_VERSION = 1
 COMPONENT = "environment_server"

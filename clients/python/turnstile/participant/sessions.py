@@ -15,9 +15,9 @@ cut taken under the lock is consistent without a per-rollout lock.
 import collections
 import threading
 
-import wire
-from environment import EnvError
-from wire import refuse
+from . import wire
+from .environment import EnvError
+from .wire import refuse
 
 START, OPERATE, VERIFY = "start", "operate", "verify"
 DEFAULT_RETIRED_SESSIONS = 4096

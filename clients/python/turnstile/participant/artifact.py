@@ -10,11 +10,12 @@ A checkpoint directory holds named sections of (key, data) records:
 The Go coordinator opens what a participant commits with artifact.Open and
 refuses anything it could not have written itself, so every byte here is
 what Go writes for the same sections: the same sections give the same files,
-whatever order they came in. Run as a script it writes or checks one
-checkpoint, for the tests that compare it with the Go implementation:
+whatever order they came in. `python -m turnstile.participant artifact`
+writes or checks one checkpoint, for the tests that compare it with the Go
+implementation:
 
-    python3 artifact.py write DIR CHECKPOINT_ID < sections.json
-    python3 artifact.py check DIR CHECKPOINT_ID
+    python3 -m turnstile.participant artifact write DIR CHECKPOINT_ID < sections.json
+    python3 -m turnstile.participant artifact check DIR CHECKPOINT_ID
 """
 
 import hashlib
@@ -22,7 +23,7 @@ import os
 import re
 import sys
 
-import wire
+from . import wire
 
 SCHEMA_VERSION = 1
 MAX_SHARD_RECORDS = 512
@@ -102,9 +103,12 @@ def tar_size(sizes):
 
 # --- writing ----------------------------------------------------------------
 
-def plan(sections):
-    """Validates names and keys, sorts, and cuts each section into shards:
+def plan(sections, max_shard_records=MAX_SHARD_RECORDS):
+    """Validates names and keys, sorts, and cuts each section into shards of
+    at most max_shard_records records (and MAX_SHARD_BYTES bytes):
     [(name, [[(key, data), ...], ...]), ...] sorted by name."""
+    if type(max_shard_records) is not int or not 1 <= max_shard_records <= MAX_SHARD_RECORDS:
+        raise InvalidCheckpoint(f"max_shard_records {max_shard_records!r}: want 1 to {MAX_SHARD_RECORDS}")
     out = []
     for name in sorted(sections):
         if not _SECTION_RE.fullmatch(name) or ".." in name or len(name) > 128:
@@ -118,7 +122,7 @@ def plan(sections):
                 raise InvalidCheckpoint(f"section {name}: record key {key!r} given twice")
             if len(data) > MAX_SHARD_BYTES:
                 raise InvalidCheckpoint(f"section {name}: record {key!r} is larger than a shard")
-            if cur and (len(cur) == MAX_SHARD_RECORDS or cur_bytes + len(data) > MAX_SHARD_BYTES):
+            if cur and (len(cur) == max_shard_records or cur_bytes + len(data) > MAX_SHARD_BYTES):
                 shards.append(cur)
                 cur, cur_bytes = [], 0
             cur.append((key, data))
@@ -138,7 +142,7 @@ def index_bytes(name, shards):
     return b"".join(lines)
 
 
-def files_of(checkpoint_id, labels, sections):
+def files_of(checkpoint_id, labels, sections, max_shard_records=MAX_SHARD_RECORDS):
     """Every file of the checkpoint, in the order they are written (the
     manifest last), and the manifest: ([(name, bytes)], manifest dict)."""
     files = []
@@ -146,7 +150,7 @@ def files_of(checkpoint_id, labels, sections):
     if labels:
         manifest["labels"] = {k: labels[k] for k in sorted(labels)}
     sms, total = [], 0
-    for name, shards in plan(sections):
+    for name, shards in plan(sections, max_shard_records):
         sm = {"name": name, "records": 0, "index": None, "shards": []}
         for n, recs in enumerate(shards):
             data = tar_bytes(recs)
@@ -222,16 +226,17 @@ def _prepare_dir(dir_):
         _sync_dir(dir_)
 
 
-def write(dir_, checkpoint_id, labels, sections):
+def write(dir_, checkpoint_id, labels, sections, max_shard_records=MAX_SHARD_RECORDS):
     """Commits sections ({name: [(key, bytes)]}) as checkpoint checkpoint_id
-    into dir_ and returns the manifest. Each file is written to a temporary
+    into dir_ and returns the manifest. max_shard_records below the default
+    (512) cuts smaller shards, as the Go Options.MaxShardRecords does. Each file is written to a temporary
     name, fsynced and renamed; the manifest comes last. A directory that
     already holds a manifest is never written: the same content validates
     and returns the same manifest (a retried commit), anything else raises
     Conflict."""
     if not checkpoint_id or len(checkpoint_id.encode()) > 256:
         raise InvalidCheckpoint(f"checkpoint id {checkpoint_id[:40]!r}")
-    files, manifest = files_of(checkpoint_id, labels, sections)
+    files, manifest = files_of(checkpoint_id, labels, sections, max_shard_records)
     if os.path.lexists(os.path.join(dir_, MANIFEST)):
         with open(os.path.join(dir_, MANIFEST), "rb") as f:
             if f.read() != files[-1][1]:
@@ -397,6 +402,3 @@ def _main(argv):
     print(m["digest"])
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
