@@ -38,8 +38,10 @@ class TrainerLoopTest(unittest.TestCase):
         self.state = os.path.join(self.dir, "trainer.json")
 
     def run_main(self, *extra: str, set_name: str = "s1") -> Tuple[int, Dict[str, Any], str]:
-        argv = ["--gateway", self.gw.url, "--token", "secret", "--set", set_name, "--state", self.state,
-                "--wait-ms", "0", *extra]
+        # Explicit tokens: a shell that exported the gateway's tokens must not
+        # reach the fake gateway through the flags' defaults.
+        argv = ["--gateway", self.gw.url, "--token", "secret", "--operator-token", "", "--set", set_name,
+                "--state", self.state, "--wait-ms", "0", *extra]
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = trainer_loop.main(argv)
