@@ -143,8 +143,9 @@ func TestRestoredRunsStartEagerly(t *testing.T) {
 		var r rollout.Result
 		require.NoError(t, c.client.GetWorkflow(ctx, id, "").Get(ctx, &r))
 		require.Equal(t, 1, r.Attempt)
-		desc, err := c.client.DescribeWorkflowExecution(ctx, id, "")
+		d, err := c.client.DescribeWorkflow(ctx, id, "")
 		require.NoError(t, err)
+		desc := d.RawResponse
 		var startRequest string
 		for reqID, info := range desc.GetWorkflowExtendedInfo().GetRequestIdInfos() {
 			if info.GetEventType() == enums.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED {

@@ -140,7 +140,7 @@ func (s *EagerStarter) startOne(ctx context.Context, in rollout.Input, queue str
 // existing says whether the current run of in's rollout is of in's attempt
 // (BatchExisting) or a later one (BatchSuperseded); 0 when neither.
 func (s *EagerStarter) existing(ctx context.Context, in rollout.Input) (BatchOutcome, error) {
-	desc, err := s.Client.DescribeWorkflowExecution(ctx, rollout.WorkflowID(in.RolloutID), "")
+	desc, err := s.Client.DescribeWorkflow(ctx, rollout.WorkflowID(in.RolloutID), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return 0, nil
@@ -148,7 +148,7 @@ func (s *EagerStarter) existing(ctx context.Context, in rollout.Input) (BatchOut
 	if err != nil {
 		return 0, fmt.Errorf("describe %s: %w", rollout.WorkflowID(in.RolloutID), err)
 	}
-	attempt, ok := visibility.SAInt(desc.GetWorkflowExecutionInfo().GetSearchAttributes(), rollout.SARolloutAttempt)
+	attempt, ok := visibility.SAInt(desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes(), rollout.SARolloutAttempt)
 	switch {
 	case !ok || int(attempt) < in.Attempt:
 		return 0, nil
