@@ -128,6 +128,8 @@ write_config() {
 # Written by scripts/cluster.sh. Same behaviour as temporal-dev.yaml's dev server.
 system.enableActivityEagerExecution:
   - value: true
+system.enableEagerWorkflowStart:
+  - value: true
 limit.maxIDLength:
   - value: 255
 EOF

@@ -65,6 +65,9 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 	}
 	coord := NewCoordinator(c, cfg, acts)
 	coord.Storage = opener
+	// One cache of the sets' fence records per process: the seeds of a
+	// set's rollouts share its reads.
+	acts.Environment.Fences = &bookkeeping.SetFences{Client: c}
 	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
 	if reg != nil {
 		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
@@ -231,9 +234,9 @@ func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.
 
 // Register registers the workflows and activities of the data worker on r.
 // The group activities share the coordinator's Temporal client. The
-// coordinator workflows and activities are registered here too, so a
-// Checkpoint or Restore started on the rollout task queue (by an older
-// client, or a Temporal CLI command naming that queue) still runs.
+// coordinator workflows and activities, and StartRollouts, are registered
+// here too, so a Checkpoint or Restore started on the rollout task queue (by
+// an older client, or a Temporal CLI command naming that queue) still runs.
 func Register(r Registry, acts *Activities, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(rollout.Rollout, workflow.RegisterOptions{Name: rollout.WorkflowName})
 	r.RegisterWorkflowWithOptions(rollout.GroupLedger, workflow.RegisterOptions{Name: rollout.GroupWorkflowName})
@@ -244,12 +247,14 @@ func Register(r Registry, acts *Activities, coord *coordinator.Coordinator) {
 	r.RegisterActivity(acts.Model)
 	r.RegisterActivity(acts.Environment)
 	r.RegisterActivity(&bookkeeping.GroupActivities{Client: coord.Client})
-	r.RegisterActivity(&bookkeeping.FenceActivities{Client: coord.Client})
 	RegisterControl(r, coord)
 }
 
-// RegisterControl registers the Checkpoint, Restore and RecoverServer workflows and the
-// coordinator activities (PrepareParticipants, ParkMembers, …) on r.
+// RegisterControl registers the Checkpoint, Restore and RecoverServer
+// workflows, the coordinator activities (PrepareParticipants, ParkMembers,
+// …) and StartRollouts on r. StartRollouts starts with the coordinator's
+// client, the one this process's workers are built with, so its starts on
+// the rollout task queue are eager.
 func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
@@ -258,4 +263,5 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	// control queue.
 	r.RegisterWorkflowWithOptions(set.SetFenceWorkflow, workflow.RegisterOptions{Name: set.SetFenceWorkflowName})
 	r.RegisterActivity(coord)
+	r.RegisterActivity(&bookkeeping.StartActivities{Starter: &bookkeeping.EagerStarter{Client: coord.Client, TaskQueue: coord.TaskQueue}})
 }

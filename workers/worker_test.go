@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
+	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -51,13 +52,11 @@ func TestRegister(t *testing.T) {
 	require.Len(t, r.activities, 5, "activities registered: %v", r.activities)
 	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
 	require.Same(t, acts.Environment, r.activities[1], "activities registered: %v", r.activities)
-	require.Same(t, coord, r.activities[4], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[3], "activities registered: %v", r.activities)
 	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
 	require.True(t, ok, "group activities registered: %#v", r.activities[2])
 	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
-	f, ok := r.activities[3].(*bookkeeping.FenceActivities)
-	require.True(t, ok, "fence activities registered: %#v", r.activities[3])
-	require.True(t, f.Client == coord.Client, "fence activities registered: %#v", r.activities[3])
+	requireStarter(t, r.activities[4], coord)
 	assert.Same(t, acts.Store, coord.Store, "the coordinator does not share the rollout activities' transcript store")
 }
 
@@ -125,8 +124,19 @@ func TestNewActivitiesRejects(t *testing.T) {
 	}
 }
 
-// The control worker hosts only the coordinators: no Rollout task can take
-// its slots.
+// requireStarter checks that a is StartRollouts, starting with the
+// coordinator's client (the workers' own, so starts are eager) on the
+// rollout task queue.
+func requireStarter(t *testing.T, a any, coord *coordinator.Coordinator) {
+	t.Helper()
+	s, ok := a.(*bookkeeping.StartActivities)
+	require.True(t, ok, "StartRollouts registered: %#v", a)
+	require.True(t, s.Starter.Client == coord.Client, "StartRollouts starts with another client than the workers'")
+	require.Equal(t, coord.TaskQueue, s.Starter.TaskQueue)
+}
+
+// The control worker hosts only the coordinators and StartRollouts: no
+// Rollout task can take its slots.
 func TestRegisterControl(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	acts, err := workers.NewActivities(testConfig(t))
@@ -136,7 +146,8 @@ func TestRegisterControl(t *testing.T) {
 	workers.RegisterControl(&r, coord)
 	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 1, "activities registered: %v, want the coordinator only", r.activities)
-	require.Same(t, coord, r.activities[0], "activities registered: %v, want the coordinator only", r.activities)
+	require.Len(t, r.activities, 2, "activities registered: %v, want the coordinator and StartRollouts", r.activities)
+	require.Same(t, coord, r.activities[0], "activities registered: %v, want the coordinator and StartRollouts", r.activities)
+	requireStarter(t, r.activities[1], coord)
 	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

@@ -59,6 +59,9 @@ type Coordinator struct {
 	// and which object-store endpoints a checkpoint root may name. Nil
 	// admits no participant and no object store.
 	Destinations *destination.Config
+	// FenceSettle is how long FenceSet waits after writing a set's fence
+	// (0: set.FenceSettle; tests shorten it).
+	FenceSettle time.Duration
 }
 
 // destinations is Destinations, or a configuration admitting nothing.

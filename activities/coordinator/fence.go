@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -19,7 +20,10 @@ import (
 // carries the windows of the earlier restores and this one's, from the
 // restored checkpoint's start to this run's start. A re-run of the same
 // restore finds its window the newest and keeps it: its fence time never
-// moves past the runs it already started.
+// moves past the runs it already started. Either way it returns only
+// set.FenceSettle after the fence is in place: by then no worker answers a
+// seed's fence check from a record it read before (bookkeeping.SetFences),
+// and the restore may install, end, start and resume.
 func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput) (checkpoint.FenceSetResult, error) {
 	if err := rollout.ValidateSet(in.Set); err != nil {
 		return checkpoint.FenceSetResult{}, rollout.BadInput("%v", err)
@@ -41,7 +45,7 @@ func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput)
 	}
 	ours := func(w rollout.FenceWindow) bool { return w.RestoreID == rid && w.CheckpointID == in.CheckpointID }
 	if w, ok := cur.Latest(); ok && ours(w) {
-		return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(cur.Windows), Reused: true}, nil
+		return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(cur.Windows), Reused: true}, c.settleFence(ctx)
 	}
 	from, err := checkpointStart(ctx, tc, in.CheckpointID)
 	if err != nil {
@@ -75,5 +79,22 @@ func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput)
 		return checkpoint.FenceSetResult{}, fmt.Errorf("the fence record of set %s names restore %s of checkpoint %s, not this one (%s of %s): another restore of the set ran at the same time",
 			in.Set, w.RestoreID, w.CheckpointID, rid, in.CheckpointID)
 	}
-	return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(got.Windows)}, nil
+	return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(got.Windows)}, c.settleFence(ctx)
+}
+
+// settleFence waits until every worker's cached read of the set's fence
+// record predates it by more than set.FenceReadTTL.
+func (c *Coordinator) settleFence(ctx context.Context) error {
+	d := c.FenceSettle
+	if d <= 0 {
+		d = set.FenceSettle
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -2,25 +2,23 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 
-	"github.com/turnstile-rl/turnstile/internal/fanout"
-	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
-	"github.com/turnstile-rl/turnstile/workflows/rollout"
-
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // StartRestored puts the checkpoint's transcript blobs back into the store,
 // then starts the new attempt of every rollout with a record, held for the
-// checkpoint until resumed. A run of exactly that attempt that already
-// exists (running or closed) is left as it is. The list of rollouts goes to
+// checkpoint until resumed, with bookkeeping.EagerStarter (eager workflow
+// start, as every start from inside the worker). A run of exactly that
+// attempt that already exists (running or closed) is left as it is; a run
+// of a later attempt means a later restore superseded this one. The list of rollouts goes to
 // restore/<restore_id>/started.json for the resume.
 func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRestoredInput) (checkpoint.StartRestoredResult, error) {
 	rs, err := c.setUpRestore(ctx, restoreSetUp{root: in.Root, checkpointID: in.CheckpointID, restoreID: in.RestoreID,
@@ -52,25 +50,15 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 			moved[p.URL] = in.Participants[i]
 		}
 	}
-	var mu sync.Mutex
+	inputs := make([]rollout.Input, len(af.Start))
+	kinds := map[string]string{}
 	var res checkpoint.StartRestoredResult
-	prog := newProgress(ctx, "start", len(af.Start))
-	defer prog.stop()
-	err = fanout.Each(ctx, len(af.Start), c.limit(), func(ctx context.Context, i int) error {
-		defer prog.add()
-		id := af.Start[i]
+	for i, id := range af.Start {
 		input, kind, err := af.restoredInput(lc, id, in.CheckpointID, moved)
 		if err != nil {
-			return err
+			return checkpoint.StartRestoredResult{}, err
 		}
-		opts := rollout.StartOptions(input, taskQueue)
-		opts.StaticSummary = restoredSummary(input, kind, rid)
-		started, err := c.startRestored(ctx, tc, opts, input)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
+		inputs[i], kinds[id] = input, kind
 		switch kind {
 		case checkpoint.RestoreContinue:
 			res.Continue++
@@ -79,15 +67,34 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 		case checkpoint.RestoreOfferAgain:
 			res.OfferAgain++
 		}
-		if started {
-			res.Started++
-		} else {
-			res.Existing++
-		}
-		return nil
+	}
+	// The restored runs start like any other from inside the worker:
+	// eagerly, so their first task (which only parks them) does not wait on
+	// the task queue, and records no more than a fresh run's.
+	prog := newProgress(ctx, "start", len(af.Start))
+	defer prog.stop()
+	starter := bookkeeping.EagerStarter{Client: tc, TaskQueue: taskQueue}
+	outcomes, err := starter.StartBatch(ctx, inputs, bookkeeping.BatchOptions{
+		Concurrency: c.limit(),
+		Options: func(in rollout.Input, opts *client.StartWorkflowOptions) {
+			opts.StaticSummary = restoredSummary(in, kinds[in.RolloutID], rid)
+		},
+		Progress: prog.add,
 	})
 	if err != nil {
 		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	for i, o := range outcomes {
+		switch o {
+		case bookkeeping.BatchStarted:
+			res.Started++
+		case bookkeeping.BatchExisting:
+			res.Existing++
+		case bookkeeping.BatchSuperseded:
+			return checkpoint.StartRestoredResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+				"rollout %s already runs an attempt above the %d this restore would start: a later restore superseded this one", inputs[i].RolloutID, inputs[i].Attempt),
+				checkpoint.ErrAttemptConflict, nil)
+		}
 	}
 	c.Failpoints.Hit(failpoint.RestoreAfterStart)
 	return res, nil
@@ -99,43 +106,6 @@ func restoredSummary(in rollout.Input, kind, restoreID string) string {
 		return fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s by restore %s (%s)", in.RolloutID, in.Attempt, in.HoldFor, restoreID, kind)
 	}
 	return fmt.Sprintf("rollout %s · attempt %d · restored from checkpoint %s (%s)", in.RolloutID, in.Attempt, in.HoldFor, kind)
-}
-
-// startRestored starts one new attempt unless a run of it exists; it says
-// whether it started one.
-func (c *Coordinator) startRestored(ctx context.Context, tc client.Client, opts client.StartWorkflowOptions, in rollout.Input) (bool, error) {
-	id, attempt := in.RolloutID, in.Attempt
-	exists := func() (bool, error) {
-		ri, err := describeRollout(ctx, tc, id)
-		if err != nil || !ri.Exists || !ri.HasAttempt {
-			return false, err
-		}
-		switch a := int(ri.Attempt); {
-		case a == attempt:
-			return true, nil
-		case a > attempt:
-			return false, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"rollout %s already runs attempt %d, above the %d this restore would start: a later restore superseded this one", id, a, attempt),
-				checkpoint.ErrAttemptConflict, nil)
-		}
-		return false, nil
-	}
-	if ok, err := exists(); ok || err != nil {
-		return false, err
-	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in)
-	var already *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &already) {
-		// Started meanwhile (a retried activity): fine if it is this attempt.
-		if ok, xerr := exists(); ok || xerr != nil {
-			return false, xerr
-		}
-		return false, fmt.Errorf("start %s attempt %d: a run of an older attempt is still running: %w", rollout.WorkflowID(id), attempt, err)
-	}
-	if err != nil {
-		return false, fmt.Errorf("start %s attempt %d: %w", rollout.WorkflowID(id), attempt, err)
-	}
-	return true, nil
 }
 
 // installTranscripts puts every blob of the checkpoint into the transcript

@@ -8,8 +8,10 @@
 package environment
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -46,6 +48,41 @@ type Activities struct {
 	// own, else DataToken and ControlToken). Nil admits the default server
 	// URL only.
 	Destinations *destination.Config
+	// Fences answers whether a restore fenced a seed's run chain (package
+	// bookkeeping's SetFences). A seed that names its set's fence
+	// (StartEnvironmentInput.Fence) is refused without it.
+	Fences SetFenceChecker
+}
+
+// SetFenceChecker says whether a restore of a set fenced the run chain that
+// started at startedAt, and by which restore.
+type SetFenceChecker interface {
+	FencedRun(ctx context.Context, set string, startedAt time.Time) (rollout.FenceWindow, bool, error)
+}
+
+// checkFence stops a seed whose run chain a restore of its set fenced,
+// before anything is sent: in the restored world the run does not exist.
+func (a *Activities) checkFence(ctx context.Context, in rollout.StartEnvironmentInput) error {
+	f := in.Fence
+	if f == nil {
+		return nil
+	}
+	if err := rollout.ValidateSet(f.Set); err != nil {
+		return rollout.BadInput("rollout %s: fence check: %v", in.RolloutID, err)
+	}
+	if a.Fences == nil {
+		// A worker built without the check is a configuration bug; a seed
+		// must not go on unchecked.
+		return temporal.NewNonRetryableApplicationError("activities: no set fence checker configured", rollout.ErrBadInput, nil)
+	}
+	w, fenced, err := a.Fences.FencedRun(ctx, f.Set, f.StartedAt)
+	if err != nil {
+		return err
+	}
+	if fenced {
+		return rollout.FencedByRestoreError(in.RolloutID, in.Attempt, f.Set, f.StartedAt, w)
+	}
+	return nil
 }
 
 // destinations is Destinations, or the default server alone.

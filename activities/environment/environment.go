@@ -50,6 +50,9 @@ func (a *Activities) StartEnvironment(ctx context.Context, in rollout.StartEnvir
 	if g := in.Retry; g != nil && (g.RolloutID != in.RolloutID || g.Attempt != in.Attempt || g.Attempt < 1) {
 		return rollout.StartEnvironmentResult{}, rollout.BadInput("rollout %s attempt %d: the group grant is for %s attempt %d", in.RolloutID, in.Attempt, g.RolloutID, g.Attempt)
 	}
+	if err := a.checkFence(ctx, in); err != nil {
+		return rollout.StartEnvironmentResult{}, err
+	}
 	server, err := a.server(in.Env)
 	if err != nil {
 		return rollout.StartEnvironmentResult{}, err

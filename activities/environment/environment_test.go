@@ -1,9 +1,12 @@
 package environment_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/activities/environment"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -465,4 +468,63 @@ func TestStartEnvironmentGroupRetry(t *testing.T) {
 	_, err = ae.ExecuteActivity(acts.StartEnvironment, in)
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "the group grant is for s-g-r0 attempt 2"})
 	require.Len(t, env.startRequests(), 1, "nothing sent for a foreign grant")
+}
+
+// fenceAnswer is a set fence checker that answers every check the same.
+type fenceAnswer struct {
+	window *rollout.FenceWindow
+	err    error
+	checks []rollout.SetFenceCheck
+}
+
+func (f *fenceAnswer) FencedRun(_ context.Context, set string, startedAt time.Time) (rollout.FenceWindow, bool, error) {
+	f.checks = append(f.checks, rollout.SetFenceCheck{Set: set, StartedAt: startedAt})
+	if f.window == nil {
+		return rollout.FenceWindow{}, false, f.err
+	}
+	return *f.window, true, f.err
+}
+
+// A seed that names its set's fence is checked before anything is sent: a
+// run chain a restore fenced fails FencedByRestore and the environment
+// server never hears of it; a record that cannot be read fails the seed
+// (retried), never lets it through; a worker with no checker refuses such a
+// seed; a seed that names no fence (no set) is not checked.
+func TestStartEnvironmentChecksTheSetFence(t *testing.T) {
+	started := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	fenced := rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"},
+		Fence: &rollout.SetFenceCheck{Set: "s1", StartedAt: started}}
+	window := &rollout.FenceWindow{RestoreID: "r2", CheckpointID: "k1", Before: started.Add(time.Second)}
+	tests := []struct {
+		name   string
+		fences environment.SetFenceChecker
+		in     rollout.StartEnvironmentInput
+		want   testsupport.ErrorWant
+		calls  int
+	}{
+		{name: "fenced", fences: &fenceAnswer{window: window}, in: fenced,
+			want: testsupport.ErrorWant{Type: rollout.ErrFencedByRestore, NonRetryable: true, Contains: "restore r2 of checkpoint k1 fenced set s1"}},
+		{name: "record unreadable", fences: &fenceAnswer{err: errors.New("describe fence/s1: unavailable")}, in: fenced,
+			want: testsupport.ErrorWant{Contains: "unavailable"}},
+		{name: "no checker", in: fenced,
+			want: testsupport.ErrorWant{Type: rollout.ErrBadInput, NonRetryable: true, Contains: "no set fence checker"}},
+		{name: "not fenced", fences: &fenceAnswer{}, in: fenced, calls: 1},
+		{name: "no set", in: rollout.StartEnvironmentInput{RolloutID: "r1", Env: rollout.EnvRef{Name: "counter"}}, calls: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newFakeEnv(t)
+			env.start = func(protocol.StartRequest) testsupport.Answer {
+				return testsupport.OK(protocol.StartResponse{Spec: envs.Spec{Name: "counter"}, Start: envs.Start{Observation: "count to 3"}})
+			}
+			acts := &environment.Activities{Store: testsupport.NewStore(t), URL: env.URL, Fences: tt.fences}
+			_, err := testsupport.NewActivityEnv(acts).ExecuteActivity(acts.StartEnvironment, tt.in)
+			if tt.calls == 0 {
+				testsupport.CheckError(t, err, tt.want)
+			} else {
+				require.NoError(t, err)
+			}
+			require.Len(t, env.startRequests(), tt.calls, "requests the environment server got")
+		})
+	}
 }

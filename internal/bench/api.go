@@ -199,6 +199,21 @@ type History struct {
 	At            []int  `json:"at"`
 	BytesPerTurn  []Pair `json:"bytes_per_turn"`
 	EventsPerTurn []Pair `json:"events_per_turn"`
+	// Fixed is the whole history of one short rollout of each kind: a
+	// counter rollout of FixedCostTurns turns (tool turns and the final
+	// answer), no padding.
+	Fixed *FixedCost `json:"fixed_cost,omitempty"`
+}
+
+// FixedCostTurns is the length of the fixed-cost rollout.
+const FixedCostTurns = 4
+
+// FixedCost is what one short rollout's history records: its events, its
+// bytes, and its visibility writes (start, search-attribute upserts, close).
+type FixedCost struct {
+	Events           Pair `json:"events"`
+	Bytes            Pair `json:"bytes"`
+	VisibilityWrites Pair `json:"visibility_writes"`
 }
 
 // Cut is one checkpoint and restore of a set of in-flight rollouts.

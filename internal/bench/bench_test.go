@@ -58,6 +58,11 @@ func TestSmokeRun(t *testing.T) {
 		require.Positive(t, rep.History.BytesPerTurn[i].Turnstile)
 		require.Positive(t, rep.History.EventsPerTurn[i].Floor)
 	}
+	f := rep.History.Fixed
+	require.NotNil(t, f, "fixed cost")
+	require.Positive(t, f.Events.Turnstile)
+	require.Positive(t, f.Events.Floor)
+	require.GreaterOrEqual(t, f.VisibilityWrites.Turnstile, 2.0, "start and close")
 	turn, err := os.ReadFile(filepath.Join(cfg.OutDir, "history-turn-turnstile.jsonl"))
 	require.NoError(t, err)
 	require.Contains(t, string(turn), "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", "one turn's events, written for reading")

@@ -66,6 +66,12 @@ func (r *Report) Rows() []Row {
 			pair(fmt.Sprintf("history at turn %d", at), "bytes/turn", h.BytesPerTurn[i], "turnstile ≤ 2048, flat ±10%")
 			pair(fmt.Sprintf("events at turn %d", at), "events/turn", h.EventsPerTurn[i], "lower is better")
 		}
+		if f := h.Fixed; f != nil {
+			label := fmt.Sprintf("%d-turn rollout", FixedCostTurns)
+			pair(label+": history events", "events", f.Events, "≤ 30")
+			pair(label+": history bytes", "bytes", f.Bytes, fmt.Sprintf("≤ %d", 2048*FixedCostTurns))
+			pair(label+": visibility writes", "writes", f.VisibilityWrites, "≤ 4")
+		}
 	}
 	for _, c := range r.Cuts {
 		n := c.Rollouts

@@ -271,6 +271,43 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 			return nil, err
 		}
 	}
+	fixed, err := s.fixedCost(ctx, stamp)
+	if err != nil {
+		return nil, err
+	}
+	out.Fixed = fixed
+	return out, nil
+}
+
+// fixedCost runs one short rollout of each kind (FixedCostTurns model
+// calls: the floor's turns, turnstile's tool turns and final answer) and
+// counts its whole history.
+func (s *stack) fixedCost(ctx context.Context, stamp string) (*FixedCost, error) {
+	out := &FixedCost{}
+	for _, k := range []kind{floorKind, turnstileKind} {
+		turns := FixedCostTurns
+		if k == turnstileKind {
+			turns-- // the final answer is a turn of its own
+		}
+		m, _, err := s.oneRollout(ctx, k, spec{set: "fixed-" + stamp, i: 300 + int(k), turns: turns})
+		if err != nil {
+			return nil, err
+		}
+		if len(m.events) != FixedCostTurns {
+			return nil, fmt.Errorf("%s fixed cost: %d model calls, want %d", k, len(m.events), FixedCostTurns)
+		}
+		bytes, writes := 0, 2 // the start and the close
+		for _, ev := range m.all {
+			bytes += eventSize(ev)
+			if ev.GetEventType() == enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+				writes++
+			}
+		}
+		set(&out.Events, k, float64(len(m.all)))
+		set(&out.Bytes, k, float64(bytes))
+		set(&out.VisibilityWrites, k, float64(writes))
+		s.logf("fixed cost %-9s %d turns: %d events, %d bytes, %d visibility writes", k, FixedCostTurns, len(m.all), bytes, writes)
+	}
 	return out, nil
 }
 

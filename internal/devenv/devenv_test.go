@@ -240,8 +240,10 @@ func TestRepoFile(t *testing.T) {
 		}[typ]
 	}
 	assert.Equal(t, wantSA, env.SearchAttributes, "search attributes = %v, want %v", env.SearchAttributes, wantSA)
-	got := env.DynamicConfig["system.enableActivityEagerExecution"]
-	assert.Equal(t, "true", got, "system.enableActivityEagerExecution = %q, want \"true\"", got)
+	for _, key := range []string{"system.enableActivityEagerExecution", "system.enableEagerWorkflowStart"} {
+		got := env.DynamicConfig[key]
+		assert.Equal(t, "true", got, "%s = %q, want \"true\"", key, got)
+	}
 	assert.Equal(t, "", env.Server.DBFilename, "db-filename = %q, want in-memory (\"\")", env.Server.DBFilename)
 	require.Equal(t, "127.0.0.1:7233", env.Client.Address, "unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)
 	require.Equal(t, 8233, env.Server.UIPort, "unexpected dev endpoints: client %+v server %+v", env.Client, env.Server)

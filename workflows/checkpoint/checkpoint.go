@@ -46,13 +46,8 @@ const abortAttempts = 4
 // rollout workflow tasks: a soak of 1,000 rollouts took minutes to resume
 // them, so one-minute tries all timed out and left hundreds parked. A try
 // heartbeats its progress, so a dead worker is still noticed within the
-// heartbeat timeout; runs recorded before keep their one-minute tries.
-func abortTryTimeout(ctx workflow.Context) time.Duration {
-	if workflow.GetVersion(ctx, abortTimeoutChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return time.Minute
-	}
-	return 30 * time.Minute
-}
+// heartbeat timeout.
+const abortTryTimeout = 30 * time.Minute
 
 // coordinatorHeartbeat is how soon a dead coordinator worker is noticed, and
 // how soon a cancelled fan-out stops.
@@ -73,14 +68,14 @@ func stepOptions(summary string, timeout time.Duration) workflow.ActivityOptions
 }
 
 // markCheckpoint makes the run searchable by its checkpoint
-// (CheckpointId), however it was started (the starter sets it at start; the
-// Temporal CLI does not). Runs recorded before this existed have no such
-// command: the version keeps them replaying.
+// (CheckpointId), however it was started: the starter and the trainer set
+// it at start, and then it is not upserted again; the Temporal CLI does
+// not.
 func markCheckpoint(ctx workflow.Context, checkpointID string, logger log.Logger) {
-	if workflow.GetVersion(ctx, searchAttributeChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
+	if v, ok := workflow.GetTypedSearchAttributes(ctx).GetKeyword(key); ok && v == checkpointID {
 		return
 	}
-	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
 	if err := workflow.UpsertTypedSearchAttributes(ctx, key.ValueSet(checkpointID)); err != nil {
 		logger.Warn("search attribute upsert failed", "error", err)
 	}
@@ -261,7 +256,7 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 	c.setPhase(ctx, "commit", fmt.Sprintf("writing %d records and %d environment servers to %s", res.Parked, len(c.in.Participants), c.dir))
 	var out CommitCheckpointResult
 	s := step{"commit checkpoint", 30 * time.Minute, CommitCheckpointName}
-	err := runStepWith(ctx, s, commitOptions(ctx, s), CommitCheckpointInput{
+	err := runStepWith(ctx, s, commitOptions(s), CommitCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
 	}, &out)
 	if err != nil {
@@ -283,13 +278,9 @@ const commitAttempts = 5
 // written unless every participant's commit answered and its artifact
 // validated here: even an artifact a dead server had finished exporting is
 // not taken on trust, since a failed checkpoint costs one cut while a
-// manifest naming an unconfirmed member could fail a restore. Runs
-// recorded before keep their unlimited retries.
-func commitOptions(ctx workflow.Context, s step) workflow.ActivityOptions {
+// manifest naming an unconfirmed member could fail a restore.
+func commitOptions(s step) workflow.ActivityOptions {
 	opts := stepOptions(s.summary, s.timeout)
-	if workflow.GetVersion(ctx, commitBoundChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return opts
-	}
 	retry := *coordinatorRetry
 	retry.MaximumAttempts = commitAttempts
 	retry.NonRetryableErrorTypes = append(slices.Clone(retry.NonRetryableErrorTypes), ErrParticipantUnreachable)
@@ -319,7 +310,7 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	failedPhase := c.phase
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	c.setPhase(dctx, "abort", fmt.Sprintf("%s failed: resuming everything", failedPhase))
-	opts := stepOptions("abort checkpoint: resume everything", abortTryTimeout(dctx))
+	opts := stepOptions("abort checkpoint: resume everything", abortTryTimeout)
 	opts.WaitForCancellation = false
 	// Each try resumes everything it can reach; a participant that stays
 	// unreachable must not hold the abort (and the pipeline) for long: after a

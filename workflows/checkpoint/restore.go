@@ -138,9 +138,6 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 // did not list yet), stops at its next check instead of acting on the
 // restored world.
 func (r *restoreRun) fenceSet(ctx workflow.Context, set string) error {
-	if workflow.GetVersion(ctx, setFenceChange, workflow.DefaultVersion, 1) < 1 {
-		return nil
-	}
 	r.setPhase(ctx, "fence", fmt.Sprintf("set %s: every run started before now is of the world this restore replaces", set))
 	var fr FenceSetResult
 	return runStep(ctx, step{"fence the set", 10 * time.Minute, FenceSetName}, FenceSetInput{

@@ -1,28 +1,21 @@
 package checkpoint
 
-// Every workflow.GetVersion change id of the Checkpoint, Restore and
-// RecoverServer workflows, with why it exists. A change id guards commands a
-// run recorded before the change did not make: such a run replays
-// DefaultVersion and keeps its old commands.
+// The Checkpoint, Restore and RecoverServer workflows have no
+// workflow.GetVersion change ids: a fresh run records no version marker.
 //
-// When one can go: a change id is needed only while a run recorded before
-// it may still be replayed, i.e. while such a run is open. Checkpoints and
-// restores finish within minutes, so a change id here can go one release
-// after it was added, together with the replay fixtures recorded before it.
-
-// setFenceChange is the workflow.GetVersion change id of the restore's
-// fence step: a restore recorded before it (DefaultVersion) writes no
-// fence record, as it did.
-const setFenceChange = "restore-set-fence"
-
-// abortTimeoutChange is the change id of abortTryTimeout: an abort try
-// recorded before it had one minute, not thirty.
-const abortTimeoutChange = "abort-try-timeout"
-
-// searchAttributeChange is the change id of markCheckpoint: a run recorded
-// before it upserted no CheckpointId.
-const searchAttributeChange = "checkpoint-id-search-attribute"
-
-// commitBoundChange is the change id of commitOptions' bounded retries: a
-// commit recorded before it retried without limit for two hours.
-const commitBoundChange = "commit-bounded-retries"
+// Recorded histories: this release replays only histories recorded by
+// itself. The change ids this file listed before (restore-set-fence,
+// abort-try-timeout, checkpoint-id-search-attribute,
+// commit-bounded-retries) guarded commands of runs recorded by earlier
+// releases and were collapsed into the code paths every fresh run took.
+// Checkpoints and restores finish within minutes: upgrade workers when
+// none runs (or let the ones in flight finish on the old workers). What a
+// checkpoint wrote stays restorable across releases: a restore reads the
+// checkpoint directory, validated, and replays no history (see
+// integration/testdata/checkpoint-v1). The rollouts' rule is in
+// workflows/rollout/versions.go.
+//
+// A workflow change from now on either keeps the command sequence of runs
+// in flight (the replay fixtures in testdata guard it) or is released under
+// this rule again, its fixtures re-recorded. Add a change id here only for
+// a change that must reach runs already in flight.

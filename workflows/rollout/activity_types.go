@@ -63,6 +63,10 @@ type StartEnvironmentInput struct {
 	// Retry is the group's grant when this attempt is a group retry: a new
 	// attempt whose session the environment has never seen.
 	Retry *GroupGrant `json:"retry,omitempty"`
+	// Fence, for a rollout of a set, is the run chain the activity checks
+	// against the set's fence record before it sends anything: a run a
+	// restore fenced fails ErrFencedByRestore.
+	Fence *SetFenceCheck `json:"fence,omitempty"`
 }
 
 // AuthoriseAttemptInput names the attempt of a rollout to install on its

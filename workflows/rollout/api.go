@@ -329,6 +329,11 @@ type Input struct {
 	// while a restore starts a new chain without it. A set's fence record
 	// is compared with it (SetFence.FencesRun). Submitters leave it unset.
 	StartedAt *time.Time `json:"started_at,omitempty"`
+	// ProgressEvery is the longest a working rollout goes without
+	// publishing its turn and RolloutProgressAt while its phase does not
+	// change (0: DefaultProgressEvery; MinProgressEvery..MaxProgressEvery).
+	// A watchdog's stall window should be several times longer.
+	ProgressEvery Duration `json:"progress_every,omitzero"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool

@@ -85,18 +85,17 @@ func (l Limits) deadlineLabel() string {
 	return l.DeadlineAt.UTC().Format(time.RFC3339)
 }
 
-// setupBudgets records the budgets version and fixes the absolute deadline
-// once, at the first attempt's start; later runs carry it in their input.
+// setupBudgets fixes the absolute deadline once, at the first attempt's
+// start; later runs carry it in their input.
 func (r *rollout) setupBudgets(ctx workflow.Context) {
-	r.budgets = workflow.GetVersion(ctx, budgetsChange, workflow.DefaultVersion, 1) >= 1
 	l := &r.in.Limits
-	if r.budgets && l.Deadline != 0 && l.DeadlineAt.IsZero() {
+	if l.Deadline != 0 && l.DeadlineAt.IsZero() {
 		l.DeadlineAt = workflow.GetInfo(ctx).WorkflowStartTime.Add(time.Duration(l.Deadline)).UTC()
 	}
 }
 
 // hasDeadline says whether the run enforces a deadline.
-func (r *rollout) hasDeadline() bool { return r.budgets && !r.in.Limits.DeadlineAt.IsZero() }
+func (r *rollout) hasDeadline() bool { return !r.in.Limits.DeadlineAt.IsZero() }
 
 // turnInProgress is the turn a failure is reported at: the model call being
 // made, or the turn whose tool calls (or verification) are running.
@@ -151,7 +150,7 @@ func (r *rollout) envActivityOptions() workflow.ActivityOptions {
 // retry state, the test environment does not, so the state is used when
 // known and the configured budget otherwise.
 func (r *rollout) budgetError(ctx workflow.Context, err error, model bool) error {
-	if !r.budgets || !retryableFailure(err) {
+	if !retryableFailure(err) {
 		return nil
 	}
 	state := enumspb.RETRY_STATE_UNSPECIFIED
@@ -208,17 +207,12 @@ func isBudget(err error, budget string) bool {
 }
 
 // markFailed publishes PhaseFailed, so a failed rollout is found with
-// RolloutPhase="failed" rather than by the phase it failed in. Runs recorded
-// before budgets only set the queried phase: the upsert is a new command.
-// The reason stays in the failure, not in a search attribute of its own: a
-// server without that attribute registered fails the workflow task on the
-// upsert, so the rollout would retry the task forever instead of failing.
+// RolloutPhase="failed" rather than by the phase it failed in. The reason
+// stays in the failure, not in a search attribute of its own: a server
+// without that attribute registered fails the workflow task on the upsert,
+// so the rollout would retry the task forever instead of failing.
 func (r *rollout) markFailed(ctx workflow.Context) {
-	if r.budgets {
-		r.setPhase(ctx, PhaseFailed)
-		return
-	}
-	r.phase = PhaseFailed
+	r.setPhase(ctx, PhaseFailed)
 }
 
 // retryableFailure says whether err is an activity failure its retry policy

@@ -150,9 +150,6 @@ func TestBudgetEnvCallTimeout(t *testing.T) {
 	require.Equal(t, int32(1), hung.Load(), "the hung attempt was cut at env_call_timeout")
 	require.Less(t, time.Since(began), 10*time.Second, "cut at 1s, not at the 15s default")
 	for _, info := range log.infos {
-		if info.ActivityType.Name == rollout.CheckSetFenceName {
-			continue // not an environment call: its own timeout
-		}
 		want := time.Second
 		if info.ActivityType.Name == rollout.CallModelName {
 			want = rollout.DefaultModelCallTimeout
@@ -259,9 +256,6 @@ func TestBudgetDefaultsUnchanged(t *testing.T) {
 
 	require.Equal(t, 1.0, res.Reward)
 	for _, info := range log.infos {
-		if info.ActivityType.Name == rollout.CheckSetFenceName {
-			continue // not an environment call: its own timeout
-		}
 		want := rollout.DefaultEnvCallTimeout
 		if info.ActivityType.Name == rollout.CallModelName {
 			want = rollout.DefaultModelCallTimeout

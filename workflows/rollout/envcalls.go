@@ -44,18 +44,13 @@ func (l Limits) envHeartbeatTimeout() time.Duration {
 	return time.Duration(l.EnvHeartbeatTimeout)
 }
 
-// setupEnvCalls decides, once per run, whether its environment operations
-// are local activities.
-func (r *rollout) setupEnvCalls(ctx workflow.Context) {
-	if r.in.Limits.EnvActivities == EnvActivitiesRegular {
-		return
-	}
-	r.localEnv = workflow.GetVersion(ctx, localEnvChange, workflow.DefaultVersion, 1) >= 1
-}
+// localEnv says whether the run's environment operations are local
+// activities (the default) rather than regular ones.
+func (r *rollout) localEnv() bool { return r.in.Limits.EnvActivities != EnvActivitiesRegular }
 
 // callEnv runs the environment activity name with in and decodes its result
-// into out, under the rollout's budgets: a local activity in runs that use
-// them, else a regular activity that heartbeats. A local activity's failure
+// into out, under the rollout's budgets: a local activity, unless the limits
+// ask for a regular activity that heartbeats. A local activity's failure
 // comes back unwrapped (no ActivityError around it); isType and the budget
 // checks read both shapes.
 func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out any) error {
@@ -63,7 +58,7 @@ func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out an
 	if err != nil {
 		return err
 	}
-	if !r.localEnv {
+	if !r.localEnv() {
 		return workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 	}
 	opts := workflow.GetActivityOptions(actx)
@@ -74,30 +69,4 @@ func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out an
 		Summary:                summary,
 	})
 	return workflow.ExecuteLocalActivity(lctx, name, in).Get(ctx, out)
-}
-
-func (r *rollout) setupDeferredPhase(ctx workflow.Context) {
-	if !r.localEnv {
-		return
-	}
-	r.deferPhase = workflow.GetVersion(ctx, upsertChange, workflow.DefaultVersion, 1) >= 1
-}
-
-// advancePhase moves the rollout to phase p at a boundary: published at
-// once, unless the step p stands for is a local environment call that ends
-// in this same workflow task.
-func (r *rollout) advancePhase(ctx workflow.Context, p Phase) {
-	if r.deferPhase && (p == PhaseSeeding || p == PhaseEnvironment || p == PhaseVerifying) {
-		r.phase = p
-		return
-	}
-	r.setPhase(ctx, p)
-}
-
-// publishDeferred publishes a deferred phase before the rollout waits in
-// it (the environment answered "parked", and a timer runs).
-func (r *rollout) publishDeferred(ctx workflow.Context) {
-	if r.deferPhase {
-		r.setPhase(ctx, r.phase)
-	}
 }

@@ -3,6 +3,9 @@ package rollout_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -110,11 +114,12 @@ func upserts(env *testsuite.TestWorkflowEnvironment) *[]string {
 	return &seen
 }
 
-// With local environment calls a turn costs one upsert: the phases that
-// last only inside a workflow task (seeding, environment, verifying) are
-// never published on their own. Regular calls publish every phase a reader
-// can see while the activity runs. A parked environment publishes the
-// phase the rollout waits in.
+// With local environment calls a short rollout publishes twice: "model"
+// after its seed, and its end. The phases that last only inside a workflow
+// task (seeding, environment, verifying) are never published on their own,
+// and the turn only with a phase change or after progress_every. Regular
+// calls publish every phase a reader can see while the activity runs. A
+// parked environment publishes the phase the rollout waits in.
 func TestRolloutUpsertsPerTurn(t *testing.T) {
 	parkedOnce := func(n int) error {
 		if n == 1 {
@@ -129,9 +134,9 @@ func TestRolloutUpsertsPerTurn(t *testing.T) {
 		want       []string
 	}{
 		{"local", rollout.Limits{}, nil,
-			[]string{"model@0", "model@1", "model@2", "completed@3"}},
+			[]string{"model@0", "completed@3"}},
 		{"local, environment parked once", rollout.Limits{}, parkedOnce,
-			[]string{"model@0", "environment@1", "model@1", "model@2", "completed@3"}},
+			[]string{"model@0", "environment@1", "model@1", "completed@3"}},
 		{"regular", rollout.Limits{EnvActivities: rollout.EnvActivitiesRegular}, nil,
 			[]string{"seeding@0", "model@0", "environment@1", "model@1", "environment@2", "model@2", "verifying@3", "completed@3"}},
 	}
@@ -151,8 +156,54 @@ func TestRolloutUpsertsPerTurn(t *testing.T) {
 	}
 }
 
-// A run that continues as new publishes the position the next run starts
-// from (it inherits this run's search attributes), deferred or not.
+// A working rollout whose phase does not change publishes its turn (and
+// RolloutProgressAt) once progress_every has passed since it last
+// published, and not more often: here the model call of turn 2 fails once
+// and is retried a second later, so turn 2 is published on its own.
+func TestRolloutPublishesProgressEvery(t *testing.T) {
+	progressAt := temporal.NewSearchAttributeKeyTime(rollout.SARolloutProgressAt)
+	w := newWorld(4)
+	w.operateHook = func(in rollout.OperateEnvironmentInput) {
+		if in.RequestID == protocol.OperateRequestID("r1", 1, 0) {
+			w.modelErr = temporal.NewApplicationError("503 model overloaded", "ModelUnavailable")
+		}
+	}
+	env := newEnv(t, w)
+	env.OnActivity(rollout.CallModelName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in rollout.CallModelInput) (rollout.CallModelResult, error) {
+			if activity.GetInfo(ctx).Attempt > 1 {
+				w.mu.Lock()
+				w.modelErr = nil
+				w.mu.Unlock()
+			}
+			return w.model(ctx, in)
+		})
+	var got []string
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		sa := args.Get(0).(temporal.SearchAttributes)
+		var keys []string
+		for k := range sa.GetUntypedValues() {
+			keys = append(keys, k.GetName())
+		}
+		sort.Strings(keys)
+		_, progress := sa.GetTime(progressAt)
+		require.True(t, progress || slices.Contains(keys, rollout.SARolloutFinishedAt), "every upsert stamps progress or the finish: %v", keys)
+		got = append(got, strings.Join(keys, ","))
+	})
+	in := input(16)
+	in.ProgressAttributes, in.ProgressEvery = true, rollout.Duration(time.Second)
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	require.Equal(t, 1.0, result(t, env).Reward)
+	require.Equal(t, []string{
+		"RolloutAttempt,RolloutId,RolloutPhase,RolloutProgressAt,RolloutSet,RolloutTurn", // model@0, and who it is (no start attributes here)
+		"RolloutProgressAt,RolloutTurn", // turn 2, a second later
+		"RolloutFinishedAt,RolloutPhase,RolloutTurn",
+	}, got)
+}
+
+// A run that continues as new publishes the turn the next run starts from
+// (it inherits this run's search attributes); a phase that lasts only
+// inside a workflow task stays unpublished.
 func TestRolloutPublishesBeforeContinueAsNew(t *testing.T) {
 	w := newWorld(2)
 	env := newEnv(t, w)
@@ -161,49 +212,50 @@ func TestRolloutPublishesBeforeContinueAsNew(t *testing.T) {
 	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	require.Equal(t, []string{"model@0", "environment@1"}, *seen)
+	require.Equal(t, []string{"model@0", "model@1"}, *seen)
 }
 
-// A run sends its fixed attributes (RolloutId, RolloutSet, RolloutAttempt)
-// with its first upsert only, once upsertDeltaChange is on; a run recorded
-// before it sends them with every upsert.
-func TestRolloutUpsertsFixedAttributesOnce(t *testing.T) {
-	tests := []struct {
-		name    string
-		version workflow.Version
-		once    bool
-	}{
-		{"changed attributes only", 1, true},
-		{"recorded before the change", workflow.DefaultVersion, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+// A run started with its identity (RolloutId, RolloutSet, RolloutAttempt:
+// rollout.StartOptions sets them) never upserts it again, nor the phase and
+// turn its start published; one started without (the Temporal CLI) sends
+// it with its first upsert only.
+func TestRolloutUpsertsIdentityOnce(t *testing.T) {
+	for _, started := range []bool{true, false} {
+		t.Run(map[bool]string{true: "started with StartOptions", false: "started bare"}[started], func(t *testing.T) {
 			env := newEnv(t, newWorld(2))
-			env.OnGetVersion("upsert-changed-attributes", workflow.DefaultVersion, 1).Return(tt.version)
-			var upserts, withID, withFixed int
+			in := input(16)
+			if started {
+				require.NoError(t, env.SetTypedSearchAttributesOnStart(rollout.StartOptions(in, "q").TypedSearchAttributes))
+			}
+			var upserts, withIdentity int
 			idKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutID)
 			setKey := temporal.NewSearchAttributeKeyKeyword(rollout.SARolloutSet)
 			attemptKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutAttempt)
+			turnKey := temporal.NewSearchAttributeKeyInt64(rollout.SARolloutTurn)
+			var first temporal.SearchAttributes
 			env.OnUpsertTypedSearchAttributes(mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 				sa := args.Get(0).(temporal.SearchAttributes)
+				if upserts == 0 {
+					first = sa
+				}
 				upserts++
 				_, id := sa.GetKeyword(idKey)
 				_, set := sa.GetKeyword(setKey)
 				_, attempt := sa.GetInt64(attemptKey)
-				if id {
-					withID++
-				}
 				if id || set || attempt {
-					withFixed++
+					withIdentity++
 				}
 			})
-			env.ExecuteWorkflow(rollout.Rollout, input(16))
+			env.ExecuteWorkflow(rollout.Rollout, in)
 			require.Equal(t, 1.0, result(t, env).Reward)
-			require.Greater(t, upserts, 2)
-			if tt.once {
-				require.Equal(t, 1, withFixed, "fixed attributes in %d of %d upserts", withFixed, upserts)
+			require.Equal(t, 2, upserts)
+			_, turn := first.GetInt64(turnKey)
+			if started {
+				require.Zero(t, withIdentity, "identity upserted again")
+				require.False(t, turn, "turn 0 published again")
 			} else {
-				require.Equal(t, upserts, withID)
+				require.Equal(t, 1, withIdentity, "identity in %d of %d upserts", withIdentity, upserts)
+				require.True(t, turn)
 			}
 		})
 	}

@@ -38,13 +38,10 @@ func (in *Input) validateGroup() error {
 	return ValidateName("group", in.Group, MaxSetLen)
 }
 
-// setupGroups records whether this run reports to its group's ledger: only
-// rollouts of a sized group get the version marker at all.
-func (r *rollout) setupGroups(ctx workflow.Context) {
-	if r.in.Group == "" || r.in.GroupSize == 0 {
-		return
-	}
-	r.groups = workflow.GetVersion(ctx, groupsChange, workflow.DefaultVersion, 1) >= 1
+// setupGroups records whether this run reports to its group's ledger: the
+// rollouts of a sized group do.
+func (r *rollout) setupGroups() {
+	r.groups = r.in.Group != "" && r.in.GroupSize > 0
 }
 
 // environmentFailure says whether a failure is the environment's, which a

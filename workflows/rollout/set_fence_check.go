@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -8,26 +9,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// CheckSetFenceName is the activity a rollout consults its set's fence
-// record with (package workflows/set keeps the record).
-const CheckSetFenceName = "CheckSetFence"
-
 // ErrFencedByRestore: a restore of the set replaced the world this run
-// started in; the run stops before any environment call or result.
+// started in; the run stops before any environment call.
 const ErrFencedByRestore = "FencedByRestore"
 
-// CheckSetFenceInput names the run chain to check.
-type CheckSetFenceInput struct {
+// SetFenceCheck names the run chain a seed checks against its set's fence
+// record (package workflows/set keeps the record): the set, and when the
+// first run of the chain started.
+type SetFenceCheck struct {
 	Set       string    `json:"set"`
-	RolloutID string    `json:"rollout_id"`
-	Attempt   int       `json:"attempt"`
 	StartedAt time.Time `json:"started_at"`
-}
-
-// CheckSetFenceResult says whether a restore fenced the run, and which.
-type CheckSetFenceResult struct {
-	Fenced bool         `json:"fenced"`
-	Window *FenceWindow `json:"window,omitempty"`
 }
 
 // FenceWindow is one restore's fence: the runs of the set that started
@@ -43,55 +34,40 @@ type FenceWindow struct {
 	Before time.Time `json:"before,omitzero"`
 }
 
-// setFenceOptions: the check is one describe; it is retried until it
-// answers (a Temporal that cannot be read stops the rollout here, it does
-// not let it through).
-var setFenceOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:        500 * time.Millisecond,
-		BackoffCoefficient:     2,
-		MaximumInterval:        10 * time.Second,
-		NonRetryableErrorTypes: []string{ErrBadInput},
-	},
+// FencedByRestoreError is the non-retryable failure of a seed whose run
+// chain, of rollout rolloutID's attempt, started at startedAt, no later
+// than restore w's fence of set: in the restored world the run does not
+// exist, so it stops before its first environment call.
+func FencedByRestoreError(rolloutID string, attempt int, set string, startedAt time.Time, w FenceWindow) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+		"attempt %d of rollout %s started at %s, before restore %s of checkpoint %s fenced set %s at %s: in the restored world it does not exist, so it stops before its first environment call; re-submit it deliberately as a higher attempt",
+		attempt, rolloutID, startedAt.Format(time.RFC3339Nano), w.RestoreID, w.CheckpointID, set,
+		w.Before.Format(time.RFC3339Nano)), ErrFencedByRestore, nil, w)
 }
 
-// setupSetFence decides, once per run, whether the run consults its set's
-// fence record, and notes when its chain started: the first run of an
+// setupChainStart notes when the run's chain started: the first run of an
 // attempt's chain, and the first run a restore starts (held for its
-// checkpoint: a new chain, whatever the record's input carried).
-func (r *rollout) setupSetFence(ctx workflow.Context) {
+// checkpoint: a new chain, whatever the record's input carried). A
+// continue-as-new and a group retry carry it on. The seed checks it against
+// the set's fence record (StartEnvironment does, in the worker, with no
+// history event of its own): once per chain, before its first environment
+// call.
+func (r *rollout) setupChainStart(ctx workflow.Context) {
 	if r.in.Set == "" {
 		return
 	}
-	r.setFence = workflow.GetVersion(ctx, setFenceChange, workflow.DefaultVersion, 1) >= 1
-	if r.setFence && (r.in.StartedAt == nil || r.in.HoldFor != "") {
+	if r.in.StartedAt == nil || r.in.HoldFor != "" {
 		started := workflow.GetInfo(ctx).WorkflowStartTime
 		r.in.StartedAt = &started
 	}
 }
 
-// checkSetFence stops the run when a restore of its set fenced it: before
-// its first environment call, and before its result lands. The run fails
-// FencedByRestore, touching nothing more; it does not report to its group.
-func (r *rollout) checkSetFence(ctx workflow.Context, before string) error {
-	if !r.setFence {
-		return nil
+// applicationMessage is err's application error message, without the
+// "(type: …, retryable: …)" suffix; err's text when it holds none.
+func applicationMessage(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Message()
 	}
-	in := CheckSetFenceInput{Set: r.in.Set, RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, StartedAt: *r.in.StartedAt}
-	var res CheckSetFenceResult
-	lctx := workflow.WithLocalActivityOptions(ctx, setFenceOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, CheckSetFenceName, in).Get(ctx, &res); err != nil {
-		return fmt.Errorf("check the fence of set %s before %s: %w", r.in.Set, before, err)
-	}
-	if !res.Fenced || res.Window == nil {
-		return nil
-	}
-	w := res.Window
-	r.logger.Warn("fenced by a restore of the set", "restore", w.RestoreID, "checkpoint", w.CheckpointID, "before", before)
-	r.markFailed(ctx)
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-		"attempt %d of rollout %s started at %s, before restore %s of checkpoint %s fenced set %s at %s: in the restored world it does not exist, so it stops before %s; re-submit it deliberately as a higher attempt",
-		r.in.Attempt, r.in.RolloutID, in.StartedAt.Format(time.RFC3339Nano), w.RestoreID, w.CheckpointID, r.in.Set,
-		w.Before.Format(time.RFC3339Nano), before), ErrFencedByRestore, nil)
+	return err.Error()
 }

@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/turnstile-rl/turnstile/activities/bookkeeping"
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -105,31 +105,9 @@ func TestReadSetFence(t *testing.T) {
 	}
 }
 
-func TestCheckSetFenceActivity(t *testing.T) {
-	current := set.SetFence{Set: "s", Windows: []rollout.FenceWindow{{RestoreID: "r1", CheckpointID: "k1", From: at(10)}}}
-	acts := &bookkeeping.FenceActivities{Client: fenceDescriber(fenceRun(t, current, at(20)), nil)}
-	for _, tc := range []struct {
-		started time.Time
-		fenced  bool
-	}{{at(15), true}, {at(5), true}, {at(21), false}} {
-		res, err := acts.CheckSetFence(context.Background(), rollout.CheckSetFenceInput{Set: "s", RolloutID: "a", StartedAt: tc.started})
-		require.NoError(t, err)
-		require.Equal(t, tc.fenced, res.Fenced, "started %s", tc.started)
-	}
-	_, err := acts.CheckSetFence(context.Background(), rollout.CheckSetFenceInput{Set: "bad set!", RolloutID: "a"})
-	require.Error(t, err)
-}
-
-// fencedAt answers every check with a fence of restore r1, from the n-th on.
-func fencedFrom(n int) func(rollout.CheckSetFenceInput) rollout.CheckSetFenceResult {
-	calls := 0
-	return func(rollout.CheckSetFenceInput) rollout.CheckSetFenceResult {
-		calls++
-		if calls < n {
-			return rollout.CheckSetFenceResult{}
-		}
-		return rollout.CheckSetFenceResult{Fenced: true, Window: &rollout.FenceWindow{RestoreID: "r1", CheckpointID: "k1", Before: at(20)}}
-	}
+// fencedByR1 answers every seed's check with a fence of restore r1.
+func fencedByR1(rollout.SetFenceCheck) *rollout.FenceWindow {
+	return &rollout.FenceWindow{RestoreID: "r1", CheckpointID: "k1", Before: at(20)}
 }
 
 func requireFencedByRestore(t *testing.T, err error) {
@@ -141,43 +119,39 @@ func requireFencedByRestore(t *testing.T, err error) {
 }
 
 // A run a restore fenced before its first environment call applies
-// nothing: no seed, no model call, no verify.
+// nothing: its seed (StartEnvironment checks the fence before it sends
+// anything) fails, and there is no model call, no verify, no group report;
+// the run publishes that it failed.
 func TestRolloutFencedBeforeFirstEnvironmentCall(t *testing.T) {
 	w := newWorld(3)
-	w.fence = fencedFrom(1)
+	w.fence = fencedByR1
 	env := newEnv(t, w)
-	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	seen := phases(env)
+	in := input(16)
+	in.Group, in.GroupSize = "g", 2
+	env.ExecuteWorkflow(rollout.Rollout, in)
 	requireFencedByRestore(t, env.GetWorkflowError())
 	require.Empty(t, w.starts, "no seed")
 	require.Empty(t, w.calls, "no model call")
 	require.Empty(t, w.verifies, "no verify")
 	require.Len(t, w.fenceChecks, 1)
+	require.Equal(t, []string{string(rollout.PhaseFailed)}, *seen)
 }
 
-// A run fenced while it ran (it checked before the restore) stops before
-// verify: no result lands.
-func TestRolloutFencedBeforeItsResult(t *testing.T) {
-	w := newWorld(3)
-	w.fence = fencedFrom(2)
-	env := newEnv(t, w)
-	env.ExecuteWorkflow(rollout.Rollout, input(16))
-	requireFencedByRestore(t, env.GetWorkflowError())
-	require.Len(t, w.starts, 1)
-	require.Empty(t, w.verifies, "no verify, no result")
-	require.Len(t, w.fenceChecks, 2)
-}
-
-// The chain's start time is what is checked: a run's own start when the
-// input carries none, the carried one after a continue-as-new or a group
-// retry.
-func TestRolloutChecksItsChainStart(t *testing.T) {
+// A run chain checks the fence once, at its seed, with the chain's start:
+// the run's own start when the input carries none, the carried one after a
+// continue-as-new or a group retry. A run that continues from a seeded
+// boundary (a continue-as-new, a restored continuation) makes no check; a
+// rollout outside a set none at all.
+func TestRolloutChecksFenceOncePerChain(t *testing.T) {
 	w := newWorld(2)
 	env := newEnv(t, w)
+	env.SetStartTime(at(30))
 	env.ExecuteWorkflow(rollout.Rollout, input(16))
 	result(t, env)
-	require.Len(t, w.fenceChecks, 2, "before the seed and before verify")
-	require.False(t, w.fenceChecks[0].StartedAt.IsZero())
-	require.Equal(t, w.fenceChecks[0].StartedAt, w.fenceChecks[1].StartedAt)
+	require.Len(t, w.fenceChecks, 1, "at the seed only")
+	require.Equal(t, "s", w.fenceChecks[0].Set)
+	require.True(t, w.fenceChecks[0].StartedAt.Equal(at(30)), "the run's start: %v", w.fenceChecks[0].StartedAt)
 
 	w = newWorld(2)
 	env = newEnv(t, w)
@@ -186,5 +160,26 @@ func TestRolloutChecksItsChainStart(t *testing.T) {
 	in.StartedAt = &carried
 	env.ExecuteWorkflow(rollout.Rollout, in)
 	result(t, env)
+	require.Len(t, w.fenceChecks, 1)
 	require.True(t, w.fenceChecks[0].StartedAt.Equal(carried), "the carried chain start, not this run's")
+
+	w = newWorld(3)
+	w.value, w.revision = 1, 1
+	env = newEnv(t, w)
+	in = input(16)
+	in.StartedAt = &carried
+	in.Resume = &rollout.Boundary{RolloutID: "r1", Turn: 1, Revision: 1, Seeded: true, Style: envs.StyleTools}
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	result(t, env)
+	require.Empty(t, w.fenceChecks, "a seeded chain checked at its seed")
+
+	w = newWorld(2)
+	env = newEnv(t, w)
+	in = input(16)
+	in.Set = ""
+	env.ExecuteWorkflow(rollout.Rollout, in)
+	result(t, env)
+	require.Empty(t, w.fenceChecks, "no set, no fence")
+	require.Len(t, w.starts, 1)
+	require.Nil(t, w.starts[0].Fence)
 }

@@ -95,30 +95,11 @@ type rollout struct {
 	released map[string]bool
 	result   *Result
 	acked    bool
-	// saPhase/saTurn are the search attribute values last upserted;
-	// saSent: this run has upserted; saDelta: later upserts send only what
-	// changed (upsertDeltaChange).
-	saPhase         Phase
-	saTurn          int
-	saSent, saDelta bool
-	// budgets is set in runs started since budgets exist (see budgetsChange).
-	budgets bool
+	// pub is what readers see of the run (its search attributes).
+	pub published
 	// groups is set in runs of a group's rollouts that report to its
-	// ledger (see groupsChange); details in runs that keep step rewards and
-	// verify details (see detailsChange).
-	groups, details bool
-	// progress: phase upserts carry the progress attributes (see
-	// progressChange); finishedAt: RolloutFinishedAt was upserted.
-	progress, finishedAt bool
-	// localEnv: environment operations run as local activities (see
-	// localEnvChange).
-	localEnv bool
-	// deferPhase: a phase whose next step is a local environment call is
-	// published with the next upsert, not on its own (see upsertChange).
-	deferPhase bool
-	// setFence: the run consults its set's fence record before its first
-	// environment call and before its result (see setFenceChange).
-	setFence bool
+	// ledger.
+	groups bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -142,6 +123,9 @@ func (in *Input) validate() error {
 		return err
 	}
 	if err := in.validateGroup(); err != nil {
+		return err
+	}
+	if err := in.validateProgressEvery(); err != nil {
 		return err
 	}
 	if b := in.Resume; b != nil {
@@ -186,13 +170,10 @@ func setupRollout(ctx workflow.Context, in Input) (*rollout, error) {
 	}
 	r.logger = log.With(workflow.GetLogger(ctx), "rollout", in.RolloutID, "attempt", in.Attempt)
 	r.setupBudgets(ctx)
-	r.setupGroups(ctx)
-	r.setupDetails(ctx)
-	r.setupProgress(ctx)
-	r.setupEnvCalls(ctx)
-	r.setupDeferredPhase(ctx)
-	r.setupUpsertDelta(ctx)
-	r.setupSetFence(ctx)
+	r.setupGroups()
+	r.setupDetails()
+	r.setupPublished(ctx)
+	r.setupChainStart(ctx)
 	if err := r.registerHandlers(ctx); err != nil {
 		return nil, err
 	}
@@ -390,9 +371,6 @@ func (r *rollout) onAck(_ workflow.Context, _ AckRequest) error {
 
 func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	if r.in.Completed != nil {
-		if err := r.checkSetFence(ctx, "its result lands"); err != nil {
-			return Result{}, err
-		}
 		// A restored result: its group may not have heard of it (a ledger
 		// lost with the server); a report heard before changes nothing.
 		r.reportDone(ctx)
@@ -400,9 +378,6 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 	}
 	r.reportRestored(ctx)
 	if err := r.boundary(ctx); err != nil {
-		return Result{}, err
-	}
-	if err := r.checkSetFence(ctx, "its first environment call"); err != nil {
 		return Result{}, err
 	}
 	if !r.b.Seeded {
@@ -435,10 +410,11 @@ func (r *rollout) run(ctx workflow.Context) (Result, error) {
 }
 
 // boundary is where the rollout may park: it publishes its position and, when
-// a checkpoint asked, waits here until resumed.
+// a checkpoint asked, waits here until resumed. A rollout held already (a
+// restored run) publishes only that it is parked.
 func (r *rollout) boundary(ctx workflow.Context) error {
-	r.advancePhase(ctx, r.nextPhase())
 	if r.park == nil {
+		r.advancePhase(ctx, r.nextPhase())
 		return nil
 	}
 	r.parked = true
@@ -449,7 +425,7 @@ func (r *rollout) boundary(ctx workflow.Context) error {
 	}
 	r.parked = false
 	r.logger.Info("resumed", "turn", r.b.Turn)
-	r.setPhase(ctx, r.nextPhase())
+	r.advancePhase(ctx, r.nextPhase())
 	return nil
 }
 
@@ -466,40 +442,15 @@ func (r *rollout) nextPhase() Phase {
 	}
 }
 
-// setPhase records the phase and upserts the search attributes when they
-// changed; each upsert costs a history event, so unchanged values are skipped.
-func (r *rollout) setPhase(ctx workflow.Context, p Phase) {
-	r.phase = p
-	if p == r.saPhase && r.b.Turn == r.saTurn {
-		return
-	}
-	updates := r.phaseUpdates(p)
-	// CheckpointId names the checkpoint a parked rollout is held for, and
-	// goes when it moves on. It rides on the upsert the phase change makes
-	// anyway: one command as before, so recorded histories replay.
-	switch {
-	case p == PhaseParked && r.park != nil:
-		updates = append(updates, checkpointIDKey.ValueSet(r.park.CheckpointID))
-	case r.saPhase == PhaseParked:
-		updates = append(updates, checkpointIDKey.ValueUnset())
-	}
-	progress := r.progressUpdates(ctx, p)
-	err := workflow.UpsertTypedSearchAttributes(ctx, append(updates, progress...)...)
-	if err != nil {
-		r.logger.Warn("search attribute upsert failed", "error", err)
-		return
-	}
-	r.saPhase, r.saTurn, r.saSent = p, r.b.Turn, true
-	r.finishedAt = r.finishedAt || len(progress) > 1
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — turn %d, attempt %d, revision %d", p, r.b.Turn, r.in.Attempt, r.b.Revision))
-}
-
 func (r *rollout) seed(ctx workflow.Context) error {
 	in := StartEnvironmentInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt, Env: r.in.Env, Seed: r.in.Seed, Task: r.in.Task,
 	}
 	if g := r.in.Retry; g != nil && g.Attempt == r.in.Attempt {
 		in.Retry = g // a restore's later attempt is no group retry
+	}
+	if r.in.Set != "" {
+		in.Fence = &SetFenceCheck{Set: r.in.Set, StartedAt: *r.in.StartedAt}
 	}
 	var res StartEnvironmentResult
 	err := r.retryParked(ctx, func() error {
@@ -668,6 +619,10 @@ func (r *rollout) fail(ctx workflow.Context, err error, what string, model bool)
 // failure is the rollout failure an activity error amounts to, and whether
 // it is a fencing failure (a newer attempt of this rollout is installed).
 func (r *rollout) failure(ctx workflow.Context, err error, what string, model bool) (error, bool) {
+	if isType(err, ErrFencedByRestore) {
+		r.logger.Warn("fenced by a restore of the set", "error", err)
+		return temporal.NewNonRetryableApplicationError(applicationMessage(err), ErrFencedByRestore, nil), true
+	}
 	if isType(err, ErrBudgetExhausted) {
 		return err, false // activityCtx refused the call: the deadline had passed
 	}
@@ -683,13 +638,10 @@ func (r *rollout) failure(ctx workflow.Context, err error, what string, model bo
 }
 
 func (r *rollout) finish(ctx workflow.Context) (Result, error) {
-	if err := r.checkSetFence(ctx, "verify and its result"); err != nil {
-		return Result{}, err
-	}
 	in := VerifyInput{
 		RolloutID: r.in.RolloutID, Attempt: r.in.Attempt,
 		RequestID: protocol.VerifyRequestID(r.in.RolloutID), ExpectedRevision: r.b.Revision, Env: r.in.Env,
-		StoreDetails: r.details,
+		StoreDetails: true,
 	}
 	var v VerifyResult
 	err := r.retryParked(ctx, func() error {
@@ -743,7 +695,7 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 	}
 	// The next run starts with this run's search attributes: publish the
 	// position it starts from.
-	r.publishDeferred(ctx)
+	r.publishPosition(ctx)
 	next := r.in
 	b := r.b
 	// The run was released (it reached this boundary unparked): the next

@@ -43,9 +43,10 @@ type world struct {
 	generation  func(turn int) *rollout.GenerationRef    // the generation a model call reports
 	verifyErr   func(in rollout.VerifyInput) error       // error of a verify call
 	operates    int
-	// fence answers the set fence checks; fenceChecks records them.
-	fence       func(in rollout.CheckSetFenceInput) rollout.CheckSetFenceResult
-	fenceChecks []rollout.CheckSetFenceInput
+	// fence answers the set fence checks a seed makes (nil: not fenced);
+	// fenceChecks records them.
+	fence       func(in rollout.SetFenceCheck) *rollout.FenceWindow
+	fenceChecks []rollout.SetFenceCheck
 	verifies    []rollout.VerifyInput
 	starts      []rollout.StartEnvironmentInput
 }
@@ -63,22 +64,21 @@ func (w *world) register(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivityWithOptions(w.model, activity.RegisterOptions{Name: rollout.CallModelName})
 	env.RegisterActivityWithOptions(w.operate, activity.RegisterOptions{Name: rollout.OperateEnvironmentName})
 	env.RegisterActivityWithOptions(w.verify, activity.RegisterOptions{Name: rollout.VerifyName})
-	env.RegisterActivityWithOptions(w.checkFence, activity.RegisterOptions{Name: rollout.CheckSetFenceName})
 }
 
-func (w *world) checkFence(_ context.Context, in rollout.CheckSetFenceInput) (rollout.CheckSetFenceResult, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.fenceChecks = append(w.fenceChecks, in)
-	if w.fence == nil {
-		return rollout.CheckSetFenceResult{}, nil
-	}
-	return w.fence(in), nil
-}
-
+// start seeds the session, after the fence check StartEnvironment makes
+// (as the worker's, before anything is sent).
 func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (rollout.StartEnvironmentResult, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if f := in.Fence; f != nil {
+		w.fenceChecks = append(w.fenceChecks, *f)
+		if w.fence != nil {
+			if win := w.fence(*f); win != nil {
+				return rollout.StartEnvironmentResult{}, rollout.FencedByRestoreError(in.RolloutID, in.Attempt, f.Set, f.StartedAt, *win)
+			}
+		}
+	}
 	w.applied[protocol.SeedRequestID(in.RolloutID)]++
 	w.starts = append(w.starts, in)
 	return rollout.StartEnvironmentResult{Head: w.head("seed", 0), Tools: w.head("tools", 0), Style: w.style, Mode: envs.ModeExportRestore}, nil

@@ -41,6 +41,19 @@ const (
 	setFenceIDPrefix = "fence/"
 )
 
+// The fence record is read through a cache in each worker, so that seeding
+// the rollouts of a set costs no Temporal round trip each: a worker answers
+// from a record it read less than FenceReadTTL ago (measured from when the
+// read was sent). A restore waits FenceSettle after it wrote its fence,
+// before it installs, terminates, starts or resumes anything, so every
+// answer a worker can still give from a record read before the fence has
+// expired by then, with FenceSettle - FenceReadTTL to spare for the seed
+// request the check precedes to reach its environment server.
+const (
+	FenceReadTTL = time.Second
+	FenceSettle  = 3 * time.Second
+)
+
 // SetFenceWorkflowID is the workflow ID holding set's fence record.
 func SetFenceWorkflowID(set string) string { return setFenceIDPrefix + set }
 
