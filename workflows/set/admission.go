@@ -417,8 +417,7 @@ func (a *admission) describe(ctx workflow.Context) {
 func (a *admission) validateEnqueue(req EnqueueRequest) error {
 	switch {
 	case req.Stamp != a.in.Stamp:
-		return fmt.Errorf("set %q is being submitted by request %q (digest %.12s), not %q (digest %.12s)",
-			a.in.Set, a.in.Stamp.RequestID, a.in.Stamp.Digest, req.Stamp.RequestID, req.Stamp.Digest)
+		return temporal.NewApplicationError(submissionConflict(a.in.Set, a.in.Stamp, req.Stamp), ErrSubmissionConflict)
 	case req.Batches != a.in.Batches || req.Total != a.in.Total:
 		return fmt.Errorf("batch of a submission of %d batches (%d rollouts); the set's has %d (%d rollouts)", req.Batches, req.Total, a.in.Batches, a.in.Total)
 	case req.Batch < 0 || req.Batch >= req.Batches:
@@ -500,9 +499,28 @@ func (a *admission) onHold(ctx workflow.Context, req HoldRequest) (AdmissionSnap
 	}, nil
 }
 
-// batchOf describes a batch of inputs of set stored under ref: its unit (a
-// group's size, every group whole and in repeat order; 1 outside
-// datasets) and each rollout's environment.
+// submissionConflict says which request owns the set.
+func submissionConflict(name string, have, got SubmitStamp) string {
+	switch {
+	case have.RequestID == "":
+		return fmt.Sprintf("set %q already exists, submitted without a request id; submit under a new set name", name)
+	case have.RequestID != got.RequestID:
+		return fmt.Sprintf("set %q already exists, submitted by request %q; submit under a new set name", name, have.RequestID)
+	}
+	return fmt.Sprintf("request id %q was used for set %q with another body; use a new request id", got.RequestID, name)
+}
+
+// BatchOf describes a batch of inputs of set stored under ref, whose first
+// rollout has submission index first: its unit (a group's size, every group
+// whole and in repeat order; 1 outside datasets) and each rollout's
+// environment. A restore queues a checkpoint's queued rollouts with it.
+func BatchOf(ref string, first int, set string, inputs []rollout.Input) (QueuedBatch, error) {
+	b, err := batchOf(ref, set, inputs)
+	b.First = first
+	return b, err
+}
+
+// batchOf is BatchOf without the submission index.
 func batchOf(ref, set string, inputs []rollout.Input) (QueuedBatch, error) {
 	if len(inputs) == 0 {
 		return QueuedBatch{}, errors.New("no inputs")

@@ -347,7 +347,7 @@ func TestAdmissionEnqueueChecks(t *testing.T) {
 		want string // "" accepted
 	}
 	cases := []sent{
-		{"another request", set.EnqueueRequest{Stamp: set.SubmitStamp{RequestID: "r2", Digest: "d2"}, Batch: 0, Batches: 2, Total: 4, Inputs: in[:2]}, `not "r2"`},
+		{"another request", set.EnqueueRequest{Stamp: set.SubmitStamp{RequestID: "r2", Digest: "d2"}, Batch: 0, Batches: 2, Total: 4, Inputs: in[:2]}, `submitted by request "r1"`},
 		{"out of order", set.EnqueueRequest{Stamp: stamp, Batch: 1, Batches: 2, Total: 4, Inputs: in[2:]}, "batch 1 before batch 0"},
 		{"another set", set.EnqueueRequest{Stamp: stamp, Batch: 0, Batches: 2, Total: 4, Inputs: []rollout.Input{{RolloutID: "x", Set: "s2"}}}, `not of set "s1"`},
 		{"first", set.EnqueueRequest{Stamp: stamp, Batch: 0, Batches: 2, Total: 4, Inputs: in[:2]}, ""},

@@ -84,6 +84,11 @@ const (
 	ReconcileAdmissionName = "ReconcileAdmission"
 )
 
+// ErrSubmissionConflict is the type of an enqueue refused because the set
+// is being submitted by another request (another request id, or the same
+// id with another body).
+const ErrSubmissionConflict = "SubmissionConflict"
+
 // MemoSubmit is the memo field naming the submission that made a set (a
 // SubmitStamp): on its admission workflow and on every rollout it starts.
 const MemoSubmit = "submit"
