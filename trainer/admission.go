@@ -19,10 +19,9 @@ import (
 )
 
 // DefaultMaxInFlight is how many of a set's rollouts run at once when a
-// submission does not say: measured on the embedded dev server of a 2-core
-// machine (docs/performance.md, "Admission"), the most that keeps a started
-// rollout's first workflow task prompt while the set's throughput stays at
-// its best.
+// submission does not say. It is a provisional value, not yet measured:
+// 256 is a quarter of the 1,000 first tasks that starved the pollers of the
+// embedded dev server on a 2-core machine.
 const DefaultMaxInFlight = 256
 
 // AdmissionStatus is where a set's admission stands (set.AdmissionStatus).
