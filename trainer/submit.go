@@ -293,7 +293,7 @@ func preflight(ctx context.Context, c tclient.Client, name, taskQueue string, st
 // admissionStamp reads the stamp of set's admission (running or closed);
 // found is false when the set has none.
 func admissionStamp(ctx context.Context, c tclient.Client, name string) (set.SubmitStamp, bool, error) {
-	desc, err := c.DescribeWorkflowExecution(ctx, set.AdmissionWorkflowID(name), "")
+	desc, err := c.DescribeWorkflow(ctx, set.AdmissionWorkflowID(name), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return set.SubmitStamp{}, false, nil
@@ -302,7 +302,7 @@ func admissionStamp(ctx context.Context, c tclient.Client, name string) (set.Sub
 		return set.SubmitStamp{}, false, fmt.Errorf("look up the admission of set %q: %w", name, err)
 	}
 	var st set.SubmitStamp
-	if p, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[MemoSubmit]; ok {
+	if p, ok := desc.RawResponse.GetWorkflowExecutionInfo().GetMemo().GetFields()[MemoSubmit]; ok {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
 	}
 	return st, true, nil

@@ -216,7 +216,7 @@ func (a *AdmissionActivities) ReconcileAdmission(ctx context.Context, in set.Rec
 // stoppedWorking describes a rollout's current run: closed, holding its
 // result, or missing.
 func stoppedWorking(ctx context.Context, c client.Client, id string) (bool, error) {
-	desc, err := c.DescribeWorkflowExecution(ctx, rollout.WorkflowID(id), "")
+	desc, err := c.DescribeWorkflow(ctx, rollout.WorkflowID(id), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return true, nil
@@ -224,7 +224,7 @@ func stoppedWorking(ctx context.Context, c client.Client, id string) (bool, erro
 	if err != nil {
 		return false, fmt.Errorf("describe %s: %w", rollout.WorkflowID(id), err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return true, nil
 	}

@@ -188,7 +188,7 @@ func (lc *loadedCheckpoint) loadQueued(ctx context.Context, agents *artifact.Che
 // its queue). It runs before the fence is written, so every rollout it
 // started is fenced.
 func replaceAdmission(ctx context.Context, tc client.Client, name, rid string) error {
-	desc, err := tc.DescribeWorkflowExecution(ctx, set.AdmissionWorkflowID(name), "")
+	desc, err := tc.DescribeWorkflow(ctx, set.AdmissionWorkflowID(name), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return nil
@@ -196,7 +196,7 @@ func replaceAdmission(ctx context.Context, tc client.Client, name, rid string) e
 	if err != nil {
 		return fmt.Errorf("describe the admission of set %s: %w", name, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || restoredBy(info.GetMemo().GetFields()) == rid {
 		return nil
 	}
@@ -265,7 +265,7 @@ func (c *Coordinator) requeue(ctx context.Context, s requeueSpec) (int, error) {
 // restoredAdmission says whether the set's admission runs, started by
 // restore rid.
 func restoredAdmission(ctx context.Context, tc client.Client, name, rid string) (bool, error) {
-	desc, err := tc.DescribeWorkflowExecution(ctx, set.AdmissionWorkflowID(name), "")
+	desc, err := tc.DescribeWorkflow(ctx, set.AdmissionWorkflowID(name), "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return false, nil
@@ -273,7 +273,7 @@ func restoredAdmission(ctx context.Context, tc client.Client, name, rid string) 
 	if err != nil {
 		return false, fmt.Errorf("describe the admission of set %s: %w", name, err)
 	}
-	info := desc.GetWorkflowExecutionInfo()
+	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	return info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING && restoredBy(info.GetMemo().GetFields()) == rid, nil
 }
 

@@ -359,6 +359,7 @@ func (a *admission) state() AdmissionInput {
 // runningList is the running rollouts, sorted by id.
 func (a *admission) runningList() []RunningRollout {
 	out := make([]RunningRollout, 0, len(a.running))
+	//workflowcheck:ignore the order is discarded by the sort below
 	for id, at := range a.running {
 		out = append(out, RunningRollout{RolloutID: id, Attempt: at})
 	}
