@@ -119,6 +119,7 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 	if m.Admission != nil {
 		want = append(want, checkpoint.SectionQueued)
 	}
+	slices.Sort(want) // the artifact lists its sections by name
 	if got := agents.Sections(); !slices.Equal(got, want) {
 		return invalidCheckpoint("checkpoint %s: agents sections %v, want %v", checkpointID, got, want)
 	}
