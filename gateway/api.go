@@ -77,6 +77,10 @@ type SubmitRequest struct {
 	// RequireAck holds every result until acknowledged; default true (the
 	// feed delivers held results).
 	RequireAck *bool `json:"require_ack,omitempty"`
+	// MaxInFlight bounds how many of the set's rollouts run at once; the
+	// set's admission starts the others in order as these finish (a
+	// dataset's groups whole). 0: the default (trainer.DefaultMaxInFlight).
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 }
 
 // SubmitLimits are a set's budgets; durations are Go duration strings
@@ -97,6 +101,26 @@ type SubmitResponse struct {
 	Rollouts  int    `json:"rollouts"`
 	Started   int    `json:"started"`
 	Existing  int    `json:"existing"`
+	// MaxInFlight is the set's max_in_flight at submission.
+	MaxInFlight int `json:"max_in_flight"`
+}
+
+// MaxInFlightRequest is POST /v1/sets/{set}/max_in_flight: how many of the
+// set's rollouts may run at once from now on. A raise starts queued
+// rollouts at once; a cut lets the running ones finish.
+type MaxInFlightRequest struct {
+	RequestID   string `json:"request_id"`
+	MaxInFlight int    `json:"max_in_flight"`
+}
+
+// AdmissionResponse is the set's admission after the change: its
+// max_in_flight, how many rollouts run and how many wait queued.
+type AdmissionResponse struct {
+	Set         string `json:"set"`
+	MaxInFlight int    `json:"max_in_flight"`
+	Running     int    `json:"running"`
+	Queued      int    `json:"queued"`
+	Total       int    `json:"total"`
 }
 
 // SetResponse is GET /v1/sets/{set}: the set's summary and health.

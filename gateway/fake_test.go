@@ -33,6 +33,7 @@ type fakeBackend struct {
 	feed        func(trainer.FeedRequest) (trainer.FeedPage, error)
 	ack         func(trainer.AckRequest) (trainer.AckSummary, error)
 	staleness   func(trainer.StalenessRequest) (trainer.StalenessResult, error)
+	maxInFlight func(set string, n int) (trainer.AdmissionStatus, error)
 	checkpoint  func(trainer.CheckpointRequest, string) (trainer.Started, bool, error)
 	restore     func(trainer.RestoreRequest, string) (trainer.Started, bool, error)
 	status      func(workflowID string, result any) (trainer.CoordinatorRun, error)
@@ -123,6 +124,14 @@ func (f *fakeBackend) Staleness(_ context.Context, r trainer.StalenessRequest) (
 	return f.staleness(r)
 }
 
+func (f *fakeBackend) SetMaxInFlight(_ context.Context, set string, n int) (trainer.AdmissionStatus, error) {
+	f.called("SetMaxInFlight")
+	if f.maxInFlight == nil {
+		return trainer.AdmissionStatus{Set: set, MaxInFlight: n}, nil
+	}
+	return f.maxInFlight(set, n)
+}
+
 func (f *fakeBackend) StartCheckpoint(_ context.Context, r trainer.CheckpointRequest, id string) (trainer.Started, bool, error) {
 	f.called("StartCheckpoint")
 	if f.checkpoint == nil {
@@ -156,7 +165,7 @@ func (f *fakeBackend) Resume(_ context.Context, r trainer.ResumeRequest) (traine
 }
 
 // state-changing backend calls: none may happen on a refused request.
-var mutations = []string{"Submit", "Acknowledge", "Staleness", "StartCheckpoint", "StartRestore", "Resume"}
+var mutations = []string{"Submit", "Acknowledge", "Staleness", "SetMaxInFlight", "StartCheckpoint", "StartRestore", "Resume"}
 
 const (
 	testToken         = "s3cret-token"

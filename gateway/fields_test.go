@@ -21,6 +21,7 @@ var postBodies = []struct {
 }{
 	{"/v1/sets", "SubmitRequest", `{"request_id":"r1","set":"s1","envs":["counter"],"count":2}`, map[string]bool{"envs": true, "count": true}},
 	{"/v1/sets/s1/acks", "AckRequest", `{"request_id":"a1","receipts":[` + receiptJSON("s1-0000", 'a') + `]}`, nil},
+	{"/v1/sets/s1/max_in_flight", "MaxInFlightRequest", `{"request_id":"m1","max_in_flight":8}`, nil},
 	{"/v1/sets/s1/policy_version", "PolicyVersionRequest", `{"request_id":"p1","version":3,"max_lag":1,"action":"flag"}`, nil},
 	{"/v1/checkpoints", "CheckpointRequest", `{"request_id":"c1","checkpoint_id":"k1","set":"s1","participants":["http://127.0.0.1:8091"],"timeout":"60s"}`, map[string]bool{"timeout": true}},
 	{"/v1/restores", "RestoreRequest", `{"request_id":"r1","checkpoint_id":"k1","participants":["http://127.0.0.1:8091"]}`, nil},

@@ -154,6 +154,7 @@ func TestOpenAPIRoles(t *testing.T) {
 var schemaTypes = map[string]any{
 	"ErrorBody": ErrorBody{}, "ErrorDetail": ErrorDetail{},
 	"SubmitRequest": SubmitRequest{}, "SubmitLimits": SubmitLimits{}, "SubmitResponse": SubmitResponse{},
+	"MaxInFlightRequest": MaxInFlightRequest{}, "AdmissionResponse": AdmissionResponse{},
 	"DatasetRow": trainer.DatasetRow{}, "Sampling": rollout.Sampling{}, "PolicyRef": rollout.PolicyRef{},
 	"Summary": trainer.Summary{}, "EnvSummary": trainer.EnvSummary{}, "SetResponse": SetResponse{}, "Health": Health{},
 	"FeedResponse": FeedResponse{}, "ExportLine": trainer.ExportLine{}, "Receipt": Receipt{},

@@ -10,7 +10,7 @@ import (
 
 // fuzzRoutes are the POST routes whose JSON bodies the fuzzer sends.
 var fuzzRoutes = []string{
-	"/v1/sets", "/v1/checkpoints", "/v1/restores", "/v1/resumes", "/v1/sets/s1/acks", "/v1/sets/s1/policy_version",
+	"/v1/sets", "/v1/checkpoints", "/v1/restores", "/v1/resumes", "/v1/sets/s1/acks", "/v1/sets/s1/policy_version", "/v1/sets/s1/max_in_flight",
 }
 
 // FuzzGatewayRequests sends arbitrary JSON bodies to the routes that decode

@@ -38,6 +38,7 @@ type Backend interface {
 	StartRestore(ctx context.Context, r trainer.RestoreRequest, requestID string) (trainer.Started, bool, error)
 	CoordinatorStatus(ctx context.Context, workflowID string, result any) (trainer.CoordinatorRun, error)
 	Resume(ctx context.Context, r trainer.ResumeRequest) (trainer.ResumeSummary, error)
+	SetMaxInFlight(ctx context.Context, set string, n int) (trainer.AdmissionStatus, error)
 }
 
 // Config configures a Server.
@@ -214,6 +215,7 @@ func (s *Server) routes() []route {
 		{method: "GET", pattern: "/v1/sets/{set}/export", handle: s.export, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
 		{method: "GET", pattern: "/v1/sets/{set}/feed", handle: s.feed, role: t, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
 		{method: "POST", pattern: "/v1/sets/{set}/acks", handle: s.acks, role: t, statuses: []int{ok200, badReq, unauth, notFound, conflict, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/max_in_flight", handle: s.maxInFlight, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
 		{method: "POST", pattern: "/v1/sets/{set}/policy_version", handle: s.policyVersion, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
 		{method: "POST", pattern: "/v1/checkpoints", handle: s.startCheckpoint, role: o, statuses: []int{ok202, badReq, unauth, forbidden, conflict, unavail}},
 		{method: "GET", pattern: "/v1/checkpoints/{id}", handle: s.getCheckpoint, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},

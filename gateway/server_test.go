@@ -340,6 +340,45 @@ func TestPolicyVersion(t *testing.T) {
 	assert.Equal(t, 2, n, "Staleness called %d times, want 2", n)
 }
 
+// TestMaxInFlight: the route hands the new max_in_flight to the set's
+// admission and answers its counts; a bad value is a 400 naming the field
+// and changes nothing; a set without a running admission is a 404.
+func TestMaxInFlight(t *testing.T) {
+	var got int
+	f := &fakeBackend{maxInFlight: func(set string, n int) (trainer.AdmissionStatus, error) {
+		if set != "s1" {
+			return trainer.AdmissionStatus{}, &trainer.NotFoundError{Msg: "set " + set + " has no running admission"}
+		}
+		got = n
+		return trainer.AdmissionStatus{Set: set, MaxInFlight: n, Running: 3, Queued: 5, Total: 8}, nil
+	}}
+	s := newTestServer(t, f)
+	res := decodeOK[AdmissionResponse](t, call(t, s, "POST", "/v1/sets/s1/max_in_flight", `{"request_id":"m1","max_in_flight":12}`), http.StatusOK)
+	require.Equal(t, AdmissionResponse{Set: "s1", MaxInFlight: 12, Running: 3, Queued: 5, Total: 8}, res)
+	require.Equal(t, 12, got)
+	for body, field := range map[string]string{
+		`{"request_id":"m","max_in_flight":0}`:       "max_in_flight",
+		`{"request_id":"m","max_in_flight":-3}`:      "max_in_flight",
+		`{"request_id":"m","max_in_flight":1000001}`: "max_in_flight",
+		`{"request_id":"m","max_in_flight":1.5}`:     "max_in_flight",
+		`{"max_in_flight":4}`:                        "request_id",
+	} {
+		expectError(t, call(t, s, "POST", "/v1/sets/s1/max_in_flight", body), http.StatusBadRequest, CodeBadRequest, field)
+	}
+	expectError(t, call(t, s, "POST", "/v1/sets/other/max_in_flight", `{"request_id":"m","max_in_flight":4}`), http.StatusNotFound, CodeNotFound, "")
+	assert.Equal(t, 2, f.count("SetMaxInFlight"))
+
+	var sub trainer.SubmitRequest
+	f.submit = func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
+		sub = r
+		return trainer.SubmitResult{Started: r.Count, MaxInFlight: r.MaxInFlight}, nil
+	}
+	out := decodeOK[SubmitResponse](t, call(t, s, "POST", "/v1/sets", `{"request_id":"r1","set":"s2","envs":["counter"],"count":4,"max_in_flight":7}`), http.StatusOK)
+	require.Equal(t, 7, sub.MaxInFlight, "submit passes max_in_flight on")
+	require.Equal(t, 7, out.MaxInFlight)
+	expectError(t, call(t, s, "POST", "/v1/sets", `{"request_id":"r2","set":"s3","envs":["counter"],"count":4,"max_in_flight":-1}`), http.StatusBadRequest, CodeBadRequest, "")
+}
+
 func TestCheckpoint(t *testing.T) {
 	var got trainer.CheckpointRequest
 	var gotID string

@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/trainer"
+	setpkg "github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // submit is POST /v1/sets.
@@ -28,6 +29,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 	}
 	return writeJSON(w, http.StatusOK, SubmitResponse{
 		Set: req.Set, RequestID: req.RequestID, Rollouts: len(res.Inputs), Started: res.Started, Existing: res.Existing,
+		MaxInFlight: res.MaxInFlight,
 	})
 }
 
@@ -51,6 +53,7 @@ func (s *Server) submitRequest(ctx context.Context, req SubmitRequest) (trainer.
 		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvServer: req.EnvServer, EnvURL: req.EnvURL,
 		Policy: req.Policy, PolicyEndpoint: req.PolicyEndpoint, ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns,
 		RequireAck: req.RequireAck == nil || *req.RequireAck, Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
+		MaxInFlight: req.MaxInFlight,
 	}
 	if err := setLimits(&cr, req.Limits); err != nil {
 		return trainer.SubmitRequest{}, err
@@ -310,6 +313,30 @@ func receiptLines(req AckRequest) ([]trainer.ReceiptLine, error) {
 		lines[i] = trainer.ReceiptLine{Line: i + 1, Receipt: rc}
 	}
 	return lines, nil
+}
+
+// maxInFlight is POST /v1/sets/{set}/max_in_flight: it changes how many of
+// the set's rollouts run at once, while the set runs.
+func (s *Server) maxInFlight(w http.ResponseWriter, r *http.Request) error {
+	name, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	var req MaxInFlightRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkRequestID(req.RequestID); err != nil {
+		return err
+	}
+	if err := setpkg.ValidateMaxInFlight("max_in_flight", req.MaxInFlight); err != nil {
+		return badRequest("max_in_flight", err.Error())
+	}
+	st, err := s.backend.SetMaxInFlight(r.Context(), name, req.MaxInFlight)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, AdmissionResponse{Set: name, MaxInFlight: st.MaxInFlight, Running: st.Running, Queued: st.Queued, Total: st.Total})
 }
 
 // policyVersion is POST /v1/sets/{set}/policy_version.

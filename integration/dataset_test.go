@@ -46,7 +46,7 @@ func TestDatasetSubmitExport(t *testing.T) {
 	const repeats = 3
 	out, err := c.starter(ctx, "submit", "--set", "ds1", "--tasks", rows, "--repeats", fmt.Sprint(repeats), "--wait", "--timeout", "3m")
 	require.NoError(t, err, "starter submit:\n%s", out)
-	require.Contains(t, out, "started 9 rollouts of set ds1 (3 rows × 3 repeats)")
+	require.Contains(t, out, "submitted 9 rollouts of set ds1 (3 rows × 3 repeats)")
 
 	// Idempotent ids: submitting the same dataset again starts nothing.
 	out, err = c.starter(ctx, "submit", "--set", "ds1", "--tasks", rows, "--repeats", fmt.Sprint(repeats))

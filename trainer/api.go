@@ -25,6 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -42,6 +43,10 @@ type Client struct {
 	// newControl builds the control-plane client of an environment server
 	// (a fake in tests).
 	newControl func(url, token string) controlResumer
+	// Failpoints, when armed, kill this process at named places of a
+	// submission (crash tests; the starter arms them from
+	// TURNSTILE_FAILPOINTS).
+	Failpoints *failpoint.Set
 }
 
 // New returns a Client that starts rollouts and coordinator workflows on
@@ -115,17 +120,25 @@ type SubmitRequest struct {
 	// digest is completed (rollouts not started yet are started, the
 	// others counted as Existing) instead of refused.
 	RequestID string `json:"-"`
+	// MaxInFlight bounds how many of the set's rollouts run at once: the
+	// set's admission (a workflow of its own) starts the rest in order as
+	// others finish; 0 means DefaultMaxInFlight. It is not part of the
+	// request's digest: it may change while the set runs (SetMaxInFlight).
+	MaxInFlight int `json:"-"`
 }
 
-// SubmitResult is what a submission started.
+// SubmitResult is what a submission handed to its set's admission.
 type SubmitResult struct {
 	// Inputs are the attempt-0 inputs of every rollout, in index order.
 	Inputs []rollout.Input
-	// Started counts the rollouts started; below len(Inputs) only when
-	// Submit failed. Existing counts those an earlier submission of the
-	// same request (RequestID) had started.
+	// Started counts the rollouts this call queued at the set's admission
+	// (each starts as soon as max_in_flight allows); below len(Inputs) only
+	// when Submit failed. Existing counts those an earlier submission of
+	// the same request (RequestID) had queued.
 	Started  int
 	Existing int
+	// MaxInFlight is the set's max_in_flight at submission.
+	MaxInFlight int
 }
 
 // WaitRequest is what Wait waits for.
@@ -179,15 +192,19 @@ type StatusCounts struct {
 	Statuses map[string]int `json:"statuses"`
 }
 
-// Summary condenses a set from the latest run of each of its rollouts:
-// Rollouts = Completed + Failed + Running. Completed counts latest runs
-// closed Completed (acknowledged, or never held); a held result is still
-// Running. Health counts runs instead (see Health).
+// Summary condenses a set from the latest run of each of its rollouts and
+// its admission: Rollouts = Completed + Failed + Running + Queued.
+// Completed counts latest runs closed Completed (acknowledged, or never
+// held); a held result is still Running. Health counts runs instead (see
+// Health).
 type Summary struct {
 	Rollouts  int `json:"rollouts"`
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`  // closed any way but completed: failed, terminated, timed out, canceled
 	Running   int `json:"running"` // not closed: working, parked, or holding a result
+	// Queued rollouts wait in the set's admission: not started yet (phase
+	// queued).
+	Queued int `json:"queued"`
 	// Means over completed rollouts whose result was read.
 	MeanReward float64 `json:"mean_reward"`
 	MeanTurns  float64 `json:"mean_turns"`
@@ -204,6 +221,7 @@ type EnvSummary struct {
 	Completed int    `json:"completed"`
 	Failed    int    `json:"failed"`
 	Running   int    `json:"running"`
+	Queued    int    `json:"queued"`
 	// Passed counts completed rollouts whose reward passes (see Passed).
 	Passed int `json:"passed"`
 	// Means over completed rollouts whose result was read.

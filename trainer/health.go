@@ -48,6 +48,9 @@ type Health struct {
 	Failed    int `json:"failed"`
 	Running   int `json:"running"`
 	Held      int `json:"held"`
+	// Queued counts the rollouts the set's admission has not started yet;
+	// they are part of Rollouts.
+	Queued int `json:"queued"`
 	// ProgressPerMin counts rollouts finished (held, completed or failed)
 	// per minute over the window.
 	ProgressPerMin float64 `json:"progress_per_min"`
@@ -89,6 +92,7 @@ type healthSource interface {
 	visibility.Lister
 	CountWorkflow(ctx context.Context, req *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
 	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+	admissionQuerier
 }
 
 // Health computes r.Set's health.
@@ -132,7 +136,10 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 	if err := countAll(ctx, src, r.Set, healthFilters(&h, &n, sinceTS, watchdog)); err != nil {
 		return Health{}, err
 	}
-	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed)
+	if h.Queued, _, err = queuedOf(ctx, src, r.Set); err != nil {
+		return Health{}, err
+	}
+	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed) + h.Queued
 	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
 	if err := sampleModel(ctx, src, r, &h); err != nil {
 		return Health{}, err

@@ -13,12 +13,15 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // healthAnswers answers counts by filter, lists by filter and describes
@@ -30,6 +33,8 @@ type healthAnswers struct {
 	failure  string
 	// noAttributes: the namespace lacks the progress attributes.
 	noAttributes bool
+	// queued rollouts wait in the set's admission (0: the set has none).
+	queued int
 }
 
 // client is a Temporal client giving the answers.
@@ -51,6 +56,12 @@ func (f *healthAnswers) client() *temporalfake.Client {
 				}}
 			}
 			return resp, nil
+		},
+		Query: func(workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {
+			if f.queued == 0 {
+				return nil, serviceerror.NewNotFound("workflow not found: " + workflowID)
+			}
+			return temporalfake.Value{V: set.AdmissionStatus{Set: "s1", Queued: f.queued}}, nil
 		},
 	}
 }
@@ -136,6 +147,16 @@ func TestHealth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHealthCountsQueued: the rollouts the set's admission has not started
+// are counted as queued, and as rollouts of the set.
+func TestHealthCountsQueued(t *testing.T) {
+	f := &healthAnswers{queued: 7, counts: func(string) int { return 1 }, lists: func(string) []*workflowpb.WorkflowExecutionInfo { return nil }}
+	h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, 7, h.Queued)
+	require.Equal(t, 1+1+1+7, h.Rollouts, "running + completed + failed + queued")
 }
 
 // TestHealthQueriesUseTheWindow: every time filter compares against the

@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +12,12 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
-	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // Bounds of a submission.
@@ -24,8 +26,6 @@ const (
 	// indexes below seedStride keep every rollout's seed distinct.
 	maxCount   = 1_000_000
 	seedStride = 1_000_000
-	// startConcurrency bounds concurrent StartWorkflow calls.
-	startConcurrency = 16
 )
 
 // Validate reports the first field that cannot work, before anything is
@@ -57,6 +57,9 @@ func (r SubmitRequest) validateShared() error {
 	}
 	if r.MaxTurns < 0 || r.MaxTurns > rollout.MaxMaxTurns {
 		return fmt.Errorf("--max-turns %d: want 1..%d, or 0 for each environment's default", r.MaxTurns, rollout.MaxMaxTurns)
+	}
+	if r.MaxInFlight < 0 || r.MaxInFlight > set.MaxMaxInFlight {
+		return fmt.Errorf("--max-in-flight %d: want 1..%d (0: the default, %d)", r.MaxInFlight, set.MaxMaxInFlight, DefaultMaxInFlight)
 	}
 	if err := r.validateBudgets(); err != nil {
 		return err
@@ -186,16 +189,20 @@ func Plan(inputs []rollout.Input) []PlanGroup {
 }
 
 // Submit checks r, checks that a worker polls the task queue and that the
-// set does not exist yet (or, with r.RequestID, that it was submitted by the
-// same request), and starts every rollout of r (attempt 0). On a failed
-// start, the result counts the rollouts started before it.
+// set does not exist yet (or, with r.RequestID, that it was made by the same
+// request), and hands every rollout of r (attempt 0) to the set's
+// admission: a workflow of the set's own that starts them in order, at most
+// r.MaxInFlight at once, as others finish. The queue lives in Temporal, so
+// the rollouts run whatever becomes of this process once Submit returns;
+// a Submit cut short is completed by the same request made again. On a
+// failure, the result counts the rollouts queued before it.
 func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, error) {
 	inputs, err := BuildInputs(r)
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	res := SubmitResult{Inputs: inputs}
-	stamp, err := r.Stamp()
+	res := SubmitResult{Inputs: inputs, MaxInFlight: cmp.Or(r.MaxInFlight, DefaultMaxInFlight)}
+	stamp, err := r.admissionStamp()
 	if err != nil {
 		return res, err
 	}
@@ -210,10 +217,11 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 	}
 	for i := range inputs {
 		inputs[i].ProgressAttributes = pre.progress
+		inputs[i].Admission = true
 	}
-	res.Started, res.Existing, err = startAll(ctx, c.tc, inputs, startSpec{taskQueue: c.taskQueue, stamp: stamp, limit: startConcurrency})
+	res.Started, res.Existing, err = c.enqueue(ctx, enqueueSpec{set: r.Set, inputs: inputs, stamp: stamp, maxInFlight: res.MaxInFlight, resume: pre.resume})
 	if err != nil {
-		return res, fmt.Errorf("%w (started %d of %d)", err, res.Started, len(inputs))
+		return res, fmt.Errorf("%w (queued %d of %d)", err, res.Started+res.Existing, len(inputs))
 	}
 	return res, nil
 }
@@ -227,73 +235,20 @@ type workflowStarter interface {
 // rollout search attributes.
 const searchAttributeHint = "register the search attributes turnstile sets (`starter setup` does, so does `make devserver`)"
 
-// startSpec is how startAll starts a submission's rollouts.
-type startSpec struct {
-	taskQueue string
-	// stamp, when set, goes into every rollout's memo, and a rollout
-	// started before (by the same request: preflight checked) counts as
-	// existing instead of failing the submission.
-	stamp *SubmitStamp
-	limit int
-}
-
-// startAll starts every input with bounded concurrency and returns how many
-// started and how many existed. The first failure stops the starts not yet
-// begun.
-func startAll(ctx context.Context, c workflowStarter, inputs []rollout.Input, spec startSpec) (started, existing int, err error) {
-	outcome := make([]int8, len(inputs)) // 1 started, 2 existing
-	err = fanout.Each(ctx, len(inputs), spec.limit, func(ctx context.Context, i int) error {
-		in := inputs[i]
-		opts := rollout.StartOptions(in, spec.taskQueue)
-		if spec.stamp != nil {
-			opts.Memo[MemoSubmit] = *spec.stamp
-		}
-		_, err := c.ExecuteWorkflow(ctx, opts, rollout.WorkflowName, in)
-		var already *serviceerror.WorkflowExecutionAlreadyStarted
-		switch {
-		case err == nil:
-			outcome[i] = 1
-		case spec.stamp != nil && errors.As(err, &already):
-			outcome[i] = 2
-		default:
-			return startError(in, opts.ID, err)
-		}
-		return nil
-	})
-	for _, o := range outcome {
-		switch o {
-		case 1:
-			started++
-		case 2:
-			existing++
-		}
-	}
-	return started, existing, err
-}
-
-func startError(in rollout.Input, workflowID string, err error) error {
-	var already *serviceerror.WorkflowExecutionAlreadyStarted
-	switch {
-	case errors.As(err, &already):
-		return fmt.Errorf("set %q already exists: workflow %s was started before; submit under a new --set name: %w", in.Set, workflowID, err)
-	case strings.Contains(strings.ToLower(err.Error()), "search attribute"):
-		return fmt.Errorf("start rollout %s: %w; %s", in.RolloutID, err, searchAttributeHint)
-	default:
-		return fmt.Errorf("start rollout %s: %w", in.RolloutID, err)
-	}
-}
-
 // preflightResult is what preflight learned.
 type preflightResult struct {
 	// progress: the namespace has the progress attributes registered, so
 	// the rollouts may upsert them (rollout.Input.ProgressAttributes).
 	progress bool
+	// resume: the set's admission exists, made by the same request: the
+	// submission completes it.
+	resume bool
 }
 
 // preflight checks, before anything starts, that a worker polls the task
-// queue and that the set does not exist yet, or (with a stamp) that it was
-// submitted by the same request.
-func preflight(ctx context.Context, c tclient.Client, set, taskQueue string, stamp *SubmitStamp) (preflightResult, error) {
+// queue and that the set does not exist yet, or that it was submitted by
+// the same request (stamp with a request id).
+func preflight(ctx context.Context, c tclient.Client, name, taskQueue string, stamp set.SubmitStamp) (preflightResult, error) {
 	var pre preflightResult
 	resp, err := c.DescribeTaskQueue(ctx, taskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
 	if err != nil {
@@ -302,23 +257,70 @@ func preflight(ctx context.Context, c tclient.Client, set, taskQueue string, sta
 	if len(resp.GetPollers()) == 0 {
 		return pre, &UnavailableError{Msg: fmt.Sprintf("no worker polls task queue %q: start one with `bin/worker` (same TEMPORAL_ADDRESS and %s), then submit again", taskQueue, "TURNSTILE_TASK_QUEUE")}
 	}
-	count, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(set)})
+	count, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: rollout.SetQuery(name)})
 	if err != nil {
 		if strings.Contains(strings.ToLower(err.Error()), "search attribute") {
-			return pre, fmt.Errorf("look up set %q: %w; %s", set, err, searchAttributeHint)
+			return pre, fmt.Errorf("look up set %q: %w; %s", name, err, searchAttributeHint)
 		}
-		return pre, fmt.Errorf("look up set %q: %w", set, err)
+		return pre, fmt.Errorf("look up set %q: %w", name, err)
 	}
-	if pre.progress, err = hasProgressAttributes(ctx, c, set); err != nil {
+	if pre.progress, err = hasProgressAttributes(ctx, c, name); err != nil {
 		return pre, err
+	}
+	have, found, err := admissionStamp(ctx, c, name)
+	if err != nil {
+		return pre, err
+	}
+	if found {
+		if err := sameStamp(name, have, stamp); err != nil {
+			return pre, err
+		}
+		pre.resume = true
+		return pre, nil
 	}
 	if count.GetCount() == 0 {
 		return pre, nil
 	}
-	if stamp == nil {
-		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", set, count.GetCount()), Field: "set"}
+	if stamp.RequestID == "" {
+		return pre, &ConflictError{Msg: fmt.Sprintf("set %q already exists (%d runs); submit under a new --set name", name, count.GetCount()), Field: "set"}
 	}
-	return pre, sameSubmission(ctx, c, set, *stamp)
+	// A set submitted before sets had an admission: its rollouts carry
+	// the stamp. The same request completes it through an admission (the
+	// rollouts it started count as existing).
+	return pre, sameSubmission(ctx, c, name, stamp)
+}
+
+// admissionStamp reads the stamp of set's admission (running or closed);
+// found is false when the set has none.
+func admissionStamp(ctx context.Context, c tclient.Client, name string) (set.SubmitStamp, bool, error) {
+	desc, err := c.DescribeWorkflow(ctx, set.AdmissionWorkflowID(name), "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return set.SubmitStamp{}, false, nil
+	}
+	if err != nil {
+		return set.SubmitStamp{}, false, fmt.Errorf("look up the admission of set %q: %w", name, err)
+	}
+	var st set.SubmitStamp
+	if p, ok := desc.RawResponse.GetWorkflowExecutionInfo().GetMemo().GetFields()[MemoSubmit]; ok {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &st)
+	}
+	return st, true, nil
+}
+
+// sameStamp checks that a set made by the submission stamped have may be
+// completed by the one stamped want: both carry the same request id and
+// digest.
+func sameStamp(name string, have, want set.SubmitStamp) error {
+	switch {
+	case have.RequestID == "":
+		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted without a request id; submit under a new set name", name), Field: "set"}
+	case have.RequestID != want.RequestID:
+		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted by request %q; submit under a new set name", name, have.RequestID), Field: "set"}
+	case have.Digest != want.Digest:
+		return &ConflictError{Msg: fmt.Sprintf("request id %q was used for set %q with another body; use a new request id", want.RequestID, name), Field: "request_id"}
+	}
+	return nil
 }
 
 // groupAttributeQuery is a query that only a namespace with the group

@@ -14,18 +14,16 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
-// MemoSubmit is the memo field naming the submission that started a
-// rollout (a SubmitStamp), when it was made under a request id.
-const MemoSubmit = "submit"
+// MemoSubmit is the memo field naming the submission that made a set (a
+// SubmitStamp): on its admission and on every rollout it started.
+const MemoSubmit = set.MemoSubmit
 
 // SubmitStamp names a submission: its request id and a digest of the rest
 // of the request, so a request id reused for another request is caught.
-type SubmitStamp struct {
-	RequestID string `json:"request_id"`
-	Digest    string `json:"digest"`
-}
+type SubmitStamp = set.SubmitStamp
 
 // Stamp is r's stamp, or nil when r has no request id. The digest covers
 // every field but the request id (the dataset rows included), as Go's JSON
@@ -38,17 +36,21 @@ func (r SubmitRequest) Stamp() (*SubmitStamp, error) {
 	if err != nil {
 		return nil, fmt.Errorf("digest of the submission: %w", err)
 	}
+	return &SubmitStamp{RequestID: r.RequestID, Digest: sha256Hex(data)}, nil
+}
+
+func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
-	return &SubmitStamp{RequestID: r.RequestID, Digest: hex.EncodeToString(sum[:])}, nil
+	return hex.EncodeToString(sum[:])
 }
 
 // sameSubmission checks that the existing set was submitted by the same
 // request: one of its runs carries the same stamp (a set is made by one
 // submission, so one run tells).
-func sameSubmission(ctx context.Context, l visibility.Lister, set string, want SubmitStamp) error {
-	resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: rollout.SetQuery(set), PageSize: 1})
+func sameSubmission(ctx context.Context, l visibility.Lister, name string, want SubmitStamp) error {
+	resp, err := l.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: rollout.SetQuery(name), PageSize: 1})
 	if err != nil {
-		return fmt.Errorf("look up set %q: %w", set, err)
+		return fmt.Errorf("look up set %q: %w", name, err)
 	}
 	var got SubmitStamp
 	for _, info := range resp.GetExecutions()[:min(1, len(resp.GetExecutions()))] {
@@ -56,15 +58,7 @@ func sameSubmission(ctx context.Context, l visibility.Lister, set string, want S
 			_ = converter.GetDefaultDataConverter().FromPayload(p, &got)
 		}
 	}
-	switch {
-	case got.RequestID == "":
-		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted without a request id; submit under a new set name", set), Field: "set"}
-	case got.RequestID != want.RequestID:
-		return &ConflictError{Msg: fmt.Sprintf("set %q already exists, submitted by request %q; submit under a new set name", set, got.RequestID), Field: "set"}
-	case got.Digest != want.Digest:
-		return &ConflictError{Msg: fmt.Sprintf("request id %q was used for set %q with another body; use a new request id", want.RequestID, set), Field: "request_id"}
-	}
-	return nil
+	return sameStamp(name, got, want)
 }
 
 // hasProgressAttributes reports whether the namespace knows the progress

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/envs/catalog"
@@ -135,73 +133,6 @@ func TestStartOptions(t *testing.T) {
 	require.Equal(t, "seeding", kw(rollout.SARolloutPhase), "keyword search attributes: %v", sa)
 	require.Equal(t, int64(0), i64(rollout.SARolloutAttempt), "int search attributes: %v", sa)
 	require.Equal(t, int64(0), i64(rollout.SARolloutTurn), "int search attributes: %v", sa)
-}
-
-// starter starts rollouts, refusing a start whose workflow or input is
-// not a rollout's, and failing failAt's with failWith; maxSeen is the most
-// starts it had in flight at once.
-func starter(failAt string, failWith error) (c *temporalfake.Client, maxSeen *atomic.Int32) {
-	var inFlight atomic.Int32
-	maxSeen = new(atomic.Int32)
-	c = &temporalfake.Client{Execute: func(o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
-		n := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for {
-			m := maxSeen.Load()
-			if n <= m || maxSeen.CompareAndSwap(m, n) {
-				break
-			}
-		}
-		if wf != rollout.WorkflowName || len(args) != 1 {
-			return nil, errors.New("wrong workflow or args")
-		}
-		if in, ok := args[0].(rollout.Input); !ok || rollout.WorkflowID(in.RolloutID) != o.ID {
-			return nil, errors.New("input does not match ID")
-		}
-		if o.ID == failAt {
-			return nil, failWith
-		}
-		return nil, nil
-	}}
-	return c, maxSeen
-}
-
-func TestStartAll(t *testing.T) {
-	req := validRequest()
-	req.Count = 40
-	inputs, err := BuildInputs(req)
-	require.NoError(t, err)
-	f, maxSeen := starter("", nil)
-	n, _, err := startAll(t.Context(), f, inputs, startSpec{taskQueue: "q", limit: 4})
-	require.NoError(t, err)
-	require.Equal(t, 40, n, "started %d (recorded %d), want 40", n, len(f.Starts()))
-	require.Len(t, f.Starts(), 40, "started %d (recorded %d), want 40", n, len(f.Starts()))
-	m := maxSeen.Load()
-	assert.LessOrEqual(t, m, int32(4), "%d starts in flight, limit 4", m)
-}
-
-func TestStartAllErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		err  error
-		want string
-	}{
-		{"already started", serviceerror.NewWorkflowExecutionAlreadyStarted("exists", "", "run"), `set "s1" already exists`},
-		{"unknown search attribute", errors.New("search attribute RolloutSet is not defined"), "make devserver"},
-		{"other", errors.New("boom"), "start rollout s1-0002: boom"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			inputs, err := BuildInputs(validRequest())
-			require.NoError(t, err)
-			f, _ := starter("rollout/s1-0002", tt.err)
-			n, _, err := startAll(t.Context(), f, inputs, startSpec{taskQueue: "q", limit: 1})
-			require.Error(t, err, "no error")
-			assert.ErrorContains(t, err, tt.want, "error %q does not contain %q", err, tt.want)
-			// One start at a time: the failure stops the ones after it.
-			assert.Equal(t, 2, n, "started %d, want 2", n)
-		})
-	}
 }
 
 func TestForEachStopsAtFirstError(t *testing.T) {

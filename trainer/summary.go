@@ -16,13 +16,36 @@ import (
 const UnknownEnv = "(unknown)"
 
 // Summary condenses set overall and per environment, from its latest runs
-// and their results.
+// and their results, and the rollouts its admission has not started yet.
 func (c *Client) Summary(ctx context.Context, set string) (SetSummary, error) {
+	queued, byEnv, err := queuedOf(ctx, c.tc, set)
+	if err != nil {
+		return SetSummary{}, err
+	}
 	recs, err := c.collect(ctx, set)
 	if err != nil {
 		return SetSummary{}, err
 	}
-	return SetSummary{Overall: Summarize(recs), ByEnv: SummarizeByEnv(recs)}, nil
+	sum := SetSummary{Overall: Summarize(recs), ByEnv: SummarizeByEnv(recs)}
+	sum.AddQueued(queued, byEnv)
+	return sum, nil
+}
+
+// AddQueued counts queued rollouts (byEnv per environment) into s: they
+// are rollouts of the set, neither running nor finished.
+func (s *SetSummary) AddQueued(queued int, byEnv map[string]int) {
+	s.Overall.Queued += queued
+	s.Overall.Rollouts += queued
+	for env, n := range byEnv {
+		i := slices.IndexFunc(s.ByEnv, func(e EnvSummary) bool { return e.Env == env })
+		if i < 0 {
+			s.ByEnv = append(s.ByEnv, EnvSummary{Env: env})
+			i = len(s.ByEnv) - 1
+		}
+		s.ByEnv[i].Queued += n
+		s.ByEnv[i].Rollouts += n
+	}
+	slices.SortFunc(s.ByEnv, func(a, b EnvSummary) int { return strings.Compare(a.Env, b.Env) })
 }
 
 // CountStatus counts recs by RolloutPhase and execution status. A run that

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -58,19 +59,44 @@ type runGetter interface {
 }
 
 // waitAll waits until every rollout's workflow ID has closed (following new
-// runs and attempts), counting each on bar.
+// runs and attempts), counting each on bar. A rollout its set's admission
+// has not started yet is waited for until it starts.
 func waitAll(ctx context.Context, c runGetter, inputs []rollout.Input, bar Progress) error {
 	err := fanout.Each(ctx, len(inputs), waitConcurrency, func(ctx context.Context, i int) error {
-		err := c.GetWorkflow(ctx, rollout.WorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
-		var wee *temporal.WorkflowExecutionError
-		if err != nil && !errors.As(err, &wee) {
-			return fmt.Errorf("rollout %s: %w", inputs[i].RolloutID, err)
+		for {
+			err := c.GetWorkflow(ctx, rollout.WorkflowID(inputs[i].RolloutID), "").Get(ctx, nil)
+			var wee *temporal.WorkflowExecutionError
+			var nf *serviceerror.NotFound
+			switch {
+			case errors.As(err, &nf):
+				if err := sleep(ctx, queuedPoll); err != nil {
+					return err
+				}
+				continue // queued: not started yet
+			case err != nil && !errors.As(err, &wee):
+				return fmt.Errorf("rollout %s: %w", inputs[i].RolloutID, err)
+			}
+			bar.Increment() // completed or failed: closed either way
+			return nil
 		}
-		bar.Increment() // completed or failed: closed either way
-		return nil
 	})
 	bar.Finish(err == nil)
 	return err
+}
+
+// queuedPoll is how often a wait looks again for a rollout still queued.
+const queuedPoll = time.Second
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // workflowCounter is the counting part of client.Client.

@@ -262,6 +262,23 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	// A set's fence record, started by a restore's FenceSet step on the
 	// control queue.
 	r.RegisterWorkflowWithOptions(set.SetFenceWorkflow, workflow.RegisterOptions{Name: set.SetFenceWorkflowName})
+	// A set's admission runs on the control queue: its starts and
+	// notices never wait behind the rollouts' backlog. Its activities
+	// (StoreAdmissionBatch, AdmitRollouts, ReconcileAdmission) and the
+	// rollouts' NotifyAdmission local activity are registered on both
+	// workers.
+	r.RegisterWorkflowWithOptions(set.SetAdmission, workflow.RegisterOptions{Name: set.AdmissionWorkflowName})
+	r.RegisterActivity(newAdmissionActivities(coord))
 	r.RegisterActivity(coord)
 	r.RegisterActivity(&bookkeeping.StartActivities{Starter: &bookkeeping.EagerStarter{Client: coord.Client, TaskQueue: coord.TaskQueue}})
+}
+
+// newAdmissionActivities are the admission's activities over the
+// coordinator's Temporal client and transcript store.
+func newAdmissionActivities(coord *coordinator.Coordinator) *bookkeeping.AdmissionActivities {
+	a := &bookkeeping.AdmissionActivities{Client: coord.Client}
+	if coord.Store != nil {
+		a.Store = coord.Store
+	}
+	return a
 }

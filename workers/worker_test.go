@@ -47,16 +47,20 @@ func TestRegister(t *testing.T) {
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
-		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
+		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 5, "activities registered: %v", r.activities)
+	require.Len(t, r.activities, 6, "activities registered: %v", r.activities)
 	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
 	require.Same(t, acts.Environment, r.activities[1], "activities registered: %v", r.activities)
-	require.Same(t, coord, r.activities[3], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[4], "activities registered: %v", r.activities)
+	adm, ok := r.activities[3].(*bookkeeping.AdmissionActivities)
+	require.True(t, ok, "admission activities registered: %#v", r.activities[3])
+	require.True(t, adm.Client == coord.Client, "admission activities registered: %#v", r.activities[3])
+	require.True(t, adm.Store == bookkeeping.BatchStore(acts.Store), "the admission does not keep its queue in the workers' transcript store")
 	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
 	require.True(t, ok, "group activities registered: %#v", r.activities[2])
 	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
-	requireStarter(t, r.activities[4], coord)
+	requireStarter(t, r.activities[5], coord)
 	assert.Same(t, acts.Store, coord.Store, "the coordinator does not share the rollout activities' transcript store")
 }
 
@@ -144,10 +148,11 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 2, "activities registered: %v, want the coordinator and StartRollouts", r.activities)
-	require.Same(t, coord, r.activities[0], "activities registered: %v, want the coordinator and StartRollouts", r.activities)
-	requireStarter(t, r.activities[1], coord)
+	require.Len(t, r.activities, 3, "activities registered: %v, want the admission's, the coordinator and StartRollouts", r.activities)
+	require.IsType(t, &bookkeeping.AdmissionActivities{}, r.activities[0], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[1], "activities registered: %v, want the admission's, the coordinator and StartRollouts", r.activities)
+	requireStarter(t, r.activities[2], coord)
 	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

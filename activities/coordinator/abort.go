@@ -55,6 +55,9 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.releaseStagedAdmission(ctx, dir, in.CheckpointID); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
 	}
@@ -78,6 +81,21 @@ func (c *Coordinator) releaseMembers(ctx context.Context, dir storage.Store, che
 	}
 	n, _, err := c.releaseRollouts(ctx, tc, checkpointID, l.Rollouts)
 	return n, err
+}
+
+// releaseStagedAdmission releases the admission of the checkpoint's set,
+// which its freeze may have held (a release of an admission not held for
+// the checkpoint changes nothing).
+func (c *Coordinator) releaseStagedAdmission(ctx context.Context, dir storage.Store, checkpointID string) error {
+	name, err := stagedSet(ctx, dir, checkpointID)
+	if err != nil || name == "" {
+		return err // prepare never staged: nothing was held
+	}
+	tc, err := c.temporal()
+	if err != nil {
+		return err
+	}
+	return releaseAdmission(ctx, tc, name, checkpointID)
 }
 
 // removeManifest removes the aggregate manifest, durably, and reports

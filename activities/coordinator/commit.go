@@ -10,6 +10,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -34,8 +35,13 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
 	}
-	// 2. The agent records and their transcripts.
-	agents, err := c.writeAgents(ctx, st.dir, in.CheckpointID, in.Set, st.records)
+	// 2. The agent records and their transcripts, and the rollouts the
+	// set's admission had not started.
+	queued, err := c.stagedQueue(ctx, st)
+	if err != nil {
+		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
+	}
+	agents, err := c.writeAgents(ctx, st.dir, in.CheckpointID, in.Set, st.records, queued)
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, fmt.Errorf("commit checkpoint %s: %w", in.CheckpointID, err)
 	}
@@ -44,6 +50,11 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 		Schema: checkpoint.AggregateSchemaVersion, CheckpointID: in.CheckpointID, Set: in.Set,
 		Participants: entries, Agents: agents, Members: len(st.members.Rollouts), Parked: len(st.records),
 		Closed: len(st.members.Rollouts) - len(st.records),
+	}
+	nQueued := 0
+	if st.admission != nil {
+		nQueued = len(queued.Records)
+		m.Admission = admissionEntry(*st.admission, nQueued)
 	}
 	for _, raw := range st.records {
 		if rec, err := DecodeRecord(raw); err == nil && rec.Result != nil {
@@ -61,8 +72,22 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	c.Failpoints.Hit(failpoint.CoordinatorAfterCommit)
 	return checkpoint.CommitCheckpointResult{
 		Dir: st.dir.Location(), ManifestDigest: m.Digest, Bytes: total, Members: m.Members, Parked: m.Parked,
-		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts,
+		CompletedUnacked: m.CompletedUnacked, Transcripts: agents.Transcripts, Queued: nQueued,
 	}, nil
+}
+
+// stagedQueue is the queued section of a checkpoint whose set has an
+// admission (nil otherwise): the queued inputs read back from the
+// transcript store, so the checkpoint holds them whole.
+func (c *Coordinator) stagedQueue(ctx context.Context, st commitStaging) (*artifact.Section, error) {
+	if st.admission == nil {
+		return nil, nil
+	}
+	sec, err := c.queuedSection(ctx, *st.admission)
+	if err != nil {
+		return nil, err
+	}
+	return &sec, nil
 }
 
 // commitStaging is what the earlier steps of a checkpoint staged for its
@@ -72,6 +97,9 @@ type commitStaging struct {
 	participants stagedParticipants
 	members      rolloutList
 	records      map[string][]byte
+	// admission is the set's admission as the freeze held it; nil for a
+	// set without one.
+	admission *set.AdmissionSnapshot
 }
 
 // readCommitStaging checks a commit's input against what prepare staged and
@@ -104,7 +132,15 @@ func (c *Coordinator) readCommitStaging(ctx context.Context, in checkpoint.Commi
 	if err != nil {
 		return commitStaging{}, fmt.Errorf("read park records: %w", err)
 	}
-	return commitStaging{dir: dir, participants: sp, members: members, records: records}, nil
+	st := commitStaging{dir: dir, participants: sp, members: members, records: records}
+	snap, found, err := readStagedAdmission(ctx, dir, in.CheckpointID)
+	if err != nil {
+		return commitStaging{}, fmt.Errorf("read the staged admission: %w", err)
+	}
+	if found {
+		st.admission = &snap
+	}
+	return st, nil
 }
 
 // commitParticipants has every environment server commit its artifact into
@@ -206,10 +242,13 @@ func (c *Coordinator) checkExistingManifest(ctx context.Context, dir storage.Sto
 // writeAgents writes the agents artifact: every park record, and every
 // transcript blob the records reference (conversations walked to their
 // root, the tool schemas), keyed by digest.
-func (c *Coordinator) writeAgents(ctx context.Context, dir storage.Store, checkpointID, set string, records map[string][]byte) (AgentsEntry, error) {
+func (c *Coordinator) writeAgents(ctx context.Context, dir storage.Store, checkpointID, set string, records map[string][]byte, queued *artifact.Section) (AgentsEntry, error) {
 	sections, blobs, err := c.agentSections(ctx, records)
 	if err != nil {
 		return AgentsEntry{}, err
+	}
+	if queued != nil {
+		sections = append(sections, *queued)
 	}
 	loc, err := dir.Sub(checkpoint.AgentsDir)
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // runRow is the current run of one rollout workflow in rolloutTable.
@@ -181,6 +182,8 @@ func (f *rolloutTable) signal(wid, _, name string, arg any) error {
 	case rollout.ParkRequest:
 		ck = a.CheckpointID
 	case rollout.ResumeRequest:
+		ck = a.CheckpointID
+	case set.ReleaseRequest: // a set's admission: none here unless a test adds its run
 		ck = a.CheckpointID
 	default:
 		return fmt.Errorf("fake: unexpected signal %s with a %T", name, arg)

@@ -14,8 +14,9 @@ import (
 	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
-// FenceSet writes the set's fence record for this restore, before the
-// restore installs, starts or resumes anything: a new run of the workflow
+// FenceSet ends the set's admission (unless this restore started it) and
+// writes the set's fence record for this restore, before the restore
+// installs, starts or resumes anything: a new run of the workflow
 // set.SetFenceWorkflowID(set) (terminating the previous one) whose memo
 // carries the windows of the earlier restores and this one's, from the
 // restored checkpoint's start to this run's start. A re-run of the same
@@ -46,6 +47,12 @@ func (c *Coordinator) FenceSet(ctx context.Context, in checkpoint.FenceSetInput)
 	ours := func(w rollout.FenceWindow) bool { return w.RestoreID == rid && w.CheckpointID == in.CheckpointID }
 	if w, ok := cur.Latest(); ok && ours(w) {
 		return checkpoint.FenceSetResult{FencedAt: w.Before, Restores: len(cur.Windows), Reused: true}, c.settleFence(ctx)
+	}
+	// The set's admission belongs to the world this restore replaces: it
+	// ends before the fence, so every rollout it started is fenced (the
+	// restore starts a new admission from the checkpoint's queue).
+	if err := replaceAdmission(ctx, tc, in.Set, rid); err != nil {
+		return checkpoint.FenceSetResult{}, err
 	}
 	from, err := checkpointStart(ctx, tc, in.CheckpointID)
 	if err != nil {

@@ -53,6 +53,10 @@ type AggregateManifest struct {
 	CompletedUnacked int `json:"completed_unacked"`
 	// Closed counts members that completed and closed before they parked.
 	Closed int `json:"closed"`
+	// Admission is the set's admission at the cut; its queued rollouts are
+	// the agents artifact's queued section. Nil for a set without one (and
+	// in checkpoints written before sets had one).
+	Admission *AdmissionEntry `json:"admission,omitempty"`
 	// Digest is the SHA-256 (hex) of the canonical encoding with Digest
 	// empty.
 	Digest string `json:"digest"`

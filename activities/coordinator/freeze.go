@@ -3,6 +3,11 @@ package coordinator
 import (
 	"context"
 
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/workflows/set"
+
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -27,6 +32,13 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 		return checkpoint.FreezeMembershipResult{}, err
 	}
 	sp, err := readStagedParticipants(ctx, dir, in.CheckpointID)
+	if err != nil {
+		return checkpoint.FreezeMembershipResult{}, err
+	}
+	// The set's admission stops starting rollouts first: what it runs is
+	// known exactly (members, visibility lag or not), and what it has not
+	// started is recorded as not started.
+	admitted, err := c.freezeAdmission(ctx, dir, tc, in)
 	if err != nil {
 		return checkpoint.FreezeMembershipResult{}, err
 	}
@@ -69,9 +81,15 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 		return checkpoint.FreezeMembershipResult{}, err
 	}
 	res := checkpoint.FreezeMembershipResult{FromVisibility: len(visible)}
-	ids := make([]string, 0, len(visible)+len(extra))
+	ids := make([]string, 0, len(visible)+len(extra)+len(admitted))
 	for id := range visible {
 		ids = append(ids, id)
+	}
+	for _, r := range admitted {
+		if !visible[r.RolloutID] {
+			ids = append(ids, r.RolloutID)
+			res.FromAdmission++
+		}
 	}
 	for i, id := range extra {
 		if member[i] {
@@ -89,4 +107,18 @@ func (c *Coordinator) FreezeMembership(ctx context.Context, in checkpoint.Freeze
 	}
 	c.Failpoints.Hit(failpoint.CoordinatorAfterFreeze)
 	return res, nil
+}
+
+// freezeAdmission holds the set's admission for the checkpoint and stages
+// its snapshot; it returns the rollouts the admission runs (none for a set
+// without one).
+func (c *Coordinator) freezeAdmission(ctx context.Context, dir storage.Store, tc client.Client, in checkpoint.FreezeMembershipInput) ([]set.RunningRollout, error) {
+	snap, found, err := holdAdmission(ctx, tc, in.Set, in.CheckpointID)
+	if err != nil || !found {
+		return nil, err
+	}
+	if _, err := writeJSONAtomic(ctx, at(dir, checkpoint.StagingAdmission), snap); err != nil {
+		return nil, err
+	}
+	return snap.Running, nil
 }

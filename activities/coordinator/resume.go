@@ -64,6 +64,10 @@ func (c *Coordinator) ResumeRollouts(ctx context.Context, in checkpoint.ResumeRo
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	// The set's admission starts queued rollouts again.
+	if err := releaseAdmission(ctx, tc, l.Set, in.CheckpointID); err != nil {
+		return checkpoint.ResumeRolloutsResult{}, err
+	}
 	return checkpoint.ResumeRolloutsResult{Resumed: resumed, Gone: gone}, nil
 }
 
@@ -119,6 +123,11 @@ func (c *Coordinator) ResumeRestoredRollouts(ctx context.Context, in checkpoint.
 	res := checkpoint.ResumeRolloutsResult{Resumed: resumed, Gone: gone}
 	if err != nil {
 		return checkpoint.ResumeRolloutsResult{}, fmt.Errorf("resume rollouts of restore %s of checkpoint %s: %w", rid, in.CheckpointID, err)
+	}
+	// The set's new admission (StartRestored's, held for the checkpoint)
+	// starts the queued rollouts.
+	if err := releaseAdmission(ctx, tc, l.Set, in.CheckpointID); err != nil {
+		return checkpoint.ResumeRolloutsResult{}, err
 	}
 	return res, nil
 }

@@ -96,6 +96,9 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 				checkpoint.ErrAttemptConflict, nil)
 		}
 	}
+	if res.Queued, err = c.requeue(ctx, requeueSpec{tc: tc, rid: rid, checkpointID: in.CheckpointID, taskQueue: taskQueue, lc: lc, af: af, moved: moved}); err != nil {
+		return checkpoint.StartRestoredResult{}, fmt.Errorf("queue again the rollouts checkpoint %s recorded as not started: %w", in.CheckpointID, err)
+	}
 	c.Failpoints.Hit(failpoint.RestoreAfterStart)
 	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
@@ -35,6 +36,9 @@ type loadedCheckpoint struct {
 	// retired are the rollouts some participant held a finished (verified)
 	// session of at the cut: they ran before it.
 	retired map[string]bool
+	// queued are the rollouts the set's admission had not started at the
+	// cut, in submission order (none without an admission).
+	queued []queuedRollout
 }
 
 // ValidateCheckpoint reads and checks the whole checkpoint before a restore
@@ -111,8 +115,13 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 	if d := agents.Manifest().Digest; d != m.Agents.ManifestDigest {
 		return invalidCheckpoint("checkpoint %s: agents manifest is %s, MANIFEST.json binds %s", checkpointID, d, m.Agents.ManifestDigest)
 	}
-	if got := agents.Sections(); len(got) != 2 || got[0] != checkpoint.SectionAgents || got[1] != checkpoint.SectionTranscripts {
-		return invalidCheckpoint("checkpoint %s: agents sections %v, want [%s %s]", checkpointID, got, checkpoint.SectionAgents, checkpoint.SectionTranscripts)
+	want := []string{checkpoint.SectionAgents, checkpoint.SectionTranscripts}
+	if m.Admission != nil {
+		want = append(want, checkpoint.SectionQueued)
+	}
+	slices.Sort(want) // the artifact lists its sections by name
+	if got := agents.Sections(); !slices.Equal(got, want) {
+		return invalidCheckpoint("checkpoint %s: agents sections %v, want %v", checkpointID, got, want)
 	}
 	recs, err := agents.Section(ctx, checkpoint.SectionAgents)
 	if err != nil {
@@ -143,6 +152,9 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 	}
 	if err := lc.checkTranscripts(); err != nil {
 		return invalidCheckpoint("checkpoint %s: %v", checkpointID, err)
+	}
+	if m.Admission != nil {
+		return lc.loadQueued(ctx, agents, checkpointID)
 	}
 	return nil
 }

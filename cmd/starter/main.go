@@ -4,6 +4,7 @@
 //
 //	starter submit --set s1 --count 64 --env counter --policy scripted-counter --seed 7 --wait
 //	starter status --set s1 --verbose
+//	starter admission --set s1 --max-in-flight 512
 //	starter summary --set s1
 //	starter results --set s1 > s1.jsonl
 //	starter submit --set d1 --tasks rows.jsonl --repeats 8
@@ -34,6 +35,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workers"
@@ -99,7 +101,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logging.FormatConsole, "format of those log lines: console or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
-		newCheckpointCmd(g), newRestoreCmd(g), newRecoverCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g))
+		newCheckpointCmd(g), newRestoreCmd(g), newRecoverCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g),
+		newAdmissionCmd(g))
 	return root
 }
 
@@ -156,5 +159,9 @@ func (g *globals) withClient(ctx context.Context, use func(c *trainer.Client) er
 	}
 	defer tc.Close()
 	g.addr = addr
-	return use(trainer.New(tc, g.taskQueue))
+	c := trainer.New(tc, g.taskQueue)
+	if c.Failpoints, err = failpoint.FromEnv(); err != nil {
+		return fmt.Errorf("%s: %w", failpoint.EnvVar, err)
+	}
+	return use(c)
 }

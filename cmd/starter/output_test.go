@@ -66,8 +66,8 @@ func TestWriteStatus(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	require.NoError(t, writeStatus(&buf, "s1", got, true))
-	for _, want := range []string{"Running    2", "s1-0001  1        4     model"} {
+	require.NoError(t, writeStatus(&buf, "s1", setStatus{recs: got, admission: trainer.AdmissionStatus{MaxInFlight: 2, Running: 2, Queued: 5}}, true))
+	for _, want := range []string{"Running    2", "s1-0001  1        4     model", "queued     5", "8 rollouts", "2 running of at most 2, 5 queued", "(5 more queued"} {
 		assert.Contains(t, buf.String(), want, "status lacks %q:\n%s", want, buf.String())
 	}
 }
@@ -98,9 +98,9 @@ func TestWriteSummary(t *testing.T) {
 	out := buf.String()
 	for _, line := range []string{
 		"rollouts          11\n",
-		"ENV        ROLLOUTS  COMPLETED  FAILED  RUNNING  PASSED  MEAN REWARD  MEAN TURNS\n",
-		"blackjack  4         3          0       1        1       0.3333       7.00\n",
-		"counter    3         2          1       0        1       0.5000       5.00\n",
+		"ENV        ROLLOUTS  COMPLETED  FAILED  RUNNING  QUEUED  PASSED  MEAN REWARD  MEAN TURNS\n",
+		"blackjack  4         3          0       1        0       1       0.3333       7.00\n",
+		"counter    3         2          1       0        0       1       0.5000       5.00\n",
 		"passed: completed with reward >= 1; blackjack (summed step rewards): reward > 0\n",
 	} {
 		assert.Contains(t, out, line, "summary lacks %q:\n%s", line, out)
@@ -236,20 +236,22 @@ func TestStatusJSON(t *testing.T) {
 		{RolloutID: "s1-0001", Phase: "model", Turn: 2, RunID: "r1", Env: "counter", Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
 	}
 	var b strings.Builder
-	require.NoError(t, jsonStatus(&b, "s1", recs, false))
+	require.NoError(t, jsonStatus(&b, "s1", setStatus{recs: recs, admission: trainer.AdmissionStatus{Queued: 3}}, false))
 	var doc struct {
 		Set      string         `json:"set"`
 		Rollouts int            `json:"rollouts"`
+		Queued   int            `json:"queued"`
 		Phases   map[string]int `json:"phases"`
 		Statuses map[string]int `json:"statuses"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(b.String()), &doc))
 	require.Equal(t, "s1", doc.Set)
-	require.Equal(t, 2, doc.Rollouts)
-	require.Equal(t, map[string]int{"completed": 1, "model": 1}, doc.Phases)
+	require.Equal(t, 5, doc.Rollouts)
+	require.Equal(t, 3, doc.Queued)
+	require.Equal(t, map[string]int{"completed": 1, "model": 1, "queued": 3}, doc.Phases)
 
 	b.Reset()
-	require.NoError(t, jsonStatus(&b, "s1", recs, true))
+	require.NoError(t, jsonStatus(&b, "s1", setStatus{recs: recs}, true))
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	require.Len(t, lines, 2)
 	var line map[string]any

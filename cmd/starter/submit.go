@@ -79,6 +79,8 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.ModelCallRetries, "model-retries", 0, "attempts of one model call at most before the rollout fails with BudgetExhausted (0 = unlimited)")
 	f.DurationVar(&req.Deadline, "deadline", 0, "wall-clock budget of each rollout from its first start, parked and restored time included; then it fails with BudgetExhausted (0 = none)")
 	f.BoolVar(&req.RequireAck, "require-ack", false, "hold each result until the pipeline acknowledges it")
+	f.IntVar(&req.MaxInFlight, "max-in-flight", trainer.DefaultMaxInFlight, "rollouts of the set running at once; the set's admission starts the others in order as these finish (a dataset's groups whole). Change it while the set runs with starter admission")
+	f.StringVar(&req.RequestID, "request-id", "", "make the submission idempotent: submitted again with the same id (after a crash), it queues only what is missing")
 	samp.register(f)
 	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
@@ -135,7 +137,11 @@ func submit(cmd *cobra.Command, c *trainer.Client, req trainer.SubmitRequest, w 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "started %d rollouts of set %s (%s) on task queue %s at %s\n", res.Started, req.Set, describeMode(req), c.TaskQueue(), w.addr)
+	fmt.Fprintf(out, "submitted %d rollouts of set %s (%s) on task queue %s at %s; at most %d run at once, the others wait queued\n",
+		res.Started+res.Existing, req.Set, describeMode(req), c.TaskQueue(), w.addr, res.MaxInFlight)
+	if res.Existing > 0 {
+		fmt.Fprintf(out, "%d of them were queued before, by an earlier submission of request %s\n", res.Existing, req.RequestID)
+	}
 	if !w.wait {
 		return nil
 	}

@@ -27,11 +27,11 @@ func writeSummary(w io.Writer, set string, s trainer.SetSummary) error {
 // writeEnvTable prints one line per environment and how "passed" is counted.
 func writeEnvTable(w io.Writer, rows []trainer.EnvSummary) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENV\tROLLOUTS\tCOMPLETED\tFAILED\tRUNNING\tPASSED\tMEAN REWARD\tMEAN TURNS")
+	fmt.Fprintln(tw, "ENV\tROLLOUTS\tCOMPLETED\tFAILED\tRUNNING\tQUEUED\tPASSED\tMEAN REWARD\tMEAN TURNS")
 	var dense []string
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.2f\n",
-			r.Env, r.Rollouts, r.Completed, r.Failed, r.Running, r.Passed, r.MeanReward, r.MeanTurns)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.4f\t%.2f\n",
+			r.Env, r.Rollouts, r.Completed, r.Failed, r.Running, r.Queued, r.Passed, r.MeanReward, r.MeanTurns)
 		if e, ok := catalog.Lookup(r.Env); ok && e.DenseReward {
 			dense = append(dense, r.Env)
 		}
@@ -55,6 +55,7 @@ func writeOverall(w io.Writer, set string, s trainer.Summary) error {
 		{"completed", fmt.Sprint(s.Completed)},
 		{"failed", fmt.Sprint(s.Failed)},
 		{"running", fmt.Sprint(s.Running)},
+		{"queued", fmt.Sprint(s.Queued)},
 		{"mean reward", fmt.Sprintf("%.4f", s.MeanReward)},
 		{"mean turns", fmt.Sprintf("%.2f", s.MeanTurns)},
 		{"p50 rollout time", roundDuration(s.P50).String()},
@@ -78,7 +79,7 @@ func newSummaryCmd(g *globals) *cobra.Command {
 	var set string
 	cmd := &cobra.Command{
 		Use:   "summary",
-		Short: "Completed, failed, running, mean reward and turns, p50/p95 rollout time of a set, overall and per environment",
+		Short: "Completed, failed, running, queued, mean reward and turns, p50/p95 rollout time of a set, overall and per environment",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := rollout.ValidateSet(set); err != nil {

@@ -85,7 +85,21 @@ const (
 	// RestoreAfterResumeParticipants: the servers are resumed; the restored
 	// rollouts are not released yet.
 	RestoreAfterResumeParticipants = "restore.after-resume-participants"
+
+	// SubmitBetweenBatches: in a submitting process (the starter, the
+	// gateway), a batch of a set's submission is queued at its admission
+	// and the next is not sent: a submission made again under the same
+	// request id must queue exactly the rest, losing and doubling nothing.
+	// It kills a client, not a worker, so it is in Clients, not All.
+	SubmitBetweenBatches = "submit.between-batches"
 )
+
+// Clients lists the failpoints that stand in client processes (the
+// starter, the gateway): an integration test kills a client there, the
+// crash matrix (which kills workers and servers) does not.
+var Clients = []string{
+	SubmitBetweenBatches,
+}
 
 // All lists every failpoint.
 var All = []string{
@@ -138,7 +152,7 @@ func Parse(spec string) (*Set, error) {
 			return nil, fmt.Errorf("failpoint %q: want name=kill@N", part)
 		}
 		if !known(name) {
-			return nil, fmt.Errorf("failpoint %q: unknown name (known: %s)", name, strings.Join(All, ", "))
+			return nil, fmt.Errorf("failpoint %q: unknown name (known: %s)", name, strings.Join(append(All[:len(All):len(All)], Clients...), ", "))
 		}
 		kind, nStr, _ := strings.Cut(act, "@")
 		if kind != "kill" {
@@ -161,7 +175,7 @@ func Parse(spec string) (*Set, error) {
 func FromEnv() (*Set, error) { return Parse(os.Getenv(EnvVar)) }
 
 func known(name string) bool {
-	for _, n := range All {
+	for _, n := range append(All[:len(All):len(All)], Clients...) {
 		if n == name {
 			return true
 		}

@@ -89,7 +89,10 @@ type CheckpointResult struct {
 	CompletedUnacked int `json:"completed_unacked"`
 	// Closed are members that completed and closed before they could park:
 	// their results were already delivered.
-	Closed         int    `json:"closed"`
+	Closed int `json:"closed"`
+	// Queued are rollouts the set's admission had not started: recorded
+	// as not started, in submission order.
+	Queued         int    `json:"queued,omitempty"`
 	Bytes          int64  `json:"bytes"`
 	ManifestDigest string `json:"manifest_digest"`
 	Resumed        bool   `json:"resumed"`
@@ -126,7 +129,10 @@ type RestoreResult struct {
 	// environment, or never seeded).
 	StartedOver int `json:"started_over"`
 	// OfferedAgain offer a completed, unacknowledged result again.
-	OfferedAgain   int    `json:"offered_again"`
+	OfferedAgain int `json:"offered_again"`
+	// Queued are the rollouts the checkpoint recorded as not started,
+	// queued again in order at the set's new admission.
+	Queued         int    `json:"queued,omitempty"`
 	Started        int    `json:"started"`
 	Terminated     int    `json:"terminated"`
 	AttemptsDigest string `json:"attempts_digest"`

@@ -262,7 +262,7 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 	if err != nil {
 		return err
 	}
-	res.Bytes, res.ManifestDigest = out.Bytes, out.ManifestDigest
+	res.Bytes, res.ManifestDigest, res.Queued = out.Bytes, out.ManifestDigest, out.Queued
 	return nil
 }
 

@@ -29,6 +29,10 @@ const (
 
 	SectionAgents      = "agents"      // ParkRecord JSON keyed by rollout id
 	SectionTranscripts = "transcripts" // transcript blobs keyed by digest
+	// SectionQueued holds the rollouts the set's admission had not started
+	// at the cut: rollout.Input JSON keyed by submission index (nine
+	// digits), in submission order. Only a set with an admission has it.
+	SectionQueued = "queued"
 
 	// Lists of rollouts that ResumeRollouts reads, relative to the
 	// checkpoint directory.
@@ -37,8 +41,11 @@ const (
 	ListStarted = RestoreDir + "/started.json"
 
 	StagingParticipants = StagingDir + "/participants.json"
-	StagingRecords      = StagingDir + "/records.jsonl"
-	RestoreAttempts     = RestoreDir + "/attempts.json"
+	// StagingAdmission is the set's admission as the checkpoint held it
+	// (set.AdmissionSnapshot); absent for a set without one.
+	StagingAdmission = StagingDir + "/admission.json"
+	StagingRecords   = StagingDir + "/records.jsonl"
+	RestoreAttempts  = RestoreDir + "/attempts.json"
 )
 
 // MaxIDLen bounds checkpoint and restore ids: each is a path component of

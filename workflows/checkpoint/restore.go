@@ -111,7 +111,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 	}, &st); err != nil {
 		return RestoreResult{}, r.fail(err)
 	}
-	res.Restored, res.StartedOver, res.OfferedAgain, res.Started = st.Continue, st.StartOver, st.OfferAgain, st.Started
+	res.Restored, res.StartedOver, res.OfferedAgain, res.Started, res.Queued = st.Continue, st.StartOver, st.OfferAgain, st.Started, st.Queued
 
 	// Environment servers first: a rollout released before its server
 	// would only be answered "parked".

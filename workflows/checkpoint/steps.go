@@ -82,6 +82,10 @@ type FreezeMembershipResult struct {
 	// (visibility lags behind a rollout that just started).
 	FromVisibility   int `json:"from_visibility"`
 	FromParticipants int `json:"from_participants"`
+	// FromAdmission are the rollouts the set's admission had started that
+	// neither listed; the admission itself is held (it starts no more)
+	// until the checkpoint resumes or aborts.
+	FromAdmission int `json:"from_admission,omitempty"`
 	// Foreign are sessions an environment server reported for rollouts of
 	// another set: not members.
 	Foreign int    `json:"foreign"`
@@ -123,6 +127,9 @@ type CommitCheckpointResult struct {
 	Parked           int    `json:"parked"`
 	CompletedUnacked int    `json:"completed_unacked"`
 	Transcripts      int    `json:"transcripts"`
+	// Queued counts the rollouts the set's admission had not started,
+	// recorded as not started.
+	Queued int `json:"queued,omitempty"`
 }
 
 // ResumeParticipantsInput resumes environment servers.
@@ -292,6 +299,9 @@ type StartRestoredResult struct {
 	OfferAgain int `json:"offer_again"`
 	Started    int `json:"started"`
 	Existing   int `json:"existing"`
+	// Queued are the rollouts the checkpoint recorded as not started, now
+	// queued at the set's new admission (held until the restore resumes).
+	Queued int `json:"queued,omitempty"`
 }
 
 // ResumeRestoredParticipantsInput ends a restore's control session at

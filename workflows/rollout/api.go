@@ -101,6 +101,10 @@ const (
 	PhaseAwaitingAck Phase = "awaiting_ack"
 	PhaseCompleted   Phase = "completed"
 	PhaseFailed      Phase = "failed"
+	// PhaseQueued is a rollout its set's admission workflow has not
+	// started yet (package workflows/set): no run of it exists, so no
+	// search attribute says it; readers take it from the admission.
+	PhaseQueued Phase = "queued"
 )
 
 // WorkflowID returns the workflow ID of a rollout: one ID for every attempt,
@@ -334,6 +338,12 @@ type Input struct {
 	// change (0: DefaultProgressEvery; MinProgressEvery..MaxProgressEvery).
 	// A watchdog's stall window should be several times longer.
 	ProgressEvery Duration `json:"progress_every,omitzero"`
+	// Admission: the rollout was admitted by its set's admission workflow
+	// (package workflows/set), which runs at most max_in_flight of the
+	// set's rollouts at once; the run tells it when it stops working
+	// (NotifyAdmissionName). Continue-as-new, group retries and restores
+	// keep it. Submitters leave it unset; the trainer library sets it.
+	Admission bool `json:"admission,omitempty"`
 }
 
 // Boundary is a rollout's state right after all of a turn's (or a tool

@@ -72,11 +72,13 @@ var (
 func Rollout(ctx workflow.Context, in Input) (Result, error) {
 	r, err := setupRollout(ctx, in)
 	if err != nil {
+		(&rollout{in: in, logger: workflow.GetLogger(ctx)}).notifyFailed(ctx, err)
 		return Result{}, err
 	}
 	res, err := r.run(ctx)
 	if err != nil {
 		r.reportCanceled(ctx, err)
+		r.notifyFailed(ctx, err)
 	}
 	return res, err
 }
@@ -100,6 +102,9 @@ type rollout struct {
 	// groups is set in runs of a group's rollouts that report to its
 	// ledger.
 	groups bool
+	// notified: the run told its set's admission it stopped working (see
+	// notifyAdmission).
+	notified bool
 }
 
 // validate checks the input; a bad input fails the run before any side effect.
@@ -676,11 +681,14 @@ func (r *rollout) offer(ctx workflow.Context, res Result) (Result, error) {
 	r.b.Done = true
 	if r.in.RequireAck {
 		r.setPhase(ctx, PhaseAwaitingAck)
+		// A held result works no more: its slot goes to the next rollout.
+		r.notifyAdmission(ctx, OutcomeHeld)
 		if err := workflow.Await(ctx, func() bool { return r.acked }); err != nil {
 			return Result{}, err
 		}
 	}
 	r.setPhase(ctx, PhaseCompleted)
+	r.notifyAdmission(ctx, OutcomeCompleted)
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return Result{}, err
 	}

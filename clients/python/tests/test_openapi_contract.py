@@ -56,7 +56,8 @@ def _every_call(c: Client) -> None:
     c.submit("s1", envs=["counter"], count=2, rows=[{"env": "counter", "task": {"target": 1}}],
              dataset_path="/d.jsonl", repeats=2, seed=1, policy="p", model_url="http://m", env_url="http://e",
              max_turns=4, sampling={"temperature": 1.0}, limits={"deadline": "5m"}, require_ack=True,
-             request_id="r1", env_server="b", policy_endpoint="vllm")
+             request_id="r1", env_server="b", policy_endpoint="vllm", max_in_flight=16)
+    c.set_max_in_flight("s1", 32, request_id="r7")
     c.get_set("s1")
     c.results("s1", page_token="t", page_size=10)
     list(c.iter_results("s1", page_size=10))

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from .errors import APIError, TransportError, api_error
 from .types import (
     AckResponse,
+    AdmissionResponse,
     DatasetRow,
     ExportLine,
     FeedResponse,
@@ -129,21 +130,24 @@ class Client:
                model_url: Optional[str] = None, env_url: Optional[str] = None, max_turns: Optional[int] = None,
                sampling: Optional[Sampling] = None, limits: Optional[Limits] = None,
                require_ack: Optional[bool] = None, request_id: Optional[str] = None,
-               env_server: Optional[str] = None, policy_endpoint: Optional[str] = None) -> SubmitResponse:
+               env_server: Optional[str] = None, policy_endpoint: Optional[str] = None,
+               max_in_flight: Optional[int] = None) -> SubmitResponse:
         """POST /v1/sets: count rollouts over envs, or a dataset (rows inline
         or dataset_path under the gateway's dataset root), each row repeats
         times as one group. env_server and policy_endpoint pick a server and
         an endpoint the workers' operator configured, by name (env_url and
         model_url name one by URL, admitted only when configured or
         allowlisted). Results are held for acknowledgement unless
-        require_ack is False. A repeat with the same request_id starts
-        nothing new."""
+        require_ack is False. At most max_in_flight rollouts run at once
+        (default: the gateway's); the set's admission starts the others in
+        order. A repeat with the same request_id starts nothing new."""
         body = {
             "set": set_name, "envs": list(envs) if envs is not None else None, "count": count,
             "rows": list(rows) if rows is not None else None, "dataset_path": dataset_path,
             "repeats": repeats, "seed": seed, "policy": policy, "policy_endpoint": policy_endpoint,
             "model_url": model_url, "env_server": env_server, "env_url": env_url,
             "max_turns": max_turns, "sampling": sampling, "limits": limits, "require_ack": require_ack,
+            "max_in_flight": max_in_flight,
         }
         return cast(SubmitResponse, self._post("/v1/sets", body, request_id))
 
@@ -196,6 +200,14 @@ class Client:
         all or nothing."""
         body = {"receipts": [dict(r) for r in receipts]}
         return cast(AckResponse, self._post(f"/v1/sets/{_seg(set_name)}/acks", body, request_id))
+
+    def set_max_in_flight(self, set_name: str, max_in_flight: int,
+                          request_id: Optional[str] = None) -> AdmissionResponse:
+        """POST /v1/sets/{set}/max_in_flight: change how many of the set's
+        rollouts run at once, while it runs (a raise starts queued rollouts
+        at once)."""
+        body = {"max_in_flight": max_in_flight}
+        return cast(AdmissionResponse, self._post(f"/v1/sets/{_seg(set_name)}/max_in_flight", body, request_id))
 
     def policy_version(self, set_name: str, version: int, max_lag: int, action: str = "flag",
                        request_id: Optional[str] = None) -> PolicyVersionResponse:

@@ -73,6 +73,7 @@ class Health(TypedDict):
     failed: int
     running: int
     held: int
+    queued: int  # not started yet: waiting in the set's admission
     progress_per_min: float
     consecutive_failures: int
     model_error_rate: float
@@ -124,6 +125,15 @@ class SubmitResponse(TypedDict):
     rollouts: int
     started: int  # started by this call
     existing: int  # started before by a call with the same request_id
+    max_in_flight: int  # the set's limit of rollouts running at once
+
+
+class AdmissionResponse(TypedDict):
+    set: str
+    max_in_flight: int
+    running: int
+    queued: int
+    total: int
 
 
 class Summary(TypedDict):
@@ -131,6 +141,7 @@ class Summary(TypedDict):
     completed: int
     failed: int
     running: int
+    queued: int
     mean_reward: float
     mean_turns: float
     p50_ms: int
