@@ -188,9 +188,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Stats returns the server's counters.
 func (s *Server) Stats() protocol.Stats {
 	return protocol.Stats{
-		Applied:  s.applied.Load(),
-		Replayed: s.replayed.Load(),
-		Refused:  s.refused.Load(),
+		Applied:   s.applied.Load(),
+		Replayed:  s.replayed.Load(),
+		Refused:   s.refused.Load(),
 		Parked:    s.parked.Load(),
 		Reapplied: s.reapplied.Load(),
 		Sessions:  s.store.live(),
