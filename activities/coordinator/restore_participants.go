@@ -55,7 +55,15 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		if err != nil {
 			return controlError(url, "restore", err)
 		}
+		// Written before the step reports: the start step reads it, and a
+		// participant resumed later answers stale_checkpoint instead.
+		rf := replaysOf(in.CheckpointID, rs.rid, i, resp)
+		if _, err := writeJSONAtomic(ctx, replaysPath(rs.rdir, i), rf); err != nil {
+			return err
+		}
 		mu.Lock()
+		res.Replayed += len(rf.Replayed)
+		res.Diverged += len(rf.Diverged)
 		res.Restored += len(resp.Restored)
 		res.Restarted += len(resp.Restarted)
 		res.Fenced += len(resp.Fenced)

@@ -263,6 +263,10 @@ type RestoreParticipantsResult struct {
 	// Untouched its sessions of other sets, left as they were.
 	Fenced    int `json:"fenced"`
 	Untouched int `json:"untouched"`
+	// Replayed are sessions of replay environments rebuilt by replay;
+	// Diverged those whose replay did not rebuild them (they start over).
+	Replayed int `json:"replayed,omitempty"`
+	Diverged int `json:"diverged,omitempty"`
 	// AlreadyResumed counts participants that had restored and resumed in
 	// an earlier run of the same restore.
 	AlreadyResumed int `json:"already_resumed"`
@@ -302,6 +306,11 @@ type StartRestoredResult struct {
 	// Queued are the rollouts the checkpoint recorded as not started, now
 	// queued at the set's new admission (held until the restore resumes).
 	Queued int `json:"queued,omitempty"`
+	// Replayed are the Continue rollouts of replay environments, whose
+	// session a participant rebuilt by replay; Diverged the StartOver ones
+	// whose replay did not rebuild it.
+	Replayed int `json:"replayed,omitempty"`
+	Diverged int `json:"diverged,omitempty"`
 }
 
 // ResumeRestoredParticipantsInput ends a restore's control session at
