@@ -30,8 +30,8 @@ type skipError struct{ reason string }
 
 func (e skipError) Error() string { return e.reason }
 
-// allChecks is the rule table, in RULES.md order; R16 comes last because
-// it judges every error answer the run collected.
+// allChecks is the rule table, in RULES.md order, except that R16 comes
+// last because it judges every error answer the run collected.
 func allChecks() []check {
 	return []check{
 		{Rule{"R1", "data-plane authentication"}, checkDataAuth},
@@ -49,6 +49,7 @@ func allChecks() []check {
 		{Rule{"R13", "export/restore determinism"}, checkExportRestore},
 		{Rule{"R14", "restart-only and stateless modes"}, checkRestartOnly},
 		{Rule{"R15", "malformed requests"}, checkMalformed},
+		{Rule{"R17", "replay-restore"}, checkReplayRestore},
 		{Rule{"R16", "error envelope and unknown routes"}, checkEnvelope},
 	}
 }
@@ -127,6 +128,9 @@ func newKit(cfg Config) (*kit, error) {
 	}
 	if cfg.RestartEnv != "" && len(cfg.RestartTask) == 0 {
 		return nil, errors.New("a restart-only environment needs a task (RestartTask)")
+	}
+	if cfg.ReplayEnv != "" && (len(cfg.ReplayTask) == 0 || len(cfg.ReplayCalls) != replayCalls) {
+		return nil, fmt.Errorf("a replay environment needs a task (ReplayTask) and %d calls (ReplayCalls), got %d", replayCalls, len(cfg.ReplayCalls))
 	}
 	spec, err := LoadSpec()
 	if err != nil {

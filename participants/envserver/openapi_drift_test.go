@@ -1,8 +1,10 @@
 package envserver
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	protocoldoc "github.com/turnstile-rl/turnstile/docs/protocol"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -74,3 +77,55 @@ func checkOperation(route string, op conformance.Operation) []string {
 	}
 	return errs
 }
+
+// TestRulesInLockstep holds RULES.md, openapi.json and the conformance kit
+// together: every numbered rule of RULES.md is a rule the kit checks, by
+// the same name, and none besides; every rule an operation of openapi.json
+// names (x-rules) exists; and the document's environment modes are those
+// package envs defines.
+func TestRulesInLockstep(t *testing.T) {
+	headings := map[string]string{}
+	for _, line := range strings.Split(string(protocoldoc.Rules()), "\n") {
+		if m := ruleHeading.FindStringSubmatch(line); m != nil {
+			headings[m[1]] = strings.ToLower(m[2])
+		}
+	}
+	kit := map[string]string{}
+	for _, r := range conformance.Rules() {
+		kit[r.ID] = r.Name
+	}
+	assert.Equal(t, headings, kit, "RULES.md's numbered rules and the conformance kit's rules")
+	spec, err := conformance.LoadSpec()
+	require.NoError(t, err)
+	for route, op := range spec.Operations {
+		for _, r := range op.Rules {
+			assert.Contains(t, headings, r, "%s names rule %s, which RULES.md does not have", route, r)
+		}
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Spec struct {
+					Properties struct {
+						Mode struct {
+							Enum []string `json:"enum"`
+						} `json:"mode"`
+					} `json:"properties"`
+				} `json:"Spec"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(protocoldoc.OpenAPI(), &doc))
+	modes := []string{string(envs.ModeExportRestore), string(envs.ModeRestartOnly), string(envs.ModeStateless), string(envs.ModeReplay), ""}
+	for _, m := range modes {
+		if m != "" {
+			assert.Equal(t, envs.Mode(m), envs.EffectiveMode(envs.Mode(m)), "mode %s is one package envs knows", m)
+		}
+	}
+	assert.ElementsMatch(t, modes, doc.Components.Schemas.Spec.Properties.Mode.Enum, "openapi.json's environment modes")
+}
+
+// ruleHeading is a numbered rule's heading in RULES.md, "## R17
+// Replay-restore", its name without a trailing parenthesis ("## R3
+// Request-id replay (at most once)" is the kit's "request-id replay").
+var ruleHeading = regexp.MustCompile(`^## (R\d+) (.+?)(?: \(.*\))?$`)
