@@ -62,6 +62,12 @@ type Coordinator struct {
 	// FenceSettle is how long FenceSet waits after writing a set's fence
 	// (0: set.FenceSettle; tests shorten it).
 	FenceSettle time.Duration
+	// Liveness bounds a control call to a participant that stops
+	// answering (zero: DefaultLiveness).
+	Liveness Liveness
+	// AbortResumeWindow is how long an abort keeps asking participants
+	// that do not answer to resume (0: DefaultAbortResumeWindow).
+	AbortResumeWindow time.Duration
 }
 
 // destinations is Destinations, or a configuration admitting nothing.

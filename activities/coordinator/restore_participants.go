@@ -43,8 +43,13 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 		if err != nil {
 			return err
 		}
-		resp, err := cc.Restore(ctx, protocol.RestoreRequest{
-			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
+		var resp protocol.RestoreResponse
+		err = c.watched(ctx, url, "restore", func(ctx context.Context) error {
+			var err error
+			resp, err = cc.Restore(ctx, protocol.RestoreRequest{
+				CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
+			})
+			return err
 		})
 		if remoteCode(err) == protocol.CodeStaleCheckpoint {
 			mu.Lock()

@@ -48,6 +48,11 @@ const (
 	// ErrAttemptConflict: a run of a higher attempt than the one a restore
 	// would start already exists.
 	ErrAttemptConflict = "AttemptConflict"
+	// ErrParticipantHung: an environment server stopped answering (its
+	// health route too) while a prepare or a commit waited on it: hung, or
+	// cut off by the network. Waiting longer only holds the set parked, so
+	// the checkpoint aborts.
+	ErrParticipantHung = "ParticipantHung"
 )
 
 // PrepareParticipantsInput closes admission at every environment server.
