@@ -49,10 +49,19 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	start := time.Now()
 	dead, perr := c.resumeEach(ctx, in.CheckpointID, in.Participants)
 	res.Unreachable = dead
+	// A participant that answered with an error (a 5xx, a refusal) fails
+	// the abort, to be retried as before; one that answered nothing is
+	// asked again below.
 	var left []string
+	failed := 0
 	for i, err := range perr {
-		if err != nil {
+		switch {
+		case err == nil:
+		case noAnswer(err):
 			left = append(left, in.Participants[i])
+		default:
+			failed++
+			errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
 		}
 	}
 	n, err := c.releaseMembers(ctx, dir, in.CheckpointID)
@@ -68,7 +77,7 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	// already released, until the window passes. Then the abort gives up
 	// for good (a retry of the whole abort would only wait again).
 	left, err = c.resumeLeft(ctx, in.CheckpointID, left, start)
-	res.Participants = len(in.Participants) - len(dead) - len(left)
+	res.Participants = len(in.Participants) - len(dead) - failed - len(left)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
 	}

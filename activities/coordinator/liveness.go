@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -132,6 +133,14 @@ func hungFatal(err error) error {
 		return temporal.NewNonRetryableApplicationError(he.Error(), checkpoint.ErrParticipantHung, nil)
 	}
 	return err
+}
+
+// noAnswer reports whether err is a control call that got no answer at
+// all (it timed out, or was given up as hung), as opposed to an error the
+// participant answered with.
+func noAnswer(err error) bool {
+	var ne net.Error
+	return isHung(err) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // isHung reports whether err is a call given up on a hung participant.

@@ -83,7 +83,7 @@ func TestAbortAsksAHungParticipantAgain(t *testing.T) {
 	h := &hangable{release: make(chan struct{})}
 	hs := testsupport.QuietServer(h)
 	t.Cleanup(func() { hs.Close() })
-	c := &Coordinator{Liveness: fastLiveness(), AbortResumeWindow: time.Minute}
+	c := &Coordinator{Liveness: fastLiveness(), AbortResumeWindow: time.Minute, Destinations: testsupport.LoopbackDestinations(t, "", "")}
 	h.hung.Store(true)
 	go func() {
 		time.Sleep(3 * time.Second)
