@@ -104,6 +104,9 @@ type Config struct {
 	MetricsListen string
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
+	// Liveness bounds what a hung or cut-off environment server costs a
+	// checkpoint (zero: the coordinator's defaults).
+	Liveness Liveness
 	// Destinations is where each secret may go (package destination): the
 	// named servers and endpoints, their own tokens and the allowlists,
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
@@ -159,6 +162,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	var err error
 	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.Liveness, err = livenessFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -94,6 +94,8 @@ func TestConfigFromLookup(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.want.EnvURL, d.URL, "default environment server")
 			got.Destinations = nil
+			require.Equal(t, workers.DefaultWorkerLiveness, got.Liveness, "no liveness setting: the defaults")
+			got.Liveness = workers.Liveness{} // TestLivenessFromEnvironment checks the settings
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
