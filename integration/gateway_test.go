@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -216,6 +217,11 @@ func TestGatewayFeed(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, "%s", raw)
 	require.True(t, repeated.Existing)
 	require.Equal(t, started.RunID, repeated.RunID)
+	// Started through the gateway, it runs on the control plane's queue, not
+	// behind the rollouts' tasks.
+	desc, err := c.client.DescribeWorkflowExecution(ctx, started.WorkflowID, started.RunID)
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.ControlTaskQueue(rollout.TaskQueue), desc.GetExecutionConfig().GetTaskQueue().GetName(), "the checkpoint's task queue")
 	ck.RequestID = "ck-2"
 	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, nil)
 	require.Equal(t, http.StatusConflict, status, "%s", raw)
