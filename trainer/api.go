@@ -25,6 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -42,6 +43,9 @@ type Client struct {
 	// newControl builds the control-plane client of an environment server
 	// (a fake in tests).
 	newControl func(url, token string) controlResumer
+	// Failpoints, when armed, let a crash test kill the process at a named
+	// place of an acknowledgement (nil: unarmed).
+	Failpoints *failpoint.Set
 }
 
 // New returns a Client that starts rollouts and coordinator workflows on
@@ -258,6 +262,8 @@ type HeldState struct {
 
 // AckPlan is a validated batch.
 type AckPlan struct {
+	// Set is the set the receipts are of.
+	Set string
 	// Send are the receipts to acknowledge, in rollout id order.
 	Send []rollout.Receipt
 	// Already are rollouts whose result with that receipt was accepted
@@ -267,9 +273,16 @@ type AckPlan struct {
 
 // AckSummary counts what an acknowledgement did.
 type AckSummary struct {
-	Acknowledged int `json:"acknowledged"` // updates accepted
-	Already      int `json:"already"`      // accepted before
-	Closed       int `json:"closed"`       // closed before the update reached them
+	// Acknowledged receipts are recorded now in the set's acknowledgement
+	// ledger (their rollouts are released afterwards, off the caller's
+	// path); Already ones were accepted before (recorded, released, or
+	// never held).
+	Acknowledged int `json:"acknowledged"`
+	Already      int `json:"already"`
+	// Closed counts rollouts that closed before their acknowledgement
+	// reached them; an acknowledgement through the ledger reports none
+	// (the field stays for the answers recorded before it).
+	Closed int `json:"closed"`
 }
 
 // CheckpointRequest is one coordinated checkpoint of a set.

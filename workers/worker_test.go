@@ -47,16 +47,16 @@ func TestRegister(t *testing.T) {
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
-		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
+		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 5, "activities registered: %v", r.activities)
+	require.Len(t, r.activities, 6, "activities registered: %v", r.activities)
 	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
 	require.Same(t, acts.Environment, r.activities[1], "activities registered: %v", r.activities)
-	require.Same(t, coord, r.activities[3], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[4], "activities registered: %v", r.activities)
 	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
 	require.True(t, ok, "group activities registered: %#v", r.activities[2])
 	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
-	requireStarter(t, r.activities[4], coord)
+	requireStarter(t, r.activities[5], coord)
 	assert.Same(t, acts.Store, coord.Store, "the coordinator does not share the rollout activities' transcript store")
 }
 
@@ -135,8 +135,9 @@ func requireStarter(t *testing.T, a any, coord *coordinator.Coordinator) {
 	require.Equal(t, coord.TaskQueue, s.Starter.TaskQueue)
 }
 
-// The control worker hosts only the coordinators and StartRollouts: no
-// Rollout task can take its slots.
+// The control worker hosts only the coordinators, StartRollouts and the
+// set's own records (its fence record, its acknowledgement ledger and the
+// ledger's release activity): no Rollout task can take its slots.
 func TestRegisterControl(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	acts, err := workers.NewActivities(testConfig(t))
@@ -144,10 +145,13 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 2, "activities registered: %v, want the coordinator and StartRollouts", r.activities)
-	require.Same(t, coord, r.activities[0], "activities registered: %v, want the coordinator and StartRollouts", r.activities)
-	requireStarter(t, r.activities[1], coord)
+	require.Len(t, r.activities, 3, "activities registered: %v, want the ledger's release, the coordinator and StartRollouts", r.activities)
+	l, ok := r.activities[0].(*bookkeeping.LedgerActivities)
+	require.True(t, ok, "ledger activities registered: %#v", r.activities[0])
+	require.True(t, l.Client == coord.Client, "ledger activities registered: %#v", r.activities[0])
+	require.Same(t, coord, r.activities[1], "activities registered: %v", r.activities)
+	requireStarter(t, r.activities[2], coord)
 	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

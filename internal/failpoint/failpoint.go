@@ -85,6 +85,19 @@ const (
 	// RestoreAfterResumeParticipants: the servers are resumed; the restored
 	// rollouts are not released yet.
 	RestoreAfterResumeParticipants = "restore.after-resume-participants"
+
+	// Acknowledgements: recorded in the set's ledger, then released.
+
+	// GatewayAckRecordedBeforeAnswer: in the process acknowledging (the
+	// gateway, through the client library), a batch of receipts is in the
+	// set's acknowledgement ledger and the request is neither recorded
+	// under its request id nor answered: its repeat must acknowledge
+	// nothing twice and deliver nothing again.
+	GatewayAckRecordedBeforeAnswer = "gateway.ack-recorded-before-answer"
+	// WorkerMidRelease: in the worker, a release batch has released some
+	// held results and not the rest, and has not reported: the ledger must
+	// send the batch again, and nothing may be released twice or lost.
+	WorkerMidRelease = "worker.mid-release"
 )
 
 // All lists every failpoint.
@@ -107,6 +120,8 @@ var All = []string{
 	RestoreAfterTerminate,
 	RestoreAfterStart,
 	RestoreAfterResumeParticipants,
+	GatewayAckRecordedBeforeAnswer,
+	WorkerMidRelease,
 }
 
 // EnvVar arms failpoints.
