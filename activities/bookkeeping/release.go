@@ -84,7 +84,7 @@ func (a *LedgerActivities) ReleaseAcknowledged(ctx context.Context, in set.Relea
 type releaseOutcome int
 
 const (
-	failed releaseOutcome = iota
+	releaseFailed releaseOutcome = iota
 	released
 	obsolete
 )
@@ -112,5 +112,5 @@ func (a *LedgerActivities) release(ctx context.Context, rc rollout.Receipt) rele
 	case errors.As(err, &ae):
 		return obsolete // the rollout itself refused it
 	}
-	return failed
+	return releaseFailed
 }
