@@ -130,8 +130,9 @@ func (l *ledgerRun) run(in set.AckLedgerInput) []string {
 // again counts as already recorded; the ledger then releases the batch and
 // holds nothing; idle, it closes.
 func TestAckLedgerRecordsThenReleases(t *testing.T) {
-	r := &releaser{}
+	r := &releaser{gate: make(chan struct{})}
 	l := newLedgerRun(t, r)
+	l.env.RegisterDelayedCallback(func() { close(r.gate) }, 10*time.Millisecond) // after the first read
 	a, b := receipt("s1-a", 'a'), receipt("s1-b", 'b')
 	l.update(0, set.UpdateRecordAcks, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{a, b}})
 	l.update(0, set.UpdateRecordAcks, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{b}})
