@@ -157,6 +157,8 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 type builtLine struct {
 	data []byte
 	kind string
+	// receipt is a held line's (nil otherwise).
+	receipt *rollout.Receipt
 }
 
 // buildWindow builds the lines of listed runs concurrently, in listing
@@ -190,7 +192,7 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 			lines[i].kind = "excluded"
 			return nil
 		case line.Held:
-			lines[i].kind = "held"
+			lines[i].kind, lines[i].receipt = "held", line.Receipt
 		}
 		lines[i].data, err = encodeLine(line)
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,13 +168,33 @@ type setRuns struct {
 	t       *testing.T
 	runs    []listedRun
 	ledgers map[string]ExportGroup
+	// settled are the receipts the set's acknowledgement ledger knows
+	// acknowledged (none: the ledger does not run).
+	settled []rollout.Receipt
 }
 
 // client serves the runs to the exporter: visibility pages of two runs,
 // each run's result or failure, the status of the running ones, and the
 // ledgers.
 func (f *setRuns) client() *temporalfake.Client {
-	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query}
+	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query, QueryWithOptions: f.ackLedger}
+}
+
+// ackLedger answers the set's acknowledgement ledger's settled query.
+func (f *setRuns) ackLedger(req *tclient.QueryWorkflowWithOptionsRequest) (*tclient.QueryWorkflowWithOptionsResponse, error) {
+	require.Equal(f.t, set.AckLedgerWorkflowID("s1"), req.WorkflowID)
+	require.Equal(f.t, set.QuerySettled, req.QueryType)
+	if f.settled == nil {
+		return nil, serviceerror.NewNotFound("no ledger")
+	}
+	ids := req.Args[0].([]string)
+	out := []rollout.Receipt{}
+	for _, rc := range f.settled {
+		if slices.Contains(ids, rc.RolloutID) {
+			out = append(out, rc)
+		}
+	}
+	return &tclient.QueryWorkflowWithOptionsResponse{QueryResult: temporalfake.Value{V: out}}, nil
 }
 
 // describe describes a group's ledger as its search attribute and memo

@@ -11,6 +11,7 @@ import (
 
 	workflowpb "go.temporal.io/api/workflow/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/ackledger"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -20,7 +21,10 @@ import (
 // (with their receipts) and rollouts that failed (with their failure). A
 // held result stays in the feed until it is acknowledged, so a trainer that
 // starts over from the beginning gets every unacknowledged result again; an
-// acknowledged one closes its run and never matches again.
+// acknowledged one is passed over: the set's acknowledgement ledger is read
+// after the held results are (a result acknowledged, its rollout not yet
+// released, still holds it), and its release closes the run, which never
+// matches again.
 //
 // SQL visibility (the dev server, PostgreSQL, MySQL) cannot ORDER BY, so a
 // page is chosen by one pass over the set's finished runs keeping the
@@ -99,7 +103,14 @@ func (c *Client) Feed(ctx context.Context, store TranscriptReader, r FeedRequest
 	return feedPage(ctx, c.tc, store, r)
 }
 
-func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r FeedRequest) (FeedPage, error) {
+// feedSource is what a feed page reads: visibility, the rollouts, and the
+// set's acknowledgement ledger.
+type feedSource interface {
+	exportSource
+	ackledger.Querier
+}
+
+func feedPage(ctx context.Context, src feedSource, store TranscriptReader, r FeedRequest) (FeedPage, error) {
 	chosen, more, err := chooseFeedRuns(ctx, src, r)
 	if err != nil {
 		return FeedPage{}, err
@@ -120,13 +131,33 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}
+	acked, err := ackedHeld(ctx, src, r.Set, lines)
+	if err != nil {
+		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
+	}
 	for _, l := range lines {
+		if l.receipt != nil && acked[l.receipt.RolloutID] == *l.receipt {
+			continue // acknowledged, its rollout not released yet: passed over
+		}
 		if l.data != nil {
 			page.Items = append(page.Items, bytes.TrimRight(l.data, "\n"))
 		}
 	}
 	page.Next = chosen[len(chosen)-1].pos
 	return page, nil
+}
+
+// ackedHeld reads, after the rollouts were seen holding their results,
+// which of those results the set's acknowledgement ledger knows
+// acknowledged (pending release, or released since they were read).
+func ackedHeld(ctx context.Context, q ackledger.Querier, set string, lines []builtLine) (map[string]rollout.Receipt, error) {
+	var ids []string
+	for _, l := range lines {
+		if l.receipt != nil {
+			ids = append(ids, l.receipt.RolloutID)
+		}
+	}
+	return ackledger.Settled(ctx, q, set, ids)
 }
 
 // chooseFeedRuns pages through the set's finished runs once and returns

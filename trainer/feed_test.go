@@ -76,6 +76,38 @@ func TestFeedPages(t *testing.T) {
 	assert.Equal(t, want, got, "pages %s, want %s", got, want)
 }
 
+// TestFeedPassesOverLedgerAcks: a result the set's acknowledgement ledger
+// holds acknowledged (its rollout not released yet, or released since it
+// was read) is not delivered again, even from the start of the feed; a
+// ledger receipt of another result of the same rollout (an older attempt)
+// does not hide the result held now.
+func TestFeedPassesOverLedgerAcks(t *testing.T) {
+	store, err := transcriptstore.Open(t.TempDir())
+	require.NoError(t, err)
+	head := storedRollout(t, store)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	rc := func(id string, digit string) rollout.Receipt {
+		return rollout.Receipt{RolloutID: id, Attempt: 1, SHA256: strings.Repeat(digit, 64)}
+	}
+	held := func(id string, at time.Duration) listedRun {
+		r := rc(id, "a")
+		return listedRun{id: id, runID: "run-" + id, status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck,
+			start: t0, finishedAt: t0.Add(at), result: &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head, Receipt: &r}}
+	}
+	s1 := &setRuns{t: t, runs: []listedRun{held("s1-a", time.Second), held("s1-b", 2*time.Second), held("s1-c", 3*time.Second)},
+		settled: []rollout.Receipt{rc("s1-b", "a"), rc("s1-c", "b")}}
+	page, err := feedPage(context.Background(), s1.client(), store, FeedRequest{Set: "s1", Max: 10, Now: t0.Add(time.Minute)})
+	require.NoError(t, err)
+	var got []string
+	for _, item := range page.Items {
+		var l ExportLine
+		require.NoError(t, json.Unmarshal(item, &l))
+		got = append(got, l.RolloutID)
+	}
+	assert.Equal(t, []string{"s1-a", "s1-c"}, got, "s1-b is acknowledged in the ledger")
+	assert.Equal(t, "s1-c", page.Next.RolloutID, "the cursor passes the acknowledged result")
+}
+
 // TestChooseFeedRunsKeepsTheEarliest: one pass over runs listed in any
 // order keeps exactly the earliest Max after the cursor.
 func TestChooseFeedRunsKeepsTheEarliest(t *testing.T) {

@@ -154,6 +154,38 @@ func Acked(ctx context.Context, c Querier, setName string, ids []string) (map[st
 	return out, nil
 }
 
+// Settled reads which of ids set's ledger knows acknowledged: pending, or
+// released lately by its current run (set.QuerySettled), by rollout id. A
+// reader that saw a result held asks afterwards, so a result acknowledged
+// and released meanwhile is not taken for unacknowledged. A ledger that
+// does not run knows none, and is not woken.
+func Settled(ctx context.Context, c Querier, setName string, ids []string) (map[string]rollout.Receipt, error) {
+	out := map[string]rollout.Receipt{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	resp, err := c.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID: set.AckLedgerWorkflowID(setName), QueryType: set.QuerySettled, Args: []any{ids},
+		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
+	switch {
+	case isNotFound(err):
+		return out, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the acknowledgement ledger of set %s: %w", setName, err)
+	case resp.QueryRejected != nil || resp.QueryResult == nil:
+		return out, nil // closed: it held nothing when it closed
+	}
+	var receipts []rollout.Receipt
+	if err := resp.QueryResult.Get(&receipts); err != nil {
+		return nil, fmt.Errorf("decode the acknowledgement ledger of set %s: %w", setName, err)
+	}
+	for _, rc := range receipts {
+		out[rc.RolloutID] = rc
+	}
+	return out, nil
+}
+
 // withStart sends an update to set's ledger, starting it when it does not
 // run, and decodes the answer into out.
 func withStart(ctx context.Context, c Updater, rolloutQueue, setName string, u client.UpdateWorkflowOptions, out any) error {

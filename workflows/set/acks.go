@@ -78,6 +78,10 @@ type ackLedger struct {
 	byID    map[string]int
 	holds   []ReleaseHold
 	seq     int64
+	// released are the receipts this run released lately, the oldest
+	// first (at most MaxRecentReleased); releasedByID indexes them.
+	released     []rollout.Receipt
+	releasedByID map[string]rollout.Receipt
 	// releasing: a release batch is in flight; waiting counts handlers
 	// waiting for it to end (no new batch starts meanwhile).
 	releasing bool
@@ -102,7 +106,7 @@ func newAckLedger(in AckLedgerInput) (*ackLedger, error) {
 	case len(in.Pending) > MaxPendingAcks:
 		return nil, fmt.Errorf("%d pending receipts: at most %d", len(in.Pending), MaxPendingAcks)
 	}
-	l := &ackLedger{set: in.Set, batch: in.ReleaseBatch, holds: in.Holds, seq: in.Seq, byID: map[string]int{}}
+	l := &ackLedger{set: in.Set, batch: in.ReleaseBatch, holds: in.Holds, seq: in.Seq, byID: map[string]int{}, releasedByID: map[string]rollout.Receipt{}}
 	if l.batch == 0 {
 		l.batch = DefaultReleaseBatch
 	}
@@ -122,6 +126,11 @@ func newAckLedger(in AckLedgerInput) (*ackLedger, error) {
 func (l *ackLedger) register(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandlerWithOptions(ctx, QueryAcked, l.acked, workflow.QueryHandlerOptions{
 		Description: "the receipts recorded and not yet released of the rollouts named (all without names)",
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandlerWithOptions(ctx, QuerySettled, l.settled, workflow.QueryHandlerOptions{
+		Description: "the receipts of the rollouts named acknowledged here: pending, or released lately",
 	}); err != nil {
 		return err
 	}
@@ -220,6 +229,34 @@ func (l *ackLedger) acked(ids []string) ([]PendingAck, error) {
 		}
 	}
 	return out, nil
+}
+
+// settled answers QuerySettled: the pending or lately released receipts of
+// ids, in the order of ids.
+func (l *ackLedger) settled(ids []string) ([]rollout.Receipt, error) {
+	out := []rollout.Receipt{}
+	for _, id := range ids {
+		if i, ok := l.byID[id]; ok {
+			out = append(out, l.pending[i].Receipt)
+		} else if rc, ok := l.releasedByID[id]; ok {
+			out = append(out, rc)
+		}
+	}
+	return out, nil
+}
+
+// remember keeps rc as released lately, forgetting the oldest beyond
+// MaxRecentReleased.
+func (l *ackLedger) remember(rc rollout.Receipt) {
+	l.released = append(l.released, rc)
+	l.releasedByID[rc.RolloutID] = rc
+	if len(l.released) > MaxRecentReleased {
+		old := l.released[0]
+		l.released = l.released[1:]
+		if l.releasedByID[old.RolloutID] == old {
+			delete(l.releasedByID, old.RolloutID)
+		}
+	}
 }
 
 // hold stops releases for h's checkpoint once no release is in flight and
@@ -336,10 +373,13 @@ func (l *ackLedger) release(ctx workflow.Context, batch []rollout.Receipt) {
 		sent[rc.RolloutID] = rc
 	}
 	done := map[string]bool{}
-	for _, id := range append(append([]string{}, res.Released...), res.Obsolete...) {
+	for k, id := range append(append([]string{}, res.Released...), res.Obsolete...) {
 		if rc, ok := sent[id]; ok {
 			if i, ok := l.byID[id]; ok && l.pending[i].Receipt == rc {
 				done[id] = true // not replaced by another receipt meanwhile
+				if k < len(res.Released) {
+					l.remember(rc)
+				}
 			}
 		}
 	}

@@ -64,6 +64,12 @@ const (
 	// QueryAcked takes rollout ids and answers the pending receipts of
 	// those rollouts ([]PendingAck, in recording order); no ids: all.
 	QueryAcked = "acked"
+	// QuerySettled takes rollout ids and answers the receipts of those
+	// rollouts the ledger holds acknowledged: pending, or released lately
+	// (the last MaxRecentReleased of this run) — []rollout.Receipt. A
+	// reader that saw a result held asks it afterwards: a result
+	// acknowledged and released in between is then known acknowledged.
+	QuerySettled = "settled"
 )
 
 // ReleaseAcknowledgedName is the activity that releases a batch of held
@@ -87,6 +93,10 @@ const (
 	// AckLedgerIdle is how long a ledger with nothing pending and no hold
 	// waits for news before it closes.
 	AckLedgerIdle = 10 * time.Minute
+	// MaxRecentReleased bounds the receipts released lately a ledger run
+	// remembers for QuerySettled (in memory only: not carried over a
+	// continue-as-new).
+	MaxRecentReleased = 10_000
 )
 
 // ErrLedgerFull is the error type of a batch refused because the ledger

@@ -118,6 +118,21 @@ func (l *ledgerRun) acked(at time.Duration) {
 	}, at+2*time.Millisecond)
 }
 
+// settled reads which of ids the ledger knows acknowledged at offset.
+func (l *ledgerRun) settled(at time.Duration, ids ...string) {
+	l.env.RegisterDelayedCallback(func() {
+		v, err := l.env.QueryWorkflow(set.QuerySettled, ids)
+		require.NoError(l.t, err)
+		var rcs []rollout.Receipt
+		require.NoError(l.t, v.Get(&rcs))
+		var got []string
+		for _, rc := range rcs {
+			got = append(got, rc.RolloutID+"/"+rc.SHA256[:1])
+		}
+		l.got = append(l.got, fmt.Sprintf("settled %v", got))
+	}, at+2*time.Millisecond)
+}
+
 // run runs the ledger from in until it closes (idle).
 func (l *ledgerRun) run(in set.AckLedgerInput) []string {
 	l.env.ExecuteWorkflow(set.AckLedgerWorkflowName, in)
@@ -146,6 +161,26 @@ func TestAckLedgerRecordsThenReleases(t *testing.T) {
 		"pending []",
 	}, got)
 	assert.Equal(t, "[[s1-a s1-b]]", r.seen(), "one release batch")
+}
+
+// The settled query knows a receipt acknowledged while it is pending and
+// after it was released (a reader that saw the result held before the
+// release must not take it for unacknowledged); a rollout refused as
+// obsolete, or never acknowledged, is not settled.
+func TestAckLedgerSettled(t *testing.T) {
+	r := &releaser{gate: make(chan struct{}), obsolete: map[string]bool{"s1-c": true}}
+	l := newLedgerRun(t, r)
+	l.env.RegisterDelayedCallback(func() { close(r.gate) }, 10*time.Millisecond)
+	a, c := receipt("s1-a", 'a'), receipt("s1-c", 'c')
+	l.update(0, set.UpdateRecordAcks, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{a, c}})
+	l.settled(0, "s1-a", "s1-b", "s1-c")
+	l.settled(time.Minute, "s1-a", "s1-b", "s1-c")
+	got := l.run(set.AckLedgerInput{Set: "s1"})
+	assert.Equal(t, []string{
+		"record-acks {Recorded:2 Already:0 Pending:2 Seq:2}",
+		"settled [s1-a/a s1-c/c]",
+		"settled [s1-a/a]",
+	}, got)
 }
 
 // While a checkpoint holds the releases nothing is released, and a batch
