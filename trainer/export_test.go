@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -171,6 +172,8 @@ type setRuns struct {
 	// settled are the receipts the set's acknowledgement ledger knows
 	// acknowledged (none: the ledger does not run).
 	settled []rollout.Receipt
+	// bounded are the runs served to queries bounded by a cursor.
+	bounded map[string]bool
 }
 
 // client serves the runs to the exporter: visibility pages of two runs,
@@ -265,11 +268,37 @@ func (f *setRuns) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
+		if !f.since(query, r) {
+			continue
+		}
 		if byID || strings.Contains(query, finishedQuery) && finished || strings.Contains(query, feedQuery) && inFeed {
 			match = append(match, f.info(r))
 		}
 	}
 	return match, nil
+}
+
+// sinceBound is a feed query's bound on the cursor's time.
+var sinceBound = regexp.MustCompile(rollout.SARolloutFinishedAt + ` >= "([^"]+)" OR CloseTime >= "([^"]+)"`)
+
+// since applies a query's bound on the runs' finish or close time, and
+// notes the runs it lets through a bounded query.
+func (f *setRuns) since(query string, r listedRun) bool {
+	m := sinceBound.FindStringSubmatch(query)
+	if m == nil {
+		return true
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	require.NoError(f.t, err)
+	info := f.info(r)
+	keep := !r.finishedAt.IsZero() && !r.finishedAt.Before(at) || info.CloseTime != nil && !info.CloseTime.AsTime().Before(at)
+	if keep {
+		if f.bounded == nil {
+			f.bounded = map[string]bool{}
+		}
+		f.bounded[r.id] = true
+	}
+	return keep
 }
 
 // run is a closed run: its result, or a failure when it has none.

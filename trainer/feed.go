@@ -27,15 +27,31 @@ import (
 // matches again.
 //
 // SQL visibility (the dev server, PostgreSQL, MySQL) cannot ORDER BY, so a
-// page is chosen by one pass over the set's finished runs keeping the
-// earliest Max after the cursor in a bounded heap: memory is O(Max), not
-// O(set), and only the chosen runs' trajectories are read.
+// page is chosen by one pass over the set's finished runs at or after the
+// cursor's time (RolloutFinishedAt, or the close time), keeping the earliest
+// Max after the cursor in a bounded heap: memory is O(Max), the pass
+// O(runs finished after the cursor) — not O(set): failures and results
+// behind the cursor are not read again — and only the chosen runs'
+// trajectories are read.
 
 // feedQuery selects the runs the feed delivers: running runs holding a
 // result, and runs that ended any way but completing (an acknowledged
 // result completes its run and leaves the feed).
 var feedQuery = fmt.Sprintf(`((ExecutionStatus = "Running" AND %s = %q) OR ExecutionStatus = "Failed" OR ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut" OR ExecutionStatus = "Canceled")`,
 	rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+
+// feedQueryAfter is feedQuery narrowed to the runs at or after p's time:
+// a run's position is its RolloutFinishedAt, or its close time without
+// one, so either at or after p's time keeps every run after p (the few at
+// p's millisecond before it are dropped by the caller). A page then reads
+// the runs after the cursor, not every failure and held result of the set.
+func feedQueryAfter(p FeedPosition) string {
+	if p.IsZero() {
+		return feedQuery
+	}
+	at := visibility.VisibilityTime(time.UnixMilli(p.At))
+	return fmt.Sprintf(`%s AND (%s >= %s OR CloseTime >= %[3]s)`, feedQuery, rollout.SARolloutFinishedAt, at)
+}
 
 // FeedPosition is where a finished run stands in completion order: the time
 // it finished (RolloutFinishedAt; for runs without it, the close time, or
@@ -167,7 +183,7 @@ func chooseFeedRuns(ctx context.Context, src visibility.Lister, r FeedRequest) (
 	h := &feedHeap{}
 	seen := 0
 	settled := r.Now.Add(-r.Settle).UnixMilli()
-	err := visibility.ListSet(ctx, src, r.Set, feedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, src, r.Set, feedQueryAfter(r.After), func(info *workflowpb.WorkflowExecutionInfo) error {
 		pos := PositionOf(info)
 		if !r.After.Before(pos) {
 			return nil

@@ -108,6 +108,36 @@ func TestFeedPassesOverLedgerAcks(t *testing.T) {
 	assert.Equal(t, "s1-c", page.Next.RolloutID, "the cursor passes the acknowledged result")
 }
 
+// TestFeedReadsAfterTheCursor: a page after a cursor lists only the runs
+// finished at or after the cursor's time, not the failures and held
+// results behind it, however many.
+func TestFeedReadsAfterTheCursor(t *testing.T) {
+	store, err := transcriptstore.Open(t.TempDir())
+	require.NoError(t, err)
+	head := storedRollout(t, store)
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	held := func(id string, at time.Duration) listedRun {
+		return listedRun{id: id, runID: "run-" + id, status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, phase: rollout.PhaseAwaitingAck, start: t0, finishedAt: t0.Add(at),
+			result: &rollout.Result{RolloutID: id, Set: "s1", Env: "counter", Head: head, Receipt: &rollout.Receipt{RolloutID: id, SHA256: strings.Repeat("a", 64)}}}
+	}
+	s1 := &setRuns{t: t}
+	for i := range 50 { // behind the cursor: failed (no RolloutFinishedAt) or held
+		s1.runs = append(s1.runs, listedRun{id: fmt.Sprintf("s1-f%02d", i), runID: fmt.Sprintf("run-f%02d", i), status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, start: t0})
+		s1.runs = append(s1.runs, held(fmt.Sprintf("s1-h%02d", i), time.Duration(i)*time.Millisecond))
+	}
+	s1.runs = append(s1.runs, held("s1-x", time.Minute), held("s1-y", 2*time.Minute), held("s1-z", 3*time.Minute))
+	src := s1.client()
+	cursor := FeedPosition{At: t0.Add(time.Minute).UnixMilli(), RolloutID: "s1-x", RunID: "run-s1-x"}
+	page, err := feedPage(context.Background(), src, store, FeedRequest{Set: "s1", After: cursor, Max: 1, Now: t0.Add(time.Hour)})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	var l ExportLine
+	require.NoError(t, json.Unmarshal(page.Items[0], &l))
+	assert.Equal(t, "s1-y", l.RolloutID)
+	assert.Equal(t, 1, page.More, "s1-z is after the page")
+	assert.Len(t, s1.bounded, 3, "the listing served the runs from the cursor's time only (s1-x, s1-y, s1-z)")
+}
+
 // TestChooseFeedRunsKeepsTheEarliest: one pass over runs listed in any
 // order keeps exactly the earliest Max after the cursor.
 func TestChooseFeedRunsKeepsTheEarliest(t *testing.T) {
