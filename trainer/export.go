@@ -159,6 +159,9 @@ type builtLine struct {
 	kind string
 	// receipt is a held line's (nil otherwise).
 	receipt *rollout.Receipt
+	// groupRunning: the rollout's group is still running (some member has
+	// no result yet).
+	groupRunning bool
 }
 
 // buildWindow builds the lines of listed runs concurrently, in listing
@@ -187,6 +190,7 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 			return err
 		}
 		lines[i].kind = line.Status
+		lines[i].groupRunning = line.GroupStatus != nil && line.GroupStatus.Status == string(rollout.GroupRunning)
 		switch {
 		case job.opts.CompleteGroupsOnly && !trainable(line):
 			lines[i].kind = "excluded"

@@ -89,6 +89,14 @@ type FeedRequest struct {
 	// that already passed its position. Zero delivers at once.
 	Settle time.Duration
 	Now    time.Time
+	// CompleteGroups delivers whole groups only: a page ends before the
+	// first member of a group still running (it waits, and every run after
+	// it, until its group is complete or failed). A member of a failed
+	// group is delivered, its group_status saying "failed": held, its
+	// receipt is acknowledged like any other (and not trained on), or its
+	// rollout would hold it for ever. Rollouts outside a group are not
+	// affected.
+	CompleteGroups bool
 }
 
 // MaxFeedPage bounds one page of the feed.
@@ -147,6 +155,12 @@ func feedPage(ctx context.Context, src feedSource, store TranscriptReader, r Fee
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}
+	if r.CompleteGroups {
+		lines, chosen, page.More = untilRunningGroup(lines, chosen, page.More)
+		if len(chosen) == 0 {
+			return page, nil
+		}
+	}
 	acked, err := ackedHeld(ctx, src, r.Set, lines)
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
@@ -161,6 +175,17 @@ func feedPage(ctx context.Context, src feedSource, store TranscriptReader, r Fee
 	}
 	page.Next = chosen[len(chosen)-1].pos
 	return page, nil
+}
+
+// untilRunningGroup cuts a page before its first member of a running
+// group; the runs cut off count in more.
+func untilRunningGroup(lines []builtLine, chosen []feedRun, more int) ([]builtLine, []feedRun, int) {
+	for i, l := range lines {
+		if l.data != nil && l.groupRunning {
+			return lines[:i], chosen[:i], more + len(chosen) - i
+		}
+	}
+	return lines, chosen, more
 }
 
 // ackedHeld reads, after the rollouts were seen holding their results,
