@@ -69,6 +69,9 @@ func newLedgerRun(t *testing.T, r *releaser) *ledgerRun {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	// Wall time: a run of 10,000 receipts under -race on a loaded machine
+	// takes more than the default few seconds.
+	env.SetTestTimeout(2 * time.Minute)
 	env.RegisterWorkflowWithOptions(set.AckLedger, workflow.RegisterOptions{Name: set.AckLedgerWorkflowName})
 	env.RegisterActivityWithOptions(r.release, activity.RegisterOptions{Name: set.ReleaseAcknowledgedName})
 	return &ledgerRun{t: t, env: env}
