@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,13 +169,35 @@ type setRuns struct {
 	t       *testing.T
 	runs    []listedRun
 	ledgers map[string]ExportGroup
+	// settled are the receipts the set's acknowledgement ledger knows
+	// acknowledged (none: the ledger does not run).
+	settled []rollout.Receipt
+	// bounded are the runs served to queries bounded by a cursor.
+	bounded map[string]bool
 }
 
 // client serves the runs to the exporter: visibility pages of two runs,
 // each run's result or failure, the status of the running ones, and the
 // ledgers.
 func (f *setRuns) client() *temporalfake.Client {
-	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query}
+	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query, QueryWithOptions: f.ackLedger}
+}
+
+// ackLedger answers the set's acknowledgement ledger's settled query.
+func (f *setRuns) ackLedger(req *tclient.QueryWorkflowWithOptionsRequest) (*tclient.QueryWorkflowWithOptionsResponse, error) {
+	require.Equal(f.t, set.AckLedgerWorkflowID("s1"), req.WorkflowID)
+	require.Equal(f.t, set.QuerySettled, req.QueryType)
+	if f.settled == nil {
+		return nil, serviceerror.NewNotFound("no ledger")
+	}
+	ids := req.Args[0].([]string)
+	out := []rollout.Receipt{}
+	for _, rc := range f.settled {
+		if slices.Contains(ids, rc.RolloutID) {
+			out = append(out, rc)
+		}
+	}
+	return &tclient.QueryWorkflowWithOptionsResponse{QueryResult: temporalfake.Value{V: out}}, nil
 }
 
 // describe describes a group's ledger as its search attribute and memo
@@ -244,11 +268,37 @@ func (f *setRuns) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
+		if !f.since(query, r) {
+			continue
+		}
 		if byID || strings.Contains(query, finishedQuery) && finished || strings.Contains(query, feedQuery) && inFeed {
 			match = append(match, f.info(r))
 		}
 	}
 	return match, nil
+}
+
+// sinceBound is a feed query's bound on the cursor's time.
+var sinceBound = regexp.MustCompile(rollout.SARolloutFinishedAt + ` >= "([^"]+)" OR CloseTime >= "([^"]+)"`)
+
+// since applies a query's bound on the runs' finish or close time, and
+// notes the runs it lets through a bounded query.
+func (f *setRuns) since(query string, r listedRun) bool {
+	m := sinceBound.FindStringSubmatch(query)
+	if m == nil {
+		return true
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	require.NoError(f.t, err)
+	info := f.info(r)
+	keep := !r.finishedAt.IsZero() && !r.finishedAt.Before(at) || info.CloseTime != nil && !info.CloseTime.AsTime().Before(at)
+	if keep {
+		if f.bounded == nil {
+			f.bounded = map[string]bool{}
+		}
+		f.bounded[r.id] = true
+	}
+	return keep
 }
 
 // run is a closed run: its result, or a failure when it has none.

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/ackledger"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
@@ -324,6 +326,60 @@ func TestParkSignalsAgainAMemberThatIgnoredIt(t *testing.T) {
 	defer w.tc.mu.Unlock()
 	require.Equal(t, 2, w.tc.updates["rollout/s1-0002 park-request ck1"])
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0001 park-request ck1"])
+}
+
+// heldReceipt is the receipt of the result rollout id's park record holds.
+func (w *world) heldReceipt(t *testing.T, id string) rollout.Receipt {
+	t.Helper()
+	w.tc.mu.Lock()
+	defer w.tc.mu.Unlock()
+	rec, err := coordinator.DecodeRecord(w.tc.runs["rollout/"+id].record)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Result, "%s holds no result", id)
+	return *rec.Result.Receipt
+}
+
+// A held result the set's acknowledgement ledger recorded before the
+// checkpoint began parking (not yet released) is in the checkpoint as
+// acknowledged: no record, so a restore does not offer it again; it is
+// still resumed with the others. The hold of the releases ends with the
+// step.
+func TestParkLeavesOutWhatTheLedgerAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.tc.ack(w.heldReceipt(t, "s1-0002"), time.Now())
+	w.prepareAndFreeze(t)
+	res, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Parked)
+	assert.Equal(t, 1, res.Acknowledged)
+	assert.Zero(t, res.CompletedUnacked)
+	dir := filepath.Join(w.root, "ck1")
+	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListParked)), "every parked rollout is resumed")
+	commit, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
+	require.NoError(t, err)
+	assert.Equal(t, 3, commit.Parked, "records of s1-0000, 0001 and 0004")
+	assert.Zero(t, commit.CompletedUnacked)
+	w.tc.mu.Lock()
+	defer w.tc.mu.Unlock()
+	assert.Equal(t, []string{"hold ck1", "end-hold ck1"}, w.tc.acks.calls)
+	assert.Empty(t, w.tc.acks.holds, "the hold ended with the step")
+}
+
+// A receipt recorded after the cut (here between a park step that died
+// holding the releases and its retry, which finds its hold) is not in the
+// cut: its rollout is in the checkpoint holding its result.
+func TestParkKeepsWhatWasAcknowledgedAfterTheCut(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.prepareAndFreeze(t)
+	_, err := ackledger.Hold(ctx, w.tc, "tq", "s1", "ck1", time.Now().Add(time.Minute)) // the first try's hold: sequence 0
+	require.NoError(t, err)
+	w.tc.ack(w.heldReceipt(t, "s1-0002"), time.Now())
+	res, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Zero(t, res.Acknowledged)
+	assert.Equal(t, 1, res.CompletedUnacked)
 }
 
 func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {

@@ -92,6 +92,19 @@ const (
 	// request id must queue exactly the rest, losing and doubling nothing.
 	// It kills a client, not a worker, so it is in Clients, not All.
 	SubmitBetweenBatches = "submit.between-batches"
+
+	// Acknowledgements: recorded in the set's ledger, then released.
+
+	// GatewayAckRecordedBeforeAnswer: in the process acknowledging (the
+	// gateway, through the client library), a batch of receipts is in the
+	// set's acknowledgement ledger and the request is neither recorded
+	// under its request id nor answered: its repeat must acknowledge
+	// nothing twice and deliver nothing again.
+	GatewayAckRecordedBeforeAnswer = "gateway.ack-recorded-before-answer"
+	// WorkerMidRelease: in the worker, a release batch has released some
+	// held results and not the rest, and has not reported: the ledger must
+	// send the batch again, and nothing may be released twice or lost.
+	WorkerMidRelease = "worker.mid-release"
 )
 
 // Clients lists the failpoints that stand in client processes (the
@@ -121,6 +134,8 @@ var All = []string{
 	RestoreAfterTerminate,
 	RestoreAfterStart,
 	RestoreAfterResumeParticipants,
+	GatewayAckRecordedBeforeAnswer,
+	WorkerMidRelease,
 }
 
 // EnvVar arms failpoints.

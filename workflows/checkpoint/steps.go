@@ -103,11 +103,16 @@ type ParkMembersInput struct {
 // ParkMembersResult counts the parks; the records are staged in
 // staging/records.jsonl and the parked rollouts in staging/parked.json.
 type ParkMembersResult struct {
-	Members          int    `json:"members"`
-	Parked           int    `json:"parked"`
-	CompletedUnacked int    `json:"completed_unacked"`
-	Closed           int    `json:"closed"`
-	RecordsDigest    string `json:"records_digest"`
+	Members          int `json:"members"`
+	Parked           int `json:"parked"`
+	CompletedUnacked int `json:"completed_unacked"`
+	// Acknowledged counts parked members holding a result the set's
+	// acknowledgement ledger had recorded as acknowledged before the
+	// checkpoint began parking (not yet released): they are in no record,
+	// as a rollout that completed before the cut is not.
+	Acknowledged  int    `json:"acknowledged,omitempty"`
+	Closed        int    `json:"closed"`
+	RecordsDigest string `json:"records_digest"`
 }
 
 // CommitCheckpointInput writes a checkpoint whose cut is frozen.
@@ -302,6 +307,11 @@ type StartRestoredResult struct {
 	// Queued are the rollouts the checkpoint recorded as not started, now
 	// queued at the set's new admission (held until the restore resumes).
 	Queued int `json:"queued,omitempty"`
+	// ForgottenAcks counts receipts of the restored rollouts that the
+	// set's acknowledgement ledger had recorded before the restore's fence
+	// and not released: the rolled-back world's, dropped before the runs
+	// started.
+	ForgottenAcks int `json:"forgotten_acks,omitempty"`
 }
 
 // ResumeRestoredParticipantsInput ends a restore's control session at
