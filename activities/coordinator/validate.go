@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -256,6 +258,11 @@ func (c *Coordinator) checkParticipantLive(ctx context.Context, lc *loadedCheckp
 	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
 		return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
 			i, url, caps.Component, caps.Name, caps.SchemaVersion, want.Name)
+	}
+	if err := protocol.CheckCapabilities(caps); err != nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"participant %d at %s cannot take part in a restore: its capabilities: %v (docs/protocol/RULES.md R17)", i, url, err),
+			checkpoint.ErrParticipantRefused, nil)
 	}
 	return nil
 }
