@@ -2,39 +2,15 @@ package coordinator_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/brokenparticipant"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
-
-// withCapabilities makes the participant report edited capabilities.
-func withCapabilities(edit func(*protocol.Capabilities)) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/v1/control/capabilities" {
-				next.ServeHTTP(w, r)
-				return
-			}
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			var caps protocol.Capabilities
-			if rec.Code == http.StatusOK && json.Unmarshal(rec.Body.Bytes(), &caps) == nil {
-				edit(&caps)
-				b, _ := json.Marshal(caps)
-				rec.Body.Reset()
-				rec.Body.Write(b)
-			}
-			copyAnswer(w, rec)
-		})
-	}
-}
 
 // TestPrepareRefusesCapabilitiesItCannotWorkWith: a participant that
 // lacks a feature the coordinator relies on (RULES.md R17), or reports
@@ -51,7 +27,7 @@ func TestPrepareRefusesCapabilitiesItCannotWorkWith(t *testing.T) {
 		{"another component", func(c *protocol.Capabilities) { c.Component = "env_server" }, `component "env_server"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorldWrapped(t, withCapabilities(tc.edit))
+			w := newWorldWrapped(t, brokenparticipant.Capabilities(tc.edit))
 			_, err := w.coord.PrepareParticipants(context.Background(), checkpoint.PrepareParticipantsInput{
 				CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}, Deadline: time.Now().Add(time.Minute),
 			})

@@ -1,19 +1,14 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/testsupport/brokenparticipant"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
-	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
@@ -22,78 +17,6 @@ import (
 // steps against participants that do not install what the plan asks for,
 // each in its own way, and want RestoreParticipants to fail naming the
 // participant and the rollouts.
-
-// literalR11 makes the participant keep RULES.md R11 without the exception
-// for a live rollback (R18): once a checkpoint id is resumed, every
-// operation with it but resume is stale_checkpoint, a restore under the
-// same id included.
-func literalR11(next http.Handler) http.Handler {
-	var mu sync.Mutex
-	retired := map[string]bool{}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		switch r.URL.Path {
-		case "/v1/control/restore":
-			var req protocol.RestoreRequest
-			_ = json.Unmarshal(body, &req)
-			id := req.RestoreID
-			if id == "" {
-				id = req.CheckpointID
-			}
-			mu.Lock()
-			stale := retired[id]
-			mu.Unlock()
-			if stale {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusConflict)
-				_ = json.NewEncoder(w).Encode(protocol.ErrorBody{Error: protocol.ErrorDetail{Code: protocol.CodeStaleCheckpoint,
-					Message: "checkpoint " + id + " was resumed and is retired"}})
-				return
-			}
-		case "/v1/control/resume":
-			var req protocol.ResumeRequest
-			_ = json.Unmarshal(body, &req)
-			rec := httptest.NewRecorder()
-			next.ServeHTTP(rec, r)
-			if rec.Code == http.StatusOK && req.RestoreID == "" {
-				mu.Lock()
-				retired[req.CheckpointID] = true
-				mu.Unlock()
-			}
-			copyAnswer(w, rec)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// rewriteRestore makes the participant install another attempt map than
-// the one the coordinator sent, and answer for that one.
-func rewriteRestore(edit func(attempts map[string]int)) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/v1/control/restore" {
-				var req protocol.RestoreRequest
-				body, _ := io.ReadAll(r.Body)
-				if json.Unmarshal(body, &req) == nil {
-					edit(req.Attempts)
-					body, _ = json.Marshal(req)
-				}
-				r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-func copyAnswer(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(rec.Body.Bytes())
-}
 
 // newWorldWrapped is newWorld on an environment server served through wrap.
 func newWorldWrapped(t *testing.T, wrap func(http.Handler) http.Handler) *world {
@@ -129,7 +52,7 @@ func restoreParticipants(w *world, rid string) (checkpoint.RestoreParticipantsRe
 // Now it fails here, naming the participant and the rollouts, and nothing
 // was installed.
 func TestLiveRollbackUnderTheCheckpointIDAtALiteralParticipant(t *testing.T) {
-	w := newWorldWrapped(t, literalR11)
+	w := newWorldWrapped(t, brokenparticipant.LiteralR11)
 	w.checkpointAndResume(t)
 	planRestore(t, w, "")
 
@@ -178,7 +101,7 @@ func TestRestoreAnswerIsCheckedAgainstThePlan(t *testing.T) {
 		{"another attempt", func(a map[string]int) { a["s1-0004"]++ }, []string{"s1-0004", "attempt 2", "planned 1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorldWrapped(t, rewriteRestore(tc.edit))
+			w := newWorldWrapped(t, brokenparticipant.RewriteRestore(tc.edit))
 			w.checkpointAndResume(t)
 			planRestore(t, w, "r1")
 			_, err := restoreParticipants(w, "r1")
