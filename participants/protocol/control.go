@@ -70,6 +70,14 @@ const (
 	FeatureAuthoriseStartOver = "authorise_start_over_v1"
 )
 
+// Features are the features this version of the protocol knows, each
+// documented in docs/protocol/RULES.md R17; the Go environment server
+// implements them all.
+func Features() []string {
+	return []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint,
+		FeatureRestartOnlyDiscard, FeatureRestoreSessions, FeatureAuthoriseStartOver}
+}
+
 // RequiredFeatures are the features a coordinator relies on: it refuses a
 // participant whose capabilities lack one (docs/protocol/RULES.md R17).
 // FeatureRetireStraggler is not among them: the coordinator never retires;
