@@ -25,6 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -208,7 +209,7 @@ func (r *run) killAll() error {
 
 func (r *run) submit(ctx context.Context, ts *trainer.Client, set string) ([]rollout.Input, error) {
 	res, err := ts.Submit(ctx, trainer.SubmitRequest{Set: set, Count: r.rollouts(), Envs: []string{r.p.Env}, EnvURL: r.p.URL,
-		ModelURL: r.modelURL, Seed: 7})
+		PolicyEndpoint: destination.DefaultName, Seed: 7})
 	if err != nil {
 		return nil, fmt.Errorf("submit set %s of %s at %s (the end-to-end stage runs environments the catalog knows): %w", set, r.p.Env, r.p.URL, err)
 	}
