@@ -68,8 +68,16 @@ func newWorld(t *testing.T) *world {
 // object-store opener given (nil: local directories only).
 func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
 	t.Helper()
+	return newWorldServedBy(t, store, root, newEnvServerWith(t, "env-a", opener))
+}
+
+// newWorldServedBy is newWorldIn on the environment server env (named
+// env-a).
+func newWorldServedBy(t *testing.T, store *transcriptstore.Store, root string, env *envServer) *world {
+	t.Helper()
 	ctx := context.Background()
-	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
+	opener := env.opener
+	w := &world{root: root, store: store, env: env, tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
 	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener,
 		Destinations: loopbackDestinations(t)}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -401,6 +402,8 @@ type envServer struct {
 	kill func()
 	c    *protocol.Client
 	cc   *protocol.ControlClient
+	// opener opens the object-store locations it commits to (nil: none).
+	opener *storage.Opener
 }
 
 func newEnvServer(t *testing.T, name string) *envServer {
@@ -412,14 +415,27 @@ func newEnvServer(t *testing.T, name string) *envServer {
 // checkpoint locations.
 func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
 	t.Helper()
+	return newEnvServerWrapped(t, name, opener, nil)
+}
+
+// newEnvServerWrapped is newEnvServerWith served through wrap (nil: as it
+// is), so a test can make the participant behave as another implementation
+// of the protocol would.
+func newEnvServerWrapped(t *testing.T, name string, opener *storage.Opener, wrap func(http.Handler) http.Handler) *envServer {
+	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 		Storage: opener,
 	})
 	require.NoError(t, err)
-	hs := testsupport.QuietServer(srv)
+	var h http.Handler = srv
+	if wrap != nil {
+		h = wrap(srv)
+	}
+	hs := testsupport.QuietServer(h)
 	t.Cleanup(hs.Close)
-	return &envServer{url: hs.URL, kill: hs.Close, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
+	return &envServer{url: hs.URL, kill: hs.Close, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()),
+		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client()), opener: opener}
 }
 
 // start starts attempt of rollout; an attempt above 0 is installed through

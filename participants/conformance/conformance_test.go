@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -18,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/brokenparticipant"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -28,11 +30,17 @@ const (
 	controlToken = "conformance-test-control-token"
 )
 
+// retiredSessions is the bound on verified sessions the test servers keep
+// the receipts of, small so the kit can drive past it (R3).
+const retiredSessions = 3
+
 // goParticipant serves a Go envserver (counter and arithmetic, both tokens
-// or, with open, no data token) through wrap.
+// or, with open, no data token) through wrap, with a second instance
+// without a control token for R2.
 func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler) conformance.Config {
 	t.Helper()
-	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, Name: "conformance", ControlToken: controlToken}
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, Name: "conformance", ControlToken: controlToken,
+		RetiredSessions: retiredSessions}
 	if open {
 		cfg.InsecureNoDataAuth = true
 	} else {
@@ -46,10 +54,15 @@ func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
+	cfg.ControlToken = ""
+	noControl, err := envserver.NewServer(cfg)
+	require.NoError(t, err)
+	nc := httptest.NewServer(noControl)
+	t.Cleanup(nc.Close)
 	return conformance.Config{URL: hs.URL, DataToken: dataToken, ControlToken: controlToken, Dir: t.TempDir(),
 		Env: conformance.DefaultEnv, Task: json.RawMessage(conformance.DefaultTask), Tool: conformance.DefaultTool,
 		Args: json.RawMessage(conformance.DefaultArgs), RestartEnv: conformance.DefaultRestartEnv,
-		RestartTask: json.RawMessage(conformance.DefaultRestartTask)}
+		RestartTask: json.RawMessage(conformance.DefaultRestartTask), RetiredSessions: retiredSessions, NoControlURL: nc.URL}
 }
 
 func run(t *testing.T, cfg conformance.Config) []conformance.Result {
@@ -64,17 +77,35 @@ func run(t *testing.T, cfg conformance.Config) []conformance.Result {
 
 // TestGoEnvServerConforms is the CI run of the kit against the Go
 // envserver: every rule passes, and every error answer it gave is the one
-// docs/protocol/openapi.json documents (R16).
+// docs/protocol/openapi.json documents (R16). The kit leaves no live
+// session behind: a checkpoint of the server afterwards finds none of the
+// kit's rollouts to count as members (it used to find one per rule, and
+// the checkpoint aborted MemberMissing).
 func TestGoEnvServerConforms(t *testing.T) {
-	res := run(t, goParticipant(t, false, nil))
-	require.Len(t, res, len(conformance.Rules()), "%d results for %d rules", len(res), len(conformance.Rules()))
+	cfg := goParticipant(t, false, nil)
+	res := run(t, cfg)
+	require.Len(t, res, len(conformance.Rules())+1, "one result per rule, and the clean-up")
 	for _, r := range res {
 		assert.Equal(t, conformance.Pass, r.Verdict, "%s %s: %s %s", r.ID, r.Name, r.Verdict, r.Evidence)
 	}
+	assert.Equal(t, conformance.CleanupID, res[len(res)-1].ID)
+
+	cc := protocol.NewControlClient(cfg.URL, controlToken, nil)
+	prep, err := cc.Prepare(context.Background(), protocol.PrepareRequest{CheckpointID: "after-the-kit", Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	for _, s := range prep.Sessions {
+		assert.True(t, s.Retired, "a checkpoint after the kit counts %s (attempt %d, live) as a member", s.RolloutID, s.Attempt)
+	}
+	_, err = cc.Resume(context.Background(), "after-the-kit")
+	require.NoError(t, err)
 }
 
 // TestBrokenParticipantsFailTheRightRule: each deliberately broken
-// participant fails exactly the rule it breaks.
+// participant fails exactly the rule it breaks. The last three are what a
+// participant written from the documents of before could get wrong and
+// the kit did not see, though the coordinator refused it: capabilities it
+// does not read, an artifact it cannot open, and a live rollback under the
+// checkpoint's own id.
 func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -85,6 +116,10 @@ func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 		{"re-applies a replayed request", false, reapplyReplays, []string{"R3"}},
 		{"lets the data plane install attempts (a server before the data-plane fence fix)", false, installOnDemand, []string{"R7"}},
 		{"data plane without a token", true, nil, []string{"R1"}},
+		{"capabilities of another component and without the features a coordinator needs", false,
+			brokenparticipant.Capabilities(func(c *protocol.Capabilities) { c.Component, c.Features = "env-server", nil }), []string{"R17"}},
+		{"commits plain JSON and a manifest, not the artifact format", false, brokenparticipant.PlainArtifact, []string{"R26"}},
+		{"keeps R11 without the live-rollback exception", false, brokenparticipant.LiteralR11, []string{"R18"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var failed []string
@@ -111,7 +146,9 @@ func reapplyReplays(next http.Handler) http.Handler {
 		}
 		body, _ := io.ReadAll(r.Body)
 		var fields map[string]any
-		if json.Unmarshal(body, &fields) == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber() // numbers as written: 1.0 stays 1.0
+		if dec.Decode(&fields) == nil {
 			canon, _ := json.Marshal(fields) // sorted keys: formatting does not matter
 			mu.Lock()
 			again := seen[string(canon)]

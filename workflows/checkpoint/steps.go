@@ -48,6 +48,11 @@ const (
 	// ErrAttemptConflict: a run of a higher attempt than the one a restore
 	// would start already exists.
 	ErrAttemptConflict = "AttemptConflict"
+	// ErrNotInstalled: an environment server did not install the attempts
+	// of a restore's plan (it refused the restore id, or answered other
+	// attempts than planned): a restore never reports an attempt installed
+	// that a participant did not install.
+	ErrNotInstalled = "NotInstalled"
 )
 
 // PrepareParticipantsInput closes admission at every environment server.
