@@ -38,6 +38,10 @@ type PrefixChunk struct {
 	Head           Digest  `json:"head,omitempty"`
 	PromptTokenIDs []int64 `json:"prompt_token_ids,omitempty"`
 	Model          string  `json:"model,omitempty"`
+	// Discarded counts the tokens of earlier prefixes of the same call that
+	// this chain replaced: the call could not continue them and started
+	// over, so a later continuation still reports them as regenerated.
+	Discarded int `json:"discarded,omitempty"`
 }
 
 // Validate checks a chunk on its own: a first chunk names its conversation
@@ -57,14 +61,16 @@ func (c *PrefixChunk) Validate() error {
 			return fmt.Errorf("transcript: first prefix chunk starts at token %d, segment %d (want 0, 0)", c.Start, c.Segment)
 		case len(c.PromptTokenIDs) == 0:
 			return errors.New("transcript: first prefix chunk has no prompt token ids")
+		case c.Discarded < 0:
+			return fmt.Errorf("transcript: first prefix chunk discarded %d tokens", c.Discarded)
 		}
 		return c.Head.Validate()
 	}
 	if err := c.Parent.Validate(); err != nil {
 		return err
 	}
-	if c.Head != "" || len(c.PromptTokenIDs) > 0 || c.Model != "" {
-		return errors.New("transcript: a later prefix chunk repeats the first one's conversation, prompt or model")
+	if c.Head != "" || len(c.PromptTokenIDs) > 0 || c.Model != "" || c.Discarded != 0 {
+		return errors.New("transcript: a later prefix chunk repeats the first one's conversation, prompt, model or discarded count")
 	}
 	return nil
 }
@@ -83,6 +89,7 @@ type Prefix struct {
 	Head           Digest
 	PromptTokenIDs []int64
 	Model          string
+	Discarded      int
 	TokenIDs       []int64
 	LogProbs       []float64
 	Text           string
@@ -109,7 +116,7 @@ func AssemblePrefix(chunks []PrefixChunk) (Prefix, error) {
 	if root.Parent != "" {
 		return Prefix{}, errors.New("transcript: a prefix's first chunk has a parent")
 	}
-	p := Prefix{Head: root.Head, PromptTokenIDs: root.PromptTokenIDs, Model: root.Model}
+	p := Prefix{Head: root.Head, PromptTokenIDs: root.PromptTokenIDs, Model: root.Model, Discarded: root.Discarded}
 	withLogProbs := len(root.LogProbs) > 0
 	for i, c := range chunks {
 		if err := c.Validate(); err != nil {

@@ -127,6 +127,9 @@ func (in *Input) validate() error {
 	if err := in.Sampling.Validate(); err != nil {
 		return err
 	}
+	if err := in.Policy.validateContinue(); err != nil {
+		return err
+	}
 	if err := in.validateGroup(); err != nil {
 		return err
 	}
