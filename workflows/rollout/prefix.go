@@ -1,7 +1,12 @@
 package rollout
 
 import (
+	"errors"
 	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 )
@@ -91,4 +96,52 @@ type GenerationRecovery struct {
 	// the prefix's tokens it threw away.
 	Regenerated       bool `json:"regenerated,omitempty"`
 	TokensRegenerated int  `json:"tokens_regenerated,omitempty"`
+}
+
+// cutSettle bounds how long a call cancelled at the park deadline is waited
+// for: it reports at its next heartbeat, or when its heartbeat times out
+// (a dead worker), whichever comes first.
+const cutSettle = 15 * time.Second
+
+// settleCut waits for the model call cancelled at the park deadline to
+// settle: a call that kept a durable prefix reports it as its
+// cancellation's details (or, when its worker died, as its timeout's last
+// heartbeat), and the boundary keeps it as Partial; a call that finished
+// first is committed (answered).
+func (r *rollout) settleCut(ctx workflow.Context, fut workflow.Future, turn int) (answered bool, err error) {
+	ok, err := workflow.AwaitWithTimeout(ctx, cutSettle, fut.IsReady)
+	if err != nil || !ok {
+		return false, err
+	}
+	var res CallModelResult
+	callErr := fut.Get(ctx, &res)
+	if callErr == nil {
+		r.commitAnswer(turn, res)
+		return true, nil
+	}
+	if p := cutPrefix(callErr); p != nil && p.Turn == turn && p.Validate() == nil {
+		r.b.Partial = p
+	}
+	return false, nil
+}
+
+// cutPrefix is the durable prefix a cancelled or timed-out model call
+// reported, or nil.
+func cutPrefix(err error) *ModelPrefix {
+	var p ModelPrefix
+	var canceled *temporal.CanceledError
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &canceled) && canceled.HasDetails():
+		if canceled.Details(&p) != nil {
+			return nil
+		}
+	case errors.As(err, &timeout) && timeout.HasLastHeartbeatDetails():
+		if timeout.LastHeartbeatDetails(&p) != nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return &p
 }
