@@ -16,12 +16,10 @@ import (
 )
 
 // Defaults of how often a streamed generation's prefix is made durable
-// (Activities.PrefixTokens, PrefixInterval, HeartbeatThrottle), measured on
-// a shared 2-core machine (docs/performance.md, "Durable prefixes"): a flush
-// (one chunk written to a local transcript store and one heartbeat to a
-// local dev server) costs about a millisecond and nothing of the stream's
-// pace, so a crash at ~50 tokens/s loses at most 64 tokens or 2 seconds of
-// generation, for one heartbeat per interval per generation in flight.
+// (Activities.PrefixTokens, PrefixInterval, HeartbeatThrottle). They are
+// chosen, not yet measured against streaming's cost: a crash at ~50
+// tokens/s loses at most 64 tokens or 2 seconds of generation, for one
+// chunk write and one heartbeat per interval per generation in flight.
 const (
 	DefaultPrefixTokens   = 64
 	DefaultPrefixInterval = 2 * time.Second
