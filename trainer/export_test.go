@@ -441,3 +441,51 @@ func TestExportStreams(t *testing.T) {
 	// Pages hold two runs: the first window is full after exportWindow/2.
 	assert.Equal(t, exportWindow/2, w.pagesAtFirst, "first line written after %d of %d pages, want %d", w.pagesAtFirst, n/2, exportWindow/2)
 }
+
+// TestBuildLineRecoveredCall: a call continued from its durable prefix
+// after the weights changed exports both versions and where they switch,
+// where it resumed, and the line counts its tokens by how they were got.
+func TestBuildLineRecoveredCall(t *testing.T) {
+	store, err := transcriptstore.Open(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	prompt, out := []int64{1, 2, 3}, []int64{4, 5, 6, 7, 8}
+	gen := transcript.Generation{
+		Tokens: transcript.TokensPresent, PromptTokenIDs: prompt, GenerationTokenIDs: out,
+		GenerationLogProbs: []float64{-1, -1, -1, -1, -1}, PromptDigest: transcript.TokenDigest(prompt),
+		SequenceDigest: transcript.TokenDigest(prompt, out), FinishReason: "stop", PolicyVersion: "v1",
+		PolicyVersionSpans: []transcript.VersionSpan{{Start: 0, PolicyVersion: "v1"}, {Start: 3, PolicyVersion: "v2"}},
+	}
+	require.NoError(t, gen.Validate())
+	g, err := store.PutGeneration(ctx, gen)
+	require.NoError(t, err)
+	head, err := store.AppendAll(ctx, "",
+		transcript.Item{Role: "user", Content: "Go."},
+		transcript.Item{Role: "assistant", Content: "done <ok>", Generation: g},
+	)
+	require.NoError(t, err)
+	lineage := []rollout.LineageEntry{{CallID: "s1-0001/a0/t1", Generation: g,
+		GenerationRecovery: rollout.GenerationRecovery{ResumedAt: []int{3}, TokensRecovered: 3}}}
+	f := finishedRollout{set: "s1", attempts: []AttemptRecord{}, rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		Result: &rollout.Result{RolloutID: "s1-0001", Head: head, Lineage: lineage}}}
+	line, err := buildLine(ctx, store, f)
+	require.NoError(t, err)
+	m := line.Messages[1]
+	require.Equal(t, gen.PolicyVersionSpans, m.PolicyVersionSpans)
+	require.Equal(t, []int{3}, m.ResumedAt)
+	require.False(t, m.Regenerated)
+	require.Equal(t, &GenerationTokens{Generated: 2, Recovered: 3}, line.GenerationTokens)
+	b, err := encodeLine(line)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"policy_version_spans":[{"start":0,"policy_version":"v1"},{"start":3,"policy_version":"v2"}],"resumed_at":[3]`)
+	assert.Empty(t, trajectorySchema(t).Validate(b), "line does not match the schema:\n%s", b)
+
+	lineage[0].GenerationRecovery = rollout.GenerationRecovery{Regenerated: true, TokensRegenerated: 2}
+	line, err = buildLine(ctx, store, f)
+	require.NoError(t, err)
+	require.True(t, line.Messages[1].Regenerated)
+	require.Equal(t, &GenerationTokens{Generated: 5, Regenerated: 2, RegeneratedCalls: 1}, line.GenerationTokens)
+	b, err = encodeLine(line)
+	require.NoError(t, err)
+	assert.Empty(t, trajectorySchema(t).Validate(b), "line does not match the schema:\n%s", b)
+}

@@ -104,6 +104,8 @@ type Config struct {
 	MetricsListen string
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
+	// Prefix is how often a streamed generation's prefix is made durable.
+	Prefix PrefixSettings
 	// Destinations is where each secret may go (package destination): the
 	// named servers and endpoints, their own tokens and the allowlists,
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
@@ -159,6 +161,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	var err error
 	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.Prefix, err = prefixFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

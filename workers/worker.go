@@ -173,6 +173,7 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 		Store: store, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		Model: &model.Activities{
 			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
+			PrefixTokens: cfg.Prefix.Tokens, PrefixInterval: cfg.Prefix.Interval, HeartbeatThrottle: model.DefaultHeartbeatThrottle,
 		},
 		Environment: &environment.Activities{
 			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,

@@ -126,6 +126,9 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 		b.Cursor, b.Head = 1, obs
 		w.want(t, obs)
 	}
+	if !pending && !completed {
+		b.Partial = w.prefix(t, id, head)
+	}
 	in := rollout.Input{RolloutID: id, Set: "s1", Attempt: attempt, Task: json.RawMessage(`{"target":9}`),
 		Env: rollout.EnvRef{Name: "counter"}, Policy: rollout.PolicyRef{Model: "scripted-counter"}, Seed: 1}
 	rec := rollout.ParkRecord{CheckpointID: "ck1", Set: "s1", Input: in, Boundary: b, Phase: rollout.PhaseParked}
@@ -146,6 +149,20 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 	raw, err := json.Marshal(rec)
 	require.NoError(t, err)
 	return raw
+}
+
+// prefix stores a two-chunk durable prefix of the next model call (one its
+// park deadline cut) and wants both chunks in the checkpoint.
+func (w *world) prefix(t *testing.T, id string, head transcript.Digest) *rollout.ModelPrefix {
+	t.Helper()
+	ctx := context.Background()
+	first, err := w.store.PutPrefixChunk(ctx, transcript.PrefixChunk{Head: head, PromptTokenIDs: []int64{1, 2}, Model: "scripted-counter",
+		TokenIDs: []int64{3, 4}, LogProbs: []float64{-1, -1}, Text: "ab"})
+	require.NoError(t, err)
+	last, err := w.store.PutPrefixChunk(ctx, transcript.PrefixChunk{Parent: first, Start: 2, TokenIDs: []int64{5}, LogProbs: []float64{-1}, Text: "c"})
+	require.NoError(t, err)
+	w.wanted[first], w.wanted[last] = true, true
+	return &rollout.ModelPrefix{CallID: id + "/a0/t2", Turn: 2, Record: last, Tokens: 3}
 }
 
 func (w *world) want(t *testing.T, head transcript.Digest) {

@@ -30,6 +30,15 @@ const (
 	// stored, the activity has not reported: the retry stores it again under
 	// the same digest.
 	WorkerModelAnsweredBeforeReport = "worker.model-answered-before-report"
+	// WorkerModelPrefixWrittenBeforeHeartbeat: a streamed generation's
+	// prefix chunk is stored and not heartbeated yet: the retry knows only
+	// the previous durable prefix and continues from there, generating
+	// this chunk's tokens again (one interval at most).
+	WorkerModelPrefixWrittenBeforeHeartbeat = "worker.model-prefix-written-before-heartbeat"
+	// WorkerModelPrefixHeartbeatBeforeNextChunk: the prefix is stored and
+	// heartbeated, the stream not read on: the retry continues from
+	// exactly this prefix.
+	WorkerModelPrefixHeartbeatBeforeNextChunk = "worker.model-prefix-heartbeat-before-next-chunk"
 	// WorkerEnvAppliedBeforeTranscript: the environment server applied a
 	// mutation and answered, the observation is not stored yet: the retry
 	// must get the stored reply back (a replay), not a second application.
@@ -118,6 +127,8 @@ var Clients = []string{
 var All = []string{
 	WorkerModelAnsweredBeforeTranscript,
 	WorkerModelAnsweredBeforeReport,
+	WorkerModelPrefixWrittenBeforeHeartbeat,
+	WorkerModelPrefixHeartbeatBeforeNextChunk,
 	WorkerEnvAppliedBeforeTranscript,
 	WorkerEnvAppliedBeforeReport,
 	EnvAfterApplyBeforeReply,
