@@ -88,6 +88,19 @@ func queryInt(r *http.Request, name string, def, lo, hi int) (int, error) {
 	return v, nil
 }
 
+// queryBool reads an optional boolean query parameter: "true" or "false"
+// (false when absent).
+func queryBool(r *http.Request, name string) (bool, error) {
+	switch raw := r.URL.Query().Get(name); raw {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, badRequest(name, fmt.Sprintf("%s %q: want true or false", name, raw))
+	}
+}
+
 // duration parses an optional Go duration field (zero when empty).
 func duration(field, v string) (time.Duration, error) {
 	if v == "" {

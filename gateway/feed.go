@@ -58,10 +58,11 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) error {
 
 // feedQuery is a checked feed request.
 type feedQuery struct {
-	set      string
-	after    trainer.FeedPosition
-	max      int
-	deadline time.Time
+	set            string
+	after          trainer.FeedPosition
+	max            int
+	completeGroups bool
+	deadline       time.Time
 }
 
 func (s *Server) feedQuery(r *http.Request) (feedQuery, error) {
@@ -81,10 +82,14 @@ func (s *Server) feedQuery(r *http.Request) (feedQuery, error) {
 	if err != nil {
 		return feedQuery{}, err
 	}
+	completeGroups, err := queryBool(r, "complete_groups")
+	if err != nil {
+		return feedQuery{}, err
+	}
 	if s.cfg.Transcripts == nil {
 		return feedQuery{}, unavailable("this gateway was started without --transcripts (the workers' transcript directory)")
 	}
-	return feedQuery{set: set, after: after, max: max, deadline: s.cfg.Now().Add(time.Duration(wait) * time.Millisecond)}, nil
+	return feedQuery{set: set, after: after, max: max, completeGroups: completeGroups, deadline: s.cfg.Now().Add(time.Duration(wait) * time.Millisecond)}, nil
 }
 
 // feedOnce reads one page. final says the answer is ready (items, done, or
@@ -100,7 +105,7 @@ func (s *Server) feedOnce(r *http.Request, q feedQuery, h Health) (FeedResponse,
 		return resp, false, nil
 	}
 	page, err := s.backend.Feed(r.Context(), s.cfg.Transcripts, trainer.FeedRequest{
-		Set: q.set, After: q.after, Max: q.max, Settle: s.cfg.FeedSettle, Now: s.cfg.Now(),
+		Set: q.set, After: q.after, Max: q.max, Settle: s.cfg.FeedSettle, Now: s.cfg.Now(), CompleteGroups: q.completeGroups,
 	})
 	if err != nil {
 		return resp, true, err

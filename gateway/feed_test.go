@@ -37,6 +37,9 @@ func TestFeedDeliversAPage(t *testing.T) {
 	require.True(t, got.After.IsZero(), "feed request %+v", got)
 	require.Equal(t, 3*time.Second, got.Settle, "feed request %+v", got)
 	require.Equal(t, "s1", got.Set, "feed request %+v", got)
+	require.False(t, got.CompleteGroups, "feed request %+v", got)
+	call(t, s, "GET", feedURL("s1", url.Values{"complete_groups": {"true"}}), "")
+	require.True(t, got.CompleteGroups, "complete_groups=true: %+v", got)
 	// The cursor carries the position on, through any gateway.
 	call(t, s, "GET", feedURL("s1", url.Values{"cursor": {res.Cursor}}), "")
 	require.Equal(t, trainer.FeedPosition{At: 42, RolloutID: "s1-0001", RunID: "r"}, got.After, "after the cursor: %+v", got)
@@ -46,9 +49,10 @@ func TestFeedDeliversAPage(t *testing.T) {
 func TestFeedRefuses(t *testing.T) {
 	s := newTestServer(t, &fakeBackend{runs: 1})
 	for name, q := range map[string]url.Values{
-		"cursor":  {"cursor": {"garbage"}},
-		"max":     {"max": {"0"}},
-		"wait_ms": {"wait_ms": {"600000"}},
+		"cursor":          {"cursor": {"garbage"}},
+		"max":             {"max": {"0"}},
+		"wait_ms":         {"wait_ms": {"600000"}},
+		"complete_groups": {"complete_groups": {"yes"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			expectError(t, call(t, s, "GET", feedURL("s1", q), ""), http.StatusBadRequest, CodeBadRequest, name)

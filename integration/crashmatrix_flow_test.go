@@ -50,13 +50,22 @@ type matrixStack struct {
 	root     string
 	port     int    // Temporal's port, kept across its restart
 	db       string // Temporal's database file ("" in-memory)
+	streamed bool   // see matrixCase.streamed
 	evidence []string
 }
 
-func newMatrixStack(t *testing.T, temporalDB bool, latency string) *matrixStack {
+// The streamed stacks' policy pace and padding and the workers' prefix
+// interval: tools answers of about 120 tokens streamed over a third of a
+// second, a durable prefix at least every 16 tokens (and heartbeat throttle).
+var (
+	matrixStreamedPolicy = []string{"--tokens-per-second", "400", "--pad-tokens", "120"}
+	matrixStreamedWorker = []string{"TURNSTILE_MODEL_PREFIX_TOKENS=16"}
+)
+
+func newMatrixStack(t *testing.T, temporalDB bool, latency string, streamed bool) *matrixStack {
 	t.Helper()
 	c := newCluster(t)
-	s := &matrixStack{t: t, c: c, root: filepath.Join(c.dir, "checkpoints"), port: freePort(t)}
+	s := &matrixStack{t: t, c: c, root: filepath.Join(c.dir, "checkpoints"), port: freePort(t), streamed: streamed}
 	if temporalDB {
 		s.db = filepath.Join(c.dir, "temporal.db")
 	}
@@ -65,8 +74,21 @@ func newMatrixStack(t *testing.T, temporalDB bool, latency string) *matrixStack 
 	// The second server serves the sandbox restart_only (the first replays
 	// it), so both classes run in every case.
 	s.second, _ = c.startEnvServerAs("envserver-2", "env-1", "--restart-only", "sandbox")
-	c.startPolicyServer("--latency", latency, "--jitter", "5ms", "--imperfection", "0.2")
+	args := []string{"--latency", latency, "--jitter", "5ms", "--imperfection", "0.2"}
+	if streamed {
+		args = append(args, matrixStreamedPolicy...)
+	}
+	c.startPolicyServer(args...)
 	return s
+}
+
+// startWorker starts a worker of the stack (streamed: keeping prefixes
+// often); extra environment entries arm it.
+func (s *matrixStack) startWorker(extraEnv ...string) *proc {
+	if s.streamed {
+		extraEnv = append(extraEnv, matrixStreamedWorker...)
+	}
+	return s.c.startWorker(extraEnv...)
 }
 
 func (s *matrixStack) urlOf(i int) string {
@@ -88,6 +110,10 @@ func matrixInput(t testing.TB, s *matrixStack, i int) rollout.Input {
 	if i%2 == 1 {
 		in.Env.URL = s.second
 	}
+	if s.streamed {
+		in.Sampling = &rollout.Sampling{CaptureTokens: true}
+		in.Policy.ToolParser = rollout.ToolParserTurnstile
+	}
 	return in
 }
 
@@ -101,10 +127,11 @@ func (s *matrixStack) applied(ctx context.Context) int64 {
 	return n
 }
 
-// matrixBaseline runs the set once, uninterrupted, on a stack of its own.
-func matrixBaseline(t *testing.T) matrixBase {
-	s := newMatrixStack(t, false, "20ms")
-	s.c.startWorker()
+// matrixBaseline runs the set once, uninterrupted, on a stack of its own
+// (streamed: as matrixCase.streamed cases run it).
+func matrixBaseline(t *testing.T, streamed bool) matrixBase {
+	s := newMatrixStack(t, false, "20ms", streamed)
+	s.startWorker()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var runs []client.WorkflowRun
@@ -132,7 +159,7 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), matrixCaseTimeout)
 	defer cancel()
-	s = newMatrixStack(t, mc.proc == procTemporal, "600ms")
+	s = newMatrixStack(t, mc.proc == procTemporal, "600ms", mc.streamed)
 	stage = mc.flow.String()
 	var records map[string]rollout.ParkRecord
 	switch mc.flow {
@@ -231,8 +258,8 @@ func (s *matrixStack) killTemporal(ctx context.Context, workflowID string, minEv
 // runFlow: the set runs while the process dies; no checkpoint.
 func (s *matrixStack) runFlow(ctx context.Context, mc matrixCase) {
 	if mc.proc == procTemporal {
-		s.c.startWorker()
-		s.c.startWorker()
+		s.startWorker()
+		s.startWorker()
 		s.submitAll(ctx)
 		s.waitMidFlight(ctx)
 		s.killTemporal(ctx, "", 0)
@@ -241,9 +268,9 @@ func (s *matrixStack) runFlow(ctx context.Context, mc matrixCase) {
 	// The armed worker starts first and takes the first workflow tasks
 	// (sticky, with eager activities): the other one could otherwise run the
 	// whole set and the failpoint never fire.
-	doomed := s.c.startWorker(armed(mc))
+	doomed := s.startWorker(armed(mc))
 	s.submitAll(ctx)
-	s.c.startWorker()
+	s.startWorker()
 	s.awaitDeath(ctx, doomed, mc, nil)
 	s.note("its work moved to the other worker (none restarted)")
 }
@@ -293,11 +320,11 @@ func (s *matrixStack) restore(ctx context.Context, restoreID string, d during) {
 // instead and the failpoint never fire), or two for a Temporal case.
 func (s *matrixStack) coordinatorWorkers(mc matrixCase) *proc {
 	if mc.proc == procTemporal {
-		s.c.startWorker()
-		s.c.startWorker()
+		s.startWorker()
+		s.startWorker()
 		return nil
 	}
-	return s.c.startWorker(armed(mc))
+	return s.startWorker(armed(mc))
 }
 
 // during returns what to do while a coordinator workflow runs: replace the
@@ -306,7 +333,7 @@ func (s *matrixStack) during(ctx context.Context, mc matrixCase, doomed *proc, w
 	return func(finished <-chan error) {
 		if doomed != nil {
 			s.awaitDeath(ctx, doomed, mc, finished)
-			s.c.startWorker()
+			s.startWorker()
 			return
 		}
 		s.killTemporal(ctx, workflowID, 8)
@@ -344,8 +371,8 @@ func (s *matrixStack) restoreFlow(ctx context.Context, mc matrixCase) map[string
 // its address takes its place, filled by a second restore when the first
 // one had finished.
 func (s *matrixStack) envFlow(ctx context.Context, mc matrixCase) map[string]rollout.ParkRecord {
-	s.c.startWorker()
-	s.c.startWorker()
+	s.startWorker()
+	s.startWorker()
 	s.submitAll(ctx)
 	s.waitMidFlight(ctx)
 	_, err := s.checkpoint(ctx, "cp1", nil)

@@ -84,6 +84,11 @@ type matrixCase struct {
 	flow  flow
 	// killAt: the process dies on the killAt-th pass through point.
 	killAt int
+	// streamed: the set captures tokens and its tools answers stream long
+	// enough for durable prefixes (the policy server paced and padded,
+	// workers keeping a prefix every few tokens); compared with a
+	// streamed baseline.
+	streamed bool
 }
 
 func (m matrixCase) name() string { return m.proc + "/" + m.point }
@@ -107,6 +112,11 @@ func matrixCases() []matrixCase {
 		failpoint.WorkerEnvAppliedBeforeTranscript, failpoint.WorkerEnvAppliedBeforeReport,
 	} {
 		cs = append(cs, matrixCase{proc: procWorker, point: fp, flow: flowRun, killAt: 5})
+	}
+	for _, fp := range []string{
+		failpoint.WorkerModelPrefixWrittenBeforeHeartbeat, failpoint.WorkerModelPrefixHeartbeatBeforeNextChunk,
+	} {
+		cs = append(cs, matrixCase{proc: procWorker, point: fp, flow: flowRun, killAt: 5, streamed: true})
 	}
 	for _, fp := range []string{
 		failpoint.CoordinatorAfterPrepare, failpoint.CoordinatorAfterFreeze, failpoint.CoordinatorAfterPark,
@@ -295,7 +305,12 @@ func TestCrashMatrix(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("crash matrix: running %d of %d cases (%s): %s", len(names), len(all), how, strings.Join(names, ", "))
-	base := matrixBaseline(t)
+	bases := map[bool]matrixBase{}
+	for _, c := range all {
+		if _, ok := bases[c.streamed]; picked[c.name()] && !ok {
+			bases[c.streamed] = matrixBaseline(t, c.streamed)
+		}
+	}
 	table := &matrixTable{rows: map[string][]scenarioRow{}}
 	t.Run("cases", func(t *testing.T) {
 		for _, c := range all {
@@ -304,7 +319,7 @@ func TestCrashMatrix(t *testing.T) {
 			}
 			t.Run(c.name(), func(t *testing.T) {
 				t.Parallel()
-				runMatrixCase(t, c, base, func(rows []scenarioRow) { table.put(c, rows) })
+				runMatrixCase(t, c, bases[c.streamed], func(rows []scenarioRow) { table.put(c, rows) })
 			})
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -35,16 +36,23 @@ const (
 // it with its base URL.
 func (c *cluster) startGateway(addr string, args ...string) (*proc, string) {
 	c.t.Helper()
+	return c.startGatewayEnv(addr, nil, args...)
+}
+
+// startGatewayEnv is startGateway with extra environment variables (e.g.
+// armed failpoints).
+func (c *cluster) startGatewayEnv(addr string, extraEnv []string, args ...string) (*proc, string) {
+	c.t.Helper()
 	ready := filepath.Join(c.dir, fmt.Sprintf("gateway-ready-%d", time.Now().UnixNano()))
 	args = append([]string{"--addr", addr, "--ready-file", ready, "--token", gatewayToken, "--operator-token", gatewayOperatorToken,
 		"--checkpoint-root", filepath.Join(c.dir, "checkpoints"), "--log-level", "warn"}, args...)
 	// The workers' destinations (startWorker's), so the gateway admits
 	// what they do.
-	p := c.start("gateway", filepath.Join(bins.dir, "gateway"), args,
-		"TEMPORAL_ADDRESS="+c.hostPort, "TEMPORAL_NAMESPACE=default",
-		"TURNSTILE_TRANSCRIPT_DIR="+c.store, "TURNSTILE_CONTROL_TOKEN="+c.token,
-		"TURNSTILE_ENV_URL="+c.envURL, "TURNSTILE_MODEL_BASE_URL="+c.modelURL,
-		"TURNSTILE_ALLOWED_PARTICIPANTS="+stack.Loopback, "TURNSTILE_ALLOWED_MODEL_URLS="+stack.Loopback)
+	env := append([]string{"TEMPORAL_ADDRESS=" + c.hostPort, "TEMPORAL_NAMESPACE=default",
+		"TURNSTILE_TRANSCRIPT_DIR=" + c.store, "TURNSTILE_CONTROL_TOKEN=" + c.token,
+		"TURNSTILE_ENV_URL=" + c.envURL, "TURNSTILE_MODEL_BASE_URL=" + c.modelURL,
+		"TURNSTILE_ALLOWED_PARTICIPANTS=" + stack.Loopback, "TURNSTILE_ALLOWED_MODEL_URLS=" + stack.Loopback}, extraEnv...)
+	p := c.start("gateway", filepath.Join(bins.dir, "gateway"), args, env...)
 	var base string
 	c.waitFor("gateway", p, 30*time.Second, func() bool {
 		data, err := os.ReadFile(ready)
@@ -216,6 +224,11 @@ func TestGatewayFeed(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status, "%s", raw)
 	require.True(t, repeated.Existing)
 	require.Equal(t, started.RunID, repeated.RunID)
+	// Started through the gateway, it runs on the control plane's queue, not
+	// behind the rollouts' tasks.
+	desc, err := c.client.DescribeWorkflowExecution(ctx, started.WorkflowID, started.RunID)
+	require.NoError(t, err)
+	require.Equal(t, checkpoint.ControlTaskQueue(rollout.TaskQueue), desc.GetExecutionConfig().GetTaskQueue().GetName(), "the checkpoint's task queue")
 	ck.RequestID = "ck-2"
 	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, nil)
 	require.Equal(t, http.StatusConflict, status, "%s", raw)

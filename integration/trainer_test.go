@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -270,6 +271,56 @@ func TestTrainerLoopExactlyOnceUnderCrashes(t *testing.T) {
 	t.Logf("the trainer retried %d calls while the gateway or worker was down", strings.Count(out, "; retry "))
 	t.Logf("exactly once: %d rollouts, %d trained, %d acknowledged, %d delivered twice, %d lost (receipts checked against Temporal)",
 		count, len(st.Trained), st.Acknowledged, st.Redelivered, count-len(st.Trained))
+}
+
+// TestTrainerLoopAcksUnderCrashes: the Python loop consumes a set of 60
+// rollouts while acknowledgements are in flight when the processes die:
+// the gateway is SIGKILLed (by a failpoint) after a batch of receipts is
+// durable in the set's acknowledgement ledger and before it answers, and
+// the worker in the middle of releasing a batch of acknowledged results
+// (some released, the rest not, no report). Each is restarted unarmed.
+// Afterwards every rollout was delivered to the trainer exactly once: none
+// lost, none twice, and every one released.
+func TestTrainerLoopAcksUnderCrashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration")
+	}
+	clientPython(t) // before the stack starts: the venv is made once per test binary
+	c := newCluster(t)
+	c.startTemporal()
+	c.startEnvServer()
+	c.startPolicyServer("--latency", "50ms")
+	worker := c.startWorker(failpoint.EnvVar + "=" + failpoint.WorkerMidRelease + "=kill@1")
+	gateway, url := c.startGatewayEnv("127.0.0.1:0", []string{failpoint.EnvVar + "=" + failpoint.GatewayAckRecordedBeforeAnswer + "=kill@2"})
+	addr := strings.TrimPrefix(url, "http://") // a restarted gateway keeps its address, as behind a load balancer
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	const set, count = "py-ackcrash", 60
+	tr := c.startTrainer(url, set, "--envs", "counter", "--count", fmt.Sprint(count), "--batch", "6", "--wait-ms", "1000")
+	var gatewayKills, workerKills int
+	c.waitFor("the trainer's end", nil, 5*time.Minute, func() bool {
+		if gone, _ := gateway.exited(); gone {
+			gatewayKills++
+			t.Logf("gateway died at its failpoint (acknowledgement recorded, not answered); restarted")
+			gateway, _ = c.startGateway(addr)
+		}
+		if gone, _ := worker.exited(); gone {
+			workerKills++
+			t.Logf("worker died at its failpoint (in the middle of a release batch); restarted")
+			worker = c.startWorker()
+		}
+		gone, _ := tr.p.exited()
+		return gone
+	})
+	code, out := tr.wait(t, time.Minute)
+	require.Equal(t, 0, code, "trainer:\n%s", out)
+	require.Equal(t, 1, gatewayKills, "the gateway's failpoint fired")
+	require.Equal(t, 1, workerKills, "the worker's failpoint fired")
+	st, _ := tr.read(t)
+	c.checkDeliveredOnce(ctx, set, count, st) // every run completed too: released
+	t.Logf("exactly once: %d rollouts, %d trained, %d acknowledged, %d delivered twice, %d lost; the trainer retried %d calls",
+		count, len(st.Trained), st.Acknowledged, st.Redelivered, count-len(st.Trained), strings.Count(out, "; retry "))
 }
 
 // TestTrainerLoopAbortsOnDeadModel: with the policy server killed mid-set,

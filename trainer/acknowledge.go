@@ -13,9 +13,12 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/ackledger"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // maxReceiptLine bounds one line of a receipts file (a result line carries
@@ -223,27 +226,35 @@ func PlanAllCompleted(states map[string]HeldState) AckPlan {
 	return plan
 }
 
-// AckUpdateID is the update id of acknowledging rc: the same receipt gives
-// the same id, so a retried acknowledgement is a no-op.
-func AckUpdateID(rc rollout.Receipt) string { return "ack/" + rc.RolloutID + "/" + rc.SHA256 }
+// AckUpdateID is the update id of releasing rc at its rollout: the same
+// receipt gives the same id, so a release sent twice is a no-op.
+func AckUpdateID(rc rollout.Receipt) string { return set.ReleaseUpdateID(rc) }
 
-// sendAcks acknowledges every receipt of plan with bounded concurrency and
-// reports every failure, not only the first.
-func sendAcks(ctx context.Context, upd workflowUpdater, plan AckPlan) (AckSummary, error) {
-	ups := make([]rolloutUpdate, len(plan.Send))
-	for i, rc := range plan.Send {
-		ups[i] = rolloutUpdate{
-			Label: rc.RolloutID, WorkflowID: rollout.WorkflowID(rc.RolloutID), UpdateID: AckUpdateID(rc),
-			Name: rollout.UpdateAcknowledge, Arg: rollout.AckRequest{Receipt: rc},
+// sendAcks records every receipt of plan in its set's acknowledgement
+// ledger, in batches of at most set.MaxAckBatch, each one update. Once it
+// returns, the acknowledgement is durable; the ledger releases the held
+// rollouts afterwards.
+func sendAcks(ctx context.Context, upd ackledger.Updater, rolloutQueue string, plan AckPlan) (AckSummary, error) {
+	sum := AckSummary{Already: len(plan.Already)}
+	if len(plan.Send) == 0 {
+		return sum, nil
+	}
+	if err := rollout.ValidateSet(plan.Set); err != nil {
+		return sum, fmt.Errorf("acknowledgement plan: %w", err)
+	}
+	for rest := plan.Send; len(rest) > 0; {
+		batch := rest[:min(len(rest), set.MaxAckBatch)]
+		rest = rest[len(batch):]
+		res, err := ackledger.Record(ctx, upd, rolloutQueue, plan.Set, batch)
+		var full *ackledger.FullError
+		if errors.As(err, &full) {
+			return sum, &UnavailableError{Msg: full.Msg}
 		}
-	}
-	out, err := sendUpdates(ctx, upd, ups)
-	sum := AckSummary{Acknowledged: out.Accepted, Already: len(plan.Already), Closed: out.Closed}
-	if err != nil {
-		return sum, err
-	}
-	if len(out.Failed) > 0 {
-		return sum, fmt.Errorf("acknowledging %d of %d rollouts failed (running the same acknowledgement again is safe):\n  %s", len(out.Failed), len(plan.Send), strings.Join(out.Failed, "\n  "))
+		if err != nil {
+			return sum, fmt.Errorf("%w (sending the same acknowledgement again is safe)", err)
+		}
+		sum.Acknowledged += res.Recorded
+		sum.Already += res.Already
 	}
 	return sum, nil
 }
@@ -336,7 +347,11 @@ func (c *Client) acknowledge(ctx context.Context, r AckRequest) (AckSummary, err
 	if err != nil {
 		return AckSummary{}, err
 	}
-	return c.SendAcks(ctx, plan)
+	sum, err := c.SendAcks(ctx, plan)
+	if err == nil && len(plan.Send) > 0 {
+		c.Failpoints.Hit(failpoint.GatewayAckRecordedBeforeAnswer)
+	}
+	return sum, err
 }
 
 // PlanAck checks r against what the rollouts of r.Set hold now, before
@@ -361,14 +376,20 @@ func (c *Client) PlanAck(ctx context.Context, r AckRequest) (AckPlan, error) {
 	if err != nil {
 		return AckPlan{}, err
 	}
+	var plan AckPlan
 	if r.AllCompleted {
-		return PlanAllCompleted(states), nil
+		plan = PlanAllCompleted(states)
+	} else if plan, err = planAcks(r.Set, r.Receipts, states, r.Field); err != nil {
+		return AckPlan{}, err
 	}
-	return planAcks(r.Set, r.Receipts, states, r.Field)
+	plan.Set = r.Set
+	return plan, nil
 }
 
-// SendAcks acknowledges every receipt of plan and reports every failure,
-// not only the first.
+// SendAcks records every receipt of plan in the set's acknowledgement
+// ledger (one update per set.MaxAckBatch receipts) and returns once they
+// are durable there; the ledger releases the held rollouts afterwards.
+// Sending the same plan again acknowledges nothing twice.
 func (c *Client) SendAcks(ctx context.Context, plan AckPlan) (AckSummary, error) {
-	return sendAcks(ctx, c.tc, plan)
+	return sendAcks(ctx, c.tc, c.taskQueue, plan)
 }

@@ -6,16 +6,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
+	"github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 func sha(c byte) string { return strings.Repeat(string(c), 64) }
@@ -153,25 +157,85 @@ func updater(closed, reject map[string]bool, log func(workflowID string)) *tempo
 	}}
 }
 
+// ledgerFake answers update-with-start to a set's acknowledgement ledger
+// as the ledger does (a receipt recorded before is already recorded), or
+// refuses every batch as a full ledger does; it keeps what was sent.
+type ledgerFake struct {
+	mu       sync.Mutex
+	recorded map[rollout.Receipt]bool
+	sent     []client.UpdateWithStartWorkflowOptions
+	full     bool
+}
+
+func (l *ledgerFake) client() *temporalfake.Client {
+	return &temporalfake.Client{UpdateWithStart: func(o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.sent = append(l.sent, o)
+		if l.full {
+			return temporalfake.UpdateHandle{Err: temporal.NewApplicationError("the ledger holds 10000 receipts not yet released", set.ErrLedgerFull)}, nil
+		}
+		var res set.AckBatchResult
+		for _, rc := range o.UpdateOptions.Args[0].(set.AckBatch).Receipts {
+			if l.recorded[rc] {
+				res.Already++
+				continue
+			}
+			l.recorded[rc] = true
+			res.Recorded++
+		}
+		return temporalfake.UpdateHandle{Value: res}, nil
+	}}
+}
+
+// An acknowledgement is one update of the set's ledger per batch of at
+// most set.MaxAckBatch receipts, started on the control queue if it does
+// not run, and no update of any rollout; sent again, it records nothing
+// twice; a full ledger is a retryable UnavailableError.
 func TestSendAcks(t *testing.T) {
 	a, b, c := receipt("s1-0000", 0, 'a'), receipt("s1-0001", 1, 'b'), receipt("s1-0002", 0, 'c')
-	f := updater(map[string]bool{"rollout/s1-0002": true}, nil, nil)
-	sum, err := sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}})
+	l := &ledgerFake{recorded: map[rollout.Receipt]bool{c: true}}
+	f := l.client()
+	plan := AckPlan{Set: "s1", Send: []rollout.Receipt{a, b, c}, Already: []string{"s1-0009"}}
+	sum, err := sendAcks(t.Context(), f, "q", plan)
 	require.NoError(t, err)
-	assert.Equal(t, AckSummary{Acknowledged: 2, Already: 1, Closed: 1}, sum, "summary")
-	o, _ := f.UpdateOf("rollout/s1-0001")
-	require.Equal(t, rollout.UpdateAcknowledge, o.UpdateName, "update %+v", o)
-	require.Equal(t, "ack/s1-0001/"+sha('b'), o.UpdateID, "update %+v", o)
-	require.Equal(t, client.WorkflowUpdateStageCompleted, o.WaitForStage, "update %+v", o)
-	require.Equal(t, b, o.Args[0].(rollout.AckRequest).Receipt, "update %+v", o)
+	assert.Equal(t, AckSummary{Acknowledged: 2, Already: 2}, sum, "summary")
+	require.Len(t, l.sent, 1, "one update for the batch")
+	require.Empty(t, f.Updates(), "no rollout is updated on the caller's path")
+	o := l.sent[0]
+	start := o.StartWorkflowOperation.(*temporalfake.StartOperation)
+	assert.Equal(t, "acks/s1", start.Options.ID)
+	assert.Equal(t, "q-control", start.Options.TaskQueue, "the ledger runs on the control queue")
+	assert.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING, start.Options.WorkflowIDConflictPolicy)
+	assert.Equal(t, set.UpdateRecordAcks, o.UpdateOptions.UpdateName)
+	assert.Equal(t, client.WorkflowUpdateStageCompleted, o.UpdateOptions.WaitForStage, "answered once durable")
+	assert.Equal(t, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{a, b, c}}, o.UpdateOptions.Args[0])
 
-	f = updater(nil, map[string]bool{"rollout/s1-0000": true, "rollout/s1-0002": true}, nil)
-	sum, err = sendAcks(t.Context(), f, AckPlan{Send: []rollout.Receipt{a, b, c}})
-	require.ErrorContains(t, err, "2 of 3", "err = %v", err)
-	require.ErrorContains(t, err, "s1-0000: rejected", "err = %v", err)
-	require.ErrorContains(t, err, "s1-0002: rejected", "err = %v", err)
-	require.Equal(t, 1, sum.Acknowledged, "summary %+v after %d calls: every rollout must be tried", sum, len(f.Updates()))
-	require.Len(t, f.Updates(), 3, "summary %+v: every rollout must be tried", sum)
+	again, err := sendAcks(t.Context(), f, "q", plan)
+	require.NoError(t, err)
+	assert.Equal(t, AckSummary{Already: 4}, again, "a repeat records nothing twice")
+	assert.Equal(t, l.sent[0].UpdateOptions.UpdateID, l.sent[1].UpdateOptions.UpdateID, "the same batch is the same update")
+
+	many := AckPlan{Set: "s1"}
+	for i := range set.MaxAckBatch + 1 {
+		many.Send = append(many.Send, receipt(fmt.Sprintf("s1-%05d", i), 0, 'd'))
+	}
+	sum, err = sendAcks(t.Context(), f, "q", many)
+	require.NoError(t, err)
+	assert.Equal(t, set.MaxAckBatch+1, sum.Acknowledged)
+	require.Len(t, l.sent, 4, "a batch beyond MaxAckBatch is two updates")
+
+	l.full = true
+	_, err = sendAcks(t.Context(), f, "q", AckPlan{Set: "s1", Send: []rollout.Receipt{a}})
+	var unavailable *UnavailableError
+	require.ErrorAs(t, err, &unavailable)
+	assert.Contains(t, err.Error(), "not yet released")
+
+	_, err = sendAcks(t.Context(), f, "q", AckPlan{Send: []rollout.Receipt{a}})
+	require.ErrorContains(t, err, "acknowledgement plan", "a plan without its set")
+	sum, err = sendAcks(t.Context(), &temporalfake.Client{}, "q", AckPlan{Already: []string{"s1-0001"}})
+	require.NoError(t, err, "nothing to send needs no ledger")
+	assert.Equal(t, AckSummary{Already: 1}, sum)
 }
 
 // statusQueries answers status queries of the current runs from a table.

@@ -44,8 +44,8 @@ type Client struct {
 	// (a fake in tests).
 	newControl func(url, token string) controlResumer
 	// Failpoints, when armed, kill this process at named places of a
-	// submission (crash tests; the starter arms them from
-	// TURNSTILE_FAILPOINTS).
+	// submission or an acknowledgement (crash tests; the starter and the
+	// gateway arm them from TURNSTILE_FAILPOINTS; nil: unarmed).
 	Failpoints *failpoint.Set
 }
 
@@ -276,6 +276,8 @@ type HeldState struct {
 
 // AckPlan is a validated batch.
 type AckPlan struct {
+	// Set is the set the receipts are of.
+	Set string
 	// Send are the receipts to acknowledge, in rollout id order.
 	Send []rollout.Receipt
 	// Already are rollouts whose result with that receipt was accepted
@@ -285,9 +287,16 @@ type AckPlan struct {
 
 // AckSummary counts what an acknowledgement did.
 type AckSummary struct {
-	Acknowledged int `json:"acknowledged"` // updates accepted
-	Already      int `json:"already"`      // accepted before
-	Closed       int `json:"closed"`       // closed before the update reached them
+	// Acknowledged receipts are recorded now in the set's acknowledgement
+	// ledger (their rollouts are released afterwards, off the caller's
+	// path); Already ones were accepted before (recorded, released, or
+	// never held).
+	Acknowledged int `json:"acknowledged"`
+	Already      int `json:"already"`
+	// Closed counts rollouts that closed before their acknowledgement
+	// reached them; an acknowledgement through the ledger reports none
+	// (the field stays for the answers recorded before it).
+	Closed int `json:"closed"`
 }
 
 // CheckpointRequest is one coordinated checkpoint of a set.

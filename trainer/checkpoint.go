@@ -30,7 +30,7 @@ func (c *Client) Checkpoint(ctx context.Context, r CheckpointRequest, wait bool)
 	if err != nil {
 		return nil, err
 	}
-	opts := CheckpointStartOptions(in.CheckpointID, checkpoint.ControlTaskQueue(c.taskQueue))
+	opts := CheckpointStartOptions(in.CheckpointID, c.taskQueue)
 	return runCoordinator[checkpoint.CheckpointResult](ctx, c, coordinatorStart{opts: opts, name: checkpoint.CheckpointWorkflowName, in: in}, wait)
 }
 
@@ -92,12 +92,13 @@ func absRoot(root, cwd string) (string, error) {
 
 // CheckpointStartOptions start checkpoint id at most once: a running one
 // is not started twice, and one that committed is not run again; an
-// aborted one may be retried under the same id. taskQueue is the control
-// plane's (checkpoint.ControlTaskQueue of the rollouts' queue).
-func CheckpointStartOptions(checkpointID, taskQueue string) tclient.StartWorkflowOptions {
+// aborted one may be retried under the same id. rolloutQueue is the
+// rollouts' task queue; the checkpoint runs on its control plane's
+// (checkpoint.ControlTaskQueue of it), whichever door starts it.
+func CheckpointStartOptions(checkpointID, rolloutQueue string) tclient.StartWorkflowOptions {
 	return tclient.StartWorkflowOptions{
 		ID:                                       checkpoint.CheckpointWorkflowID(checkpointID),
-		TaskQueue:                                taskQueue,
+		TaskQueue:                                checkpoint.ControlTaskQueue(rolloutQueue),
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,

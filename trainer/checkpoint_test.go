@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -94,13 +95,13 @@ func TestCheckpointInputRejects(t *testing.T) {
 func TestCoordinatorStartOptions(t *testing.T) {
 	ck := CheckpointStartOptions("ck1", "q")
 	require.Equal(t, "checkpoint/ck1", ck.ID, "checkpoint options %+v", ck)
-	require.Equal(t, "q", ck.TaskQueue, "checkpoint options %+v", ck)
+	require.Equal(t, "q-control", ck.TaskQueue, "checkpoint options %+v", ck)
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, ck.WorkflowIDConflictPolicy, "checkpoint options %+v", ck)
 	require.Equal(t, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY, ck.WorkflowIDReusePolicy, "checkpoint options %+v", ck)
 	require.True(t, ck.WorkflowExecutionErrorWhenAlreadyStarted, "checkpoint options %+v", ck)
 	rs := RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1"}, "q")
 	require.Equal(t, "restore/ck1", rs.ID, "restore options %+v", rs)
-	require.Equal(t, "q", rs.TaskQueue, "restore options %+v", rs)
+	require.Equal(t, "q-control", rs.TaskQueue, "restore options %+v", rs)
 	require.Equal(t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL, rs.WorkflowIDConflictPolicy, "restore options %+v", rs)
 	assert.Equal(t, "restore/again", RestoreStartOptions(checkpoint.RestoreInput{CheckpointID: "ck1", RestoreID: "again"}, "q").ID, "restore with an id")
 	key := temporal.NewSearchAttributeKeyKeyword(rollout.SACheckpointID)
@@ -179,23 +180,34 @@ func TestStartCoordinator(t *testing.T) {
 }
 
 // Checkpoint and Restore run on the control plane's task queue, so a cut
-// never waits behind the rollouts' tasks; the restored rollouts still go to
-// the rollouts' queue.
+// never waits behind the rollouts' tasks, whichever door starts them: the
+// starter's (Checkpoint, Restore) and the gateway's (StartCheckpoint,
+// StartRestore, under a request id); the restored rollouts still go to the
+// rollouts' queue.
 func TestCoordinatorsStartOnTheControlQueue(t *testing.T) {
-	rec := &temporalfake.Client{Execute: func(client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
-		return temporalfake.Run{}, nil
-	}}
+	rec := &temporalfake.Client{
+		Execute: func(client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+			return temporalfake.Run{}, nil
+		},
+		Describe: func(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+			return nil, serviceerror.NewNotFound(workflowID)
+		},
+	}
 	c := New(rec, "q")
-	_, err := c.Checkpoint(t.Context(), CheckpointRequest{
-		Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute,
-	}, false)
+	ck := CheckpointRequest{Set: "s1", CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}, Timeout: time.Minute}
+	rs := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}
+	_, err := c.Checkpoint(t.Context(), ck, false)
 	require.NoError(t, err)
-	_, err = c.Restore(t.Context(), RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}, false)
+	_, err = c.Restore(t.Context(), rs, false)
 	require.NoError(t, err)
-	want := []string{"q-control", "q-control"}
+	_, _, err = c.StartCheckpoint(t.Context(), ck, "req-ck")
+	require.NoError(t, err)
+	_, _, err = c.StartRestore(t.Context(), rs, "req-rs")
+	require.NoError(t, err)
+	want := []string{"checkpoint/ck1 on q-control", "restore/ck1 on q-control", "checkpoint/ck1 on q-control", "restore/ck1 on q-control"}
 	var queues []string
 	for _, o := range rec.Starts() {
-		queues = append(queues, o.TaskQueue)
+		queues = append(queues, o.ID+" on "+o.TaskQueue)
 	}
 	assert.Equal(t, want, queues, "coordinators started on the wrong task queues")
 	in, err := RestoreRequest{CheckpointID: "ck1", Root: "/ckpt", Participants: []string{"http://127.0.0.1:8091"}}.RestoreInput("/", c.TaskQueue())

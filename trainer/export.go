@@ -157,6 +157,11 @@ func exportWindowOf(ctx context.Context, job exportJob, infos []*workflowpb.Work
 type builtLine struct {
 	data []byte
 	kind string
+	// receipt is a held line's (nil otherwise).
+	receipt *rollout.Receipt
+	// groupRunning: the rollout's group is still running (some member has
+	// no result yet).
+	groupRunning bool
 }
 
 // buildWindow builds the lines of listed runs concurrently, in listing
@@ -185,12 +190,13 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 			return err
 		}
 		lines[i].kind = line.Status
+		lines[i].groupRunning = line.GroupStatus != nil && line.GroupStatus.Status == string(rollout.GroupRunning)
 		switch {
 		case job.opts.CompleteGroupsOnly && !trainable(line):
 			lines[i].kind = "excluded"
 			return nil
 		case line.Held:
-			lines[i].kind = "held"
+			lines[i].kind, lines[i].receipt = "held", line.Receipt
 		}
 		lines[i].data, err = encodeLine(line)
 		return err

@@ -58,10 +58,27 @@ type ExportLine struct {
 	// Tokens is "present" when every assistant message carries token
 	// ids, "absent" when none does, "partial" otherwise; PrefixBreaks
 	// counts assistant messages flagged prefix_break.
-	Tokens       string          `json:"tokens"`
-	PrefixBreaks int             `json:"prefix_breaks"`
-	Messages     []ExportMessage `json:"messages"`
-	Turns        []ExportTurn    `json:"turns"`
+	Tokens       string `json:"tokens"`
+	PrefixBreaks int    `json:"prefix_breaks"`
+	// GenerationTokens counts the generated tokens of the rollout's
+	// captured model calls by how they were got; absent when no call
+	// captured tokens (and in lines written before it was kept).
+	GenerationTokens *GenerationTokens `json:"generation_tokens,omitempty"`
+	Messages         []ExportMessage   `json:"messages"`
+	Turns            []ExportTurn      `json:"turns"`
+}
+
+// GenerationTokens are a rollout's generated tokens: Generated were
+// sampled by the calls that finished, Recovered kept from the durable
+// prefix of a call a crash or a checkpoint cut and continued, Regenerated
+// thrown away with a prefix that could not be continued (sampled again,
+// so also in Generated). RegeneratedCalls counts the calls that started
+// over.
+type GenerationTokens struct {
+	Generated        int `json:"generated"`
+	Recovered        int `json:"recovered"`
+	Regenerated      int `json:"regenerated"`
+	RegeneratedCalls int `json:"regenerated_calls"`
 }
 
 // AttemptRecord is one attempt of a rollout as visibility shows it: its
@@ -119,6 +136,16 @@ type ExportMessage struct {
 	PrefixBreak        *bool           `json:"prefix_break,omitempty"`
 	PrefixBreakReason  string          `json:"prefix_break_reason,omitempty"`
 	Sampling           json.RawMessage `json:"sampling,omitempty"`
+	// PolicyVersionSpans: the first generated token each policy version
+	// sampled, when the weights changed between a durable prefix and its
+	// continuation (absent when one version sampled it all).
+	PolicyVersionSpans []transcript.VersionSpan `json:"policy_version_spans,omitempty"`
+	// ResumedAt are the generated-token indexes where the call continued
+	// from its durable prefix after a crash or a checkpoint cut it;
+	// Regenerated says it had a prefix it could not continue and started
+	// over.
+	ResumedAt   []int `json:"resumed_at,omitempty"`
+	Regenerated bool  `json:"regenerated,omitempty"`
 }
 
 // ExportToolCall is a tool call in OpenAI's shape.
@@ -203,7 +230,46 @@ func buildLine(ctx context.Context, store TranscriptReader, f finishedRollout) (
 	if err := addMessages(ctx, store, &line, items); err != nil {
 		return line, fmt.Errorf("rollout %s: %w", rec.RolloutID, err)
 	}
+	addRecovery(&line, items, res.Lineage)
 	return line, nil
+}
+
+// addRecovery copies each captured call's recovery from the lineage (which
+// keeps where a cut call resumed; its generation record does not, so a
+// recovered call's record is an uninterrupted one's) to its message, and
+// sums the line's generated tokens.
+func addRecovery(line *ExportLine, items []transcript.Item, lineage []rollout.LineageEntry) {
+	byGen := map[transcript.Digest]rollout.LineageEntry{}
+	for _, e := range lineage {
+		if e.Generation != "" {
+			byGen[e.Generation] = e
+		}
+	}
+	var sum GenerationTokens
+	captured := false
+	for i, it := range items {
+		m := &line.Messages[i]
+		if it.Role != "assistant" || it.Generation == "" {
+			continue
+		}
+		captured = true
+		sum.Generated += len(m.GenerationTokenIDs)
+		e, ok := byGen[it.Generation]
+		if !ok {
+			continue
+		}
+		r := e.GenerationRecovery
+		m.ResumedAt, m.Regenerated = r.ResumedAt, r.Regenerated
+		sum.Generated -= min(r.TokensRecovered, len(m.GenerationTokenIDs))
+		sum.Recovered += r.TokensRecovered
+		sum.Regenerated += r.TokensRegenerated
+		if r.Regenerated {
+			sum.RegeneratedCalls++
+		}
+	}
+	if captured {
+		line.GenerationTokens = &sum
+	}
 }
 
 // addDetails fills the step rewards and the verifier's details the result
@@ -284,6 +350,7 @@ func addTokens(ctx context.Context, store TranscriptReader, m *ExportMessage, d 
 	m.FinishReason, m.ReasoningContent, m.PolicyVersion = g.FinishReason, g.ReasoningContent, g.PolicyVersion
 	brk = g.PrefixBreak
 	m.PrefixBreakReason, m.Sampling = g.PrefixBreakReason, g.Sampling
+	m.PolicyVersionSpans = g.PolicyVersionSpans
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,13 +169,35 @@ type setRuns struct {
 	t       *testing.T
 	runs    []listedRun
 	ledgers map[string]ExportGroup
+	// settled are the receipts the set's acknowledgement ledger knows
+	// acknowledged (none: the ledger does not run).
+	settled []rollout.Receipt
+	// bounded are the runs served to queries bounded by a cursor.
+	bounded map[string]bool
 }
 
 // client serves the runs to the exporter: visibility pages of two runs,
 // each run's result or failure, the status of the running ones, and the
 // ledgers.
 func (f *setRuns) client() *temporalfake.Client {
-	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query}
+	return &temporalfake.Client{List: f.list, PageSize: 2, Describe: f.describe, GetRun: f.run, Query: f.query, QueryWithOptions: f.ackLedger}
+}
+
+// ackLedger answers the set's acknowledgement ledger's settled query.
+func (f *setRuns) ackLedger(req *tclient.QueryWorkflowWithOptionsRequest) (*tclient.QueryWorkflowWithOptionsResponse, error) {
+	require.Equal(f.t, set.AckLedgerWorkflowID("s1"), req.WorkflowID)
+	require.Equal(f.t, set.QuerySettled, req.QueryType)
+	if f.settled == nil {
+		return nil, serviceerror.NewNotFound("no ledger")
+	}
+	ids := req.Args[0].([]string)
+	out := []rollout.Receipt{}
+	for _, rc := range f.settled {
+		if slices.Contains(ids, rc.RolloutID) {
+			out = append(out, rc)
+		}
+	}
+	return &tclient.QueryWorkflowWithOptionsResponse{QueryResult: temporalfake.Value{V: out}}, nil
 }
 
 // describe describes a group's ledger as its search attribute and memo
@@ -244,11 +268,37 @@ func (f *setRuns) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 		inFeed := running && r.phase == rollout.PhaseAwaitingAck || failed
+		if !f.since(query, r) {
+			continue
+		}
 		if byID || strings.Contains(query, finishedQuery) && finished || strings.Contains(query, feedQuery) && inFeed {
 			match = append(match, f.info(r))
 		}
 	}
 	return match, nil
+}
+
+// sinceBound is a feed query's bound on the cursor's time.
+var sinceBound = regexp.MustCompile(rollout.SARolloutFinishedAt + ` >= "([^"]+)" OR CloseTime >= "([^"]+)"`)
+
+// since applies a query's bound on the runs' finish or close time, and
+// notes the runs it lets through a bounded query.
+func (f *setRuns) since(query string, r listedRun) bool {
+	m := sinceBound.FindStringSubmatch(query)
+	if m == nil {
+		return true
+	}
+	at, err := time.Parse(time.RFC3339Nano, m[1])
+	require.NoError(f.t, err)
+	info := f.info(r)
+	keep := !r.finishedAt.IsZero() && !r.finishedAt.Before(at) || info.CloseTime != nil && !info.CloseTime.AsTime().Before(at)
+	if keep {
+		if f.bounded == nil {
+			f.bounded = map[string]bool{}
+		}
+		f.bounded[r.id] = true
+	}
+	return keep
 }
 
 // run is a closed run: its result, or a failure when it has none.
@@ -390,4 +440,52 @@ func TestExportStreams(t *testing.T) {
 	require.Equal(t, n, w.lines, "stats %+v, %d lines; want %d", stats, w.lines, n)
 	// Pages hold two runs: the first window is full after exportWindow/2.
 	assert.Equal(t, exportWindow/2, w.pagesAtFirst, "first line written after %d of %d pages, want %d", w.pagesAtFirst, n/2, exportWindow/2)
+}
+
+// TestBuildLineRecoveredCall: a call continued from its durable prefix
+// after the weights changed exports both versions and where they switch,
+// where it resumed, and the line counts its tokens by how they were got.
+func TestBuildLineRecoveredCall(t *testing.T) {
+	store, err := transcriptstore.Open(t.TempDir())
+	require.NoError(t, err)
+	ctx := context.Background()
+	prompt, out := []int64{1, 2, 3}, []int64{4, 5, 6, 7, 8}
+	gen := transcript.Generation{
+		Tokens: transcript.TokensPresent, PromptTokenIDs: prompt, GenerationTokenIDs: out,
+		GenerationLogProbs: []float64{-1, -1, -1, -1, -1}, PromptDigest: transcript.TokenDigest(prompt),
+		SequenceDigest: transcript.TokenDigest(prompt, out), FinishReason: "stop", PolicyVersion: "v1",
+		PolicyVersionSpans: []transcript.VersionSpan{{Start: 0, PolicyVersion: "v1"}, {Start: 3, PolicyVersion: "v2"}},
+	}
+	require.NoError(t, gen.Validate())
+	g, err := store.PutGeneration(ctx, gen)
+	require.NoError(t, err)
+	head, err := store.AppendAll(ctx, "",
+		transcript.Item{Role: "user", Content: "Go."},
+		transcript.Item{Role: "assistant", Content: "done <ok>", Generation: g},
+	)
+	require.NoError(t, err)
+	lineage := []rollout.LineageEntry{{CallID: "s1-0001/a0/t1", Generation: g,
+		GenerationRecovery: rollout.GenerationRecovery{ResumedAt: []int{3}, TokensRecovered: 3}}}
+	f := finishedRollout{set: "s1", attempts: []AttemptRecord{}, rec: RolloutRecord{RolloutID: "s1-0001", Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		Result: &rollout.Result{RolloutID: "s1-0001", Head: head, Lineage: lineage}}}
+	line, err := buildLine(ctx, store, f)
+	require.NoError(t, err)
+	m := line.Messages[1]
+	require.Equal(t, gen.PolicyVersionSpans, m.PolicyVersionSpans)
+	require.Equal(t, []int{3}, m.ResumedAt)
+	require.False(t, m.Regenerated)
+	require.Equal(t, &GenerationTokens{Generated: 2, Recovered: 3}, line.GenerationTokens)
+	b, err := encodeLine(line)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"policy_version_spans":[{"start":0,"policy_version":"v1"},{"start":3,"policy_version":"v2"}],"resumed_at":[3]`)
+	assert.Empty(t, trajectorySchema(t).Validate(b), "line does not match the schema:\n%s", b)
+
+	lineage[0].GenerationRecovery = rollout.GenerationRecovery{Regenerated: true, TokensRegenerated: 2}
+	line, err = buildLine(ctx, store, f)
+	require.NoError(t, err)
+	require.True(t, line.Messages[1].Regenerated)
+	require.Equal(t, &GenerationTokens{Generated: 5, Regenerated: 2, RegeneratedCalls: 1}, line.GenerationTokens)
+	b, err = encodeLine(line)
+	require.NoError(t, err)
+	assert.Empty(t, trajectorySchema(t).Validate(b), "line does not match the schema:\n%s", b)
 }

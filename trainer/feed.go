@@ -11,6 +11,7 @@ import (
 
 	workflowpb "go.temporal.io/api/workflow/v1"
 
+	"github.com/turnstile-rl/turnstile/internal/ackledger"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -20,18 +21,37 @@ import (
 // (with their receipts) and rollouts that failed (with their failure). A
 // held result stays in the feed until it is acknowledged, so a trainer that
 // starts over from the beginning gets every unacknowledged result again; an
-// acknowledged one closes its run and never matches again.
+// acknowledged one is passed over: the set's acknowledgement ledger is read
+// after the held results are (a result acknowledged, its rollout not yet
+// released, still holds it), and its release closes the run, which never
+// matches again.
 //
 // SQL visibility (the dev server, PostgreSQL, MySQL) cannot ORDER BY, so a
-// page is chosen by one pass over the set's finished runs keeping the
-// earliest Max after the cursor in a bounded heap: memory is O(Max), not
-// O(set), and only the chosen runs' trajectories are read.
+// page is chosen by one pass over the set's finished runs at or after the
+// cursor's time (RolloutFinishedAt, or the close time), keeping the earliest
+// Max after the cursor in a bounded heap: memory is O(Max), the pass
+// O(runs finished after the cursor) — not O(set): failures and results
+// behind the cursor are not read again — and only the chosen runs'
+// trajectories are read.
 
 // feedQuery selects the runs the feed delivers: running runs holding a
 // result, and runs that ended any way but completing (an acknowledged
 // result completes its run and leaves the feed).
 var feedQuery = fmt.Sprintf(`((ExecutionStatus = "Running" AND %s = %q) OR ExecutionStatus = "Failed" OR ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut" OR ExecutionStatus = "Canceled")`,
 	rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+
+// feedQueryAfter is feedQuery narrowed to the runs at or after p's time:
+// a run's position is its RolloutFinishedAt, or its close time without
+// one, so either at or after p's time keeps every run after p (the few at
+// p's millisecond before it are dropped by the caller). A page then reads
+// the runs after the cursor, not every failure and held result of the set.
+func feedQueryAfter(p FeedPosition) string {
+	if p.IsZero() {
+		return feedQuery
+	}
+	at := visibility.VisibilityTime(time.UnixMilli(p.At))
+	return fmt.Sprintf(`%s AND (%s >= %s OR CloseTime >= %[3]s)`, feedQuery, rollout.SARolloutFinishedAt, at)
+}
 
 // FeedPosition is where a finished run stands in completion order: the time
 // it finished (RolloutFinishedAt; for runs without it, the close time, or
@@ -69,6 +89,14 @@ type FeedRequest struct {
 	// that already passed its position. Zero delivers at once.
 	Settle time.Duration
 	Now    time.Time
+	// CompleteGroups delivers whole groups only: a page ends before the
+	// first member of a group still running (it waits, and every run after
+	// it, until its group is complete or failed). A member of a failed
+	// group is delivered, its group_status saying "failed": held, its
+	// receipt is acknowledged like any other (and not trained on), or its
+	// rollout would hold it for ever. Rollouts outside a group are not
+	// affected.
+	CompleteGroups bool
 }
 
 // MaxFeedPage bounds one page of the feed.
@@ -99,7 +127,14 @@ func (c *Client) Feed(ctx context.Context, store TranscriptReader, r FeedRequest
 	return feedPage(ctx, c.tc, store, r)
 }
 
-func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r FeedRequest) (FeedPage, error) {
+// feedSource is what a feed page reads: visibility, the rollouts, and the
+// set's acknowledgement ledger.
+type feedSource interface {
+	exportSource
+	ackledger.Querier
+}
+
+func feedPage(ctx context.Context, src feedSource, store TranscriptReader, r FeedRequest) (FeedPage, error) {
 	chosen, more, err := chooseFeedRuns(ctx, src, r)
 	if err != nil {
 		return FeedPage{}, err
@@ -120,13 +155,50 @@ func feedPage(ctx context.Context, src exportSource, store TranscriptReader, r F
 	if err != nil {
 		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
 	}
+	if r.CompleteGroups {
+		lines, chosen, page.More = untilRunningGroup(lines, chosen, page.More)
+		if len(chosen) == 0 {
+			return page, nil
+		}
+	}
+	acked, err := ackedHeld(ctx, src, r.Set, lines)
+	if err != nil {
+		return FeedPage{}, fmt.Errorf("feed of set %q: %w", r.Set, err)
+	}
 	for _, l := range lines {
+		if l.receipt != nil && acked[l.receipt.RolloutID] == *l.receipt {
+			continue // acknowledged, its rollout not released yet: passed over
+		}
 		if l.data != nil {
 			page.Items = append(page.Items, bytes.TrimRight(l.data, "\n"))
 		}
 	}
 	page.Next = chosen[len(chosen)-1].pos
 	return page, nil
+}
+
+// untilRunningGroup cuts a page before its first member of a running
+// group; the runs cut off count in more.
+func untilRunningGroup(lines []builtLine, chosen []feedRun, more int) ([]builtLine, []feedRun, int) {
+	for i, l := range lines {
+		if l.data != nil && l.groupRunning {
+			return lines[:i], chosen[:i], more + len(chosen) - i
+		}
+	}
+	return lines, chosen, more
+}
+
+// ackedHeld reads, after the rollouts were seen holding their results,
+// which of those results the set's acknowledgement ledger knows
+// acknowledged (pending release, or released since they were read).
+func ackedHeld(ctx context.Context, q ackledger.Querier, set string, lines []builtLine) (map[string]rollout.Receipt, error) {
+	var ids []string
+	for _, l := range lines {
+		if l.receipt != nil {
+			ids = append(ids, l.receipt.RolloutID)
+		}
+	}
+	return ackledger.Settled(ctx, q, set, ids)
 }
 
 // chooseFeedRuns pages through the set's finished runs once and returns
@@ -136,7 +208,7 @@ func chooseFeedRuns(ctx context.Context, src visibility.Lister, r FeedRequest) (
 	h := &feedHeap{}
 	seen := 0
 	settled := r.Now.Add(-r.Settle).UnixMilli()
-	err := visibility.ListSet(ctx, src, r.Set, feedQuery, func(info *workflowpb.WorkflowExecutionInfo) error {
+	err := visibility.ListSet(ctx, src, r.Set, feedQueryAfter(r.After), func(info *workflowpb.WorkflowExecutionInfo) error {
 		pos := PositionOf(info)
 		if !r.After.Before(pos) {
 			return nil

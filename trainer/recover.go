@@ -46,7 +46,7 @@ func (c *Client) RecoverServer(ctx context.Context, r RecoverServerRequest) (Sta
 	if err != nil {
 		return Started{}, err
 	}
-	opts := RecoverServerStartOptions(in, checkpoint.ControlTaskQueue(c.taskQueue))
+	opts := RecoverServerStartOptions(in, c.taskQueue)
 	started := Started{WorkflowID: opts.ID, TaskQueue: opts.TaskQueue}
 	run, err := c.tc.ExecuteWorkflow(ctx, opts, checkpoint.RecoverServerWorkflowName, in)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
@@ -109,11 +109,12 @@ func (r RecoverServerRequest) RecoverServerInput(cwd, taskQueue string) (checkpo
 // RecoverServerStartOptions start the recovery of in: one workflow per
 // (set, dead server). A repeat while it runs joins it; after it completed,
 // it is not run again; after it failed, it may be (every step is
-// idempotent).
-func RecoverServerStartOptions(in checkpoint.RecoverServerInput, taskQueue string) tclient.StartWorkflowOptions {
+// idempotent). rolloutQueue is the rollouts' task queue; the recovery runs
+// on its control plane's (checkpoint.ControlTaskQueue of it).
+func RecoverServerStartOptions(in checkpoint.RecoverServerInput, rolloutQueue string) tclient.StartWorkflowOptions {
 	return tclient.StartWorkflowOptions{
 		ID:                       checkpoint.RecoverServerWorkflowID(in.Set, in.Server),
-		TaskQueue:                taskQueue,
+		TaskQueue:                checkpoint.ControlTaskQueue(rolloutQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		StaticSummary:            fmt.Sprintf("recover set %s from the death of %s onto %s", in.Set, in.Server, in.Replacement),

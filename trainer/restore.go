@@ -23,7 +23,7 @@ func (c *Client) Restore(ctx context.Context, r RestoreRequest, wait bool) (*che
 	if err != nil {
 		return nil, err
 	}
-	opts := RestoreStartOptions(in, checkpoint.ControlTaskQueue(c.taskQueue))
+	opts := RestoreStartOptions(in, c.taskQueue)
 	return runCoordinator[checkpoint.RestoreResult](ctx, c, coordinatorStart{opts: opts, name: checkpoint.RestoreWorkflowName, in: in}, wait)
 }
 
@@ -53,15 +53,17 @@ func (r RestoreRequest) RestoreInput(cwd, taskQueue string) (checkpoint.RestoreI
 // restore/<restore_id>, the restore id defaulting to the checkpoint id). A
 // restore may be run again once it has closed (a re-run finishes an
 // interrupted one and never starts an attempt twice), but not while one is
-// running. taskQueue is the control plane's.
-func RestoreStartOptions(in checkpoint.RestoreInput, taskQueue string) tclient.StartWorkflowOptions {
+// running. rolloutQueue is the rollouts' task queue; the restore runs on
+// its control plane's (checkpoint.ControlTaskQueue of it), whichever door
+// starts it.
+func RestoreStartOptions(in checkpoint.RestoreInput, rolloutQueue string) tclient.StartWorkflowOptions {
 	restoreID := in.RestoreID
 	if restoreID == "" {
 		restoreID = in.CheckpointID
 	}
 	return tclient.StartWorkflowOptions{
 		ID:                                       checkpoint.RestoreWorkflowID(restoreID),
-		TaskQueue:                                taskQueue,
+		TaskQueue:                                checkpoint.ControlTaskQueue(rolloutQueue),
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,

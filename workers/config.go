@@ -107,6 +107,8 @@ type Config struct {
 	// Liveness bounds what a hung or cut-off environment server costs a
 	// checkpoint (zero: the coordinator's defaults).
 	Liveness Liveness
+	// Prefix is how often a streamed generation's prefix is made durable.
+	Prefix PrefixSettings
 	// Destinations is where each secret may go (package destination): the
 	// named servers and endpoints, their own tokens and the allowlists,
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
@@ -165,6 +167,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.Liveness, err = livenessFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.Prefix, err = prefixFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

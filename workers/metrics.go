@@ -32,6 +32,8 @@ type Metrics struct {
 	ckBytes    prometheus.Histogram
 	restore    prometheus.Histogram
 	outcomes   *prometheus.CounterVec
+	tokens     *prometheus.CounterVec
+	regen      prometheus.Counter
 
 	mu      sync.Mutex
 	lastEnd map[string]time.Time // by workflow ID: when its last activity here ended
@@ -64,6 +66,8 @@ func NewMetrics(reg prometheus.Registerer, store *transcriptstore.Store, c clien
 		restore: f.histogram("restore_seconds", "Restores that finished: start to every rollout released, workflow time.",
 			prometheus.ExponentialBuckets(0.1, 2, 14)),
 		outcomes: f.counterVec("coordinator_runs_total", "Checkpoint and Restore runs that ended, by workflow and outcome (ok, failed).", "workflow", "outcome"),
+		tokens:   f.counterVec("model_tokens_total", "Generated tokens of finished model calls with token capture, by how they were got: generated (sampled by the call that finished), recovered (kept from a durable prefix of a cut call and continued), regenerated (a cut call's durable prefix thrown away because it could not be continued).", "kind"),
+		regen:    f.counter("model_calls_regenerated_total", "Model calls that had a durable prefix and started over (continue never, no token-in route, no tool parser): lineage regenerated."),
 		lastEnd:  map[string]time.Time{},
 	}
 	if store != nil {
@@ -92,6 +96,12 @@ func (f factory) histogram(name, help string, buckets []float64) prometheus.Hist
 
 func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: name, Help: help})
 	f.reg.MustRegister(c)
 	return c
 }
@@ -214,7 +224,23 @@ func (a *activityObserver) ExecuteActivity(ctx context.Context, in *interceptor.
 	done := a.m.activityStarted(info.WorkflowExecution.ID, info.ActivityType.Name)
 	out, err := a.Next.ExecuteActivity(ctx, in)
 	done(err)
+	if res, ok := out.(rollout.CallModelResult); ok && err == nil {
+		a.m.modelTokens(res.Generation)
+	}
 	return out, err
+}
+
+// modelTokens counts a finished model call's tokens by how they were got.
+func (m *Metrics) modelTokens(g *rollout.GenerationRef) {
+	if m == nil || g == nil {
+		return
+	}
+	m.tokens.WithLabelValues("generated").Add(float64(max(g.GenerationTokens-g.TokensRecovered, 0)))
+	m.tokens.WithLabelValues("recovered").Add(float64(g.TokensRecovered))
+	m.tokens.WithLabelValues("regenerated").Add(float64(g.TokensRegenerated))
+	if g.Regenerated {
+		m.regen.Inc()
+	}
 }
 
 type workflowObserver struct {

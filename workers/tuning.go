@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/worker"
+
+	"github.com/turnstile-rl/turnstile/activities/model"
 )
 
 // Environment variables of the data worker's Temporal settings (the
@@ -87,10 +90,55 @@ func (t Tuning) options(o worker.Options) worker.Options {
 	o.MaxConcurrentWorkflowTaskExecutionSize = t.WorkflowTaskSlots
 	o.MaxConcurrentActivityExecutionSize = t.ActivitySlots
 	o.MaxConcurrentLocalActivityExecutionSize = t.LocalActivitySlots
+	// A streamed model call heartbeats each durable prefix as it writes
+	// it; the SDK must send it then, not batch it for most of the
+	// heartbeat timeout (model.DefaultHeartbeatThrottle).
+	o.MaxHeartbeatThrottleInterval = model.DefaultHeartbeatThrottle
+	o.DefaultHeartbeatThrottleInterval = model.DefaultHeartbeatThrottle
 	if t.PollerAutoscaling {
 		o.MaxConcurrentWorkflowTaskPollers, o.MaxConcurrentActivityTaskPollers = 0, 0
 		o.WorkflowTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{MaximumNumberOfPollers: t.WorkflowTaskPollers})
 		o.ActivityTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{MaximumNumberOfPollers: t.ActivityTaskPollers})
 	}
 	return o
+}
+
+// Environment variables of how often a streamed generation's prefix is made
+// durable (model.Activities.PrefixTokens, PrefixInterval). Unset or blank:
+// model.DefaultPrefixTokens, model.DefaultPrefixInterval.
+const (
+	EnvModelPrefixTokens   = "TURNSTILE_MODEL_PREFIX_TOKENS"
+	EnvModelPrefixInterval = "TURNSTILE_MODEL_PREFIX_INTERVAL"
+)
+
+// PrefixSettings are how often a streamed generation's prefix is made
+// durable; zero means the model package's default.
+type PrefixSettings struct {
+	Tokens   int
+	Interval time.Duration
+}
+
+// maxPrefixInterval bounds EnvModelPrefixInterval: a longer one loses more
+// on a crash than any call is worth keeping.
+const maxPrefixInterval = 10 * time.Minute
+
+// prefixFromLookup reads PrefixSettings through lookup; a bad value is an
+// error naming its variable.
+func prefixFromLookup(lookup func(string) (string, bool)) (PrefixSettings, error) {
+	var p PrefixSettings
+	if v, ok := lookup(EnvModelPrefixTokens); ok && strings.TrimSpace(v) != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 || n > maxTuning {
+			return PrefixSettings{}, fmt.Errorf("%s=%q: want a whole number of tokens from 1 to %d", EnvModelPrefixTokens, v, maxTuning)
+		}
+		p.Tokens = n
+	}
+	if v, ok := lookup(EnvModelPrefixInterval); ok && strings.TrimSpace(v) != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil || d <= 0 || d > maxPrefixInterval {
+			return PrefixSettings{}, fmt.Errorf("%s=%q: want a duration such as 2s, above zero and at most %s", EnvModelPrefixInterval, v, maxPrefixInterval)
+		}
+		p.Interval = d
+	}
+	return p, nil
 }

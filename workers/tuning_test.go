@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -45,6 +46,39 @@ func TestTuningFromEnvironment(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, cfg.Tuning, "Tuning = %+v, want %+v", cfg.Tuning, tt.want)
+		})
+	}
+}
+
+func TestPrefixSettingsFromEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    workers.PrefixSettings
+		wantErr string
+	}{
+		{name: "unset: the model package's defaults", env: map[string]string{}, want: workers.PrefixSettings{}},
+		{name: "both", env: map[string]string{workers.EnvModelPrefixTokens: " 16 ", workers.EnvModelPrefixInterval: "500ms"},
+			want: workers.PrefixSettings{Tokens: 16, Interval: 500 * time.Millisecond}},
+		{name: "zero tokens", env: map[string]string{workers.EnvModelPrefixTokens: "0"}, wantErr: workers.EnvModelPrefixTokens},
+		{name: "tokens not a number", env: map[string]string{workers.EnvModelPrefixTokens: "many"}, wantErr: workers.EnvModelPrefixTokens},
+		{name: "interval without unit", env: map[string]string{workers.EnvModelPrefixInterval: "2"}, wantErr: workers.EnvModelPrefixInterval},
+		{name: "negative interval", env: map[string]string{workers.EnvModelPrefixInterval: "-1s"}, wantErr: workers.EnvModelPrefixInterval},
+		{name: "interval too long", env: map[string]string{workers.EnvModelPrefixInterval: "1h"}, wantErr: workers.EnvModelPrefixInterval},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{workers.EnvTranscriptDir: t.TempDir()}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			cfg, err := workers.ConfigFromLookup(lookup(env))
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr, "err = %v, want one naming %s", err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.Prefix)
 		})
 	}
 }

@@ -173,6 +173,7 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 		Store: store, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		Model: &model.Activities{
 			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
+			PrefixTokens: cfg.Prefix.Tokens, PrefixInterval: cfg.Prefix.Interval, HeartbeatThrottle: model.DefaultHeartbeatThrottle,
 		},
 		Environment: &environment.Activities{
 			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,
@@ -255,9 +256,11 @@ func Register(r Registry, acts *Activities, coord *coordinator.Coordinator) {
 
 // RegisterControl registers the Checkpoint, Restore and RecoverServer
 // workflows, the coordinator activities (PrepareParticipants, ParkMembers,
-// …) and StartRollouts on r. StartRollouts starts with the coordinator's
-// client, the one this process's workers are built with, so its starts on
-// the rollout task queue are eager.
+// …) and StartRollouts on r, and a set's own records: its fence record and
+// its acknowledgement ledger, with the ledger's ReleaseAcknowledged
+// activity. StartRollouts starts with the coordinator's client, the one
+// this process's workers are built with, so its starts on the rollout task
+// queue are eager.
 func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
@@ -272,6 +275,10 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	// workers.
 	r.RegisterWorkflowWithOptions(set.SetAdmission, workflow.RegisterOptions{Name: set.AdmissionWorkflowName})
 	r.RegisterActivity(newAdmissionActivities(coord))
+	// A set's acknowledgement ledger, started on the control queue by the
+	// first acknowledgement (or a checkpoint's hold of its releases).
+	r.RegisterWorkflowWithOptions(set.AckLedger, workflow.RegisterOptions{Name: set.AckLedgerWorkflowName})
+	r.RegisterActivity(&bookkeeping.LedgerActivities{Client: coord.Client, Failpoints: coord.Failpoints})
 	r.RegisterActivity(coord)
 	r.RegisterActivity(&bookkeeping.StartActivities{Starter: &bookkeeping.EagerStarter{Client: coord.Client, TaskQueue: coord.TaskQueue}})
 }

@@ -47,12 +47,12 @@ func TestRegister(t *testing.T) {
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
-		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName}
+		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 6, "activities registered: %v", r.activities)
+	require.Len(t, r.activities, 7, "activities registered: %v", r.activities)
 	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
 	require.Same(t, acts.Environment, r.activities[1], "activities registered: %v", r.activities)
-	require.Same(t, coord, r.activities[4], "activities registered: %v", r.activities)
+	require.Same(t, coord, r.activities[5], "activities registered: %v", r.activities)
 	adm, ok := r.activities[3].(*bookkeeping.AdmissionActivities)
 	require.True(t, ok, "admission activities registered: %#v", r.activities[3])
 	require.True(t, adm.Client == coord.Client, "admission activities registered: %#v", r.activities[3])
@@ -60,7 +60,7 @@ func TestRegister(t *testing.T) {
 	g, ok := r.activities[2].(*bookkeeping.GroupActivities)
 	require.True(t, ok, "group activities registered: %#v", r.activities[2])
 	require.True(t, g.Client == coord.Client, "group activities registered: %#v", r.activities[2])
-	requireStarter(t, r.activities[5], coord)
+	requireStarter(t, r.activities[6], coord)
 	assert.Same(t, acts.Store, coord.Store, "the coordinator does not share the rollout activities' transcript store")
 }
 
@@ -139,8 +139,9 @@ func requireStarter(t *testing.T, a any, coord *coordinator.Coordinator) {
 	require.Equal(t, coord.TaskQueue, s.Starter.TaskQueue)
 }
 
-// The control worker hosts only the coordinators and StartRollouts: no
-// Rollout task can take its slots.
+// The control worker hosts only the coordinators, StartRollouts and the
+// set's own records (its fence record, its acknowledgement ledger and the
+// ledger's release activity): no Rollout task can take its slots.
 func TestRegisterControl(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
 	acts, err := workers.NewActivities(testConfig(t))
@@ -148,11 +149,15 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName}
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName,
+		set.SetFenceWorkflowName, set.AdmissionWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
-	require.Len(t, r.activities, 3, "activities registered: %v, want the admission's, the coordinator and StartRollouts", r.activities)
+	require.Len(t, r.activities, 4, "activities registered: %v, want the admission's, the ledger's release, the coordinator and StartRollouts", r.activities)
 	require.IsType(t, &bookkeeping.AdmissionActivities{}, r.activities[0], "activities registered: %v", r.activities)
-	require.Same(t, coord, r.activities[1], "activities registered: %v, want the admission's, the coordinator and StartRollouts", r.activities)
-	requireStarter(t, r.activities[2], coord)
+	l, ok := r.activities[1].(*bookkeeping.LedgerActivities)
+	require.True(t, ok, "ledger activities registered: %#v", r.activities[1])
+	require.True(t, l.Client == coord.Client, "ledger activities registered: %#v", r.activities[1])
+	require.Same(t, coord, r.activities[2], "activities registered: %v", r.activities)
+	requireStarter(t, r.activities[3], coord)
 	assert.Equal(t, "q-control", checkpoint.ControlTaskQueue("q"), "control queue of q")
 }

@@ -311,6 +311,9 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 		for _, d := range singles {
 			want[d] = true
 		}
+		if err := c.addPrefixBlobs(ctx, id, rec, want); err != nil {
+			return nil, 0, err
+		}
 		prog.add()
 	}
 	digests := make([]string, 0, len(want))
@@ -327,6 +330,27 @@ func (c *Coordinator) agentSections(ctx context.Context, records map[string][]by
 		tr.Records = append(tr.Records, artifact.Record{Key: d, Data: data})
 	}
 	return []artifact.Section{agents, tr}, len(digests), nil
+}
+
+// addPrefixBlobs adds the chunks of the durable prefix a record's boundary
+// keeps (a model call its park deadline cut) to want: a restore continues
+// that call from them.
+func (c *Coordinator) addPrefixBlobs(ctx context.Context, id string, rec rollout.ParkRecord, want map[transcript.Digest]bool) error {
+	p := rec.Boundary.Partial
+	if p == nil {
+		return nil
+	}
+	if c.Store == nil {
+		return temporal.NewNonRetryableApplicationError("coordinator: no transcript store configured", rollout.ErrBadInput, nil)
+	}
+	list, err := c.Store.PrefixBlobs(ctx, p.Record)
+	if err != nil {
+		return rollout.StoreError(fmt.Sprintf("model prefix of %s at %s", id, p.Record), err)
+	}
+	for _, d := range list {
+		want[d] = true
+	}
+	return nil
 }
 
 // openParticipant opens and validates participant i's artifact in the

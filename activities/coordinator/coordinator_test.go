@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/activities/coordinator"
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/ackledger"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
@@ -66,8 +68,16 @@ func newWorld(t *testing.T) *world {
 // object-store opener given (nil: local directories only).
 func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
 	t.Helper()
+	return newWorldServedBy(t, store, root, newEnvServerWith(t, "env-a", opener))
+}
+
+// newWorldServedBy is newWorldIn on the environment server env (named
+// env-a).
+func newWorldServedBy(t *testing.T, store *transcriptstore.Store, root string, env *envServer) *world {
+	t.Helper()
 	ctx := context.Background()
-	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
+	opener := env.opener
+	w := &world{root: root, store: store, env: env, tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
 	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener,
 		Destinations: loopbackDestinations(t)}
 
@@ -116,6 +126,9 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 		b.Cursor, b.Head = 1, obs
 		w.want(t, obs)
 	}
+	if !pending && !completed {
+		b.Partial = w.prefix(t, id, head)
+	}
 	in := rollout.Input{RolloutID: id, Set: "s1", Attempt: attempt, Task: json.RawMessage(`{"target":9}`),
 		Env: rollout.EnvRef{Name: "counter"}, Policy: rollout.PolicyRef{Model: "scripted-counter"}, Seed: 1}
 	rec := rollout.ParkRecord{CheckpointID: "ck1", Set: "s1", Input: in, Boundary: b, Phase: rollout.PhaseParked}
@@ -136,6 +149,20 @@ func (w *world) record(t *testing.T, id string, attempt int, mode envs.Mode, pen
 	raw, err := json.Marshal(rec)
 	require.NoError(t, err)
 	return raw
+}
+
+// prefix stores a two-chunk durable prefix of the next model call (one its
+// park deadline cut) and wants both chunks in the checkpoint.
+func (w *world) prefix(t *testing.T, id string, head transcript.Digest) *rollout.ModelPrefix {
+	t.Helper()
+	ctx := context.Background()
+	first, err := w.store.PutPrefixChunk(ctx, transcript.PrefixChunk{Head: head, PromptTokenIDs: []int64{1, 2}, Model: "scripted-counter",
+		TokenIDs: []int64{3, 4}, LogProbs: []float64{-1, -1}, Text: "ab"})
+	require.NoError(t, err)
+	last, err := w.store.PutPrefixChunk(ctx, transcript.PrefixChunk{Parent: first, Start: 2, TokenIDs: []int64{5}, LogProbs: []float64{-1}, Text: "c"})
+	require.NoError(t, err)
+	w.wanted[first], w.wanted[last] = true, true
+	return &rollout.ModelPrefix{CallID: id + "/a0/t2", Turn: 2, Record: last, Tokens: 3}
 }
 
 func (w *world) want(t *testing.T, head transcript.Digest) {
@@ -324,6 +351,60 @@ func TestParkSignalsAgainAMemberThatIgnoredIt(t *testing.T) {
 	defer w.tc.mu.Unlock()
 	require.Equal(t, 2, w.tc.updates["rollout/s1-0002 park-request ck1"])
 	require.Equal(t, 1, w.tc.updates["rollout/s1-0001 park-request ck1"])
+}
+
+// heldReceipt is the receipt of the result rollout id's park record holds.
+func (w *world) heldReceipt(t *testing.T, id string) rollout.Receipt {
+	t.Helper()
+	w.tc.mu.Lock()
+	defer w.tc.mu.Unlock()
+	rec, err := coordinator.DecodeRecord(w.tc.runs["rollout/"+id].record)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Result, "%s holds no result", id)
+	return *rec.Result.Receipt
+}
+
+// A held result the set's acknowledgement ledger recorded before the
+// checkpoint began parking (not yet released) is in the checkpoint as
+// acknowledged: no record, so a restore does not offer it again; it is
+// still resumed with the others. The hold of the releases ends with the
+// step.
+func TestParkLeavesOutWhatTheLedgerAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.tc.ack(w.heldReceipt(t, "s1-0002"), time.Now())
+	w.prepareAndFreeze(t)
+	res, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Parked)
+	assert.Equal(t, 1, res.Acknowledged)
+	assert.Zero(t, res.CompletedUnacked)
+	dir := filepath.Join(w.root, "ck1")
+	require.Equal(t, []string{"s1-0000", "s1-0001", "s1-0002", "s1-0004"}, readList(t, filepath.Join(dir, checkpoint.ListParked)), "every parked rollout is resumed")
+	commit, err := w.coord.CommitCheckpoint(ctx, checkpoint.CommitCheckpointInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url}})
+	require.NoError(t, err)
+	assert.Equal(t, 3, commit.Parked, "records of s1-0000, 0001 and 0004")
+	assert.Zero(t, commit.CompletedUnacked)
+	w.tc.mu.Lock()
+	defer w.tc.mu.Unlock()
+	assert.Equal(t, []string{"hold ck1", "end-hold ck1"}, w.tc.acks.calls)
+	assert.Empty(t, w.tc.acks.holds, "the hold ended with the step")
+}
+
+// A receipt recorded after the cut (here between a park step that died
+// holding the releases and its retry, which finds its hold) is not in the
+// cut: its rollout is in the checkpoint holding its result.
+func TestParkKeepsWhatWasAcknowledgedAfterTheCut(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.prepareAndFreeze(t)
+	_, err := ackledger.Hold(ctx, w.tc, "tq", "s1", "ck1", time.Now().Add(time.Minute)) // the first try's hold: sequence 0
+	require.NoError(t, err)
+	w.tc.ack(w.heldReceipt(t, "s1-0002"), time.Now())
+	res, err := w.coord.ParkMembers(ctx, checkpoint.ParkMembersInput{CheckpointID: "ck1", Set: "s1", Root: w.root, Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Zero(t, res.Acknowledged)
+	assert.Equal(t, 1, res.CompletedUnacked)
 }
 
 func TestAbortResumesEverythingAndLeavesNoManifest(t *testing.T) {

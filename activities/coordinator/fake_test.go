@@ -71,6 +71,29 @@ type rolloutTable struct {
 	updates    map[string]int     // "workflowID update updateID" → calls
 	starts     []client.StartWorkflowOptions
 	terminated []string
+	// acks is the set's acknowledgement ledger, once something started it.
+	acks *ackLedgerRow
+}
+
+// ackLedgerRow is a set's acknowledgement ledger as the coordinator sees
+// it: its pending receipts, its holds, and what it was sent.
+type ackLedgerRow struct {
+	pending map[string]set.PendingAck
+	holds   map[string]int64 // checkpoint → the sequence number of its cut
+	seq     int64
+	calls   []string
+	forgot  []set.ForgetAcks
+}
+
+// ack records receipt rc in the ledger, as an acknowledgement does.
+func (f *rolloutTable) ack(rc rollout.Receipt, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.acks == nil {
+		f.acks = &ackLedgerRow{pending: map[string]set.PendingAck{}, holds: map[string]int64{}}
+	}
+	f.acks.seq++
+	f.acks.pending[rc.RolloutID] = set.PendingAck{Receipt: rc, Seq: f.acks.seq, At: at}
 }
 
 func newRolloutTable() *rolloutTable {
@@ -78,9 +101,80 @@ func newRolloutTable() *rolloutTable {
 	// Two executions a page, so paging is exercised.
 	f.Client = &temporalfake.Client{
 		List: f.list, PageSize: 2, Describe: f.describe, Update: f.update, Signal: f.signal,
-		QueryWithOptions: f.queryParkRecord, Execute: f.start, Terminate: f.terminate, History: f.history,
+		QueryWithOptions: f.query, Execute: f.start, Terminate: f.terminate, History: f.history,
+		UpdateWithStart: f.updateWithStart,
 	}
 	return f
+}
+
+// updateWithStart answers a hold of the ledger's releases, starting the
+// ledger if it does not run.
+func (f *rolloutTable) updateWithStart(o client.UpdateWithStartWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := o.UpdateOptions.Args[0].(set.ReleaseHold)
+	if !ok || o.UpdateOptions.UpdateName != set.UpdateHoldReleases {
+		return nil, fmt.Errorf("fake: unexpected update-with-start %s", o.UpdateOptions.UpdateName)
+	}
+	if f.acks == nil {
+		f.acks = &ackLedgerRow{pending: map[string]set.PendingAck{}, holds: map[string]int64{}}
+	}
+	f.acks.calls = append(f.acks.calls, "hold "+h.CheckpointID)
+	seq, held := f.acks.holds[h.CheckpointID]
+	if !held {
+		seq = f.acks.seq
+		f.acks.holds[h.CheckpointID] = seq
+	}
+	return temporalfake.UpdateHandle{Value: set.ReleaseHoldResult{Seq: seq}}, nil
+}
+
+// ledgerUpdate answers the updates of the running ledger: a hold's end, a
+// restore's forgetting.
+func (f *rolloutTable) ledgerUpdate(o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	if f.acks == nil {
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + o.WorkflowID)
+	}
+	switch a := o.Args[0].(type) {
+	case set.EndHold:
+		f.acks.calls = append(f.acks.calls, "end-hold "+a.CheckpointID)
+		delete(f.acks.holds, a.CheckpointID)
+		return temporalfake.UpdateHandle{}, nil
+	case set.ForgetAcks:
+		f.acks.forgot = append(f.acks.forgot, a)
+		names := map[string]bool{}
+		for _, id := range a.RolloutIDs {
+			names[id] = true
+		}
+		n := 0
+		for id, p := range f.acks.pending {
+			if names[id] && p.At.Before(a.RecordedBefore) {
+				delete(f.acks.pending, id)
+				n++
+			}
+		}
+		return temporalfake.UpdateHandle{Value: set.ForgetAcksResult{Forgotten: n}}, nil
+	}
+	return nil, fmt.Errorf("fake: unexpected ledger update %s", o.UpdateName)
+}
+
+// query answers the ledger's query of acknowledged receipts and the
+// rollouts' park record query.
+func (f *rolloutTable) query(req *client.QueryWorkflowWithOptionsRequest) (*client.QueryWorkflowWithOptionsResponse, error) {
+	if req.QueryType != set.QueryAcked {
+		return f.queryParkRecord(req)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.acks == nil {
+		return nil, serviceerror.NewNotFound("workflow not found for ID: " + req.WorkflowID)
+	}
+	var out []set.PendingAck
+	for _, id := range req.Args[0].([]string) {
+		if p, ok := f.acks.pending[id]; ok {
+			out = append(out, p)
+		}
+	}
+	return &client.QueryWorkflowWithOptionsResponse{QueryResult: temporalfake.Value{V: out}}, nil
 }
 
 func (f *rolloutTable) add(id string, r *runRow) {
@@ -154,6 +248,9 @@ func (f *rolloutTable) describe(wid, _ string) (*workflowservice.DescribeWorkflo
 func (f *rolloutTable) update(o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if strings.HasPrefix(o.WorkflowID, "acks/") {
+		return f.ledgerUpdate(o)
+	}
 	f.updates[o.WorkflowID+" "+o.UpdateName+" "+o.UpdateID]++
 	r, ok := f.runs[o.WorkflowID]
 	if !ok {
@@ -307,6 +404,8 @@ type envServer struct {
 	hang *hangSwitch
 	c    *protocol.Client
 	cc   *protocol.ControlClient
+	// opener opens the object-store locations it commits to (nil: none).
+	opener *storage.Opener
 }
 
 func newEnvServer(t *testing.T, name string) *envServer {
@@ -318,16 +417,31 @@ func newEnvServer(t *testing.T, name string) *envServer {
 // checkpoint locations.
 func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
 	t.Helper()
+	return newEnvServerWrapped(t, name, opener, nil)
+}
+
+// newEnvServerWrapped is newEnvServerWith served through wrap (nil: as it
+// is), so a test can make the participant behave as another implementation
+// of the protocol would.
+func newEnvServerWrapped(t *testing.T, name string, opener *storage.Opener, wrap func(http.Handler) http.Handler) *envServer {
+	t.Helper()
 	srv, err := envserver.NewServer(envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 		Storage: opener,
 	})
 	require.NoError(t, err)
+	var h http.Handler = srv
+	if wrap != nil {
+		h = wrap(srv)
+	}
+	// The hang switch is outermost: a hung server answers nothing, whatever
+	// the test wraps around it.
 	hang := &hangSwitch{}
-	hs := testsupport.QuietServer(hang.wrap(srv))
+	hs := testsupport.QuietServer(hang.wrap(h))
 	t.Cleanup(hs.Close)
 	t.Cleanup(hang.heal) // first: a hung request must end for Close to return
-	return &envServer{url: hs.URL, kill: hs.Close, hang: hang, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()), cc: protocol.NewControlClient(hs.URL, testToken, hs.Client())}
+	return &envServer{url: hs.URL, kill: hs.Close, hang: hang, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()),
+		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client()), opener: opener}
 }
 
 // hangSwitch makes a server hang, not refuse: while on, every request

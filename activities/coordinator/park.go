@@ -13,10 +13,14 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 )
 
 // ParkMembers asks every member to park at its next boundary, by signal,
-// and keeps its park record, read by query once it has parked. Every
+// and keeps its park record, read by query once it has parked. It holds the
+// releases of the set's acknowledgement ledger meanwhile: a held result
+// the ledger recorded as acknowledged before is left out of the records,
+// as acknowledged (see ackCut). Every
 // rollout is asked first, then the records are read, so the rollouts park
 // concurrently however many there are. A member that already completed and
 // closed is skipped: its result was delivered. A member with no workflow is
@@ -36,7 +40,26 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("read membership: %w", err)
 	}
-	p := &parking{c: c, tc: tc, in: in, ids: members.Rollouts, closed: make([]bool, len(members.Rollouts))}
+	cut, err := c.holdAcks(ctx, tc, in.Set, in.CheckpointID, in.Deadline)
+	if err != nil {
+		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	res, err := c.parkAndStage(ctx, dir, tc, in, members.Rollouts, cut)
+	if eerr := cut.end(ctx); eerr != nil && err == nil {
+		err = fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, eerr)
+	}
+	if err != nil {
+		return checkpoint.ParkMembersResult{}, err
+	}
+	c.Failpoints.Hit(failpoint.CoordinatorAfterPark)
+	return res, nil
+}
+
+// parkAndStage parks the members, leaves out the records of results the
+// set's ledger had acknowledged by the cut, and stages the rest and the
+// list of every parked rollout (all of them are resumed).
+func (c *Coordinator) parkAndStage(ctx context.Context, dir storage.Store, tc client.Client, in checkpoint.ParkMembersInput, ids []string, cut *ackCut) (checkpoint.ParkMembersResult, error) {
+	p := &parking{c: c, tc: tc, in: in, ids: ids, closed: make([]bool, len(ids))}
 	if err := p.ask(ctx); err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
@@ -44,18 +67,29 @@ func (c *Coordinator) ParkMembers(ctx context.Context, in checkpoint.ParkMembers
 	if err != nil {
 		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
 	}
-	if res.RecordsDigest, err = writeRecords(ctx, at(dir, checkpoint.StagingRecords), records); err != nil {
-		return checkpoint.ParkMembersResult{}, err
-	}
 	parked := make([]string, 0, len(records))
 	for id := range records {
 		parked = append(parked, id)
 	}
 	sort.Strings(parked)
+	acked, err := cut.acknowledged(ctx, records)
+	if err != nil {
+		return checkpoint.ParkMembersResult{}, fmt.Errorf("park members of checkpoint %s: %w", in.CheckpointID, err)
+	}
+	kept := make(map[string][]byte, len(records))
+	for id, raw := range records {
+		if !acked[id] {
+			kept[id] = raw
+		}
+	}
+	res.Acknowledged = len(acked)
+	res.CompletedUnacked -= len(acked)
+	if res.RecordsDigest, err = writeRecords(ctx, at(dir, checkpoint.StagingRecords), kept); err != nil {
+		return checkpoint.ParkMembersResult{}, err
+	}
 	if _, err := writeJSONAtomic(ctx, at(dir, checkpoint.ListParked), rolloutList{CheckpointID: in.CheckpointID, Set: in.Set, Rollouts: parked}); err != nil {
 		return checkpoint.ParkMembersResult{}, err
 	}
-	c.Failpoints.Hit(failpoint.CoordinatorAfterPark)
 	return res, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -77,12 +76,10 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 		if err != nil {
 			return controlError(url, "capabilities", err)
 		}
-		if caps.Component != protocol.ComponentEnvironmentServer || caps.SchemaVersion != protocol.ControlSchemaVersion ||
-			!slices.Contains(caps.Features, protocol.FeatureAbsoluteDeadline) {
+		if err := protocol.CheckCapabilities(caps); err != nil {
 			return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-				"participant %s is %s schema %d with features %v; this coordinator needs %s schema %d with %s",
-				url, caps.Component, caps.SchemaVersion, caps.Features, protocol.ComponentEnvironmentServer,
-				protocol.ControlSchemaVersion, protocol.FeatureAbsoluteDeadline), checkpoint.ErrParticipantRefused, nil)
+				"participant %s cannot take part in a checkpoint: its capabilities: %v (docs/protocol/RULES.md R17)", url, err),
+				checkpoint.ErrParticipantRefused, nil)
 		}
 		var prep protocol.PrepareResponse
 		err = c.watched(ctx, url, "prepare", func(ctx context.Context) error {

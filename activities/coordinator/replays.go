@@ -15,7 +15,7 @@ import (
 )
 
 // replaysFile is restore/<restore_id>/replays-<n>.json: what participant n
-// did with the replay sessions a restore named (RULES.md R17), written by
+// did with the replay sessions a restore named (RULES.md R27), written by
 // RestoreParticipants before it reports, read by StartRestored, which
 // continues a replay rollout from its boundary only when its session was
 // rebuilt.

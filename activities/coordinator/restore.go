@@ -82,6 +82,8 @@ type restoreStep struct {
 	tc   client.Client
 	lc   *loadedCheckpoint
 	af   attemptsFile
+	// attemptsDigest is the SHA-256 of the attempt map's file.
+	attemptsDigest string
 }
 
 // setUpRestore does the set-up every restore step shares, always in the
@@ -110,9 +112,11 @@ func (c *Coordinator) setUpRestore(ctx context.Context, in restoreSetUp) (restor
 	}
 	if in.attempts {
 		path := attemptsPath(rs.rdir)
-		if rs.af, _, err = readAttempts(ctx, path, in.checkpointID, rs.rid); err != nil {
+		var b []byte
+		if rs.af, b, err = readAttempts(ctx, path, in.checkpointID, rs.rid); err != nil {
 			return restoreStep{}, invalidCheckpoint("read the attempt map: %v", err)
 		}
+		rs.attemptsDigest = sha256Hex(b)
 		if rs.lc != nil {
 			if err := rs.af.plannedFor(path, rs.lc.manifest.Digest); err != nil {
 				return restoreStep{}, err

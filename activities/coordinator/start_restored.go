@@ -14,7 +14,8 @@ import (
 )
 
 // StartRestored puts the checkpoint's transcript blobs back into the store,
-// then starts the new attempt of every rollout with a record, held for the
+// drops from the set's acknowledgement ledger what the rolled-back world
+// acknowledged of its rollouts (forgetRolledBack), then starts the new attempt of every rollout with a record, held for the
 // checkpoint until resumed, with bookkeeping.EagerStarter (eager workflow
 // start, as every start from inside the worker). A run of exactly that
 // attempt that already exists (running or closed) is left as it is; a run
@@ -41,6 +42,10 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if err := c.installTranscripts(ctx, lc); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
+	forgot, err := c.forgetRolledBack(ctx, tc, rid, in.CheckpointID, af)
+	if err != nil {
+		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
+	}
 	if _, err := writeJSONAtomic(ctx, startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
@@ -56,7 +61,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	}
 	inputs := make([]rollout.Input, len(af.Start))
 	kinds := map[string]string{}
-	var res checkpoint.StartRestoredResult
+	res := checkpoint.StartRestoredResult{ForgottenAcks: forgot}
 	for i, id := range af.Start {
 		input, kind, replay, err := af.restoredInput(lc, id, in.CheckpointID, moved, replays)
 		if err != nil {

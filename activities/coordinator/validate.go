@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -15,6 +17,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
+	"github.com/turnstile-rl/turnstile/participants/cutfile"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
@@ -170,39 +173,20 @@ func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID st
 	if d := cp.Manifest().Digest; d != p.ManifestDigest {
 		return invalidCheckpoint("checkpoint %s: participant %d manifest is %s, MANIFEST.json binds %s", checkpointID, i, d, p.ManifestDigest)
 	}
-	sessions, err := cp.Section(ctx, protocol.SectionSessions)
+	cut, err := cutfile.Read(ctx, cp)
 	if err != nil {
-		return invalidCheckpoint("checkpoint %s: participant %d sessions: %v", checkpointID, i, err)
+		return invalidCheckpoint("checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
 	}
-	for _, s := range sessions {
-		var sv struct {
-			RolloutID string `json:"rollout_id"`
-			Attempt   int    `json:"attempt"`
-			Retired   bool   `json:"retired"`
-		}
-		if err := json.Unmarshal(s.Data, &sv); err != nil || sv.RolloutID != s.Key || sv.Attempt < 0 {
-			return invalidCheckpoint("checkpoint %s: participant %d session %q does not decode as its own", checkpointID, i, s.Key)
-		}
-		if !sv.Retired {
-			lc.sessions[sv.RolloutID] = max(lc.sessions[sv.RolloutID], sv.Attempt)
-			lc.holders[sv.RolloutID] = append(lc.holders[sv.RolloutID], i)
+	for _, s := range cut.Sessions {
+		if !s.Retired {
+			lc.sessions[s.RolloutID] = max(lc.sessions[s.RolloutID], s.Attempt)
+			lc.holders[s.RolloutID] = append(lc.holders[s.RolloutID], i)
 		} else {
-			lc.retired[sv.RolloutID] = true
+			lc.retired[s.RolloutID] = true
 		}
 	}
-	fences, err := cp.Section(ctx, protocol.SectionFences)
-	if err != nil {
-		return invalidCheckpoint("checkpoint %s: participant %d fences: %v", checkpointID, i, err)
-	}
-	for _, f := range fences {
-		var fv struct {
-			RolloutID string `json:"rollout_id"`
-			Fence     int    `json:"fence"`
-		}
-		if err := json.Unmarshal(f.Data, &fv); err != nil || fv.RolloutID != f.Key || fv.Fence < 0 {
-			return invalidCheckpoint("checkpoint %s: participant %d fence %q does not decode as its own", checkpointID, i, f.Key)
-		}
-		lc.fences[fv.RolloutID] = max(lc.fences[fv.RolloutID], fv.Fence)
+	for id, f := range cut.Fences {
+		lc.fences[id] = max(lc.fences[id], f)
 	}
 	return nil
 }
@@ -274,6 +258,11 @@ func (c *Coordinator) checkParticipantLive(ctx context.Context, lc *loadedCheckp
 	if caps.Component != protocol.ComponentEnvironmentServer || caps.Name != want.Name || caps.SchemaVersion != protocol.ControlSchemaVersion {
 		return invalidCheckpoint("participant %d at %s is %s %q (schema %d); the checkpoint holds %q: list participants in the order of the checkpoint",
 			i, url, caps.Component, caps.Name, caps.SchemaVersion, want.Name)
+	}
+	if err := protocol.CheckCapabilities(caps); err != nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"participant %d at %s cannot take part in a restore: its capabilities: %v (docs/protocol/RULES.md R17)", i, url, err),
+			checkpoint.ErrParticipantRefused, nil)
 	}
 	return nil
 }

@@ -7,11 +7,13 @@
 package model
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/destination"
@@ -51,9 +53,24 @@ type Activities struct {
 	// key each gets: a named endpoint's own, else the global one (its own,
 	// else APIKey). Nil admits the default BaseURL only.
 	Destinations *destination.Config
+	// PrefixTokens and PrefixInterval are how often a streamed
+	// generation's prefix is made durable: every PrefixTokens tokens or
+	// PrefixInterval, whichever comes first. Zero means the defaults.
+	PrefixTokens   int
+	PrefixInterval time.Duration
+	// HeartbeatThrottle must be the worker's MaxHeartbeatThrottleInterval:
+	// prefix flushes are spaced by at least this much, so each one's
+	// heartbeat goes out at once. Zero means DefaultHeartbeatThrottle.
+	HeartbeatThrottle time.Duration
+	// Heartbeat records a heartbeat of a streamed call with its durable
+	// prefix; nil is activity.RecordHeartbeat. A test observes the
+	// prefixes through it (the SDK's test environment batches heartbeats
+	// for half a minute).
+	Heartbeat func(ctx context.Context, details ...any)
 
 	mu      sync.Mutex
 	clients map[string]*openai.Client // by endpoint name and URL
+	routes  map[string]int            // token-in route states, by routeKey
 }
 
 // destinations is Destinations, or the default endpoint alone.
@@ -73,6 +90,35 @@ func (a *Activities) heartbeatEvery() time.Duration {
 		return a.HeartbeatEvery
 	}
 	return DefaultHeartbeatEvery
+}
+
+func (a *Activities) heartbeat(ctx context.Context, details ...any) {
+	if a.Heartbeat != nil {
+		a.Heartbeat(ctx, details...)
+		return
+	}
+	activity.RecordHeartbeat(ctx, details...)
+}
+
+func (a *Activities) prefixTokens() int {
+	if a.PrefixTokens > 0 {
+		return a.PrefixTokens
+	}
+	return DefaultPrefixTokens
+}
+
+func (a *Activities) prefixInterval() time.Duration {
+	if a.PrefixInterval > 0 {
+		return a.PrefixInterval
+	}
+	return DefaultPrefixInterval
+}
+
+func (a *Activities) heartbeatThrottle() time.Duration {
+	if a.HeartbeatThrottle > 0 {
+		return a.HeartbeatThrottle
+	}
+	return DefaultHeartbeatThrottle
 }
 
 func (a *Activities) store() (*transcriptstore.Store, error) {

@@ -119,11 +119,13 @@ func parseTokens(ans modelAnswer) tokens {
 // its summary; nil means no record, and the answer item stays as before.
 // The prefix check runs against the parent's record, found on the last
 // assistant item of the conversation: that item is the parent call's answer
-// in this attempt or, after a restore, in the saved one.
-func recordGeneration(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, items []transcript.Item, ans modelAnswer) (*rollout.GenerationRef, error) {
-	tok := parseTokens(ans)
+// in this attempt or, after a restore, in the saved one. How a cut call was
+// recovered goes into the summary (and so the lineage), never the record:
+// a recovered call writes the record an uninterrupted one does.
+func recordGeneration(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, items []transcript.Item, ans generated) (*rollout.GenerationRef, error) {
+	tok := ans.tok
 	capture := in.Sampling != nil && in.Sampling.CaptureTokens
-	g := transcript.Generation{Tokens: transcript.TokensNotRequested, Model: tok.model, FinishReason: ans.completion.Choices[0].FinishReason, ReasoningContent: tok.reasoning}
+	g := transcript.Generation{Tokens: transcript.TokensNotRequested, Model: tok.model, FinishReason: ans.finish, ReasoningContent: tok.reasoning}
 	g.PolicyVersion, g.PolicyVersionSource = tok.version, VersionFromEndpoint
 	if g.PolicyVersion == "" && in.Policy.Version != "" {
 		g.PolicyVersion, g.PolicyVersionSource = in.Policy.Version, VersionFromInput
@@ -142,6 +144,7 @@ func recordGeneration(ctx context.Context, store *transcriptstore.Store, in roll
 		g.Tokens = transcript.TokensPresent
 		g.PromptTokenIDs, g.GenerationTokenIDs, g.GenerationLogProbs = tok.prompt, tok.output, tok.logprobs
 		g.PromptDigest, g.SequenceDigest = transcript.TokenDigest(tok.prompt), transcript.TokenDigest(tok.prompt, tok.output)
+		g.PolicyVersionSpans = ans.spans
 		if in.Parent != "" {
 			parent, err := parentGeneration(ctx, store, items)
 			if err != nil {
@@ -159,6 +162,7 @@ func recordGeneration(ctx context.Context, store *transcriptstore.Store, in roll
 		Record: d, Tokens: g.Tokens, PromptTokens: len(g.PromptTokenIDs), GenerationTokens: len(g.GenerationTokenIDs),
 		PromptDigest: g.PromptDigest, SequenceDigest: g.SequenceDigest,
 		PrefixBreak: g.PrefixBreak, PrefixBreakReason: g.PrefixBreakReason, PolicyVersion: g.PolicyVersion,
+		GenerationRecovery: ans.recovery,
 	}, nil
 }
 

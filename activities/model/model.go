@@ -49,17 +49,21 @@ func (a *Activities) CallModel(ctx context.Context, in rollout.CallModelInput) (
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	completion, header, err := a.complete(ctx, callID, endpoint, params)
+	var g generated
+	if in.Sampling != nil && in.Sampling.CaptureTokens {
+		g, err = a.callStreamed(ctx, store, in, callID, endpoint, params)
+	} else {
+		g, err = a.callWhole(ctx, callID, endpoint, params)
+	}
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
-	choice := completion.Choices[0]
-	answer, calls, err := answerOf(in.Style, in.Turn, choice.Message, callID)
+	answer, calls, err := answerOf(in.Style, in.Turn, g.content, g.calls, callID)
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
 	a.Failpoints.Hit(failpoint.WorkerModelAnsweredBeforeTranscript)
-	gen, err := recordGeneration(ctx, store, in, items, modelAnswer{completion: completion, header: header})
+	gen, err := recordGeneration(ctx, store, in, items, g)
 	if err != nil {
 		return rollout.CallModelResult{}, rollout.StoreError("store generation record of "+callID, err)
 	}
@@ -77,14 +81,31 @@ func (a *Activities) CallModel(ctx context.Context, in rollout.CallModelInput) (
 		Parent:       in.Parent,
 		Head:         head,
 		ToolCalls:    calls,
-		FinishReason: choice.FinishReason,
-		Usage: rollout.Usage{
-			PromptTokens:     completion.Usage.PromptTokens,
-			CompletionTokens: completion.Usage.CompletionTokens,
-			TotalTokens:      completion.Usage.TotalTokens,
-			Calls:            1,
-		},
+		FinishReason: g.finish,
+		Usage:        g.usage,
 	}, Generation: gen}, nil
+}
+
+// callWhole is a model call without token capture: one request, its whole
+// answer at once, as calls were made before prefixes were kept.
+func (a *Activities) callWhole(ctx context.Context, callID string, endpoint destination.Target, params openai.ChatCompletionNewParams) (generated, error) {
+	completion, header, err := a.complete(ctx, callID, endpoint, params)
+	if err != nil {
+		return generated{}, err
+	}
+	choice := completion.Choices[0]
+	g := generated{content: choice.Message.Content, finish: choice.FinishReason, tok: parseTokens(modelAnswer{completion: completion, header: header})}
+	g.reasoning = g.tok.reasoning
+	for _, tc := range choice.Message.ToolCalls {
+		g.calls = append(g.calls, transcript.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	g.usage = rollout.Usage{
+		PromptTokens:     completion.Usage.PromptTokens,
+		CompletionTokens: completion.Usage.CompletionTokens,
+		TotalTokens:      completion.Usage.TotalTokens,
+		Calls:            1,
+	}
+	return g, nil
 }
 
 // checkCallModelInput rejects what no retry can fix, before anything is
@@ -108,7 +129,7 @@ func checkCallModelInput(in rollout.CallModelInput) error {
 	if err := in.Sampling.Validate(); err != nil {
 		return rollout.BadInput("rollout %s: %v", in.RolloutID, err)
 	}
-	return nil
+	return rollout.CheckContinue(in.Policy)
 }
 
 // buildRequest loads the conversation at in.Head and, in tools style, the
@@ -195,19 +216,18 @@ func (a *Activities) complete(ctx context.Context, callID string, endpoint desti
 // answerOf turns the model's message into the assistant item to store and
 // the calls to run: in tools style the message's tool calls, in gym style its
 // text as the action of one step call.
-func answerOf(style envs.Style, turn int, msg openai.ChatCompletionMessage, callID string) (transcript.Item, []transcript.ToolCall, error) {
-	answer := transcript.Item{Role: "assistant", Content: msg.Content}
+func answerOf(style envs.Style, turn int, content string, toolCalls []transcript.ToolCall, callID string) (transcript.Item, []transcript.ToolCall, error) {
+	answer := transcript.Item{Role: "assistant", Content: content}
 	var calls []transcript.ToolCall
 	switch style {
 	case envs.StyleTools:
-		for i, tc := range msg.ToolCalls {
-			id := tc.ID
-			if id == "" {
+		for i, tc := range toolCalls {
+			if tc.ID == "" {
 				// Some OpenAI-compatible servers send no ids; the tool answer
 				// must name one, and it must not depend on the run.
-				id = fmt.Sprintf("call_t%d_%d", turn, i)
+				tc.ID = fmt.Sprintf("call_t%d_%d", turn, i)
 			}
-			calls = append(calls, transcript.ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			calls = append(calls, tc)
 		}
 		answer.ToolCalls = calls
 	case envs.StyleGym:
@@ -215,7 +235,7 @@ func answerOf(style envs.Style, turn int, msg openai.ChatCompletionMessage, call
 		// tools were offered, and the observation comes back as a user message.
 		args, err := json.Marshal(struct {
 			Action string `json:"action"`
-		}{msg.Content})
+		}{content})
 		if err != nil {
 			return transcript.Item{}, nil, fmt.Errorf("%s: encode action: %w", callID, err)
 		}

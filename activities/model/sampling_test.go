@@ -14,7 +14,8 @@ import (
 )
 
 // The parameters reach the endpoint as top-level fields, extra_body merged
-// in beside them, exactly as vLLM's OpenAI server reads them.
+// in beside them, exactly as vLLM's OpenAI server reads them; with token
+// capture the answer is streamed, its usage in a last chunk.
 func TestCallModelSendsSampling(t *testing.T) {
 	store := testsupport.NewStore(t)
 	head := testsupport.MustAppend(t, store, conversation[:2]...)
@@ -37,7 +38,8 @@ func TestCallModelSendsSampling(t *testing.T) {
 	require.JSONEq(t, `{
 		"model":"m","seed":9,"temperature":0.7,"top_p":0.95,"max_tokens":256,"stop":["</answer>"],
 		"top_k":20,"chat_template_kwargs":{"enable_thinking":false},
-		"logprobs":true,"top_logprobs":0,"return_token_ids":true
+		"logprobs":true,"top_logprobs":0,"return_token_ids":true,
+		"stream":true,"stream_options":{"include_usage":true}
 	}`, asJSON(t, req))
 }
 

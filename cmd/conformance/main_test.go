@@ -28,10 +28,11 @@ func TestRunAgainstTheGoEnvServer(t *testing.T) {
 	err = run(context.Background(), []string{"--url", hs.URL, "--data-token", "d", "--control-token", "c"}, &out, &errOut)
 	require.NoError(t, err, "run: %v\n%s%s", err, out.String(), errOut.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, len(conformance.Rules()), "%d lines for %d rules:\n%s", len(lines), len(conformance.Rules()), out.String())
+	require.Len(t, lines, len(conformance.Rules())+1, "%d lines for %d rules and the clean-up:\n%s", len(lines), len(conformance.Rules()), out.String())
 	for _, l := range lines {
-		assert.True(t, strings.HasPrefix(l, "PASS R"), "line %q", l)
+		assert.True(t, strings.HasPrefix(l, "PASS "), "line %q", l)
 	}
+	assert.True(t, strings.HasPrefix(lines[len(lines)-1], "PASS "+conformance.CleanupID+" "), "last line %q", lines[len(lines)-1])
 	// A wrong token fails rules and exits 1, not 2.
 	out.Reset()
 	err = run(context.Background(), []string{"--url", hs.URL, "--data-token", "wrong", "--control-token", "c"}, &out, &errOut)
@@ -51,6 +52,8 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 		{[]string{"--url", "http://x", "--dir", "relative"}, "--dir"},
 		{[]string{"--url", "http://x", "extra"}, "unexpected"},
 		{[]string{"--url", "http://x", "--tls-cert", "/c.pem"}, "both"},
+		{[]string{"--url", "http://x", "--retired-sessions", "-1"}, "--retired-sessions"},
+		{[]string{"--url", "http://x", "--end-to-end", "--bin", "/nonexistent", "--temporal", "/nonexistent/temporal"}, "end-to-end"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
@@ -61,5 +64,5 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 	err := run(context.Background(), []string{"--list"}, &out, &out)
 	require.NoError(t, err, "--list = %v:\n%s", err, out.String())
 	require.Contains(t, out.String(), "R16 ", "--list = %v:\n%s", err, out.String())
-	require.Contains(t, out.String(), "R17 replay-restore", "--list = %v:\n%s", err, out.String())
+	require.Contains(t, out.String(), "R27 replay-restore", "--list = %v:\n%s", err, out.String())
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -206,11 +207,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
+	fps, err := failpoint.FromEnv()
+	if err != nil {
+		return cli.Usage(fmt.Errorf("%s: %w", failpoint.EnvVar, err))
+	}
+	backend := trainer.New(tc, c.taskQueue)
+	backend.Failpoints = fps
 	srv, err := gateway.New(gateway.Config{
 		Token: c.token, OperatorToken: c.operatorToken, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
 		ControlToken: os.Getenv(protocol.ControlTokenEnvVar), Destinations: dest, DatasetRoot: c.datasetRoot, DatasetMaxBytes: c.datasetMaxBytes,
 		StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
-	}, trainer.New(tc, c.taskQueue))
+	}, backend)
 	if err != nil {
 		return err
 	}

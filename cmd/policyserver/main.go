@@ -1,9 +1,13 @@
 // Command policyserver serves the scripted policies behind an
-// OpenAI-compatible Chat Completions endpoint, with optional latency and
-// injected errors, so rollouts can be run, interrupted and compared without a
-// real model.
+// OpenAI-compatible Chat Completions endpoint (streamed or whole, with
+// vLLM's token fields), vLLM's token-in routes (/v1/completions with a
+// token-id prompt, /inference/v1/generate) that continue a generation from
+// its token prefix, and GET /stats with the tokens each request generated;
+// with optional latency, pacing and injected errors, so rollouts can be
+// run, interrupted and compared without a real model.
 //
 //	policyserver --listen 127.0.0.1:0 --ready-file /tmp/policy.url --latency 200ms --jitter 50ms --error-rate 0.05
+//	policyserver --tokens-per-second 50 --pad-tokens 2000   # 40-second answers to kill a worker in
 //
 // --tls-cert/--tls-key (TURNSTILE_TLS_CERT, TURNSTILE_TLS_KEY) serve HTTPS;
 // --tls-client-ca (TURNSTILE_TLS_CLIENT_CA) also requires client
@@ -84,6 +88,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.server.RetryAfter, "retry-after", time.Second, "Retry-After of injected errors")
 	fs.Float64Var(&o.server.Imperfection, "imperfection", 0, "probability that a policy deliberately misses an episode")
 	fs.StringVar(&o.server.PolicyVersion, "policy-version", "", "policy version reported in the X-Policy-Version header of every completion")
+	fs.Float64Var(&o.server.TokensPerSecond, "tokens-per-second", 0, "generation pace: a streamed answer sends one token every 1/rate seconds, a whole one waits for all of them (0: at once)")
+	fs.IntVar(&o.server.PadTokens, "pad-tokens", 0, "tokens of deterministic filler before the content of every answer that offers tools: long answers (gym answers are never padded)")
 	fs.Uint64Var(&o.faultSeed, "fault-seed", 0, "seed of latency and error injection; 0 picks one at random")
 	o.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&o.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
@@ -163,6 +169,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	log.Sugar().Infow("policy server listening", "base_url", baseURL, "models", o.server.Policies.Names(),
 		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
 		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection,
+		"tokens_per_second", o.server.TokensPerSecond, "pad_tokens", o.server.PadTokens, "policy_version", o.server.PolicyVersion,
 		"tls", tlsCfg != nil, "mutual_tls", o.tls.ClientCA != "")
 	if ready != nil {
 		ready(baseURL)

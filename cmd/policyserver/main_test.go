@@ -84,6 +84,8 @@ func TestParseFlagsRejects(t *testing.T) {
 		{name: "negative latency", args: []string{"--latency", "-1s"}, wantErr: "latency"},
 		{name: "imperfection above 1", args: []string{"--imperfection", "1.1"}, wantErr: "imperfection"},
 		{name: "bad duration", args: []string{"--jitter", "soon"}, wantErr: "jitter"},
+		{name: "negative pace", args: []string{"--tokens-per-second", "-5"}, wantErr: "tokens per second"},
+		{name: "negative padding", args: []string{"--pad-tokens", "-1"}, wantErr: "pad tokens"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {

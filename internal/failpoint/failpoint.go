@@ -30,6 +30,15 @@ const (
 	// stored, the activity has not reported: the retry stores it again under
 	// the same digest.
 	WorkerModelAnsweredBeforeReport = "worker.model-answered-before-report"
+	// WorkerModelPrefixWrittenBeforeHeartbeat: a streamed generation's
+	// prefix chunk is stored and not heartbeated yet: the retry knows only
+	// the previous durable prefix and continues from there, generating
+	// this chunk's tokens again (one interval at most).
+	WorkerModelPrefixWrittenBeforeHeartbeat = "worker.model-prefix-written-before-heartbeat"
+	// WorkerModelPrefixHeartbeatBeforeNextChunk: the prefix is stored and
+	// heartbeated, the stream not read on: the retry continues from
+	// exactly this prefix.
+	WorkerModelPrefixHeartbeatBeforeNextChunk = "worker.model-prefix-heartbeat-before-next-chunk"
 	// WorkerEnvAppliedBeforeTranscript: the environment server applied a
 	// mutation and answered, the observation is not stored yet: the retry
 	// must get the stored reply back (a replay), not a second application.
@@ -92,6 +101,19 @@ const (
 	// request id must queue exactly the rest, losing and doubling nothing.
 	// It kills a client, not a worker, so it is in Clients, not All.
 	SubmitBetweenBatches = "submit.between-batches"
+
+	// Acknowledgements: recorded in the set's ledger, then released.
+
+	// GatewayAckRecordedBeforeAnswer: in the process acknowledging (the
+	// gateway, through the client library), a batch of receipts is in the
+	// set's acknowledgement ledger and the request is neither recorded
+	// under its request id nor answered: its repeat must acknowledge
+	// nothing twice and deliver nothing again.
+	GatewayAckRecordedBeforeAnswer = "gateway.ack-recorded-before-answer"
+	// WorkerMidRelease: in the worker, a release batch has released some
+	// held results and not the rest, and has not reported: the ledger must
+	// send the batch again, and nothing may be released twice or lost.
+	WorkerMidRelease = "worker.mid-release"
 )
 
 // Clients lists the failpoints that stand in client processes (the
@@ -105,6 +127,8 @@ var Clients = []string{
 var All = []string{
 	WorkerModelAnsweredBeforeTranscript,
 	WorkerModelAnsweredBeforeReport,
+	WorkerModelPrefixWrittenBeforeHeartbeat,
+	WorkerModelPrefixHeartbeatBeforeNextChunk,
 	WorkerEnvAppliedBeforeTranscript,
 	WorkerEnvAppliedBeforeReport,
 	EnvAfterApplyBeforeReply,
@@ -121,6 +145,8 @@ var All = []string{
 	RestoreAfterTerminate,
 	RestoreAfterStart,
 	RestoreAfterResumeParticipants,
+	GatewayAckRecordedBeforeAnswer,
+	WorkerMidRelease,
 }
 
 // EnvVar arms failpoints.

@@ -74,6 +74,15 @@ type ServerConfig struct {
 	// PolicyVersion, when set, is reported on every completion in the
 	// PolicyVersionHeader, as a trainer's server reports its weights.
 	PolicyVersion string
+	// TokensPerSecond paces generation: a streamed answer sends one token
+	// every 1/TokensPerSecond, a whole one waits for all of them. Zero
+	// sends at once.
+	TokensPerSecond float64
+	// PadTokens puts that many tokens of deterministic filler (the
+	// "thinking" of a long answer) before the content of every answer to
+	// a request that offers tools. A gym-style answer (no tools) is its
+	// action and is never padded.
+	PadTokens int
 }
 
 // Validate reports the first invalid setting.
@@ -93,6 +102,10 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("jitter %v is negative", c.Jitter)
 	case c.RetryAfter < 0:
 		return fmt.Errorf("retry-after %v is negative", c.RetryAfter)
+	case math.IsNaN(c.TokensPerSecond) || math.IsInf(c.TokensPerSecond, 0) || c.TokensPerSecond < 0:
+		return fmt.Errorf("tokens per second %v is not a finite non-negative rate", c.TokensPerSecond)
+	case c.PadTokens < 0:
+		return fmt.Errorf("pad tokens %d is negative", c.PadTokens)
 	}
 	for _, p := range []struct {
 		name string
@@ -115,6 +128,8 @@ type server struct {
 
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
+
+	counts requestStats
 }
 
 // NewServer returns the OpenAI-compatible handler of the policies in cfg. An
@@ -136,6 +151,9 @@ func NewServer(cfg ServerConfig) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(ChatCompletionsPath, s.onlyMethod(http.MethodPost, s.chatCompletions))
+	mux.HandleFunc(CompletionsPath, s.onlyMethod(http.MethodPost, s.completions))
+	mux.HandleFunc(GeneratePath, s.onlyMethod(http.MethodPost, s.generate))
+	mux.HandleFunc(StatsPath, s.onlyMethod(http.MethodGet, s.stats))
 	mux.HandleFunc(ModelsPath, s.onlyMethod(http.MethodGet, s.listModels))
 	mux.HandleFunc(ModelsPath+"/{model}", s.onlyMethod(http.MethodGet, s.getModel))
 	mux.HandleFunc(HealthPath, s.onlyMethod(http.MethodGet, health))
@@ -203,6 +221,8 @@ type chatRequest struct {
 	Seed     *int64        `json:"seed"`
 	N        *int          `json:"n"`
 	Stream   bool          `json:"stream"`
+	// StreamOptions.IncludeUsage adds a last chunk with the usage.
+	StreamOptions *streamOptions `json:"stream_options"`
 	// The vLLM token fields (see tokens.go). TopLogprobs stays raw because
 	// vLLM tells an explicit null (no log-probs) from an absent field.
 	Logprobs               bool            `json:"logprobs"`
@@ -336,7 +356,7 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeRetryable(w, http.StatusServiceUnavailable, "server_error", "service_unavailable", "policy server overloaded (injected)")
 		return
 	}
-	resp, err := pol.Respond(preq)
+	a, resp, err := s.answerOf(pol, preq, RenderPrompt(templateTools(req.Tools), preq.Messages))
 	if err != nil {
 		s.fail(w, http.StatusBadRequest, "invalid_request_error", "policy_error", fmt.Sprintf("model %q: %v", req.Model, err))
 		return
@@ -346,29 +366,47 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.PolicyVersion != "" {
 		w.Header().Set(PolicyVersionHeader, s.cfg.PolicyVersion)
 	}
-	s.log.Infow("chat completion", "model", req.Model, "id", out.ID, "finish_reason", out.Choices[0].FinishReason, "messages", len(preq.Messages))
+	rec := s.counts.begin("chat", req.Model, a.key(), 0)
+	s.log.Infow("chat completion", "model", req.Model, "id", out.ID, "finish_reason", out.Choices[0].FinishReason, "messages", len(preq.Messages), "stream", req.Stream, "tokens", len(a.output))
+	if req.Stream {
+		if err := s.streamChat(r.Context(), w, req, out, a, rec); err != nil {
+			s.log.Infow("chat stream ended early", "model", req.Model, "id", out.ID, "sent", rec.Generated, "error", err)
+		}
+		return
+	}
+	if err := s.newPacer().waitAll(r.Context(), len(a.output)); err != nil {
+		s.log.Infow("request cancelled during generation", "model", req.Model, "error", err)
+		return
+	}
+	s.counts.sent(rec, len(a.output))
+	s.counts.finish(rec)
 	writeJSON(w, http.StatusOK, out)
 }
 
 // decodeRequest reads exactly one JSON object.
 func decodeRequest(r io.Reader) (chatRequest, error) {
 	var req chatRequest
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeJSON(r, &req); err != nil {
 		return chatRequest{}, fmt.Errorf("malformed chat completion request: %w", err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return chatRequest{}, errors.New("malformed chat completion request: data after the JSON object")
-	}
 	return req, nil
+}
+
+// decodeJSON reads exactly one JSON object into v.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the JSON object")
+	}
+	return nil
 }
 
 // prepare checks a request and turns it into the policy and its request. On
 // error it also returns the HTTP status and error code to answer with.
 func (s *server) prepare(req chatRequest) (envs.Policy, envs.PolicyRequest, int, string, error) {
-	if req.Stream {
-		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "unsupported_parameter", errors.New("streaming is not supported")
-	}
 	if req.N != nil && *req.N != 1 {
 		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "unsupported_value", fmt.Errorf("n=%d is not supported: a scripted policy gives exactly one choice", *req.N)
 	}

@@ -224,7 +224,7 @@ func TestServerRejects(t *testing.T) {
 		{name: "trailing data", body: `{"model":"scripted-counter","messages":[` + user + `]} {}`, wantStatus: 400, wantCode: "invalid_json", wantMsg: "after the JSON object"},
 		{name: "unknown model", body: `{"model":"gpt-9","messages":[` + user + `]}`, wantStatus: 404, wantCode: "model_not_found", wantMsg: `unknown model "gpt-9"`},
 		{name: "missing model", body: `{"messages":[` + user + `]}`, wantStatus: 400, wantCode: "missing_model", wantMsg: "model is required"},
-		{name: "stream", body: `{"model":"scripted-counter","stream":true,"messages":[` + user + `]}`, wantStatus: 400, wantCode: "unsupported_parameter", wantMsg: "streaming is not supported"},
+		{name: "stream of an unknown model", body: `{"model":"gpt-9","stream":true,"messages":[` + user + `]}`, wantStatus: 404, wantCode: "model_not_found", wantMsg: `unknown model "gpt-9"`},
 		{name: "n=2", body: `{"model":"scripted-counter","n":2,"messages":[` + user + `]}`, wantStatus: 400, wantCode: "unsupported_value", wantMsg: "n=2"},
 		{name: "no messages", body: `{"model":"scripted-counter","messages":[]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: "must not be empty"},
 		{name: "tool message without id", body: `{"model":"scripted-counter","messages":[` + user + `,{"role":"tool","content":"counter=1"}]}`, wantStatus: 400, wantCode: "invalid_messages", wantMsg: "tool_call_id"},
@@ -266,9 +266,11 @@ func TestServerClientErrors(t *testing.T) {
 	_, err := client.Chat.Completions.New(ctx, params)
 	assertAPIError(t, err, http.StatusNotFound, "model_not_found")
 
-	stream := client.Chat.Completions.NewStreaming(ctx, counterParams(0, 1, 1))
+	params = counterParams(0, 1, 1)
+	params.Model = "gpt-9"
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
 	require.False(t, stream.Next(), "streaming request produced a chunk")
-	assertAPIError(t, stream.Err(), http.StatusBadRequest, "unsupported_parameter")
+	assertAPIError(t, stream.Err(), http.StatusNotFound, "model_not_found")
 
 	params = counterParams(0, 1, 1)
 	params.N = openai.Int(2)
@@ -413,6 +415,8 @@ func TestServerConfigValidate(t *testing.T) {
 		{name: "error rate above 1", cfg: policy.ServerConfig{Policies: serverTestRegistry(), ErrorRate: 1.5}, wantErr: "error rate"},
 		{name: "rates sum above 1", cfg: policy.ServerConfig{Policies: serverTestRegistry(), ErrorRate: 0.6, RateLimitRate: 0.6}, wantErr: "exceed 1"},
 		{name: "negative imperfection", cfg: policy.ServerConfig{Policies: serverTestRegistry(), Imperfection: -0.1}, wantErr: "imperfection"},
+		{name: "negative rate", cfg: policy.ServerConfig{Policies: serverTestRegistry(), TokensPerSecond: -1}, wantErr: "tokens per second"},
+		{name: "negative padding", cfg: policy.ServerConfig{Policies: serverTestRegistry(), PadTokens: -1}, wantErr: "pad tokens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

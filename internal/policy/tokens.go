@@ -27,6 +27,9 @@ var specialTokens = []string{
 // firstSpecialID is the id of specialTokens[0].
 const firstSpecialID = 256
 
+// EndMarker ends every rendered message, an assistant's answer included.
+const EndMarker = tokEnd
+
 const (
 	tokEnd       = "<|end|>"
 	tokAssistant = "<|assistant|>"

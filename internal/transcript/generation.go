@@ -48,6 +48,13 @@ type Generation struct {
 	// (set by the trainer in the rollout's policy).
 	PolicyVersion       string `json:"policy_version,omitempty"`
 	PolicyVersionSource string `json:"policy_version_source,omitempty"`
+	// PolicyVersionSpans are set only when more than one version sampled
+	// the generation (the weights changed between a durable prefix and its
+	// continuation): the first token each version sampled. PolicyVersion
+	// is then the first span's, the version at the call's start. A
+	// generation one version sampled has none, however many requests it
+	// took, so a recovered call writes the record an uninterrupted one does.
+	PolicyVersionSpans []VersionSpan `json:"policy_version_spans,omitempty"`
 	// Sampling are the sampling parameters the request carried, as JSON.
 	Sampling json.RawMessage `json:"sampling,omitempty"`
 }
@@ -70,6 +77,32 @@ func (g *Generation) Validate() error {
 	}
 	if g.PromptDigest != TokenDigest(g.PromptTokenIDs) || g.SequenceDigest != TokenDigest(g.PromptTokenIDs, g.GenerationTokenIDs) {
 		return fmt.Errorf("transcript: generation digests do not match its token ids")
+	}
+	return g.validateSpans()
+}
+
+// validateSpans checks the version spans: none, or two or more starting at
+// token 0 and going up inside the generation, each naming another version
+// than the one before.
+func (g *Generation) validateSpans() error {
+	spans := g.PolicyVersionSpans
+	if len(spans) == 0 {
+		return nil
+	}
+	if len(spans) == 1 {
+		return fmt.Errorf("transcript: one policy version span (a generation one version sampled has none)")
+	}
+	for i, s := range spans {
+		switch {
+		case i == 0 && s.Start != 0:
+			return fmt.Errorf("transcript: the first policy version span starts at token %d, not 0", s.Start)
+		case i > 0 && s.Start <= spans[i-1].Start:
+			return fmt.Errorf("transcript: policy version span %d starts at token %d, not after %d", i, s.Start, spans[i-1].Start)
+		case i > 0 && s.PolicyVersion == spans[i-1].PolicyVersion:
+			return fmt.Errorf("transcript: policy version spans %d and %d both name %q", i-1, i, s.PolicyVersion)
+		case s.Start >= len(g.GenerationTokenIDs):
+			return fmt.Errorf("transcript: policy version span %d starts at token %d of %d", i, s.Start, len(g.GenerationTokenIDs))
+		}
 	}
 	return nil
 }

@@ -39,3 +39,35 @@ func TestItemWithoutGenerationKeepsItsDigest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, transcript.DigestOf([]byte(`{"role":"assistant","content":"x"}`)), d)
 }
+
+// A durable prefix is a chain of chunks: stored one by one, read back put
+// together, and listed for a checkpoint.
+func TestPrefixChain(t *testing.T) {
+	ctx := t.Context()
+	s, err := transcriptstore.Open(t.TempDir())
+	require.NoError(t, err)
+	head := transcript.DigestOf([]byte("conversation"))
+	d1, err := s.PutPrefixChunk(ctx, transcript.PrefixChunk{Head: head, PromptTokenIDs: []int64{1}, TokenIDs: []int64{2, 3}, LogProbs: []float64{-1, -2}, Text: "ab"})
+	require.NoError(t, err)
+	d2, err := s.PutPrefixChunk(ctx, transcript.PrefixChunk{Parent: d1, Start: 2, Segment: 1, TokenIDs: []int64{4}, LogProbs: []float64{-3}, Text: "c", PolicyVersion: "v2"})
+	require.NoError(t, err)
+	p, err := s.Prefix(ctx, d2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{2, 3, 4}, p.TokenIDs)
+	require.Equal(t, "abc", p.Text)
+	require.Equal(t, head, p.Head)
+	require.Equal(t, []int{2}, p.ResumedAt())
+	blobs, err := s.PrefixBlobs(ctx, d2)
+	require.NoError(t, err)
+	require.Equal(t, []transcript.Digest{d2, d1}, blobs)
+
+	_, err = s.PutPrefixChunk(ctx, transcript.PrefixChunk{Parent: d1, Start: 2})
+	require.Error(t, err, "an empty chunk is refused before anything is stored")
+	// A chunk that does not continue its parent is corrupt when read.
+	bad, err := s.PutPrefixChunk(ctx, transcript.PrefixChunk{Parent: d1, Start: 5, TokenIDs: []int64{9}, LogProbs: []float64{-1}})
+	require.NoError(t, err)
+	_, err = s.Prefix(ctx, bad)
+	require.ErrorIs(t, err, transcript.ErrCorrupt)
+	_, err = s.Prefix(ctx, transcript.DigestOf([]byte("nothing")))
+	require.ErrorIs(t, err, transcript.ErrNotFound)
+}

@@ -296,3 +296,63 @@ func (s *Store) Generation(ctx context.Context, d transcript.Digest) (transcript
 	}
 	return g, nil
 }
+
+// maxPrefixChunks bounds the chain a prefix is read from: far above any
+// generation's chunk count (a million tokens at one token per chunk).
+const maxPrefixChunks = 1 << 20
+
+// PutPrefixChunk stores one chunk of an unfinished generation's durable
+// prefix, after checking it on its own.
+func (s *Store) PutPrefixChunk(ctx context.Context, c transcript.PrefixChunk) (transcript.Digest, error) {
+	if err := c.Validate(); err != nil {
+		return "", err
+	}
+	return s.PutJSON(ctx, c)
+}
+
+// Prefix loads the durable prefix whose last chunk is d: the chain walked to
+// its first chunk and put together. A missing chunk is transcript.ErrNotFound;
+// a chunk that does not decode or does not continue the one before is
+// transcript.ErrCorrupt.
+func (s *Store) Prefix(ctx context.Context, d transcript.Digest) (transcript.Prefix, error) {
+	chunks, _, err := s.prefixChain(ctx, d)
+	if err != nil {
+		return transcript.Prefix{}, err
+	}
+	p, err := transcript.AssemblePrefix(chunks)
+	if err != nil {
+		return transcript.Prefix{}, fmt.Errorf("%w: prefix %s: %v", transcript.ErrCorrupt, d, err)
+	}
+	return p, nil
+}
+
+// PrefixBlobs returns the digests of the chunks of the prefix whose last
+// chunk is d, newest first: what a checkpoint copies of a cut generation.
+func (s *Store) PrefixBlobs(ctx context.Context, d transcript.Digest) ([]transcript.Digest, error) {
+	_, digests, err := s.prefixChain(ctx, d)
+	return digests, err
+}
+
+// prefixChain reads the chunks from d back to the first, returning them
+// oldest first and their digests newest first.
+func (s *Store) prefixChain(ctx context.Context, d transcript.Digest) ([]transcript.PrefixChunk, []transcript.Digest, error) {
+	var chunks []transcript.PrefixChunk
+	var digests []transcript.Digest
+	for next := d; next != ""; {
+		if len(digests) == maxPrefixChunks {
+			return nil, nil, fmt.Errorf("%w: prefix %s: more than %d chunks", transcript.ErrCorrupt, d, maxPrefixChunks)
+		}
+		var c transcript.PrefixChunk
+		if err := s.GetJSON(ctx, next, &c); err != nil {
+			return nil, nil, err
+		}
+		if err := c.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("%w: prefix chunk %s: %v", transcript.ErrCorrupt, next, err)
+		}
+		chunks = append(chunks, c)
+		digests = append(digests, next)
+		next = c.Parent
+	}
+	slices.Reverse(chunks)
+	return chunks, digests, nil
+}

@@ -13,6 +13,7 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,8 +82,8 @@ type Config struct {
 	RestartEnv  string
 	RestartTask json.RawMessage
 	// ReplayEnv is a replay environment with task ReplayTask and the four
-	// calls ReplayCalls (three before the cut, one after), for R17; empty,
-	// or an environment the participant does not host, skips R17.
+	// calls ReplayCalls (three before the cut, one after), for R27; empty,
+	// or an environment the participant does not host, skips R27.
 	ReplayEnv   string
 	ReplayTask  json.RawMessage
 	ReplayCalls []Call
@@ -92,7 +93,43 @@ type Config struct {
 	// Prefix starts every rollout id the kit uses; empty picks a random
 	// one, so runs against a long-lived participant never collide.
 	Prefix string
+	// RetiredSessions is how many verified sessions the participant keeps
+	// the receipts of (the Go server's --retired-sessions): the kit verifies
+	// one more and checks that the oldest's requests are then refused
+	// session_retired (R3). 0 leaves that part of R3 undriven.
+	RetiredSessions int
+	// NoControlURL, when set, is a second instance of the participant
+	// started without a control token: every control route must answer it
+	// 404 control_disabled (R2). Empty leaves that part of R2 undriven.
+	NoControlURL string
+	// EndToEnd, when set, runs last, after the kit cleaned up its sessions:
+	// a small set of rollouts through the coordinator on the participant,
+	// with a checkpoint, a kill and a restore (its result is the line E2E).
+	EndToEnd EndToEnd
 }
+
+// EndToEnd drives a real set through the coordinator on the participant
+// (cmd/conformance wires one that starts a Temporal dev server, a policy
+// server and a worker) and returns the evidence of a pass.
+type EndToEnd func(ctx context.Context, p Target) (evidence string, err error)
+
+// Target is the participant under test, as the end-to-end stage needs it.
+type Target struct {
+	URL, DataToken, ControlToken string
+	HTTPClient                   *http.Client
+	// Env is the export_restore environment the kit drove; Prefix starts
+	// the ids the stage may use; Dir is where it may put checkpoints.
+	Env, Prefix, Dir string
+}
+
+// IDs of the lines of a run that are no numbered rule.
+const (
+	// CleanupID: the kit retired the live sessions of its rollouts, so a
+	// later checkpoint of the participant does not count them as members.
+	CleanupID = "END"
+	// EndToEndID: Config.EndToEnd's verdict.
+	EndToEndID = "E2E"
+)
 
 // Rule is one numbered rule of RULES.md.
 type Rule struct {
@@ -107,7 +144,8 @@ type Result struct {
 	Evidence string
 }
 
-// Rules lists every rule the kit checks, in order.
+// Rules lists every numbered rule the kit checks, in order (a run also
+// reports RuleCleanup and, with Config.EndToEnd, RuleEndToEnd).
 func Rules() []Rule {
 	checks := allChecks()
 	out := make([]Rule, len(checks))

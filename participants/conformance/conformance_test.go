@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
 	"github.com/turnstile-rl/turnstile/envs/sandbox"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/brokenparticipant"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -29,11 +31,18 @@ const (
 	controlToken = "conformance-test-control-token"
 )
 
+// retiredSessions is the bound on verified sessions the test servers keep
+// the receipts of, small so the kit can drive past it (R3).
+const retiredSessions = 3
+
 // goParticipant serves a Go envserver (counter and arithmetic, both tokens
-// or, with open, no data token) through wrap.
+// or, with open, no data token, and the sandbox for R27) through wrap,
+// with a second instance without a control token for R2; mod changes the
+// servers' configuration.
 func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler, mod ...func(*envserver.ServerConfig)) conformance.Config {
 	t.Helper()
-	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New(), sandbox.New()}, Name: "conformance", ControlToken: controlToken}
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New(), sandbox.New()}, Name: "conformance", ControlToken: controlToken,
+		RetiredSessions: retiredSessions}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -50,11 +59,16 @@ func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler
 	}
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
+	cfg.ControlToken = ""
+	noControl, err := envserver.NewServer(cfg)
+	require.NoError(t, err)
+	nc := httptest.NewServer(noControl)
+	t.Cleanup(nc.Close)
 	return conformance.Config{URL: hs.URL, DataToken: dataToken, ControlToken: controlToken, Dir: t.TempDir(),
 		Env: conformance.DefaultEnv, Task: json.RawMessage(conformance.DefaultTask), Tool: conformance.DefaultTool,
 		Args: json.RawMessage(conformance.DefaultArgs), RestartEnv: conformance.DefaultRestartEnv,
-		RestartTask: json.RawMessage(conformance.DefaultRestartTask), ReplayEnv: conformance.DefaultReplayEnv,
-		ReplayTask: json.RawMessage(conformance.DefaultReplayTask), ReplayCalls: defaultCalls(t)}
+		RestartTask: json.RawMessage(conformance.DefaultRestartTask), RetiredSessions: retiredSessions, NoControlURL: nc.URL,
+		ReplayEnv: conformance.DefaultReplayEnv, ReplayTask: json.RawMessage(conformance.DefaultReplayTask), ReplayCalls: defaultCalls(t)}
 }
 
 func defaultCalls(t *testing.T) []conformance.Call {
@@ -76,17 +90,35 @@ func run(t *testing.T, cfg conformance.Config) []conformance.Result {
 
 // TestGoEnvServerConforms is the CI run of the kit against the Go
 // envserver: every rule passes, and every error answer it gave is the one
-// docs/protocol/openapi.json documents (R16).
+// docs/protocol/openapi.json documents (R16). The kit leaves no live
+// session behind: a checkpoint of the server afterwards finds none of the
+// kit's rollouts to count as members (it used to find one per rule, and
+// the checkpoint aborted MemberMissing).
 func TestGoEnvServerConforms(t *testing.T) {
-	res := run(t, goParticipant(t, false, nil))
-	require.Len(t, res, len(conformance.Rules()), "%d results for %d rules", len(res), len(conformance.Rules()))
+	cfg := goParticipant(t, false, nil)
+	res := run(t, cfg)
+	require.Len(t, res, len(conformance.Rules())+1, "one result per rule, and the clean-up")
 	for _, r := range res {
 		assert.Equal(t, conformance.Pass, r.Verdict, "%s %s: %s %s", r.ID, r.Name, r.Verdict, r.Evidence)
 	}
+	assert.Equal(t, conformance.CleanupID, res[len(res)-1].ID)
+
+	cc := protocol.NewControlClient(cfg.URL, controlToken, nil)
+	prep, err := cc.Prepare(context.Background(), protocol.PrepareRequest{CheckpointID: "after-the-kit", Deadline: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	for _, s := range prep.Sessions {
+		assert.True(t, s.Retired, "a checkpoint after the kit counts %s (attempt %d, live) as a member", s.RolloutID, s.Attempt)
+	}
+	_, err = cc.Resume(context.Background(), "after-the-kit")
+	require.NoError(t, err)
 }
 
 // TestBrokenParticipantsFailTheRightRule: each deliberately broken
-// participant fails exactly the rule it breaks.
+// participant fails exactly the rule it breaks. The last three are what a
+// participant written from the documents of before could get wrong and
+// the kit did not see, though the coordinator refused it: capabilities it
+// does not read, an artifact it cannot open, and a live rollback under the
+// checkpoint's own id.
 func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 	servedRestartOnly := func(c *envserver.ServerConfig) { c.RestartOnly = []string{sandbox.Name} }
 	for _, tc := range []struct {
@@ -99,8 +131,12 @@ func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 		{"re-applies a replayed request", false, reapplyReplays, nil, []string{"R3"}},
 		{"lets the data plane install attempts (a server before the data-plane fence fix)", false, installOnDemand, nil, []string{"R7"}},
 		{"data plane without a token", true, nil, nil, []string{"R1"}},
-		{"declares replay but starts its sessions over", false, claimReplay, []func(*envserver.ServerConfig){servedRestartOnly}, []string{"R17"}},
-		{"counts a replay's re-applied mutations as applied", false, countReapplied, nil, []string{"R17"}},
+		{"capabilities of another component and without the features a coordinator needs", false,
+			brokenparticipant.Capabilities(func(c *protocol.Capabilities) { c.Component, c.Features = "env-server", nil }), nil, []string{"R17"}},
+		{"commits plain JSON and a manifest, not the artifact format", false, brokenparticipant.PlainArtifact, nil, []string{"R26"}},
+		{"keeps R11 without the live-rollback exception", false, brokenparticipant.LiteralR11, nil, []string{"R18"}},
+		{"declares replay but starts its sessions over", false, claimReplay, []func(*envserver.ServerConfig){servedRestartOnly}, []string{"R27"}},
+		{"counts a replay's re-applied mutations as applied", false, countReapplied, nil, []string{"R27"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var failed []string
@@ -127,7 +163,9 @@ func reapplyReplays(next http.Handler) http.Handler {
 		}
 		body, _ := io.ReadAll(r.Body)
 		var fields map[string]any
-		if json.Unmarshal(body, &fields) == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber() // numbers as written: 1.0 stays 1.0
+		if dec.Decode(&fields) == nil {
 			canon, _ := json.Marshal(fields) // sorted keys: formatting does not matter
 			mu.Lock()
 			again := seen[string(canon)]
@@ -181,7 +219,7 @@ func clone(r *http.Request, body []byte) *http.Request {
 	return c
 }
 
-// claimReplay breaks R17 as a participant that declares replay without
+// claimReplay breaks R27 as a participant that declares replay without
 // doing it: the server serves the sandbox restart_only, and every answer
 // that names its mode says replay.
 func claimReplay(next http.Handler) http.Handler {
@@ -190,7 +228,7 @@ func claimReplay(next http.Handler) http.Handler {
 	})
 }
 
-// countReapplied breaks R17 as a participant whose replay counts the
+// countReapplied breaks R27 as a participant whose replay counts the
 // mutations it re-applies as applied.
 func countReapplied(next http.Handler) http.Handler {
 	return rewrite(next, func(r *http.Request, status int, body []byte) []byte {

@@ -20,9 +20,12 @@ import (
 
 // check is one rule's driver: it returns the evidence of a pass, or an
 // error saying what the participant did wrong (errSkip: not applicable).
+// A check marked last runs after all the others (R16 judges every error
+// answer of the run), though it is reported in its place.
 type check struct {
 	Rule
-	run func(ctx context.Context, k *kit) (string, error)
+	run  func(ctx context.Context, k *kit) (string, error)
+	last bool
 }
 
 // skipError marks a rule the participant cannot be checked for.
@@ -30,27 +33,36 @@ type skipError struct{ reason string }
 
 func (e skipError) Error() string { return e.reason }
 
-// allChecks is the rule table, in RULES.md order, except that R16 comes
-// last because it judges every error answer the run collected.
+// allChecks is the rule table, in RULES.md order.
 func allChecks() []check {
 	return []check{
-		{Rule{"R1", "data-plane authentication"}, checkDataAuth},
-		{Rule{"R2", "control-plane authentication and plane separation"}, checkControlAuth},
-		{Rule{"R3", "request-id replay"}, checkReplay},
-		{Rule{"R4", "request-id conflict"}, checkConflict},
-		{Rule{"R5", "revision check"}, checkRevision},
-		{Rule{"R6", "attempt fence: stale attempts"}, checkStale},
-		{Rule{"R7", "only the control plane moves the fence"}, checkNotInstalled},
-		{Rule{"R8", "authorised start-over"}, checkAuthorise},
-		{Rule{"R9", "retire"}, checkRetire},
-		{Rule{"R10", "verify is terminal"}, checkVerifyTerminal},
-		{Rule{"R11", "phase fence"}, checkPhaseFence},
-		{Rule{"R12", "deadlines"}, checkDeadlines},
-		{Rule{"R13", "export/restore determinism"}, checkExportRestore},
-		{Rule{"R14", "restart-only and stateless modes"}, checkRestartOnly},
-		{Rule{"R15", "malformed requests"}, checkMalformed},
-		{Rule{"R17", "replay-restore"}, checkReplayRestore},
-		{Rule{"R16", "error envelope and unknown routes"}, checkEnvelope},
+		{Rule: Rule{"R1", "data-plane authentication"}, run: checkDataAuth},
+		{Rule: Rule{"R2", "control-plane authentication and plane separation"}, run: checkControlAuth},
+		{Rule: Rule{"R3", "request-id replay"}, run: checkReplay},
+		{Rule: Rule{"R4", "request-id conflict"}, run: checkConflict},
+		{Rule: Rule{"R5", "revision check"}, run: checkRevision},
+		{Rule: Rule{"R6", "attempt fence: stale attempts"}, run: checkStale},
+		{Rule: Rule{"R7", "only the control plane moves the fence"}, run: checkNotInstalled},
+		{Rule: Rule{"R8", "authorised start-over"}, run: checkAuthorise},
+		{Rule: Rule{"R9", "retire"}, run: checkRetire},
+		{Rule: Rule{"R10", "verify is terminal"}, run: checkVerifyTerminal},
+		{Rule: Rule{"R11", "phase fence"}, run: checkPhaseFence},
+		{Rule: Rule{"R12", "deadlines"}, run: checkDeadlines},
+		{Rule: Rule{"R13", "export/restore determinism"}, run: checkExportRestore},
+		{Rule: Rule{"R14", "restart-only and stateless modes"}, run: checkRestartOnly},
+		{Rule: Rule{"R15", "malformed requests"}, run: checkMalformed},
+		{Rule: Rule{"R16", "error envelope and unknown routes"}, run: checkEnvelope, last: true},
+		{Rule: Rule{"R17", "capabilities"}, run: checkCapabilities},
+		{Rule: Rule{"R18", "control session ids"}, run: checkSessionIDs},
+		{Rule: Rule{"R19", "order of checks on a control operation"}, run: checkControlOrder},
+		{Rule: Rule{"R20", "a restore answers what it installed"}, run: checkRestoreAnswer},
+		{Rule: Rule{"R21", "counters"}, run: checkCounters},
+		{Rule: Rule{"R22", "the fence of a rollout never seen"}, run: checkUnseen},
+		{Rule: Rule{"R23", "environment refusals are not receipts"}, run: checkRefusalsNotStored},
+		{Rule: Rule{"R24", "canonical json and number equality"}, run: checkCanonicalJSON},
+		{Rule: Rule{"R25", "stateless environments"}, run: checkStateless},
+		{Rule: Rule{"R26", "the checkpoint artifact"}, run: checkArtifact},
+		{Rule: Rule{"R27", "replay-restore"}, run: checkReplayRestore},
 	}
 }
 
@@ -66,11 +78,15 @@ type kit struct {
 	errorsSeen   int
 	undocumented []string
 	serverErrors []string
+	// used are the rollout ids the kit made up, for the clean-up.
+	used map[string]bool
 }
 
-// Run checks every rule against the participant cfg names. The error is a
-// run that could not start (bad configuration, participant unreachable or
-// not fresh); a rule the participant breaks is a Fail result.
+// Run checks every rule against the participant cfg names, then retires
+// the live sessions of the kit's rollouts (line END) and, with
+// cfg.EndToEnd, runs a set through the coordinator (line E2E). The error is
+// a run that could not start (bad configuration, participant unreachable
+// or not fresh); a rule the participant breaks is a Fail result.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	k, err := newKit(cfg)
 	if err != nil {
@@ -79,25 +95,55 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := k.preflight(ctx); err != nil {
 		return nil, err
 	}
-	var out []Result
-	for _, c := range allChecks() {
-		res := Result{Rule: c.Rule}
-		evidence, err := c.run(ctx, k)
-		var skip skipError
-		switch {
-		case errors.As(err, &skip):
-			res.Verdict, res.Evidence = Skip, skip.reason
-		case err != nil:
-			res.Verdict, res.Evidence = Fail, err.Error()
-		default:
-			res.Verdict, res.Evidence = Pass, evidence
+	checks := allChecks()
+	out := make([]Result, len(checks))
+	for _, last := range []bool{false, true} {
+		for i, c := range checks {
+			if c.last == last {
+				out[i] = k.runCheck(ctx, c)
+			}
 		}
-		if note := k.backToIdle(ctx); note != "" {
-			res.Verdict, res.Evidence = Fail, res.Evidence+"; "+note
-		}
-		out = append(out, res)
+	}
+	out = append(out, k.cleanup(ctx))
+	if cfg.EndToEnd != nil {
+		out = append(out, k.endToEnd(ctx))
 	}
 	return out, nil
+}
+
+// runCheck runs one rule and resumes a control session it left open.
+func (k *kit) runCheck(ctx context.Context, c check) Result {
+	res := Result{Rule: c.Rule}
+	evidence, err := c.run(ctx, k)
+	var skip skipError
+	switch {
+	case errors.As(err, &skip):
+		res.Verdict, res.Evidence = Skip, skip.reason
+	case err != nil:
+		res.Verdict, res.Evidence = Fail, err.Error()
+	default:
+		res.Verdict, res.Evidence = Pass, evidence
+	}
+	if note := k.backToIdle(ctx); note != "" {
+		res.Verdict, res.Evidence = Fail, res.Evidence+"; "+note
+	}
+	return res
+}
+
+// endToEnd runs cfg.EndToEnd and cleans up after it.
+func (k *kit) endToEnd(ctx context.Context) Result {
+	res := Result{Rule: Rule{ID: EndToEndID, Name: "checkpoint, kill and restore through the coordinator"}}
+	evidence, err := k.cfg.EndToEnd(ctx, Target{URL: k.cfg.URL, DataToken: k.cfg.DataToken, ControlToken: k.cfg.ControlToken,
+		HTTPClient: k.hc, Env: k.cfg.Env, Prefix: k.prefix + "-e2e", Dir: k.cfg.Dir})
+	if err != nil {
+		res.Verdict, res.Evidence = Fail, err.Error()
+	} else {
+		res.Verdict, res.Evidence = Pass, evidence
+	}
+	if note := k.backToIdle(ctx); note != "" {
+		res.Verdict, res.Evidence = Fail, res.Evidence+"; "+note
+	}
+	return res
 }
 
 func newKit(cfg Config) (*kit, error) {
@@ -132,11 +178,20 @@ func newKit(cfg Config) (*kit, error) {
 	if cfg.ReplayEnv != "" && (len(cfg.ReplayTask) == 0 || len(cfg.ReplayCalls) != replayCalls) {
 		return nil, fmt.Errorf("a replay environment needs a task (ReplayTask) and %d calls (ReplayCalls), got %d", replayCalls, len(cfg.ReplayCalls))
 	}
+	if cfg.RetiredSessions < 0 {
+		return nil, fmt.Errorf("retired sessions %d is negative", cfg.RetiredSessions)
+	}
+	if cfg.NoControlURL != "" {
+		cfg.NoControlURL = strings.TrimRight(cfg.NoControlURL, "/")
+		if u, err := url.Parse(cfg.NoControlURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("participant URL without a control plane %q is not an http:// or https:// URL", cfg.NoControlURL)
+		}
+	}
 	spec, err := LoadSpec()
 	if err != nil {
 		return nil, err
 	}
-	k := &kit{cfg: cfg, hc: cfg.HTTPClient, spec: spec, prefix: cfg.Prefix}
+	k := &kit{cfg: cfg, hc: cfg.HTTPClient, spec: spec, prefix: cfg.Prefix, used: map[string]bool{}}
 	if k.hc == nil {
 		k.hc = http.DefaultClient
 	}

@@ -14,7 +14,13 @@ import (
 // The kit's protocol calls: typed requests with the right token, answers
 // decoded and checked.
 
-func (k *kit) rollout(name string) string { return k.prefix + "-" + name }
+// rollout is the id of the kit's rollout name; the clean-up retires its
+// session at the end.
+func (k *kit) rollout(name string) string {
+	id := k.prefix + "-" + name
+	k.used[id] = true
+	return id
+}
 
 func (k *kit) checkpointID(name string) string { return k.prefix + "-" + name }
 
@@ -55,6 +61,16 @@ func (k *kit) operate(ctx context.Context, req protocol.OperateRequest) (protoco
 		return out, err
 	}
 	return out, decode(fmt.Sprintf("operate %s (attempt %d, expected revision %d)", req.RequestID, req.Attempt, req.ExpectedRevision), a, &out)
+}
+
+// verify sends a verify and wants a 200.
+func (k *kit) verify(ctx context.Context, id string, attempt int, rev int64) (protocol.VerifyResponse, error) {
+	var out protocol.VerifyResponse
+	a, err := k.do(ctx, protocol.RouteVerify, id, k.dataAuth(), verifyReq(id, attempt, rev))
+	if err != nil {
+		return out, err
+	}
+	return out, decode(fmt.Sprintf("verify of %s attempt %d", id, attempt), a, &out)
 }
 
 // began starts rollout id at attempt 0 and applies turns operations.

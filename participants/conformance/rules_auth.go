@@ -108,6 +108,54 @@ func checkControlAuth(ctx context.Context, k *kit) (string, error) {
 	if err := decode("capabilities with the control token", a, &caps); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d control requests without the control token (none, the data token, wrong) → 401 unauthorized; phase stayed idle, admission open; the fence did not move; capabilities with the control token → 200 (%s %q)",
-		n, caps.Component, caps.Name), nil
+	disabled, err := k.controlDisabled(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d control requests without the control token (none, the data token, wrong) → 401 unauthorized; phase stayed idle, admission open; the fence did not move; capabilities with the control token → 200 (%s %q); %s",
+		n, caps.Component, caps.Name, disabled), nil
+}
+
+// controlDisabled checks the instance started without a control token
+// (Config.NoControlURL): every control route, with or without a token,
+// answers 404 control_disabled, while its data plane answers.
+func (k *kit) controlDisabled(ctx context.Context) (string, error) {
+	if k.cfg.NoControlURL == "" {
+		return "control_disabled not driven (no instance without a control token given: --no-control-url)", nil
+	}
+	other := *k
+	other.cfg.URL = k.cfg.NoControlURL
+	routes := []struct {
+		route, id string
+		body      any
+	}{
+		{protocol.RouteControlCapabilities, "", nil},
+		{protocol.RouteControlStatus, "", nil},
+		{protocol.RouteControlPrepare, "", protocol.PrepareRequest{CheckpointID: k.checkpointID("k2"), Deadline: future()}},
+		{protocol.RouteControlResume, "", protocol.ResumeRequest{CheckpointID: k.checkpointID("k2")}},
+		{protocol.RouteControlAuthorise, k.rollout("r2-off"), protocol.AuthoriseRequest{Attempt: 1}},
+	}
+	n := 0
+	for _, authz := range []string{k.controlAuth(), ""} {
+		for _, r := range routes {
+			a, err := other.do(ctx, r.route, r.id, authz, r.body)
+			if err != nil {
+				return "", err
+			}
+			if err := want(fmt.Sprintf("%s at the instance without a control token (Authorization %q)", r.route, authz), a,
+				http.StatusNotFound, protocol.CodeControlDisabled); err != nil {
+				return "", err
+			}
+			n++
+		}
+	}
+	a, err := other.do(ctx, protocol.RouteStats, "", k.dataAuth(), nil)
+	if err != nil {
+		return "", err
+	}
+	if err := want("GET /v1/stats at the instance without a control token", a, http.StatusOK, ""); err != nil {
+		return "", err
+	}
+	k.errorsSeen, k.undocumented, k.serverErrors = other.errorsSeen, other.undocumented, other.serverErrors
+	return fmt.Sprintf("at the instance without a control token, %d control requests (with the token and without) → 404 control_disabled, its data plane answers", n), nil
 }

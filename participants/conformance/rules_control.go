@@ -136,7 +136,77 @@ func checkPhaseFence(ctx context.Context, k *kit) (string, error) {
 	if r, err := k.operate(ctx, k.opReq(id, 0, 2, 1)); err != nil || r.Revision != 2 {
 		return "", fmt.Errorf("the parked operate re-sent after resume: %+v, %v", r, err)
 	}
-	return k.retiredID(ctx, c1, res)
+	evidence, err := k.retiredID(ctx, c1, res)
+	if err != nil {
+		return "", err
+	}
+	takeOver, err := k.restoreCommitted(ctx)
+	if err != nil {
+		return "", err
+	}
+	return evidence + "; " + takeOver, nil
+}
+
+// restoreCommitted restores a checkpoint left committed (taken with
+// stay-paused, never resumed) under another restore id. A participant
+// either takes the session over (admission closed throughout; on success
+// the checkpoint id is retired as if resumed: its resume replays, its
+// prepare is stale) or refuses it as another active session (409
+// checkpoint_conflict) and changes nothing (the operator resumes first).
+func (k *kit) restoreCommitted(ctx context.Context) (string, error) {
+	id, ckpt, rid := k.rollout("r11-paused"), k.checkpointID("k11c"), k.checkpointID("k11c-restore")
+	if _, err := k.began(ctx, id, 1); err != nil {
+		return "", err
+	}
+	if _, _, err := k.prepare(ctx, ckpt); err != nil {
+		return "", err
+	}
+	if _, err := k.commit(ctx, ckpt, k.location("k11c")); err != nil {
+		return "", err
+	}
+	req := protocol.RestoreRequest{CheckpointID: ckpt, RestoreID: rid, Location: k.location("k11c"), Attempts: map[string]int{id: 1}}
+	res, a, err := k.restore(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	if a.status == http.StatusConflict && a.code == protocol.CodeCheckpointConflict {
+		if err := k.wantPhase(ctx, protocol.PhaseCommitted, protocol.AdmissionClosed); err != nil {
+			return "", fmt.Errorf("after the restore of a committed checkpoint was refused checkpoint_conflict: %w", err)
+		}
+		if err := k.wantSession(ctx, id, 0, 1, false); err != nil {
+			return "", fmt.Errorf("after the restore of a committed checkpoint was refused: %w", err)
+		}
+		if _, err := k.resume(ctx, ckpt, ""); err != nil {
+			return "", err
+		}
+		return "a restore of a checkpoint left committed (stay-paused), under another id → 409 checkpoint_conflict, nothing changed (this participant does not take the session over: the operator resumes first)", nil
+	}
+	if a.status != http.StatusOK {
+		return "", fmt.Errorf("restore of a checkpoint left committed answered %s, want 200 (taken over) or, from a participant that does not take it over, 409 checkpoint_conflict (another session is active, R19)", a)
+	}
+	if m, ok := member(res.Restored, id); !ok || m.Attempt != 1 {
+		return "", fmt.Errorf("restore of a checkpoint left committed answered restored %+v, want %s at attempt 1", res.Restored, id)
+	}
+	if err := k.wantPhase(ctx, protocol.PhaseRestored, protocol.AdmissionClosed); err != nil {
+		return "", err
+	}
+	if _, err := k.resume(ctx, ckpt, rid); err != nil {
+		return "", err
+	}
+	if _, err := k.resume(ctx, ckpt, ""); err != nil {
+		return "", fmt.Errorf("a late resume of the checkpoint taken over must replay: %w", err)
+	}
+	a, err = k.control(ctx, protocol.RouteControlPrepare, "", protocol.PrepareRequest{CheckpointID: ckpt, Deadline: future()})
+	if err != nil {
+		return "", err
+	}
+	if err := want("a late prepare of the checkpoint taken over", a, http.StatusConflict, protocol.CodeStaleCheckpoint); err != nil {
+		return "", err
+	}
+	if err := k.wantSession(ctx, id, 1, 1, false); err != nil {
+		return "", err
+	}
+	return "a restore of a checkpoint left committed (stay-paused) takes its session over: restored at attempt 1, admission closed until the restore's resume; the checkpoint's late resume replays, its late prepare → 409 stale_checkpoint", nil
 }
 
 // phaseConflicts checks the replay and the refusals while c1 is prepared.

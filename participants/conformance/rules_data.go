@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -58,8 +59,60 @@ func checkReplay(ctx context.Context, k *kit) (string, error) {
 	if err := k.wantSession(ctx, id, 0, 1, false); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("operate applied once (applied +1, revision 1, observation %q); re-sent twice with reformatted arguments → the stored answer with replayed:true; start re-sent → replayed; applied unchanged, replayed +3, session at revision 1",
-		truncate(first.Outcome.Observation, 60)), nil
+	dropped, err := k.receiptsDropped(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("operate applied once (applied +1, revision 1, observation %q); re-sent twice with reformatted arguments → the stored answer with replayed:true; start re-sent → replayed; applied unchanged, replayed +3, session at revision 1; %s",
+		truncate(first.Outcome.Observation, 60), dropped), nil
+}
+
+// receiptsDropped verifies one session more than the participant keeps
+// the receipts of (Config.RetiredSessions): the oldest one's requests are
+// then refused session_retired, never applied again, and its info stays.
+func (k *kit) receiptsDropped(ctx context.Context) (string, error) {
+	n := k.cfg.RetiredSessions
+	if n == 0 {
+		return "receipts dropped after verify not driven (the participant's bound on verified sessions not given: --retired-sessions)", nil
+	}
+	ids := make([]string, n+1)
+	for i := range ids {
+		ids[i] = k.rollout(fmt.Sprintf("r3-drop-%d", i))
+		if _, err := k.start(ctx, k.startReq(ids[i], 0)); err != nil {
+			return "", err
+		}
+		var v protocol.VerifyResponse
+		a, err := k.do(ctx, protocol.RouteVerify, ids[i], k.dataAuth(), verifyReq(ids[i], 0, 0))
+		if err != nil {
+			return "", err
+		}
+		if err := decode("verify of "+ids[i], a, &v); err != nil {
+			return "", err
+		}
+	}
+	before, err := k.stats(ctx)
+	if err != nil {
+		return "", err
+	}
+	oldest := ids[0]
+	for _, c := range []struct {
+		what, route, id string
+		body            any
+	}{
+		{"the verify of the oldest verified session re-sent, its receipts dropped", protocol.RouteVerify, oldest, verifyReq(oldest, 0, 0)},
+		{"the start of the oldest verified session re-sent, its receipts dropped", protocol.RouteStart, "", k.startReq(oldest, 0)},
+	} {
+		if err := k.refused(ctx, c.what, c.route, c.id, c.body, http.StatusConflict, protocol.CodeSessionRetired); err != nil {
+			return "", err
+		}
+	}
+	if _, err := k.sameStats(ctx, "requests of a session whose receipts were dropped", before); err != nil {
+		return "", err
+	}
+	if err := k.wantSession(ctx, oldest, 0, 0, true); err != nil {
+		return "", fmt.Errorf("after its receipts were dropped: %w", err)
+	}
+	return fmt.Sprintf("%d sessions verified, one more than the %d whose receipts are kept: the oldest's verify and start re-sent → 409 session_retired, nothing applied, its info still answered (retired)", n+1, n), nil
 }
 
 // checkConflict: R4. A request id reused with another body is refused.
@@ -305,6 +358,9 @@ func checkMalformed(ctx context.Context, k *kit) (string, error) {
 		{"no attempt", protocol.RouteOperate, op(`"request_id":"x",` + rest)},
 		{"a negative attempt", protocol.RouteOperate, op(`"attempt":-1,"request_id":"x",` + rest)},
 		{"an attempt that is a string", protocol.RouteOperate, op(`"attempt":"0","request_id":"x",` + rest)},
+		{"an attempt of 0.0", protocol.RouteOperate, op(`"attempt":0.0,"request_id":"x",` + rest)},
+		{"an expected_revision of 1.0", protocol.RouteOperate, op(fmt.Sprintf(`"attempt":0,"request_id":"x","expected_revision":1.0,"tool":%q,"arguments":%s`, tool, args))},
+		{"a seed of 1e0", protocol.RouteStart, []byte(fmt.Sprintf(`{"rollout_id":"%s-new","attempt":0,"request_id":"s","env":%q,"seed":1e0,"task":%s}`, id, k.cfg.Env, k.cfg.Task))},
 		{"an empty request id", protocol.RouteOperate, op(`"attempt":0,"request_id":"",` + rest)},
 		{"no expected_revision", protocol.RouteOperate, op(fmt.Sprintf(`"attempt":0,"request_id":"x","tool":%q,"arguments":%s`, tool, args))},
 		{"trailing data", protocol.RouteOperate, append(op(`"attempt":0,"request_id":"x",`+rest), []byte(` {}`)...)},
@@ -329,5 +385,55 @@ func checkMalformed(ctx context.Context, k *kit) (string, error) {
 	if err := k.wantNoSession(ctx, id+"-new"); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d malformed bodies (unknown field, missing/negative/string attempt, empty request id, missing expected_revision, trailing data, not an object, path mismatch, start without env or rollout_id) → 400 malformed_request; nothing applied, session unchanged", len(cases)), nil
+	if err := k.oversize(ctx, id); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d malformed bodies (unknown field, missing/negative/string/fractional attempt, fractional expected_revision and seed, empty request id, missing expected_revision, trailing data, not an object, path mismatch, start without env or rollout_id) → 400 malformed_request; bodies of 16 MiB + 1 byte to a mutation and to prepare → 400 malformed_request; nothing applied, session unchanged, phase idle", len(cases)), nil
+}
+
+// maxBody is the largest body a participant reads (R15).
+const maxBody = 16 << 20
+
+// oversize sends bodies one byte over the bound, to a mutation and to a
+// control operation: each → 400 malformed_request, nothing changes.
+func (k *kit) oversize(ctx context.Context, id string) error {
+	before, err := k.stats(ctx)
+	if err != nil {
+		return err
+	}
+	// A JSON object the participant would take, padded with spaces inside
+	// (JSON whitespace) to one byte over the bound.
+	body := func(fields string) []byte {
+		b := make([]byte, maxBody+1)
+		copy(b, "{")
+		for i := 1; i < len(b)-len(fields)-1; i++ {
+			b[i] = ' '
+		}
+		copy(b[len(b)-len(fields)-1:], fields+"}")
+		return b
+	}
+	op := body(fmt.Sprintf(`"rollout_id":%q,"attempt":0,"request_id":%q,"expected_revision":1,"tool":%q,"arguments":%s`,
+		id, opID(id, 2), k.cfg.Tool, k.cfg.Args))
+	a, err := k.postOversize(ctx, protocol.RouteOperate, id, k.dataAuth(), op)
+	if err != nil {
+		return err
+	}
+	if err := want("an operate of 16 MiB + 1 byte", a, http.StatusBadRequest, protocol.CodeMalformed); err != nil {
+		return err
+	}
+	a, err = k.postOversize(ctx, protocol.RouteControlPrepare, "", k.controlAuth(), body(fmt.Sprintf(`"checkpoint_id":%q,"deadline":%q`,
+		k.checkpointID("k15"), future().Format(time.RFC3339Nano))))
+	if err != nil {
+		return err
+	}
+	if err := want("a prepare of 16 MiB + 1 byte", a, http.StatusBadRequest, protocol.CodeMalformed); err != nil {
+		return err
+	}
+	if err := k.wantPhase(ctx, protocol.PhaseIdle, protocol.AdmissionOpen); err != nil {
+		return fmt.Errorf("after an over-size prepare: %w", err)
+	}
+	if _, err := k.sameStats(ctx, "over-size bodies", before); err != nil {
+		return err
+	}
+	return k.wantSession(ctx, id, 0, 1, false)
 }

@@ -10,13 +10,13 @@ import (
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
-// Call is one operation of a replay environment the kit drives (R17).
+// Call is one operation of a replay environment the kit drives (R27).
 type Call struct {
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// replayCalls is how many calls R17 needs: three before the cut, one after.
+// replayCalls is how many calls R27 needs: three before the cut, one after.
 const replayCalls = 4
 
 func (k *kit) replayOp(id string, attempt, i int) protocol.OperateRequest {
@@ -25,7 +25,7 @@ func (k *kit) replayOp(id string, attempt, i int) protocol.OperateRequest {
 		ExpectedRevision: int64(i), Tool: c.Tool, Arguments: c.Arguments}
 }
 
-// checkReplayRestore: R17. A replay session is cut as its receipts; a
+// checkReplayRestore: R27. A replay session is cut as its receipts; a
 // restore rebuilds it by re-applying them, applies nothing, lists it
 // restored at the cut's revision, and the rebuilt session answers as the
 // original did.

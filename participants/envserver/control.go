@@ -132,11 +132,10 @@ func (s *Server) handleCapabilities(_ *http.Request, _ []byte) (any, error) {
 		Name:          s.ctl.name,
 		SchemaVersion: protocol.ControlSchemaVersion,
 		Envs:          s.envCapabilities(),
-		Features: []string{protocol.FeatureAbsoluteDeadline, protocol.FeatureRetireStraggler, protocol.FeatureReceiptsInCheckpoint,
-			protocol.FeatureRestartOnlyDiscard, protocol.FeatureRestoreSessions, protocol.FeatureAuthoriseStartOver},
-		Phase:        v.phase,
-		CheckpointID: v.checkpoint,
-		RestoreID:    v.restoreID,
+		Features:      protocol.Features(),
+		Phase:         v.phase,
+		CheckpointID:  v.checkpoint,
+		RestoreID:     v.restoreID,
 	}, nil
 }
 

@@ -78,31 +78,79 @@ func checkOperation(route string, op conformance.Operation) []string {
 	return errs
 }
 
-// TestRulesInLockstep holds RULES.md, openapi.json and the conformance kit
-// together: every numbered rule of RULES.md is a rule the kit checks, by
-// the same name, and none besides; every rule an operation of openapi.json
-// names (x-rules) exists; and the document's environment modes are those
-// package envs defines.
-func TestRulesInLockstep(t *testing.T) {
-	headings := map[string]string{}
-	for _, line := range strings.Split(string(protocoldoc.Rules()), "\n") {
-		if m := ruleHeading.FindStringSubmatch(line); m != nil {
-			headings[m[1]] = strings.ToLower(m[2])
+// ruleHeading is a rule's heading in RULES.md: "## R3 Request-id replay
+// (at most once)".
+var ruleHeading = regexp.MustCompile(`(?m)^## (R[0-9]+) (.+)$`)
+
+// documentedRule is one of RULES.md's numbered rules: its id, title and
+// text.
+type documentedRule struct{ id, title, text string }
+
+// documentedRules are RULES.md's numbered rules, in order.
+func documentedRules(t *testing.T) []documentedRule {
+	t.Helper()
+	doc := string(protocoldoc.Rules())
+	locs := ruleHeading.FindAllStringSubmatchIndex(doc, -1)
+	require.NotEmpty(t, locs, "RULES.md has no numbered rules")
+	var out []documentedRule
+	for i, l := range locs {
+		end := len(doc)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
 		}
+		if next := strings.Index(doc[l[1]:end], "\n## "); next >= 0 {
+			end = l[1] + next
+		}
+		out = append(out, documentedRule{id: doc[l[2]:l[3]], title: doc[l[4]:l[5]], text: doc[l[1]:end]})
 	}
-	kit := map[string]string{}
-	for _, r := range conformance.Rules() {
-		kit[r.ID] = r.Name
+	return out
+}
+
+// TestRulesMatchOpenAPIAndKit keeps RULES.md, openapi.json and the
+// conformance kit in lockstep: the rules are R1…Rn in order; every rule an
+// operation names (x-rules) exists and every rule is named by an
+// operation; the kit checks exactly these rules, under their titles; every
+// error code of the document is explained in RULES.md; the capabilities'
+// component, schema version and features (x-features, which a coordinator
+// needs) are protocol's, each feature explained in R17; and the
+// document's environment modes are those package envs defines.
+func TestRulesMatchOpenAPIAndKit(t *testing.T) {
+	rules := documentedRules(t)
+	titles := map[string]string{}
+	for i, r := range rules {
+		require.Equal(t, fmt.Sprintf("R%d", i+1), r.id, "RULES.md rule %d is numbered %s", i+1, r.id)
+		titles[r.id] = r.title
 	}
-	assert.Equal(t, headings, kit, "RULES.md's numbered rules and the conformance kit's rules")
 	spec, err := conformance.LoadSpec()
 	require.NoError(t, err)
+	named := map[string]bool{}
 	for route, op := range spec.Operations {
-		for _, r := range op.Rules {
-			assert.Contains(t, headings, r, "%s names rule %s, which RULES.md does not have", route, r)
+		for _, id := range op.Rules {
+			assert.Contains(t, titles, id, "%s names rule %s, which RULES.md does not have", route, id)
+			named[id] = true
 		}
 	}
-	var doc struct {
+	for _, r := range rules {
+		assert.True(t, named[r.id], "no operation of openapi.json names %s %s in x-rules", r.id, r.title)
+	}
+
+	kit := conformance.Rules()
+	require.Len(t, kit, len(rules), "the kit checks %d rules, RULES.md has %d", len(kit), len(rules))
+	for i, k := range kit {
+		title := strings.ToLower(rules[i].title)
+		if j := strings.Index(title, " ("); j >= 0 {
+			title = title[:j]
+		}
+		assert.Equal(t, rules[i].id, k.ID, "kit rule %d", i)
+		assert.Equal(t, title, k.Name, "kit rule %s is named otherwise than RULES.md", k.ID)
+	}
+
+	doc := string(protocoldoc.Rules())
+	for code := range spec.Codes {
+		assert.Contains(t, doc, "`"+code+"`", "RULES.md does not explain error code %s", code)
+	}
+
+	var raw struct {
 		Components struct {
 			Schemas struct {
 				Spec struct {
@@ -112,20 +160,38 @@ func TestRulesInLockstep(t *testing.T) {
 						} `json:"mode"`
 					} `json:"properties"`
 				} `json:"Spec"`
+				Capabilities struct {
+					Properties struct {
+						Component     struct{ Enum []string } `json:"component"`
+						SchemaVersion struct{ Enum []int }    `json:"schema_version"`
+					} `json:"properties"`
+					Features map[string]struct {
+						Required bool     `json:"required"`
+						Rules    []string `json:"rules"`
+					} `json:"x-features"`
+				} `json:"Capabilities"`
 			} `json:"schemas"`
 		} `json:"components"`
 	}
-	require.NoError(t, json.Unmarshal(protocoldoc.OpenAPI(), &doc))
+	require.NoError(t, json.Unmarshal(protocoldoc.OpenAPI(), &raw))
+	caps := raw.Components.Schemas.Capabilities
+	assert.Equal(t, []string{protocol.ComponentEnvironmentServer}, caps.Properties.Component.Enum)
+	assert.Equal(t, []int{protocol.ControlSchemaVersion}, caps.Properties.SchemaVersion.Enum)
+	assert.ElementsMatch(t, protocol.Features(), slices.Collect(maps.Keys(caps.Features)), "x-features against protocol.Features()")
+	r17 := rules[16].text
+	for name, f := range caps.Features {
+		assert.Equal(t, slices.Contains(protocol.RequiredFeatures(), name), f.Required, "x-features %s: required", name)
+		assert.Contains(t, r17, "`"+name+"`", "R17 does not explain feature %s", name)
+		for _, id := range f.Rules {
+			assert.Contains(t, titles, id, "x-features %s names rule %s", name, id)
+		}
+	}
+
 	modes := []string{string(envs.ModeExportRestore), string(envs.ModeRestartOnly), string(envs.ModeStateless), string(envs.ModeReplay), ""}
 	for _, m := range modes {
 		if m != "" {
 			assert.Equal(t, envs.Mode(m), envs.EffectiveMode(envs.Mode(m)), "mode %s is one package envs knows", m)
 		}
 	}
-	assert.ElementsMatch(t, modes, doc.Components.Schemas.Spec.Properties.Mode.Enum, "openapi.json's environment modes")
+	assert.ElementsMatch(t, modes, raw.Components.Schemas.Spec.Properties.Mode.Enum, "openapi.json's environment modes")
 }
-
-// ruleHeading is a numbered rule's heading in RULES.md, "## R17
-// Replay-restore", its name without a trailing parenthesis ("## R3
-// Request-id replay (at most once)" is the kit's "request-id replay").
-var ruleHeading = regexp.MustCompile(`^## (R\d+) (.+?)(?: \(.*\))?$`)

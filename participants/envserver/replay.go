@@ -12,7 +12,7 @@ import (
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
-// divergence is why a replay did not rebuild a session (RULES.md R17): the
+// divergence is why a replay did not rebuild a session (RULES.md R27): the
 // rollout starts over as a restart-only one would. It is no error of the
 // restore, which installs the rollout's fence alone.
 type divergence struct{ reason string }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,46 @@ const (
 	// for a start-over.
 	FeatureAuthoriseStartOver = "authorise_start_over_v1"
 )
+
+// Features are the features this version of the protocol knows, each
+// documented in docs/protocol/RULES.md R17; the Go environment server
+// implements them all.
+func Features() []string {
+	return []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint,
+		FeatureRestartOnlyDiscard, FeatureRestoreSessions, FeatureAuthoriseStartOver}
+}
+
+// RequiredFeatures are the features a coordinator relies on: it refuses a
+// participant whose capabilities lack one (docs/protocol/RULES.md R17).
+// FeatureRetireStraggler is not among them: the coordinator never retires;
+// an operator does, after a prepare timeout.
+func RequiredFeatures() []string {
+	return []string{FeatureAbsoluteDeadline, FeatureReceiptsInCheckpoint, FeatureRestartOnlyDiscard,
+		FeatureRestoreSessions, FeatureAuthoriseStartOver}
+}
+
+// CheckCapabilities says what a coordinator cannot work with in a
+// participant's capabilities: another component, another schema version,
+// no name, or a required feature missing. Nil means it can.
+func CheckCapabilities(caps Capabilities) error {
+	var missing []string
+	for _, f := range RequiredFeatures() {
+		if !slices.Contains(caps.Features, f) {
+			missing = append(missing, f)
+		}
+	}
+	switch {
+	case caps.Component != ComponentEnvironmentServer:
+		return fmt.Errorf("component %q, want %q", caps.Component, ComponentEnvironmentServer)
+	case caps.SchemaVersion != ControlSchemaVersion:
+		return fmt.Errorf("schema_version %d, want %d", caps.SchemaVersion, ControlSchemaVersion)
+	case strings.TrimSpace(caps.Name) == "":
+		return errors.New("no name (a restore matches participants by name)")
+	case len(missing) > 0:
+		return fmt.Errorf("features %v lack %v (a coordinator needs all of %v)", caps.Features, missing, RequiredFeatures())
+	}
+	return nil
+}
 
 // Phase is where the server is in the checkpoint protocol.
 type Phase string
@@ -181,7 +222,7 @@ type SessionSummary struct {
 	Mode      envs.Mode `json:"mode"`
 	Retired   bool      `json:"retired"` // verified: only its receipts are kept
 	// Diverged, in a restore's restarted list, says why the replay of a
-	// replay session did not rebuild it (RULES.md R17): it starts over.
+	// replay session did not rebuild it (RULES.md R27): it starts over.
 	Diverged string `json:"diverged,omitempty"`
 }
 

@@ -104,7 +104,7 @@ type Stats struct {
 	Refused  int64 `json:"refused"`  // requests answered with a 4xx
 	Parked   int64 `json:"parked"`   // requests answered "parked" (admission closed)
 	// Reapplied are mutations a restore re-applied to rebuild a session of
-	// a replay environment (RULES.md R17): never counted as applied.
+	// a replay environment (RULES.md R27): never counted as applied.
 	Reapplied int64 `json:"reapplied,omitempty"`
 	Sessions  int   `json:"sessions"` // live sessions
 }

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -157,10 +158,14 @@ func (r *restoreRun) setPhase(ctx workflow.Context, phase, detail string) {
 // idempotent, so running the same restore again finishes it.
 func (r *restoreRun) fail(err error) error {
 	hint := "nothing was touched"
-	switch r.phase {
-	case "validate", "attempts":
+	var app *temporal.ApplicationError
+	switch {
+	case r.phase == "validate" || r.phase == "attempts":
+	case errors.As(err, &app) && app.Type() == ErrNotInstalled:
+		// The same restore would be refused the same way.
+		hint = "environment servers it installed stay paused; resume them and restore again under a new restore id"
 	default:
-		hint = "environment servers and rollouts stay paused; run the same restore again (same restore id) to finish it"
+		hint = "environment servers and rollouts stay paused; run the same restore again, under the same restore id, to finish it"
 	}
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("%s failed in phase %s: %v (%s)", r.what(), r.phase, err, hint), ErrRestoreFailed, err)

@@ -53,6 +53,11 @@ const (
 	// cut off by the network. Waiting longer only holds the set parked, so
 	// the checkpoint aborts.
 	ErrParticipantHung = "ParticipantHung"
+	// ErrNotInstalled: an environment server did not install the attempts
+	// of a restore's plan (it refused the restore id, or answered other
+	// attempts than planned): a restore never reports an attempt installed
+	// that a participant did not install.
+	ErrNotInstalled = "NotInstalled"
 )
 
 // PrepareParticipantsInput closes admission at every environment server.
@@ -108,11 +113,16 @@ type ParkMembersInput struct {
 // ParkMembersResult counts the parks; the records are staged in
 // staging/records.jsonl and the parked rollouts in staging/parked.json.
 type ParkMembersResult struct {
-	Members          int    `json:"members"`
-	Parked           int    `json:"parked"`
-	CompletedUnacked int    `json:"completed_unacked"`
-	Closed           int    `json:"closed"`
-	RecordsDigest    string `json:"records_digest"`
+	Members          int `json:"members"`
+	Parked           int `json:"parked"`
+	CompletedUnacked int `json:"completed_unacked"`
+	// Acknowledged counts parked members holding a result the set's
+	// acknowledgement ledger had recorded as acknowledged before the
+	// checkpoint began parking (not yet released): they are in no record,
+	// as a rollout that completed before the cut is not.
+	Acknowledged  int    `json:"acknowledged,omitempty"`
+	Closed        int    `json:"closed"`
+	RecordsDigest string `json:"records_digest"`
 }
 
 // CommitCheckpointInput writes a checkpoint whose cut is frozen.
@@ -316,6 +326,11 @@ type StartRestoredResult struct {
 	// whose replay did not rebuild it.
 	Replayed int `json:"replayed,omitempty"`
 	Diverged int `json:"diverged,omitempty"`
+	// ForgottenAcks counts receipts of the restored rollouts that the
+	// set's acknowledgement ledger had recorded before the restore's fence
+	// and not released: the rolled-back world's, dropped before the runs
+	// started.
+	ForgottenAcks int `json:"forgotten_acks,omitempty"`
 }
 
 // ResumeRestoredParticipantsInput ends a restore's control session at

@@ -101,6 +101,10 @@ type CallModelInput struct {
 	// Parent is the model-call id of the previous call in this rollout's
 	// lineage, across attempts; empty for the first.
 	Parent string `json:"parent,omitempty"`
+	// Prefix is the durable prefix of this turn's call that a checkpoint
+	// cut (Boundary.Partial): the call continues from it. A retried
+	// activity finds a newer one in its heartbeat details.
+	Prefix *ModelPrefix `json:"prefix,omitempty"`
 }
 
 // CallModelResult is the stored answer. In gym style the answer's text is
@@ -130,6 +134,7 @@ type GenerationRef struct {
 	PrefixBreak       bool   `json:"prefix_break,omitempty"`
 	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
 	PolicyVersion     string `json:"policy_version,omitempty"`
+	GenerationRecovery
 }
 
 // OperateEnvironmentInput applies one tool call or step.

@@ -147,6 +147,19 @@ type PolicyRef struct {
 	// X-Policy-Version or body field policy_version) takes precedence, since
 	// it names what actually sampled.
 	Version string `json:"version,omitempty"`
+	// Continue says whether a model call cut by a crash or a checkpoint
+	// goes on from its durable token prefix: "auto" (the default, also
+	// when empty) continues through the endpoint's token-in route when it
+	// has one; "never" starts the answer over, as calls did before
+	// prefixes were kept. Prefixes are kept only with token capture
+	// (Sampling.CaptureTokens). See ContinueAuto.
+	Continue string `json:"continue,omitempty"`
+	// ToolParser names the format a continued generation's text is read
+	// back into a message with, as vLLM's --tool-call-parser does for a
+	// whole one (the token-in route returns text, not a parsed message):
+	// "hermes" or "turnstile" (the scripted policy server's). Empty: a cut
+	// call cannot be continued and starts over. See ToolParserHermes.
+	ToolParser string `json:"tool_parser,omitempty"`
 }
 
 // Sampling are the sampling parameters of every model call of a rollout. A
@@ -363,9 +376,13 @@ type Boundary struct {
 	Pending *PendingCall `json:"pending,omitempty"`
 	Cursor  int          `json:"cursor,omitempty"`
 	// LastCall is the id of the last committed model call: the parent of the next.
-	LastCall string         `json:"last_call,omitempty"`
-	Lineage  []LineageEntry `json:"lineage,omitempty"`
-	Usage    Usage          `json:"usage"`
+	LastCall string `json:"last_call,omitempty"`
+	// Partial is the durable prefix of the next model call, cut by a
+	// checkpoint's deadline: that call continues from it (after a resume or
+	// a restore) instead of starting over.
+	Partial *ModelPrefix   `json:"partial,omitempty"`
+	Lineage []LineageEntry `json:"lineage,omitempty"`
+	Usage   Usage          `json:"usage"`
 	// Reward accumulates dense (gym) rewards.
 	Reward float64 `json:"reward"`
 	// StepRewards is the reward of every environment operation so far (a
@@ -407,6 +424,9 @@ type LineageEntry struct {
 	PrefixBreak       bool   `json:"prefix_break,omitempty"`
 	PrefixBreakReason string `json:"prefix_break_reason,omitempty"`
 	PolicyVersion     string `json:"policy_version,omitempty"`
+	// Recovery, set only for a call that a crash or a checkpoint cut (see
+	// GenerationRecovery): where it resumed, or that it started over.
+	GenerationRecovery
 }
 
 // lineageEntry is the lineage entry of a model call's result.
@@ -415,6 +435,7 @@ func lineageEntry(res CallModelResult) LineageEntry {
 	if g := res.Generation; g != nil {
 		e.Generation, e.Tokens, e.PolicyVersion = g.Record, g.Tokens, g.PolicyVersion
 		e.PrefixBreak, e.PrefixBreakReason = g.PrefixBreak, g.PrefixBreakReason
+		e.GenerationRecovery = g.GenerationRecovery
 	}
 	return e
 }

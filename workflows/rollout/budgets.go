@@ -130,6 +130,11 @@ func (r *rollout) modelActivityOptions() workflow.ActivityOptions {
 	policy.MaximumAttempts = int32(r.in.Limits.ModelCallRetries)
 	opts.RetryPolicy = &policy
 	opts.StartToCloseTimeout = r.in.Limits.modelCallTimeout()
+	// A call cancelled at a park deadline reports its durable prefix as
+	// its cancellation's details; only settleCut waits for them (the
+	// flag is not part of the command, and no other path waits on a
+	// cancelled call), so recorded histories replay unchanged.
+	opts.WaitForCancellation = true
 	return opts
 }
 

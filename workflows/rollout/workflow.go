@@ -127,6 +127,9 @@ func (in *Input) validate() error {
 	if err := in.Sampling.Validate(); err != nil {
 		return err
 	}
+	if err := in.Policy.validateContinue(); err != nil {
+		return err
+	}
 	if err := in.validateGroup(); err != nil {
 		return err
 	}
@@ -143,6 +146,8 @@ func (in *Input) validate() error {
 			return errors.New("resume boundary was never seeded")
 		case b.Pending != nil && (b.Cursor < 0 || b.Cursor > len(b.Pending.ToolCalls)):
 			return fmt.Errorf("resume boundary cursor %d is outside its %d tool calls", b.Cursor, len(b.Pending.ToolCalls))
+		case b.Partial != nil && (b.Partial.Turn != b.Turn+1 || b.Partial.Validate() != nil):
+			return fmt.Errorf("resume boundary's partial generation is not a valid prefix of turn %d", b.Turn+1)
 		}
 	}
 	if c := in.Completed; c != nil {
@@ -472,7 +477,9 @@ func (r *rollout) seed(ctx workflow.Context) error {
 // callModel asks the policy for the next message. When a checkpoint's
 // deadline passes while the model is still answering, the call is cancelled
 // and the rollout parks at its previous boundary: a slow model never fails a
-// checkpoint. The call is then made again, with the same id, after resume.
+// checkpoint. The call stops at its next durable token prefix (when it keeps
+// one) and the boundary keeps it, so after a resume or a restore the call
+// continues from there (settleCut); it is made again with the same id.
 func (r *rollout) callModel(ctx workflow.Context) error {
 	turn := r.b.Turn + 1
 	in := CallModelInput{
@@ -481,6 +488,9 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 		Policy: r.in.Policy, Seed: r.in.Seed, Sampling: r.in.Sampling, Parent: r.b.LastCall,
 	}
 	for {
+		if p := r.b.Partial; p != nil && p.Turn == turn {
+			in.Prefix = p
+		}
 		callCtx, cancel := workflow.WithCancel(ctx)
 		actx, err := r.activityCtx(callCtx, r.modelActivityOptions(), fmt.Sprintf("model turn %d", turn))
 		if err != nil {
@@ -501,27 +511,39 @@ func (r *rollout) callModel(ctx workflow.Context) error {
 			if err != nil {
 				return r.fail(ctx, err, fmt.Sprintf("model call of turn %d", turn), true)
 			}
-			r.b.Turn = turn
-			r.b.Head = res.Head
-			r.b.Usage = r.b.Usage.Add(res.Usage)
-			r.b.Lineage = append(r.b.Lineage, lineageEntry(res))
-			r.b.LastCall = res.CallID
-			if len(res.ToolCalls) == 0 {
-				r.b.Done = true
-			} else {
-				pending := res.PendingCall
-				r.b.Pending, r.b.Cursor = &pending, 0
-			}
+			r.commitAnswer(turn, res)
 			return nil
 		}
 		// The deadline passed: cancel the call, let it settle, and park at
-		// the previous boundary; nothing of the answer is kept.
+		// the previous boundary with what it made durable.
 		cancel()
-		_ = fut.Get(ctx, nil)
-		r.logger.Info("model call cancelled at the park deadline", "turn", turn)
+		answered, err := r.settleCut(ctx, fut, turn)
+		if err != nil {
+			return err
+		}
+		if answered {
+			return nil // it finished before it saw the cancellation
+		}
+		r.logger.Info("model call cancelled at the park deadline", "turn", turn, "prefix", r.b.Partial != nil)
 		if err := r.boundary(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// commitAnswer records the model's answer of turn at the boundary.
+func (r *rollout) commitAnswer(turn int, res CallModelResult) {
+	r.b.Turn = turn
+	r.b.Head = res.Head
+	r.b.Usage = r.b.Usage.Add(res.Usage)
+	r.b.Lineage = append(r.b.Lineage, lineageEntry(res))
+	r.b.LastCall = res.CallID
+	r.b.Partial = nil
+	if len(res.ToolCalls) == 0 {
+		r.b.Done = true
+	} else {
+		pending := res.PendingCall
+		r.b.Pending, r.b.Cursor = &pending, 0
 	}
 }
 

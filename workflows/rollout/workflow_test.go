@@ -35,10 +35,13 @@ type world struct {
 	style    envs.Style
 
 	// Injected behaviour.
-	modelErr    error                                    // returned by every model call
-	operateErr  func(n int) error                        // error for the n-th operate call (1-based)
-	refuse      func(req string) string                  // an environment refusal for a request id
-	modelBlock  chan struct{}                            // when set, model calls wait for it to close or for cancellation
+	modelErr   error                   // returned by every model call
+	operateErr func(n int) error       // error for the n-th operate call (1-based)
+	refuse     func(req string) string // an environment refusal for a request id
+	modelBlock chan struct{}           // when set, model calls wait for it to close or for cancellation
+	// modelCut answers a model call cancelled while blocked (default: the
+	// context's error).
+	modelCut    func(in rollout.CallModelInput) (rollout.CallModelResult, error)
 	operateHook func(in rollout.OperateEnvironmentInput) // observes operate calls
 	generation  func(turn int) *rollout.GenerationRef    // the generation a model call reports
 	verifyErr   func(in rollout.VerifyInput) error       // error of a verify call
@@ -87,12 +90,15 @@ func (w *world) start(_ context.Context, in rollout.StartEnvironmentInput) (roll
 func (w *world) model(ctx context.Context, in rollout.CallModelInput) (rollout.CallModelResult, error) {
 	w.mu.Lock()
 	w.calls = append(w.calls, in)
-	err, block, value, gen := w.modelErr, w.modelBlock, w.value, w.generation
+	err, block, value, gen, cut := w.modelErr, w.modelBlock, w.value, w.generation, w.modelCut
 	w.mu.Unlock()
 	if block != nil {
 		select {
 		case <-block:
 		case <-ctx.Done():
+			if cut != nil {
+				return cut(in)
+			}
 			return rollout.CallModelResult{}, ctx.Err()
 		}
 	}

@@ -134,6 +134,8 @@ class ClientTest(unittest.TestCase):
         self.client.feed("a.b_c-1", cursor="0", max_items=5, wait_ms=250)
         (call,) = self.gw.calls("GET", "/v1/sets/a.b_c-1/feed")
         self.assertEqual(call.query, {"cursor": ["0"], "max": ["5"], "wait_ms": ["250"]})
+        self.client.feed("a.b_c-1", complete_groups=True)
+        self.assertEqual(self.gw.calls("GET", "/v1/sets/a.b_c-1/feed")[-1].query, {"complete_groups": ["true"]})
         with self.assertRaises(NotFound):
             self.client.feed("no/such set")
         self.assertTrue(self.gw.calls("GET", "/v1/sets/no%2Fsuch%20set/feed"), "a set name is one path segment")

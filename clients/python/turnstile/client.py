@@ -186,11 +186,14 @@ class Client:
                 raise TransportError("GET", path, 1, e) from e
 
     def feed(self, set_name: str, cursor: Optional[str] = None, max_items: Optional[int] = None,
-             wait_ms: Optional[int] = None) -> FeedResponse:
+             wait_ms: Optional[int] = None, complete_groups: bool = False) -> FeedResponse:
         """GET /v1/sets/{set}/feed: up to max_items finished rollouts after
         cursor (none: from the oldest unacknowledged), waiting up to wait_ms
-        for one. Raises SetStalled when the set's watchdog fired."""
-        query = {"cursor": cursor, "max": max_items, "wait_ms": wait_ms}
+        for one; with complete_groups, whole groups only (a failed group's
+        members come with group_status "failed", to acknowledge, not train
+        on). Raises SetStalled when the set's watchdog fired."""
+        query = {"cursor": cursor, "max": max_items, "wait_ms": wait_ms,
+                 "complete_groups": "true" if complete_groups else None}
         timeout = self.timeout + (wait_ms or 0) / 1000.0
         return cast(FeedResponse, self._json("GET", f"/v1/sets/{_seg(set_name)}/feed", query, timeout=timeout))
 
