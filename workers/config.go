@@ -4,6 +4,7 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
@@ -109,6 +110,10 @@ type Config struct {
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
 	// transcript store's endpoint only.
 	Destinations *destination.Config
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key checkpoints are signed and checked
+	// with (artifact.EnvMaxIndexBytes, artifact.EnvKeyFile, …).
+	Checkpoints artifact.Settings
 }
 
 // destinationDefaults is what the destinations build on: the default
@@ -159,6 +164,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	var err error
 	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.Checkpoints, err = artifact.SettingsFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -19,6 +20,11 @@ func lookup(env map[string]string) func(string) (string, bool) {
 		return v, ok
 	}
 }
+
+// defaultCheckpoints are the checkpoint read settings of a worker whose
+// environment sets none.
+var defaultCheckpoints = artifact.Settings{MaxManifestBytes: artifact.DefaultMaxManifestBytes,
+	MaxIndexBytes: artifact.DefaultMaxIndexBytes, MaxRecordBytes: artifact.DefaultMaxRecordBytes}
 
 func TestConfigFromLookup(t *testing.T) {
 	tests := []struct {
@@ -94,6 +100,7 @@ func TestConfigFromLookup(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.want.EnvURL, d.URL, "default environment server")
 			got.Destinations = nil
+			tt.want.Checkpoints = defaultCheckpoints
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}

@@ -223,6 +223,7 @@ func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
 		Destinations: acts.Destinations,
+		Checkpoints:  cfg.Checkpoints,
 		// The rollout activities' client: the same trust and client
 		// certificate, and no client-wide timeout (a prepare waits up to
 		// its absolute deadline, which the activity's context bounds).

@@ -22,6 +22,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -64,10 +65,10 @@ func newWorld(t *testing.T) *world {
 
 // newWorldIn is newWorld with the transcript store, checkpoint root and
 // object-store opener given (nil: local directories only).
-func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
+func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener, edits ...func(*envserver.ServerConfig)) *world {
 	t.Helper()
 	ctx := context.Background()
-	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
+	w := &world{root: root, store: store, env: newEnvServerWith(t, "env-a", opener, edits...), tc: newRolloutTable(), wanted: map[transcript.Digest]bool{}}
 	w.coord = &coordinator.Coordinator{Client: w.tc, Store: store, ControlToken: testToken, TaskQueue: "tq", Concurrency: 3, Storage: opener,
 		Destinations: loopbackDestinations(t)}
 

@@ -310,12 +310,16 @@ func newEnvServer(t *testing.T, name string) *envServer {
 
 // newEnvServerWith is newEnvServer with an opener for object-store
 // checkpoint locations.
-func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
+func newEnvServerWith(t *testing.T, name string, opener *storage.Opener, edits ...func(*envserver.ServerConfig)) *envServer {
 	t.Helper()
-	srv, err := envserver.NewServer(envserver.ServerConfig{
+	cfg := envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 		Storage: opener,
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	srv, err := envserver.NewServer(cfg)
 	require.NoError(t, err)
 	hs := testsupport.QuietServer(srv)
 	t.Cleanup(hs.Close)

@@ -267,7 +267,7 @@ func encodeManifest(m *Manifest, key []byte) ([]byte, error) {
 	if err != nil || len(key) == 0 {
 		return unsigned, err
 	}
-	m.Signature = sign(key, unsigned)
+	m.Signature = Sign(key, unsigned)
 	return canonicalManifest(m)
 }
 

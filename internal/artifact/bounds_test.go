@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/artifactedit"
 )
 
 // allocatedDuring is how many bytes the Go heap allocated while fn ran (all
@@ -31,12 +32,12 @@ func allocatedDuring(fn func()) uint64 {
 // manifest's digest is not keyed.
 func growIndex(t *testing.T, dir string, size int64) string {
 	t.Helper()
-	m := readManifest(t, dir)
+	m := artifactedit.ReadManifest(t, dir)
 	sm := &m.Sections[0]
 	require.NoError(t, os.Truncate(filepath.Join(dir, sm.Index.Name), size))
 	sm.Index.Size = size
 	sm.Index.SHA256 = sha([]byte("not the digest of a sparse file"))
-	writeManifest(t, dir, m)
+	artifactedit.WriteManifest(t, dir, m)
 	return sm.Index.Name
 }
 
@@ -60,11 +61,11 @@ func TestOpenRefusesHugeIndexWithFlatMemory(t *testing.T) {
 func TestOpenRefusesImpossibleRecordCount(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite(t, dir, []artifact.Section{{Name: "one", Records: records("r", 1, 10, 1)}}, artifact.Options{})
-	m := readManifest(t, dir)
+	m := artifactedit.ReadManifest(t, dir)
 	m.Records = 1 << 60
 	m.Sections[0].Records = 1 << 60
 	m.Sections[0].Shards[0].Records = 1 << 60
-	writeManifest(t, dir, m)
+	artifactedit.WriteManifest(t, dir, m)
 
 	var err error
 	grew := allocatedDuring(func() {
@@ -120,11 +121,11 @@ func TestOpenRefusesRecordOverTheBound(t *testing.T) {
 func TestOpenRefusesOverlongIndexLine(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite(t, dir, sampleSections(), smallOpts)
-	m := readManifest(t, dir)
+	m := artifactedit.ReadManifest(t, dir)
 	sm := m.Sections[0]
 	long := append(bytes.Repeat([]byte("x"), 1<<20), '\n')
 	require.NoError(t, os.WriteFile(filepath.Join(dir, sm.Index.Name), long, 0o600))
-	reseal(t, dir)
+	artifactedit.Reseal(t, dir)
 	_, err := artifact.Open(context.Background(), dir, testID)
 	require.ErrorIs(t, err, artifact.ErrInvalid)
 	require.ErrorContains(t, err, "line 1: longer than")

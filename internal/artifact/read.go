@@ -226,7 +226,7 @@ func parseManifest(dir string, b []byte, wantID string, set Settings) (Manifest,
 	if err != nil {
 		return Manifest{}, invalid(dir, ManifestName, "%v", err)
 	}
-	if err := checkSignature(m, sb, set.Key); err != nil {
+	if err := CheckSignature(m.Signature, sb, set.Key); err != nil {
 		return Manifest{}, invalid(dir, ManifestName, "%v", err)
 	}
 	if m.CheckpointID != wantID {

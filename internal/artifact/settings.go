@@ -139,30 +139,33 @@ func ParseSize(v string) (int64, error) {
 	return n * mult, nil
 }
 
-// sign is the manifest signature of unsigned, the canonical bytes of a
-// manifest with its digest set and no signature.
-func sign(key, unsigned []byte) string {
+// Sign is the signature of a manifest under key: SignaturePrefix and the
+// HMAC-SHA256 (hex) of unsigned, the manifest's canonical bytes with its
+// digest set and no signature. The coordinator signs its aggregate
+// manifest the same way.
+func Sign(key, unsigned []byte) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write(unsigned)
 	return SignaturePrefix + hex.EncodeToString(mac.Sum(nil))
 }
 
-// checkSignature checks m's signature against key; unsigned are the
-// canonical bytes of m without its signature. Without a key only the
-// signature's shape is checked.
-func checkSignature(m Manifest, unsigned, key []byte) error {
-	if m.Signature != "" {
-		mac, ok := strings.CutPrefix(m.Signature, SignaturePrefix)
+// CheckSignature checks a manifest's signature (empty: unsigned) against
+// key; unsigned are the manifest's canonical bytes without its signature.
+// Without a key only the signature's shape is checked, so a checkpoint
+// signed elsewhere still reads.
+func CheckSignature(signature string, unsigned, key []byte) error {
+	if signature != "" {
+		mac, ok := strings.CutPrefix(signature, SignaturePrefix)
 		if !ok || !hexRE.MatchString(mac) {
-			return fmt.Errorf("signature %q: want %s followed by 64 lower-case hex digits", m.Signature, SignaturePrefix)
+			return fmt.Errorf("signature %q: want %s followed by 64 lower-case hex digits", signature, SignaturePrefix)
 		}
 	}
 	switch {
 	case len(key) == 0:
 		return nil
-	case m.Signature == "":
+	case signature == "":
 		return fmt.Errorf("unsigned, but this process has a checkpoint key (%s) and accepts only manifests signed with it", EnvKeyFile)
-	case !hmac.Equal([]byte(sign(key, unsigned)), []byte(m.Signature)):
+	case !hmac.Equal([]byte(Sign(key, unsigned)), []byte(signature)):
 		return errors.New("signature does not verify with this process's checkpoint key (signed with another key, or forged)")
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/testsupport/artifactedit"
 )
 
 var (
@@ -58,7 +59,7 @@ func TestSignedCheckpointFailsClosed(t *testing.T) {
 	forged := t.TempDir()
 	_, err = artifact.Write(ctx, forged, testMeta, sampleSections(), artifact.Options{Key: testKey})
 	require.NoError(t, err)
-	m := readManifest(t, forged)
+	m := artifactedit.ReadManifest(t, forged)
 	m.Labels["set"] = "another"
 	wrong, err := artifact.SignManifest(&m, otherKey)
 	require.NoError(t, err)
@@ -84,8 +85,8 @@ func TestSignedCheckpointFailsClosed(t *testing.T) {
 		dir := t.TempDir()
 		_, err := artifact.Write(ctx, dir, testMeta, sampleSections(), artifact.Options{Key: testKey})
 		require.NoError(t, err)
-		m := readManifest(t, dir)
-		writeManifest(t, dir, m) // SealManifest drops the signature
+		m := artifactedit.ReadManifest(t, dir)
+		artifactedit.WriteManifest(t, dir, m) // SealManifest drops the signature
 		_, err = artifact.OpenWith(ctx, dir, testID, artifact.Settings{Key: testKey})
 		require.ErrorContains(t, err, "unsigned")
 	})

@@ -32,10 +32,13 @@ type control struct {
 	fence *phaseFence
 	// storage opens object-store locations; nil: directories only.
 	storage *storage.Opener
+	// checkpoints bounds checkpoint reads and signs and checks manifests.
+	checkpoints artifact.Settings
 }
 
 func newControl(cfg ServerConfig) *control {
-	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage}
+	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage,
+		checkpoints: cfg.Checkpoints}
 	if c.name == "" {
 		c.name = DefaultServerName
 	}
@@ -413,7 +416,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 		if aerr != nil {
 			return nil, aerr
 		}
-		cp, err := artifact.OpenStore(r.Context(), st, req.CheckpointID)
+		cp, err := artifact.OpenStoreWith(r.Context(), st, req.CheckpointID, s.ctl.checkpoints)
 		if err != nil {
 			return nil, refuse(protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
 		}
@@ -443,7 +446,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 	m, err := artifact.WriteTo(run.ctx, st, artifact.Meta{
 		CheckpointID: req.CheckpointID,
 		Labels:       map[string]string{"component": protocol.ComponentEnvironmentServer, "name": s.ctl.name},
-	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }})
+	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }, Key: s.ctl.checkpoints.Key})
 	if err != nil {
 		s.ctl.fence.fail(run)
 		if errors.Is(err, artifact.ErrConflict) || errors.Is(err, artifact.ErrInvalid) {
@@ -584,7 +587,7 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	if aerr != nil {
 		return protocol.RestoreResponse{}, aerr
 	}
-	cp, err := artifact.OpenStore(ctx, where, req.CheckpointID)
+	cp, err := artifact.OpenStoreWith(ctx, where, req.CheckpointID, s.ctl.checkpoints)
 	if errors.Is(err, storage.ErrUnavailable) {
 		return protocol.RestoreResponse{}, refuse(protocol.CodeInternal, "restore of checkpoint %q: %v", req.CheckpointID, err)
 	}

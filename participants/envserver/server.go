@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -62,6 +63,11 @@ type ServerConfig struct {
 	// (s3://…), with this process's credentials; nil accepts local
 	// directories only.
 	Storage *storage.Opener
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key checkpoints are signed and checked
+	// with (artifact.SettingsFromLookup reads them from the environment);
+	// the zero value means the default bounds and no key.
+	Checkpoints artifact.Settings
 }
 
 // Server is the environment server's data plane: it hosts sessions of the
