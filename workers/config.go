@@ -5,7 +5,9 @@ package workers
 
 import (
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/destination"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -103,6 +105,8 @@ type Config struct {
 	TLS tlsfiles.ClientFiles
 	// MetricsListen is the address /metrics is served on; empty serves none.
 	MetricsListen string
+	// HTTP are the timeouts of the metrics listener (httpserver.Env…).
+	HTTP httpserver.Timeouts
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
 	// Destinations is where each secret may go (package destination): the
@@ -169,6 +173,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if cfg.Checkpoints, err = artifact.SettingsFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
+	if cfg.HTTP, err = httpserver.FromLookup(lookup); err != nil {
+		return Config{}, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -200,6 +207,11 @@ func (c Config) Validate() error {
 	}
 	if c.DataToken != "" && c.DataToken == c.ControlToken {
 		return fmt.Errorf("%s and %s are equal: the environment servers refuse that", EnvDataToken, EnvControlToken)
+	}
+	for _, tok := range []struct{ env, value string }{{EnvDataToken, c.DataToken}, {EnvControlToken, c.ControlToken}} {
+		if err := bearer.Check(tok.env, tok.value); err != nil {
+			return err
+		}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fmt.Errorf("%s and %s: a client certificate needs both", EnvTLSClientCert, EnvTLSClientKey)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -54,8 +55,8 @@ func TestConfigFromLookup(t *testing.T) {
 				workers.EnvOpenAIAPIKey:  "k2",
 				workers.EnvTaskQueue:     "q",
 				workers.EnvLogLevel:      "DEBUG",
-				workers.EnvDataToken:     "d1",
-				workers.EnvControlToken:  "c1",
+				workers.EnvDataToken:     "data-token-of-16",
+				workers.EnvControlToken:  "control-token-of-16",
 				workers.EnvTLSCA:         "/pki/ca.pem",
 				workers.EnvTLSClientCert: "/pki/w.pem",
 				workers.EnvTLSClientKey:  "/pki/w-key.pem",
@@ -68,8 +69,8 @@ func TestConfigFromLookup(t *testing.T) {
 				TaskQueue:     "q",
 				LogLevel:      "debug",
 				LogFormat:     "json",
-				DataToken:     "d1",
-				ControlToken:  "c1",
+				DataToken:     "data-token-of-16",
+				ControlToken:  "control-token-of-16",
 				TLS:           tlsfiles.ClientFiles{CA: "/pki/ca.pem", Cert: "/pki/w.pem", Key: "/pki/w-key.pem"},
 			},
 		},
@@ -101,6 +102,7 @@ func TestConfigFromLookup(t *testing.T) {
 			require.Equal(t, tt.want.EnvURL, d.URL, "default environment server")
 			got.Destinations = nil
 			tt.want.Checkpoints = defaultCheckpoints
+			tt.want.HTTP = httpserver.Defaults()
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
@@ -111,7 +113,11 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		name, key, value string
 		more             map[string]string
 	}{
-		{"equal data and control tokens", workers.EnvDataToken, "same", map[string]string{workers.EnvControlToken: "same"}},
+		{"equal data and control tokens", workers.EnvDataToken, "same-token-for-both", map[string]string{workers.EnvControlToken: "same-token-for-both"}},
+		{"short data token", workers.EnvDataToken, "d1", nil},
+		{"short control token", workers.EnvControlToken, "c1", nil},
+		{"bad HTTP timeout", httpserver.EnvIdleTimeout, "soon", nil},
+		{"bad checkpoint bound", artifact.EnvMaxIndexBytes, "0", nil},
 		{"client certificate without key", workers.EnvTLSClientCert, "/pki/w.pem", nil},
 		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091", nil},
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},

@@ -10,12 +10,14 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -34,11 +36,13 @@ type control struct {
 	storage *storage.Opener
 	// checkpoints bounds checkpoint reads and signs and checks manifests.
 	checkpoints artifact.Settings
+	// writeTimeout is the HTTP server's write timeout (0: none).
+	writeTimeout time.Duration
 }
 
 func newControl(cfg ServerConfig) *control {
 	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage,
-		checkpoints: cfg.Checkpoints}
+		checkpoints: cfg.Checkpoints, writeTimeout: cfg.WriteTimeout}
 	if c.name == "" {
 		c.name = DefaultServerName
 	}
@@ -88,6 +92,7 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error))
 			s.writeControlError(w, r, aerr)
 			return
 		}
+		s.ctl.extendWrite(w, body)
 		out, aerr := h(r, body)
 		if aerr != nil {
 			s.writeControlError(w, r, aerr)
@@ -100,6 +105,22 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error))
 		}
 		writeJSON(w, http.StatusOK, b)
 	}
+}
+
+// extendWrite moves the write deadline of a control request that names an
+// absolute deadline (prepare, restore) to that deadline plus the server's
+// write timeout: such a request may legitimately wait until then.
+func (c *control) extendWrite(w http.ResponseWriter, body []byte) {
+	if c.writeTimeout <= 0 {
+		return
+	}
+	var d struct {
+		Deadline *time.Time `json:"deadline"`
+	}
+	if json.Unmarshal(body, &d) != nil || d.Deadline == nil || time.Until(*d.Deadline) <= 0 {
+		return
+	}
+	httpserver.ExtendWrite(w, d.Deadline.Add(c.writeTimeout))
 }
 
 // writeControlError answers a control request with err. Control answers do

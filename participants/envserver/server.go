@@ -68,6 +68,11 @@ type ServerConfig struct {
 	// with (artifact.SettingsFromLookup reads them from the environment);
 	// the zero value means the default bounds and no key.
 	Checkpoints artifact.Settings
+	// WriteTimeout is the HTTP server's write timeout (0: none). A control
+	// request that may wait until an absolute deadline (prepare, restore)
+	// gets its write deadline moved to that deadline plus WriteTimeout, so
+	// its answer is not cut off by a timeout meant for quick answers.
+	WriteTimeout time.Duration
 }
 
 // Server is the environment server's data plane: it hosts sessions of the
