@@ -141,8 +141,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.handle(protocol.RouteStart, s.mutation(kindStart))
 	s.handle(protocol.RouteOperate, s.mutation(kindOperate))
 	s.handle(protocol.RouteVerify, s.mutation(kindVerify))
+	// A request no route takes is answered 404 and counted nowhere: only
+	// what reaches a route can change anything (R1).
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		_, detail := httpError(refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.EscapedPath()))
+		writeErrorBody(w, http.StatusNotFound, detail)
 	})
 	return s, nil
 }
