@@ -9,12 +9,14 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -107,6 +109,10 @@ type Config struct {
 	MetricsListen string
 	// HTTP are the timeouts of the metrics listener (httpserver.Env…).
 	HTTP httpserver.Timeouts
+	// FileMode is the mode of the files the worker writes into local
+	// transcript and checkpoint directories (storage.EnvFileMode; default
+	// storage.DefaultFileMode, private to the worker's user).
+	FileMode fs.FileMode
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
 	// Destinations is where each secret may go (package destination): the
@@ -174,6 +180,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.HTTP, err = httpserver.FromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.FileMode, err = storage.FileModeFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -103,6 +104,7 @@ func TestConfigFromLookup(t *testing.T) {
 			got.Destinations = nil
 			tt.want.Checkpoints = defaultCheckpoints
 			tt.want.HTTP = httpserver.Defaults()
+			tt.want.FileMode = storage.DefaultFileMode
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
@@ -118,6 +120,7 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"short control token", workers.EnvControlToken, "c1", nil},
 		{"bad HTTP timeout", httpserver.EnvIdleTimeout, "soon", nil},
 		{"bad checkpoint bound", artifact.EnvMaxIndexBytes, "0", nil},
+		{"world-writable files", storage.EnvFileMode, "0666", nil},
 		{"client certificate without key", workers.EnvTLSClientCert, "/pki/w.pem", nil},
 		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091", nil},
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},

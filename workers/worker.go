@@ -58,7 +58,7 @@ const (
 // workflow and activity registered. It does not start them. With reg, the
 // worker's own metrics (NewMetrics) are registered there.
 func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Worker, error) {
-	opener := &storage.Opener{}
+	opener := &storage.Opener{FileMode: cfg.FileMode}
 	acts, err := NewActivitiesWith(cfg, opener)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ type Activities struct {
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
 func NewActivities(cfg Config) (*Activities, error) {
-	return NewActivitiesWith(cfg, &storage.Opener{})
+	return NewActivitiesWith(cfg, &storage.Opener{FileMode: cfg.FileMode})
 }
 
 // NewActivitiesWith is NewActivities opening an object-store transcript

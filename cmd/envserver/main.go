@@ -33,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -89,6 +90,7 @@ type config struct {
 	tls           tlsfiles.ServerFiles
 	http          httpserver.Timeouts
 	checkpoints   artifact.Settings
+	fileMode      fs.FileMode
 	envs          []envs.Environment
 	remotes       []remote.Config
 }
@@ -108,6 +110,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, err
 	}
 	if cfg.checkpoints, err = artifact.SettingsFromLookup(os.LookupEnv); err != nil {
+		return config{}, err
+	}
+	if cfg.fileMode, err = storage.FileModeFromLookup(os.LookupEnv); err != nil {
 		return config{}, err
 	}
 	cfg.http.AddFlags(fs)
@@ -144,6 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
 		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
 		{Env: MetricsEnvVar, Meaning: "address of /metrics (empty: none)"},
+		{Env: storage.EnvFileMode, Default: "0600", Meaning: "mode of the checkpoint files it writes (directories: the same plus x where r is set)"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
 	}, append(cli.CheckpointSettings(), cli.HTTPSettings()...)...))
 	if err := fs.Parse(args); err != nil {
@@ -243,7 +249,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// Checkpoint locations may be object-store URLs: the coordinator names
 	// them, this process's environment holds the credentials.
-	opener := &storage.Opener{}
+	opener := &storage.Opener{FileMode: cfg.fileMode}
 	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
