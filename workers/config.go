@@ -9,8 +9,8 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
-	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 
 	"context"
