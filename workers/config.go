@@ -109,6 +109,8 @@ type Config struct {
 	MetricsListen string
 	// HTTP are the timeouts of the metrics listener (httpserver.Env…).
 	HTTP httpserver.Timeouts
+	// ModelLimits bound what a model endpoint may answer (model.Env…).
+	ModelLimits ModelLimits
 	// FileMode is the mode of the files the worker writes into local
 	// transcript and checkpoint directories (storage.EnvFileMode; default
 	// storage.DefaultFileMode, private to the worker's user).
@@ -183,6 +185,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.FileMode, err = storage.FileModeFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.ModelLimits, err = modelLimitsFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

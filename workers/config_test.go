@@ -4,10 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/storage"
@@ -61,6 +63,9 @@ func TestConfigFromLookup(t *testing.T) {
 				workers.EnvTLSCA:         "/pki/ca.pem",
 				workers.EnvTLSClientCert: "/pki/w.pem",
 				workers.EnvTLSClientKey:  "/pki/w-key.pem",
+				model.EnvMaxToolCalls:    "8",
+				model.EnvMaxAnswerBytes:  "4MiB",
+				model.EnvMaxRetryAfter:   "90s",
 			},
 			want: workers.Config{
 				TranscriptDir: "/data/t",
@@ -73,6 +78,7 @@ func TestConfigFromLookup(t *testing.T) {
 				DataToken:     "data-token-of-16",
 				ControlToken:  "control-token-of-16",
 				TLS:           tlsfiles.ClientFiles{CA: "/pki/ca.pem", Cert: "/pki/w.pem", Key: "/pki/w-key.pem"},
+				ModelLimits:   workers.ModelLimits{MaxToolCalls: 8, MaxAnswerBytes: 4 << 20, MaxRetryAfter: 90 * time.Second},
 			},
 		},
 		{
@@ -105,6 +111,10 @@ func TestConfigFromLookup(t *testing.T) {
 			tt.want.Checkpoints = defaultCheckpoints
 			tt.want.HTTP = httpserver.Defaults()
 			tt.want.FileMode = storage.DefaultFileMode
+			if tt.want.ModelLimits == (workers.ModelLimits{}) {
+				tt.want.ModelLimits = workers.ModelLimits{MaxToolCalls: model.DefaultMaxToolCalls,
+					MaxAnswerBytes: model.DefaultMaxAnswerBytes, MaxRetryAfter: model.DefaultMaxRetryAfter}
+			}
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
@@ -121,6 +131,9 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"bad HTTP timeout", httpserver.EnvIdleTimeout, "soon", nil},
 		{"bad checkpoint bound", artifact.EnvMaxIndexBytes, "0", nil},
 		{"world-writable files", storage.EnvFileMode, "0666", nil},
+		{"no tool calls", model.EnvMaxToolCalls, "0", nil},
+		{"answer size", model.EnvMaxAnswerBytes, "big", nil},
+		{"retry-after bound", model.EnvMaxRetryAfter, "-1m", nil},
 		{"client certificate without key", workers.EnvTLSClientCert, "/pki/w.pem", nil},
 		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091", nil},
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},

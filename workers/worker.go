@@ -173,6 +173,8 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 		Store: store, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		Model: &model.Activities{
 			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
+			MaxToolCalls: cfg.ModelLimits.MaxToolCalls, MaxAnswerBytes: cfg.ModelLimits.MaxAnswerBytes,
+			MaxRetryAfter: cfg.ModelLimits.MaxRetryAfter,
 		},
 		Environment: &environment.Activities{
 			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,
