@@ -1,8 +1,11 @@
 package model_test
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +23,18 @@ import (
 // and returns the error and whether anything was stored.
 func hostileCall(t *testing.T, acts *model.Activities, reply func() testsupport.Answer) (error, int64) {
 	t.Helper()
+	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return reply() })
+	return hostileCallTo(t, acts, srv.URL+"/v1")
+}
+
+// hostileCallTo is hostileCall of the endpoint at baseURL.
+func hostileCallTo(t *testing.T, acts *model.Activities, baseURL string) (error, int64) {
+	t.Helper()
 	store := testsupport.NewStore(t)
 	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
 	tools, err := store.PutJSON(t.Context(), counterTools)
 	require.NoError(t, err)
-	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return reply() })
-	acts.Store, acts.BaseURL = store, srv.URL+"/v1"
+	acts.Store, acts.BaseURL = store, baseURL
 	writes := store.Stats().Writes
 	_, err = testsupport.NewActivityEnv(acts).ExecuteActivity(acts.CallModel, rollout.CallModelInput{
 		RolloutID: "r1", Head: head, Tools: tools, Style: envs.StyleTools, Policy: rollout.PolicyRef{Model: "m"},
@@ -83,8 +92,25 @@ func TestTooManyToolCallsFailTheCall(t *testing.T) {
 // A 48 MiB answer is refused before it is read, non-retryably, naming the
 // limit; nothing is stored.
 func TestHugeAnswerFailsTheCall(t *testing.T) {
-	big := strings.Repeat("x", 48<<20)
-	err, stored := hostileCall(t, &model.Activities{}, func() testsupport.Answer { return completion(big, "stop") })
+	// A valid completion whose content is 48 MiB of "x", streamed from a
+	// small buffer with its Content-Length announced.
+	const size = 48 << 20
+	head := `{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"`
+	tail := `"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(len(head)+size+len(tail)))
+		_, _ = io.WriteString(w, head)
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for range size / len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(w, tail)
+	}))
+	t.Cleanup(srv.Close)
+	err, stored := hostileCallTo(t, &model.Activities{}, srv.URL+"/v1")
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrModelAnswerOverLimit, NonRetryable: true, Contains: "bytes"})
 	require.ErrorContains(t, err, model.EnvMaxAnswerBytes)
 	require.Zero(t, stored)
