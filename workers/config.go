@@ -197,8 +197,27 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if err := checkNamedTokens(dest); err != nil {
+		return Config{}, err
+	}
 	cfg.Destinations = &dest
 	return cfg, nil
+}
+
+// checkNamedTokens holds the tokens of named environment servers
+// (destination.DataTokenPrefix…) to the length rule of the global ones
+// (that a server's two differ, destination checks).
+func checkNamedTokens(d destination.Config) error {
+	for _, s := range d.EnvServers {
+		dataSetting, controlSetting := destination.SecretVar(destination.DataTokenPrefix, s.Name), destination.SecretVar(destination.ControlTokenPrefix, s.Name)
+		if err := bearer.Check(dataSetting, s.DataToken); err != nil {
+			return err
+		}
+		if err := bearer.Check(controlSetting, s.ControlToken); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Validate reports the first setting that cannot work.

@@ -144,7 +144,9 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"env allowlist entry without scheme", workers.EnvAllowedEnvURLs, "127.0.0.1:*", nil},
 		{"participant allowlist entry with a query", workers.EnvAllowedParticipants, "http://h?x=1", nil},
 		{"store endpoint without scheme", workers.EnvAllowedStoreEndpoints, "minio:9000", nil},
-		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same"}},
+		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same-token-for-both", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same-token-for-both"}},
+		{"a server's short data token", "TURNSTILE_DATA_TOKEN_A", "d1", map[string]string{workers.EnvEnvServers: "a=http://h"}},
+		{"a server's short control token", "TURNSTILE_CONTROL_TOKEN_A", "c1", map[string]string{workers.EnvEnvServers: "a=http://h"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
