@@ -20,15 +20,15 @@ import (
 )
 
 // hostileCall calls a model endpoint that answers reply, with acts' limits,
-// and returns the error and whether anything was stored.
-func hostileCall(t *testing.T, acts *model.Activities, reply func() testsupport.Answer) (error, int64) {
+// and returns how much was stored and the error.
+func hostileCall(t *testing.T, acts *model.Activities, reply func() testsupport.Answer) (int64, error) {
 	t.Helper()
 	srv := newFakeModel(t, func(*http.Request, map[string]any) testsupport.Answer { return reply() })
 	return hostileCallTo(t, acts, srv.URL+"/v1")
 }
 
 // hostileCallTo is hostileCall of the endpoint at baseURL.
-func hostileCallTo(t *testing.T, acts *model.Activities, baseURL string) (error, int64) {
+func hostileCallTo(t *testing.T, acts *model.Activities, baseURL string) (int64, error) {
 	t.Helper()
 	store := testsupport.NewStore(t)
 	head := testsupport.MustAppend(t, store, transcript.Item{Role: "user", Content: "hi"})
@@ -40,7 +40,7 @@ func hostileCallTo(t *testing.T, acts *model.Activities, baseURL string) (error,
 		RolloutID: "r1", Head: head, Tools: tools, Style: envs.StyleTools, Policy: rollout.PolicyRef{Model: "m"},
 	})
 	require.Equal(t, []transcript.Item{{Role: "user", Content: "hi"}}, testsupport.MustLoad(t, store, head))
-	return err, store.Stats().Writes - writes
+	return store.Stats().Writes - writes, err
 }
 
 // A model server cannot park a rollout for a year, nor overflow the delay:
@@ -56,7 +56,7 @@ func TestRetryAfterIsBounded(t *testing.T) {
 		{"Retry-After-Ms": {"9223372036854775807"}},
 	} {
 		t.Run(fmt.Sprint(h), func(t *testing.T) {
-			err, stored := hostileCall(t, &model.Activities{}, func() testsupport.Answer {
+			stored, err := hostileCall(t, &model.Activities{}, func() testsupport.Answer {
 				return testsupport.Answer{Status: 503, Header: h, Body: "overloaded"}
 			})
 			ae := testsupport.AppError(t, err)
@@ -68,7 +68,7 @@ func TestRetryAfterIsBounded(t *testing.T) {
 	}
 	for _, h := range []http.Header{{"Retry-After": {"-5"}}, {"Retry-After-Ms": {"-1e300"}}, {"Retry-After": {"NaN"}}} {
 		t.Run(fmt.Sprint(h), func(t *testing.T) {
-			err, _ := hostileCall(t, &model.Activities{}, func() testsupport.Answer {
+			_, err := hostileCall(t, &model.Activities{}, func() testsupport.Answer {
 				return testsupport.Answer{Status: 429, Header: h, Body: "slow down"}
 			})
 			testsupport.CheckError(t, err, testsupport.ErrorWant{Type: model.ErrModelUnavailable})
@@ -83,7 +83,7 @@ func TestTooManyToolCallsFailTheCall(t *testing.T) {
 	for i := range calls {
 		calls[i] = fnCall(fmt.Sprintf("call_%d", i), "add", `{"n":1}`)
 	}
-	err, stored := hostileCall(t, &model.Activities{}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
+	stored, err := hostileCall(t, &model.Activities{}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrModelAnswerOverLimit, NonRetryable: true, Contains: "5000 tool calls"})
 	require.ErrorContains(t, err, model.EnvMaxToolCalls)
 	require.Zero(t, stored)
@@ -110,7 +110,7 @@ func TestHugeAnswerFailsTheCall(t *testing.T) {
 		_, _ = io.WriteString(w, tail)
 	}))
 	t.Cleanup(srv.Close)
-	err, stored := hostileCallTo(t, &model.Activities{}, srv.URL+"/v1")
+	stored, err := hostileCallTo(t, &model.Activities{}, srv.URL+"/v1")
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrModelAnswerOverLimit, NonRetryable: true, Contains: "bytes"})
 	require.ErrorContains(t, err, model.EnvMaxAnswerBytes)
 	require.Zero(t, stored)
@@ -123,21 +123,21 @@ func TestAnswerLimitsAreSettings(t *testing.T) {
 	for i := range calls {
 		calls[i] = fnCall(fmt.Sprintf("call_%d", i), "add", `{"n":1}`)
 	}
-	err, stored := hostileCall(t, &model.Activities{MaxToolCalls: 2}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
+	stored, err := hostileCall(t, &model.Activities{MaxToolCalls: 2}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrModelAnswerOverLimit, NonRetryable: true, Contains: "3 tool calls in one answer, more than the 2"})
 	require.Zero(t, stored)
 
-	err, stored = hostileCall(t, &model.Activities{MaxToolCalls: 3}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
+	stored, err = hostileCall(t, &model.Activities{MaxToolCalls: 3}, func() testsupport.Answer { return completion("", "tool_calls", calls...) })
 	require.NoError(t, err)
 	require.Positive(t, stored)
 
-	err, stored = hostileCall(t, &model.Activities{MaxAnswerBytes: 64 << 10}, func() testsupport.Answer {
+	stored, err = hostileCall(t, &model.Activities{MaxAnswerBytes: 64 << 10}, func() testsupport.Answer {
 		return testsupport.Answer{Status: http.StatusOK, Header: http.Header{"Transfer-Encoding": {"chunked"}}, Body: strings.Repeat("y", 1<<20)}
 	})
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: rollout.ErrModelAnswerOverLimit, NonRetryable: true, Contains: "more than the 65536 bytes"})
 	require.Zero(t, stored)
 
-	err, _ = hostileCall(t, &model.Activities{MaxRetryAfter: 3 * time.Second}, func() testsupport.Answer {
+	_, err = hostileCall(t, &model.Activities{MaxRetryAfter: 3 * time.Second}, func() testsupport.Answer {
 		return testsupport.Answer{Status: 429, Header: http.Header{"Retry-After": {"60"}}, Body: "slow down"}
 	})
 	testsupport.CheckError(t, err, testsupport.ErrorWant{Type: model.ErrModelUnavailable, Delay: 3 * time.Second})
