@@ -226,7 +226,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireSet(r, set); err != nil {
 		return err
 	}
-	sw := &startedWriter{w: w}
+	sw := &startedWriter{w: w, progress: func() { s.extendWrite(w, 0) }}
 	if _, err := s.backend.Export(r.Context(), set, s.cfg.Transcripts, sw); err != nil {
 		if sw.started {
 			panic(http.ErrAbortHandler)
@@ -239,10 +239,14 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// startedWriter writes the NDJSON headers with the first line.
+// startedWriter writes the NDJSON headers with the first line, and calls
+// progress before each write (an export may take longer than the write
+// timeout; a client that stops reading is cut off a write timeout after
+// its last progress).
 type startedWriter struct {
-	w       http.ResponseWriter
-	started bool
+	w        http.ResponseWriter
+	started  bool
+	progress func()
 }
 
 func (s *startedWriter) start() {
@@ -252,6 +256,9 @@ func (s *startedWriter) start() {
 }
 
 func (s *startedWriter) Write(p []byte) (int, error) {
+	if s.progress != nil {
+		s.progress()
+	}
 	if !s.started {
 		s.start()
 	}

@@ -25,7 +25,9 @@ func CheckRows(rows []DatasetRow) []RowError {
 	for i, row := range rows {
 		line, id := rowLine(row, i), RowID(row, i)
 		report := func(err error) { errs = append(errs, RowError{Line: line, Err: err}) }
-		if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
+		if err := checkLen("id", id, MaxRowIDLen); err != nil {
+			report(problem("field id is too long", err))
+		} else if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
 			report(problem("field id is not a valid row id", err))
 		} else if first, dup := seen[id]; dup {
 			report(problem(fmt.Sprintf("field id repeats the id of line %d", first), fmt.Errorf("id %q is also the id of line %d", id, first)))
@@ -42,7 +44,7 @@ func CheckRows(rows []DatasetRow) []RowError {
 // checkRow checks one row's fields.
 func checkRow(row DatasetRow, id string) []error {
 	var errs []error
-	if err := row.Sampling.Validate(); err != nil {
+	if err := checkSampling(row.Sampling); err != nil {
 		errs = append(errs, problem("field sampling is invalid", err))
 	}
 	if row.MaxTurns < 0 || row.MaxTurns > rollout.MaxMaxTurns {
@@ -50,7 +52,9 @@ func checkRow(row DatasetRow, id string) []error {
 			fmt.Errorf("max_turns %d: want 1..%d, or 0 for the default", row.MaxTurns, rollout.MaxMaxTurns)))
 	}
 	if p := row.Policy; p != nil {
-		if p.Model != strings.TrimSpace(p.Model) {
+		if err := checkLen("policy.model", p.Model, MaxModelNameLen); err != nil {
+			errs = append(errs, problem("field policy.model is too long", err))
+		} else if p.Model != strings.TrimSpace(p.Model) {
 			errs = append(errs, problem("field policy.model has surrounding spaces", fmt.Errorf("policy.model %q: surrounding spaces", p.Model)))
 		}
 		if err := checkDestination("policy.endpoint", p.Endpoint, "policy.base_url", p.BaseURL); err != nil {
@@ -69,12 +73,18 @@ func checkTask(row DatasetRow, id string) error {
 	if row.Env == "" {
 		return problem("field env is missing", fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", ")))
 	}
+	if err := checkLen("env", row.Env, MaxModelNameLen); err != nil {
+		return problem("field env is too long", err)
+	}
 	entry, err := catalog.Find(row.Env)
 	if err != nil {
 		return problem("field env names no known environment", fmt.Errorf("env: %w", err))
 	}
 	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return problem("field task is missing", errors.New("task is required"))
+	}
+	if len(row.Task) > MaxTaskBytes {
+		return problem("field task is too large", fmt.Errorf("task: %d bytes, more than the %d a task may have", len(row.Task), MaxTaskBytes))
 	}
 	if !entry.Hosted() {
 		return nil // its host checks the task when the rollout starts
@@ -93,6 +103,9 @@ func checkTask(row DatasetRow, id string) error {
 
 // checkURL refuses a URL that is neither empty nor http(s).
 func checkURL(what, value string) error {
+	if err := checkLen(what, value, MaxURLLen); err != nil {
+		return err
+	}
 	if value != "" && !strings.HasPrefix(value, "http://") && !strings.HasPrefix(value, "https://") {
 		return fmt.Errorf("%s %q: want an http:// or https:// URL", what, value)
 	}
@@ -103,6 +116,12 @@ func checkURL(what, value string) error {
 // or by URL (http or https), not both. Whether the workers admit it is
 // theirs to say.
 func checkDestination(nameFlag, name, urlFlag, url string) error {
+	if err := checkLen(nameFlag, name, MaxModelNameLen); err != nil {
+		return err
+	}
+	if err := checkLen(urlFlag, url, MaxURLLen); err != nil {
+		return err
+	}
 	if name != "" && url != "" {
 		return fmt.Errorf("%s %q and %s %q: give one, not both", nameFlag, name, urlFlag, url)
 	}

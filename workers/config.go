@@ -4,14 +4,19 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/destination"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -102,6 +107,14 @@ type Config struct {
 	TLS tlsfiles.ClientFiles
 	// MetricsListen is the address /metrics is served on; empty serves none.
 	MetricsListen string
+	// HTTP are the timeouts of the metrics listener (httpserver.Env…).
+	HTTP httpserver.Timeouts
+	// ModelLimits bound what a model endpoint may answer (model.Env…).
+	ModelLimits ModelLimits
+	// FileMode is the mode of the files the worker writes into local
+	// transcript and checkpoint directories (storage.EnvFileMode; default
+	// storage.DefaultFileMode, private to the worker's user).
+	FileMode fs.FileMode
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
 	// Prefix is how often a streamed generation's prefix is made durable.
@@ -111,6 +124,10 @@ type Config struct {
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
 	// transcript store's endpoint only.
 	Destinations *destination.Config
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key checkpoints are signed and checked
+	// with (artifact.EnvMaxIndexBytes, artifact.EnvKeyFile, …).
+	Checkpoints artifact.Settings
 }
 
 // destinationDefaults is what the destinations build on: the default
@@ -163,6 +180,18 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
+	if cfg.Checkpoints, err = artifact.SettingsFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.HTTP, err = httpserver.FromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.FileMode, err = storage.FileModeFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.ModelLimits, err = modelLimitsFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
 	if cfg.Prefix, err = prefixFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
@@ -173,8 +202,27 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if err := checkNamedTokens(dest); err != nil {
+		return Config{}, err
+	}
 	cfg.Destinations = &dest
 	return cfg, nil
+}
+
+// checkNamedTokens holds the tokens of named environment servers
+// (destination.DataTokenPrefix…) to the length rule of the global ones
+// (that a server's two differ, destination checks).
+func checkNamedTokens(d destination.Config) error {
+	for _, s := range d.EnvServers {
+		dataSetting, controlSetting := destination.SecretVar(destination.DataTokenPrefix, s.Name), destination.SecretVar(destination.ControlTokenPrefix, s.Name)
+		if err := bearer.Check(dataSetting, s.DataToken); err != nil {
+			return err
+		}
+		if err := bearer.Check(controlSetting, s.ControlToken); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Validate reports the first setting that cannot work.
@@ -197,6 +245,11 @@ func (c Config) Validate() error {
 	}
 	if c.DataToken != "" && c.DataToken == c.ControlToken {
 		return fmt.Errorf("%s and %s are equal: the environment servers refuse that", EnvDataToken, EnvControlToken)
+	}
+	for _, tok := range []struct{ env, value string }{{EnvDataToken, c.DataToken}, {EnvControlToken, c.ControlToken}} {
+		if err := bearer.Check(tok.env, tok.value); err != nil {
+			return err
+		}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fmt.Errorf("%s and %s: a client certificate needs both", EnvTLSClientCert, EnvTLSClientKey)

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/location"
@@ -62,6 +63,10 @@ type Coordinator struct {
 	// FenceSettle is how long FenceSet waits after writing a set's fence
 	// (0: set.FenceSettle; tests shorten it).
 	FenceSettle time.Duration
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key manifests are signed and checked with
+	// (the zero value: default bounds, no key).
+	Checkpoints artifact.Settings
 }
 
 // destinations is Destinations, or a configuration admitting nothing.
