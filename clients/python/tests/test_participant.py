@@ -25,6 +25,7 @@ from turnstile.participant import (
     artifact,
     check_environment,
     start,
+    task_format,
     tool,
 )
 from turnstile.participant import wire
@@ -38,6 +39,9 @@ class Counter(Environment):
     name, mode = "counter", EXPORT_RESTORE
     tools = [tool("increment", "Add amount to the counter.", {"amount": {"type": "integer", "minimum": 1}}, ["amount"]),
              tool("read", "Show the counter.")]
+    task_format = task_format("Raise the counter from 0 to target.",
+                              {"type": "object", "properties": {"target": {"type": "integer"}}, "required": ["target"]},
+                              {"target": 3})
 
     def start(self, seed, task):
         if not isinstance(task, dict) or set(task) != {"target"} or type(task["target"]) is not int:
@@ -374,6 +378,10 @@ class LibraryTest(unittest.TestCase):
                                             {"name": "dice", "mode": "restart_only", "style": "gym"}])
             self.assertEqual([e["name"] for e in s.ok("GET", "/v1/envs")], ["counter", "dice"])
             self.assertEqual(s.ok("GET", "/v1/envs")[0]["tools"], [t for t in Counter.tools])
+            self.assertEqual(s.ok("GET", "/v1/envs")[0]["task_format"],
+                             {"description": "Raise the counter from 0 to target.", "example": {"target": 3},
+                              "schema": {"type": "object", "properties": {"target": {"type": "integer"}}, "required": ["target"]}})
+            self.assertNotIn("task_format", s.ok("GET", "/v1/envs")[1])
         finally:
             s.close()
 

@@ -65,13 +65,14 @@ from .environment import (
     Session,
     check_environment,
     outcome,
+    task_format,
     tool,
 )
 from .server import TLS, Running, main, serve, start
 from .wire import ProtocolError
 
 __all__ = [
-    "Environment", "Session", "EnvError", "tool", "outcome", "check_environment",
+    "Environment", "Session", "EnvError", "tool", "task_format", "outcome", "check_environment",
     "EXPORT_RESTORE", "RESTART_ONLY", "STATELESS", "MODES", "TOOLS", "GYM", "STEP_TOOL",
     "start", "serve", "main", "TLS", "Running", "ProtocolError",
     "COMPONENT", "SCHEMA_VERSION", "FEATURES",

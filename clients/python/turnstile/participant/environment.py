@@ -4,7 +4,7 @@ Go envs.Environment interface), and base classes to write one.
 An environment serves any number of sessions, one a rollout:
 
     env.name                    the name on the wire (POST /v1/sessions "env")
-    env.spec()                  {"name", "mode", "style", "tools"}
+    env.spec()                  {"name", "mode", "style", "tools"[, "task_format"]}
     env.start(seed, task)       -> (session, {"instructions", "observation"})
     env.restore(state)          -> session rebuilt from session.export(); it
                                 validates everything and raises
@@ -67,6 +67,19 @@ def tool(name, description, properties=None, required=()):
                            **({"required": list(required)} if required else {}), "additionalProperties": False}}
 
 
+def task_format(description="", schema=None, example=None):
+    """The declaration of the task an environment's start() accepts: a
+    short description, a JSON Schema, an example task; each optional."""
+    out = {}
+    if description:
+        out["description"] = description
+    if schema is not None:
+        out["schema"] = schema
+    if example is not None:
+        out["example"] = example
+    return out
+
+
 class Environment:
     """Base class of an environment. Set the class attributes and implement
     start (and restore for export_restore):
@@ -87,10 +100,17 @@ class Environment:
     mode = RESTART_ONLY
     style = TOOLS
     tools = ()
+    # What start() accepts, or None: {"description", "schema" (a JSON
+    # Schema of the task), "example" (one task)}, each optional
+    # (task_format() builds one).
+    task_format = None
 
     def spec(self):
         """The environment's declaration, as GET /v1/envs lists it."""
-        return {"name": self.name, "mode": self.mode, "style": self.style, "tools": [dict(t) for t in self.tools]}
+        spec = {"name": self.name, "mode": self.mode, "style": self.style, "tools": [dict(t) for t in self.tools]}
+        if self.task_format:
+            spec["task_format"] = dict(self.task_format)
+        return spec
 
     def start(self, seed, task):
         """Begins a session for a task (JSON values, or None) and a seed;
@@ -162,4 +182,10 @@ def check_environment(env):
     for t in tools:
         if not isinstance(t.get("parameters"), dict) or t["parameters"].get("type") != "object":
             raise ValueError(f"{what}: tool {t['name']!r}: parameters must be a JSON Schema of type object")
+    fmt = spec.get("task_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict) or set(fmt) - {"description", "schema", "example"}:
+            raise ValueError(f"{what}: task_format must be a dict of description, schema, example, got {fmt!r}")
+        if "schema" in fmt and not isinstance(fmt["schema"], dict):
+            raise ValueError(f"{what}: task_format schema must be a JSON Schema object")
     return spec
