@@ -24,6 +24,7 @@ from turnstile.participant import (
     TLS,
     artifact,
     check_environment,
+    script_line,
     start,
     task_format,
     tool,
@@ -367,6 +368,11 @@ class LibraryTest(unittest.TestCase):
                 self.assertIn(want, str(cm.exception))
         with self.assertRaises(ValueError):
             TLS("cert.pem", "")
+
+    def test_script_line_shows_the_task_script(self):
+        self.assertEqual(script_line({"target": 3}), "")
+        self.assertEqual(script_line({"script": {"turns": [[{"name": "pop", "arguments": {}}]], "answer": "x"}}),
+                         'SCRIPT {"answer":"x","turns":[[{"arguments":{},"name":"pop"}]]}')
 
     def test_capabilities_name_what_the_coordinator_requires(self):
         s = Server(name="caps")

@@ -34,6 +34,8 @@ MODES lists the modes the protocol knows; a mode added to the protocol
 (such as a replay mode) is added there and handled by the control plane.
 """
 
+import json
+
 EXPORT_RESTORE = "export_restore"
 RESTART_ONLY = "restart_only"
 STATELESS = "stateless"
@@ -78,6 +80,19 @@ def task_format(description="", schema=None, example=None):
     if example is not None:
         out["example"] = example
     return out
+
+
+SCRIPT_PREFIX = "SCRIPT "
+
+
+def script_line(task):
+    """The line that shows a task's "script" to the policy server's generic
+    scripted policy (model "scripted"): 'SCRIPT <JSON>', to put in the first
+    observation; "" for a task without one. A script is a list of turns,
+    each a list of {"name", "arguments"}, or {"turns": [...], "answer": "..."}."""
+    if not isinstance(task, dict) or "script" not in task:
+        return ""
+    return SCRIPT_PREFIX + json.dumps(task["script"], separators=(",", ":"), sort_keys=True)
 
 
 class Environment:
