@@ -13,7 +13,7 @@ import (
 // ScriptModel is the model name of the generic scripted policy: it drives
 // any environment, whatever its tools, by the tool calls its task carries
 // (Script).
-const ScriptModel = "scripted"
+const ScriptModel = envs.ScriptModel
 
 // ScriptPrefix starts the line of an episode's first user message (the
 // environment's first observation) that holds the script: the environment
