@@ -70,14 +70,15 @@ func (r SubmitRequest) ForeignEnvs() []string {
 
 // Declare fetches what r's environment server declares (GET /v1/envs, with
 // its data token, as dest resolves it) when r's rows name environments not
-// in the catalog, and refuses any of them the server does not declare,
-// naming the environment and the server. It sets r.Declared; a request
-// whose environments are all in the catalog is left as it is, and nothing
-// is fetched. A nil hc is http.DefaultClient.
+// in the catalog and names its environment server (EnvServer or EnvURL),
+// and refuses any of them the server does not declare, naming the
+// environment and the server. It sets r.Declared; any other request is
+// left as it is (Validate refuses an environment the catalog does not
+// hold), and nothing is fetched. A nil hc is http.DefaultClient.
 func Declare(ctx context.Context, r *SubmitRequest, dest *destination.Config, hc *http.Client) error {
 	foreign := r.ForeignEnvs()
-	if len(foreign) == 0 {
-		return nil
+	if len(foreign) == 0 || (r.EnvServer == "" && r.EnvURL == "") {
+		return nil // Validate refuses what the catalog does not hold, as before
 	}
 	server := describeServer(r.EnvServer, r.EnvURL)
 	target, err := dest.Env(r.EnvServer, r.EnvURL)
@@ -92,14 +93,21 @@ func Declare(ctx context.Context, r *SubmitRequest, dest *destination.Config, hc
 	if err := protocol.NewDataClient(target.URL, target.Secret, hc).Do(ctx, "GET", "/v1/envs", nil, &specs); err != nil {
 		return fmt.Errorf("environment %s is not in the catalog; ask environment server %s (%s) for its environments: %w", foreign[0], server, target.URL, err)
 	}
+	return CheckDeclared(r, fmt.Sprintf("%s (%s)", server, target.URL), specs)
+}
+
+// CheckDeclared refuses any environment of r's rows that neither the
+// catalog holds nor specs (what server, named for messages, declares)
+// list; otherwise it sets r.Declared to specs.
+func CheckDeclared(r *SubmitRequest, server string, specs []envs.Spec) error {
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	for _, env := range foreign {
+	for _, env := range r.ForeignEnvs() {
 		if !slices.Contains(names, env) {
-			return fmt.Errorf("environment %s is neither in the catalog (known: %s) nor served by environment server %s (%s declares: %s)",
-				env, strings.Join(catalog.Names(), ", "), server, target.URL, strings.Join(names, ", "))
+			return fmt.Errorf("environment %s is neither in the catalog (known: %s) nor served by environment server %s, which declares: %s",
+				env, strings.Join(catalog.Names(), ", "), server, strings.Join(names, ", "))
 		}
 	}
 	r.Declared = specs

@@ -91,7 +91,7 @@ func TestUndeclaredEnvironmentIsRefused(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "environment heap is neither in the catalog")
 	assert.Contains(t, err.Error(), "nor served by environment server py")
-	assert.Contains(t, err.Error(), "declares: counter, stack")
+	assert.Contains(t, err.Error(), "which declares: counter, stack")
 	assert.Nil(t, req.Declared, "a refusal changes nothing")
 
 	req = stackRequest(t, "elsewhere")
