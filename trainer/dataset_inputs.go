@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -19,7 +20,11 @@ import (
 // The task check starts (and closes) a local session of the environment
 // with repeat 0's seed, so a refusal is found before anything starts
 // rather than as one failed rollout per repeat.
-func CheckRows(rows []DatasetRow) []RowError {
+func CheckRows(rows []DatasetRow) []RowError { return checkRows(rows, nil) }
+
+// checkRows is CheckRows admitting, beyond the catalog's, the environments
+// declared lists (those a request's environment server declares).
+func checkRows(rows []DatasetRow, declared []envs.Spec) []RowError {
 	var errs []RowError
 	seen := map[string]int{}
 	for i, row := range rows {
@@ -34,7 +39,7 @@ func CheckRows(rows []DatasetRow) []RowError {
 		} else {
 			seen[id] = line
 		}
-		for _, err := range checkRow(row, id) {
+		for _, err := range checkRow(row, id, declared) {
 			report(err)
 		}
 	}
@@ -42,7 +47,7 @@ func CheckRows(rows []DatasetRow) []RowError {
 }
 
 // checkRow checks one row's fields.
-func checkRow(row DatasetRow, id string) []error {
+func checkRow(row DatasetRow, id string, declared []envs.Spec) []error {
 	var errs []error
 	if err := checkSampling(row.Sampling); err != nil {
 		errs = append(errs, problem("field sampling is invalid", err))
@@ -61,15 +66,17 @@ func checkRow(row DatasetRow, id string) []error {
 			errs = append(errs, problem("field policy names its endpoint wrongly (policy.endpoint or policy.base_url)", err))
 		}
 	}
-	if err := checkTask(row, id); err != nil {
+	if err := checkTask(row, id, declared); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
 }
 
-// checkTask checks that row names a known environment and a task its Start
-// accepts.
-func checkTask(row DatasetRow, id string) error {
+// checkTask checks that row names a known environment (of the catalog, or
+// declared by the request's environment server) and a task its Start
+// accepts; a declared environment's server checks the task when the
+// rollout starts.
+func checkTask(row DatasetRow, id string, declared []envs.Spec) error {
 	if row.Env == "" {
 		return problem("field env is missing", fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", ")))
 	}
@@ -77,14 +84,18 @@ func checkTask(row DatasetRow, id string) error {
 		return problem("field env is too long", err)
 	}
 	entry, err := catalog.Find(row.Env)
-	if err != nil {
-		return problem("field env names no known environment", fmt.Errorf("env: %w", err))
+	_, served := declaredSpec(declared, row.Env)
+	if err != nil && !served {
+		return problem("field env names no known environment", fmt.Errorf("env: %w; an environment of your own: name the environment server that serves it (--env-server)", err))
 	}
 	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return problem("field task is missing", errors.New("task is required"))
 	}
 	if len(row.Task) > MaxTaskBytes {
 		return problem("field task is too large", fmt.Errorf("task: %d bytes, more than the %d a task may have", len(row.Task), MaxTaskBytes))
+	}
+	if err != nil {
+		return nil // declared by its server, which checks the task at start
 	}
 	if !entry.Hosted() {
 		return nil // its host checks the task when the rollout starts
@@ -158,7 +169,7 @@ func (r SubmitRequest) validateDataset() error {
 		return fmt.Errorf("--group-retries %d: %w", *r.GroupRetries, err)
 	}
 	bad := &DatasetError{}
-	for _, e := range CheckRows(r.Rows) {
+	for _, e := range checkRows(r.Rows, r.Declared) {
 		bad.add(e.Line, e.Err)
 	}
 	return bad.orNil()
@@ -216,7 +227,7 @@ func rowPolicy(r SubmitRequest, row DatasetRow) rollout.PolicyRef {
 		p.Model = r.Policy
 	}
 	if p.Model == "" {
-		p.Model = ScriptedPolicy(row.Env)
+		p.Model = defaultPolicy(row.Env)
 	}
 	if p.BaseURL == "" && p.Endpoint == "" {
 		p.BaseURL, p.Endpoint = r.ModelURL, r.PolicyEndpoint

@@ -407,3 +407,23 @@ func GatewayDestinations(lookup func(string) (string, bool)) (*destination.Confi
 	}
 	return &d, nil
 }
+
+// EnvDestinations reads, through lookup, the environment servers the
+// workers send rollouts to (their default, TURNSTILE_ENV_SERVERS) with
+// the data tokens they send: what a starter uses to ask a server which
+// environments it declares before submitting rollouts of one.
+func EnvDestinations(lookup func(string) (string, bool)) (*destination.Config, error) {
+	get := func(key, def string) string {
+		if v, ok := lookup(key); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		return def
+	}
+	d, err := destination.FromLookup(lookup, destination.Defaults{
+		EnvURL: get(EnvEnvURL, DefaultEnvURL), DataToken: get(EnvDataToken, ""),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
