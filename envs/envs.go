@@ -76,6 +76,18 @@ type Spec struct {
 	Mode  Mode   `json:"mode"`
 	Style Style  `json:"style"`
 	Tools []Tool `json:"tools"`
+	// TaskFormat, optional, says what task Start accepts, so a caller that
+	// does not know the environment (a foreign one, served by a
+	// participant in another language) can write a dataset for it.
+	TaskFormat *TaskFormat `json:"task_format,omitempty"`
+}
+
+// TaskFormat describes the task JSON an environment's Start accepts: a
+// JSON Schema, or a short description, with an example; each optional.
+type TaskFormat struct {
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`  // JSON Schema of the task
+	Example     json.RawMessage `json:"example,omitempty"` // one task Start accepts
 }
 
 // Start is the beginning of an episode.

@@ -18,6 +18,12 @@ import (
 // these names and recorded histories hold them, so they must not change.
 const scriptedModelPrefix = "scripted-"
 
+// ScriptModel is the model name of the generic scripted policy on the
+// policy server: it drives any environment by the script its task carries
+// (internal/policy.Script), the default policy of an environment that is
+// not in the catalog.
+const ScriptModel = "scripted"
+
 // ScriptedModel is the model name of env's scripted policy. It is the only
 // place the naming convention is spelled out.
 func ScriptedModel(env string) string { return scriptedModelPrefix + env }

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // apiError is an answer other than 2xx.
@@ -53,6 +54,8 @@ func toAPIError(err error) *apiError {
 		return &apiError{status: http.StatusNotFound, code: CodeNotFound, msg: err.Error()}
 	case errors.As(err, &tooBig):
 		return badRequest("", "request body larger than the gateway accepts")
+	case trainer.IsRequestTooLarge(err):
+		return badRequest("", err.Error()+" (Temporal refused the request as too large: repeating it cannot help)")
 	case errors.As(err, &unavailErr), isUnavailable(err):
 		return unavailable(err.Error())
 	}
@@ -66,9 +69,14 @@ func isUnavailable(err error) bool {
 	return errors.As(err, &u) || errors.As(err, &d) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// maxMessageBytes bounds an error message: one that quotes an oversized
+// value (a 10 MB field name or id) must not echo it back.
+const maxMessageBytes = 2048
+
 // writeError writes e as an ErrorBody.
 func writeError(w http.ResponseWriter, e *apiError) {
-	_ = writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.msg, Field: e.field}, Health: e.health})
+	_ = writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: rollout.Truncate(e.msg, maxMessageBytes),
+		Field: rollout.Truncate(e.field, 256)}, Health: e.health})
 }
 
 // writeJSON writes v with status, HTML characters unescaped (trajectories

@@ -28,6 +28,8 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The answer may come as late as the end of the wait.
+	s.extendWrite(w, q.deadline.Sub(s.cfg.Now()))
 	var (
 		h        Health
 		healthAt time.Time

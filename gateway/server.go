@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/internal/destination"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -83,6 +84,11 @@ type Config struct {
 	Logger       *zap.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// WriteTimeout is the HTTP server's write timeout (0: none). The feed
+	// moves its write deadline to the end of its wait plus this, and the
+	// export moves it on with every line it writes, so a long poll or a
+	// long export is not cut off by a timeout meant for quick answers.
+	WriteTimeout time.Duration
 }
 
 // Defaults of Config.
@@ -167,6 +173,10 @@ func checkTokens(cfg Config) error {
 		return errors.New("the operator token has leading or trailing whitespace")
 	case cfg.OperatorToken != "" && cfg.OperatorToken == cfg.Token:
 		return errors.New("the operator token equals the trainer token: give each role its own")
+	case cfg.Token != "" && cfg.Token == cfg.ControlToken:
+		return errors.New("the bearer token equals the environment servers' control token: a trainer would hold the control plane")
+	case cfg.OperatorToken != "" && cfg.OperatorToken == cfg.ControlToken:
+		return errors.New("the operator token equals the environment servers' control token: give the gateway's roles tokens of their own")
 	}
 	return nil
 }
@@ -248,6 +258,15 @@ func (s *Server) wrap(rt route) http.Handler {
 			writeError(w, ae)
 		}
 	})
+}
+
+// extendWrite moves the write deadline of w's connection to the write
+// timeout after wait from now: for an answer that may legitimately come
+// later than the timeout allows (a long poll, a stream making progress).
+func (s *Server) extendWrite(w http.ResponseWriter, wait time.Duration) {
+	if s.cfg.WriteTimeout > 0 {
+		httpserver.ExtendWrite(w, time.Now().Add(max(wait, 0)+s.cfg.WriteTimeout))
+	}
 }
 
 // admit answers nil when r's token holds the role a route needs: 401 for

@@ -1,14 +1,18 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/destination"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
 	setpkg "github.com/turnstile-rl/turnstile/workflows/set"
 )
@@ -68,6 +72,9 @@ func (s *Server) submitRequest(ctx context.Context, req SubmitRequest) (trainer.
 	if len(cr.Rows) > 0 && cr.Repeats == 0 {
 		cr.Repeats = 1
 	}
+	if err := s.declare(ctx, &cr); err != nil {
+		return trainer.SubmitRequest{}, err
+	}
 	if err := cr.Validate(); err != nil {
 		var de *trainer.DatasetError
 		if req.DatasetPath != "" && errors.As(err, &de) {
@@ -112,6 +119,41 @@ func (s *Server) checkSubmitDestinations(cr trainer.SubmitRequest, fromFile bool
 		default:
 			return badRequest(fmt.Sprintf("rows[%d].policy", i), fmt.Sprintf("rows[%d].policy: %v", i, err))
 		}
+	}
+	return nil
+}
+
+// declare admits the environments of cr's rows that the catalog does not
+// hold when the environment server cr names declares them: the gateway asks
+// its capabilities with the control token it holds (the data tokens stay
+// the workers'). A refusal names the environment and the server.
+func (s *Server) declare(ctx context.Context, cr *trainer.SubmitRequest) error {
+	foreign := cr.ForeignEnvs()
+	if len(foreign) == 0 || (cr.EnvServer == "" && cr.EnvURL == "") {
+		return nil // Validate refuses what the catalog does not hold, as before
+	}
+	field := pick(cr.EnvURL != "", "env_url", "env_server")
+	d := s.cfg.Destinations
+	if d == nil {
+		d = &destination.Config{}
+	}
+	target, err := d.EnvControl(cr.EnvServer, cr.EnvURL)
+	if err != nil {
+		return badRequest(field, err.Error())
+	}
+	server := fmt.Sprintf("%s (%s)", pick(cr.EnvServer != "", cr.EnvServer, cr.EnvURL), target.URL)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	caps, err := protocol.NewControlClient(target.URL, cmp.Or(target.Secret, s.cfg.ControlToken), nil).Capabilities(ctx)
+	if err != nil {
+		return badRequest(field, fmt.Sprintf("environment %s is not in the catalog; ask environment server %s for its environments: %v", foreign[0], server, err))
+	}
+	specs := make([]envs.Spec, len(caps.Envs))
+	for i, e := range caps.Envs {
+		specs[i] = envs.Spec{Name: e.Name, Mode: e.Mode, Style: e.Style}
+	}
+	if err := trainer.CheckDeclared(cr, server, specs); err != nil {
+		return badRequest(field, err.Error())
 	}
 	return nil
 }
@@ -226,7 +268,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	if err := s.requireSet(r, set); err != nil {
 		return err
 	}
-	sw := &startedWriter{w: w}
+	sw := &startedWriter{w: w, progress: func() { s.extendWrite(w, 0) }}
 	if _, err := s.backend.Export(r.Context(), set, s.cfg.Transcripts, sw); err != nil {
 		if sw.started {
 			panic(http.ErrAbortHandler)
@@ -239,10 +281,14 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// startedWriter writes the NDJSON headers with the first line.
+// startedWriter writes the NDJSON headers with the first line, and calls
+// progress before each write (an export may take longer than the write
+// timeout; a client that stops reading is cut off a write timeout after
+// its last progress).
 type startedWriter struct {
-	w       http.ResponseWriter
-	started bool
+	w        http.ResponseWriter
+	started  bool
+	progress func()
 }
 
 func (s *startedWriter) start() {
@@ -252,6 +298,9 @@ func (s *startedWriter) start() {
 }
 
 func (s *startedWriter) Write(p []byte) (int, error) {
+	if s.progress != nil {
+		s.progress()
+	}
 	if !s.started {
 		s.start()
 	}

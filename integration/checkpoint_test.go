@@ -441,9 +441,19 @@ func (c *cluster) revisions(ctx context.Context, set string, count int, urlOf fu
 // acknowledges it by receipt, and returns the results.
 func (c *cluster) acknowledgeAll(ctx context.Context, set string, count int) map[string]rollout.Result {
 	c.t.Helper()
-	out := map[string]rollout.Result{}
+	ids := make([]string, count)
 	for i := range count {
-		id := fmt.Sprintf("%s-%04d", set, i)
+		ids[i] = fmt.Sprintf("%s-%04d", set, i)
+	}
+	return c.acknowledgeIDs(ctx, ids)
+}
+
+// acknowledgeIDs waits for each rollout to hold its result, acknowledges
+// it by receipt, and returns the results.
+func (c *cluster) acknowledgeIDs(ctx context.Context, ids []string) map[string]rollout.Result {
+	c.t.Helper()
+	out := map[string]rollout.Result{}
+	for _, id := range ids {
 		var st rollout.Status
 		c.waitFor("result of "+id, nil, 5*time.Minute, func() bool {
 			v, err := c.client.QueryWorkflow(ctx, rollout.WorkflowID(id), "", rollout.QueryStatus)

@@ -109,7 +109,7 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token", dataToken: "test-data-token"}
+	c := &cluster{t: t, dir: t.TempDir(), token: "test-control-token", dataToken: "test-data-plane-token"}
 	c.launch = &stack.Launcher{Dir: c.dir}
 	c.store = filepath.Join(c.dir, "transcripts")
 	t.Cleanup(func() {

@@ -25,6 +25,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -114,6 +115,10 @@ type SubmitRequest struct {
 	// new attempts, over all of a group's rollouts, before the group fails
 	// as a whole. Nil means rollout.DefaultGroupRetries; dataset only.
 	GroupRetries *int
+	// Declared are the environments the request's environment server
+	// declares (Declare fetches them): a dataset row may name one that is
+	// not in the catalog. Nil admits catalog environments only.
+	Declared []envs.Spec `json:"-"`
 	// RequestID, when set, makes Submit idempotent under it: every rollout
 	// started carries it in its memo (MemoSubmit, with a digest of the
 	// request), and a set whose rollouts carry the same request id and

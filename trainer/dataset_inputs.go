@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -19,20 +20,26 @@ import (
 // The task check starts (and closes) a local session of the environment
 // with repeat 0's seed, so a refusal is found before anything starts
 // rather than as one failed rollout per repeat.
-func CheckRows(rows []DatasetRow) []RowError {
+func CheckRows(rows []DatasetRow) []RowError { return checkRows(rows, nil) }
+
+// checkRows is CheckRows admitting, beyond the catalog's, the environments
+// declared lists (those a request's environment server declares).
+func checkRows(rows []DatasetRow, declared []envs.Spec) []RowError {
 	var errs []RowError
 	seen := map[string]int{}
 	for i, row := range rows {
 		line, id := rowLine(row, i), RowID(row, i)
 		report := func(err error) { errs = append(errs, RowError{Line: line, Err: err}) }
-		if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
+		if err := checkLen("id", id, MaxRowIDLen); err != nil {
+			report(problem("field id is too long", err))
+		} else if err := rollout.ValidateName("id", id, MaxRowIDLen); err != nil {
 			report(problem("field id is not a valid row id", err))
 		} else if first, dup := seen[id]; dup {
 			report(problem(fmt.Sprintf("field id repeats the id of line %d", first), fmt.Errorf("id %q is also the id of line %d", id, first)))
 		} else {
 			seen[id] = line
 		}
-		for _, err := range checkRow(row, id) {
+		for _, err := range checkRow(row, id, declared) {
 			report(err)
 		}
 	}
@@ -40,9 +47,9 @@ func CheckRows(rows []DatasetRow) []RowError {
 }
 
 // checkRow checks one row's fields.
-func checkRow(row DatasetRow, id string) []error {
+func checkRow(row DatasetRow, id string, declared []envs.Spec) []error {
 	var errs []error
-	if err := row.Sampling.Validate(); err != nil {
+	if err := checkSampling(row.Sampling); err != nil {
 		errs = append(errs, problem("field sampling is invalid", err))
 	}
 	if row.MaxTurns < 0 || row.MaxTurns > rollout.MaxMaxTurns {
@@ -50,31 +57,45 @@ func checkRow(row DatasetRow, id string) []error {
 			fmt.Errorf("max_turns %d: want 1..%d, or 0 for the default", row.MaxTurns, rollout.MaxMaxTurns)))
 	}
 	if p := row.Policy; p != nil {
-		if p.Model != strings.TrimSpace(p.Model) {
+		if err := checkLen("policy.model", p.Model, MaxModelNameLen); err != nil {
+			errs = append(errs, problem("field policy.model is too long", err))
+		} else if p.Model != strings.TrimSpace(p.Model) {
 			errs = append(errs, problem("field policy.model has surrounding spaces", fmt.Errorf("policy.model %q: surrounding spaces", p.Model)))
 		}
 		if err := checkDestination("policy.endpoint", p.Endpoint, "policy.base_url", p.BaseURL); err != nil {
 			errs = append(errs, problem("field policy names its endpoint wrongly (policy.endpoint or policy.base_url)", err))
 		}
 	}
-	if err := checkTask(row, id); err != nil {
+	if err := checkTask(row, id, declared); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
 }
 
-// checkTask checks that row names a known environment and a task its Start
-// accepts.
-func checkTask(row DatasetRow, id string) error {
+// checkTask checks that row names a known environment (of the catalog, or
+// declared by the request's environment server) and a task its Start
+// accepts; a declared environment's server checks the task when the
+// rollout starts.
+func checkTask(row DatasetRow, id string, declared []envs.Spec) error {
 	if row.Env == "" {
 		return problem("field env is missing", fmt.Errorf("env is required (known: %s)", strings.Join(catalog.Names(), ", ")))
 	}
+	if err := checkLen("env", row.Env, MaxModelNameLen); err != nil {
+		return problem("field env is too long", err)
+	}
 	entry, err := catalog.Find(row.Env)
-	if err != nil {
-		return problem("field env names no known environment", fmt.Errorf("env: %w", err))
+	_, served := declaredSpec(declared, row.Env)
+	if err != nil && !served {
+		return problem("field env names no known environment", fmt.Errorf("env: %w; an environment of your own: name the environment server that serves it (--env-server)", err))
 	}
 	if t := bytes.TrimSpace(row.Task); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return problem("field task is missing", errors.New("task is required"))
+	}
+	if len(row.Task) > MaxTaskBytes {
+		return problem("field task is too large", fmt.Errorf("task: %d bytes, more than the %d a task may have", len(row.Task), MaxTaskBytes))
+	}
+	if err != nil {
+		return nil // declared by its server, which checks the task at start
 	}
 	if !entry.Hosted() {
 		return nil // its host checks the task when the rollout starts
@@ -93,6 +114,9 @@ func checkTask(row DatasetRow, id string) error {
 
 // checkURL refuses a URL that is neither empty nor http(s).
 func checkURL(what, value string) error {
+	if err := checkLen(what, value, MaxURLLen); err != nil {
+		return err
+	}
 	if value != "" && !strings.HasPrefix(value, "http://") && !strings.HasPrefix(value, "https://") {
 		return fmt.Errorf("%s %q: want an http:// or https:// URL", what, value)
 	}
@@ -103,6 +127,12 @@ func checkURL(what, value string) error {
 // or by URL (http or https), not both. Whether the workers admit it is
 // theirs to say.
 func checkDestination(nameFlag, name, urlFlag, url string) error {
+	if err := checkLen(nameFlag, name, MaxModelNameLen); err != nil {
+		return err
+	}
+	if err := checkLen(urlFlag, url, MaxURLLen); err != nil {
+		return err
+	}
 	if name != "" && url != "" {
 		return fmt.Errorf("%s %q and %s %q: give one, not both", nameFlag, name, urlFlag, url)
 	}
@@ -139,7 +169,7 @@ func (r SubmitRequest) validateDataset() error {
 		return fmt.Errorf("--group-retries %d: %w", *r.GroupRetries, err)
 	}
 	bad := &DatasetError{}
-	for _, e := range CheckRows(r.Rows) {
+	for _, e := range checkRows(r.Rows, r.Declared) {
 		bad.add(e.Line, e.Err)
 	}
 	return bad.orNil()
@@ -197,7 +227,7 @@ func rowPolicy(r SubmitRequest, row DatasetRow) rollout.PolicyRef {
 		p.Model = r.Policy
 	}
 	if p.Model == "" {
-		p.Model = ScriptedPolicy(row.Env)
+		p.Model = defaultPolicy(row.Env)
 	}
 	if p.BaseURL == "" && p.Endpoint == "" {
 		p.BaseURL, p.Endpoint = r.ModelURL, r.PolicyEndpoint

@@ -94,6 +94,9 @@ func (r ResumeRequest) Validate() error {
 // participants is protocol.ValidateParticipants with the flag named, as
 // the starter always reported it.
 func participants(urls []string) ([]string, error) {
+	if err := checkParticipantBounds(urls); err != nil {
+		return nil, err
+	}
 	parts, err := protocol.ValidateParticipants(urls)
 	if err != nil {
 		return nil, fmt.Errorf("--participants: %w", err)

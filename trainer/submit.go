@@ -31,6 +31,9 @@ const (
 // Validate reports the first field that cannot work, before anything is
 // started. Messages name the starter's flags, which carry the same names.
 func (r SubmitRequest) Validate() error {
+	if err := checkLen("set", r.Set, rollout.MaxSetLen); err != nil {
+		return err
+	}
 	if err := rollout.ValidateSet(r.Set); err != nil {
 		return err
 	}
@@ -52,6 +55,9 @@ func (r SubmitRequest) Validate() error {
 
 // validateShared checks the fields both modes use.
 func (r SubmitRequest) validateShared() error {
+	if err := checkLen("--policy", r.Policy, MaxModelNameLen); err != nil {
+		return err
+	}
 	if r.Policy != strings.TrimSpace(r.Policy) {
 		return fmt.Errorf("--policy %q: surrounding spaces", r.Policy)
 	}
@@ -64,7 +70,7 @@ func (r SubmitRequest) validateShared() error {
 	if err := r.validateBudgets(); err != nil {
 		return err
 	}
-	if err := r.Sampling.Validate(); err != nil {
+	if err := checkSampling(r.Sampling); err != nil {
 		return err
 	}
 	if err := checkDestination("--env-server", r.EnvServer, "--env-url", r.EnvURL); err != nil {
@@ -101,6 +107,9 @@ func ScriptedPolicy(env string) string { return envs.ScriptedModel(env) }
 // empty and repeated names are refused.
 func ParseEnvs(value string) ([]string, error) {
 	known := catalog.Names()
+	if err := checkLen("--env", value, MaxEnvListLen); err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(value) == "" {
 		return nil, fmt.Errorf("--env is required: one or more of %s, comma-separated", strings.Join(known, ", "))
 	}
@@ -129,7 +138,11 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 		return nil, err
 	}
 	if r.isDataset() {
-		return buildDatasetInputs(r)
+		inputs, err := buildDatasetInputs(r)
+		if err != nil {
+			return nil, err
+		}
+		return inputs, checkInputSizes(inputs)
 	}
 	out := make([]rollout.Input, r.Count)
 	for i := range out {
@@ -159,7 +172,24 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 			RequireAck: r.RequireAck,
 		}
 	}
-	return out, nil
+	return out, checkInputSizes(out)
+}
+
+// checkInputSizes checks every input's encoded size; equal inputs but for
+// their ids and seeds are checked once per distinct task.
+func checkInputSizes(inputs []rollout.Input) error {
+	seen := map[string]bool{}
+	for _, in := range inputs {
+		key := in.Env.Name + "\x00" + string(in.Task)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if err := checkInputSize(in); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PlanGroup is the rollouts of a submission that share an environment

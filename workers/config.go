@@ -4,14 +4,19 @@
 package workers
 
 import (
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/destination"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -102,6 +107,14 @@ type Config struct {
 	TLS tlsfiles.ClientFiles
 	// MetricsListen is the address /metrics is served on; empty serves none.
 	MetricsListen string
+	// HTTP are the timeouts of the metrics listener (httpserver.Env…).
+	HTTP httpserver.Timeouts
+	// ModelLimits bound what a model endpoint may answer (model.Env…).
+	ModelLimits ModelLimits
+	// FileMode is the mode of the files the worker writes into local
+	// transcript and checkpoint directories (storage.EnvFileMode; default
+	// storage.DefaultFileMode, private to the worker's user).
+	FileMode fs.FileMode
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
 	// Liveness bounds what a hung or cut-off environment server costs a
@@ -114,6 +127,10 @@ type Config struct {
 	// read by ConfigFromLookup. Nil admits EnvURL, ModelBaseURL and the
 	// transcript store's endpoint only.
 	Destinations *destination.Config
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key checkpoints are signed and checked
+	// with (artifact.EnvMaxIndexBytes, artifact.EnvKeyFile, …).
+	Checkpoints artifact.Settings
 }
 
 // destinationDefaults is what the destinations build on: the default
@@ -169,6 +186,18 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if cfg.Liveness, err = livenessFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
+	if cfg.Checkpoints, err = artifact.SettingsFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.HTTP, err = httpserver.FromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.FileMode, err = storage.FileModeFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.ModelLimits, err = modelLimitsFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
 	if cfg.Prefix, err = prefixFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
@@ -179,8 +208,27 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	if err := checkNamedTokens(dest); err != nil {
+		return Config{}, err
+	}
 	cfg.Destinations = &dest
 	return cfg, nil
+}
+
+// checkNamedTokens holds the tokens of named environment servers
+// (destination.DataTokenPrefix…) to the length rule of the global ones
+// (that a server's two differ, destination checks).
+func checkNamedTokens(d destination.Config) error {
+	for _, s := range d.EnvServers {
+		dataSetting, controlSetting := destination.SecretVar(destination.DataTokenPrefix, s.Name), destination.SecretVar(destination.ControlTokenPrefix, s.Name)
+		if err := bearer.Check(dataSetting, s.DataToken); err != nil {
+			return err
+		}
+		if err := bearer.Check(controlSetting, s.ControlToken); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Validate reports the first setting that cannot work.
@@ -203,6 +251,11 @@ func (c Config) Validate() error {
 	}
 	if c.DataToken != "" && c.DataToken == c.ControlToken {
 		return fmt.Errorf("%s and %s are equal: the environment servers refuse that", EnvDataToken, EnvControlToken)
+	}
+	for _, tok := range []struct{ env, value string }{{EnvDataToken, c.DataToken}, {EnvControlToken, c.ControlToken}} {
+		if err := bearer.Check(tok.env, tok.value); err != nil {
+			return err
+		}
 	}
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return fmt.Errorf("%s and %s: a client certificate needs both", EnvTLSClientCert, EnvTLSClientKey)
@@ -354,6 +407,26 @@ func GatewayDestinations(lookup func(string) (string, bool)) (*destination.Confi
 		return lookup(key)
 	}, destination.Defaults{
 		EnvURL: get(EnvEnvURL, DefaultEnvURL), ModelURL: get(EnvModelBaseURL, DefaultModelBaseURL),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// EnvDestinations reads, through lookup, the environment servers the
+// workers send rollouts to (their default, TURNSTILE_ENV_SERVERS) with
+// the data tokens they send: what a starter uses to ask a server which
+// environments it declares before submitting rollouts of one.
+func EnvDestinations(lookup func(string) (string, bool)) (*destination.Config, error) {
+	get := func(key, def string) string {
+		if v, ok := lookup(key); ok && strings.TrimSpace(v) != "" {
+			return strings.TrimSpace(v)
+		}
+		return def
+	}
+	d, err := destination.FromLookup(lookup, destination.Defaults{
+		EnvURL: get(EnvEnvURL, DefaultEnvURL), DataToken: get(EnvDataToken, ""),
 	})
 	if err != nil {
 		return nil, err

@@ -4,10 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -19,6 +24,11 @@ func lookup(env map[string]string) func(string) (string, bool) {
 		return v, ok
 	}
 }
+
+// defaultCheckpoints are the checkpoint read settings of a worker whose
+// environment sets none.
+var defaultCheckpoints = artifact.Settings{MaxManifestBytes: artifact.DefaultMaxManifestBytes,
+	MaxIndexBytes: artifact.DefaultMaxIndexBytes, MaxRecordBytes: artifact.DefaultMaxRecordBytes}
 
 func TestConfigFromLookup(t *testing.T) {
 	tests := []struct {
@@ -48,11 +58,14 @@ func TestConfigFromLookup(t *testing.T) {
 				workers.EnvOpenAIAPIKey:  "k2",
 				workers.EnvTaskQueue:     "q",
 				workers.EnvLogLevel:      "DEBUG",
-				workers.EnvDataToken:     "d1",
-				workers.EnvControlToken:  "c1",
+				workers.EnvDataToken:     "data-token-of-16",
+				workers.EnvControlToken:  "control-token-of-16",
 				workers.EnvTLSCA:         "/pki/ca.pem",
 				workers.EnvTLSClientCert: "/pki/w.pem",
 				workers.EnvTLSClientKey:  "/pki/w-key.pem",
+				model.EnvMaxToolCalls:    "8",
+				model.EnvMaxAnswerBytes:  "4MiB",
+				model.EnvMaxRetryAfter:   "90s",
 			},
 			want: workers.Config{
 				TranscriptDir: "/data/t",
@@ -62,9 +75,10 @@ func TestConfigFromLookup(t *testing.T) {
 				TaskQueue:     "q",
 				LogLevel:      "debug",
 				LogFormat:     "json",
-				DataToken:     "d1",
-				ControlToken:  "c1",
+				DataToken:     "data-token-of-16",
+				ControlToken:  "control-token-of-16",
 				TLS:           tlsfiles.ClientFiles{CA: "/pki/ca.pem", Cert: "/pki/w.pem", Key: "/pki/w-key.pem"},
+				ModelLimits:   workers.ModelLimits{MaxToolCalls: 8, MaxAnswerBytes: 4 << 20, MaxRetryAfter: 90 * time.Second},
 			},
 		},
 		{
@@ -96,6 +110,13 @@ func TestConfigFromLookup(t *testing.T) {
 			got.Destinations = nil
 			require.Equal(t, workers.DefaultWorkerLiveness, got.Liveness, "no liveness setting: the defaults")
 			got.Liveness = workers.Liveness{} // TestLivenessFromEnvironment checks the settings
+			tt.want.Checkpoints = defaultCheckpoints
+			tt.want.HTTP = httpserver.Defaults()
+			tt.want.FileMode = storage.DefaultFileMode
+			if tt.want.ModelLimits == (workers.ModelLimits{}) {
+				tt.want.ModelLimits = workers.ModelLimits{MaxToolCalls: model.DefaultMaxToolCalls,
+					MaxAnswerBytes: model.DefaultMaxAnswerBytes, MaxRetryAfter: model.DefaultMaxRetryAfter}
+			}
 			require.Equal(t, tt.want, got, "got %+v\nwant %+v", got, tt.want)
 		})
 	}
@@ -106,7 +127,15 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		name, key, value string
 		more             map[string]string
 	}{
-		{"equal data and control tokens", workers.EnvDataToken, "same", map[string]string{workers.EnvControlToken: "same"}},
+		{"equal data and control tokens", workers.EnvDataToken, "same-token-for-both", map[string]string{workers.EnvControlToken: "same-token-for-both"}},
+		{"short data token", workers.EnvDataToken, "d1", nil},
+		{"short control token", workers.EnvControlToken, "c1", nil},
+		{"bad HTTP timeout", httpserver.EnvIdleTimeout, "soon", nil},
+		{"bad checkpoint bound", artifact.EnvMaxIndexBytes, "0", nil},
+		{"world-writable files", storage.EnvFileMode, "0666", nil},
+		{"no tool calls", model.EnvMaxToolCalls, "0", nil},
+		{"answer size", model.EnvMaxAnswerBytes, "big", nil},
+		{"retry-after bound", model.EnvMaxRetryAfter, "-1m", nil},
 		{"client certificate without key", workers.EnvTLSClientCert, "/pki/w.pem", nil},
 		{"env url without scheme", workers.EnvEnvURL, "127.0.0.1:8091", nil},
 		{"model url without scheme", workers.EnvModelBaseURL, "localhost/v1", nil},
@@ -117,7 +146,9 @@ func TestConfigFromLookupRejects(t *testing.T) {
 		{"env allowlist entry without scheme", workers.EnvAllowedEnvURLs, "127.0.0.1:*", nil},
 		{"participant allowlist entry with a query", workers.EnvAllowedParticipants, "http://h?x=1", nil},
 		{"store endpoint without scheme", workers.EnvAllowedStoreEndpoints, "minio:9000", nil},
-		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same"}},
+		{"a server's equal tokens", "TURNSTILE_DATA_TOKEN_A", "same-token-for-both", map[string]string{workers.EnvEnvServers: "a=http://h", "TURNSTILE_CONTROL_TOKEN_A": "same-token-for-both"}},
+		{"a server's short data token", "TURNSTILE_DATA_TOKEN_A", "d1", map[string]string{workers.EnvEnvServers: "a=http://h"}},
+		{"a server's short control token", "TURNSTILE_CONTROL_TOKEN_A", "c1", map[string]string{workers.EnvEnvServers: "a=http://h"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

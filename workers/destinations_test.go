@@ -50,7 +50,7 @@ func (r *recorder) seen() []string {
 // not travel on), and its coordinator shares the destinations.
 func TestWorkerDestinations(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
-	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "data-b", ControlToken: "control-b"})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "data-token-server-b", ControlToken: "control-token-server-b"})
 	require.NoError(t, err)
 	var named recorder
 	b := named.serve(t, srv.ServeHTTP)
@@ -63,10 +63,10 @@ func TestWorkerDestinations(t *testing.T) {
 
 	env := map[string]string{
 		workers.EnvTranscriptDir: filepath.Join(t.TempDir(), "transcripts"),
-		workers.EnvDataToken:     "data-global", workers.EnvControlToken: "control-global",
+		workers.EnvDataToken:     "data-token-global", workers.EnvControlToken: "control-token-global",
 		workers.EnvEnvServers:          "b=" + b.URL + ",r=" + redirector.URL,
-		"TURNSTILE_DATA_TOKEN_B":       "data-b",
-		"TURNSTILE_CONTROL_TOKEN_B":    "control-b",
+		"TURNSTILE_DATA_TOKEN_B":       "data-token-server-b",
+		"TURNSTILE_CONTROL_TOKEN_B":    "control-token-server-b",
 		workers.EnvAllowedParticipants: "http://10.9.9.9:*",
 	}
 	cfg, err := workers.ConfigFromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
@@ -87,10 +87,10 @@ func TestWorkerDestinations(t *testing.T) {
 		return err
 	}
 	require.NoError(t, start("b"), "server b by name, with its own data token")
-	require.Equal(t, []string{"Bearer data-b"}, named.seen())
+	require.Equal(t, []string{"Bearer data-token-server-b"}, named.seen())
 
 	require.Error(t, start("r"))
-	require.Equal(t, []string{"Bearer data-global"}, redirecting.seen())
+	require.Equal(t, []string{"Bearer data-token-global"}, redirecting.seen())
 	require.Empty(t, elsewhere.seen(), "a redirect is not followed: the token goes nowhere else")
 
 	require.ErrorContains(t, start("nope"), workers.EnvEnvServers)

@@ -22,7 +22,7 @@ import (
 // that requires all three; without the client certificate it cannot.
 func TestActivitiesOverMutualTLS(t *testing.T) {
 	certs := tlstest.New(t)
-	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "wd", ControlToken: "wc"})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New()}, DataToken: "worker-tls-data-token", ControlToken: "worker-tls-control-token"})
 	require.NoError(t, err)
 	serverTLS, err := tlsfiles.ServerFiles{Cert: certs.ServerCert, Key: certs.ServerKey, ClientCA: certs.CA}.Config()
 	require.NoError(t, err)
@@ -33,7 +33,7 @@ func TestActivitiesOverMutualTLS(t *testing.T) {
 
 	seed := func(t *testing.T, files tlsfiles.ClientFiles) error {
 		cfg := workers.Config{TranscriptDir: t.TempDir(), EnvURL: hs.URL, ModelBaseURL: "https://127.0.0.1:1/v1", TaskQueue: "q",
-			LogLevel: "info", LogFormat: "json", DataToken: "wd", ControlToken: "wc", TLS: files}
+			LogLevel: "info", LogFormat: "json", DataToken: "worker-tls-data-token", ControlToken: "worker-tls-control-token", TLS: files}
 		acts, err := workers.NewActivities(cfg)
 		require.NoError(t, err)
 		var suite testsuite.WorkflowTestSuite

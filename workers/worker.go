@@ -58,7 +58,7 @@ const (
 // workflow and activity registered. It does not start them. With reg, the
 // worker's own metrics (NewMetrics) are registered there.
 func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Worker, error) {
-	opener := &storage.Opener{}
+	opener := &storage.Opener{FileMode: cfg.FileMode}
 	acts, err := NewActivitiesWith(cfg, opener)
 	if err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ type Activities struct {
 // armed by TURNSTILE_FAILPOINTS. A bad setting is an error here, before the
 // worker polls anything.
 func NewActivities(cfg Config) (*Activities, error) {
-	return NewActivitiesWith(cfg, &storage.Opener{})
+	return NewActivitiesWith(cfg, &storage.Opener{FileMode: cfg.FileMode})
 }
 
 // NewActivitiesWith is NewActivities opening an object-store transcript
@@ -174,6 +174,8 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 		Model: &model.Activities{
 			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 			PrefixTokens: cfg.Prefix.Tokens, PrefixInterval: cfg.Prefix.Interval, HeartbeatThrottle: model.DefaultHeartbeatThrottle,
+			MaxToolCalls: cfg.ModelLimits.MaxToolCalls, MaxAnswerBytes: cfg.ModelLimits.MaxAnswerBytes,
+			MaxRetryAfter: cfg.ModelLimits.MaxRetryAfter,
 		},
 		Environment: &environment.Activities{
 			Store: store, URL: cfg.EnvURL, HTTPClient: hc, DataToken: cfg.DataToken, ControlToken: cfg.ControlToken, Failpoints: fps,
@@ -224,6 +226,7 @@ func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.
 		Store:        acts.Store,
 		ControlToken: cfg.ControlToken,
 		Destinations: acts.Destinations,
+		Checkpoints:  cfg.Checkpoints,
 		// The rollout activities' client: the same trust and client
 		// certificate, and no client-wide timeout (a prepare waits up to
 		// its absolute deadline, which the activity's context bounds).

@@ -179,7 +179,7 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store,
 			return controlError(p.URL, "commit", err)
 		}
 		// What the coordinator cannot read, a restore cannot either.
-		cp, err := openParticipant(ctx, dir, i, checkpointID)
+		cp, err := openParticipant(ctx, dir, i, checkpointID, c.Checkpoints)
 		if errors.Is(err, storage.ErrUnavailable) {
 			return err
 		}
@@ -201,7 +201,7 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store,
 // returns its size. A retried commit finds the same manifest and only makes
 // its rename durable; a different one, or an aborted checkpoint, is refused.
 func (c *Coordinator) writeManifest(ctx context.Context, dir storage.Store, checkpointID string, m *AggregateManifest) (int64, error) {
-	b, err := encodeAggregate(m)
+	b, err := encodeAggregate(m, c.Checkpoints.Key)
 	if err != nil {
 		return 0, err
 	}
@@ -265,7 +265,7 @@ func (c *Coordinator) writeAgents(ctx context.Context, dir storage.Store, checkp
 	m, err := artifact.WriteTo(ctx, loc, artifact.Meta{
 		CheckpointID: checkpointID,
 		Labels:       map[string]string{"component": "coordinator", "set": set},
-	}, sections, artifact.Options{BetweenFiles: func() { c.Failpoints.Hit(failpoint.CheckpointBetweenFiles) }})
+	}, sections, artifact.Options{BetweenFiles: func() { c.Failpoints.Hit(failpoint.CheckpointBetweenFiles) }, Key: c.Checkpoints.Key})
 	if err != nil {
 		return AgentsEntry{}, fmt.Errorf("write agents artifact: %w", err)
 	}
@@ -355,10 +355,10 @@ func (c *Coordinator) addPrefixBlobs(ctx context.Context, id string, rec rollout
 
 // openParticipant opens and validates participant i's artifact in the
 // checkpoint store dir.
-func openParticipant(ctx context.Context, dir storage.Store, i int, checkpointID string) (*artifact.Checkpoint, error) {
+func openParticipant(ctx context.Context, dir storage.Store, i int, checkpointID string, set artifact.Settings) (*artifact.Checkpoint, error) {
 	sub, err := dir.Sub(checkpoint.ParticipantsDir + "/" + fmt.Sprint(i))
 	if err != nil {
 		return nil, err
 	}
-	return artifact.OpenStore(ctx, sub, checkpointID)
+	return artifact.OpenStoreWith(ctx, sub, checkpointID, set)
 }

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/location"
@@ -68,6 +69,10 @@ type Coordinator struct {
 	// AbortResumeWindow is how long an abort keeps asking participants
 	// that do not answer to resume (0: DefaultAbortResumeWindow).
 	AbortResumeWindow time.Duration
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key manifests are signed and checked with
+	// (the zero value: default bounds, no key).
+	Checkpoints artifact.Settings
 }
 
 // destinations is Destinations, or a configuration admitting nothing.

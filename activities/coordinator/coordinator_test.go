@@ -24,6 +24,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/participants/envserver"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -66,9 +67,9 @@ func newWorld(t *testing.T) *world {
 
 // newWorldIn is newWorld with the transcript store, checkpoint root and
 // object-store opener given (nil: local directories only).
-func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener) *world {
+func newWorldIn(t *testing.T, store *transcriptstore.Store, root string, opener *storage.Opener, edits ...func(*envserver.ServerConfig)) *world {
 	t.Helper()
-	return newWorldServedBy(t, store, root, newEnvServerWith(t, "env-a", opener))
+	return newWorldServedBy(t, store, root, newEnvServerWith(t, "env-a", opener, edits...))
 }
 
 // newWorldServedBy is newWorldIn on the environment server env (named

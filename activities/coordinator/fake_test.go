@@ -415,20 +415,24 @@ func newEnvServer(t *testing.T, name string) *envServer {
 
 // newEnvServerWith is newEnvServer with an opener for object-store
 // checkpoint locations.
-func newEnvServerWith(t *testing.T, name string, opener *storage.Opener) *envServer {
+func newEnvServerWith(t *testing.T, name string, opener *storage.Opener, edits ...func(*envserver.ServerConfig)) *envServer {
 	t.Helper()
-	return newEnvServerWrapped(t, name, opener, nil)
+	return newEnvServerWrapped(t, name, opener, nil, edits...)
 }
 
 // newEnvServerWrapped is newEnvServerWith served through wrap (nil: as it
 // is), so a test can make the participant behave as another implementation
 // of the protocol would.
-func newEnvServerWrapped(t *testing.T, name string, opener *storage.Opener, wrap func(http.Handler) http.Handler) *envServer {
+func newEnvServerWrapped(t *testing.T, name string, opener *storage.Opener, wrap func(http.Handler) http.Handler, edits ...func(*envserver.ServerConfig)) *envServer {
 	t.Helper()
-	srv, err := envserver.NewServer(envserver.ServerConfig{
+	cfg := envserver.ServerConfig{
 		Envs: []envs.Environment{counter.New()}, Name: name, ControlToken: testToken, DataToken: testDataToken,
 		Storage: opener,
-	})
+	}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	srv, err := envserver.NewServer(cfg)
 	require.NoError(t, err)
 	var h http.Handler = srv
 	if wrap != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -58,8 +59,12 @@ type AggregateManifest struct {
 	// in checkpoints written before sets had one).
 	Admission *AdmissionEntry `json:"admission,omitempty"`
 	// Digest is the SHA-256 (hex) of the canonical encoding with Digest
-	// empty.
+	// empty and no Signature.
 	Digest string `json:"digest"`
+	// Signature is set when the coordinator has a checkpoint key: as in an
+	// artifact's manifest (artifact.Sign), over the canonical encoding
+	// with Digest set and no Signature.
+	Signature string `json:"signature,omitempty"`
 }
 
 // ParticipantEntry is one environment server of a checkpoint.
@@ -84,16 +89,27 @@ type AgentsEntry struct {
 	Bytes          int64  `json:"bytes"`
 }
 
-// encodeAggregate returns the canonical bytes of m with its digest set.
-func encodeAggregate(m *AggregateManifest) ([]byte, error) {
-	m.Digest = ""
+// encodeAggregate returns the canonical bytes of m with its digest set
+// and, with a key, signed.
+func encodeAggregate(m *AggregateManifest, key []byte) ([]byte, error) {
+	m.Digest, m.Signature = "", ""
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode aggregate manifest: %w", err)
 	}
 	sum := sha256.Sum256(b)
 	m.Digest = hex.EncodeToString(sum[:])
-	b, err = json.MarshalIndent(m, "", "  ")
+	unsigned, err := canonicalAggregate(m)
+	if err != nil || len(key) == 0 {
+		return unsigned, err
+	}
+	m.Signature = artifact.Sign(key, unsigned)
+	return canonicalAggregate(m)
+}
+
+// canonicalAggregate is the one encoding MANIFEST.json may have.
+func canonicalAggregate(m *AggregateManifest) ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encode aggregate manifest: %w", err)
 	}
@@ -123,8 +139,15 @@ func (f file) String() string {
 // ReadAggregateManifest reads and checks MANIFEST.json in the checkpoint
 // store dir: strict decoding, canonical bytes, its own digest, schema,
 // checkpoint id and the shape of every location. It does not open the
-// artifacts it names.
+// artifacts it names. It checks no signature (ReadSignedAggregateManifest
+// does).
 func ReadAggregateManifest(ctx context.Context, dir storage.Store, checkpointID string) (AggregateManifest, error) {
+	return ReadSignedAggregateManifest(ctx, dir, checkpointID, nil)
+}
+
+// ReadSignedAggregateManifest is ReadAggregateManifest that, given a key,
+// also demands a signature that verifies with it.
+func ReadSignedAggregateManifest(ctx context.Context, dir storage.Store, checkpointID string, key []byte) (AggregateManifest, error) {
 	path := at(dir, checkpoint.AggregateManifestName)
 	fi, err := dir.Stat(ctx, path.name)
 	if errors.Is(err, storage.ErrNotExist) {
@@ -146,8 +169,13 @@ func ReadAggregateManifest(ctx context.Context, dir storage.Store, checkpointID 
 	if err := dec.Decode(&m); err != nil {
 		return AggregateManifest{}, fmt.Errorf("%s: %w", path, err)
 	}
-	stated := m.Digest
-	canon, err := encodeAggregate(&m)
+	stated, signature := m.Digest, m.Signature
+	unsigned, err := encodeAggregate(&m, nil)
+	if err != nil {
+		return AggregateManifest{}, err
+	}
+	m.Signature = signature
+	canon, err := canonicalAggregate(&m)
 	if err != nil {
 		return AggregateManifest{}, err
 	}
@@ -156,6 +184,11 @@ func ReadAggregateManifest(ctx context.Context, dir storage.Store, checkpointID 
 		return AggregateManifest{}, fmt.Errorf("%s: digest %s does not match its content (%s)", path, stated, m.Digest)
 	case !bytes.Equal(canon, b):
 		return AggregateManifest{}, fmt.Errorf("%s is not in canonical form (edited or corrupt)", path)
+	}
+	if err := artifact.CheckSignature(signature, unsigned, key); err != nil {
+		return AggregateManifest{}, fmt.Errorf("%s: %w", path, err)
+	}
+	switch {
 	case m.Schema != checkpoint.AggregateSchemaVersion:
 		return AggregateManifest{}, fmt.Errorf("%s: schema %d, this coordinator reads %d", path, m.Schema, checkpoint.AggregateSchemaVersion)
 	case m.CheckpointID != checkpointID:

@@ -51,7 +51,7 @@ func (c *Coordinator) PlanAttempts(ctx context.Context, in checkpoint.PlanAttemp
 		return checkpoint.PlanAttemptsResult{}, err
 	}
 	path := attemptsPath(rs.rdir)
-	m, err := ReadAggregateManifest(ctx, rs.dir, in.CheckpointID)
+	m, err := ReadSignedAggregateManifest(ctx, rs.dir, in.CheckpointID, c.Checkpoints.Key)
 	if err != nil {
 		return checkpoint.PlanAttemptsResult{}, invalidCheckpoint("checkpoint %s: %v", in.CheckpointID, err)
 	}

@@ -126,7 +126,7 @@ func (c *Coordinator) planRecovery(ctx context.Context, tc client.Client, in che
 	if err != nil {
 		return attemptsFile{}, err
 	}
-	m, err := ReadAggregateManifest(ctx, dir, cpID)
+	m, err := ReadSignedAggregateManifest(ctx, dir, cpID, c.Checkpoints.Key)
 	if err != nil {
 		return attemptsFile{}, invalidOrUnavailable(err, "checkpoint %s: %v", cpID, err)
 	}

@@ -113,7 +113,7 @@ func installPath(rdir storage.Store, i int) file {
 // restoreParticipant installs participant i and checks its answer.
 func (c *Coordinator) restoreParticipant(ctx context.Context, rs restoreStep, in checkpoint.RestoreParticipantsInput, i int) (restoredPart, error) {
 	url := in.Participants[i]
-	cp, err := openParticipant(ctx, rs.dir, i, in.CheckpointID)
+	cp, err := openParticipant(ctx, rs.dir, i, in.CheckpointID, c.Checkpoints)
 	if err != nil {
 		return restoredPart{}, invalidOrUnavailable(err, "checkpoint %s: participant %d: %v", in.CheckpointID, i, err)
 	}

@@ -24,6 +24,7 @@ import (
 // loadedCheckpoint is a validated checkpoint, read whole.
 type loadedCheckpoint struct {
 	dir      storage.Store
+	set      artifact.Settings
 	manifest AggregateManifest
 	records  map[string][]byte // rollout id → park record
 	parked   map[string]rollout.ParkRecord
@@ -82,14 +83,14 @@ func (c *Coordinator) loadCheckpoint(ctx context.Context, root, checkpointID str
 	if err := c.checkParticipants(urls); err != nil {
 		return nil, err
 	}
-	m, err := ReadAggregateManifest(ctx, dir, checkpointID)
+	m, err := ReadSignedAggregateManifest(ctx, dir, checkpointID, c.Checkpoints.Key)
 	if err != nil {
 		return nil, invalidOrUnavailable(err, "checkpoint %s: %v", checkpointID, err)
 	}
 	if len(m.Participants) != len(urls) {
 		return nil, invalidCheckpoint("checkpoint %s has %d participants, the restore names %d (same order as at checkpoint time)", checkpointID, len(m.Participants), len(urls))
 	}
-	lc := &loadedCheckpoint{dir: dir, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
+	lc := &loadedCheckpoint{dir: dir, set: c.Checkpoints, manifest: m, records: map[string][]byte{}, parked: map[string]rollout.ParkRecord{},
 		blobs: map[transcript.Digest][]byte{}, sessions: map[string]int{}, fences: map[string]int{}, holders: map[string][]int{}, retired: map[string]bool{}}
 
 	if err := lc.loadAgents(ctx, checkpointID); err != nil {
@@ -111,7 +112,7 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 	if err != nil {
 		return err
 	}
-	agents, err := artifact.OpenStore(ctx, sub, checkpointID)
+	agents, err := artifact.OpenStoreWith(ctx, sub, checkpointID, lc.set)
 	if err != nil {
 		return invalidOrUnavailable(err, "checkpoint %s: agents: %v", checkpointID, err)
 	}
@@ -166,7 +167,7 @@ func (lc *loadedCheckpoint) loadAgents(ctx context.Context, checkpointID string)
 // of its unfinished sessions and its fences.
 func (lc *loadedCheckpoint) loadParticipant(ctx context.Context, checkpointID string, i int) error {
 	p := lc.manifest.Participants[i]
-	cp, err := openParticipant(ctx, lc.dir, i, checkpointID)
+	cp, err := openParticipant(ctx, lc.dir, i, checkpointID, lc.set)
 	if err != nil {
 		return invalidOrUnavailable(err, "checkpoint %s: participant %d (%s): %v", checkpointID, i, p.Name, err)
 	}

@@ -26,6 +26,26 @@ import (
 // Activities.HeartbeatEvery is zero.
 const DefaultHeartbeatEvery = 5 * time.Second
 
+// Limits on what a model endpoint may answer, and the worker settings
+// they are read from (workers.ConfigFromLookup). They are the worker's,
+// not the rollout's: they protect the worker's memory, its transcript
+// store and the rollout's history from the endpoint, so a submission must
+// not be able to raise them, and they change no workflow input.
+const (
+	// EnvMaxToolCalls bounds the tool calls of one answer: each becomes an
+	// environment activity and its history events.
+	EnvMaxToolCalls = "TURNSTILE_MODEL_MAX_TOOL_CALLS"
+	// EnvMaxAnswerBytes bounds the bytes of one answer's body.
+	EnvMaxAnswerBytes = "TURNSTILE_MODEL_MAX_ANSWER_BYTES"
+	// EnvMaxRetryAfter bounds the delay a Retry-After may ask for; the
+	// call's own timeout bounds it too.
+	EnvMaxRetryAfter = "TURNSTILE_MODEL_MAX_RETRY_AFTER"
+
+	DefaultMaxToolCalls   = 64
+	DefaultMaxAnswerBytes = 32 << 20
+	DefaultMaxRetryAfter  = rollout.DefaultModelCallTimeout
+)
+
 // placeholderAPIKey is sent when the worker has no API key: local
 // OpenAI-compatible servers ignore it, and the SDK wants some credential.
 const placeholderAPIKey = "turnstile-no-key"
@@ -67,6 +87,16 @@ type Activities struct {
 	// prefixes through it (the SDK's test environment batches heartbeats
 	// for half a minute).
 	Heartbeat func(ctx context.Context, details ...any)
+	// MaxToolCalls bounds the tool calls of one answer (0:
+	// DefaultMaxToolCalls); more fail the call, non-retryably.
+	MaxToolCalls int
+	// MaxAnswerBytes bounds an answer's body (0: DefaultMaxAnswerBytes);
+	// a larger one fails the call, non-retryably, before it is parsed.
+	MaxAnswerBytes int64
+	// MaxRetryAfter bounds the retry delay a 429 or 5xx may ask for (0:
+	// DefaultMaxRetryAfter); the call's start-to-close timeout bounds it
+	// too.
+	MaxRetryAfter time.Duration
 
 	mu      sync.Mutex
 	clients map[string]*openai.Client // by endpoint name and URL
@@ -119,6 +149,27 @@ func (a *Activities) heartbeatThrottle() time.Duration {
 		return a.HeartbeatThrottle
 	}
 	return DefaultHeartbeatThrottle
+}
+
+func (a *Activities) maxToolCalls() int {
+	if a.MaxToolCalls > 0 {
+		return a.MaxToolCalls
+	}
+	return DefaultMaxToolCalls
+}
+
+func (a *Activities) maxAnswerBytes() int64 {
+	if a.MaxAnswerBytes > 0 {
+		return a.MaxAnswerBytes
+	}
+	return DefaultMaxAnswerBytes
+}
+
+func (a *Activities) maxRetryAfter() time.Duration {
+	if a.MaxRetryAfter > 0 {
+		return a.MaxRetryAfter
+	}
+	return DefaultMaxRetryAfter
 }
 
 func (a *Activities) store() (*transcriptstore.Store, error) {

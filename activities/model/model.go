@@ -58,6 +58,9 @@ func (a *Activities) CallModel(ctx context.Context, in rollout.CallModelInput) (
 	if err != nil {
 		return rollout.CallModelResult{}, err
 	}
+	if err := a.checkToolCalls(len(g.calls), callID, params.Model, endpoint.URL); err != nil {
+		return rollout.CallModelResult{}, err
+	}
 	answer, calls, err := answerOf(in.Style, in.Turn, g.content, g.calls, callID)
 	if err != nil {
 		return rollout.CallModelResult{}, err
@@ -200,7 +203,7 @@ func (a *Activities) complete(ctx context.Context, callID string, endpoint desti
 	completion, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
 	stop()
 	if err != nil {
-		return nil, nil, modelError(ctx, callID, params.Model, baseURL, err)
+		return nil, nil, modelError(ctx, callID, params.Model, baseURL, err, a.retryLimit(ctx))
 	}
 	if len(completion.Choices) == 0 {
 		return nil, nil, temporal.NewNonRetryableApplicationError(
@@ -262,6 +265,7 @@ func (a *Activities) modelClient(endpoint destination.Target) *openai.Client {
 		option.WithBaseURL(endpoint.URL),
 		option.WithAPIKey(key),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(limitAnswer(a.maxAnswerBytes())),
 	}
 	if a.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(a.HTTPClient))
@@ -347,12 +351,17 @@ func chatTools(tools []envs.Tool) ([]openai.ChatCompletionToolUnionParam, error)
 	return out, nil
 }
 
-// modelError maps a failed model call: 429 and 5xx are retried by Temporal
-// after the server's Retry-After; any other 4xx cannot be fixed by retrying;
-// a network failure is retried.
-func modelError(ctx context.Context, callID, model, baseURL string, err error) error {
+// modelError maps a failed model call: an answer over the size limit is
+// not retried (the same request gets the same answer); 429 and 5xx are
+// retried by Temporal after the server's Retry-After, at most
+// retryLimit; any other 4xx cannot be fixed by retrying; a network
+// failure is retried.
+func modelError(ctx context.Context, callID, model, baseURL string, err error, retryLimit time.Duration) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: model call cancelled: %w", callID, ctx.Err())
+	}
+	if tl, ok := asAnswerTooLarge(err); ok {
+		return overLimit(callID, model, baseURL, tl.Error())
 	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
@@ -364,7 +373,7 @@ func modelError(ctx context.Context, callID, model, baseURL string, err error) e
 	if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500 {
 		var delay time.Duration
 		if apiErr.Response != nil {
-			delay = retryAfter(apiErr.Response.Header, time.Now())
+			delay = retryAfter(apiErr.Response.Header, time.Now(), retryLimit)
 		}
 		return temporal.NewApplicationErrorWithOptions(msg, ErrModelUnavailable, temporal.ApplicationErrorOptions{
 			NextRetryDelay: delay,
@@ -386,30 +395,4 @@ func apiErrorText(e *openai.Error) string {
 		}
 	}
 	return "(no message)"
-}
-
-// retryAfter reads the delay a server asks for: OpenAI's retry-after-ms, or
-// Retry-After as seconds or an HTTP date. Zero means none given.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		if secs > 0 {
-			return time.Duration(secs * float64(time.Second))
-		}
-		return 0
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
 }

@@ -183,6 +183,7 @@ func TestCallModelGymStyle(t *testing.T) {
 
 func TestCallModelErrors(t *testing.T) {
 	in1Hour := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	in2Minutes := time.Now().Add(2 * time.Minute).UTC().Format(http.TimeFormat)
 	tests := []struct {
 		name     string
 		reply    testsupport.Answer
@@ -201,9 +202,14 @@ func TestCallModelErrors(t *testing.T) {
 		},
 		{
 			name:     "503 with Retry-After date",
-			reply:    testsupport.Answer{Status: 503, Header: http.Header{"Retry-After": {in1Hour}}, Body: "overloaded"},
+			reply:    testsupport.Answer{Status: 503, Header: http.Header{"Retry-After": {in2Minutes}}, Body: "overloaded"},
 			want:     testsupport.ErrorWant{Type: model.ErrModelUnavailable},
-			minDelay: 50 * time.Minute,
+			minDelay: time.Minute,
+		},
+		{
+			name:  "503 with a Retry-After date past the limit",
+			reply: testsupport.Answer{Status: 503, Header: http.Header{"Retry-After": {in1Hour}}, Body: "overloaded"},
+			want:  testsupport.ErrorWant{Type: model.ErrModelUnavailable, Delay: model.DefaultMaxRetryAfter},
 		},
 		{
 			name:  "500 is retried",
@@ -238,7 +244,7 @@ func TestCallModelErrors(t *testing.T) {
 			if tt.minDelay > 0 {
 				ae := testsupport.AppError(t, err)
 				require.False(t, ae.NonRetryable())
-				require.Greater(t, ae.NextRetryDelay(), tt.minDelay)
+				require.GreaterOrEqual(t, ae.NextRetryDelay(), tt.minDelay)
 				require.LessOrEqual(t, ae.NextRetryDelay(), time.Hour)
 			} else {
 				testsupport.CheckError(t, err, tt.want)

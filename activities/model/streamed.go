@@ -120,7 +120,7 @@ func (a *Activities) streamChat(ctx context.Context, w *prefixWriter, callID str
 	err := a.modelClient(endpoint).Post(ctx, "chat/completions", params, &resp,
 		option.WithJSONSet("stream", true), option.WithJSONSet("stream_options", map[string]any{"include_usage": true}))
 	if err != nil {
-		return generated{}, modelError(ctx, callID, params.Model, endpoint.URL, err)
+		return generated{}, modelError(ctx, callID, params.Model, endpoint.URL, err, a.retryLimit(ctx))
 	}
 	defer resp.Body.Close()
 	header := strings.TrimSpace(resp.Header.Get(PolicyVersionHeader))

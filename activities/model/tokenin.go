@@ -176,7 +176,7 @@ func (a *Activities) streamContinuation(ctx context.Context, w *prefixWriter, ac
 				return "", fmt.Errorf("%w: %s answered %d: %s", errNoTokenRoute, baseURL+"/completions", apiErr.StatusCode, apiErrorText(apiErr))
 			}
 		}
-		return "", modelError(ctx, callID, model, baseURL, err)
+		return "", modelError(ctx, callID, model, baseURL, err, a.retryLimit(ctx))
 	}
 	defer resp.Body.Close()
 	version := strings.TrimSpace(resp.Header.Get(PolicyVersionHeader))

@@ -20,18 +20,22 @@ import (
 
 func TestDataTokenSettingsRefused(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
+	const tok = "cmd-test-token-0123"
 	for _, tc := range []struct {
 		name, envData, envControl string
 		args                      []string
 		want                      string
 	}{
 		{"no data token", "", "", nil, "--insecure-no-data-auth"},
-		{"equal tokens", "same", "same", nil, "equal"},
-		{"equal tokens by flag", "", "", []string{"--data-token", "t", "--control-token", "t"}, "equal"},
-		{"data token with a newline", "tok\n", "", nil, "--data-token"},
-		{"token and insecure", "d", "", []string{"--insecure-no-data-auth"}, "exclude"},
-		{"key without certificate", "d", "", []string{"--tls-key", "/nonexistent/key.pem"}, "--tls-cert"},
-		{"client CA without certificate", "d", "", []string{"--tls-client-ca", "/nonexistent/ca.pem"}, "--tls-cert"},
+		{"equal tokens", tok, tok, nil, "equal"},
+		{"equal tokens by flag", "", "", []string{"--data-token", tok, "--control-token", tok}, "equal"},
+		{"data token with a newline", tok + "\n", "", nil, "--data-token"},
+		{"short data token", "d", "", nil, "--data-token (or $" + protocol.DataTokenEnvVar + "): 1 characters, want at least 16"},
+		{"short control token", tok, "c", nil, "--control-token (or $" + protocol.ControlTokenEnvVar + "): 1 characters"},
+		{"token and insecure", tok, "", []string{"--insecure-no-data-auth"}, "exclude"},
+		{"key without certificate", tok, "", []string{"--tls-key", "/nonexistent/key.pem"}, "--tls-cert"},
+		{"client CA without certificate", tok, "", []string{"--tls-client-ca", "/nonexistent/ca.pem"}, "--tls-cert"},
+		{"bad HTTP timeout", tok, "", []string{"--http-read-timeout", "0s"}, "--http-read-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(protocol.DataTokenEnvVar, tc.envData)

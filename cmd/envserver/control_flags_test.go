@@ -19,7 +19,7 @@ import (
 )
 
 // testDataToken is the data token startRun gives the command.
-const testDataToken = "cmd-test-data-token"
+const testDataToken = "cmd-test-data-token-0123"
 
 // startRun runs the command in the background (with --data-token
 // testDataToken; a later --data-token in args wins) and returns its base
@@ -65,8 +65,8 @@ func TestControlTokenAndName(t *testing.T) {
 		wantName string
 	}{
 		{"off by default", "", nil, "", envserver.DefaultServerName},
-		{"token from the environment", "env-token", []string{"--name", "env-7"}, "env-token", "env-7"},
-		{"flag overrides the environment", "env-token", []string{"--control-token", "flag-token"}, "flag-token", envserver.DefaultServerName},
+		{"token from the environment", "env-control-token-0123", []string{"--name", "env-7"}, "env-control-token-0123", "env-7"},
+		{"flag overrides the environment", "env-control-token-0123", []string{"--control-token", "flag-control-token-0123"}, "flag-control-token-0123", envserver.DefaultServerName},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -44,7 +45,10 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/tlsfiles"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
@@ -84,6 +88,9 @@ type config struct {
 	retired       int
 	retiredGrace  time.Duration
 	tls           tlsfiles.ServerFiles
+	http          httpserver.Timeouts
+	checkpoints   artifact.Settings
+	fileMode      fs.FileMode
 	envs          []envs.Environment
 	remotes       []remote.Config
 	restartOnly   []string
@@ -99,6 +106,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	names := catalog.HostedNames()
 
 	var cfg config
+	var err error
+	if cfg.http, err = httpserver.FromLookup(os.LookupEnv); err != nil {
+		return config{}, err
+	}
+	if cfg.checkpoints, err = artifact.SettingsFromLookup(os.LookupEnv); err != nil {
+		return config{}, err
+	}
+	if cfg.fileMode, err = storage.FileModeFromLookup(os.LookupEnv); err != nil {
+		return config{}, err
+	}
+	cfg.http.AddFlags(fs)
 	fs.StringVar(&cfg.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnvVar)
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", os.Getenv(MetricsEnvVar), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnvVar)
 	fs.StringVar(&cfg.readyFile, "ready-file", "", "once listening, atomically write the base URL to this file")
@@ -125,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		return err
 	})
-	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", []cli.Setting{
+	cli.SetUsage(fs, "Hosts turnstile environments behind the participant protocol (data plane and checkpoint control plane).", append([]cli.Setting{
 		{Env: ListenEnvVar, Default: DefaultListen, Meaning: "address to listen on"},
 		{Env: protocol.ControlTokenEnvVar, Meaning: "bearer token of the control plane (empty: control plane off)"},
 		{Env: protocol.DataTokenEnvVar, Meaning: "bearer token of the data plane (required unless --insecure-no-data-auth)"},
@@ -133,15 +151,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
 		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
 		{Env: MetricsEnvVar, Meaning: "address of /metrics (empty: none)"},
+		{Env: storage.EnvFileMode, Default: "0600", Meaning: "mode of the checkpoint files it writes (directories: the same plus x where r is set)"},
 		{Env: failpoint.EnvVar, Meaning: "crash tests only: named failpoints to arm"},
-	})
+	}, append(cli.CheckpointSettings(), cli.HTTPSettings()...)...))
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var err error
+	if err := cfg.http.Validate(); err != nil {
+		return config{}, err
+	}
 	if cfg.envs, err = selectEnvs(*envList, names); err != nil {
 		return config{}, err
 	}
@@ -162,11 +183,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
 	}
-	for _, tok := range []struct{ flag, value string }{{"--control-token", cfg.controlToken}, {"--data-token", cfg.dataToken}} {
-		if tok.value != strings.TrimSpace(tok.value) {
-			// A token with stray whitespace (a trailing newline from a
-			// file) would never match what a client sends.
-			return config{}, fmt.Errorf("%s: leading or trailing whitespace", tok.flag)
+	for _, tok := range []struct{ setting, value string }{
+		{"--control-token (or $" + protocol.ControlTokenEnvVar + ")", cfg.controlToken},
+		{"--data-token (or $" + protocol.DataTokenEnvVar + ")", cfg.dataToken},
+	} {
+		if err := bearer.Check(tok.setting, tok.value); err != nil {
+			return config{}, err
 		}
 	}
 	return cfg, nil
@@ -234,11 +256,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	// Checkpoint locations may be object-store URLs: the coordinator names
 	// them, this process's environment holds the credentials.
-	opener := &storage.Opener{}
+	opener := &storage.Opener{FileMode: cfg.fileMode}
 	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
-		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace, RestartOnly: cfg.restartOnly})
+		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace, RestartOnly: cfg.restartOnly,
+		Checkpoints: cfg.checkpoints, WriteTimeout: cfg.http.Write})
 	if err != nil {
 		return cli.Usage(err)
 	}
@@ -251,12 +274,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	base := scheme + ln.Addr().String()
-	handler, err := serveMetrics(ctx, cfg.metricsListen, srv, log)
+	handler, err := serveMetrics(ctx, cfg, srv, log)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	hs := cfg.http.Server(handler)
+	hs.TLSConfig = tlsCfg
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 
@@ -282,9 +306,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
-// serveMetrics serves the server's metrics on addr and returns srv
-// instrumented; an empty addr serves none and returns srv as it is.
-func serveMetrics(ctx context.Context, addr string, srv *envserver.Server, log *zap.Logger) (http.Handler, error) {
+// serveMetrics serves the server's metrics on cfg.metricsListen and
+// returns srv instrumented; an empty address serves none and returns srv
+// as it is.
+func serveMetrics(ctx context.Context, cfg config, srv *envserver.Server, log *zap.Logger) (http.Handler, error) {
+	addr := cfg.metricsListen
 	if addr == "" {
 		return srv, nil
 	}
@@ -297,7 +323,7 @@ func serveMetrics(ctx context.Context, addr string, srv *envserver.Server, log *
 		metrics.Func{Name: "parked_total", Help: "Requests answered \"parked\" while admission was closed for a checkpoint.", Counter: true, Value: stat(func(s protocol.Stats) float64 { return float64(s.Parked) })},
 		metrics.Func{Name: "sessions", Help: "Live sessions.", Value: stat(func(s protocol.Stats) float64 { return float64(s.Sessions) })},
 	)
-	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+	bound, err := metrics.Serve(ctx, addr, reg, cfg.http, func(err error) { log.Error("metrics", zap.Error(err)) })
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}

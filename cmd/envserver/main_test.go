@@ -19,7 +19,7 @@ import (
 
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Setenv(failpoint.EnvVar, "")
-	t.Setenv(protocol.DataTokenEnvVar, "data-from-env")
+	t.Setenv(protocol.DataTokenEnvVar, "data-token-from-env")
 	ready := filepath.Join(t.TempDir(), "env.url")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -49,7 +49,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	require.False(t, strings.HasSuffix(base, ":0"), "ready file holds %q", base)
 	_, err := protocol.NewClient(base, nil).Stats(context.Background())
 	require.True(t, isUnauthorized(err), "stats without the data token = %v, want 401 unauthorized", err)
-	c := protocol.NewDataClient(base, "data-from-env", nil)
+	c := protocol.NewDataClient(base, "data-token-from-env", nil)
 	_, err = c.Stats(context.Background())
 	require.NoError(t, err, "stats")
 	_, err = c.Start(context.Background(), protocol.StartRequest{

@@ -26,7 +26,9 @@ import (
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -70,6 +72,10 @@ type config struct {
 	insecureNoAuth                                      bool
 	stallWindow, feedSettle                             time.Duration
 	conn                                                workers.Connection
+	http                                                httpserver.Timeouts
+	// controlToken and dataToken are the environment servers' tokens this
+	// process holds (for resumes), which the gateway's own must differ from.
+	controlToken, dataToken string
 }
 
 func env(key, def string) string {
@@ -91,6 +97,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if err != nil {
 		return c, fmt.Errorf("%s: %w", EnvDatasetMaxBytes, err)
 	}
+	if c.http, err = httpserver.FromLookup(os.LookupEnv); err != nil {
+		return c, err
+	}
+	c.http.AddFlags(fs)
+	c.controlToken, c.dataToken = os.Getenv(protocol.ControlTokenEnvVar), os.Getenv(protocol.DataTokenEnvVar)
 	fs.StringVar(&c.addr, "addr", env(EnvAddr, DefaultAddr), "address to listen on (port 0 picks a free one); default from $"+EnvAddr)
 	fs.StringVar(&c.token, "token", os.Getenv(EnvToken), "the trainer role's bearer token (submit, results, feed, acknowledgements, policy version); default from $"+EnvToken)
 	fs.StringVar(&c.operatorToken, "operator-token", os.Getenv(EnvOperatorToken), "the operator role's bearer token (checkpoints, restores, resumes, and every trainer route); empty: no one may checkpoint, restore or resume; default from $"+EnvOperatorToken)
@@ -109,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.conn.Namespace, "namespace", "", "Temporal namespace (env TEMPORAL_NAMESPACE; default default)")
 	fs.StringVar(&c.conn.ConfigFile, "config-file", "", "temporal.toml to read (env TEMPORAL_CONFIG_FILE)")
 	fs.StringVar(&c.conn.Profile, "profile", "", "profile of temporal.toml (env TEMPORAL_PROFILE)")
-	cli.SetUsage(fs, "Serves turnstile's HTTP API for training pipelines (GET /v1/openapi.json describes it).", settings())
+	cli.SetUsage(fs, "Serves turnstile's HTTP API for training pipelines (GET /v1/openapi.json describes it).", append(settings(), cli.HTTPSettings()...))
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -162,6 +173,12 @@ func (c *config) validate() error {
 	case c.taskQueue == "":
 		return errors.New("--task-queue: empty")
 	}
+	if err := c.checkTokens(); err != nil {
+		return err
+	}
+	if err := c.http.Validate(); err != nil {
+		return err
+	}
 	if c.checkpointRoot != "" {
 		abs, err := filepath.Abs(c.checkpointRoot)
 		if err != nil {
@@ -175,6 +192,27 @@ func (c *config) validate() error {
 			return fmt.Errorf("--dataset-root: %w", err)
 		}
 		c.datasetRoot = abs
+	}
+	return nil
+}
+
+// checkTokens refuses a short gateway token (either role's), and one equal
+// to the environment servers' tokens this process holds: a trainer holding
+// the gateway's token would hold theirs.
+func (c *config) checkTokens() error {
+	for _, t := range []struct{ setting, token string }{
+		{"--token (or $" + EnvToken + ")", c.token},
+		{"--operator-token (or $" + EnvOperatorToken + ")", c.operatorToken},
+	} {
+		if err := bearer.Check(t.setting, t.token); err != nil {
+			return err
+		}
+		if err := bearer.Distinct(t.token, t.setting, c.controlToken, "$"+protocol.ControlTokenEnvVar); err != nil {
+			return err
+		}
+		if err := bearer.Distinct(t.token, t.setting, c.dataToken, "$"+protocol.DataTokenEnvVar); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -215,8 +253,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	backend.Failpoints = fps
 	srv, err := gateway.New(gateway.Config{
 		Token: c.token, OperatorToken: c.operatorToken, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
-		ControlToken: os.Getenv(protocol.ControlTokenEnvVar), Destinations: dest, DatasetRoot: c.datasetRoot, DatasetMaxBytes: c.datasetMaxBytes,
+		ControlToken: c.controlToken, Destinations: dest, DatasetRoot: c.datasetRoot, DatasetMaxBytes: c.datasetMaxBytes,
 		StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
+		WriteTimeout: c.http.Write,
 	}, backend)
 	if err != nil {
 		return err
@@ -231,7 +270,7 @@ func serve(ctx context.Context, c config, h http.Handler, log *zap.Logger, tempo
 		return fmt.Errorf("listen on %s: %w", c.addr, err)
 	}
 	base := "http://" + ln.Addr().String()
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := c.http.Server(h)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	if c.readyFile != "" {

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
+	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
 
 func TestHelpListsSettings(t *testing.T) {
@@ -26,6 +28,7 @@ func TestHelpListsSettings(t *testing.T) {
 }
 
 func TestParseFlags(t *testing.T) {
+	const tok = "gateway-test-token-0123"
 	tests := []struct {
 		name string
 		args []string
@@ -33,19 +36,26 @@ func TestParseFlags(t *testing.T) {
 		want string // error substring; empty for success
 	}{
 		{name: "no token", want: "--token"},
-		{name: "token", args: []string{"--token", "t"}},
-		{name: "token from env", env: map[string]string{EnvToken: "t"}},
+		{name: "token", args: []string{"--token", tok}},
+		{name: "token from env", env: map[string]string{EnvToken: tok}},
 		{name: "explicitly insecure", args: []string{"--insecure-no-auth"}},
-		{name: "both", args: []string{"--token", "t", "--insecure-no-auth"}, want: "not both"},
-		{name: "padded token", args: []string{"--token", " t"}, want: "whitespace"},
-		{name: "zero window", args: []string{"--token", "t", "--stall-window", "0s"}, want: "--stall-window"},
-		{name: "bad window env", env: map[string]string{EnvToken: "t", EnvStallWindow: "soon"}, want: EnvStallWindow},
-		{name: "negative settle", args: []string{"--token", "t", "--feed-settle", "-1s"}, want: "--feed-settle"},
-		{name: "argument", args: []string{"--token", "t", "extra"}, want: "unexpected arguments"},
+		{name: "both", args: []string{"--token", tok, "--insecure-no-auth"}, want: "not both"},
+		{name: "padded token", args: []string{"--token", " " + tok}, want: "whitespace"},
+		{name: "short token", args: []string{"--token", "t"}, want: "--token (or $" + EnvToken + "): 1 characters, want at least 16"},
+		{name: "token equal to the control token", args: []string{"--token", tok}, env: map[string]string{protocol.ControlTokenEnvVar: tok},
+			want: "$" + protocol.ControlTokenEnvVar + " are equal"},
+		{name: "token equal to the data token", env: map[string]string{EnvToken: tok, protocol.DataTokenEnvVar: tok},
+			want: "$" + protocol.DataTokenEnvVar + " are equal"},
+		{name: "zero window", args: []string{"--token", tok, "--stall-window", "0s"}, want: "--stall-window"},
+		{name: "bad window env", env: map[string]string{EnvToken: tok, EnvStallWindow: "soon"}, want: EnvStallWindow},
+		{name: "negative settle", args: []string{"--token", tok, "--feed-settle", "-1s"}, want: "--feed-settle"},
+		{name: "argument", args: []string{"--token", tok, "extra"}, want: "unexpected arguments"},
+		{name: "bad idle timeout", args: []string{"--token", tok}, env: map[string]string{httpserver.EnvIdleTimeout: "-1s"}, want: httpserver.EnvIdleTimeout},
+		{name: "zero write timeout flag", args: []string{"--token", tok, "--http-write-timeout", "0s"}, want: "--http-write-timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, k := range []string{EnvToken, EnvStallWindow, EnvAddr, EnvCheckpointRoot} {
+			for _, k := range []string{EnvToken, EnvStallWindow, EnvAddr, EnvCheckpointRoot, protocol.ControlTokenEnvVar, protocol.DataTokenEnvVar, httpserver.EnvIdleTimeout} {
 				t.Setenv(k, tt.env[k])
 			}
 			_, err := parseFlags(tt.args, &bytes.Buffer{})
@@ -59,7 +69,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestDefaultsFromEnvironment(t *testing.T) {
-	t.Setenv(EnvToken, "t")
+	t.Setenv(EnvToken, "gateway-test-token-0123")
 	t.Setenv(EnvAddr, "127.0.0.1:9999")
 	t.Setenv(EnvStallWindow, "90s")
 	t.Setenv(EnvCheckpointRoot, "ckpt")

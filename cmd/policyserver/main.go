@@ -17,6 +17,8 @@ package main
 import (
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/internal/atomicfile"
+	"github.com/turnstile-rl/turnstile/internal/bearer"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/internal/metrics"
 
@@ -43,7 +45,10 @@ const (
 	// ListenEnv overrides the default listen address.
 	ListenEnv = "TURNSTILE_POLICY_LISTEN"
 	// MetricsEnv is the default of --metrics-listen.
-	MetricsEnv    = "TURNSTILE_POLICY_METRICS_LISTEN"
+	MetricsEnv = "TURNSTILE_POLICY_METRICS_LISTEN"
+	// APIKeyEnv is the default of --api-key: the bearer token every route
+	// but /healthz asks for (set it to the workers' TURNSTILE_MODEL_API_KEY).
+	APIKeyEnv     = "TURNSTILE_POLICY_API_KEY"
 	defaultListen = "127.0.0.1:8092"
 	// shutdownGrace bounds how long in-flight requests may finish on exit.
 	shutdownGrace = 10 * time.Second
@@ -67,6 +72,7 @@ type options struct {
 	readyFile     string
 	faultSeed     uint64
 	tls           tlsfiles.ServerFiles
+	http          httpserver.Timeouts
 	server        policy.ServerConfig
 }
 
@@ -78,6 +84,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if v := os.Getenv(ListenEnv); v != "" {
 		listen = v
 	}
+	var err error
+	if o.http, err = httpserver.FromLookup(os.LookupEnv); err != nil {
+		return options{}, err
+	}
+	o.http.AddFlags(fs)
+	fs.StringVar(&o.server.APIKey, "api-key", os.Getenv(APIKeyEnv), "bearer token every route but /healthz asks for (the workers' TURNSTILE_MODEL_API_KEY); empty serves without one; default from $"+APIKeyEnv)
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (port 0 picks a free port); default from $"+ListenEnv)
 	fs.StringVar(&o.metricsListen, "metrics-listen", os.Getenv(MetricsEnv), "serve Prometheus metrics at /metrics on this address (empty: none); default from $"+MetricsEnv)
 	fs.StringVar(&o.readyFile, "ready-file", "", "once listening, atomically write the base URL (http://host:port/v1) to this file")
@@ -94,13 +106,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&o.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
-	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", []cli.Setting{
+	cli.SetUsage(fs, "Serves the catalog's scripted policies behind an OpenAI-compatible Chat Completions endpoint.", append([]cli.Setting{
 		{Env: ListenEnv, Default: defaultListen, Meaning: "address to listen on"},
+		{Env: APIKeyEnv, Meaning: "bearer token of every route but /healthz (empty: none)"},
 		{Env: tlsfiles.EnvCert, Meaning: "HTTPS certificate chain (PEM)"},
 		{Env: tlsfiles.EnvKey, Meaning: "HTTPS private key (PEM)"},
 		{Env: tlsfiles.EnvClientCA, Meaning: "CA of client certificates: mutual TLS"},
 		{Env: MetricsEnv, Meaning: "address of /metrics (empty: none)"},
-	})
+	}, cli.HTTPSettings()...))
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -110,6 +123,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o.server.Policies = policies()
 	if err := o.server.Validate(); err != nil {
 		return options{}, fmt.Errorf("invalid flags: %w", err)
+	}
+	if err := bearer.Check("--api-key (or $"+APIKeyEnv+")", o.server.APIKey); err != nil {
+		return options{}, err
+	}
+	if err := o.http.Validate(); err != nil {
+		return options{}, err
 	}
 	return o, nil
 }
@@ -144,7 +163,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 	handler := policy.NewServer(o.server)
 	if o.metricsListen != "" {
 		reg := metrics.NewRegistry()
-		bound, err := metrics.Serve(ctx, o.metricsListen, reg, func(err error) { log.Error("metrics", zap.Error(err)) })
+		bound, err := metrics.Serve(ctx, o.metricsListen, reg, o.http, func(err error) { log.Error("metrics", zap.Error(err)) })
 		if err != nil {
 			_ = ln.Close()
 			return fmt.Errorf("--metrics-listen: %w", err)
@@ -152,11 +171,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 		log.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
 		handler = metrics.InstrumentHandler(reg, "policy", handler)
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         tlsCfg,
-	}
+	srv := o.http.Server(handler)
+	srv.TLSConfig = tlsCfg
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -170,7 +186,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(baseUR
 		"latency", o.server.Latency, "jitter", o.server.Jitter, "error_rate", o.server.ErrorRate,
 		"rate_limit_rate", o.server.RateLimitRate, "imperfection", o.server.Imperfection,
 		"tokens_per_second", o.server.TokensPerSecond, "pad_tokens", o.server.PadTokens, "policy_version", o.server.PolicyVersion,
-		"tls", tlsCfg != nil, "mutual_tls", o.tls.ClientCA != "")
+		"tls", tlsCfg != nil, "mutual_tls", o.tls.ClientCA != "", "api_key", o.server.APIKey != "")
 	if ready != nil {
 		ready(baseURL)
 	}

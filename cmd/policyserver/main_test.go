@@ -55,8 +55,9 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	for _, m := range list.Data {
 		got = append(got, m.ID)
 	}
-	// Every environment of the catalog, under its scripted model name.
-	want := make([]string, 0, len(catalog.Names()))
+	// The generic scripted policy, and every environment of the catalog
+	// under its scripted model name.
+	want := []string{policy.ScriptModel}
 	for _, env := range catalog.Names() {
 		want = append(want, envs.ScriptedModel(env))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/envs/catalog"
 	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -36,6 +38,9 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fillMode(cmd, &req, envList, tasks); err != nil {
+				return err
+			}
+			if err := declare(cmd.Context(), &req); err != nil {
 				return err
 			}
 			if cmd.Flags().Changed("group-retries") {
@@ -63,7 +68,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&req.Set, "set", "", "name of the set (rollout ids are <set>-0000, <set>-0001, …)")
 	f.IntVar(&req.Count, "count", 1, "number of rollouts")
-	f.StringVar(&tasks, "tasks", "", "JSONL dataset, one task per row (see README, \"Dataset format\"); instead of --count/--env/--seed")
+	f.StringVar(&tasks, "tasks", "", "JSONL dataset, one task per row (see README, \"Dataset format\"); instead of --count/--seed; with --env ENV, one task JSON of ENV per line (ENV may be one the --env-server declares, see docs/environments.md)")
 	f.IntVar(&req.Repeats, "repeats", 1, "with --tasks: rollouts per row, one group (rollout ids <set>-<row id>-r<repeat>)")
 	f.IntVar(&retries, "group-retries", rollout.DefaultGroupRetries, "with --tasks: environment failures (refusal, crashed session, deadline in an environment call) a group retries as new attempts, over all its rollouts, before the whole group fails")
 	f.StringVar(&envList, "env", "", "environment names, comma-separated; rollouts take them in turn (known: "+strings.Join(catalog.Names(), ", ")+")")
@@ -86,7 +91,6 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
 	_ = cmd.MarkFlagRequired("set")
-	cmd.MarkFlagsMutuallyExclusive("tasks", "env")
 	cmd.MarkFlagsMutuallyExclusive("tasks", "count")
 	cmd.MarkFlagsMutuallyExclusive("tasks", "seed")
 	return cmd
@@ -113,12 +117,38 @@ func fillMode(cmd *cobra.Command, req *trainer.SubmitRequest, envList, tasks str
 		return fmt.Errorf("--tasks: %w", err)
 	}
 	defer f.Close()
-	rows, err := trainer.ReadDataset(f)
+	var rows []trainer.DatasetRow
+	if envList != "" {
+		if strings.Contains(envList, ",") || strings.TrimSpace(envList) != envList {
+			return cli.Usage(fmt.Errorf("--env %q with --tasks: name one environment, the one every task of the file is for", envList))
+		}
+		rows, err = trainer.ReadTasks(f, envList)
+	} else {
+		rows, err = trainer.ReadDataset(f)
+	}
 	if err != nil {
 		return fmt.Errorf("--tasks %s: %w", tasks, err)
 	}
 	req.Rows = rows
 	return nil
+}
+
+// declare asks the request's environment server what it serves when the
+// request names environments that are not in the catalog
+// (trainer.Declare), with the data token the workers send it: the
+// starter reads the workers' settings (TURNSTILE_ENV_URL,
+// TURNSTILE_ENV_SERVERS, TURNSTILE_DATA_TOKEN[_<NAME>]).
+func declare(ctx context.Context, req *trainer.SubmitRequest) error {
+	if len(req.ForeignEnvs()) == 0 {
+		return nil
+	}
+	dest, err := workers.EnvDestinations(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return trainer.Declare(ctx, req, dest, &http.Client{})
 }
 
 // submitWait is how `starter submit` waits for its set, and the address

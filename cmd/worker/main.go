@@ -22,6 +22,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/logging"
 	"github.com/turnstile-rl/turnstile/internal/metrics"
 	"github.com/turnstile-rl/turnstile/workers"
@@ -107,7 +108,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	reg, closeMetrics, err := serveMetrics(ctx, cfg.MetricsListen, &opts, logger)
+	reg, closeMetrics, err := serveMetrics(ctx, cfg.MetricsListen, cfg.HTTP, &opts, logger)
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func run(args []string) error {
 
 // serveMetrics serves /metrics on addr, with the SDK's metrics routed into
 // the registry through opts; an empty addr serves nothing (nil registry).
-func serveMetrics(ctx context.Context, addr string, opts *client.Options, logger *zap.Logger) (prometheus.Registerer, func(), error) {
+func serveMetrics(ctx context.Context, addr string, timeouts httpserver.Timeouts, opts *client.Options, logger *zap.Logger) (prometheus.Registerer, func(), error) {
 	if addr == "" {
 		return nil, func() {}, nil
 	}
@@ -149,7 +150,7 @@ func serveMetrics(ctx context.Context, addr string, opts *client.Options, logger
 		return nil, nil, err
 	}
 	opts.MetricsHandler = handler
-	bound, err := metrics.Serve(ctx, addr, reg, func(err error) { logger.Error("metrics", zap.Error(err)) })
+	bound, err := metrics.Serve(ctx, addr, reg, timeouts, func(err error) { logger.Error("metrics", zap.Error(err)) })
 	if err != nil {
 		_ = closeSDK()
 		return nil, nil, fmt.Errorf("%s: %w", workers.EnvMetricsListen, err)

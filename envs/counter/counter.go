@@ -38,6 +38,9 @@ const Instructions = "You control a counter. Call the increment tool until the c
 // incrementParameters is the JSON Schema of the increment tool's arguments.
 const incrementParameters = `{"type":"object","properties":{"amount":{"type":"integer","minimum":1,"maximum":10,"description":"how much to add to the counter"}},"required":["amount"],"additionalProperties":false}`
 
+// taskSchema is the JSON Schema of a task (ParseTask checks the same).
+const taskSchema = `{"type":"object","properties":{"target":{"type":"integer","minimum":0},"start":{"type":"integer","minimum":0},"padding":{"type":"integer","minimum":0,"maximum":1048576},"refuse_verify":{"type":"string","enum":["","first","always"]}},"required":["target"],"additionalProperties":false}`
+
 // filler is the repeating pattern padding is cut from: ASCII, so its byte
 // count is its length.
 const filler = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -85,6 +88,11 @@ func (*Env) Spec() envs.Spec {
 			Description: "Add amount (1 to 10) to the counter and observe its new value.",
 			Parameters:  json.RawMessage(incrementParameters),
 		}},
+		TaskFormat: &envs.TaskFormat{
+			Description: "Raise the counter from start (default 0) to target; padding adds that many bytes of filler to each observation.",
+			Schema:      json.RawMessage(taskSchema),
+			Example:     json.RawMessage(`{"target":3}`),
+		},
 	}
 }
 

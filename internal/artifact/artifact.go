@@ -66,8 +66,14 @@ const (
 	MaxCheckpointIDLen = 256
 	// maxShardsPerSection follows from the 5-digit shard number.
 	maxShardsPerSection = 100000
-	// maxManifestBytes bounds what Open reads before it trusts anything.
-	maxManifestBytes = 64 << 20
+	// minIndexLineBytes is less than the shortest canonical index line
+	// (the member name and the digest alone take 132 bytes), so an index
+	// of n bytes holds fewer than n/minIndexLineBytes records.
+	minIndexLineBytes = 128
+	// maxIndexLineBytes is more than the longest canonical index line (a
+	// 1024-byte key escaped to 6 bytes a byte, a section name, a member
+	// name and a digest).
+	maxIndexLineBytes = 16 << 10
 )
 
 // Sentinel errors. Every error of Open wraps ErrInvalid; callers test with
@@ -116,6 +122,10 @@ type Options struct {
 	// the next one is written, so a crash test can kill the process there
 	// (wire failpoint.CheckpointBetweenFiles to it).
 	BetweenFiles func()
+	// Key, when set, signs the manifest (HMAC-SHA256, see
+	// Manifest.Signature); a retried Write needs the same key to recognise
+	// its own checkpoint.
+	Key []byte
 }
 
 // Manifest is the content of manifest.json.
@@ -128,9 +138,14 @@ type Manifest struct {
 	// Sections are sorted by name.
 	Sections []SectionManifest `json:"sections"`
 	// Digest is the SHA-256 (hex) of the manifest's canonical encoding with
-	// Digest empty. It identifies the whole checkpoint's content, since the
-	// manifest binds every file by digest.
+	// Digest empty and no Signature. It identifies the whole checkpoint's
+	// content, since the manifest binds every file by digest.
 	Digest string `json:"digest"`
+	// Signature, present only when the writer had a key, is
+	// "hmac-sha256:" and the HMAC-SHA256 (hex) under that key of the
+	// manifest's canonical encoding with Digest set and no Signature. A
+	// digest anyone can recompute; a signature only a key holder can.
+	Signature string `json:"signature,omitempty"`
 }
 
 // SectionManifest describes one section.
@@ -238,16 +253,21 @@ func validLabels(labels map[string]string) error {
 	return nil
 }
 
-// encodeManifest returns the canonical bytes of m with its Digest set, and
-// sets m.Digest.
-func encodeManifest(m *Manifest) ([]byte, error) {
-	m.Digest = ""
+// encodeManifest returns the canonical bytes of m with its Digest set and,
+// with a key, its Signature; it sets both in m.
+func encodeManifest(m *Manifest, key []byte) ([]byte, error) {
+	m.Digest, m.Signature = "", ""
 	unsealed, err := canonicalManifest(m)
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256(unsealed)
 	m.Digest = hex.EncodeToString(sum[:])
+	unsigned, err := canonicalManifest(m)
+	if err != nil || len(key) == 0 {
+		return unsigned, err
+	}
+	m.Signature = Sign(key, unsigned)
 	return canonicalManifest(m)
 }
 

@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -63,27 +64,44 @@ func unreadable(ctx context.Context, dir, file string, err error) error {
 // member names derived from the keys; that each tar holds exactly the members
 // its index lists, in order, as regular files with safe names, deterministic
 // headers, matching sizes and SHA-256s, and nothing else.
+//
+// Open reads with the default Settings: no key, default size bounds.
 func Open(ctx context.Context, dir, wantCheckpointID string) (*Checkpoint, error) {
+	return OpenWith(ctx, dir, wantCheckpointID, Settings{})
+}
+
+// OpenWith is Open with settings: size bounds and a signing key.
+func OpenWith(ctx context.Context, dir, wantCheckpointID string, set Settings) (*Checkpoint, error) {
 	st, err := storage.Dir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, dir, err)
 	}
-	return OpenStore(ctx, st, wantCheckpointID)
+	return OpenStoreWith(ctx, st, wantCheckpointID, set)
 }
 
 // OpenStore is Open of a checkpoint in a store: a local directory or an
 // object-store prefix. For an object store, "regular file" means an object
 // and a subdirectory is a common key prefix.
 func OpenStore(ctx context.Context, st storage.Store, wantCheckpointID string) (*Checkpoint, error) {
+	return OpenStoreWith(ctx, st, wantCheckpointID, Settings{})
+}
+
+// OpenStoreWith is OpenStore with settings. Every size the manifest and
+// the indexes claim is checked against set's bounds before anything of
+// that size is read, and every file is hashed as it streams by: nothing is
+// held whole before its size claim has passed its bound, and no index is
+// trusted before its digest has matched.
+func OpenStoreWith(ctx context.Context, st storage.Store, wantCheckpointID string, set Settings) (*Checkpoint, error) {
+	set = set.withDefaults()
 	dir := st.Location()
 	if err := validCheckpointID(wantCheckpointID); err != nil {
 		return nil, fmt.Errorf("%w: %s: wanted %w", ErrInvalid, dir, err)
 	}
-	b, err := readManifestBytes(ctx, st)
+	b, err := readManifestBytes(ctx, st, set.MaxManifestBytes)
 	if err != nil {
 		return nil, err
 	}
-	m, err := parseManifest(dir, b, wantCheckpointID)
+	m, err := parseManifest(dir, b, wantCheckpointID, set)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +110,7 @@ func OpenStore(ctx context.Context, st storage.Store, wantCheckpointID string) (
 	}
 	c := &Checkpoint{st: st, dir: dir, manifest: m, sections: make(map[string]sectionIndex, len(m.Sections))}
 	for _, sm := range m.Sections {
-		idx, err := readFileExact(ctx, st, sm.Index)
-		if err != nil {
-			return nil, err
-		}
-		entries, err := parseIndex(dir, sm, idx)
+		entries, err := readIndex(ctx, st, sm, set)
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +161,9 @@ func (c *Checkpoint) Section(ctx context.Context, name string) ([]Record, error)
 	return recs, nil
 }
 
-func readManifestBytes(ctx context.Context, st storage.Store) ([]byte, error) {
+// readManifestBytes reads manifest.json, refusing one larger than limit
+// before reading any of it.
+func readManifestBytes(ctx context.Context, st storage.Store, limit int64) ([]byte, error) {
 	dir := st.Location()
 	f, size, err := st.Open(ctx, ManifestName)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -157,17 +173,20 @@ func readManifestBytes(ctx context.Context, st storage.Store) ([]byte, error) {
 		return nil, unreadable(ctx, dir, ManifestName, err)
 	}
 	defer f.Close()
-	if size > maxManifestBytes {
-		return nil, invalid(dir, ManifestName, "%d bytes, more than the %d a manifest may have", size, maxManifestBytes)
+	if size > limit {
+		return nil, invalid(dir, ManifestName, "%d bytes, more than the %d this process reads of a manifest (%s)", size, limit, EnvMaxManifestBytes)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, invalid(dir, ManifestName, "read: %v", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, invalid(dir, ManifestName, "grew past the %d bytes this process reads of a manifest (%s) while reading", limit, EnvMaxManifestBytes)
 	}
 	return b, nil
 }
 
-func parseManifest(dir string, b []byte, wantID string) (Manifest, error) {
+func parseManifest(dir string, b []byte, wantID string, set Settings) (Manifest, error) {
 	var probe struct {
 		Schema *int `json:"schema"`
 	}
@@ -191,7 +210,9 @@ func parseManifest(dir string, b []byte, wantID string) (Manifest, error) {
 	if !bytes.Equal(canon, b) {
 		return Manifest{}, invalid(dir, ManifestName, "not in canonical form (edited or corrupt)")
 	}
-	unsealed := m
+	unsigned := m
+	unsigned.Signature = ""
+	unsealed := unsigned
 	unsealed.Digest = ""
 	ub, err := canonicalManifest(&unsealed)
 	if err != nil {
@@ -201,13 +222,39 @@ func parseManifest(dir string, b []byte, wantID string) (Manifest, error) {
 	if got := hex.EncodeToString(sum[:]); got != m.Digest {
 		return Manifest{}, invalid(dir, ManifestName, "digest mismatch: content hashes to %s, manifest says %q", got, m.Digest)
 	}
+	sb, err := canonicalManifest(&unsigned)
+	if err != nil {
+		return Manifest{}, invalid(dir, ManifestName, "%v", err)
+	}
+	if err := CheckSignature(m.Signature, sb, set.Key); err != nil {
+		return Manifest{}, invalid(dir, ManifestName, "%v", err)
+	}
 	if m.CheckpointID != wantID {
 		return Manifest{}, invalid(dir, ManifestName, "checkpoint id %q, want %q", m.CheckpointID, wantID)
 	}
 	if err := checkManifestShape(m); err != nil {
 		return Manifest{}, invalid(dir, ManifestName, "%v", err)
 	}
+	if err := checkManifestBounds(m, set); err != nil {
+		return Manifest{}, invalid(dir, ManifestName, "%v", err)
+	}
 	return m, nil
+}
+
+// checkManifestBounds checks the sizes and counts the manifest claims
+// against what this process reads, before any file is opened: an index
+// larger than the bound, or more records than its index could hold.
+func checkManifestBounds(m Manifest, set Settings) error {
+	for _, sm := range m.Sections {
+		if sm.Index.Size > set.MaxIndexBytes {
+			return fmt.Errorf("section %q: index %s claims %d bytes, more than the %d this process reads of an index (%s)",
+				sm.Name, sm.Index.Name, sm.Index.Size, set.MaxIndexBytes, EnvMaxIndexBytes)
+		}
+		if room := sm.Index.Size / minIndexLineBytes; int64(sm.Records) > room {
+			return fmt.Errorf("section %q: %d records, but its index of %d bytes has room for at most %d", sm.Name, sm.Records, sm.Index.Size, room)
+		}
+	}
+	return nil
 }
 
 // checkManifestShape checks what the digest cannot: that a manifest is one
@@ -308,10 +355,14 @@ func checkInventory(ctx context.Context, st storage.Store, m Manifest) error {
 	return nil
 }
 
-// readFileExact reads a file the manifest binds and checks its size and
-// digest before anything parses it.
-func readFileExact(ctx context.Context, st storage.Store, ref FileRef) ([]byte, error) {
+// readIndex reads a section's index in one pass: it hashes the file while
+// it parses it line by line, so memory holds one line and the entries, and
+// a parse problem is reported only when the file as a whole matches the
+// manifest's size and digest (otherwise the mismatch is the error, since
+// it says more about what happened).
+func readIndex(ctx context.Context, st storage.Store, sm SectionManifest, set Settings) ([]IndexEntry, error) {
 	dir := st.Location()
+	ref := sm.Index
 	f, size, err := st.Open(ctx, ref.Name)
 	if err != nil {
 		return nil, unreadable(ctx, dir, ref.Name, err)
@@ -320,68 +371,131 @@ func readFileExact(ctx context.Context, st storage.Store, ref FileRef) ([]byte, 
 	if size != ref.Size {
 		return nil, invalid(dir, ref.Name, "size %d, manifest says %d", size, ref.Size)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, ref.Size+1))
-	if err != nil {
+	ch := &countingHash{h: sha256.New()}
+	br := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, ref.Size+1), ch), 64<<10)
+	p := newIndexParser(sm, set)
+	parseErr := p.parse(br)
+	if _, err := io.Copy(io.Discard, br); err != nil {
 		return nil, invalid(dir, ref.Name, "read: %v", err)
 	}
-	if int64(len(b)) != ref.Size {
-		return nil, invalid(dir, ref.Name, "changed while reading: %d bytes, manifest says %d", len(b), ref.Size)
+	got := ch.ref(ref.Name)
+	switch {
+	case got.Size != ref.Size:
+		return nil, invalid(dir, ref.Name, "changed while reading: %d bytes, manifest says %d", got.Size, ref.Size)
+	case got.SHA256 != ref.SHA256:
+		return nil, invalid(dir, ref.Name, "sha256 %s, manifest says %s", got.SHA256, ref.SHA256)
+	case parseErr != nil:
+		return nil, invalid(dir, ref.Name, "%v", parseErr)
 	}
-	sum := sha256.Sum256(b)
-	if got := hex.EncodeToString(sum[:]); got != ref.SHA256 {
-		return nil, invalid(dir, ref.Name, "sha256 %s, manifest says %s", got, ref.SHA256)
-	}
-	return b, nil
+	return p.entries, nil
 }
 
-// parseIndex parses and checks a section index against its manifest entry.
-func parseIndex(dir string, sm SectionManifest, b []byte) ([]IndexEntry, error) {
-	name := sm.Index.Name
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		return nil, invalid(dir, name, "last line not terminated")
+// indexParser checks a section index line by line against its manifest
+// entry.
+type indexParser struct {
+	sm             SectionManifest
+	maxRecord      int64
+	entries        []IndexEntry
+	shard, inShard int
+}
+
+func newIndexParser(sm SectionManifest, set Settings) *indexParser {
+	// checkManifestBounds made sm.Records at most what the index has room
+	// for, so this allocation is bounded by the index bound.
+	return &indexParser{sm: sm, maxRecord: set.MaxRecordBytes, entries: make([]IndexEntry, 0, sm.Records)}
+}
+
+// parse reads lines from br until its end or the first problem.
+func (p *indexParser) parse(br *bufio.Reader) error {
+	for lineNo := 1; ; lineNo++ {
+		line, err := readIndexLine(br)
+		if err == io.EOF {
+			break
+		}
+		if err == nil {
+			err = p.add(line)
+		}
+		if err != nil {
+			return fmt.Errorf("line %d: %v", lineNo, err)
+		}
 	}
-	entries := make([]IndexEntry, 0, sm.Records)
-	shard, inShard := 0, 0
-	for lineNo := 1; len(b) > 0; lineNo++ {
-		i := bytes.IndexByte(b, '\n')
-		line := b[:i+1]
-		b = b[i+1:]
-		var e IndexEntry
-		if err := decodeStrict(line, &e); err != nil {
-			return nil, invalid(dir, name, "line %d: %v", lineNo, err)
-		}
-		canon, err := canonicalIndexLine(e)
-		if err != nil || !bytes.Equal(canon, line) {
-			return nil, invalid(dir, name, "line %d: not in canonical form", lineNo)
-		}
-		if err := validKey(e.Key); err != nil {
-			return nil, invalid(dir, name, "line %d: %v", lineNo, err)
-		}
-		if n := len(entries); n > 0 && entries[n-1].Key >= e.Key {
-			return nil, invalid(dir, name, "line %d: key %q after %q: keys must be unique and sorted", lineNo, e.Key, entries[n-1].Key)
-		}
-		if want := MemberName(e.Key); e.Member != want {
-			return nil, invalid(dir, name, "line %d: member %q, but key %q gives %q", lineNo, e.Member, e.Key, want)
-		}
-		if e.Size < 0 || !hexRE.MatchString(e.SHA256) {
-			return nil, invalid(dir, name, "line %d: bad size %d or sha256 %q", lineNo, e.Size, e.SHA256)
-		}
-		for shard < len(sm.Shards) && inShard == sm.Shards[shard].Records {
-			shard, inShard = shard+1, 0
-		}
-		if shard == len(sm.Shards) {
-			return nil, invalid(dir, name, "line %d: more entries than the %d records the manifest lists", lineNo, sm.Records)
-		}
-		if e.Shard != sm.Shards[shard].Name {
-			return nil, invalid(dir, name, "line %d: key %q in shard %q, manifest record counts put it in %q", lineNo, e.Key, e.Shard, sm.Shards[shard].Name)
-		}
-		inShard++
-		entries = append(entries, e)
+	if len(p.entries) != p.sm.Records {
+		return fmt.Errorf("%d entries, manifest says %d records", len(p.entries), p.sm.Records)
 	}
-	if len(entries) != sm.Records {
-		return nil, invalid(dir, name, "%d entries, manifest says %d records", len(entries), sm.Records)
+	return nil
+}
+
+// readIndexLine returns the next line of br, its newline included, or
+// io.EOF at the end; a line longer than any canonical one is an error,
+// read no further.
+func readIndexLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		switch {
+		case len(line) > maxIndexLineBytes:
+			return nil, fmt.Errorf("longer than the %d bytes an index line may have", maxIndexLineBytes)
+		case err == nil:
+			return line, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == io.EOF && len(line) > 0:
+			return nil, errors.New("last line not terminated")
+		default:
+			return nil, err
+		}
 	}
-	return entries, nil
+}
+
+// add checks one line and appends its entry.
+func (p *indexParser) add(line []byte) error {
+	var e IndexEntry
+	if err := decodeStrict(line, &e); err != nil {
+		return err
+	}
+	canon, err := canonicalIndexLine(e)
+	if err != nil || !bytes.Equal(canon, line) {
+		return errors.New("not in canonical form")
+	}
+	if err := validKey(e.Key); err != nil {
+		return err
+	}
+	if n := len(p.entries); n > 0 && p.entries[n-1].Key >= e.Key {
+		return fmt.Errorf("key %q after %q: keys must be unique and sorted", e.Key, p.entries[n-1].Key)
+	}
+	if want := MemberName(e.Key); e.Member != want {
+		return fmt.Errorf("member %q, but key %q gives %q", e.Member, e.Key, want)
+	}
+	if e.Size < 0 || !hexRE.MatchString(e.SHA256) {
+		return fmt.Errorf("bad size %d or sha256 %q", e.Size, e.SHA256)
+	}
+	if e.Size > p.maxRecord {
+		return fmt.Errorf("key %q claims %d bytes, more than the %d this process reads of a record (%s)", e.Key, e.Size, p.maxRecord, EnvMaxRecordBytes)
+	}
+	return p.place(e)
+}
+
+// place checks that e is in the shard the manifest's record counts put it
+// in, and appends it.
+func (p *indexParser) place(e IndexEntry) error {
+	sm := p.sm
+	for p.shard < len(sm.Shards) && p.inShard == sm.Shards[p.shard].Records {
+		p.shard, p.inShard = p.shard+1, 0
+	}
+	if p.shard == len(sm.Shards) {
+		return fmt.Errorf("more entries than the %d records the manifest lists", sm.Records)
+	}
+	sh := sm.Shards[p.shard]
+	if e.Shard != sh.Name {
+		return fmt.Errorf("key %q in shard %q, manifest record counts put it in %q", e.Key, e.Shard, sh.Name)
+	}
+	if e.Size > sh.Size {
+		return fmt.Errorf("key %q claims %d bytes, more than its shard %q has", e.Key, e.Size, sh.Name)
+	}
+	p.inShard++
+	p.entries = append(p.entries, e)
+	return nil
 }
 
 // readShards validates every shard of the section against its manifest and

@@ -84,7 +84,7 @@ func WriteTo(ctx context.Context, st storage.Store, meta Meta, sections []Sectio
 	_, err = st.Stat(ctx, ManifestName)
 	switch {
 	case err == nil:
-		return retryWrite(ctx, st, meta, planned)
+		return retryWrite(ctx, st, meta, planned, opts.Key)
 	case !errors.Is(err, fs.ErrNotExist):
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 	}
@@ -102,7 +102,7 @@ func WriteTo(ctx context.Context, st storage.Store, meta Meta, sections []Sectio
 		m.Sections = append(m.Sections, sm)
 		m.Records += sm.Records
 	}
-	mb, err := encodeManifest(&m)
+	mb, err := encodeManifest(&m, opts.Key)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", loc, err)
 	}
@@ -110,7 +110,7 @@ func WriteTo(ctx context.Context, st storage.Store, meta Meta, sections []Sectio
 	if errors.Is(err, fs.ErrExist) {
 		// Another commit of this location won the race: ours is a retry
 		// of it, if it wrote the same content.
-		return retryWrite(ctx, st, meta, planned)
+		return retryWrite(ctx, st, meta, planned, opts.Key)
 	}
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %s: %w", loc, ManifestName, err)
@@ -356,7 +356,7 @@ func prepareDir(ctx context.Context, st storage.Store) error {
 // retryWrite handles a Write into a directory that already has a manifest:
 // the same content validates and returns the manifest, anything else is
 // refused. Nothing is written.
-func retryWrite(ctx context.Context, st storage.Store, meta Meta, planned []plannedSection) (Manifest, error) {
+func retryWrite(ctx context.Context, st storage.Store, meta Meta, planned []plannedSection, key []byte) (Manifest, error) {
 	dir := st.Location()
 	want := newManifest(meta)
 	for _, ps := range planned {
@@ -367,11 +367,11 @@ func retryWrite(ctx context.Context, st storage.Store, meta Meta, planned []plan
 		want.Sections = append(want.Sections, sm)
 		want.Records += sm.Records
 	}
-	wantBytes, err := encodeManifest(&want)
+	wantBytes, err := encodeManifest(&want, key)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %w", dir, err)
 	}
-	have, err := readManifestBytes(ctx, st)
+	have, err := readManifestBytes(ctx, st, DefaultMaxManifestBytes)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: existing checkpoint: %w", dir, err)
 	}
@@ -379,7 +379,7 @@ func retryWrite(ctx context.Context, st storage.Store, meta Meta, planned []plan
 		return Manifest{}, fmt.Errorf("write checkpoint %q: %s exists and describes other content than this write (digest %s); nothing overwritten: %w",
 			dir, ManifestName, want.Digest, ErrConflict)
 	}
-	if _, err := OpenStore(ctx, st, meta.CheckpointID); err != nil {
+	if _, err := OpenStoreWith(ctx, st, meta.CheckpointID, Settings{Key: key}); err != nil {
 		return Manifest{}, fmt.Errorf("write checkpoint %q: existing checkpoint does not validate; nothing overwritten: %w", dir, err)
 	}
 	// A previous attempt may have renamed the manifest and then failed

@@ -20,6 +20,8 @@ import (
 	tallyprom "github.com/uber-go/tally/v4/prometheus"
 	sdkmetrics "go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 )
 
 // Path is where every binary serves its metrics.
@@ -36,17 +38,18 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Serve listens on addr and serves reg at Path until ctx is done. It
-// returns the address it listens on (port 0 picks one) once listening;
-// serving errors after that are passed to onError.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry, onError func(error)) (string, error) {
+// Serve listens on addr and serves reg at Path until ctx is done, with the
+// binary's HTTP timeouts. It returns the address it listens on (port 0
+// picks one) once listening; serving errors after that are passed to
+// onError.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, timeouts httpserver.Timeouts, onError func(error)) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := timeouts.Server(mux)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && onError != nil {
 			onError(fmt.Errorf("metrics: serve on %s: %w", ln.Addr(), err))

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -83,6 +85,10 @@ type ServerConfig struct {
 	// a request that offers tools. A gym-style answer (no tools) is its
 	// action and is never padded.
 	PadTokens int
+	// APIKey, when set, is the bearer token every route but HealthPath
+	// asks for ("Authorization: Bearer <key>", what OpenAI clients send:
+	// a worker's TURNSTILE_MODEL_API_KEY). Empty serves without one.
+	APIKey string
 }
 
 // Validate reports the first invalid setting.
@@ -160,7 +166,28 @@ func NewServer(cfg ServerConfig) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", fmt.Sprintf("no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	if cfg.APIKey == "" {
+		return mux
+	}
+	return requireKey(cfg.APIKey, mux)
+}
+
+// requireKey answers 401 to a request without the bearer token key, on
+// every route but the health probe. Only the key's SHA-256 is kept, and
+// digests are compared in constant time, so neither the key nor its
+// length leaks.
+func requireKey(key string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(key))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got := sha256.Sum256([]byte(tok))
+		if r.URL.Path != HealthPath && (!ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="turnstile-policy"`)
+			writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer <key>)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *server) onlyMethod(method string, h http.HandlerFunc) http.HandlerFunc {

@@ -18,7 +18,7 @@ const readyTimeout = 2 * time.Minute
 // Tokens of the soak's private environment servers.
 const (
 	controlToken = "soak-control-token"
-	dataToken    = "soak-data-token"
+	dataToken    = "soak-data-plane-token"
 )
 
 // member is one process of the soak's stack that is sampled, killed and

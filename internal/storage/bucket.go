@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ type Opener struct {
 	// operator configured; see package destination). Local directories are
 	// not asked about.
 	Allow func(location string) error
+	// FileMode is the mode local directories it opens write files with
+	// (0: DefaultFileMode).
+	FileMode fs.FileMode
 
 	mu      sync.Mutex
 	buckets map[string]*blob.Bucket
@@ -41,14 +45,14 @@ type Opener struct {
 // local directories only.
 func (o *Opener) Open(ctx context.Context, where string) (Store, error) {
 	if where != "" && !location.IsURL(where) {
-		return Dir(where)
+		return DirWithMode(where, o.fileMode())
 	}
 	l, err := location.Parse(where)
 	if err != nil {
 		return nil, err
 	}
 	if l.Local() {
-		return Dir(l.Dir)
+		return DirWithMode(l.Dir, o.fileMode())
 	}
 	if l.Scheme == memScheme {
 		// An in-memory bucket is private to this process: a checkpoint or
@@ -69,6 +73,14 @@ func (o *Opener) Open(ctx context.Context, where string) (Store, error) {
 		return nil, err
 	}
 	return &bucketStore{b: b, loc: l}, nil
+}
+
+// fileMode is the mode of local files; a nil Opener writes DefaultFileMode.
+func (o *Opener) fileMode() fs.FileMode {
+	if o == nil {
+		return DefaultFileMode
+	}
+	return o.FileMode
 }
 
 func (o *Opener) bucket(ctx context.Context, l location.Location) (*blob.Bucket, error) {

@@ -16,14 +16,23 @@ import (
 
 // dirStore is a local directory. Writes go through atomicfile (temporary
 // file, fsync, rename, fsync of the directory); directories are created
-// on the first write into them.
+// on the first write into them. Files get mode, directories DirMode(mode).
 type dirStore struct {
-	dir string
+	dir  string
+	mode fs.FileMode
 }
 
 // Dir returns the store of the local directory dir (made absolute). The
-// directory is created by the first write into it.
+// directory is created by the first write into it; files are written with
+// DefaultFileMode (private to the process's user), directories with
+// DirMode of it.
 func Dir(dir string) (Store, error) {
+	return DirWithMode(dir, DefaultFileMode)
+}
+
+// DirWithMode is Dir writing files with mode (0: DefaultFileMode), for an
+// operator who shares transcripts or checkpoints with a group on purpose.
+func DirWithMode(dir string, mode fs.FileMode) (Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("storage: empty directory")
 	}
@@ -31,7 +40,10 @@ func Dir(dir string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage: directory %q: %w", dir, err)
 	}
-	return &dirStore{dir: abs}, nil
+	if mode == 0 {
+		mode = DefaultFileMode
+	}
+	return &dirStore{dir: abs, mode: mode.Perm()}, nil
 }
 
 func (d *dirStore) Location() string { return d.dir }
@@ -40,7 +52,7 @@ func (d *dirStore) Sub(name string) (Store, error) {
 	if err := location.CheckName(name); err != nil {
 		return nil, fmt.Errorf("storage: %s: %w", d.dir, err)
 	}
-	return &dirStore{dir: filepath.Join(d.dir, filepath.FromSlash(name))}, nil
+	return &dirStore{dir: filepath.Join(d.dir, filepath.FromSlash(name)), mode: d.mode}, nil
 }
 
 func (d *dirStore) path(name string) (string, error) {
@@ -55,7 +67,7 @@ func (d *dirStore) Write(ctx context.Context, name string, fill func(io.Writer) 
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(p, 0o644, fill)
+	return atomicfile.Write(p, d.mode, fill)
 }
 
 // Create links a finished temporary file to name: link(2) fails when name
@@ -84,7 +96,7 @@ func (d *dirStore) Create(ctx context.Context, name string, data []byte) error {
 	defer os.Remove(tmp)
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o644)
+		err = f.Chmod(d.mode)
 	}
 	if err == nil {
 		err = f.Sync()
@@ -116,15 +128,15 @@ func (d *dirStore) prepare(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := mkdirs(filepath.Dir(p)); err != nil {
+	if err := mkdirs(filepath.Dir(p), DirMode(d.mode)); err != nil {
 		return "", fmt.Errorf("storage: %w", err)
 	}
 	return p, nil
 }
 
-// mkdirs creates dir and its missing parents, fsyncing each parent that
-// gained an entry, so the new directories survive a crash.
-func mkdirs(dir string) error {
+// mkdirs creates dir and its missing parents with mode, fsyncing each
+// parent that gained an entry, so the new directories survive a crash.
+func mkdirs(dir string, mode fs.FileMode) error {
 	if fi, err := os.Stat(dir); err == nil {
 		if !fi.IsDir() {
 			return fmt.Errorf("%s is not a directory", dir)
@@ -133,11 +145,11 @@ func mkdirs(dir string) error {
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := mkdirs(parent); err != nil {
+		if err := mkdirs(parent, mode); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return atomicfile.SyncDir(parent)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -60,13 +61,22 @@ func (s *Store) Stats() Stats {
 // Open returns the store in the local directory dir, creating it if
 // needed.
 func Open(dir string) (*Store, error) {
+	return openDir(dir, storage.DefaultFileMode)
+}
+
+// openDir opens the store in directory dir, creating it (and its blobs)
+// with file mode mode (directories: storage.DirMode of it).
+func openDir(dir string, mode fs.FileMode) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("transcript: empty directory")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if mode == 0 {
+		mode = storage.DefaultFileMode
+	}
+	if err := os.MkdirAll(dir, storage.DirMode(mode)); err != nil {
 		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
 	}
-	st, err := storage.Dir(dir)
+	st, err := storage.DirWithMode(dir, mode)
 	if err != nil {
 		return nil, fmt.Errorf("transcript: open %s: %w", dir, err)
 	}
@@ -74,10 +84,14 @@ func Open(dir string) (*Store, error) {
 }
 
 // OpenLocation returns the store at where: a directory (created if
-// needed) or an object-store URL, opened through o.
+// needed, with o's file mode) or an object-store URL, opened through o.
 func OpenLocation(ctx context.Context, o *storage.Opener, where string) (*Store, error) {
 	if where != "" && !location.IsURL(where) {
-		return Open(where)
+		mode := storage.DefaultFileMode
+		if o != nil && o.FileMode != 0 {
+			mode = o.FileMode
+		}
+		return openDir(where, mode)
 	}
 	st, err := o.Open(ctx, where)
 	if err != nil {

@@ -49,9 +49,22 @@ func checkTokens(cfg ServerConfig) error {
 	return nil
 }
 
-// isDataPlane says whether path is a data-plane route: everything but the
-// health probe and the control plane.
-func isDataPlane(path string) bool {
+// isDataPlane says whether r belongs to the data plane: everything but the
+// health probe and the control plane. It is decided on the route the
+// server's router picks for r (its pattern), not on the decoded path: the
+// router matches the escaped path, so "/v1%2Fcontrol/x" is no control
+// route, and must not skip the data token as if it were one.
+func (s *Server) isDataPlane(r *http.Request) bool {
+	_, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		// No route (a redirect or a 405): judge the escaped path, which is
+		// what the router saw.
+		pattern = r.URL.EscapedPath()
+	}
+	_, path, _ := strings.Cut(pattern, " ")
+	if path == "" {
+		path = pattern
+	}
 	return path != "/healthz" && !strings.HasPrefix(path, protocol.ControlPrefix) && path != strings.TrimSuffix(protocol.ControlPrefix, "/")
 }
 
@@ -59,7 +72,7 @@ func isDataPlane(path string) bool {
 // lacks the data token. The refusal is not counted in Stats: an
 // unauthenticated caller changes nothing, not even a counter.
 func (s *Server) authorizeData(w http.ResponseWriter, r *http.Request) bool {
-	if s.dataOpen || !isDataPlane(r.URL.Path) || s.dataToken.matches(r) {
+	if s.dataOpen || !s.isDataPlane(r) || s.dataToken.matches(r) {
 		return true
 	}
 	w.Header().Set("WWW-Authenticate", realmData)

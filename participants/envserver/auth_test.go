@@ -208,3 +208,44 @@ func rawCall(t *testing.T, base, method, path, body, authorization string) (int,
 	_ = json.NewDecoder(resp.Body).Decode(&eb)
 	return resp.StatusCode, eb.Error.Code, resp.Header.Get("WWW-Authenticate")
 }
+
+// TestUnroutedRequests: the plane a request belongs to is decided on the
+// path the router routes, so an escaped slash cannot make a data-plane
+// request look like a control-plane one and skip the data token; a request
+// without the token changes nothing (R1), and one with it that no route
+// takes is a 404 counted under refused (R21).
+func TestUnroutedRequests(t *testing.T) {
+	f := newFixture(t)
+	f.start(t, "r1", 0, `{"target":9}`)
+	before := f.stats(t)
+	for _, tc := range []struct {
+		path, auth string
+		status     int
+	}{
+		{"/v1%2Fcontrol/x", "", http.StatusUnauthorized},
+		{"/v1%2Fcontrol%2Fstatus", "", http.StatusUnauthorized},
+		{"/v1%2fcontrol/prepare", "Bearer " + testToken, http.StatusUnauthorized},
+		{"/v1%2Fcontrol/x", "Bearer " + testDataToken, http.StatusNotFound},
+		{"/nope", "Bearer " + testDataToken, http.StatusNotFound},
+		{"/v1/sessions%2Fr1", "Bearer " + testDataToken, http.StatusNotFound},
+	} {
+		status, _, _ := rawCall(t, f.url, http.MethodGet, tc.path, "", tc.auth)
+		if status != tc.status {
+			t.Errorf("GET %s with Authorization %q: %d, want %d", tc.path, tc.auth, status, tc.status)
+		}
+	}
+	after := f.stats(t)
+	want := before
+	want.Refused += 3 // the three authenticated 404s
+	if after != want {
+		t.Fatalf("requests the router does not route moved the stats %+v -> %+v, want %+v", before, after, want)
+	}
+	before = after
+	// Routed requests are still counted.
+	if status, _, _ := rawCall(t, f.url, http.MethodGet, "/v1/sessions/unknown", "", "Bearer "+testDataToken); status != http.StatusNotFound {
+		t.Fatalf("unknown session answered %d", status)
+	}
+	if after := f.stats(t); after.Refused != before.Refused+1 {
+		t.Fatalf("a refused routed request was not counted: %+v -> %+v", before, after)
+	}
+}

@@ -10,12 +10,14 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -32,10 +34,15 @@ type control struct {
 	fence *phaseFence
 	// storage opens object-store locations; nil: directories only.
 	storage *storage.Opener
+	// checkpoints bounds checkpoint reads and signs and checks manifests.
+	checkpoints artifact.Settings
+	// writeTimeout is the HTTP server's write timeout (0: none).
+	writeTimeout time.Duration
 }
 
 func newControl(cfg ServerConfig) *control {
-	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage}
+	c := &control{name: cfg.Name, fence: newPhaseFence(), token: newBearer(cfg.ControlToken), storage: cfg.Storage,
+		checkpoints: cfg.Checkpoints, writeTimeout: cfg.WriteTimeout}
 	if c.name == "" {
 		c.name = DefaultServerName
 	}
@@ -85,6 +92,7 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error))
 			s.writeControlError(w, r, aerr)
 			return
 		}
+		s.ctl.extendWrite(w, body)
 		out, aerr := h(r, body)
 		if aerr != nil {
 			s.writeControlError(w, r, aerr)
@@ -97,6 +105,22 @@ func (s *Server) controlRoute(h func(r *http.Request, body []byte) (any, error))
 		}
 		writeJSON(w, http.StatusOK, b)
 	}
+}
+
+// extendWrite moves the write deadline of a control request that names an
+// absolute deadline (prepare, restore) to that deadline plus the server's
+// write timeout: such a request may legitimately wait until then.
+func (c *control) extendWrite(w http.ResponseWriter, body []byte) {
+	if c.writeTimeout <= 0 {
+		return
+	}
+	var d struct {
+		Deadline *time.Time `json:"deadline"`
+	}
+	if json.Unmarshal(body, &d) != nil || d.Deadline == nil || time.Until(*d.Deadline) <= 0 {
+		return
+	}
+	httpserver.ExtendWrite(w, d.Deadline.Add(c.writeTimeout))
 }
 
 // writeControlError answers a control request with err. Control answers do
@@ -412,7 +436,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 		if aerr != nil {
 			return nil, aerr
 		}
-		cp, err := artifact.OpenStore(r.Context(), st, req.CheckpointID)
+		cp, err := artifact.OpenStoreWith(r.Context(), st, req.CheckpointID, s.ctl.checkpoints)
 		if err != nil {
 			return nil, refuse(protocol.CodeInvalidCheckpoint, "committed checkpoint no longer validates: %v", err)
 		}
@@ -442,7 +466,7 @@ func (s *Server) handleCommit(r *http.Request, body []byte) (any, error) {
 	m, err := artifact.WriteTo(run.ctx, st, artifact.Meta{
 		CheckpointID: req.CheckpointID,
 		Labels:       map[string]string{"component": protocol.ComponentEnvironmentServer, "name": s.ctl.name},
-	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }})
+	}, sections, artifact.Options{BetweenFiles: func() { s.fp.Hit(failpoint.CheckpointBetweenFiles) }, Key: s.ctl.checkpoints.Key})
 	if err != nil {
 		s.ctl.fence.fail(run)
 		if errors.Is(err, artifact.ErrConflict) || errors.Is(err, artifact.ErrInvalid) {
@@ -583,7 +607,7 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	if aerr != nil {
 		return protocol.RestoreResponse{}, aerr
 	}
-	cp, err := artifact.OpenStore(ctx, where, req.CheckpointID)
+	cp, err := artifact.OpenStoreWith(ctx, where, req.CheckpointID, s.ctl.checkpoints)
 	if errors.Is(err, storage.ErrUnavailable) {
 		return protocol.RestoreResponse{}, refuse(protocol.CodeInternal, "restore of checkpoint %q: %v", req.CheckpointID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -194,4 +195,37 @@ func TestRulesMatchOpenAPIAndKit(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, modes, raw.Components.Schemas.Spec.Properties.Mode.Enum, "openapi.json's environment modes")
+}
+
+// TestOpenAPISpecMatchesEnvs fails on drift between what GET /v1/envs
+// answers (envs.Spec, envs.TaskFormat, envs.Tool) and the schemas
+// docs/protocol/openapi.json documents for it: the same JSON fields.
+func TestOpenAPISpecMatchesEnvs(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(protocoldoc.OpenAPI(), &doc))
+	for name, v := range map[string]any{"Spec": envs.Spec{}, "TaskFormat": envs.TaskFormat{}, "Tool": envs.Tool{}} {
+		schema, ok := doc.Components.Schemas[name]
+		require.True(t, ok, "openapi.json has no schema %s", name)
+		got := slices.Sorted(maps.Keys(schema.Properties))
+		assert.Equal(t, jsonFields(reflect.TypeOf(v)), got, "openapi.json schema %s drifts from envs.%s", name, name)
+	}
+}
+
+// jsonFields lists the JSON names of a struct's fields, sorted.
+func jsonFields(typ reflect.Type) []string {
+	var out []string
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

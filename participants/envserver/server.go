@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/artifact"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
@@ -67,6 +68,16 @@ type ServerConfig struct {
 	// and a restore starts their rollouts over (an operator's way to turn
 	// replay off, or export, for one environment).
 	RestartOnly []string
+	// Checkpoints bounds what a restore reads of a checkpoint before it
+	// trusts it, and carries the key checkpoints are signed and checked
+	// with (artifact.SettingsFromLookup reads them from the environment);
+	// the zero value means the default bounds and no key.
+	Checkpoints artifact.Settings
+	// WriteTimeout is the HTTP server's write timeout (0: none). A control
+	// request that may wait until an absolute deadline (prepare, restore)
+	// gets its write deadline moved to that deadline plus WriteTimeout, so
+	// its answer is not cut off by a timeout meant for quick answers.
+	WriteTimeout time.Duration
 }
 
 // Server is the environment server's data plane: it hosts sessions of the
@@ -150,8 +161,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.handle(protocol.RouteStart, s.mutation(kindStart))
 	s.handle(protocol.RouteOperate, s.mutation(kindOperate))
 	s.handle(protocol.RouteVerify, s.mutation(kindVerify))
+	// A request no route takes is answered 404 not_found and, having
+	// passed authentication, counted under refused like every other 4xx
+	// (R21); an unauthenticated one was answered 401 before it got here
+	// and changes nothing (R1).
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		s.writeError(w, refuse(protocol.CodeNotFound, "no route %s %s", r.Method, r.URL.EscapedPath()))
 	})
 	return s, nil
 }

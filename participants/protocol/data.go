@@ -101,7 +101,7 @@ type SessionInfo struct {
 type Stats struct {
 	Applied  int64 `json:"applied"`  // mutations (start, operate, verify) executed
 	Replayed int64 `json:"replayed"` // stored responses returned instead
-	Refused  int64 `json:"refused"`  // requests answered with a 4xx
+	Refused  int64 `json:"refused"`  // requests a route answered with a 4xx (no route: not counted)
 	Parked   int64 `json:"parked"`   // requests answered "parked" (admission closed)
 	// Reapplied are mutations a restore re-applied to rebuild a session of
 	// a replay environment (RULES.md R27): never counted as applied.

@@ -195,6 +195,10 @@ const (
 	ErrBadInput = "BadActivityInput"
 	// ErrModelEmpty: the model endpoint answered without any choice.
 	ErrModelEmpty = "ModelEmptyAnswer"
+	// ErrModelAnswerOverLimit: the model endpoint's answer is over a limit
+	// of the worker (its size, or its tool calls in one turn); nothing of
+	// it was stored.
+	ErrModelAnswerOverLimit = "ModelAnswerOverLimit"
 	// ErrTranscript: the transcript store does not hold, or cannot decode,
 	// what the input names. Corrupt state fails closed.
 	ErrTranscript = "TranscriptUnavailable"

@@ -24,7 +24,9 @@ from turnstile.participant import (
     TLS,
     artifact,
     check_environment,
+    script_line,
     start,
+    task_format,
     tool,
 )
 from turnstile.participant import wire
@@ -38,6 +40,9 @@ class Counter(Environment):
     name, mode = "counter", EXPORT_RESTORE
     tools = [tool("increment", "Add amount to the counter.", {"amount": {"type": "integer", "minimum": 1}}, ["amount"]),
              tool("read", "Show the counter.")]
+    task_format = task_format("Raise the counter from 0 to target.",
+                              {"type": "object", "properties": {"target": {"type": "integer"}}, "required": ["target"]},
+                              {"target": 3})
 
     def start(self, seed, task):
         if not isinstance(task, dict) or set(task) != {"target"} or type(task["target"]) is not int:
@@ -364,6 +369,11 @@ class LibraryTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             TLS("cert.pem", "")
 
+    def test_script_line_shows_the_task_script(self):
+        self.assertEqual(script_line({"target": 3}), "")
+        self.assertEqual(script_line({"script": {"turns": [[{"name": "pop", "arguments": {}}]], "answer": "x"}}),
+                         'SCRIPT {"answer":"x","turns":[[{"arguments":{},"name":"pop"}]]}')
+
     def test_capabilities_name_what_the_coordinator_requires(self):
         s = Server(name="caps")
         try:
@@ -374,6 +384,10 @@ class LibraryTest(unittest.TestCase):
                                             {"name": "dice", "mode": "restart_only", "style": "gym"}])
             self.assertEqual([e["name"] for e in s.ok("GET", "/v1/envs")], ["counter", "dice"])
             self.assertEqual(s.ok("GET", "/v1/envs")[0]["tools"], [t for t in Counter.tools])
+            self.assertEqual(s.ok("GET", "/v1/envs")[0]["task_format"],
+                             {"description": "Raise the counter from 0 to target.", "example": {"target": 3},
+                              "schema": {"type": "object", "properties": {"target": {"type": "integer"}}, "required": ["target"]}})
+            self.assertNotIn("task_format", s.ok("GET", "/v1/envs")[1])
         finally:
             s.close()
 

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/turnstile-rl/turnstile/internal/artifact"
+	"github.com/turnstile-rl/turnstile/internal/httpserver"
 )
 
 // Exit codes.
@@ -102,5 +105,27 @@ func SetUsage(fs *flag.FlagSet, summary string, env []Setting) {
 				fmt.Fprintf(w, "  %s\n    \t%s (default %s)\n", s.Env, s.Meaning, def)
 			}
 		}
+	}
+}
+
+// HTTPSettings are the environment variables of a server's HTTP timeouts
+// (package httpserver), for a usage text.
+func HTTPSettings() []Setting {
+	var out []Setting
+	for _, s := range httpserver.Settings() {
+		out = append(out, Setting{Env: s.Env, Default: s.Default, Meaning: s.Meaning})
+	}
+	return out
+}
+
+// CheckpointSettings are the environment variables of a process that
+// reads and writes checkpoints (package artifact), for a usage text.
+func CheckpointSettings() []Setting {
+	size := func(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }
+	return []Setting{
+		{Env: artifact.EnvMaxManifestBytes, Default: size(artifact.DefaultMaxManifestBytes), Meaning: "bound on a checkpoint manifest read"},
+		{Env: artifact.EnvMaxIndexBytes, Default: size(artifact.DefaultMaxIndexBytes), Meaning: "bound on a checkpoint section index read"},
+		{Env: artifact.EnvMaxRecordBytes, Default: size(artifact.DefaultMaxRecordBytes), Meaning: "bound on one checkpoint record read"},
+		{Env: artifact.EnvKeyFile, Meaning: "file with the key checkpoint manifests are signed and checked with (HMAC-SHA256; empty: unsigned)"},
 	}
 }

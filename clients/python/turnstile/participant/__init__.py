@@ -65,13 +65,15 @@ from .environment import (
     Session,
     check_environment,
     outcome,
+    script_line,
+    task_format,
     tool,
 )
 from .server import TLS, Running, main, serve, start
 from .wire import ProtocolError
 
 __all__ = [
-    "Environment", "Session", "EnvError", "tool", "outcome", "check_environment",
+    "Environment", "Session", "EnvError", "tool", "task_format", "script_line", "outcome", "check_environment",
     "EXPORT_RESTORE", "RESTART_ONLY", "STATELESS", "MODES", "TOOLS", "GYM", "STEP_TOOL",
     "start", "serve", "main", "TLS", "Running", "ProtocolError",
     "COMPONENT", "SCHEMA_VERSION", "FEATURES",

@@ -4,7 +4,7 @@ Go envs.Environment interface), and base classes to write one.
 An environment serves any number of sessions, one a rollout:
 
     env.name                    the name on the wire (POST /v1/sessions "env")
-    env.spec()                  {"name", "mode", "style", "tools"}
+    env.spec()                  {"name", "mode", "style", "tools"[, "task_format"]}
     env.start(seed, task)       -> (session, {"instructions", "observation"})
     env.restore(state)          -> session rebuilt from session.export(); it
                                 validates everything and raises
@@ -33,6 +33,8 @@ The mode says what a checkpoint keeps of a session:
 MODES lists the modes the protocol knows; a mode added to the protocol
 (such as a replay mode) is added there and handled by the control plane.
 """
+
+import json
 
 EXPORT_RESTORE = "export_restore"
 RESTART_ONLY = "restart_only"
@@ -67,6 +69,32 @@ def tool(name, description, properties=None, required=()):
                            **({"required": list(required)} if required else {}), "additionalProperties": False}}
 
 
+def task_format(description="", schema=None, example=None):
+    """The declaration of the task an environment's start() accepts: a
+    short description, a JSON Schema, an example task; each optional."""
+    out = {}
+    if description:
+        out["description"] = description
+    if schema is not None:
+        out["schema"] = schema
+    if example is not None:
+        out["example"] = example
+    return out
+
+
+SCRIPT_PREFIX = "SCRIPT "
+
+
+def script_line(task):
+    """The line that shows a task's "script" to the policy server's generic
+    scripted policy (model "scripted"): 'SCRIPT <JSON>', to put in the first
+    observation; "" for a task without one. A script is a list of turns,
+    each a list of {"name", "arguments"}, or {"turns": [...], "answer": "..."}."""
+    if not isinstance(task, dict) or "script" not in task:
+        return ""
+    return SCRIPT_PREFIX + json.dumps(task["script"], separators=(",", ":"), sort_keys=True)
+
+
 class Environment:
     """Base class of an environment. Set the class attributes and implement
     start (and restore for export_restore):
@@ -87,10 +115,17 @@ class Environment:
     mode = RESTART_ONLY
     style = TOOLS
     tools = ()
+    # What start() accepts, or None: {"description", "schema" (a JSON
+    # Schema of the task), "example" (one task)}, each optional
+    # (task_format() builds one).
+    task_format = None
 
     def spec(self):
         """The environment's declaration, as GET /v1/envs lists it."""
-        return {"name": self.name, "mode": self.mode, "style": self.style, "tools": [dict(t) for t in self.tools]}
+        spec = {"name": self.name, "mode": self.mode, "style": self.style, "tools": [dict(t) for t in self.tools]}
+        if self.task_format:
+            spec["task_format"] = dict(self.task_format)
+        return spec
 
     def start(self, seed, task):
         """Begins a session for a task (JSON values, or None) and a seed;
@@ -162,4 +197,10 @@ def check_environment(env):
     for t in tools:
         if not isinstance(t.get("parameters"), dict) or t["parameters"].get("type") != "object":
             raise ValueError(f"{what}: tool {t['name']!r}: parameters must be a JSON Schema of type object")
+    fmt = spec.get("task_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict) or set(fmt) - {"description", "schema", "example"}:
+            raise ValueError(f"{what}: task_format must be a dict of description, schema, example, got {fmt!r}")
+        if "schema" in fmt and not isinstance(fmt["schema"], dict):
+            raise ValueError(f"{what}: task_format schema must be a JSON Schema object")
     return spec
