@@ -147,11 +147,15 @@ func checkPythonTasks(t *testing.T, rows []docRow) {
 		return
 	}
 	dir := filepath.Join("..", "..", "clients", "python", "examples", "participant")
+	// The examples import the participant library; from a checkout it is
+	// the client's source, installed or not.
+	lib, err := filepath.Abs(filepath.Join("..", "..", "clients", "python"))
+	require.NoError(t, err)
 	for _, r := range rows {
 		script := "import json, sys\ntask = json.load(sys.stdin)\n" + pythonHosted[r.Env] + "\n"
 		cmd := exec.Command(py, "-c", script)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "PYTHONPATH="+lib)
 		cmd.Stdin = bytes.NewReader(r.Task)
 		out, err := cmd.CombinedOutput()
 		assert.NoError(t, err, "environments.md:%d: %s refuses the documented task %s\n%s", r.line, r.Env, r.Task, out)

@@ -198,7 +198,7 @@ func TestHealthEnvsAndUnknownRoute(t *testing.T) {
 	err := f.c.Do(context.Background(), http.MethodGet, "/v1/nothing", nil, nil)
 	wantRemote(t, err, http.StatusNotFound, protocol.CodeNotFound, "/v1/nothing")
 	st := f.stats(t)
-	require.Zero(t, st.Refused, "refused = %d, want 0: a request no route takes changes no counter", st.Refused)
+	require.EqualValues(t, 1, st.Refused, "refused = %d, want 1: an authenticated request no route takes is a refusal (R21)", st.Refused)
 }
 
 func TestEpisode(t *testing.T) {
