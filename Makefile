@@ -38,7 +38,7 @@ CMDS := $(notdir $(patsubst %/,%,$(dir $(wildcard cmd/*/main.go))))
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: lint, then all tests with the race detector (integration tests get the Temporal CLI path, storage tests an S3-compatible server)
+## test: lint, then all tests with the race detector (integration tests get the Temporal CLI path and Toxiproxy, storage tests an S3-compatible server)
 test: lint
 	@TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
 	export TURNSTILE_TEMPORAL_BIN
@@ -46,6 +46,9 @@ test: lint
 	TURNSTILE_VERSITYGW_BIN="$${TURNSTILE_VERSITYGW_BIN:-$$(scripts/ensure-versitygw.sh)}"
 	export TURNSTILE_VERSITYGW_BIN
 	echo "TURNSTILE_VERSITYGW_BIN=$$TURNSTILE_VERSITYGW_BIN"
+	TURNSTILE_TOXIPROXY_BIN="$${TURNSTILE_TOXIPROXY_BIN:-$$(scripts/ensure-toxiproxy.sh)}"
+	export TURNSTILE_TOXIPROXY_BIN
+	echo "TURNSTILE_TOXIPROXY_BIN=$$TURNSTILE_TOXIPROXY_BIN"
 	echo "$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)"
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 

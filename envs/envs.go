@@ -27,12 +27,22 @@ const (
 	// exact; a checkpoint carries it so the rollout continues at its
 	// boundary after a restore instead of starting over.
 	ModeStateless Mode = "stateless"
+	// ModeReplay: state cannot be exported, but the same mutations applied
+	// in the same order to a fresh session (Start with the same seed and
+	// task, then every applied operation) rebuild it and answer each of
+	// them exactly as the first time. After a restore the server re-applies
+	// the rollout's recorded mutations and compares every answer with the
+	// recorded one; equal all through, the rollout continues at its
+	// boundary; any difference, and it starts over as a restart-only one
+	// would. An environment declares it only when re-applying a mutation
+	// has no effect outside the session (no mail sent twice).
+	ModeReplay Mode = "replay"
 )
 
 // EffectiveMode returns m, or ModeRestartOnly when m is empty or unknown.
 func EffectiveMode(m Mode) Mode {
 	switch m {
-	case ModeExportRestore, ModeRestartOnly, ModeStateless:
+	case ModeExportRestore, ModeRestartOnly, ModeStateless, ModeReplay:
 		return m
 	default:
 		return ModeRestartOnly

@@ -3,7 +3,7 @@ package integration_test
 // The crash matrix: every named failpoint ×
 // the process it kills (worker, environment server, coordinator worker,
 // Temporal dev server with its database file) × environment class
-// (export-restore, gym, restart-only, stateless). Each case runs one set of
+// (export-restore, gym, replay, restart-only, stateless). Each case runs one set of
 // ten rollouts holding every class on its own stack of real processes, kills
 // its process at its point, recovers, and checks the invariants of
 // ARCHITECTURE.md rollout by rollout against one uninterrupted run of the
@@ -143,21 +143,31 @@ func matrixCases() []matrixCase {
 }
 
 // envClass is an environment class of the matrix and the environments of
-// the set that stand for it.
+// the set that stand for it; secondOnly: only on the second environment
+// server (which serves the sandbox restart_only), firstOnly: only on the
+// first.
 type envClass struct {
-	name string
-	envs []string
+	name                  string
+	envs                  []string
+	firstOnly, secondOnly bool
 }
 
 var matrixClasses = []envClass{
-	{"export-restore", []string{"counter", "workplace"}},
-	{"gym", []string{"blackjack"}},
-	{"restart-only", []string{"sandbox"}},
-	{"stateless", []string{"arithmetic"}},
+	{name: "export-restore", envs: []string{"counter", "workplace"}},
+	{name: "gym", envs: []string{"blackjack"}},
+	{name: "replay", envs: []string{"sandbox"}, firstOnly: true},
+	{name: "restart-only", envs: []string{"sandbox"}, secondOnly: true},
+	{name: "stateless", envs: []string{"arithmetic"}},
 }
 
-func classOf(env string) string {
+// classOf is the class of rollout i of the matrix's set: odd rollouts run
+// on the second environment server.
+func classOf(i int) string {
+	env, second := matrixEnvs[i%len(matrixEnvs)], i%2 == 1
 	for _, c := range matrixClasses {
+		if (c.firstOnly && second) || (c.secondOnly && !second) {
+			continue
+		}
 		for _, e := range c.envs {
 			if e == env {
 				return c.name

@@ -60,7 +60,7 @@ var envCases = []envCase{
 	{env: "counter", mode: envs.ModeExportRestore, policy: counter.Policy{}, seeds: []int64{1, 3, 8}},
 	{env: "blackjack", mode: envs.ModeExportRestore, policy: blackjack.Policy{}, seeds: []int64{1, 2, 3, 4}},
 	{env: "workplace", mode: envs.ModeExportRestore, policy: workplace.Policy{}, seeds: []int64{2, 6, 14}},
-	{env: "sandbox", mode: envs.ModeRestartOnly, policy: sandbox.Policy{}, seeds: []int64{1, 2}},
+	{env: "sandbox", mode: envs.ModeReplay, policy: sandbox.Policy{}, seeds: []int64{1, 2}},
 	{env: "arithmetic", mode: envs.ModeStateless, policy: arithmetic.Policy{}, seeds: []int64{1, 2}},
 }
 
@@ -117,7 +117,7 @@ func runEquivalenceSeed(ctx context.Context, t *testing.T, ec envCase, seed int6
 	for _, k := range cutPoints(n) {
 		total++
 		t.Run(fmt.Sprintf("cut%d", k), func(t *testing.T) {
-			if ec.mode != envs.ModeRestartOnly { // stateless sessions are cut with their state too
+			if ec.mode != envs.ModeRestartOnly { // stateless sessions are cut with their state, replay ones with their calls
 				srv = runExportRestoreCut(ctx, t, c, srv, ec, seed, task, k, want)
 			} else {
 				srv = runRestartCut(ctx, t, c, srv, ec, seed, task, k, want)
@@ -166,6 +166,11 @@ func runExportRestoreCut(ctx context.Context, t *testing.T, c *cluster, srv *env
 	require.Equal(t, 1, got.Attempt)
 	require.Equal(t, b.revision, got.Revision)
 	require.Nil(t, summaryOf(res.Restarted, b.rollout), "an export_restore session is not restarted")
+	if ec.mode == envs.ModeReplay {
+		st := stats(ctx, t, srv)
+		require.Equal(t, int64(k+1), st.Reapplied, "the replay re-applied the start and the %d mutations before the cut", k)
+		require.Zero(t, st.Applied, "a replay applies nothing")
+	}
 	expectParked(ctx, t, srv, b)
 	_, err = srv.ctl.Resume(ctx, ckpt)
 	require.NoError(t, err, "resume")

@@ -136,8 +136,10 @@ func TestRecoverServer(t *testing.T) {
 	require.Equal(t, checkpoint.RecoverServerWorkflowID("rec", serverB), started.WorkflowID)
 	res, err := tc.WaitRecoverServer(ctx, started)
 	require.NoError(t, err)
-	t.Logf("recovery: %d moved (%d continue, %d start over), %d terminated, %d untouched, in %s",
-		res.Affected, res.Continue, res.StartOver, res.Terminated, res.Untouched, time.Since(start).Round(time.Millisecond))
+	t.Logf("recovery: %d moved (%d continue, %d of them by replay; %d start over, %d after a replay diverged), %d terminated, %d untouched, in %s",
+		res.Affected, res.Continue, res.Replayed, res.StartOver, res.ReplayDiverged, res.Terminated, res.Untouched, time.Since(start).Round(time.Millisecond))
+	require.Zero(t, res.ReplayDiverged, "the sandbox answers a replay as the first time")
+	require.Equal(t, res.Affected, res.Continue+res.StartOver)
 	require.Equal(t, "cp-1", res.CheckpointID, "the newest committed checkpoint of the set")
 	require.Equal(t, 1, res.Participant)
 	require.Positive(t, res.Affected)

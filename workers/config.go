@@ -117,6 +117,9 @@ type Config struct {
 	FileMode fs.FileMode
 	// Tuning is the data worker's pollers, slots and sticky cache.
 	Tuning Tuning
+	// Liveness bounds what a hung or cut-off environment server costs a
+	// checkpoint (zero: the coordinator's defaults).
+	Liveness Liveness
 	// Prefix is how often a streamed generation's prefix is made durable.
 	Prefix PrefixSettings
 	// Destinations is where each secret may go (package destination): the
@@ -178,6 +181,9 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	}
 	var err error
 	if cfg.Tuning, err = tuningFromLookup(lookup); err != nil {
+		return Config{}, err
+	}
+	if cfg.Liveness, err = livenessFromLookup(lookup); err != nil {
 		return Config{}, err
 	}
 	if cfg.Checkpoints, err = artifact.SettingsFromLookup(lookup); err != nil {

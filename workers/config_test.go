@@ -108,6 +108,8 @@ func TestConfigFromLookup(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tt.want.EnvURL, d.URL, "default environment server")
 			got.Destinations = nil
+			require.Equal(t, workers.DefaultWorkerLiveness, got.Liveness, "no liveness setting: the defaults")
+			got.Liveness = workers.Liveness{} // TestLivenessFromEnvironment checks the settings
 			tt.want.Checkpoints = defaultCheckpoints
 			tt.want.HTTP = httpserver.Defaults()
 			tt.want.FileMode = storage.DefaultFileMode

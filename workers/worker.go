@@ -233,6 +233,9 @@ func NewCoordinator(c client.Client, cfg Config, acts *Activities) *coordinator.
 		HTTPClient: acts.HTTPClient,
 		TaskQueue:  cfg.TaskQueue,
 		Failpoints: acts.Failpoints,
+		// Zero values take the coordinator's defaults.
+		Liveness:          cfg.Liveness.Probe,
+		AbortResumeWindow: cfg.Liveness.AbortResumeWindow,
 	}
 }
 

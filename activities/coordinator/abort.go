@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 
@@ -43,12 +46,23 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	// call is bounded and none of their failures keeps the rollouts parked.
 	// A dead participant is reported, not an error: retrying the abort
 	// cannot resume it, and it holds nothing.
-	dead, err := c.resumeReachable(ctx, in.CheckpointID, in.Participants)
+	start := time.Now()
+	dead, perr := c.resumeEach(ctx, in.CheckpointID, in.Participants)
 	res.Unreachable = dead
-	if err != nil {
-		errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
-	} else {
-		res.Participants = len(in.Participants) - len(dead)
+	// A participant that answered with an error (a 5xx, a refusal) fails
+	// the abort, to be retried as before; one that answered nothing is
+	// asked again below.
+	var left []string
+	failed := 0
+	for i, err := range perr {
+		switch {
+		case err == nil:
+		case noAnswer(err):
+			left = append(left, in.Participants[i])
+		default:
+			failed++
+			errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
+		}
 	}
 	n, err := c.releaseMembers(ctx, dir, in.CheckpointID)
 	res.Rollouts = n
@@ -58,8 +72,22 @@ func (c *Coordinator) AbortCheckpoint(ctx context.Context, in checkpoint.AbortCh
 	if err := c.releaseStagedAdmission(ctx, dir, in.CheckpointID); err != nil {
 		errs = append(errs, err)
 	}
+	// A participant that answered nothing (hung, or cut off by the network)
+	// may still hold admission closed: it is asked again, the rollouts
+	// already released, until the window passes. Then the abort gives up
+	// for good (a retry of the whole abort would only wait again).
+	left, err = c.resumeLeft(ctx, in.CheckpointID, left, start)
+	res.Participants = len(in.Participants) - len(dead) - failed - len(left)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("resume participants of checkpoint %s: %w", in.CheckpointID, err))
+	}
 	if len(errs) > 0 {
-		return res, fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
+		err := fmt.Errorf("abort of checkpoint %s: %w", in.CheckpointID, errors.Join(errs...))
+		if len(left) > 0 {
+			return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v (asked to resume for %s)", err, time.Since(start).Round(time.Second)),
+				checkpoint.ErrParticipantHung, nil)
+		}
+		return res, err
 	}
 	return res, nil
 }

@@ -154,14 +154,22 @@ func (c *Coordinator) commitParticipants(ctx context.Context, dir storage.Store,
 		loc := checkpoint.ParticipantLocation(dir.Location(), i)
 		var resp protocol.CommitResponse
 		dead, err := callReachable(ctx, func(ctx context.Context) error {
-			var err error
 			cc, err := c.control(p.URL)
 			if err != nil {
 				return err
 			}
-			resp, err = cc.Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
-			return err
+			return c.watched(ctx, p.URL, "commit", func(ctx context.Context) error {
+				var err error
+				resp, err = cc.Commit(ctx, protocol.CommitRequest{CheckpointID: checkpointID, Location: loc})
+				return err
+			})
 		})
+		if isHung(err) {
+			// A commit that hangs holds the whole set parked: no retry (the
+			// commit step's tries were 30 minutes each), the checkpoint
+			// aborts at once.
+			return hungFatal(err)
+		}
 		if dead {
 			// Its prepared cut died with it: no retry can commit it, and a
 			// manifest naming it must not be written.

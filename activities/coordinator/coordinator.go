@@ -63,6 +63,12 @@ type Coordinator struct {
 	// FenceSettle is how long FenceSet waits after writing a set's fence
 	// (0: set.FenceSettle; tests shorten it).
 	FenceSettle time.Duration
+	// Liveness bounds a control call to a participant that stops
+	// answering (zero: DefaultLiveness).
+	Liveness Liveness
+	// AbortResumeWindow is how long an abort keeps asking participants
+	// that do not answer to resume (0: DefaultAbortResumeWindow).
+	AbortResumeWindow time.Duration
 	// Checkpoints bounds what a restore reads of a checkpoint before it
 	// trusts it, and carries the key manifests are signed and checked with
 	// (the zero value: default bounds, no key).

@@ -400,6 +400,8 @@ type envServer struct {
 	url string
 	// kill stops the server: from then on nothing listens at url.
 	kill func()
+	// hang makes it hang (hang.on) until hang.heal.
+	hang *hangSwitch
 	c    *protocol.Client
 	cc   *protocol.ControlClient
 	// opener opens the object-store locations it commits to (nil: none).
@@ -436,10 +438,55 @@ func newEnvServerWrapped(t *testing.T, name string, opener *storage.Opener, wrap
 	if wrap != nil {
 		h = wrap(srv)
 	}
-	hs := testsupport.QuietServer(h)
+	// The hang switch is outermost: a hung server answers nothing, whatever
+	// the test wraps around it.
+	hang := &hangSwitch{}
+	hs := testsupport.QuietServer(hang.wrap(h))
 	t.Cleanup(hs.Close)
-	return &envServer{url: hs.URL, kill: hs.Close, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()),
+	t.Cleanup(hang.heal) // first: a hung request must end for Close to return
+	return &envServer{url: hs.URL, kill: hs.Close, hang: hang, c: protocol.NewDataClient(hs.URL, testDataToken, hs.Client()),
 		cc: protocol.NewControlClient(hs.URL, testToken, hs.Client()), opener: opener}
+}
+
+// hangSwitch makes a server hang, not refuse: while on, every request
+// (its health route too) waits, answering nothing, until heal or until
+// its client gives up.
+type hangSwitch struct {
+	mu   sync.Mutex
+	hung chan struct{} // nil: not hung; closed by heal
+}
+
+func (h *hangSwitch) on() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hung == nil {
+		h.hung = make(chan struct{})
+	}
+}
+
+func (h *hangSwitch) heal() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hung != nil {
+		close(h.hung)
+		h.hung = nil
+	}
+}
+
+func (h *hangSwitch) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		hung := h.hung
+		h.mu.Unlock()
+		if hung != nil {
+			select {
+			case <-hung:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // start starts attempt of rollout; an attempt above 0 is installed through

@@ -59,10 +59,15 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 		}
 		var caps protocol.Capabilities
 		dead, err := callReachable(ctx, func(ctx context.Context) error {
-			var err error
-			caps, err = cc.Capabilities(ctx)
-			return err
+			return c.watched(ctx, url, "capabilities", func(ctx context.Context) error {
+				var err error
+				caps, err = cc.Capabilities(ctx)
+				return err
+			})
 		})
+		if isHung(err) {
+			return hungFatal(err)
+		}
 		if dead {
 			// Fail fast: waiting for the deadline only keeps the others'
 			// admission closed for a checkpoint that cannot commit.
@@ -76,7 +81,15 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 				"participant %s cannot take part in a checkpoint: its capabilities: %v (docs/protocol/RULES.md R17)", url, err),
 				checkpoint.ErrParticipantRefused, nil)
 		}
-		prep, err := cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
+		var prep protocol.PrepareResponse
+		err = c.watched(ctx, url, "prepare", func(ctx context.Context) error {
+			var err error
+			prep, err = cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
+			return err
+		})
+		if isHung(err) {
+			return hungFatal(err)
+		}
 		if err != nil {
 			return controlError(url, "prepare", err)
 		}

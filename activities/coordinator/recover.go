@@ -40,28 +40,29 @@ type recoverPlan struct {
 
 // restoredInput is the held input of rollout id's new attempt: from its
 // fresh input (a recovery's start-over) or from its record.
-func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID string, moved map[string]string) (rollout.Input, string, error) {
+func (af attemptsFile) restoredInput(lc *loadedCheckpoint, id, checkpointID string, moved map[string]string, replays replayOutcomes) (rollout.Input, string, bool, error) {
 	if af.Recover != nil {
 		if in, ok := af.Recover.Fresh[id]; ok {
 			in.Attempt, in.HoldFor = af.Attempts[id], checkpointID
 			in.Resume, in.Completed = nil, nil
 			in.Env.URL, in.Env.Server = af.Recover.Replacement, ""
-			return in, checkpoint.RestoreStartOver, nil
+			return in, checkpoint.RestoreStartOver, false, nil
 		}
 	}
 	rec, ok := lc.parked[id]
 	if !ok {
-		return rollout.Input{}, "", invalidCheckpoint("the attempt map starts %s, which has no record", id)
+		return rollout.Input{}, "", false, invalidCheckpoint("the attempt map starts %s, which has no record", id)
 	}
 	in, kind, err := BuildRestoredInput(rec, checkpointID, af.Attempts[id], moved)
 	if err != nil {
-		return rollout.Input{}, "", invalidCheckpoint("%v", err)
+		return rollout.Input{}, "", false, invalidCheckpoint("%v", err)
 	}
+	in, kind, replay := settleReplay(in, kind, rec, replays)
 	if af.Recover != nil {
 		// Only rollouts of the dead server move, all to the replacement.
 		in.Env.URL, in.Env.Server = af.Recover.Replacement, ""
 	}
-	return in, kind, nil
+	return in, kind, replay, nil
 }
 
 // PlanRecovery plans a scoped recovery: it picks the checkpoint (the one

@@ -63,6 +63,8 @@ func (c *Coordinator) RestoreParticipants(ctx context.Context, in checkpoint.Res
 			res.AlreadyResumed++
 			return nil
 		}
+		res.Replayed += got.replayed
+		res.Diverged += got.diverged
 		res.Restored += got.Restored
 		res.Restarted += got.Restarted
 		res.Fenced += got.Fenced
@@ -99,6 +101,9 @@ type installRecord struct {
 type restoredPart struct {
 	installRecord
 	alreadyResumed bool
+	// replayed and diverged count its replay sessions rebuilt and not
+	// (kept in replays-<n>.json).
+	replayed, diverged int
 }
 
 func installPath(rdir storage.Store, i int) file {
@@ -120,8 +125,13 @@ func (c *Coordinator) restoreParticipant(ctx context.Context, rs restoreStep, in
 	if err != nil {
 		return restoredPart{}, err
 	}
-	resp, err := cc.Restore(ctx, protocol.RestoreRequest{
-		CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
+	var resp protocol.RestoreResponse
+	err = c.watched(ctx, url, "restore", func(ctx context.Context) error {
+		var err error
+		resp, err = cc.Restore(ctx, protocol.RestoreRequest{
+			CheckpointID: in.CheckpointID, RestoreID: rs.rid, Location: checkpoint.ParticipantLocation(rs.dir.Location(), i), Attempts: rs.af.Attempts,
+		})
+		return err
 	})
 	if remoteCode(err) == protocol.CodeStaleCheckpoint {
 		return c.alreadyResumed(ctx, rs, i, url, cut, err)
@@ -133,13 +143,19 @@ func (c *Coordinator) restoreParticipant(ctx context.Context, rs restoreStep, in
 		return restoredPart{}, notInstalled("participant %s answered the restore of checkpoint %s (restore %s) without installing its plan: %v",
 			url, in.CheckpointID, rs.rid, err)
 	}
+	// Written before the step reports: the start step reads it, and a
+	// participant resumed later answers stale_checkpoint instead.
+	rf := replaysOf(in.CheckpointID, rs.rid, i, resp)
+	if _, err := writeJSONAtomic(ctx, replaysPath(rs.rdir, i), rf); err != nil {
+		return restoredPart{}, err
+	}
 	rec := installRecord{CheckpointID: in.CheckpointID, RestoreID: rs.rid, Index: i, URL: url, ManifestDigest: cut.Digest,
 		AttemptsDigest: rs.attemptsDigest, Restored: len(resp.Restored), Restarted: len(resp.Restarted), Fenced: len(resp.Fenced),
 		Untouched: len(resp.Untouched)}
 	if _, err := writeJSONAtomic(ctx, installPath(rs.rdir, i), rec); err != nil {
 		return restoredPart{}, err
 	}
-	return restoredPart{installRecord: rec}, nil
+	return restoredPart{installRecord: rec, replayed: len(rf.Replayed), diverged: len(rf.Diverged)}, nil
 }
 
 // alreadyResumed handles a participant that answered the restore id is

@@ -25,12 +25,16 @@ func (c *Coordinator) ResumeParticipants(ctx context.Context, in checkpoint.Resu
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	defer prog.stop()
 	err := fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
-		cc, err := c.control(in.Participants[i])
+		url := in.Participants[i]
+		cc, err := c.control(url)
 		if err != nil {
 			return err
 		}
-		if _, err := cc.Resume(ctx, in.CheckpointID); err != nil {
-			return controlError(in.Participants[i], "resume", err)
+		if err := c.watched(ctx, url, "resume", func(ctx context.Context) error {
+			_, err := cc.Resume(ctx, in.CheckpointID)
+			return err
+		}); err != nil {
+			return controlError(url, "resume", err)
 		}
 		prog.add()
 		return nil
@@ -88,12 +92,16 @@ func (c *Coordinator) ResumeRestoredParticipants(ctx context.Context, in checkpo
 	prog := newProgress(ctx, "resume participants", len(in.Participants))
 	defer prog.stop()
 	err = fanout.Each(ctx, len(in.Participants), c.limit(), func(ctx context.Context, i int) error {
-		cc, err := c.control(in.Participants[i])
+		url := in.Participants[i]
+		cc, err := c.control(url)
 		if err != nil {
 			return err
 		}
-		if _, err := cc.ResumeRestore(ctx, in.CheckpointID, rid); err != nil {
-			return controlError(in.Participants[i], "resume", err)
+		if err := c.watched(ctx, url, "resume", func(ctx context.Context) error {
+			_, err := cc.ResumeRestore(ctx, in.CheckpointID, rid)
+			return err
+		}); err != nil {
+			return controlError(url, "resume", err)
 		}
 		prog.add()
 		return nil

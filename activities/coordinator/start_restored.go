@@ -35,6 +35,10 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if taskQueue == "" {
 		return checkpoint.StartRestoredResult{}, rollout.BadInput("no task queue for the restored rollouts")
 	}
+	replays, err := readReplays(ctx, rs.rdir, in.CheckpointID, rid, len(lc.manifest.Participants))
+	if err != nil {
+		return checkpoint.StartRestoredResult{}, err
+	}
 	if err := c.installTranscripts(ctx, lc); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
@@ -59,7 +63,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	kinds := map[string]string{}
 	res := checkpoint.StartRestoredResult{ForgottenAcks: forgot}
 	for i, id := range af.Start {
-		input, kind, err := af.restoredInput(lc, id, in.CheckpointID, moved)
+		input, kind, replay, err := af.restoredInput(lc, id, in.CheckpointID, moved, replays)
 		if err != nil {
 			return checkpoint.StartRestoredResult{}, err
 		}
@@ -67,8 +71,14 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 		switch kind {
 		case checkpoint.RestoreContinue:
 			res.Continue++
+			if replay {
+				res.Replayed++
+			}
 		case checkpoint.RestoreStartOver:
 			res.StartOver++
+			if replay {
+				res.Diverged++
+			}
 		case checkpoint.RestoreOfferAgain:
 			res.OfferAgain++
 		}

@@ -67,6 +67,13 @@ func participantUnreachable(url, what string, err error) error {
 // does not cancel the others, unlike ResumeParticipants) and returns the
 // ones found dead, and the other failures joined.
 func (c *Coordinator) resumeReachable(ctx context.Context, checkpointID string, participants []string) ([]string, error) {
+	dead, errs := c.resumeEach(ctx, checkpointID, participants)
+	return dead, errors.Join(errs...)
+}
+
+// resumeEach resumes every participant once, independently, and returns
+// the ones found dead and each one's error (nil: resumed, or dead).
+func (c *Coordinator) resumeEach(ctx context.Context, checkpointID string, participants []string) ([]string, []error) {
 	dead := make([]bool, len(participants))
 	errs := make([]error, len(participants))
 	prog := newProgress(ctx, "resume participants", len(participants))
@@ -97,5 +104,43 @@ func (c *Coordinator) resumeReachable(ctx context.Context, checkpointID string, 
 			gone = append(gone, participants[i])
 		}
 	}
-	return gone, errors.Join(errs...)
+	return gone, errs
+}
+
+// resumeLeft keeps asking the participants that answered no resume (not
+// dead: hung, cut off, or failing) to resume, with growing pauses, until
+// each has or window has passed since start. It returns the ones that never
+// did, with their last errors joined. A partition or a hang shorter than
+// the window heals without an operator; a longer one costs the window and
+// is reported.
+func (c *Coordinator) resumeLeft(ctx context.Context, checkpointID string, left []string, start time.Time) ([]string, error) {
+	window := c.AbortResumeWindow
+	if window <= 0 {
+		window = DefaultAbortResumeWindow
+	}
+	var errs []error
+	prog := newProgress(ctx, "resume participants that did not answer", len(left))
+	defer prog.stop()
+	for pause := time.Second; len(left) > 0; pause = min(2*pause, 30*time.Second) {
+		if time.Since(start)+pause > window {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return left, errors.Join(append(errs, ctx.Err())...)
+		case <-time.After(pause):
+		}
+		_, errs = c.resumeEach(ctx, checkpointID, left)
+		var still []string
+		var stillErrs []error
+		for i, err := range errs {
+			if err != nil {
+				still, stillErrs = append(still, left[i]), append(stillErrs, err)
+			} else {
+				prog.add()
+			}
+		}
+		left, errs = still, stillErrs
+	}
+	return left, errors.Join(errs...)
 }

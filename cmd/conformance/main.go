@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var task, argsJSON, restartTask string
+	var task, argsJSON, restartTask, replayTask, replayCalls string
 	fs.StringVar(&o.cfg.URL, "url", "", "base URL of the participant (http:// or https://); required")
 	fs.StringVar(&o.cfg.DataToken, "data-token", os.Getenv(protocol.DataTokenEnvVar), "the participant's data-plane token; default from $"+protocol.DataTokenEnvVar)
 	fs.StringVar(&o.cfg.ControlToken, "control-token", os.Getenv(protocol.ControlTokenEnvVar), "the participant's control-plane token; default from $"+protocol.ControlTokenEnvVar)
@@ -78,6 +78,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&argsJSON, "args", conformance.DefaultArgs, "the arguments (JSON) of --tool")
 	fs.StringVar(&o.cfg.RestartEnv, "restart-env", conformance.DefaultRestartEnv, "a restart_only or stateless environment, for R14; empty skips R14")
 	fs.StringVar(&restartTask, "restart-task", conformance.DefaultRestartTask, "a task (JSON) of --restart-env")
+	fs.StringVar(&o.cfg.ReplayEnv, "replay-env", conformance.DefaultReplayEnv, "a replay environment, for R27; empty (or one the participant does not host) skips R27")
+	fs.StringVar(&replayTask, "replay-task", conformance.DefaultReplayTask, "a task (JSON) of --replay-env")
+	fs.StringVar(&replayCalls, "replay-calls", conformance.DefaultReplayCalls, `four calls of --replay-env (JSON array of {"tool","arguments"}) it accepts in a row from the task's start, the last answer depending on the state the first three left`)
 	fs.StringVar(&o.cfg.Dir, "dir", "", "absolute directory the participant can write checkpoints into; default a new temporary directory (removed at the end)")
 	fs.StringVar(&o.cfg.Prefix, "prefix", "", "prefix of the rollout and checkpoint ids the kit uses; default a random one")
 	fs.StringVar(&o.tls.CA, "tls-ca", os.Getenv(tlsfiles.EnvCA), "CA (PEM) to trust for an https:// participant; default from $"+tlsfiles.EnvCA)
@@ -113,11 +116,18 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	for _, j := range []struct {
 		flag, value string
 		dst         *json.RawMessage
-	}{{"--task", task, &o.cfg.Task}, {"--args", argsJSON, &o.cfg.Args}, {"--restart-task", restartTask, &o.cfg.RestartTask}} {
+	}{{"--task", task, &o.cfg.Task}, {"--args", argsJSON, &o.cfg.Args}, {"--restart-task", restartTask, &o.cfg.RestartTask}, {"--replay-task", replayTask, &o.cfg.ReplayTask}} {
 		if !json.Valid([]byte(j.value)) {
 			return o, fmt.Errorf("%s: %q is not JSON", j.flag, j.value)
 		}
 		*j.dst = json.RawMessage(j.value)
+	}
+	if o.cfg.ReplayEnv != "" {
+		calls, err := conformance.ParseCalls(replayCalls)
+		if err != nil {
+			return o, fmt.Errorf("--replay-calls: %w", err)
+		}
+		o.cfg.ReplayCalls = calls
 	}
 	if o.cfg.Dir != "" && !filepath.IsAbs(o.cfg.Dir) {
 		return o, fmt.Errorf("--dir %q is not an absolute path", o.cfg.Dir)

@@ -14,12 +14,13 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
 )
 
 func TestRunAgainstTheGoEnvServer(t *testing.T) {
-	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, DataToken: "d", ControlToken: "c"})
+	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New(), sandbox.New()}, DataToken: "d", ControlToken: "c"})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -47,6 +48,7 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 	}{
 		{nil, "--url"},
 		{[]string{"--url", "http://x", "--task", "{"}, "--task"},
+		{[]string{"--url", "http://x", "--replay-calls", `[{"arguments":{}}]`}, "--replay-calls"},
 		{[]string{"--url", "http://x", "--dir", "relative"}, "--dir"},
 		{[]string{"--url", "http://x", "extra"}, "unexpected"},
 		{[]string{"--url", "http://x", "--tls-cert", "/c.pem"}, "both"},
@@ -62,4 +64,5 @@ func TestRunRefusesBadCommandLines(t *testing.T) {
 	err := run(context.Background(), []string{"--list"}, &out, &out)
 	require.NoError(t, err, "--list = %v:\n%s", err, out.String())
 	require.Contains(t, out.String(), "R16 ", "--list = %v:\n%s", err, out.String())
+	require.Contains(t, out.String(), "R27 replay-restore", "--list = %v:\n%s", err, out.String())
 }

@@ -93,6 +93,7 @@ type config struct {
 	fileMode      fs.FileMode
 	envs          []envs.Environment
 	remotes       []remote.Config
+	restartOnly   []string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -132,6 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
+	restartOnly := fs.String("restart-only", "", "comma-separated hosted environments to serve restart_only whatever mode they declare (turns replay or export off for them: their rollouts start over after a restore)")
 	envList := fs.String("envs", strings.Join(names, ","), "comma-separated environments to host (known: "+strings.Join(names, ", ")+"); may be empty with --remote")
 	fs.Func("remote", "host an environment served over HTTP (repeatable): name=NAME,url=URL,kind=nemo-gym|gymnasium[,tools=FILE][,timeout=DURATION]; "+
 		"restart_only unless the remote declares export/restore", func(v string) error {
@@ -163,6 +165,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.envs, err = selectEnvs(*envList, names); err != nil {
 		return config{}, err
+	}
+	for _, n := range strings.Split(*restartOnly, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			cfg.restartOnly = append(cfg.restartOnly, n)
+		}
 	}
 	if len(cfg.envs) == 0 && len(cfg.remotes) == 0 {
 		return config{}, errors.New("--envs: no environment selected")
@@ -253,7 +260,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
-		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace,
+		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace, RestartOnly: cfg.restartOnly,
 		Checkpoints: cfg.checkpoints, WriteTimeout: cfg.http.Write})
 	if err != nil {
 		return cli.Usage(err)

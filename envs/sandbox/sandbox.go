@@ -1,8 +1,11 @@
-// Package sandbox is a restart-only environment: a scratch directory the agent
+// Package sandbox is a replay environment: a scratch directory the agent
 // fills through file tools, each run as a real subprocess. Like a provider
 // sandbox, its state lives outside the process and cannot be exported, so a
-// checkpoint cannot carry it and a restored rollout must start over with a
-// fresh session. It exists to exercise that fallback end to end.
+// checkpoint cannot carry it. Its tools touch nothing outside the scratch
+// directory and answer the same for the same calls in the same order, so a
+// restore rebuilds the session by re-applying the rollout's recorded calls
+// to a fresh directory (envs.ModeReplay); a server that does not replay it
+// (or a replay that diverges) starts the rollout over with a fresh session.
 package sandbox
 
 import (
@@ -72,11 +75,11 @@ func New() *Env { return &Env{timeout: DefaultTimeout} }
 
 var _ envs.Environment = (*Env)(nil)
 
-// Spec declares the sandbox: restart-only state, tool calls.
+// Spec declares the sandbox: state rebuilt by replay, tool calls.
 func (*Env) Spec() envs.Spec {
 	return envs.Spec{
 		Name:  Name,
-		Mode:  envs.ModeRestartOnly,
+		Mode:  envs.ModeReplay,
 		Style: envs.StyleTools,
 		Tools: []envs.Tool{
 			{Name: ToolWriteFile, Description: "Create or overwrite a file with content.", Parameters: json.RawMessage(pathContentParameters)},
@@ -122,9 +125,9 @@ func (e *Env) Start(_ int64, task json.RawMessage) (envs.Session, envs.Start, er
 }
 
 // Restore refuses: the sandbox's state is a directory outside the process, so
-// there is never an exported state to rebuild from.
+// there is never an exported state to rebuild from (a replay rebuilds it).
 func (*Env) Restore(json.RawMessage) (envs.Session, error) {
-	return nil, envs.Errorf(envs.CodeNotExportable, "sandbox is restart-only: its state cannot be restored; start a fresh session")
+	return nil, envs.Errorf(envs.CodeNotExportable, "sandbox cannot restore exported state: its session is rebuilt by replaying its calls, or started fresh")
 }
 
 // Session is one sandbox episode: a scratch directory and the task.
@@ -484,9 +487,9 @@ func (s *Session) Verify() (envs.Verdict, error) {
 }
 
 // Export refuses: the state is a directory driven by subprocesses, which a
-// checkpoint cannot carry. The rollout restarts as a new attempt instead.
+// checkpoint cannot carry. A restore replays the session's calls instead.
 func (*Session) Export() (json.RawMessage, error) {
-	return nil, envs.Errorf(envs.CodeNotExportable, "sandbox is restart-only: its scratch directory cannot be exported")
+	return nil, envs.Errorf(envs.CodeNotExportable, "sandbox cannot export its scratch directory: its session is rebuilt by replaying its calls")
 }
 
 // Close removes the scratch directory. It is safe to call more than once.

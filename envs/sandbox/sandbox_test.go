@@ -79,9 +79,9 @@ func snapshot(t *testing.T, dir string) map[string]string {
 
 func TestSpec(t *testing.T) {
 	spec := sandbox.New().Spec()
-	require.Equal(t, "sandbox", spec.Name, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
-	require.Equal(t, envs.ModeRestartOnly, spec.Mode, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
-	require.Equal(t, envs.StyleTools, spec.Style, "Spec = %s/%s/%s, want sandbox/restart_only/tools", spec.Name, spec.Mode, spec.Style)
+	require.Equal(t, "sandbox", spec.Name, "Spec = %s/%s/%s, want sandbox/replay/tools", spec.Name, spec.Mode, spec.Style)
+	require.Equal(t, envs.ModeReplay, spec.Mode, "Spec = %s/%s/%s, want sandbox/replay/tools", spec.Name, spec.Mode, spec.Style)
+	require.Equal(t, envs.StyleTools, spec.Style, "Spec = %s/%s/%s, want sandbox/replay/tools", spec.Name, spec.Mode, spec.Style)
 	var names []string
 	for _, tool := range spec.Tools {
 		names = append(names, tool.Name)
@@ -370,5 +370,30 @@ func TestExportAndRestoreRefuse(t *testing.T) {
 		require.Equal(t, envs.CodeNotExportable, envs.CodeOf(err), "Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
 		require.True(t, restored == nil, "Restore(%q) = %v, %v; want nil and %s", raw, restored, err, envs.CodeNotExportable)
 	}
-	require.Equal(t, envs.ModeRestartOnly, envs.EffectiveMode(sandbox.New().Spec().Mode), "sandbox is not restart-only")
+	require.Equal(t, envs.ModeReplay, envs.EffectiveMode(sandbox.New().Spec().Mode), "sandbox is not rebuilt by replay")
+}
+
+// TestReplayGivesTheSameAnswers is what ModeReplay promises: the same calls,
+// in the same order, on a fresh session give the same start, the same
+// answers (refusals included) and the same directory.
+func TestReplayGivesTheSameAnswers(t *testing.T) {
+	calls := []op{
+		write("a.txt", "hello "), appendTo("a.txt", "world\n"), onPath(sandbox.ToolRunWC, "a.txt"),
+		write("c.txt", "gone"), onPath(sandbox.ToolDeleteFile, "c.txt"), onPath(sandbox.ToolReadFile, "c.txt"),
+		op{sandbox.ToolListFiles, `{}`}, onPath(sandbox.ToolReadFile, "a.txt"),
+	}
+	run := func() (envs.Start, []string, map[string]string) {
+		s, st := start(t, testTask)
+		var answers []string
+		for _, c := range calls {
+			out, err := s.Apply(c.tool, json.RawMessage(c.args))
+			answers = append(answers, fmt.Sprintf("%+v %v", out, err))
+		}
+		return st, answers, snapshot(t, s.Dir())
+	}
+	st1, a1, d1 := run()
+	st2, a2, d2 := run()
+	require.Equal(t, st1, st2, "the start")
+	require.Equal(t, a1, a2, "the answers, in order")
+	require.Equal(t, d1, d2, "the directory")
 }

@@ -37,7 +37,30 @@ const (
 	DefaultArgs        = `{"amount":1}`
 	DefaultRestartEnv  = "arithmetic"
 	DefaultRestartTask = `{"a":2,"b":3,"op":"+"}`
+	DefaultReplayEnv   = "sandbox"
+	DefaultReplayTask  = `{"files":{"a.txt":"abcd"}}`
+	// DefaultReplayCalls write a.txt, then append to it three times: the
+	// answer of each append names the file's new size, which only a
+	// rebuilt state gets right.
+	DefaultReplayCalls = `[{"tool":"write_file","arguments":{"path":"a.txt","content":"a"}},` +
+		`{"tool":"append_file","arguments":{"path":"a.txt","content":"b"}},` +
+		`{"tool":"append_file","arguments":{"path":"a.txt","content":"c"}},` +
+		`{"tool":"append_file","arguments":{"path":"a.txt","content":"d"}}]`
 )
+
+// ParseCalls reads a JSON array of calls, such as DefaultReplayCalls.
+func ParseCalls(raw string) ([]Call, error) {
+	var calls []Call
+	if err := json.Unmarshal([]byte(raw), &calls); err != nil {
+		return nil, fmt.Errorf("replay calls %q: want a JSON array of {\"tool\",\"arguments\"}: %w", raw, err)
+	}
+	for i, c := range calls {
+		if c.Tool == "" {
+			return nil, fmt.Errorf("replay call %d names no tool", i+1)
+		}
+	}
+	return calls, nil
+}
 
 // Config says which participant to drive and how.
 type Config struct {
@@ -58,6 +81,12 @@ type Config struct {
 	// RestartTask, for R14; empty skips R14.
 	RestartEnv  string
 	RestartTask json.RawMessage
+	// ReplayEnv is a replay environment with task ReplayTask and the four
+	// calls ReplayCalls (three before the cut, one after), for R27; empty,
+	// or an environment the participant does not host, skips R27.
+	ReplayEnv   string
+	ReplayTask  json.RawMessage
+	ReplayCalls []Call
 	// Dir is an absolute directory the participant can create checkpoint
 	// directories in.
 	Dir string

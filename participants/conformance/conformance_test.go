@@ -19,6 +19,7 @@ import (
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/envs/arithmetic"
 	"github.com/turnstile-rl/turnstile/envs/counter"
+	"github.com/turnstile-rl/turnstile/envs/sandbox"
 	"github.com/turnstile-rl/turnstile/internal/testsupport/brokenparticipant"
 	"github.com/turnstile-rl/turnstile/participants/conformance"
 	"github.com/turnstile-rl/turnstile/participants/envserver"
@@ -35,12 +36,16 @@ const (
 const retiredSessions = 3
 
 // goParticipant serves a Go envserver (counter and arithmetic, both tokens
-// or, with open, no data token) through wrap, with a second instance
-// without a control token for R2.
-func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler) conformance.Config {
+// or, with open, no data token, and the sandbox for R27) through wrap,
+// with a second instance without a control token for R2; mod changes the
+// servers' configuration.
+func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler, mod ...func(*envserver.ServerConfig)) conformance.Config {
 	t.Helper()
-	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, Name: "conformance", ControlToken: controlToken,
+	cfg := envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New(), sandbox.New()}, Name: "conformance", ControlToken: controlToken,
 		RetiredSessions: retiredSessions}
+	for _, m := range mod {
+		m(&cfg)
+	}
 	if open {
 		cfg.InsecureNoDataAuth = true
 	} else {
@@ -62,7 +67,15 @@ func goParticipant(t *testing.T, open bool, wrap func(http.Handler) http.Handler
 	return conformance.Config{URL: hs.URL, DataToken: dataToken, ControlToken: controlToken, Dir: t.TempDir(),
 		Env: conformance.DefaultEnv, Task: json.RawMessage(conformance.DefaultTask), Tool: conformance.DefaultTool,
 		Args: json.RawMessage(conformance.DefaultArgs), RestartEnv: conformance.DefaultRestartEnv,
-		RestartTask: json.RawMessage(conformance.DefaultRestartTask), RetiredSessions: retiredSessions, NoControlURL: nc.URL}
+		RestartTask: json.RawMessage(conformance.DefaultRestartTask), RetiredSessions: retiredSessions, NoControlURL: nc.URL,
+		ReplayEnv: conformance.DefaultReplayEnv, ReplayTask: json.RawMessage(conformance.DefaultReplayTask), ReplayCalls: defaultCalls(t)}
+}
+
+func defaultCalls(t *testing.T) []conformance.Call {
+	t.Helper()
+	calls, err := conformance.ParseCalls(conformance.DefaultReplayCalls)
+	require.NoError(t, err)
+	return calls
 }
 
 func run(t *testing.T, cfg conformance.Config) []conformance.Result {
@@ -107,23 +120,27 @@ func TestGoEnvServerConforms(t *testing.T) {
 // does not read, an artifact it cannot open, and a live rollback under the
 // checkpoint's own id.
 func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
+	servedRestartOnly := func(c *envserver.ServerConfig) { c.RestartOnly = []string{sandbox.Name} }
 	for _, tc := range []struct {
 		name     string
 		open     bool
 		wrap     func(http.Handler) http.Handler
+		mod      []func(*envserver.ServerConfig)
 		wantFail []string
 	}{
-		{"re-applies a replayed request", false, reapplyReplays, []string{"R3"}},
-		{"lets the data plane install attempts (a server before the data-plane fence fix)", false, installOnDemand, []string{"R7"}},
-		{"data plane without a token", true, nil, []string{"R1"}},
+		{"re-applies a replayed request", false, reapplyReplays, nil, []string{"R3"}},
+		{"lets the data plane install attempts (a server before the data-plane fence fix)", false, installOnDemand, nil, []string{"R7"}},
+		{"data plane without a token", true, nil, nil, []string{"R1"}},
 		{"capabilities of another component and without the features a coordinator needs", false,
-			brokenparticipant.Capabilities(func(c *protocol.Capabilities) { c.Component, c.Features = "env-server", nil }), []string{"R17"}},
-		{"commits plain JSON and a manifest, not the artifact format", false, brokenparticipant.PlainArtifact, []string{"R26"}},
-		{"keeps R11 without the live-rollback exception", false, brokenparticipant.LiteralR11, []string{"R18"}},
+			brokenparticipant.Capabilities(func(c *protocol.Capabilities) { c.Component, c.Features = "env-server", nil }), nil, []string{"R17"}},
+		{"commits plain JSON and a manifest, not the artifact format", false, brokenparticipant.PlainArtifact, nil, []string{"R26"}},
+		{"keeps R11 without the live-rollback exception", false, brokenparticipant.LiteralR11, nil, []string{"R18"}},
+		{"declares replay but starts its sessions over", false, claimReplay, []func(*envserver.ServerConfig){servedRestartOnly}, []string{"R27"}},
+		{"counts a replay's re-applied mutations as applied", false, countReapplied, nil, []string{"R27"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var failed []string
-			for _, r := range run(t, goParticipant(t, tc.open, tc.wrap)) {
+			for _, r := range run(t, goParticipant(t, tc.open, tc.wrap, tc.mod...)) {
 				if r.Verdict == conformance.Fail {
 					failed = append(failed, r.ID)
 				}
@@ -200,4 +217,45 @@ func clone(r *http.Request, body []byte) *http.Request {
 	c := r.Clone(r.Context())
 	c.Body, c.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	return c
+}
+
+// claimReplay breaks R27 as a participant that declares replay without
+// doing it: the server serves the sandbox restart_only, and every answer
+// that names its mode says replay.
+func claimReplay(next http.Handler) http.Handler {
+	return rewrite(next, func(_ *http.Request, _ int, body []byte) []byte {
+		return bytes.ReplaceAll(body, []byte(`"mode":"restart_only"`), []byte(`"mode":"replay"`))
+	})
+}
+
+// countReapplied breaks R27 as a participant whose replay counts the
+// mutations it re-applies as applied.
+func countReapplied(next http.Handler) http.Handler {
+	return rewrite(next, func(r *http.Request, status int, body []byte) []byte {
+		if r.URL.Path != "/v1/stats" || status != http.StatusOK {
+			return body
+		}
+		var st protocol.Stats
+		if json.Unmarshal(body, &st) != nil {
+			return body
+		}
+		st.Applied += st.Reapplied
+		out, _ := json.Marshal(st)
+		return out
+	})
+}
+
+// rewrite passes each answer of next through edit.
+func rewrite(next http.Handler, edit func(r *http.Request, status int, body []byte) []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		body := edit(r, rec.Code, rec.Body.Bytes())
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(body)
+	})
 }

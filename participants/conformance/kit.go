@@ -62,6 +62,7 @@ func allChecks() []check {
 		{Rule: Rule{"R24", "canonical json and number equality"}, run: checkCanonicalJSON},
 		{Rule: Rule{"R25", "stateless environments"}, run: checkStateless},
 		{Rule: Rule{"R26", "the checkpoint artifact"}, run: checkArtifact},
+		{Rule: Rule{"R27", "replay-restore"}, run: checkReplayRestore},
 	}
 }
 
@@ -173,6 +174,9 @@ func newKit(cfg Config) (*kit, error) {
 	}
 	if cfg.RestartEnv != "" && len(cfg.RestartTask) == 0 {
 		return nil, errors.New("a restart-only environment needs a task (RestartTask)")
+	}
+	if cfg.ReplayEnv != "" && (len(cfg.ReplayTask) == 0 || len(cfg.ReplayCalls) != replayCalls) {
+		return nil, fmt.Errorf("a replay environment needs a task (ReplayTask) and %d calls (ReplayCalls), got %d", replayCalls, len(cfg.ReplayCalls))
 	}
 	if cfg.RetiredSessions < 0 {
 		return nil, fmt.Errorf("retired sessions %d is negative", cfg.RetiredSessions)

@@ -137,14 +137,14 @@ func (s *Server) writeControlError(w http.ResponseWriter, r *http.Request, err e
 func (s *Server) envCapabilities() []protocol.EnvCapability {
 	out := make([]protocol.EnvCapability, 0, len(s.specs))
 	for _, sp := range s.specs {
-		out = append(out, protocol.EnvCapability{Name: sp.Name, Mode: envs.EffectiveMode(sp.Mode), Style: sp.Style})
+		out = append(out, protocol.EnvCapability{Name: sp.Name, Mode: s.modeOf(sp.Name), Style: sp.Style})
 	}
 	return out
 }
 
 func (s *Server) modeOf(env string) envs.Mode {
-	if e, ok := s.envs[env]; ok {
-		return envs.EffectiveMode(e.Spec().Mode)
+	if m, ok := s.modes[env]; ok {
+		return m
 	}
 	return envs.ModeRestartOnly
 }
@@ -618,10 +618,12 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	if aerr != nil {
 		return protocol.RestoreResponse{}, aerr
 	}
-	if err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }, func() { s.fp.Hit(failpoint.EnvRestoreMidInstall) }); err != nil {
+	diverged, err := s.installStateThen(st, func() { s.fp.Hit(failpoint.RestoreAfterValidate) }, func() { s.fp.Hit(failpoint.EnvRestoreMidInstall) })
+	if err != nil {
 		return protocol.RestoreResponse{}, refuse(protocol.CodeInvalidCheckpoint,
 			"restore of checkpoint %q: nothing installed: %v", req.CheckpointID, err)
 	}
+	ans = divertDiverged(ans, diverged)
 	// Rollouts that start over or are only fenced hold no session in the
 	// restored world: a live server drops what they hold now (a session of
 	// the old attempt, or one started after the cut).
@@ -636,7 +638,7 @@ func (s *Server) restore(ctx context.Context, req protocol.RestoreRequest, loc s
 	ans.RestoreID = req.RestoreID
 	ans.ManifestDigest = cp.Manifest().Digest
 	s.log.Info("restored checkpoint", zap.String("checkpoint_id", req.CheckpointID), zap.String("restore_id", req.RestoreID),
-		zap.Int("restored", len(ans.Restored)), zap.Int("restarted", len(ans.Restarted)),
+		zap.Int("restored", len(ans.Restored)), zap.Int("restarted", len(ans.Restarted)), zap.Int("replay_diverged", len(diverged)),
 		zap.Int("fenced", len(ans.Fenced)), zap.Int("untouched", len(ans.Untouched)))
 	return ans, nil
 }

@@ -209,9 +209,11 @@ func (s *Server) mapOntoAttempts(cut *savedCut, attempts map[string]int, ids []s
 			continue
 		}
 		sum := protocol.SessionSummary{RolloutID: rid, Attempt: rec.Attempt, Revision: rec.Revision, Env: rec.Env, Mode: s.modeOf(rec.Env), Retired: rec.Retired}
-		if !rec.Retired && len(rec.State) == 0 {
+		if !rec.Retired && len(rec.State) == 0 && !s.replayMode(rec.Env) {
 			// Not exportable: only the fence is installed and the rollout
-			// starts over as the new attempt.
+			// starts over as the new attempt. (A replay session is listed
+			// restored here; restore moves it to restarted if its replay
+			// diverges.)
 			ans.Restarted = append(ans.Restarted, sum)
 		} else {
 			ans.Restored = append(ans.Restored, sum)

@@ -113,7 +113,8 @@ func documentedRules(t *testing.T) []documentedRule {
 // operation; the kit checks exactly these rules, under their titles; every
 // error code of the document is explained in RULES.md; the capabilities'
 // component, schema version and features (x-features, which a coordinator
-// needs) are protocol's, each feature explained in R17.
+// needs) are protocol's, each feature explained in R17; and the
+// document's environment modes are those package envs defines.
 func TestRulesMatchOpenAPIAndKit(t *testing.T) {
 	rules := documentedRules(t)
 	titles := map[string]string{}
@@ -153,6 +154,13 @@ func TestRulesMatchOpenAPIAndKit(t *testing.T) {
 	var raw struct {
 		Components struct {
 			Schemas struct {
+				Spec struct {
+					Properties struct {
+						Mode struct {
+							Enum []string `json:"enum"`
+						} `json:"mode"`
+					} `json:"properties"`
+				} `json:"Spec"`
 				Capabilities struct {
 					Properties struct {
 						Component     struct{ Enum []string } `json:"component"`
@@ -179,6 +187,14 @@ func TestRulesMatchOpenAPIAndKit(t *testing.T) {
 			assert.Contains(t, titles, id, "x-features %s names rule %s", name, id)
 		}
 	}
+
+	modes := []string{string(envs.ModeExportRestore), string(envs.ModeRestartOnly), string(envs.ModeStateless), string(envs.ModeReplay), ""}
+	for _, m := range modes {
+		if m != "" {
+			assert.Equal(t, envs.Mode(m), envs.EffectiveMode(envs.Mode(m)), "mode %s is one package envs knows", m)
+		}
+	}
+	assert.ElementsMatch(t, modes, raw.Components.Schemas.Spec.Properties.Mode.Enum, "openapi.json's environment modes")
 }
 
 // TestOpenAPISpecMatchesEnvs fails on drift between what GET /v1/envs

@@ -63,6 +63,11 @@ type ServerConfig struct {
 	// (s3://…), with this process's credentials; nil accepts local
 	// directories only.
 	Storage *storage.Opener
+	// RestartOnly names environments served as restart_only whatever mode
+	// they declare: their sessions are cut without state or a replay log,
+	// and a restore starts their rollouts over (an operator's way to turn
+	// replay off, or export, for one environment).
+	RestartOnly []string
 	// Checkpoints bounds what a restore reads of a checkpoint before it
 	// trusts it, and carries the key checkpoints are signed and checked
 	// with (artifact.SettingsFromLookup reads them from the environment);
@@ -80,7 +85,9 @@ type ServerConfig struct {
 // and fences out attempts older than the newest it has accepted.
 type Server struct {
 	envs  map[string]envs.Environment
-	specs []envs.Spec // ordered by name
+	specs []envs.Spec // ordered by name, with the mode the server serves
+	// modes is the effective mode the server serves each environment in.
+	modes map[string]envs.Mode
 	fp    *failpoint.Set
 	log   *zap.Logger
 	mux   *http.ServeMux
@@ -95,6 +102,9 @@ type Server struct {
 	routes []string
 
 	applied, replayed, refused, parked atomic.Int64
+	// reapplied counts the mutations a restore re-applied to rebuild a
+	// replay session (never counted as applied).
+	reapplied atomic.Int64
 }
 
 // NewServer builds a server for cfg's environments.
@@ -104,6 +114,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		envs:      map[string]envs.Environment{},
+		modes:     map[string]envs.Mode{},
 		fp:        cfg.Failpoints,
 		log:       cfg.Logger,
 		mux:       http.NewServeMux(),
@@ -126,7 +137,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("new env server: environment %q configured twice", spec.Name)
 		}
 		s.envs[spec.Name] = env
-		s.specs = append(s.specs, spec)
+		s.modes[spec.Name] = envs.EffectiveMode(spec.Mode)
+	}
+	for _, name := range cfg.RestartOnly {
+		if _, ok := s.envs[name]; !ok {
+			return nil, fmt.Errorf("new env server: restart-only environment %q is not hosted", name)
+		}
+		s.modes[name] = envs.ModeRestartOnly
+	}
+	for name := range s.envs {
+		s.specs = append(s.specs, s.specOf(name))
 	}
 	sort.Slice(s.specs, func(i, j int) bool { return s.specs[i].Name < s.specs[j].Name })
 	s.ctl = newControl(cfg)
@@ -151,6 +171,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// specOf is the spec of hosted environment name, with the mode the server
+// serves it in.
+func (s *Server) specOf(name string) envs.Spec {
+	sp := s.envs[name].Spec()
+	if m := s.modes[name]; m != envs.EffectiveMode(sp.Mode) {
+		sp.Mode = m
+	}
+	return sp
+}
+
 // handle registers a route and remembers its pattern.
 func (s *Server) handle(pattern string, h http.HandlerFunc) {
 	s.routes = append(s.routes, pattern)
@@ -173,11 +203,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Stats returns the server's counters.
 func (s *Server) Stats() protocol.Stats {
 	return protocol.Stats{
-		Applied:  s.applied.Load(),
-		Replayed: s.replayed.Load(),
-		Refused:  s.refused.Load(),
-		Parked:   s.parked.Load(),
-		Sessions: s.store.live(),
+		Applied:   s.applied.Load(),
+		Replayed:  s.replayed.Load(),
+		Refused:   s.refused.Load(),
+		Parked:    s.parked.Load(),
+		Reapplied: s.reapplied.Load(),
+		Sessions:  s.store.live(),
 	}
 }
 
@@ -322,16 +353,32 @@ var identityFields = []string{"rollout_id", "attempt", "request_id"}
 // kind, then the request re-encoded with Attempt zeroed and its free-form
 // JSON (task, arguments) canonicalised, so formatting and key order do not
 // matter but every value does.
-func digest(kind string, req any) (string, error) {
+func digest(kind string, req any) (string, []byte, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return "", fmt.Errorf("digest %s request: %w", kind, err)
+		return "", nil, fmt.Errorf("digest %s request: %w", kind, err)
 	}
+	return digestOf(kind, b), b, nil
+}
+
+// digestOf is the digest of a canonical request's bytes.
+func digestOf(kind string, canonical []byte) string {
 	h := sha256.New()
 	h.Write([]byte(kind))
 	h.Write([]byte{'\n'})
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil)), nil
+	h.Write(canonical)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// newReceipt is the receipt of an applied mutation. A session of a replay
+// environment keeps the canonical request too: the replay log a restore
+// re-applies.
+func (s *Server) newReceipt(env, kind, dg string, canonical, response []byte) receipt {
+	r := receipt{Kind: kind, Digest: dg, Response: response}
+	if s.modes[env] == envs.ModeReplay {
+		r.Request = canonical
+	}
+	return r
 }
 
 // canonical re-encodes free-form JSON with sorted keys and numbers kept as
@@ -442,35 +489,45 @@ func (s *Server) recordApplied(kind string, id protocol.Identity) {
 	s.fp.Hit(failpoint.EnvAfterApplyBeforeReply)
 }
 
+// decodedStart is a checked start: the request, its environment, and its
+// digest and canonical bytes.
+type decodedStart struct {
+	req       protocol.StartRequest
+	env       envs.Environment
+	dg        string
+	canonical []byte
+}
+
 // decodeStart decodes and checks a start and returns its digest.
-func (s *Server) decodeStart(body []byte) (protocol.StartRequest, envs.Environment, string, error) {
+func (s *Server) decodeStart(body []byte) (decodedStart, error) {
 	var req protocol.StartRequest
 	if aerr := decodeRequest(body, &req, append(identityFields, "env")...); aerr != nil {
-		return req, nil, "", aerr
+		return decodedStart{}, aerr
 	}
 	if aerr := checkIdentity(req.Identity, ""); aerr != nil {
-		return req, nil, "", aerr
+		return decodedStart{}, aerr
 	}
 	env, ok := s.envs[req.Env]
 	if !ok {
-		return req, nil, "", refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
+		return decodedStart{}, refuse(protocol.CodeUnknownEnv, "no environment %q on this server", req.Env)
 	}
 	canon := req
 	canon.Attempt = 0
 	task, err := canonical(req.Task)
 	if err != nil {
-		return req, nil, "", refuse(protocol.CodeMalformed, "task: %v", err)
+		return decodedStart{}, refuse(protocol.CodeMalformed, "task: %v", err)
 	}
 	canon.Task = task
-	dg, err := digest(kindStart, canon)
+	dg, b, err := digest(kindStart, canon)
 	if err != nil {
-		return req, nil, "", refuse(protocol.CodeInternal, "%v", err)
+		return decodedStart{}, refuse(protocol.CodeInternal, "%v", err)
 	}
-	return req, env, dg, nil
+	return decodedStart{req: req, env: env, dg: dg, canonical: b}, nil
 }
 
 func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
-	req, env, dg, aerr := s.decodeStart(body)
+	ds, aerr := s.decodeStart(body)
+	req, env, dg := ds.req, ds.env, ds.dg
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -515,14 +572,14 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
 		_ = live.Close()
 		return nil, aerr
 	}
-	out, err := json.Marshal(protocol.StartResponse{Revision: 0, Spec: env.Spec(), Start: st})
+	out, err := json.Marshal(protocol.StartResponse{Revision: 0, Spec: s.specOf(req.Env), Start: st})
 	if err != nil {
 		_ = live.Close()
 		return nil, refuse(protocol.CodeInternal, "encode start response: %v", err)
 	}
 	fresh := &session{
 		Env: req.Env, Attempt: req.Attempt,
-		Receipts: map[string]receipt{req.RequestID: {Kind: kindStart, Digest: dg, Response: out}},
+		Receipts: map[string]receipt{req.RequestID: s.newReceipt(req.Env, kindStart, dg, ds.canonical, out)},
 		live:     live,
 	}
 	if old := s.store.install(sl, fresh); old != nil {
@@ -614,7 +671,7 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 		return nil, refuse(protocol.CodeMalformed, "arguments: %v", err)
 	}
 	canon.Arguments = args
-	dg, err := digest(kindOperate, canon)
+	dg, canonBytes, err := digest(kindOperate, canon)
 	if err != nil {
 		return nil, refuse(protocol.CodeInternal, "%v", err)
 	}
@@ -634,7 +691,7 @@ func (s *Server) operate(_ context.Context, pathID string, body []byte) ([]byte,
 			return nil, refuse(protocol.CodeInternal, "encode operate response: %v", err)
 		}
 		sess.Revision++
-		sess.Receipts[req.RequestID] = receipt{Kind: kindOperate, Digest: dg, Response: out}
+		sess.Receipts[req.RequestID] = s.newReceipt(sess.Env, kindOperate, dg, canonBytes, out)
 		s.recordApplied(kindOperate, req.Identity)
 		return out, nil
 	})
@@ -650,7 +707,7 @@ func (s *Server) verify(_ context.Context, pathID string, body []byte) ([]byte, 
 	}
 	canon := req
 	canon.Attempt = 0
-	dg, err := digest(kindVerify, canon)
+	dg, _, err := digest(kindVerify, canon)
 	if err != nil {
 		return nil, refuse(protocol.CodeInternal, "%v", err)
 	}

@@ -166,7 +166,9 @@ func TestExportInstallRoundTrip(t *testing.T) {
 		loaded.Sessions[i].Attempt = 1
 	}
 	b, cb := newInternal(t)
-	require.NoError(t, b.installState(loaded), "install")
+	diverged, err := b.installState(loaded)
+	require.NoError(t, err, "install")
+	require.Empty(t, diverged, "no replay session")
 	installed, _ := cb.Stats(ctx)
 	require.Equal(t, 1, installed.Sessions, "stats after install = %+v", installed)
 	// Attempt 0 is fenced out.
@@ -201,7 +203,7 @@ func TestInstallIsAllOrNothing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv, c := newInternal(t)
-			err := srv.installState(serverState{Sessions: []sessionRecord{good, bad}, Fences: map[string]int{"ok": 1}})
+			_, err := srv.installState(serverState{Sessions: []sessionRecord{good, bad}, Fences: map[string]int{"ok": 1}})
 			require.Error(t, err, "install accepted a bad record")
 			assert.ErrorContains(t, err, "record 1", "error %q does not name the record", err)
 			_, err = c.Session(context.Background(), "ok")

@@ -40,6 +40,9 @@ type receipt struct {
 	// attempt, so a higher attempt re-sending the same request matches.
 	Digest   string          `json:"digest"`
 	Response json.RawMessage `json:"response"`
+	// Request is the canonical request Digest is the digest of, kept for
+	// sessions of replay environments only: the log a restore re-applies.
+	Request json.RawMessage `json:"request,omitempty"`
 }
 
 // session is one rollout's episode on this server. Its exported fields are
@@ -386,8 +389,9 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	}
 	// A stateless session is cut with its (small) state too: the coordinator
 	// continues such a rollout at its boundary, so the restored server must
-	// hold the session. Only restart-only sessions are cut as a fence alone.
-	if sess.live != nil && envs.EffectiveMode(s.envs[sess.Env].Spec().Mode) != envs.ModeRestartOnly {
+	// hold the session. Restart-only sessions are cut as a fence alone, and
+	// replay sessions as their receipts (the replay log) alone.
+	if m := s.modes[sess.Env]; sess.live != nil && (m == envs.ModeExportRestore || m == envs.ModeStateless) {
 		state, err := sess.live.Export()
 		if err != nil {
 			return sessionRecord{}, false, fmt.Errorf("export session %q (env %s): %w", sl.id, sess.Env, err)
@@ -400,23 +404,28 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 // installState installs sessions and fences, all or nothing: every record is
 // validated and every environment session restored before anything is
 // replaced. Rollouts absent from st are left as they are. Live records
-// without state (environments that are not export_restore) install only
-// their fence: such rollouts start over. The caller sets each record's
-// Attempt (e.g. N+1 on a restore); fences are raised to at least it. Call it
-// with admission closed and waitIdle done.
-func (s *Server) installState(st serverState) error { return s.installStateThen(st, nil, nil) }
+// without state install only their fence, and such rollouts start over,
+// unless their environment is served in replay mode: then the session is
+// rebuilt by re-applying its receipts (replaySession), and a replay that
+// diverges installs only the fence, named in the answer with why. The
+// caller sets each record's Attempt (e.g. N+1 on a restore); fences are
+// raised to at least it. Call it with admission closed and waitIdle done.
+func (s *Server) installState(st serverState) (map[string]string, error) {
+	return s.installStateThen(st, nil, nil)
+}
 
 // installStateThen is installState with two hooks: validated is called after
 // every record is validated and restored and before anything is installed
 // (the restore.after-validate failpoint), installed after each session is
 // installed (env.restore-mid-install: a crash leaves a half-installed
 // server, which only a fresh process and a retried restore may replace).
-func (s *Server) installStateThen(st serverState, validated, installed func()) error {
+func (s *Server) installStateThen(st serverState, validated, installed func()) (map[string]string, error) {
 	type prepared struct {
 		rec  sessionRecord
 		sess *session // nil: fence only
 	}
 	var todo []prepared
+	diverged := map[string]string{}
 	closeAll := func() {
 		for _, p := range todo {
 			if p.sess != nil && p.sess.live != nil {
@@ -427,16 +436,20 @@ func (s *Server) installStateThen(st serverState, validated, installed func()) e
 	seen := map[string]bool{}
 	for i, rec := range st.Sessions {
 		sess, err := s.prepareRecord(rec, seen)
+		var div *divergence
+		if errors.As(err, &div) {
+			diverged[rec.RolloutID], err = div.reason, nil
+		}
 		if err != nil {
 			closeAll()
-			return fmt.Errorf("install sessions: record %d: %w", i, err)
+			return nil, fmt.Errorf("install sessions: record %d: %w", i, err)
 		}
 		todo = append(todo, prepared{rec: rec, sess: sess})
 	}
 	for id, f := range st.Fences {
 		if id == "" || f < 0 {
 			closeAll()
-			return fmt.Errorf("install sessions: bad fence %q=%d", id, f)
+			return nil, fmt.Errorf("install sessions: bad fence %q=%d", id, f)
 		}
 	}
 	if validated != nil {
@@ -466,7 +479,7 @@ func (s *Server) installStateThen(st serverState, validated, installed func()) e
 		sl.raise(f)
 		sl.mu.Unlock()
 	}
-	return nil
+	return diverged, nil
 }
 
 // prepareRecord validates one record and restores its environment session.
@@ -503,6 +516,9 @@ func (s *Server) prepareRecord(rec sessionRecord, seen map[string]bool) (*sessio
 		return sess, nil
 	}
 	if len(rec.State) == 0 {
+		if s.modes[rec.Env] == envs.ModeReplay {
+			return s.replaySession(rec, sess)
+		}
 		return nil, nil
 	}
 	live, err := env.Restore(rec.State)

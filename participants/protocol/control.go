@@ -221,6 +221,9 @@ type SessionSummary struct {
 	Env       string    `json:"env"`
 	Mode      envs.Mode `json:"mode"`
 	Retired   bool      `json:"retired"` // verified: only its receipts are kept
+	// Diverged, in a restore's restarted list, says why the replay of a
+	// replay session did not rebuild it (RULES.md R27): it starts over.
+	Diverged string `json:"diverged,omitempty"`
 }
 
 // PrepareRequest closes admission and freezes the cut.
@@ -296,8 +299,10 @@ type RestoreResponse struct {
 	// Restored are the sessions installed with their state (export_restore)
 	// or their receipts (verified), at their new attempt.
 	Restored []SessionSummary `json:"restored"`
-	// Restarted are the rollouts whose environment cannot export state: only
-	// their fence was raised, and they start over as the new attempt.
+	// Restarted are the rollouts whose environment cannot export state, and
+	// replay sessions whose replay diverged (Diverged says why): only their
+	// fence was raised, and they start over as the new attempt. A replay
+	// session that replayed is in Restored.
 	Restarted []SessionSummary `json:"restarted"`
 	// Fenced are the rollouts of the attempt map absent from the checkpoint:
 	// their fence was raised and any session of an older attempt dropped.

@@ -103,5 +103,8 @@ type Stats struct {
 	Replayed int64 `json:"replayed"` // stored responses returned instead
 	Refused  int64 `json:"refused"`  // requests a route answered with a 4xx (no route: not counted)
 	Parked   int64 `json:"parked"`   // requests answered "parked" (admission closed)
-	Sessions int   `json:"sessions"` // live sessions
+	// Reapplied are mutations a restore re-applied to rebuild a session of
+	// a replay environment (RULES.md R27): never counted as applied.
+	Reapplied int64 `json:"reapplied,omitempty"`
+	Sessions  int   `json:"sessions"` // live sessions
 }

@@ -132,7 +132,12 @@ type RestoreResult struct {
 	OfferedAgain int `json:"offered_again"`
 	// Queued are the rollouts the checkpoint recorded as not started,
 	// queued again in order at the set's new admission.
-	Queued         int    `json:"queued,omitempty"`
+	Queued int `json:"queued,omitempty"`
+	// Replayed are the Restored rollouts of replay environments, whose
+	// sessions were rebuilt by replay; ReplayDiverged the StartedOver ones
+	// whose replay diverged.
+	Replayed       int    `json:"replayed,omitempty"`
+	ReplayDiverged int    `json:"replay_diverged,omitempty"`
 	Started        int    `json:"started"`
 	Terminated     int    `json:"terminated"`
 	AttemptsDigest string `json:"attempts_digest"`
@@ -185,11 +190,17 @@ type RecoverServerResult struct {
 	// Affected are the rollouts moved to the replacement: Continue from
 	// their boundary, StartOver from their seed (restart-only, or not in
 	// the checkpoint at all).
-	Affected   int `json:"affected"`
-	Continue   int `json:"continue"`
-	StartOver  int `json:"start_over"`
-	Terminated int `json:"terminated"`
-	Started    int `json:"started"`
+	Affected  int `json:"affected"`
+	Continue  int `json:"continue"`
+	StartOver int `json:"start_over"`
+	// Replayed are the Continue rollouts whose replay environment's session
+	// the replacement rebuilt by replay; ReplayDiverged the StartOver ones
+	// whose replay diverged. Continue and StartOver are the plan's until
+	// the new attempts start, then what they started as.
+	Replayed       int `json:"replayed,omitempty"`
+	ReplayDiverged int `json:"replay_diverged,omitempty"`
+	Terminated     int `json:"terminated"`
+	Started        int `json:"started"`
 	// Untouched counts the set's running rollouts left as they were.
 	Untouched int `json:"untouched"`
 }

@@ -46,6 +46,10 @@ const (
 	StagingAdmission = StagingDir + "/admission.json"
 	StagingRecords   = StagingDir + "/records.jsonl"
 	RestoreAttempts  = RestoreDir + "/attempts.json"
+	// RestoreReplays is a restore's record of what participant <n> did with
+	// its replay sessions (restore/<restore_id>/replays-<n>.json): rebuilt
+	// by replay, or started over with why.
+	RestoreReplays = RestoreDir + "/replays-<n>.json"
 )
 
 // MaxIDLen bounds checkpoint and restore ids: each is a path component of

@@ -110,8 +110,8 @@ func RecoverServer(ctx workflow.Context, in RecoverServerInput) (RecoverServerRe
 	if err := r.install(ctx, plan); err != nil {
 		return RecoverServerResult{}, r.fail(err)
 	}
-	r.setPhase(ctx, "done", fmt.Sprintf("%d rollouts moved to %s (%d continue, %d start over); %d untouched",
-		res.Affected, in.Replacement, res.Continue, res.StartOver, res.Untouched))
+	r.setPhase(ctx, "done", fmt.Sprintf("%d rollouts moved to %s (%d continue, %d of them by replay; %d start over); %d untouched",
+		res.Affected, in.Replacement, res.Continue, res.Replayed, res.StartOver, res.Untouched))
 	return *res, nil
 }
 
@@ -142,6 +142,10 @@ func (r *recoverRun) install(ctx workflow.Context, plan PlanRecoveryResult) erro
 		return err
 	}
 	res.Started = st.Started
+	// What each started as: a replay that diverged turned a planned
+	// continuation into a start-over.
+	res.Continue, res.StartOver = st.Continue, st.StartOver+st.OfferAgain
+	res.Replayed, res.ReplayDiverged = st.Replayed, st.Diverged
 	r.setPhase(ctx, "resume", "resuming the replacement, then the moved rollouts")
 	var resP ResumeParticipantsResult
 	if err := runStep(ctx, step{"resume the replacement", 10 * time.Minute, ResumeRestoredParticipantsName}, ResumeRestoredParticipantsInput{

@@ -113,6 +113,7 @@ func Restore(ctx workflow.Context, in RestoreInput) (RestoreResult, error) {
 		return RestoreResult{}, r.fail(err)
 	}
 	res.Restored, res.StartedOver, res.OfferedAgain, res.Started, res.Queued = st.Continue, st.StartOver, st.OfferAgain, st.Started, st.Queued
+	res.Replayed, res.ReplayDiverged = st.Replayed, st.Diverged
 
 	// Environment servers first: a rollout released before its server
 	// would only be answered "parked".

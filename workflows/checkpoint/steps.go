@@ -48,6 +48,11 @@ const (
 	// ErrAttemptConflict: a run of a higher attempt than the one a restore
 	// would start already exists.
 	ErrAttemptConflict = "AttemptConflict"
+	// ErrParticipantHung: an environment server stopped answering (its
+	// health route too) while a prepare or a commit waited on it: hung, or
+	// cut off by the network. Waiting longer only holds the set parked, so
+	// the checkpoint aborts.
+	ErrParticipantHung = "ParticipantHung"
 	// ErrNotInstalled: an environment server did not install the attempts
 	// of a restore's plan (it refused the restore id, or answered other
 	// attempts than planned): a restore never reports an attempt installed
@@ -273,6 +278,10 @@ type RestoreParticipantsResult struct {
 	// Untouched its sessions of other sets, left as they were.
 	Fenced    int `json:"fenced"`
 	Untouched int `json:"untouched"`
+	// Replayed are sessions of replay environments rebuilt by replay;
+	// Diverged those whose replay did not rebuild them (they start over).
+	Replayed int `json:"replayed,omitempty"`
+	Diverged int `json:"diverged,omitempty"`
 	// AlreadyResumed counts participants that had restored and resumed in
 	// an earlier run of the same restore.
 	AlreadyResumed int `json:"already_resumed"`
@@ -312,6 +321,11 @@ type StartRestoredResult struct {
 	// Queued are the rollouts the checkpoint recorded as not started, now
 	// queued at the set's new admission (held until the restore resumes).
 	Queued int `json:"queued,omitempty"`
+	// Replayed are the Continue rollouts of replay environments, whose
+	// session a participant rebuilt by replay; Diverged the StartOver ones
+	// whose replay did not rebuild it.
+	Replayed int `json:"replayed,omitempty"`
+	Diverged int `json:"diverged,omitempty"`
 	// ForgottenAcks counts receipts of the restored rollouts that the
 	// set's acknowledgement ledger had recorded before the restore's fence
 	// and not released: the rolled-back world's, dropped before the runs
