@@ -226,9 +226,9 @@ func TestGatewayFeed(t *testing.T) {
 	require.Equal(t, started.RunID, repeated.RunID)
 	// Started through the gateway, it runs on the control plane's queue, not
 	// behind the rollouts' tasks.
-	desc, err := c.client.DescribeWorkflowExecution(ctx, started.WorkflowID, started.RunID)
+	desc, err := c.client.DescribeWorkflow(ctx, started.WorkflowID, started.RunID)
 	require.NoError(t, err)
-	require.Equal(t, checkpoint.ControlTaskQueue(rollout.TaskQueue), desc.GetExecutionConfig().GetTaskQueue().GetName(), "the checkpoint's task queue")
+	require.Equal(t, checkpoint.ControlTaskQueue(rollout.TaskQueue), desc.RawResponse.GetExecutionConfig().GetTaskQueue().GetName(), "the checkpoint's task queue")
 	ck.RequestID = "ck-2"
 	status, raw = op.do(ctx, "POST", "/v1/checkpoints", ck, nil)
 	require.Equal(t, http.StatusConflict, status, "%s", raw)

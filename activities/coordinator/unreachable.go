@@ -63,14 +63,6 @@ func participantUnreachable(url, what string, err error) error {
 		checkpoint.ErrParticipantUnreachable, nil)
 }
 
-// resumeReachable resumes every participant independently (one failing
-// does not cancel the others, unlike ResumeParticipants) and returns the
-// ones found dead, and the other failures joined.
-func (c *Coordinator) resumeReachable(ctx context.Context, checkpointID string, participants []string) ([]string, error) {
-	dead, errs := c.resumeEach(ctx, checkpointID, participants)
-	return dead, errors.Join(errs...)
-}
-
 // resumeEach resumes every participant once, independently, and returns
 // the ones found dead and each one's error (nil: resumed, or dead).
 func (c *Coordinator) resumeEach(ctx context.Context, checkpointID string, participants []string) ([]string, []error) {
