@@ -42,12 +42,15 @@ func TestConformanceKitEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
+	replayCalls, err := conformance.ParseCalls(conformance.DefaultReplayCalls)
+	require.NoError(t, err)
 	c := newCluster(t)
 	c.startEnvServer()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	res, err := conformance.Run(ctx, conformance.Config{URL: c.envURL, DataToken: c.dataToken, ControlToken: c.token,
 		Dir: t.TempDir(), RestartEnv: conformance.DefaultRestartEnv, RestartTask: json.RawMessage(conformance.DefaultRestartTask),
+		ReplayEnv: conformance.DefaultReplayEnv, ReplayTask: json.RawMessage(conformance.DefaultReplayTask), ReplayCalls: replayCalls,
 		EndToEnd: endToEnd(t, endtoend.DefaultRollouts).Stage()})
 	require.NoError(t, err)
 	var out bytes.Buffer
@@ -70,7 +73,7 @@ func TestEndToEndFailsTheRollbackBug(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
-	const data, control = "e2e-data-token", "e2e-control-token"
+	const data, control = "e2e-data-token-0123456789", "e2e-control-token-0123456789"
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: []envs.Environment{counter.New(), arithmetic.New()}, Name: "literal",
 		DataToken: data, ControlToken: control})
 	require.NoError(t, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/turnstile-rl/turnstile/gateway"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
+	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -173,10 +174,10 @@ func TestGatewayFeed(t *testing.T) {
 	var res gateway.SubmitResponse
 	status, raw = g.do(ctx, "POST", "/v1/sets", sub, &res)
 	require.Equal(t, http.StatusOK, status, "%s", raw)
-	require.Equal(t, gateway.SubmitResponse{Set: set, RequestID: "submit-1", Rollouts: n, Started: n}, res)
+	require.Equal(t, gateway.SubmitResponse{Set: set, RequestID: "submit-1", Rollouts: n, Started: n, MaxInFlight: trainer.DefaultMaxInFlight}, res)
 	status, raw = g.do(ctx, "POST", "/v1/sets", sub, &res)
 	require.Equal(t, http.StatusOK, status, "%s", raw)
-	require.Equal(t, gateway.SubmitResponse{Set: set, RequestID: "submit-1", Rollouts: n, Existing: n}, res, "a repeat starts nothing")
+	require.Equal(t, gateway.SubmitResponse{Set: set, RequestID: "submit-1", Rollouts: n, Existing: n, MaxInFlight: trainer.DefaultMaxInFlight}, res, "a repeat starts nothing")
 	other := sub
 	other.Count = n + 1
 	status, raw = g.do(ctx, "POST", "/v1/sets", other, nil)

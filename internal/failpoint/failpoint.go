@@ -117,10 +117,14 @@ const (
 )
 
 // Clients lists the failpoints that stand in client processes (the
-// starter, the gateway): an integration test kills a client there, the
-// crash matrix (which kills workers and servers) does not.
+// starter, the gateway) or in the acknowledgement path a trainer drives:
+// an integration test of its own kills a process there
+// (TestAdmissionSubmitterKilledMidSubmit, TestTrainerLoopAcksUnderCrashes),
+// the crash matrix (which kills workers and servers mid-rollout) does not.
 var Clients = []string{
 	SubmitBetweenBatches,
+	GatewayAckRecordedBeforeAnswer,
+	WorkerMidRelease,
 }
 
 // All lists every failpoint.
@@ -145,8 +149,6 @@ var All = []string{
 	RestoreAfterTerminate,
 	RestoreAfterStart,
 	RestoreAfterResumeParticipants,
-	GatewayAckRecordedBeforeAnswer,
-	WorkerMidRelease,
 }
 
 // EnvVar arms failpoints.
