@@ -27,6 +27,7 @@ type fakeBackend struct {
 	submit      func(trainer.SubmitRequest) (trainer.SubmitResult, error)
 	summary     func(string) (trainer.SetSummary, error)
 	runs        int
+	admission   bool
 	health      func(trainer.HealthRequest) (trainer.Health, error)
 	resultsPage func(set string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error)
 	export      func(set string, w io.Writer) error
@@ -74,6 +75,11 @@ func (f *fakeBackend) Summary(_ context.Context, set string) (trainer.SetSummary
 func (f *fakeBackend) CountRuns(context.Context, string) (int, error) {
 	f.called("CountRuns")
 	return f.runs, nil
+}
+
+func (f *fakeBackend) HasAdmission(context.Context, string) (bool, error) {
+	f.called("HasAdmission")
+	return f.admission, nil
 }
 
 func (f *fakeBackend) Health(_ context.Context, r trainer.HealthRequest) (trainer.Health, error) {

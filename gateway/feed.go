@@ -101,10 +101,12 @@ func (s *Server) feedOnce(r *http.Request, q feedQuery, h Health) (FeedResponse,
 	resp := FeedResponse{Items: []json.RawMessage{}, Cursor: encodeCursor(q.after), Health: h}
 	waitOver := !s.cfg.Now().Before(q.deadline)
 	if h.Rollouts == 0 {
-		if waitOver {
-			return resp, true, noSet(q.set)
+		if !waitOver {
+			return resp, false, nil
 		}
-		return resp, false, nil
+		// A set whose admission exists is known: its rollouts start (and
+		// show in visibility) a moment after the submission returns.
+		return resp, true, s.knownSet(r, q.set)
 	}
 	page, err := s.backend.Feed(r.Context(), s.cfg.Transcripts, trainer.FeedRequest{
 		Set: q.set, After: q.after, Max: q.max, Settle: s.cfg.FeedSettle, Now: s.cfg.Now(), CompleteGroups: q.completeGroups,

@@ -117,7 +117,8 @@ func TestFeedWaits(t *testing.T) {
 }
 
 // TestFeedWaitEnds: a poll that finds nothing answers an empty page when
-// its wait is over; a set with no rollouts at all is a 404 then.
+// its wait is over; a set with neither rollouts nor an admission is a 404
+// then, one whose admission exists (just submitted) an empty page.
 func TestFeedWaitEnds(t *testing.T) {
 	clock := testsupport.NewClock(time.Unix(1000, 0))
 	f := &fakeBackend{runs: 1}
@@ -135,6 +136,19 @@ func TestFeedWaitEnds(t *testing.T) {
 	require.False(t, res.Done, "response %+v", res)
 	f.runs = 0
 	expectError(t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}}), ""), http.StatusNotFound, CodeNotFound, "set")
+
+	// Just submitted: the admission exists, no rollout shows yet. An empty
+	// page, the cursor unchanged, not done.
+	f.admission = true
+	cursor := encodeCursor(trainer.FeedPosition{At: 5, RolloutID: "s1-0000"})
+	res = decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"3000"}, "cursor": {cursor}}), ""), http.StatusOK)
+	require.Empty(t, res.Items, "response %+v", res)
+	require.False(t, res.Done, "response %+v", res)
+	require.Equal(t, cursor, res.Cursor)
+	res = decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
+	require.Empty(t, res.Items, "response %+v", res)
+	require.Empty(t, res.Cursor)
+	require.False(t, res.Done, "response %+v", res)
 }
 
 func TestCursorRoundTrip(t *testing.T) {

@@ -29,6 +29,7 @@ type Backend interface {
 	Submit(ctx context.Context, r trainer.SubmitRequest) (trainer.SubmitResult, error)
 	Summary(ctx context.Context, set string) (trainer.SetSummary, error)
 	CountRuns(ctx context.Context, set string) (int, error)
+	HasAdmission(ctx context.Context, set string) (bool, error)
 	Health(ctx context.Context, r trainer.HealthRequest) (trainer.Health, error)
 	ResultsPage(ctx context.Context, set string, token []byte, size int) ([]trainer.RolloutRecord, []byte, error)
 	Export(ctx context.Context, set string, store trainer.TranscriptReader, w io.Writer) (trainer.ExportStats, error)

@@ -180,6 +180,10 @@ func TestGetSet(t *testing.T) {
 	require.Equal(t, trainer.HealthOK, res.Health.State, "response %+v", res)
 	f.summary = nil
 	expectError(t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusNotFound, CodeNotFound, "set")
+	f.admission = true // just submitted: its admission exists, no rollout shows yet
+	res = decodeOK[SetResponse](t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusOK)
+	require.Zero(t, res.Overall.Rollouts, "response %+v", res)
+	f.admission = false
 	expectError(t, call(t, s, "GET", "/v1/sets/bad..name%2Fx", ""), http.StatusBadRequest, CodeBadRequest, "set")
 	f.summary = func(string) (trainer.SetSummary, error) { return trainer.SetSummary{}, errTemporalDown }
 	expectError(t, call(t, s, "GET", "/v1/sets/s1", ""), http.StatusServiceUnavailable, CodeUnavailable, "")
@@ -211,6 +215,10 @@ func TestResults(t *testing.T) {
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/results?page_token=%25%25", ""), http.StatusBadRequest, CodeBadRequest, "page_token")
 	f.runs = 0
 	expectError(t, call(t, s, "GET", "/v1/sets/s1/results", ""), http.StatusNotFound, CodeNotFound, "set")
+	f.admission = true // just submitted: its admission exists, no rollout shows yet
+	f.resultsPage = nil
+	res = decodeOK[ResultsResponse](t, call(t, s, "GET", "/v1/sets/s1/results", ""), http.StatusOK)
+	require.Empty(t, res.Results, "results %+v", res.Results)
 }
 
 func TestExport(t *testing.T) {

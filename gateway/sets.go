@@ -195,7 +195,9 @@ func (s *Server) getSet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if sum.Overall.Rollouts == 0 {
-		return noSet(set)
+		if err := s.knownSet(r, set); err != nil {
+			return err
+		}
 	}
 	h, err := s.health(r, set)
 	if err != nil {
@@ -204,19 +206,33 @@ func (s *Server) getSet(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, SetResponse{Set: set, Overall: sum.Overall, ByEnv: sum.ByEnv, Health: h})
 }
 
-// noSet is the 404 of a set without rollouts.
+// noSet is the 404 of a set with neither rollouts nor an admission.
 func noSet(set string) *apiError {
 	return &apiError{status: http.StatusNotFound, code: CodeNotFound, field: "set",
 		msg: fmt.Sprintf("set %q has no rollouts (a submission shows in visibility a moment after it returns)", set)}
 }
 
-// requireSet answers 404 unless set has runs.
+// requireSet answers 404 unless set has runs or an admission.
 func (s *Server) requireSet(r *http.Request, set string) error {
 	n, err := s.backend.CountRuns(r.Context(), set)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
+		return s.knownSet(r, set)
+	}
+	return nil
+}
+
+// knownSet answers 404 unless set has an admission (running or closed): a
+// set just submitted may have no rollout in visibility yet, as its
+// admission starts them a moment after the submission returns.
+func (s *Server) knownSet(r *http.Request, set string) error {
+	ok, err := s.backend.HasAdmission(r.Context(), set)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return noSet(set)
 	}
 	return nil

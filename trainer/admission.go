@@ -276,3 +276,32 @@ func queuedOf(ctx context.Context, q admissionQuerier, name string) (int, map[st
 	}
 	return st.Queued, st.QueuedByEnv, nil
 }
+
+// HasAdmission says whether set has an admission, running or closed: a set
+// whose admission exists is known even while visibility shows none of its
+// rollouts yet (the admission starts them a moment after a submission
+// returns, at most max_in_flight at once).
+func (c *Client) HasAdmission(ctx context.Context, name string) (bool, error) {
+	if err := rollout.ValidateSet(name); err != nil {
+		return false, err
+	}
+	return hasAdmission(ctx, c.tc, name)
+}
+
+// admissionDescriber is the describe part of client.Client.
+type admissionDescriber interface {
+	DescribeWorkflow(ctx context.Context, workflowID, runID string) (*tclient.WorkflowExecutionDescription, error)
+}
+
+// hasAdmission describes name's admission; false when it has none.
+func hasAdmission(ctx context.Context, d admissionDescriber, name string) (bool, error) {
+	_, err := d.DescribeWorkflow(ctx, set.AdmissionWorkflowID(name), "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look up the admission of set %q: %w", name, err)
+	}
+	return true, nil
+}

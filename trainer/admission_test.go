@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -212,4 +213,33 @@ func TestMaxInFlightIsNotDigested(t *testing.T) {
 	sb, err := b.Stamp()
 	require.NoError(t, err)
 	require.Equal(t, sa, sb)
+}
+
+// TestHasAdmission: a set whose admission exists is known; NotFound is no
+// admission; any other error is passed on.
+func TestHasAdmission(t *testing.T) {
+	var describeErr error
+	fc := &temporalfake.Client{Describe: func(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+		require.Equal(t, set.AdmissionWorkflowID("s1"), workflowID)
+		if describeErr != nil {
+			return nil, describeErr
+		}
+		return &workflowservice.DescribeWorkflowExecutionResponse{}, nil
+	}}
+	c := &Client{tc: fc}
+	ok, err := c.HasAdmission(context.Background(), "s1")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	describeErr = serviceerror.NewNotFound("no such workflow")
+	ok, err = c.HasAdmission(context.Background(), "s1")
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	describeErr = errors.New("unavailable")
+	_, err = c.HasAdmission(context.Background(), "s1")
+	require.ErrorContains(t, err, `look up the admission of set "s1"`)
+
+	_, err = c.HasAdmission(context.Background(), "bad set name!")
+	require.Error(t, err)
 }
