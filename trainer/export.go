@@ -255,13 +255,40 @@ func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (o
 	}
 	st, err := queryStatus(ctx, src, rec.WorkflowID)
 	if err != nil {
-		return false, err
+		return closedMeanwhile(ctx, src, rec, err)
 	}
 	if st.Phase != rollout.PhaseAwaitingAck || st.Result == nil {
 		return false, nil
 	}
 	rec.Result = st.Result
 	return true, nil
+}
+
+// closedMeanwhile handles a listed held run whose status query failed
+// (queryErr). Visibility lags: the set's ledger releases acknowledged
+// results after answering the acknowledgement, so a run listed as held may
+// be closing or closed by the time it is queried, and a query that reaches
+// a run while its last workflow task completes can go unanswered until the
+// query's deadline. The run is described: closed, it is exported as any
+// closed run (its result read from its history); still held, the query's
+// error stands; otherwise it holds no result any more (ok false).
+func closedMeanwhile(ctx context.Context, src exportSource, rec *RolloutRecord, queryErr error) (ok bool, err error) {
+	d, derr := src.DescribeWorkflowExecution(ctx, rec.WorkflowID, rec.RunID)
+	if derr != nil {
+		return false, queryErr
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if phase, _ := visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase); phase == string(rollout.PhaseAwaitingAck) {
+			return false, queryErr
+		}
+		return false, nil
+	}
+	rec.Status = info.GetStatus()
+	if ts := info.GetCloseTime(); ts != nil {
+		rec.Close = ts.AsTime()
+	}
+	return true, fetchResult(ctx, src, rec)
 }
 
 // runsChunk bounds the workflow ids of one visibility query.
