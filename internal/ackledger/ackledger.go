@@ -132,21 +132,9 @@ func Forget(ctx context.Context, c Updater, setName string, ids []string, before
 // run (never started, or closed once idle) holds none, and is not woken.
 func Acked(ctx context.Context, c Querier, setName string, ids []string) (map[string]set.PendingAck, error) {
 	out := map[string]set.PendingAck{}
-	resp, err := c.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: set.AckLedgerWorkflowID(setName), QueryType: set.QueryAcked, Args: []any{ids},
-		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	switch {
-	case isNotFound(err):
-		return out, nil
-	case err != nil:
-		return nil, fmt.Errorf("read the acknowledgement ledger of set %s: %w", setName, err)
-	case resp.QueryRejected != nil || resp.QueryResult == nil:
-		return out, nil // closed: it held nothing when it closed
-	}
 	var pending []set.PendingAck
-	if err := resp.QueryResult.Get(&pending); err != nil {
-		return nil, fmt.Errorf("decode the acknowledgement ledger of set %s: %w", setName, err)
+	if err := queryLedger(ctx, c, setName, set.QueryAcked, ids, &pending); err != nil {
+		return nil, err
 	}
 	for _, p := range pending {
 		out[p.Receipt.RolloutID] = p
@@ -164,26 +152,37 @@ func Settled(ctx context.Context, c Querier, setName string, ids []string) (map[
 	if len(ids) == 0 {
 		return out, nil
 	}
-	resp, err := c.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID: set.AckLedgerWorkflowID(setName), QueryType: set.QuerySettled, Args: []any{ids},
-		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	switch {
-	case isNotFound(err):
-		return out, nil
-	case err != nil:
-		return nil, fmt.Errorf("read the acknowledgement ledger of set %s: %w", setName, err)
-	case resp.QueryRejected != nil || resp.QueryResult == nil:
-		return out, nil // closed: it held nothing when it closed
-	}
 	var receipts []rollout.Receipt
-	if err := resp.QueryResult.Get(&receipts); err != nil {
-		return nil, fmt.Errorf("decode the acknowledgement ledger of set %s: %w", setName, err)
+	if err := queryLedger(ctx, c, setName, set.QuerySettled, ids, &receipts); err != nil {
+		return nil, err
 	}
 	for _, rc := range receipts {
 		out[rc.RolloutID] = rc
 	}
 	return out, nil
+}
+
+// queryLedger asks set's ledger queryType about ids and decodes the answer
+// into out. A ledger that does not run (never started, or closed once
+// idle) leaves out as it is, and is not woken: it held nothing when it
+// closed.
+func queryLedger(ctx context.Context, c Querier, setName, queryType string, ids []string, out any) error {
+	resp, err := c.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID: set.AckLedgerWorkflowID(setName), QueryType: queryType, Args: []any{ids},
+		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the acknowledgement ledger of set %s: %w", setName, err)
+	case resp.QueryRejected != nil || resp.QueryResult == nil:
+		return nil
+	}
+	if err := resp.QueryResult.Get(out); err != nil {
+		return fmt.Errorf("decode the acknowledgement ledger of set %s: %w", setName, err)
+	}
+	return nil
 }
 
 // withStart sends an update to set's ledger, starting it when it does not
