@@ -23,7 +23,6 @@
 package artifact
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -301,17 +300,4 @@ func tarSize(sizes []int64) int64 {
 		n += 512 + (s+511)/512*512
 	}
 	return n
-}
-
-// decodeStrict decodes exactly one JSON value with no unknown fields.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON value")
-	}
-	return nil
 }

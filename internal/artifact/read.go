@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/strictjson"
 )
 
 // Checkpoint is a checkpoint directory that Open has validated in full.
@@ -200,7 +201,7 @@ func parseManifest(dir string, b []byte, wantID string, set Settings) (Manifest,
 		return Manifest{}, invalid(dir, ManifestName, "unknown schema version %d (this build reads %d)", *probe.Schema, SchemaVersion)
 	}
 	var m Manifest
-	if err := decodeStrict(b, &m); err != nil {
+	if err := strictjson.Decode(b, &m); err != nil {
 		return Manifest{}, invalid(dir, ManifestName, "malformed: %v", err)
 	}
 	canon, err := canonicalManifest(&m)
@@ -451,7 +452,7 @@ func readIndexLine(br *bufio.Reader) ([]byte, error) {
 // add checks one line and appends its entry.
 func (p *indexParser) add(line []byte) error {
 	var e IndexEntry
-	if err := decodeStrict(line, &e); err != nil {
+	if err := strictjson.Decode(line, &e); err != nil {
 		return err
 	}
 	canon, err := canonicalIndexLine(e)

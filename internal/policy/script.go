@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/strictjson"
 )
 
 // ScriptModel is the model name of the generic scripted policy: it drives
@@ -97,9 +98,9 @@ func parseScript(raw []byte) (script, error) {
 	raw = bytes.TrimSpace(raw)
 	var err error
 	if len(raw) > 0 && raw[0] == '[' {
-		err = strictDecode(raw, &s.Turns)
+		err = strictjson.Decode(raw, &s.Turns)
 	} else {
-		err = strictDecode(raw, &s)
+		err = strictjson.Decode(raw, &s)
 	}
 	if err != nil {
 		return script{}, fmt.Errorf("model %s: bad %s line: want a list of turns, each a list of {\"name\", \"arguments\"}, or {\"turns\", \"answer\"}: %w", ScriptModel, strings.TrimSpace(ScriptPrefix), err)
@@ -125,20 +126,6 @@ func (c scriptCall) check() error {
 	}
 	if a := bytes.TrimSpace(c.Arguments); len(a) == 0 || a[0] != '{' {
 		return fmt.Errorf("tool %s: arguments must be a JSON object, got %s", c.Name, string(c.Arguments))
-	}
-	return nil
-}
-
-// strictDecode decodes one JSON value, refusing unknown fields and
-// trailing data.
-func strictDecode(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON value")
 	}
 	return nil
 }
