@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/heartbeat"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -210,28 +211,7 @@ func (w *prefixWriter) refLocked() *rollout.ModelPrefix {
 
 // keepAlive runs keepalive on a ticker until stop is called.
 func (w *prefixWriter) keepAlive(ctx context.Context) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(w.a.heartbeatEvery() / 2)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.keepalive(ctx)
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
-	}
+	return heartbeat.Run(ctx, w.a.heartbeatEvery()/2, w.keepalive)
 }
 
 // startingPrefix is the durable prefix this call continues: its heartbeat

@@ -15,6 +15,13 @@ import (
 // Every heartbeats every interval, with details, until the returned stop is
 // called or ctx ends. stop waits for the ticker goroutine to finish.
 func Every(ctx context.Context, every time.Duration, details ...any) (stop func()) {
+	return Run(ctx, every, func(ctx context.Context) { activity.RecordHeartbeat(ctx, details...) })
+}
+
+// Run calls beat every interval until the returned stop is called or ctx
+// ends, for a call whose heartbeat details change as it goes. stop waits
+// for the ticker goroutine to finish.
+func Run(ctx context.Context, every time.Duration, beat func(context.Context)) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -29,7 +36,7 @@ func Every(ctx context.Context, every time.Duration, details ...any) (stop func(
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx, details...)
+				beat(ctx)
 			}
 		}
 	}()
