@@ -518,3 +518,29 @@ func TestRefusedRequestsChangeNothing(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// TestSubmitProgressEveryFollowsTheStallWindow: the rollouts of a gateway
+// whose watchdog window is short publish their progress often enough for
+// it (at most half the window, at least the rollout's minimum); with the
+// default window they keep the rollout's default.
+func TestSubmitProgressEveryFollowsTheStallWindow(t *testing.T) {
+	for _, tt := range []struct {
+		window time.Duration
+		want   time.Duration
+	}{
+		{window: 0, want: 0}, // DefaultStallWindow
+		{window: time.Minute, want: 0},
+		{window: 5 * time.Second, want: 2500 * time.Millisecond},
+		{window: time.Second, want: rollout.MinProgressEvery},
+	} {
+		var got trainer.SubmitRequest
+		f := &fakeBackend{submit: func(r trainer.SubmitRequest) (trainer.SubmitResult, error) {
+			got = r
+			return trainer.SubmitResult{Inputs: make([]rollout.Input, 1), Started: 1}, nil
+		}}
+		s := newTestServer(t, f, func(c *Config) { c.StallWindow = tt.window })
+		rec := call(t, s, "POST", "/v1/sets", `{"request_id":"p1","set":"p1","envs":["counter"],"count":1}`)
+		decodeOK[SubmitResponse](t, rec, http.StatusOK)
+		require.Equal(t, tt.want, got.ProgressEvery, "stall window %s", tt.window)
+	}
+}

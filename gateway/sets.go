@@ -14,6 +14,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	setpkg "github.com/turnstile-rl/turnstile/workflows/set"
 )
 
@@ -57,7 +58,7 @@ func (s *Server) submitRequest(ctx context.Context, req SubmitRequest) (trainer.
 		Set: req.Set, Count: req.Count, Sampling: req.Sampling, Envs: req.Envs, EnvServer: req.EnvServer, EnvURL: req.EnvURL,
 		Policy: req.Policy, PolicyEndpoint: req.PolicyEndpoint, ModelURL: req.ModelURL, Seed: req.Seed, MaxTurns: req.MaxTurns,
 		RequireAck: req.RequireAck == nil || *req.RequireAck, Rows: req.Rows, Repeats: req.Repeats, RequestID: req.RequestID,
-		MaxInFlight: req.MaxInFlight,
+		MaxInFlight: req.MaxInFlight, ProgressEvery: progressEvery(s.cfg.StallWindow),
 	}
 	if err := setLimits(&cr, req.Limits); err != nil {
 		return trainer.SubmitRequest{}, err
@@ -447,4 +448,16 @@ func checkPolicyVersion(req PolicyVersionRequest) error {
 		return badRequest("action", fmt.Sprintf("action %q: want %q or %q", req.Action, ActionCancel, ActionFlag))
 	}
 	return nil
+}
+
+// progressEvery is how often the rollouts of a submission publish their
+// progress time, for a watchdog of the given window: at most half of it, so
+// a working rollout never looks stalled to the feed, and never more often
+// than the rollout allows. 0 (the rollout's default) when that is already
+// often enough.
+func progressEvery(window time.Duration) time.Duration {
+	if window/2 >= rollout.DefaultProgressEvery {
+		return 0
+	}
+	return max(window/2, rollout.MinProgressEvery)
 }

@@ -97,6 +97,11 @@ type SubmitRequest struct {
 	// (DefaultMaxTurns).
 	MaxTurns   int
 	RequireAck bool
+	// ProgressEvery is how often a working rollout publishes its progress
+	// time at most (rollout.Input.ProgressEvery; 0: the rollout's default).
+	// A health window shorter than it would call a working set stalled, so
+	// a watcher with a short window submits with at most half of it.
+	ProgressEvery time.Duration
 	// Budgets of every rollout (rollout.Limits); zero keeps each default:
 	// rollout.DefaultModelCallTimeout, rollout.DefaultEnvCallTimeout,
 	// unlimited model-call attempts, no deadline.

@@ -198,18 +198,19 @@ func buildDatasetInputs(r SubmitRequest) ([]rollout.Input, error) {
 		limits.GroupRetries = r.GroupRetries
 		for rep := range r.Repeats {
 			out = append(out, rollout.Input{
-				RolloutID:  DatasetRolloutID(r.Set, id, rep),
-				Set:        r.Set,
-				Task:       json.RawMessage(task.Bytes()),
-				Env:        rollout.EnvRef{Name: row.Env, URL: r.EnvURL, Server: r.EnvServer},
-				Policy:     policy,
-				Seed:       rowSeed(r.Set, row, id, rep),
-				Limits:     limits,
-				Sampling:   cmp.Or(row.Sampling, r.Sampling),
-				RequireAck: r.RequireAck,
-				Group:      id,
-				Repeat:     rep,
-				GroupSize:  r.Repeats,
+				RolloutID:     DatasetRolloutID(r.Set, id, rep),
+				Set:           r.Set,
+				Task:          json.RawMessage(task.Bytes()),
+				Env:           rollout.EnvRef{Name: row.Env, URL: r.EnvURL, Server: r.EnvServer},
+				Policy:        policy,
+				Seed:          rowSeed(r.Set, row, id, rep),
+				Limits:        limits,
+				Sampling:      cmp.Or(row.Sampling, r.Sampling),
+				RequireAck:    r.RequireAck,
+				ProgressEvery: rollout.Duration(r.ProgressEvery),
+				Group:         id,
+				Repeat:        rep,
+				GroupSize:     r.Repeats,
 			})
 		}
 	}

@@ -160,16 +160,17 @@ func BuildInputs(r SubmitRequest) ([]rollout.Input, error) {
 			maxTurns = DefaultMaxTurns(env)
 		}
 		out[i] = rollout.Input{
-			RolloutID:  RolloutID(r.Set, i),
-			Set:        r.Set,
-			Attempt:    0,
-			Task:       task,
-			Env:        rollout.EnvRef{Name: env, URL: r.EnvURL, Server: r.EnvServer},
-			Policy:     rollout.PolicyRef{Model: model, BaseURL: r.ModelURL, Endpoint: r.PolicyEndpoint},
-			Seed:       RolloutSeed(r.Seed, i),
-			Limits:     r.limits(maxTurns),
-			Sampling:   r.Sampling,
-			RequireAck: r.RequireAck,
+			RolloutID:     RolloutID(r.Set, i),
+			Set:           r.Set,
+			Attempt:       0,
+			Task:          task,
+			Env:           rollout.EnvRef{Name: env, URL: r.EnvURL, Server: r.EnvServer},
+			Policy:        rollout.PolicyRef{Model: model, BaseURL: r.ModelURL, Endpoint: r.PolicyEndpoint},
+			Seed:          RolloutSeed(r.Seed, i),
+			Limits:        r.limits(maxTurns),
+			Sampling:      r.Sampling,
+			RequireAck:    r.RequireAck,
+			ProgressEvery: rollout.Duration(r.ProgressEvery),
 		}
 	}
 	return out, checkInputSizes(out)
