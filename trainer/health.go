@@ -172,8 +172,13 @@ func healthFilters(h *Health, n *healthCounts, sinceTS string, watchdog bool) []
 	if !watchdog {
 		return counts
 	}
+	// A run that ended without publishing its finish (terminated, timed
+	// out, or cancelled in the middle of a call) counts by its close time:
+	// counted after the working ones, a run that closes between the counts
+	// is seen here, and a set whose rollouts were all just cancelled is not
+	// called stalled.
 	return append(counts,
-		healthCount{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut")))`, rollout.SARolloutFinishedAt, sinceTS)},
+		healthCount{&n.finished, fmt.Sprintf(`(%s >= %s OR (CloseTime >= %[2]s AND (ExecutionStatus = "Terminated" OR ExecutionStatus = "TimedOut" OR ExecutionStatus = "Canceled")))`, rollout.SARolloutFinishedAt, sinceTS)},
 		healthCount{&n.progressed, fmt.Sprintf(`ExecutionStatus = "Running" AND (%s >= %s OR StartTime >= %[2]s)`, rollout.SARolloutProgressAt, sinceTS)})
 }
 
