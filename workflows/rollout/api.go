@@ -538,6 +538,13 @@ type ParkRequest struct {
 	CheckpointID string `json:"checkpoint_id"`
 	// Deadline is absolute: a model call still running then is cancelled.
 	Deadline time.Time `json:"deadline"`
+	// LeaseUntil is when the hold ends by itself if nothing released it: a
+	// rollout parked past it resumes, as if its checkpoint had resumed it,
+	// so a checkpoint whose coordinator vanished holds it for a bounded
+	// time. A later park of the same checkpoint with a later lease renews
+	// it. Zero holds until a resume (a set paused for a planned shutdown,
+	// a restore's held runs).
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 // ParkRecord is a parked rollout's boundary record: everything a replacement

@@ -273,8 +273,11 @@ func (r *rollout) validateParkSignal(ctx workflow.Context, req ParkRequest) erro
 	switch {
 	case r.released[req.CheckpointID]:
 		return fmt.Errorf("checkpoint %q already released this rollout", req.CheckpointID)
-	case !req.Deadline.IsZero() && workflow.Now(ctx).After(req.Deadline.Add(staleParkAfter)):
+	case !req.Deadline.IsZero() && workflow.Now(ctx).After(req.Deadline.Add(staleParkAfter)) &&
+		(req.LeaseUntil.IsZero() || r.park == nil):
 		return fmt.Errorf("checkpoint %q's deadline %s has passed", req.CheckpointID, req.Deadline.Format(time.RFC3339))
+	case !req.LeaseUntil.IsZero() && !workflow.Now(ctx).Before(req.LeaseUntil):
+		return fmt.Errorf("checkpoint %q's lease ended at %s", req.CheckpointID, req.LeaseUntil.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -316,10 +319,13 @@ func (r *rollout) validatePark(req ParkRequest) error {
 
 // requestPark holds the rollout for req's checkpoint (validated).
 func (r *rollout) requestPark(req ParkRequest) {
-	if r.park == nil {
+	switch {
+	case r.park == nil:
 		r.park = &req
-	} else if r.park.Deadline.IsZero() {
+	case r.park.Deadline.IsZero():
 		r.park.Deadline = req.Deadline // a held restore run learns its deadline
+	case !r.park.LeaseUntil.IsZero() && req.LeaseUntil.After(r.park.LeaseUntil):
+		r.park.LeaseUntil = req.LeaseUntil // the checkpoint renewed its lease
 	}
 }
 
@@ -430,12 +436,44 @@ func (r *rollout) boundary(ctx workflow.Context) error {
 	r.parked = true
 	r.setPhase(ctx, PhaseParked)
 	r.logger.Info("parked", "checkpoint", r.park.CheckpointID, "turn", r.b.Turn)
-	if err := workflow.Await(ctx, func() bool { return r.park == nil }); err != nil {
+	if err := r.awaitRelease(ctx); err != nil {
 		return err
 	}
 	r.parked = false
 	r.logger.Info("resumed", "turn", r.b.Turn)
 	r.advancePhase(ctx, r.nextPhase())
+	return nil
+}
+
+// awaitRelease waits until the rollout's checkpoint releases it, or its
+// park lease expires. A park with no lease waits for the release alone and
+// starts no timer; one with a lease starts one timer, restarted only when
+// the lease is renewed, and cancelled by the release.
+func (r *rollout) awaitRelease(ctx workflow.Context) error {
+	for r.park != nil {
+		held, until := r.park, r.park.LeaseUntil
+		changed := func() bool { return r.park != held || !r.park.LeaseUntil.Equal(until) }
+		if until.IsZero() {
+			if err := workflow.Await(ctx, changed); err != nil {
+				return err
+			}
+			continue
+		}
+		if wait := until.Sub(workflow.Now(ctx)); wait > 0 {
+			ok, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
+				Timeout: wait, TimerOptions: workflow.TimerOptions{Summary: "park lease"},
+			}, changed)
+			if err != nil {
+				return err
+			}
+			if ok {
+				continue
+			}
+		}
+		r.logger.Warn("park lease expired with no resume; resuming", "checkpoint", held.CheckpointID,
+			"lease_until", until.Format(time.RFC3339))
+		r.release(held.CheckpointID)
+	}
 	return nil
 }
 

@@ -707,3 +707,93 @@ func TestRolloutIgnoresLateParkSignals(t *testing.T) {
 		})
 	}
 }
+
+// leaseRun parks a rollout (mid-episode, by signal) for cp-1 with a lease
+// ending at lease past the start, runs then at each offset of later (from
+// the start), and returns the result, the workflow time the run ended and
+// the durations of the timers it started.
+func leaseRun(t *testing.T, lease time.Duration, later map[time.Duration]func(env *testsuite.TestWorkflowEnvironment, start time.Time)) (rollout.Result, time.Duration, []time.Duration) {
+	t.Helper()
+	w := newWorld(3)
+	w.operateErr = closedFor(1) // wait on a timer mid-episode, as above
+	env := newEnv(t, w)
+	env.SetTestTimeout(30 * time.Second)
+	var timers []time.Duration
+	env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
+	start := env.Now()
+	env.RegisterDelayedCallback(func() {
+		req := rollout.ParkRequest{CheckpointID: "cp-1", Deadline: start.Add(time.Minute)}
+		if lease > 0 {
+			req.LeaseUntil = start.Add(lease)
+		}
+		env.SignalWorkflow(rollout.SignalPark, req)
+	}, time.Millisecond)
+	for at, f := range later {
+		env.RegisterDelayedCallback(func() { f(env, start) }, at)
+	}
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	res := result(t, env)
+	return res, env.Now().Sub(start), timers
+}
+
+// A rollout parked by a checkpoint that never releases it (its coordinator
+// vanished) resumes by itself when the park's lease ends, and finishes as
+// an uninterrupted run does.
+func TestRolloutParkLeaseExpiresWithoutResume(t *testing.T) {
+	res, took, _ := leaseRun(t, 2*time.Hour, nil)
+	require.Equal(t, 1.0, res.Reward, "the rollout finished after its lease ended")
+	require.GreaterOrEqual(t, took, 2*time.Hour, "it stayed parked until the lease ended")
+	require.Less(t, took, 3*time.Hour, "and not much longer")
+}
+
+// A renewal (a park of the same checkpoint with a later lease) extends the
+// hold; a rollout released in time resumes at once and no lease ends it
+// later; a park with no lease starts no lease timer and holds until
+// released.
+func TestRolloutParkLeaseRenewedAndReleased(t *testing.T) {
+	t.Run("renewed", func(t *testing.T) {
+		res, took, _ := leaseRun(t, 2*time.Hour, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, time.Time){
+			time.Hour: func(env *testsuite.TestWorkflowEnvironment, start time.Time) {
+				env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{
+					CheckpointID: "cp-1", Deadline: start.Add(time.Minute), LeaseUntil: start.Add(5 * time.Hour)})
+			},
+		})
+		require.Equal(t, 1.0, res.Reward)
+		require.GreaterOrEqual(t, took, 5*time.Hour, "the renewed lease held it")
+		require.Less(t, took, 6*time.Hour)
+	})
+	t.Run("released in time", func(t *testing.T) {
+		res, took, _ := leaseRun(t, 2*time.Hour, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, time.Time){
+			10 * time.Minute: func(env *testsuite.TestWorkflowEnvironment, _ time.Time) {
+				env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+			},
+		})
+		require.Equal(t, 1.0, res.Reward)
+		require.GreaterOrEqual(t, took, 10*time.Minute, "it waited for the release")
+		require.Less(t, took, 11*time.Minute, "and went on at the release, not at the lease")
+	})
+	t.Run("no lease", func(t *testing.T) {
+		res, took, timers := leaseRun(t, 0, map[time.Duration]func(*testsuite.TestWorkflowEnvironment, time.Time){
+			10 * time.Hour: func(env *testsuite.TestWorkflowEnvironment, _ time.Time) {
+				env.SignalWorkflow(rollout.SignalResume, rollout.ResumeRequest{CheckpointID: "cp-1"})
+			},
+		})
+		require.Equal(t, 1.0, res.Reward)
+		require.GreaterOrEqual(t, took, 10*time.Hour, "a park with no lease holds until released")
+		for _, d := range timers {
+			require.LessOrEqual(t, d, time.Minute, "no lease timer was started")
+		}
+	})
+}
+
+// A park signal whose lease has already ended parks nothing.
+func TestRolloutIgnoresParkWithEndedLease(t *testing.T) {
+	env := newEnv(t, newWorld(3))
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(rollout.SignalPark, rollout.ParkRequest{
+			CheckpointID: "cp-1", Deadline: env.Now().Add(time.Hour), LeaseUntil: env.Now().Add(-time.Second)})
+	}, time.Millisecond)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	require.Equal(t, 1.0, result(t, env).Reward)
+}
