@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -84,7 +85,8 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 		var prep protocol.PrepareResponse
 		err = c.watched(ctx, url, "prepare", func(ctx context.Context) error {
 			var err error
-			prep, err = cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline})
+			prep, err = cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline,
+				LeaseMillis: leaseMillis(in.Lease)})
 			return err
 		})
 		if isHung(err) {
@@ -123,4 +125,14 @@ func readStagedParticipants(ctx context.Context, dir storage.Store, checkpointID
 		return stagedParticipants{}, fmt.Errorf("staged participant reports are of checkpoint %q, not %q", sp.CheckpointID, checkpointID)
 	}
 	return sp, nil
+}
+
+// leaseMillis is a prepare's lease_ms for lease: whole milliseconds, at
+// least one, at most protocol.MaxLeaseMillis; 0 (the participant's
+// default) for no lease given.
+func leaseMillis(lease time.Duration) int64 {
+	if lease <= 0 {
+		return 0
+	}
+	return min(max(lease.Milliseconds(), 1), protocol.MaxLeaseMillis)
 }

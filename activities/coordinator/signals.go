@@ -90,7 +90,7 @@ func (p *parking) ask(ctx context.Context) error {
 // workflow has closed is marked closed; one with no workflow fails the step,
 // naming it.
 func (p *parking) signal(ctx context.Context, idx []int, prog *progress) error {
-	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline}
+	req := rollout.ParkRequest{CheckpointID: p.in.CheckpointID, Deadline: p.in.Deadline, LeaseUntil: p.in.LeaseUntil}
 	return fanout.Each(ctx, len(idx), p.c.signalLimit(), func(ctx context.Context, k int) error {
 		i := idx[k]
 		if prog != nil {

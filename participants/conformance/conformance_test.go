@@ -137,6 +137,7 @@ func TestBrokenParticipantsFailTheRightRule(t *testing.T) {
 		{"keeps R11 without the live-rollback exception", false, brokenparticipant.LiteralR11, nil, []string{"R18"}},
 		{"declares replay but starts its sessions over", false, claimReplay, []func(*envserver.ServerConfig){servedRestartOnly}, []string{"R27"}},
 		{"counts a replay's re-applied mutations as applied", false, countReapplied, nil, []string{"R27"}},
+		{"lists prepare_lease_v1 but ignores the prepare's lease", false, dropLease, nil, []string{"R28"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var failed []string
@@ -257,5 +258,24 @@ func rewrite(next http.Handler, edit func(r *http.Request, status int, body []by
 		w.Header().Del("Content-Length")
 		w.WriteHeader(rec.Code)
 		_, _ = w.Write(body)
+	})
+}
+
+// dropLease breaks R28: a prepare's lease_ms is dropped on the way in, so
+// the participant holds the session for its default lease and takes a
+// bad lease without a word, while it lists prepare_lease_v1.
+func dropLease(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != strings.TrimPrefix(protocol.RouteControlPrepare, http.MethodPost+" ") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		var req protocol.PrepareRequest
+		if json.Unmarshal(body, &req) == nil && req.LeaseMillis != 0 {
+			req.LeaseMillis = 0
+			body, _ = json.Marshal(req)
+		}
+		next.ServeHTTP(w, clone(r, body))
 	})
 }

@@ -63,6 +63,7 @@ func allChecks() []check {
 		{Rule: Rule{"R25", "stateless environments"}, run: checkStateless},
 		{Rule: Rule{"R26", "the checkpoint artifact"}, run: checkArtifact},
 		{Rule: Rule{"R27", "replay-restore"}, run: checkReplayRestore},
+		{Rule: Rule{"R28", "leases"}, run: checkLease},
 	}
 }
 

@@ -63,6 +63,9 @@ func (c *control) authorize(r *http.Request) error {
 
 // installControl registers the control routes.
 func (s *Server) installControl() {
+	s.ctl.fence.mu.Lock()
+	s.ctl.fence.lease.expire = s.expireLease
+	s.ctl.fence.mu.Unlock()
 	s.handle(protocol.RouteControlCapabilities, s.controlRoute(s.handleCapabilities))
 	s.handle(protocol.RouteControlStatus, s.controlRoute(s.handleStatus))
 	s.handle(protocol.RouteControlPrepare, s.controlRoute(s.handlePrepare))
@@ -186,8 +189,12 @@ func (s *Server) handlePrepare(r *http.Request, body []byte) (any, error) {
 	if req.Deadline.IsZero() {
 		return nil, refuse(protocol.CodeMalformed, "deadline is the zero time")
 	}
+	if req.LeaseMillis < 0 || req.LeaseMillis > protocol.MaxLeaseMillis {
+		return nil, refuse(protocol.CodeMalformed, "lease_ms %d is outside 0..%d", req.LeaseMillis, protocol.MaxLeaseMillis)
+	}
 	run, replay, aerr := s.ctl.fence.begin(r.Context(), opSpec{
 		op: opPrepare, id: req.CheckpointID, checkpoint: req.CheckpointID, allowed: []protocol.Phase{protocol.PhaseIdle}, during: protocol.PhasePreparing,
+		lease: req.Lease(),
 	})
 	if aerr != nil || replay != nil {
 		return replay, aerr

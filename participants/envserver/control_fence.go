@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -97,6 +98,8 @@ type phaseFence struct {
 	// cutRetires are retirements made while the cut was being taken or
 	// after it was frozen: rollout → lowest attempt still accepted.
 	cutRetires map[string]int
+
+	lease sessionLease
 }
 
 func newPhaseFence() *phaseFence {
@@ -115,6 +118,8 @@ type opSpec struct {
 	allowed []protocol.Phase
 	// during is the phase while it runs; "" keeps the current one.
 	during protocol.Phase
+	// lease is a prepare's lease (R28).
+	lease time.Duration
 }
 
 // opRun is an operation the fence let start.
@@ -124,6 +129,7 @@ type opRun struct {
 	entryActive string
 	entryKind   string
 	entryCkpt   string
+	entryLease  time.Duration
 	// takenOver is the committed checkpoint session a restore took over,
 	// kept so a failed restore gives it back whole; nil otherwise.
 	takenOver *takenOverSession
@@ -231,8 +237,13 @@ func (f *phaseFence) checkPhaseLocked(spec opSpec) error {
 // startLocked records spec's operation as running in its session. Callers
 // hold f.mu.
 func (f *phaseFence) startLocked(ctx context.Context, spec opSpec) *opRun {
-	run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint}
+	f.cancelLeaseLocked()
+	run := &opRun{spec: spec, entryPhase: f.phase, entryActive: f.active, entryKind: f.activeKind, entryCkpt: f.activeCheckpoint,
+		entryLease: f.lease.length}
 	run.ctx, run.cancel = context.WithCancel(ctx)
+	if spec.op == opPrepare {
+		f.lease.length = spec.lease
+	}
 	if f.takesOverLocked(spec) {
 		run.takenOver = &takenOverSession{id: f.active, results: f.results, frozen: f.frozen, cutRetires: f.cutRetires}
 		f.results, f.frozen, f.cutRetires = map[string]recorded{}, nil, nil
@@ -272,6 +283,7 @@ func (f *phaseFence) endLocked(run *opRun) {
 	f.abort = nil
 	close(f.done)
 	f.done = nil
+	f.armLeaseLocked()
 }
 
 // fail ends run without recording anything: back to the phase and active
@@ -282,6 +294,7 @@ func (f *phaseFence) fail(run *opRun) {
 	f.phase = run.entryPhase
 	f.active = run.entryActive
 	f.activeKind, f.activeCheckpoint = run.entryKind, run.entryCkpt
+	f.lease.length = run.entryLease
 	if t := run.takenOver; t != nil {
 		// The committed checkpoint session, as it was.
 		f.results, f.frozen, f.cutRetires = t.results, t.frozen, t.cutRetires

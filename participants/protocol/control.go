@@ -68,6 +68,20 @@ const (
 	// (attempt_not_installed); RouteControlAuthorise installs an attempt
 	// for a start-over.
 	FeatureAuthoriseStartOver = "authorise_start_over_v1"
+	// FeaturePrepareLease: a prepared or committed checkpoint session that
+	// hears nothing more of its checkpoint for its lease (the prepare's
+	// lease_ms, DefaultLeaseMillis when omitted) resumes by itself, so a
+	// coordinator that vanished holds admission for a bounded time.
+	FeaturePrepareLease = "prepare_lease_v1"
+)
+
+// Bounds of a prepare's lease_ms.
+const (
+	// DefaultLeaseMillis is the lease of a prepare that gives none: ten
+	// minutes.
+	DefaultLeaseMillis = 10 * 60 * 1000
+	// MaxLeaseMillis bounds lease_ms: one day.
+	MaxLeaseMillis = 24 * 60 * 60 * 1000
 )
 
 // Features are the features this version of the protocol knows, each
@@ -75,7 +89,7 @@ const (
 // implements them all.
 func Features() []string {
 	return []string{FeatureAbsoluteDeadline, FeatureRetireStraggler, FeatureReceiptsInCheckpoint,
-		FeatureRestartOnlyDiscard, FeatureRestoreSessions, FeatureAuthoriseStartOver}
+		FeatureRestartOnlyDiscard, FeatureRestoreSessions, FeatureAuthoriseStartOver, FeaturePrepareLease}
 }
 
 // RequiredFeatures are the features a coordinator relies on: it refuses a
@@ -232,6 +246,18 @@ type PrepareRequest struct {
 	// Deadline is absolute (RFC 3339): a relative budget would re-anchor at
 	// every hop and the hops together could exceed the coordinator's limit.
 	Deadline time.Time `json:"deadline"`
+	// LeaseMillis is how long the session, once prepared (and again once
+	// committed), waits for the next operation of this checkpoint before it
+	// resumes by itself (R28); omitted or 0: DefaultLeaseMillis.
+	LeaseMillis int64 `json:"lease_ms,omitempty"`
+}
+
+// Lease is the request's lease, DefaultLeaseMillis when it gives none.
+func (r PrepareRequest) Lease() time.Duration {
+	if r.LeaseMillis == 0 {
+		return DefaultLeaseMillis * time.Millisecond
+	}
+	return time.Duration(r.LeaseMillis) * time.Millisecond
 }
 
 // PrepareResponse is the frozen cut's membership.

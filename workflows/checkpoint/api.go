@@ -75,6 +75,13 @@ type CheckpointInput struct {
 	// StayPaused leaves every participant and rollout parked after the
 	// commit (a planned shutdown).
 	StayPaused bool `json:"stay_paused,omitempty"`
+	// LeaseGrace (a Go duration; empty: DefaultLeaseGrace) is how long past
+	// deadline+settle a parked rollout or a prepared environment server
+	// waits for this checkpoint's resume before it resumes by itself, so a
+	// checkpoint whose coordinator vanished holds the set for a bounded
+	// time. A checkpoint that stays paused gives its rollouts no lease:
+	// they are held until a resume or a restore.
+	LeaseGrace string `json:"lease_grace,omitempty"`
 }
 
 // CheckpointResult describes a committed checkpoint. Counts and digests

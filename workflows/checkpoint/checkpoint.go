@@ -24,6 +24,13 @@ const (
 	// MaxCheckpointTimeout bounds the deadline, so a typo cannot hold a set
 	// parked for days.
 	MaxCheckpointTimeout = 24 * time.Hour
+	// DefaultLeaseGrace is a checkpoint's lease grace when its input gives
+	// none: a parked rollout resumes by itself at deadline + settle + grace
+	// if the checkpoint neither resumed nor renewed it.
+	DefaultLeaseGrace = 5 * time.Minute
+	// MaxLeaseGrace bounds the lease grace, so a typo cannot hold a set
+	// parked for days by a checkpoint that vanished.
+	MaxLeaseGrace = 24 * time.Hour
 )
 
 // coordinatorRetry retries transient failures (a participant restarting,
@@ -136,7 +143,45 @@ func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
 	if deadline.Sub(now) > MaxCheckpointTimeout {
 		return time.Time{}, fmt.Errorf("deadline %s is more than %s away", deadline.Format(time.RFC3339), MaxCheckpointTimeout)
 	}
+	if _, err := in.leaseGrace(); err != nil {
+		return time.Time{}, err
+	}
 	return deadline, nil
+}
+
+// leaseGrace is the input's lease grace, DefaultLeaseGrace when empty.
+func (in CheckpointInput) leaseGrace() (time.Duration, error) {
+	if in.LeaseGrace == "" {
+		return DefaultLeaseGrace, nil
+	}
+	d, err := time.ParseDuration(in.LeaseGrace)
+	if err != nil || d <= 0 || d > MaxLeaseGrace {
+		return 0, fmt.Errorf("lease_grace %q: want a positive duration up to %s, such as 30s or 5m", in.LeaseGrace, MaxLeaseGrace)
+	}
+	return d, nil
+}
+
+// LeaseUntil is when the parks of a checkpoint with this deadline and
+// lease grace end by themselves: deadline + settle + grace.
+func LeaseUntil(deadline time.Time, grace time.Duration) time.Time {
+	return deadline.Add(CheckpointSettle + grace)
+}
+
+// leaseUntil is the lease of this checkpoint's parks; zero (no lease) for
+// a checkpoint that stays paused.
+func (c *checkpointRun) leaseUntil() time.Time {
+	if c.in.StayPaused {
+		return time.Time{}
+	}
+	grace, _ := c.in.leaseGrace() // validated
+	return LeaseUntil(c.deadline, grace)
+}
+
+// participantLease is the lease of this checkpoint's prepared
+// environment servers: until deadline + settle + grace, counted from now.
+func (c *checkpointRun) participantLease(ctx workflow.Context) time.Duration {
+	grace, _ := c.in.leaseGrace() // validated
+	return LeaseUntil(c.deadline, grace).Sub(workflow.Now(ctx))
 }
 
 // checkpointRun is the state of one Checkpoint execution.
@@ -223,6 +268,7 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	var prep PrepareParticipantsResult
 	err := runStep(ctx, step{"prepare participants", c.cutTimeout(ctx), PrepareParticipantsName}, PrepareParticipantsInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants, Deadline: c.deadline,
+		Lease: c.participantLease(ctx),
 	}, &prep)
 	if err != nil {
 		return err
@@ -241,7 +287,7 @@ func (c *checkpointRun) cut(ctx workflow.Context, res *CheckpointResult) error {
 	c.setPhase(ctx, "park", fmt.Sprintf("parking %d members", mem.Members))
 	var park ParkMembersResult
 	err = runStep(ctx, step{fmt.Sprintf("park %d rollouts", mem.Members), c.cutTimeout(ctx), ParkMembersName}, ParkMembersInput{
-		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Deadline: c.deadline,
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Deadline: c.deadline, LeaseUntil: c.leaseUntil(),
 	}, &park)
 	if err != nil {
 		return err

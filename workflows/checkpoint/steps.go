@@ -67,6 +67,10 @@ type PrepareParticipantsInput struct {
 	Root         string    `json:"root"`
 	Participants []string  `json:"participants"`
 	Deadline     time.Time `json:"deadline"`
+	// Lease is how long a prepared server holds the cut with no further
+	// operation of this checkpoint before it resumes by itself (the
+	// prepare's lease_ms); zero: the participant's default.
+	Lease time.Duration `json:"lease,omitempty"`
 }
 
 // PrepareParticipantsResult counts the prepared servers and the sessions
@@ -108,6 +112,9 @@ type ParkMembersInput struct {
 	Set          string    `json:"set"`
 	Root         string    `json:"root"`
 	Deadline     time.Time `json:"deadline"`
+	// LeaseUntil is the parks' lease (rollout.ParkRequest.LeaseUntil);
+	// zero holds them until resumed.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
 }
 
 // ParkMembersResult counts the parks; the records are staged in
