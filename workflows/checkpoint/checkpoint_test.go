@@ -279,6 +279,9 @@ func TestCheckpointRefusesBadInput(t *testing.T) {
 		"bad timeout":      func(in *checkpoint.CheckpointInput) { in.Timeout = "soon" },
 		"both":             func(in *checkpoint.CheckpointInput) { in.Deadline = time.Now().Add(time.Hour) },
 		"duplicate url":    func(in *checkpoint.CheckpointInput) { in.Participants[1] = in.Participants[0] },
+		"bad lease grace":  func(in *checkpoint.CheckpointInput) { in.LeaseGrace = "later" },
+		"zero lease grace": func(in *checkpoint.CheckpointInput) { in.LeaseGrace = "0s" },
+		"long lease grace": func(in *checkpoint.CheckpointInput) { in.LeaseGrace = "25h" },
 		"past deadline": func(in *checkpoint.CheckpointInput) {
 			in.Timeout = ""
 			in.Deadline = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -305,4 +308,38 @@ func requireAborted(t *testing.T, err error, contains string) {
 	require.True(t, errors.As(err, &ae), "error %v", err)
 	require.Equal(t, checkpoint.ErrCheckpointAborted, ae.Type())
 	require.True(t, strings.Contains(err.Error(), contains), "error %q does not say %q", err, contains)
+}
+
+// A checkpoint parks its rollouts with a lease ending at deadline + settle
+// + lease grace (the default, or the input's), and prepares its servers
+// with a lease that ends no sooner; one that stays paused gives its
+// rollouts no lease.
+func TestCheckpointParksWithALease(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace string
+		want  time.Duration
+		stay  bool
+	}{
+		{"default grace", "", checkpoint.DefaultLeaseGrace, false},
+		{"given grace", "45s", 45 * time.Second, false},
+		{"stays paused", "45s", 45 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCoord()
+			in := checkpointInput()
+			in.LeaseGrace, in.StayPaused = tc.grace, tc.stay
+			_, _, err := runCheckpoint(t, c, in, nil)
+			require.NoError(t, err)
+			park := c.inputs[checkpoint.ParkMembersName].(checkpoint.ParkMembersInput)
+			prep := c.inputs[checkpoint.PrepareParticipantsName].(checkpoint.PrepareParticipantsInput)
+			if tc.stay {
+				require.True(t, park.LeaseUntil.IsZero(), "a paused set's rollouts hold until resumed")
+			} else {
+				require.True(t, park.LeaseUntil.Equal(park.Deadline.Add(checkpoint.CheckpointSettle+tc.want)), "lease_until %s", park.LeaseUntil)
+			}
+			require.Equal(t, 2*time.Minute+checkpoint.CheckpointSettle+tc.want, prep.Lease,
+				"the servers' lease is counted from the prepare to deadline + settle + grace")
+		})
+	}
 }
