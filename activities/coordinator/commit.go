@@ -30,6 +30,7 @@ func (c *Coordinator) CommitCheckpoint(ctx context.Context, in checkpoint.Commit
 	if err != nil {
 		return checkpoint.CommitCheckpointResult{}, err
 	}
+	defer c.renewLeases(ctx, in, parkedIDs(st.records))()
 	// 1. The environment servers, each into its own directory.
 	entries, err := c.commitParticipants(ctx, st.dir, in.CheckpointID, st.participants.Participants)
 	if err != nil {

@@ -173,15 +173,19 @@ func (c *checkpointRun) leaseUntil() time.Time {
 	if c.in.StayPaused {
 		return time.Time{}
 	}
-	grace, _ := c.in.leaseGrace() // validated
-	return LeaseUntil(c.deadline, grace)
+	return LeaseUntil(c.deadline, c.grace())
+}
+
+// grace is the input's lease grace (validated).
+func (c *checkpointRun) grace() time.Duration {
+	grace, _ := c.in.leaseGrace()
+	return grace
 }
 
 // participantLease is the lease of this checkpoint's prepared
 // environment servers: until deadline + settle + grace, counted from now.
 func (c *checkpointRun) participantLease(ctx workflow.Context) time.Duration {
-	grace, _ := c.in.leaseGrace() // validated
-	return LeaseUntil(c.deadline, grace).Sub(workflow.Now(ctx))
+	return LeaseUntil(c.deadline, c.grace()).Sub(workflow.Now(ctx))
 }
 
 // checkpointRun is the state of one Checkpoint execution.
@@ -304,6 +308,7 @@ func (c *checkpointRun) commit(ctx workflow.Context, res *CheckpointResult) erro
 	s := step{"commit checkpoint", 30 * time.Minute, CommitCheckpointName}
 	err := runStepWith(ctx, s, commitOptions(s), CommitCheckpointInput{
 		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Participants: c.in.Participants,
+		Deadline: c.deadline, LeaseUntil: c.leaseUntil(), LeaseGrace: c.grace(),
 	}, &out)
 	if err != nil {
 		return err

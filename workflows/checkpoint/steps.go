@@ -138,6 +138,12 @@ type CommitCheckpointInput struct {
 	Set          string   `json:"set"`
 	Root         string   `json:"root"`
 	Participants []string `json:"participants"`
+	// Deadline, LeaseUntil and LeaseGrace are the parks' (ParkMembersInput):
+	// a commit still running half a grace before LeaseUntil renews the
+	// parks' lease every half grace. A zero LeaseUntil renews nothing.
+	Deadline   time.Time     `json:"deadline,omitzero"`
+	LeaseUntil time.Time     `json:"lease_until,omitzero"`
+	LeaseGrace time.Duration `json:"lease_grace,omitempty"`
 }
 
 // CommitCheckpointResult describes the committed checkpoint.
