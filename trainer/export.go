@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -26,11 +27,18 @@ import (
 const exportWindow = 16
 
 // finishedQuery selects the runs whose rollout is finished: those that
-// ended for good (a run that continued as new handed its rollout on), and
+// ended for good (a run that continued as new handed its rollout on),
 // running ones holding a completed result for acknowledgement, so a
-// pipeline can export what it will acknowledge.
-var finishedQuery = fmt.Sprintf(`((ExecutionStatus != "Running" AND ExecutionStatus != "ContinuedAsNew") OR (ExecutionStatus = "Running" AND %s = %q))`,
-	rollout.SARolloutPhase, rollout.PhaseAwaitingAck)
+// pipeline can export what it will acknowledge, and running ones whose
+// acknowledged result was released and that are closing (phase completed):
+// an export right after an acknowledgement waits for them to close rather
+// than leave them out.
+var finishedQuery = fmt.Sprintf(`((ExecutionStatus != "Running" AND ExecutionStatus != "ContinuedAsNew") OR (ExecutionStatus = "Running" AND %s IN (%q, %q)))`,
+	rollout.SARolloutPhase, rollout.PhaseAwaitingAck, rollout.PhaseCompleted)
+
+// releasedCloseTimeout bounds the wait for a released run to close: the
+// run closes as soon as its last workflow task runs.
+const releasedCloseTimeout = time.Minute
 
 // ExportStats counts what an export wrote and passed over.
 type ExportStats struct {
@@ -39,7 +47,9 @@ type ExportStats struct {
 	Failed    int // lines of rollouts that closed any other way
 	// Skipped counts listed runs not exported: a later run of the same
 	// rollout replaced them (a restored attempt; only the latest is
-	// exported), or a held result was acknowledged meanwhile.
+	// exported), or a held result listed is neither held nor released
+	// any more. (A result acknowledged meanwhile is released, and its run
+	// is awaited until it closes and exported.)
 	Skipped int
 	// Excluded counts finished rollouts left out by
 	// ExportOptions.CompleteGroupsOnly (not in the counts above).
@@ -83,7 +93,7 @@ func exportSet(ctx context.Context, src exportSource, store TranscriptReader, se
 	if err != nil {
 		return stats, fmt.Errorf("export set %q: %w", set, err)
 	}
-	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set), fence: fence}
+	job := exportJob{src: src, store: store, set: set, w: w, opts: opts, groups: newGroupCache(src, set), fence: fence, released: awaitClose}
 	window := make([]*workflowpb.WorkflowExecutionInfo, 0, exportWindow)
 	flush := func() error {
 		err := exportWindowOf(ctx, job, window, &stats)
@@ -117,7 +127,23 @@ type exportJob struct {
 	// fence is the set's fence record, read once: a run of a world a
 	// restore rolled back is not delivered.
 	fence set.SetFence
+	// released is what becomes of a listed run whose acknowledged result
+	// was released: an export awaits its close and exports it; the feed,
+	// which delivers what is still to acknowledge, leaves it out.
+	released releasedRuns
 }
+
+// releasedRuns says what a reader does with a run whose acknowledged
+// result was released while it was listed (it is closing).
+type releasedRuns int
+
+const (
+	// leaveOut: the run holds no result to deliver any more (the feed).
+	leaveOut releasedRuns = iota
+	// awaitClose: the run's rollout is finished; wait for it to close and
+	// read it as closed (export, results).
+	awaitClose
+)
 
 // exportWindowOf builds the lines of a window of closed runs concurrently
 // and writes them in listing order.
@@ -176,7 +202,7 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 	// Each line waits on a status query or a result: latency-bound, so a
 	// feed page reads as many at once as updates are sent.
 	err = fanout.Each(ctx, len(infos), updateConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, job.src, job.set, job.fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()])
+		f, ok, err := finished(ctx, job.src, job.set, job.fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()], job.released)
 		if err != nil || !ok {
 			return err
 		}
@@ -223,7 +249,7 @@ func encodeLine(line ExportLine) ([]byte, error) {
 // (the later run is exported once finished), it no longer holds a result,
 // or a restore of the set fenced it (it started inside a restore's window,
 // or it stopped FencedByRestore): in the restored world it does not exist.
-func finished(ctx context.Context, src exportSource, set string, fence set.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord) (f finishedRollout, ok bool, err error) {
+func finished(ctx context.Context, src exportSource, set string, fence set.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord, released releasedRuns) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
 		return f, false, nil
@@ -231,7 +257,7 @@ func finished(ctx context.Context, src exportSource, set string, fence set.SetFe
 	if _, fenced := fence.FencesResult(rec.Start); fenced {
 		return f, false, nil
 	}
-	if ok, err := fetchFinished(ctx, src, &rec); err != nil || !ok || rec.Fenced {
+	if ok, err := fetchFinished(ctx, src, &rec, released); err != nil || !ok || rec.Fenced {
 		return f, false, err
 	}
 	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
@@ -249,19 +275,48 @@ func finished(ctx context.Context, src exportSource, set string, fence set.SetFe
 // from a running run's status query when it holds a result for
 // acknowledgement. ok is false when a listed held result is no longer held
 // (acknowledged since): the rollout is then not finished as listed.
-func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (ok bool, err error) {
+func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord, released releasedRuns) (ok bool, err error) {
 	if rec.Closed() {
 		return true, fetchResult(ctx, src, rec)
 	}
 	st, err := queryStatus(ctx, src, rec.WorkflowID)
 	if err != nil {
-		return closedMeanwhile(ctx, src, rec, err)
+		return closedMeanwhile(ctx, src, rec, err, released)
 	}
-	if st.Phase != rollout.PhaseAwaitingAck || st.Result == nil {
-		return false, nil
+	switch {
+	case st.Phase == rollout.PhaseAwaitingAck && st.Result != nil:
+		rec.Result = st.Result
+		return true, nil
+	case st.Phase == rollout.PhaseCompleted && released == awaitClose:
+		return awaitReleased(ctx, src, rec)
 	}
-	rec.Result = st.Result
-	return true, nil
+	return false, nil
+}
+
+// awaitReleased waits for a run whose acknowledged result was released
+// (phase completed, not closed yet) to close, and reads it as the closed
+// run it became: a result acknowledged a moment before an export is
+// exported, not skipped.
+func awaitReleased(ctx context.Context, src exportSource, rec *RolloutRecord) (ok bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, releasedCloseTimeout)
+	defer cancel()
+	var res rollout.Result
+	// The outcome is read below from the closed run; here only its close
+	// is awaited (a failure closes it too).
+	_ = src.GetWorkflow(wctx, rec.WorkflowID, rec.RunID).Get(wctx, &res)
+	d, err := src.DescribeWorkflowExecution(ctx, rec.WorkflowID, rec.RunID)
+	if err != nil {
+		return false, fmt.Errorf("released rollout %s (run %s): %w", rec.RolloutID, rec.RunID, err)
+	}
+	info := d.GetWorkflowExecutionInfo()
+	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false, fmt.Errorf("rollout %s (run %s) was released but has not closed after %s", rec.RolloutID, rec.RunID, releasedCloseTimeout)
+	}
+	rec.Status = info.GetStatus()
+	if ts := info.GetCloseTime(); ts != nil {
+		rec.Close = ts.AsTime()
+	}
+	return true, fetchResult(ctx, src, rec)
 }
 
 // closedMeanwhile handles a listed held run whose status query failed
@@ -271,16 +326,22 @@ func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord) (o
 // a run while its last workflow task completes can go unanswered until the
 // query's deadline. The run is described: closed, it is exported as any
 // closed run (its result read from its history); still held, the query's
-// error stands; otherwise it holds no result any more (ok false).
-func closedMeanwhile(ctx context.Context, src exportSource, rec *RolloutRecord, queryErr error) (ok bool, err error) {
+// error stands; released (phase completed), it is awaited until it closes
+// when released says so; otherwise it holds no result any more (ok false).
+func closedMeanwhile(ctx context.Context, src exportSource, rec *RolloutRecord, queryErr error, released releasedRuns) (ok bool, err error) {
 	d, derr := src.DescribeWorkflowExecution(ctx, rec.WorkflowID, rec.RunID)
 	if derr != nil {
 		return false, queryErr
 	}
 	info := d.GetWorkflowExecutionInfo()
 	if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		if phase, _ := visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase); phase == string(rollout.PhaseAwaitingAck) {
+		switch phase, _ := visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutPhase); phase {
+		case string(rollout.PhaseAwaitingAck):
 			return false, queryErr
+		case string(rollout.PhaseCompleted):
+			if released == awaitClose {
+				return awaitReleased(ctx, src, rec)
+			}
 		}
 		return false, nil
 	}
