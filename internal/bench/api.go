@@ -165,9 +165,10 @@ type ConfigEcho struct {
 	SlowJitterMS     float64 `json:"slow_jitter_ms"`
 }
 
-// Pair is one figure of the floor and of turnstile.
+// Pair is one figure of the floor, of the lean floor and of turnstile.
 type Pair struct {
 	Floor     float64 `json:"floor"`
+	Lean      float64 `json:"lean_floor"`
 	Turnstile float64 `json:"turnstile"`
 }
 

@@ -40,22 +40,27 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// The table prints a ratio only where the floor has a figure, and the chart
-// draws both panels.
+// The table prints each ratio only where its floor has a figure, turnstile
+// against the lean floor and against the floor, and the chart draws both
+// panels, its bars against the lean floor.
 func TestTableAndChart(t *testing.T) {
 	r := &Report{
 		Config:  ConfigEcho{Concurrency: 8},
-		Latency: &Latency{TurnMS: Pair{Floor: 50, Turnstile: 40}},
-		Through: &Through{TurnsPerSec: Pair{Floor: 20, Turnstile: 10}, CPUMSPerTurn: map[string]Pair{}},
+		Latency: &Latency{TurnMS: Pair{Floor: 50, Lean: 20, Turnstile: 40}},
+		Through: &Through{TurnsPerSec: Pair{Floor: 20, Lean: 40, Turnstile: 10}, CPUMSPerTurn: map[string]Pair{}},
 		Cuts:    []Cut{{Rollouts: 100, ManifestMS: 2000, RestoreMS: 3000}, {Rollouts: 1000, ManifestMS: 9000, RestoreMS: 12000}},
 	}
+	rows := r.Rows()
+	require.Equal(t, 0.8, rows[0].Ratio, "turn: turnstile ÷ floor")
+	require.Equal(t, 2.0, rows[0].LeanRatio, "turn: turnstile ÷ lean floor")
+	require.Equal(t, 0.25, rows[2].LeanRatio, "throughput: turnstile ÷ lean floor")
 	var out bytes.Buffer
 	PrintTable(&out, r)
-	for _, want := range []string{"0.80×", "0.50×", "throughput, 8 rollouts", "checkpoint 1000: restore to all running"} {
+	for _, want := range []string{"÷ lean", "0.80×", "2.00×", "0.50×", "0.25×", "throughput, 8 rollouts", "checkpoint 1000: restore to all running"} {
 		assert.Contains(t, out.String(), want, "table lacks %q:\n%s", want, out.String())
 	}
 	svg := Chart(r)
-	for _, want := range []string{"<svg", "turnstile ÷ floor", "request → manifest", "1000"} {
+	for _, want := range []string{"<svg", "turnstile ÷ lean floor", "0.25×", "request → manifest", "1000"} {
 		assert.Contains(t, svg, want, "chart lacks %q", want)
 	}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // Chart draws the report as an SVG: on the left the ratio bars (turnstile ÷
-// floor, with the 1.0 line), on the right the checkpoint and restore times
+// lean floor, the headline, with the 1.0 line), on the right the checkpoint and restore times
 // against the set size.
 func Chart(r *Report) string {
 	var b strings.Builder
@@ -22,10 +22,10 @@ func Chart(r *Report) string {
 }
 
 func ratioBars(b *strings.Builder, r *Report, x, y, w, h float64) {
-	text(b, x, y-10, "turnstile ÷ floor (same server, same run)", "start", true)
+	text(b, x, y-10, "turnstile ÷ lean floor (same server, same run)", "start", true)
 	var rows []Row
 	for _, row := range r.Rows() {
-		if row.Floor != 0 && (strings.HasPrefix(row.Figure, "turn,") || strings.HasPrefix(row.Figure, "throughput") ||
+		if row.Lean != 0 && (strings.HasPrefix(row.Figure, "turn,") || strings.HasPrefix(row.Figure, "throughput") ||
 			strings.HasPrefix(row.Figure, "history") || strings.HasPrefix(row.Figure, "CPU per turn: temporal")) {
 			rows = append(rows, row)
 		}
@@ -36,7 +36,7 @@ func ratioBars(b *strings.Builder, r *Report, x, y, w, h float64) {
 	}
 	maxR := 1.5
 	for _, row := range rows {
-		maxR = math.Max(maxR, row.Ratio*1.1)
+		maxR = math.Max(maxR, row.LeanRatio*1.1)
 	}
 	labelW, barH := 190.0, math.Min(28, h/float64(len(rows))-6)
 	scale := (w - labelW - 50) / maxR
@@ -45,24 +45,24 @@ func ratioBars(b *strings.Builder, r *Report, x, y, w, h float64) {
 		color := "#4a7ebb"
 		if better(row) {
 			color = "#3a9a5b"
-		} else if row.Ratio > 0 {
+		} else if row.LeanRatio > 0 {
 			color = "#c9533e"
 		}
 		text(b, x+labelW-6, yy+barH*0.65, row.Figure, "end", false)
-		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x+labelW, yy, row.Ratio*scale, barH, color)
-		text(b, x+labelW+row.Ratio*scale+4, yy+barH*0.65, fmt.Sprintf("%.2f×", row.Ratio), "start", false)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x+labelW, yy, row.LeanRatio*scale, barH, color)
+		text(b, x+labelW+row.LeanRatio*scale+4, yy+barH*0.65, fmt.Sprintf("%.2f×", row.LeanRatio), "start", false)
 	}
 	one := x + labelW + scale
 	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", one, y-4, one, y+float64(len(rows))*(barH+6))
-	text(b, one, y+float64(len(rows))*(barH+6)+14, "1.0 = floor · green: at or better than the floor", "middle", false)
+	text(b, one, y+float64(len(rows))*(barH+6)+14, "1.0 = lean floor · green: at or better than the lean floor", "middle", false)
 }
 
-// better says whether a row's ratio is on the good side of 1.0.
+// better says whether a row's lean ratio is on the good side of 1.0.
 func better(row Row) bool {
 	if strings.HasPrefix(row.Figure, "throughput") {
-		return row.Ratio >= 1
+		return row.LeanRatio >= 1
 	}
-	return row.Ratio > 0 && row.Ratio <= 1
+	return row.LeanRatio > 0 && row.LeanRatio <= 1
 }
 
 func cutCurve(b *strings.Builder, cuts []Cut, x, y, w, h float64) {

@@ -29,6 +29,13 @@ const (
 	FloorWorkerCommand = "floor-worker"
 )
 
+// LeanPayloadBytes is the size of the lean floor's observations: a few
+// hundred bytes, what turnstile's digests and small tool answers are. The
+// lean floor is the same two-activity loop as the floor, with SDK default
+// worker options, passing these instead of the padded observations a
+// careless loop would keep in history: every headline ratio is against it.
+const LeanPayloadBytes = 256
+
 // FloorInput is one floor rollout: Turns turns, each environment answer
 // ObservationBytes long (a naive loop keeps it in history).
 type FloorInput struct {

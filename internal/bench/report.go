@@ -20,15 +20,18 @@ const (
 	SVGFile  = "bench.svg"
 )
 
-// Row is one line of the ratio table. Ratio is turnstile / floor (0 when
-// there is no floor figure); Target says which way is better and the
-// issue's target.
+// Row is one line of the ratio table. LeanRatio is turnstile / lean floor,
+// the headline every target is against; Ratio is turnstile / floor (each 0
+// when there is no such figure). Target says which way is better and the
+// target.
 type Row struct {
 	Figure    string  `json:"figure"`
 	Unit      string  `json:"unit"`
 	Floor     float64 `json:"floor"`
+	Lean      float64 `json:"lean_floor"`
 	Turnstile float64 `json:"turnstile"`
 	Ratio     float64 `json:"ratio"`
+	LeanRatio float64 `json:"lean_ratio"`
 	Target    string  `json:"target"`
 }
 
@@ -36,9 +39,12 @@ type Row struct {
 func (r *Report) Rows() []Row {
 	var rows []Row
 	pair := func(fig, unit string, p Pair, target string) {
-		row := Row{Figure: fig, Unit: unit, Floor: p.Floor, Turnstile: p.Turnstile, Target: target}
+		row := Row{Figure: fig, Unit: unit, Floor: p.Floor, Lean: p.Lean, Turnstile: p.Turnstile, Target: target}
 		if p.Floor != 0 {
 			row.Ratio = p.Turnstile / p.Floor
+		}
+		if p.Lean != 0 {
+			row.LeanRatio = p.Turnstile / p.Lean
 		}
 		rows = append(rows, row)
 	}
@@ -91,21 +97,28 @@ func (r *Report) Rows() []Row {
 	return rows
 }
 
-// PrintTable writes the ratio table.
+// PrintTable writes the ratio table: turnstile against the lean floor
+// (the headline), then against the floor.
 func PrintTable(w io.Writer, r *Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "figure\tunit\tfloor\tturnstile\tratio\ttarget\t")
+	fmt.Fprintln(tw, "figure\tunit\tturnstile\tlean floor\t÷ lean\tfloor\t÷ floor\ttarget\t")
 	for _, row := range r.Rows() {
-		ratio, floor := "—", "—"
-		if row.Floor != 0 {
-			floor, ratio = num(row.Floor), fmt.Sprintf("%.2f×", row.Ratio)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Figure, row.Unit, floor, num(row.Turnstile), ratio, row.Target)
+		lean, leanRatio := orDash(row.Lean, row.LeanRatio)
+		floor, ratio := orDash(row.Floor, row.Ratio)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", row.Figure, row.Unit, num(row.Turnstile), lean, leanRatio, floor, ratio, row.Target)
 	}
 	_ = tw.Flush()
 	for _, w2 := range r.Warnings {
 		fmt.Fprintln(w, "warning:", w2)
 	}
+}
+
+// orDash prints a baseline figure and its ratio, or dashes without one.
+func orDash(base, ratio float64) (string, string) {
+	if base == 0 {
+		return "—", "—"
+	}
+	return num(base), fmt.Sprintf("%.2f×", ratio)
 }
 
 func num(v float64) string {
@@ -141,9 +154,9 @@ func writeCSV(path string, rows []Row) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"figure", "unit", "floor", "turnstile", "ratio", "target"})
+	_ = w.Write([]string{"figure", "unit", "floor", "lean_floor", "turnstile", "ratio", "lean_ratio", "target"})
 	for _, r := range rows {
-		_ = w.Write([]string{r.Figure, r.Unit, fmtF(r.Floor), fmtF(r.Turnstile), fmtF(r.Ratio), r.Target})
+		_ = w.Write([]string{r.Figure, r.Unit, fmtF(r.Floor), fmtF(r.Lean), fmtF(r.Turnstile), fmtF(r.Ratio), fmtF(r.LeanRatio), r.Target})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -28,10 +28,19 @@ type kind int
 
 const (
 	floorKind kind = iota
+	// leanKind is the lean floor: the floor's loop passing payloads of
+	// LeanPayloadBytes (never padded).
+	leanKind
 	turnstileKind
 )
 
-func (k kind) String() string { return [...]string{"floor", "turnstile"}[k] }
+// kinds is every kind, in the order a scenario runs them.
+var kinds = []kind{floorKind, leanKind, turnstileKind}
+
+func (k kind) String() string { return [...]string{"floor", "lean", "turnstile"}[k] }
+
+// plain says whether k runs on the floor's worker.
+func (k kind) plain() bool { return k != turnstileKind }
 
 // spec is one rollout to run.
 type spec struct {
@@ -58,10 +67,15 @@ func counterInput(s spec) rollout.Input {
 
 // startRun starts one rollout of kind k.
 func (s *stack) startRun(ctx context.Context, k kind, sp spec) (tclient.WorkflowRun, error) {
-	if k == floorKind {
+	switch k {
+	case floorKind:
 		return s.client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 			ID: fmt.Sprintf("floor/%s-%05d", sp.set, sp.i), TaskQueue: floorQueue,
 		}, FloorWorkflowName, FloorInput{Turns: sp.turns, ObservationBytes: sp.padding})
+	case leanKind:
+		return s.client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
+			ID: fmt.Sprintf("lean/%s-%05d", sp.set, sp.i), TaskQueue: floorQueue,
+		}, FloorWorkflowName, FloorInput{Turns: sp.turns, ObservationBytes: LeanPayloadBytes})
 	}
 	in := counterInput(sp)
 	return s.client.ExecuteWorkflow(ctx, rollout.StartOptions(in, workerQueue), rollout.WorkflowName, in)
@@ -70,7 +84,7 @@ func (s *stack) startRun(ctx context.Context, k kind, sp spec) (tclient.Workflow
 // finish waits for run's result.
 func finish(ctx context.Context, k kind, run tclient.WorkflowRun) error {
 	var err error
-	if k == floorKind {
+	if k.plain() {
 		var res FloorResult
 		err = run.Get(ctx, &res)
 	} else {
@@ -85,7 +99,7 @@ func finish(ctx context.Context, k kind, run tclient.WorkflowRun) error {
 
 // modelActivity is the activity type that starts a turn.
 func modelActivity(k kind) string {
-	if k == floorKind {
+	if k.plain() {
 		return floorModelName
 	}
 	return rollout.CallModelName
@@ -128,7 +142,7 @@ func eventSize(ev *historypb.HistoryEvent) int { return proto.Size(ev) }
 // reports the median steady-state turn and end-to-end time per turn.
 func (s *stack) latency(ctx context.Context, stamp string) (*Latency, error) {
 	out := &Latency{Rollouts: s.cfg.LatencyRollouts, TurnsEach: s.cfg.LatencyTurns}
-	for _, k := range []kind{floorKind, turnstileKind} {
+	for _, k := range kinds {
 		// One short run first: connections, caches and the sticky queue
 		// warm up outside the measurement.
 		if _, _, err := s.oneRollout(ctx, k, spec{set: "warm-" + stamp, i: int(k), turns: 2}); err != nil {
@@ -173,9 +187,9 @@ func (s *stack) oneRollout(ctx context.Context, k kind, sp spec) (turnMarks, tim
 func (s *stack) throughput(ctx context.Context, stamp string) (*Through, error) {
 	out := &Through{CPUMSPerTurn: map[string]Pair{}}
 	runs := map[kind][]runTimes{}
-	for _, k := range []kind{floorKind, turnstileKind} {
+	for _, k := range kinds {
 		worker := s.worker
-		if k == floorKind {
+		if k.plain() {
 			worker = s.floor
 		}
 		before := s.sampleCPU(worker)
@@ -248,11 +262,11 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 	out := &History{At: s.cfg.HistoryAt}
 	out.BytesPerTurn = make([]Pair, len(s.cfg.HistoryAt))
 	out.EventsPerTurn = make([]Pair, len(s.cfg.HistoryAt))
-	for _, k := range []kind{floorKind, turnstileKind} {
-		// The floor gets one turn more, so its turn HistoryTurns has a
+	for _, k := range kinds {
+		// The floors get one turn more, so their turn HistoryTurns has a
 		// next turn to end it, like turnstile's final answer.
 		turns := s.cfg.HistoryTurns
-		if k == floorKind {
+		if k.plain() {
 			turns++
 		}
 		m, _, err := s.oneRollout(ctx, k, spec{set: "hist-" + stamp, i: 200 + int(k), turns: turns, padding: s.cfg.ObservationBytes})
@@ -280,11 +294,13 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 }
 
 // fixedCost runs one short rollout of each kind (FixedCostTurns model
-// calls: the floor's turns, turnstile's tool turns and final answer) and
-// counts its whole history.
+// calls: the floors' turns, turnstile's tool turns and final answer) and
+// counts its whole history. Visibility writes are counted from the history:
+// the start, each UpsertWorkflowSearchAttributes and
+// WorkflowPropertiesModified (memo) event, and the close.
 func (s *stack) fixedCost(ctx context.Context, stamp string) (*FixedCost, error) {
 	out := &FixedCost{}
-	for _, k := range []kind{floorKind, turnstileKind} {
+	for _, k := range kinds {
 		turns := FixedCostTurns
 		if k == turnstileKind {
 			turns-- // the final answer is a turn of its own
@@ -299,7 +315,8 @@ func (s *stack) fixedCost(ctx context.Context, stamp string) (*FixedCost, error)
 		bytes, writes := 0, 2 // the start and the close
 		for _, ev := range m.all {
 			bytes += eventSize(ev)
-			if ev.GetEventType() == enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+			switch ev.GetEventType() {
+			case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES, enumspb.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
 				writes++
 			}
 		}
@@ -312,9 +329,12 @@ func (s *stack) fixedCost(ctx context.Context, stamp string) (*FixedCost, error)
 }
 
 func set(p *Pair, k kind, v float64) {
-	if k == floorKind {
+	switch k {
+	case floorKind:
 		p.Floor = v
-	} else {
+	case leanKind:
+		p.Lean = v
+	default:
 		p.Turnstile = v
 	}
 }
