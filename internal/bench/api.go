@@ -217,9 +217,21 @@ type FixedCost struct {
 	VisibilityWrites Pair `json:"visibility_writes"`
 }
 
-// Cut is one checkpoint and restore of a set of in-flight rollouts.
+// Cut is one busy set: its rollouts started at once on the slow policy,
+// a checkpoint while they are mid-episode, then every run killed and the
+// set restored from the checkpoint.
 type Cut struct {
 	Rollouts int `json:"rollouts"`
+	// SubmitMS is the wall time to start every rollout; PastFirstTurnMS
+	// from the first start until visibility lists every rollout past its
+	// first model call (-1: not within the bench's wait).
+	SubmitMS        float64 `json:"submit_ms"`
+	PastFirstTurnMS float64 `json:"every_past_first_turn_ms"`
+	// TurnP50MS and TurnP95MS are the turn latency (one model call's
+	// scheduling to the next's) over a sample of the set's histories, turns
+	// that a park, a signal or an update interrupted left out.
+	TurnP50MS float64 `json:"turn_p50_ms"`
+	TurnP95MS float64 `json:"turn_p95_ms"`
 	// InFlight counts the rollouts mid-episode when the checkpoint was
 	// requested; Parked how many the checkpoint parked.
 	InFlight int `json:"in_flight"`
@@ -238,7 +250,9 @@ type Cut struct {
 	Bytes    int64   `json:"bytes"`
 	// RestoreMS is the wall time from the restore request to every
 	// restored rollout released (all running); -1 when that took longer
-	// than the bench waits (10 minutes).
+	// than the bench waits (10 minutes). Before the restore, every run of
+	// the set is terminated and the turnstile worker restarted (the
+	// Temporal server and the environment server keep running).
 	RestoreMS float64 `json:"restore_ms"`
 	Restored  int     `json:"restored"`
 	// ReleasedMS is the wall time from the checkpoint request until

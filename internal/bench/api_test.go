@@ -56,7 +56,7 @@ func TestTableAndChart(t *testing.T) {
 	require.Equal(t, 0.25, rows[2].LeanRatio, "throughput: turnstile ÷ lean floor")
 	var out bytes.Buffer
 	PrintTable(&out, r)
-	for _, want := range []string{"÷ lean", "0.80×", "2.00×", "0.50×", "0.25×", "throughput, 8 rollouts", "checkpoint 1000: restore to all running"} {
+	for _, want := range []string{"÷ lean", "0.80×", "2.00×", "0.50×", "0.25×", "throughput, 8 rollouts", "checkpoint 1000: restore after kill to all running"} {
 		assert.Contains(t, out.String(), want, "table lacks %q:\n%s", want, out.String())
 	}
 	svg := Chart(r)

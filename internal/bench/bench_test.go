@@ -77,6 +77,10 @@ func TestSmokeRun(t *testing.T) {
 	require.Equal(t, cut.InFlight, cut.Restored, "the restore continued every one")
 	require.Positive(t, cut.Bytes)
 	require.Positive(t, cut.ManifestMS)
+	require.Positive(t, cut.SubmitMS)
+	require.Positive(t, cut.PastFirstTurnMS, "every rollout was past its first turn within the wait")
+	require.Positive(t, cut.TurnP50MS, "turn latency read from the set's histories")
+	require.GreaterOrEqual(t, cut.TurnP95MS, cut.TurnP50MS)
 
 	var written struct {
 		Rows []bench.Row `json:"rows"`

@@ -45,15 +45,21 @@ func (s *stack) cuts(ctx context.Context, stamp string) ([]Cut, error) {
 func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	out := Cut{Rollouts: n}
 	s.logf("checkpoint %d: starting %d long rollouts on the slow policy", n, n)
+	submitted := time.Now()
 	if err := s.startSet(ctx, set, n); err != nil {
 		return out, err
 	}
+	out.SubmitMS = ms(time.Since(submitted))
 	defer s.terminateSet(context.WithoutCancel(ctx), set)
 	inFlight, err := s.awaitInFlight(ctx, set, n)
 	if err != nil {
 		return out, err
 	}
-	out.InFlight = inFlight
+	out.InFlight, out.PastFirstTurnMS = inFlight, -1
+	if inFlight >= n {
+		out.PastFirstTurnMS = ms(time.Since(submitted))
+	}
+	s.logf("checkpoint %d: started in %.0f ms, every rollout past its first turn after %.0f ms", n, out.SubmitMS, out.PastFirstTurnMS)
 
 	ts := trainer.New(s.client, workerQueue)
 	root := filepath.Join(s.cfg.OutDir, "checkpoints")
@@ -77,7 +83,14 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	out.ReleasedMS = s.awaitRunning(ctx, set, t0, n, `RolloutPhase = "parked"`, 0)
 	out.QueuedMS = s.firstTaskWait(ctx, checkpoint.CheckpointWorkflowID(set))
 
-	s.logf("checkpoint %d: cut %.0f ms, manifest after %.0f ms, %d bytes; restoring", n, out.CutMS, out.ManifestMS, out.Bytes)
+	s.logf("checkpoint %d: cut %.0f ms, manifest after %.0f ms, %d bytes", n, out.CutMS, out.ManifestMS, out.Bytes)
+	if out.TurnP50MS, out.TurnP95MS, err = s.turnLatency(ctx, set, n); err != nil {
+		return out, err
+	}
+	s.logf("checkpoint %d: turn latency p50 %.0f ms, p95 %.0f ms; killing every run and the worker", n, out.TurnP50MS, out.TurnP95MS)
+	if err := s.killSet(ctx, set); err != nil {
+		return out, err
+	}
 	t1 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
@@ -229,4 +242,50 @@ func waitUntil(ctx context.Context, timeout, interval time.Duration, cond func()
 		case <-time.After(interval): // polling visibility, which has no push
 		}
 	}
+}
+
+// turnLatency reads the histories of up to taskSample of set's n rollouts
+// (spread over the set) and returns the p50 and p95 of their turns: from
+// one model call's scheduling to the next's. A turn during which the run
+// took a signal or an update (a park, a resume) is left out: it measures
+// the checkpoint, not the turn.
+func (s *stack) turnLatency(ctx context.Context, set string, n int) (p50, p95 float64, err error) {
+	var turns []float64
+	step := max(n/taskSample, 1)
+	for i := 0; i < n; i += step {
+		id := rollout.WorkflowID(fmt.Sprintf("%s-%05d", set, i))
+		iter := s.client.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		var last time.Time
+		interrupted := false
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			if err != nil {
+				return 0, 0, fmt.Errorf("turn latency: history of %s: %w", id, err)
+			}
+			switch {
+			case ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+				ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+				interrupted = true
+			case ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == rollout.CallModelName:
+				at := ev.GetEventTime().AsTime()
+				if !last.IsZero() && !interrupted {
+					turns = append(turns, ms(at.Sub(last)))
+				}
+				last, interrupted = at, false
+			}
+		}
+	}
+	return median(turns), percentile(turns, 0.95), nil
+}
+
+// killSet kills what runs the set: every run of it is terminated and the
+// turnstile worker restarted, so the restore starts from the checkpoint
+// alone.
+func (s *stack) killSet(ctx context.Context, set string) error {
+	s.terminateSet(ctx, set)
+	s.worker.Kill()
+	if err := s.startWorker(ctx); err != nil {
+		return fmt.Errorf("restart the worker: %w", err)
+	}
+	return nil
 }

@@ -84,6 +84,10 @@ func (r *Report) Rows() []Row {
 		one := func(fig, unit string, v float64, target string) {
 			rows = append(rows, Row{Figure: fmt.Sprintf("checkpoint %d: %s", n, fig), Unit: unit, Turnstile: v, Target: target})
 		}
+		one("start every rollout", "ms", c.SubmitMS, "")
+		one("every rollout past its first turn", "ms", c.PastFirstTurnMS, "≤ 60000 at 1,000")
+		one("turn latency p50", "ms", c.TurnP50MS, "")
+		one("turn latency p95", "ms", c.TurnP95MS, "")
 		one("cut beyond slowest turn", "ms", c.BeyondSlowestMS, "≤ 5000 at 1,000")
 		one("cut (workflow)", "ms", c.CutMS, "")
 		one("request to manifest", "ms", c.ManifestMS, "")
@@ -91,8 +95,8 @@ func (r *Report) Rows() []Row {
 		one("request to released (visibility)", "ms", c.ReleasedMS, "")
 		one("first task waited", "ms", c.QueuedMS, "≈ 0")
 		one("bytes", "B", float64(c.Bytes), "")
-		one("restore to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
-		one("restore to released (visibility)", "ms", c.RestoreReleasedMS, "")
+		one("restore after kill to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
+		one("restore after kill to released (visibility)", "ms", c.RestoreReleasedMS, "")
 	}
 	return rows
 }
