@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 // Config is one bench run.
@@ -45,6 +47,10 @@ type Config struct {
 	SlowPolicy        time.Duration
 	SlowJitter        time.Duration
 	CheckpointTimeout time.Duration
+	// Feed: FeedHeld held results consumed FeedPage at a time through a
+	// gateway, in process, and by a plain update loop.
+	FeedHeld int
+	FeedPage int
 	// Only runs these scenarios (names from Scenarios); empty runs all.
 	Only []string
 	// CPUProfile writes a CPU profile of the turnstile worker to
@@ -60,10 +66,11 @@ const (
 	ScenarioThroughput = "throughput"
 	ScenarioHistory    = "history"
 	ScenarioCheckpoint = "checkpoint"
+	ScenarioFeed       = "feed"
 )
 
 // Scenarios lists every scenario in the order a run takes them.
-var Scenarios = []string{ScenarioLatency, ScenarioThroughput, ScenarioHistory, ScenarioCheckpoint}
+var Scenarios = []string{ScenarioLatency, ScenarioThroughput, ScenarioHistory, ScenarioCheckpoint, ScenarioFeed}
 
 // Default is the full run of `make bench`.
 func Default() Config {
@@ -74,6 +81,7 @@ func Default() Config {
 		CheckpointSizes: []int{100, 1000},
 		SlowPolicy:      2 * time.Second, SlowJitter: time.Second,
 		CheckpointTimeout: 2 * time.Minute,
+		FeedHeld:          1000, FeedPage: 100,
 	}
 }
 
@@ -83,6 +91,7 @@ func Quick() Config {
 	c.LatencyRollouts, c.LatencyTurns = 2, 15
 	c.Concurrency, c.ThroughputTurns = 64, 10
 	c.CheckpointSizes = []int{100, 300}
+	c.FeedHeld = 300
 	return c
 }
 
@@ -96,6 +105,7 @@ func Smoke() Config {
 	c.CheckpointSizes = []int{4}
 	c.SlowPolicy, c.SlowJitter = 300*time.Millisecond, 100*time.Millisecond
 	c.CheckpointTimeout = 30 * time.Second
+	c.FeedHeld, c.FeedPage = 6, 4
 	return c
 }
 
@@ -114,6 +124,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("slow policy %s ± %s: want a positive latency and a jitter no larger", c.SlowPolicy, c.SlowJitter)
 	case c.CheckpointTimeout <= 0:
 		return fmt.Errorf("checkpoint timeout %s: want a positive duration", c.CheckpointTimeout)
+	case c.FeedHeld < 1 || c.FeedPage < 1 || c.FeedPage > trainer.MaxFeedPage:
+		return fmt.Errorf("feed: %d held results in pages of %d: want at least 1 result, pages of 1..%d", c.FeedHeld, c.FeedPage, trainer.MaxFeedPage)
 	}
 	for _, at := range c.HistoryAt {
 		if at < 2 || at > c.HistoryTurns {
@@ -152,6 +164,7 @@ type Report struct {
 	Through  *Through   `json:"throughput,omitempty"`
 	History  *History   `json:"history,omitempty"`
 	Cuts     []Cut      `json:"checkpoints,omitempty"`
+	Feed     *Feed      `json:"feed,omitempty"`
 	Warnings []string   `json:"warnings,omitempty"`
 }
 

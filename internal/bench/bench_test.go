@@ -26,7 +26,7 @@ func TestSmokeRun(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/worker", "./cmd/envserver", "./cmd/policyserver", "./cmd/bench")
+	build := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/worker", "./cmd/envserver", "./cmd/policyserver", "./cmd/gateway", "./cmd/bench")
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
@@ -81,6 +81,11 @@ func TestSmokeRun(t *testing.T) {
 	require.Positive(t, cut.PastFirstTurnMS, "every rollout was past its first turn within the wait")
 	require.Positive(t, cut.TurnP50MS, "turn latency read from the set's histories")
 	require.GreaterOrEqual(t, cut.TurnP95MS, cut.TurnP50MS)
+
+	require.NotNil(t, rep.Feed, "feed")
+	require.Positive(t, rep.Feed.ResultsPerSec.Turnstile, "through the gateway")
+	require.Positive(t, rep.Feed.ResultsPerSec.Lean, "a plain update loop")
+	require.Positive(t, rep.Feed.InProcess, "the client library")
 
 	var written struct {
 		Rows []bench.Row `json:"rows"`

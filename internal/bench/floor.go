@@ -84,6 +84,44 @@ func FloorEnvironment(_ context.Context, action string, size int) (string, error
 	return obs, nil
 }
 
+// The plain update loop of the feed row: a workflow holding one result
+// until an update takes it.
+const (
+	FloorHeldWorkflowName = "BenchFloorHeld"
+	// FloorHeldQuery answers once the workflow holds its result.
+	FloorHeldQuery = "held"
+	// FloorAckUpdate returns the result and lets the workflow close.
+	FloorAckUpdate = "ack"
+)
+
+// FloorHeldInput is the result a held workflow holds, padded to Bytes.
+type FloorHeldInput struct {
+	Result string `json:"result"`
+	Bytes  int    `json:"bytes"`
+}
+
+// FloorHeldWorkflow holds in.Result until FloorAckUpdate takes it.
+func FloorHeldWorkflow(ctx workflow.Context, in FloorHeldInput) (string, error) {
+	res := in.Result
+	if in.Bytes > len(res) {
+		res += strings.Repeat(" ", in.Bytes-len(res))
+	}
+	if err := workflow.SetQueryHandler(ctx, FloorHeldQuery, func() (bool, error) { return true, nil }); err != nil {
+		return "", err
+	}
+	taken := false
+	if err := workflow.SetUpdateHandler(ctx, FloorAckUpdate, func(workflow.Context) (string, error) {
+		taken = true
+		return res, nil
+	}); err != nil {
+		return "", err
+	}
+	if err := workflow.Await(ctx, func() bool { return taken && workflow.AllHandlersFinished(ctx) }); err != nil {
+		return "", err
+	}
+	return "acknowledged", nil
+}
+
 // RunFloorWorker runs the floor's worker on taskQueue of the server at
 // hostPort until stop is closed.
 func RunFloorWorker(hostPort, taskQueue string, stop <-chan any) error {
@@ -94,6 +132,7 @@ func RunFloorWorker(hostPort, taskQueue string, stop <-chan any) error {
 	defer c.Close()
 	w := worker.New(c, taskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(FloorWorkflow, workflow.RegisterOptions{Name: FloorWorkflowName})
+	w.RegisterWorkflowWithOptions(FloorHeldWorkflow, workflow.RegisterOptions{Name: FloorHeldWorkflowName})
 	w.RegisterActivityWithOptions(FloorModel, activity.RegisterOptions{Name: floorModelName})
 	w.RegisterActivityWithOptions(FloorEnvironment, activity.RegisterOptions{Name: floorEnvName})
 	if err := w.Run(stop); err != nil {

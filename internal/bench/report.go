@@ -98,6 +98,12 @@ func (r *Report) Rows() []Row {
 		one("restore after kill to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
 		one("restore after kill to released (visibility)", "ms", c.RestoreReleasedMS, "")
 	}
+	if f := r.Feed; f != nil {
+		// The feed's baseline is the plain update loop, in the lean
+		// floor's column.
+		pair(fmt.Sprintf("feed, %d held: delivered and acknowledged (gateway; lean: plain update loop)", f.Held), "results/s", f.ResultsPerSec, "≥ 300")
+		rows = append(rows, Row{Figure: fmt.Sprintf("feed, %d held: client library in process", f.Held), Unit: "results/s", Turnstile: f.InProcess, Target: ""})
+	}
 	return rows
 }
 

@@ -59,8 +59,14 @@ func (s *stack) scenarios(ctx context.Context, rep *Report) error {
 		}
 	}
 	if s.cfg.runs(ScenarioCheckpoint) {
-		rep.Cuts, err = s.cuts(ctx, stamp)
-		return err
+		if rep.Cuts, err = s.cuts(ctx, stamp); err != nil {
+			return err
+		}
+	}
+	if s.cfg.runs(ScenarioFeed) {
+		if rep.Feed, err = s.feed(ctx, stamp); err != nil {
+			return fmt.Errorf("feed: %w", err)
+		}
 	}
 	return nil
 }

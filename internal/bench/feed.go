@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/gateway"
+	"github.com/turnstile-rl/turnstile/internal/fanout"
+	procs "github.com/turnstile-rl/turnstile/internal/stack"
+	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
+	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// Feed is the trainer's side: results delivered and acknowledged per
+// second, a page at a time, each page acknowledged before the next is
+// asked for, three ways on the same server: through a gateway process
+// (HTTP), in-process through the client library (trainer.Feed and
+// trainer.Acknowledge), and a plain loop of Temporal updates (one update
+// per result to a workflow holding it, FeedUpdateConcurrency at once: the
+// floor of "one workflow update per acknowledged result").
+type Feed struct {
+	Held int `json:"held"`
+	Page int `json:"page"`
+	// ResultsPerSec: Turnstile through the gateway, Lean the plain update
+	// loop; InProcess the client library.
+	ResultsPerSec Pair    `json:"results_per_s"`
+	InProcess     float64 `json:"in_process_results_per_s"`
+}
+
+// FeedUpdateConcurrency is how many updates the plain loop has in flight.
+const FeedUpdateConcurrency = 16
+
+// feedSettle is the gateway's --feed-settle: the bench's results are
+// final, so the feed need not wait for visibility to settle.
+const feedSettle = "0s"
+
+// gatewayToken and gatewayOperatorToken are the bench gateway's bearer
+// tokens (its stack is private).
+const (
+	gatewayToken         = "bench-gateway-trainer-token"
+	gatewayOperatorToken = "bench-gateway-operator-token"
+)
+
+// feed measures the three ways of consuming s.cfg.FeedHeld held results.
+func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
+	out := &Feed{Held: s.cfg.FeedHeld, Page: s.cfg.FeedPage}
+	base, err := s.startGateway(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g := gatewayClient{base: base, token: gatewayToken}
+	n := s.cfg.FeedHeld
+	// The gateway's set and the client library's, prepared together.
+	viaGateway, direct := "feedgw-"+stamp, "feeddirect-"+stamp
+	for _, set := range []string{viaGateway, direct} {
+		if err := g.submit(ctx, set, n); err != nil {
+			return nil, err
+		}
+	}
+	for _, set := range []string{viaGateway, direct} {
+		if err := s.awaitHeld(ctx, g, set, n); err != nil {
+			return nil, err
+		}
+	}
+	s.logf("feed: %d held results in each of two sets; consuming", n)
+	t0 := time.Now()
+	if err := g.consume(ctx, viaGateway, n, s.cfg.FeedPage); err != nil {
+		return nil, err
+	}
+	out.ResultsPerSec.Turnstile = float64(n) / time.Since(t0).Seconds()
+	if out.InProcess, err = s.consumeDirect(ctx, direct, n, s.cfg.FeedPage); err != nil {
+		return nil, err
+	}
+	if out.ResultsPerSec.Lean, err = s.updateLoop(ctx, "feedloop-"+stamp, n); err != nil {
+		return nil, err
+	}
+	s.logf("feed: %.1f results/s through the gateway, %.1f in process, %.1f by a plain update loop",
+		out.ResultsPerSec.Turnstile, out.InProcess, out.ResultsPerSec.Lean)
+	return out, nil
+}
+
+// startGateway starts a gateway process over the stack's server and
+// returns its base URL.
+func (s *stack) startGateway(ctx context.Context) (string, error) {
+	env := []string{
+		"TEMPORAL_ADDRESS=" + s.hostPort, "TEMPORAL_NAMESPACE=default",
+		"TURNSTILE_TRANSCRIPT_DIR=" + s.store, "TURNSTILE_CONTROL_TOKEN=" + s.token,
+		"TURNSTILE_ENV_URL=" + s.envURL, "TURNSTILE_MODEL_BASE_URL=" + s.policyURL,
+		"TURNSTILE_ALLOWED_PARTICIPANTS=" + procs.Loopback, "TURNSTILE_ALLOWED_MODEL_URLS=" + procs.Loopback,
+	}
+	args := []string{"--addr", "127.0.0.1:0", "--token", gatewayToken, "--operator-token", gatewayOperatorToken,
+		"--checkpoint-root", filepath.Join(s.cfg.OutDir, "checkpoints"), "--log-level", "warn", "--feed-settle", feedSettle}
+	_, base, err := s.launch.StartServer(ctx, "gateway", filepath.Join(s.cfg.BinDir, "gateway"), args, env,
+		func(base string) string { return base + "/healthz" }, readyTimeout)
+	if err != nil {
+		return "", fmt.Errorf("start the gateway: %w", err)
+	}
+	return base, nil
+}
+
+// awaitHeld waits until every one of set's n rollouts holds its result.
+func (s *stack) awaitHeld(ctx context.Context, g gatewayClient, set string, n int) error {
+	var held int
+	err := waitUntil(ctx, restoreTimeout, time.Second, func() (bool, error) {
+		var r gateway.SetResponse
+		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set, nil, &r); err != nil {
+			return false, err
+		}
+		held = r.Health.Held
+		return held >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("feed: %d of %d results of %s held: %w", held, n, set, err)
+	}
+	return nil
+}
+
+// consumeDirect consumes n held results of set in process through the
+// client library, as a trainer linking it would, and returns results/s.
+func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (float64, error) {
+	store, err := transcriptstore.Open(s.store)
+	if err != nil {
+		return 0, err
+	}
+	tc := trainer.New(s.client, workerQueue)
+	t0, done := time.Now(), 0
+	for done < n {
+		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
+		if err != nil {
+			return 0, fmt.Errorf("feed of %s: %w", set, err)
+		}
+		lines := make([]trainer.ReceiptLine, 0, len(p.Items))
+		for i, item := range p.Items {
+			var it struct {
+				Receipt *rollout.Receipt `json:"receipt"`
+			}
+			if err := json.Unmarshal(item, &it); err != nil || it.Receipt == nil {
+				return 0, fmt.Errorf("feed of %s: item %d has no receipt (%v)", set, i, err)
+			}
+			lines = append(lines, trainer.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		if _, err := tc.Acknowledge(ctx, trainer.AckRequest{Set: set, Receipts: lines}); err != nil {
+			return 0, fmt.Errorf("acknowledge %d of %s: %w", len(lines), set, err)
+		}
+		done += len(lines)
+	}
+	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// updateLoop starts n plain workflows each holding a result, waits until
+// each has run its first task, then takes every result by one update per
+// result (FeedUpdateConcurrency at once), and returns results/s.
+func (s *stack) updateLoop(ctx context.Context, prefix string, n int) (float64, error) {
+	ids := make([]string, n)
+	err := fanout.Each(ctx, n, startConcurrency, func(ctx context.Context, i int) error {
+		ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+		_, err := s.client.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: ids[i], TaskQueue: floorQueue},
+			FloorHeldWorkflowName, FloorHeldInput{Result: fmt.Sprintf(`{"rollout":%d,"reward":1}`, i), Bytes: LeanPayloadBytes})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("start the update loop's workflows: %w", err)
+	}
+	// Each answers a query once its first task ran: it holds its result.
+	err = fanout.Each(ctx, n, startConcurrency, func(ctx context.Context, i int) error {
+		_, err := s.client.QueryWorkflow(ctx, ids[i], "", FloorHeldQuery)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("the update loop's workflows: %w", err)
+	}
+	t0 := time.Now()
+	err = fanout.Each(ctx, n, FeedUpdateConcurrency, func(ctx context.Context, i int) error {
+		h, err := s.client.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+			WorkflowID: ids[i], UpdateName: FloorAckUpdate, WaitForStage: tclient.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		var res string
+		return h.Get(ctx, &res)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("update loop: %w", err)
+	}
+	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// gatewayClient calls the bench's gateway.
+type gatewayClient struct {
+	base, token string
+}
+
+// submit submits n quick counter rollouts holding their results.
+func (g gatewayClient) submit(ctx context.Context, set string, n int) error {
+	var r gateway.SubmitResponse
+	return g.call(ctx, http.MethodPost, "/v1/sets", gateway.SubmitRequest{
+		RequestID: "bench-" + set, Set: set, Envs: []string{"counter"}, Count: n, MaxTurns: 4,
+	}, &r)
+}
+
+// consume reads n results of set's feed page by page, acknowledging each
+// page before asking for the next, as a trainer does.
+func (g gatewayClient) consume(ctx context.Context, set string, n, page int) error {
+	seen := map[string]bool{}
+	for len(seen) < n {
+		var p struct {
+			Items []struct {
+				RolloutID string           `json:"rollout_id"`
+				Receipt   *gateway.Receipt `json:"receipt"`
+			} `json:"items"`
+		}
+		q := url.Values{"max": {fmt.Sprint(page)}, "wait_ms": {"1000"}}
+		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set+"/feed?"+q.Encode(), nil, &p); err != nil {
+			return err
+		}
+		if len(p.Items) == 0 {
+			continue
+		}
+		ack := gateway.AckRequest{RequestID: "ack-" + p.Items[0].RolloutID}
+		for _, it := range p.Items {
+			if it.Receipt == nil || seen[it.RolloutID] {
+				return fmt.Errorf("feed of %s: item %s without a receipt or delivered twice", set, it.RolloutID)
+			}
+			seen[it.RolloutID] = true
+			ack.Receipts = append(ack.Receipts, *it.Receipt)
+		}
+		var r gateway.AckResponse
+		if err := g.call(ctx, http.MethodPost, "/v1/sets/"+set+"/acks", ack, &r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// call sends a JSON request and decodes a 2xx answer into out.
+func (g gatewayClient) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, g.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("gateway %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("gateway %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("gateway %s %s: %s: %s", method, path, resp.Status, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("gateway %s %s: decode the answer: %w", method, path, err)
+	}
+	return nil
+}
