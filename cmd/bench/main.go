@@ -1,6 +1,6 @@
-// Command bench measures turnstile against a naive Temporal loop (two plain
-// activities per turn) on one dev server it starts itself, and prints the
-// ratios (`make bench`; `make bench BENCH_FLAGS=-quick` for a short run).
+// Command bench measures turnstile against a lean Temporal loop (two plain
+// activities per turn passing small payloads) and a padded one on one dev
+// server it starts itself, and prints the ratios (`make bench`; `make bench BENCH_FLAGS=-quick` for a short run).
 //
 //	bench [-quick | -smoke] [-out DIR] [-concurrency N] [-sizes 100,1000] [-with-10k] [-only latency,throughput] [-cpuprofile]
 //	bench floor-worker --address HOST:PORT --task-queue Q   (started by the bench itself)
@@ -50,7 +50,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "a run of a few minutes: fewer turns, 64 concurrent rollouts, checkpoints of 100 and 300")
+	quick := fs.Bool("quick", false, "a shorter run: fewer turns, 64 concurrent rollouts, busy sets of 100 and 300, a feed of 300 held results")
 	smoke := fs.Bool("smoke", false, "the smallest run that takes every step (what the test runs); figures mean nothing")
 	def := bench.Default()
 	o := options{}
@@ -67,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all)")
 	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of the turnstile worker to OUT/worker.pprof")
 	timeout := fs.Duration("checkpoint-timeout", 0, fmt.Sprintf("deadline of each checkpoint's cut (default %s)", def.CheckpointTimeout))
-	cli.SetUsage(fs, "Measures turnstile against a plain two-activity Temporal loop on a dev server it starts, and prints the ratios.", []cli.Setting{
+	cli.SetUsage(fs, "Measures turnstile against a lean two-activity Temporal loop (and a padded one) on a dev server it starts, and prints the ratios.", []cli.Setting{
 		{Env: "TURNSTILE_TEMPORAL_BIN", Meaning: "Temporal CLI binary"},
 	})
 	if err := fs.Parse(args); err != nil {
