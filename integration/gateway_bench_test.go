@@ -3,7 +3,6 @@ package integration_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/gateway"
+	"github.com/turnstile-rl/turnstile/internal/bench"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -132,46 +132,22 @@ func consumeFeed(ctx context.Context, b *testing.B, g gw, set string, n, page in
 }
 
 // consumeDirect consumes n held results of set in-process through the
-// client library, pages of page acknowledged one by one, and returns the
+// client library (the bench's consumer: health, feed page, acknowledgement
+// per page), pages of page acknowledged one by one, and returns the
 // results/s.
 func consumeDirect(ctx context.Context, b *testing.B, c *cluster, set string, n, page int) float64 {
 	b.Helper()
 	store, err := transcriptstore.Open(c.store)
 	require.NoError(b, err)
-	tc := trainer.New(c.client, rollout.TaskQueue)
-	start, done := time.Now(), 0
-	var feedTime, healthTime, ackTime time.Duration
-	pages := 0
-	defer func() {
-		per := func(d time.Duration) time.Duration { return (d / time.Duration(max(pages, 1))).Round(time.Millisecond) }
-		b.Logf("client library, per page of %d: feed %s, health %s, acknowledge %s", page, per(feedTime), per(healthTime), per(ackTime))
-	}()
-	for done < n {
-		began := time.Now()
-		_, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()})
-		require.NoError(b, err)
-		healthTime += time.Since(began)
-		began = time.Now()
-		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
-		require.NoError(b, err)
-		feedTime += time.Since(began)
-		pages++
-		var lines []trainer.ReceiptLine
-		for i, item := range p.Items {
-			var it feedItem
-			require.NoError(b, json.Unmarshal(item, &it))
-			lines = append(lines, trainer.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
-		}
-		if len(lines) == 0 {
-			continue
-		}
-		began = time.Now()
-		_, err = tc.Acknowledge(ctx, trainer.AckRequest{Set: set, Receipts: lines})
-		require.NoError(b, err)
-		ackTime += time.Since(began)
-		done += len(lines)
+	start := time.Now()
+	pt, err := bench.ConsumeInProcess(ctx, trainer.New(c.client, rollout.TaskQueue), store, set, n, page)
+	require.NoError(b, err)
+	rate := float64(n) / time.Since(start).Seconds()
+	per := func(d time.Duration) time.Duration {
+		return (d / time.Duration(max(pt.Pages, 1))).Round(time.Millisecond)
 	}
-	return float64(n) / time.Since(start).Seconds()
+	b.Logf("client library, per page of %d: feed %s, health %s, acknowledge %s", page, per(pt.Feed), per(pt.Health), per(pt.Acknow))
+	return rate
 }
 
 // rssWatch samples a process's resident memory until stopped.

@@ -132,32 +132,69 @@ func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (flo
 	if err != nil {
 		return 0, err
 	}
-	tc := trainer.New(s.client, workerQueue)
-	t0, done := time.Now(), 0
-	for done < n {
-		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
-		if err != nil {
-			return 0, fmt.Errorf("feed of %s: %w", set, err)
-		}
-		lines := make([]trainer.ReceiptLine, 0, len(p.Items))
-		for i, item := range p.Items {
-			var it struct {
-				Receipt *rollout.Receipt `json:"receipt"`
-			}
-			if err := json.Unmarshal(item, &it); err != nil || it.Receipt == nil {
-				return 0, fmt.Errorf("feed of %s: item %d has no receipt (%v)", set, i, err)
-			}
-			lines = append(lines, trainer.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
-		}
-		if len(lines) == 0 {
-			continue
-		}
-		if _, err := tc.Acknowledge(ctx, trainer.AckRequest{Set: set, Receipts: lines}); err != nil {
-			return 0, fmt.Errorf("acknowledge %d of %s: %w", len(lines), set, err)
-		}
-		done += len(lines)
+	t0 := time.Now()
+	if _, err := ConsumeInProcess(ctx, trainer.New(s.client, workerQueue), store, set, n, page); err != nil {
+		return 0, err
 	}
 	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// PageTimes are the time a consumer spent per call kind over its pages.
+type PageTimes struct {
+	Pages                int
+	Health, Feed, Acknow time.Duration
+}
+
+// ConsumeInProcess consumes n held results of set through the client
+// library, as a trainer linking it would and as the gateway's feed does for
+// its callers: per page of at most page results, the set's health, the
+// feed page, and one acknowledgement of the page before the next. It
+// returns where the time went.
+func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.TranscriptReader, set string, n, page int) (PageTimes, error) {
+	var pt PageTimes
+	for done := 0; done < n; {
+		began := time.Now()
+		if _, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()}); err != nil {
+			return pt, fmt.Errorf("health of %s: %w", set, err)
+		}
+		pt.Health += time.Since(began)
+		began = time.Now()
+		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
+		if err != nil {
+			return pt, fmt.Errorf("feed of %s: %w", set, err)
+		}
+		pt.Feed += time.Since(began)
+		pt.Pages++
+		lines, err := receiptLines(set, p.Items)
+		if err != nil {
+			return pt, err
+		}
+		if len(lines) == 0 {
+			continue // not listed yet: the held results are all there, visibility lags
+		}
+		began = time.Now()
+		if _, err := tc.Acknowledge(ctx, trainer.AckRequest{Set: set, Receipts: lines}); err != nil {
+			return pt, fmt.Errorf("acknowledge %d of %s: %w", len(lines), set, err)
+		}
+		pt.Acknow += time.Since(began)
+		done += len(lines)
+	}
+	return pt, nil
+}
+
+// receiptLines are the receipts of a feed page's items.
+func receiptLines(set string, items []json.RawMessage) ([]trainer.ReceiptLine, error) {
+	lines := make([]trainer.ReceiptLine, 0, len(items))
+	for i, item := range items {
+		var it struct {
+			Receipt *rollout.Receipt `json:"receipt"`
+		}
+		if err := json.Unmarshal(item, &it); err != nil || it.Receipt == nil {
+			return nil, fmt.Errorf("feed of %s: item %d has no receipt (%v)", set, i, err)
+		}
+		lines = append(lines, trainer.ReceiptLine{Line: i + 1, Receipt: *it.Receipt})
+	}
+	return lines, nil
 }
 
 // updateLoop starts n plain workflows each holding a result, waits until
