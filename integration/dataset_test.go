@@ -69,8 +69,10 @@ func TestDatasetSubmitExport(t *testing.T) {
 
 // TestDatasetExportHeld: a set that holds its results for acknowledgement
 // exports them while held (held, with receipts); the export feeds
-// `starter acknowledge`, and once released the same rollouts export again
-// with the same receipts.
+// `starter acknowledge`; an export right after the acknowledgement, while
+// the released runs are closing, still exports every rollout once (held
+// or, once its run closed, not); and once closed the same rollouts export
+// again with the same receipts.
 func TestDatasetExportHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
@@ -88,11 +90,18 @@ func TestDatasetExportHeld(t *testing.T) {
 	out, err = c.starter(ctx, "export", "--set", "ds2", "--file", held, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
 	require.Contains(t, out, "exported 2 rollouts of set ds2 (2 completed, 2 of them held for acknowledgement, 0 failed)")
-	before := exportedReceipts(t, held, true)
+	before := exportedReceipts(t, held, isHeld)
 
 	out, err = c.starter(ctx, "acknowledge", "--set", "ds2", "--receipts", held)
 	require.NoError(t, err, "starter acknowledge:\n%s", out)
 	require.Contains(t, out, "acknowledged 2 rollouts")
+
+	// At once: a run released but not closed yet is awaited, not skipped.
+	closing := filepath.Join(c.dir, "closing.jsonl")
+	out, err = c.starter(ctx, "export", "--set", "ds2", "--file", closing, "--transcript-dir", c.store)
+	require.NoError(t, err, "starter export:\n%s", out)
+	require.Contains(t, out, "exported 2 rollouts of set ds2 (2 completed", "export right after the acknowledgement")
+	require.Equal(t, before, exportedReceipts(t, closing, anyHeld))
 
 	// Released, the rollouts close; the export then shows them closed.
 	c.waitFor("acknowledged rollouts to close", nil, time.Minute, func() bool {
@@ -102,12 +111,21 @@ func TestDatasetExportHeld(t *testing.T) {
 	closed := filepath.Join(c.dir, "closed.jsonl")
 	out, err = c.starter(ctx, "export", "--set", "ds2", "--file", closed, "--transcript-dir", c.store)
 	require.NoError(t, err, "starter export:\n%s", out)
-	require.Equal(t, before, exportedReceipts(t, closed, false))
+	require.Equal(t, before, exportedReceipts(t, closed, notHeld))
 }
+
+// heldFlag is what exportedReceipts expects of each line's held flag.
+type heldFlag int
+
+const (
+	isHeld heldFlag = iota
+	notHeld
+	anyHeld
+)
 
 // exportedReceipts reads the receipts of an export's lines, checking each
 // line's held flag.
-func exportedReceipts(t *testing.T, path string, held bool) map[string]string {
+func exportedReceipts(t *testing.T, path string, held heldFlag) map[string]string {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -115,7 +133,9 @@ func exportedReceipts(t *testing.T, path string, held bool) map[string]string {
 	for _, raw := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var l trainer.ExportLine
 		require.NoError(t, json.Unmarshal([]byte(raw), &l))
-		require.Equal(t, held, l.Held, l.RolloutID)
+		if held != anyHeld {
+			require.Equal(t, held == isHeld, l.Held, l.RolloutID)
+		}
 		require.Equal(t, "completed", l.Status, l.RolloutID)
 		require.NotNil(t, l.Receipt, l.RolloutID)
 		require.NotEmpty(t, l.Messages, l.RolloutID)
