@@ -189,8 +189,11 @@ type Pair struct {
 // (from the first to the last model call in the history) and end to end
 // (start to result, divided by turns).
 type Latency struct {
-	TurnMS    Pair `json:"turn_ms"`
-	EndToEnd  Pair `json:"end_to_end_ms_per_turn"`
+	TurnMS   Pair `json:"turn_ms"`
+	EndToEnd Pair `json:"end_to_end_ms_per_turn"`
+	// Streamed is TurnMS of turnstile with token capture (each model call
+	// streamed), beside the same floors.
+	Streamed  Pair `json:"streamed_turn_ms"`
 	Rollouts  int  `json:"rollouts"`
 	TurnsEach int  `json:"turns_each"`
 }
@@ -213,6 +216,9 @@ type History struct {
 	At            []int  `json:"at"`
 	BytesPerTurn  []Pair `json:"bytes_per_turn"`
 	EventsPerTurn []Pair `json:"events_per_turn"`
+	// StreamedBytesPerTurn is BytesPerTurn of turnstile with token capture
+	// (each model call streamed), beside the same floors.
+	StreamedBytesPerTurn []Pair `json:"streamed_bytes_per_turn"`
 	// Fixed is the whole history of one short rollout of each kind: a
 	// counter rollout of FixedCostTurns turns (tool turns and the final
 	// answer), no padding.

@@ -47,6 +47,8 @@ func TestSmokeRun(t *testing.T) {
 	require.Positive(t, rep.Latency.TurnMS.Floor)
 	require.Positive(t, rep.Latency.TurnMS.Turnstile)
 	require.Positive(t, rep.Latency.TurnMS.Lean, "the lean floor runs in the same run")
+	require.Positive(t, rep.Latency.Streamed.Turnstile, "a streamed rollout with token capture runs beside it")
+	require.Equal(t, rep.Latency.TurnMS.Lean, rep.Latency.Streamed.Lean, "against the same floors")
 	require.NotNil(t, rep.Through)
 	require.EqualValues(t, cfg.Concurrency*cfg.ThroughputTurns, rep.Through.Turns.Turnstile)
 	require.Positive(t, rep.Through.TurnsPerSec.Floor)
@@ -58,6 +60,7 @@ func TestSmokeRun(t *testing.T) {
 	require.NotNil(t, rep.History)
 	for i := range cfg.HistoryAt {
 		require.Positive(t, rep.History.BytesPerTurn[i].Turnstile)
+		require.Positive(t, rep.History.StreamedBytesPerTurn[i].Turnstile)
 		require.Positive(t, rep.History.EventsPerTurn[i].Floor)
 	}
 	f := rep.History.Fixed

@@ -51,6 +51,9 @@ func (r *Report) Rows() []Row {
 	if l := r.Latency; l != nil {
 		pair("turn, 1 rollout (steady)", "ms", l.TurnMS, "ratio ≤ 1.0 (stretch 0.6)")
 		pair("turn, 1 rollout (end to end)", "ms", l.EndToEnd, "lower is better")
+		if l.Streamed.Turnstile != 0 {
+			pair("turn, 1 rollout, streamed with token capture", "ms", l.Streamed, "ratio ≤ the unstreamed row's")
+		}
 	}
 	if t := r.Through; t != nil {
 		pair(fmt.Sprintf("throughput, %d rollouts", r.Config.Concurrency), "turns/s", t.TurnsPerSec, "ratio ≥ 1.0 (stretch 1.5)")
@@ -71,6 +74,9 @@ func (r *Report) Rows() []Row {
 		for i, at := range h.At {
 			pair(fmt.Sprintf("history at turn %d", at), "bytes/turn", h.BytesPerTurn[i], "turnstile ≤ 2048, flat ±10%")
 			pair(fmt.Sprintf("events at turn %d", at), "events/turn", h.EventsPerTurn[i], "lower is better")
+			if i < len(h.StreamedBytesPerTurn) && h.StreamedBytesPerTurn[i].Turnstile != 0 {
+				pair(fmt.Sprintf("history at turn %d, streamed with token capture", at), "bytes/turn", h.StreamedBytesPerTurn[i], "≤ the unstreamed row")
+			}
 		}
 		if f := h.Fixed; f != nil {
 			label := fmt.Sprintf("%d-turn rollout", FixedCostTurns)

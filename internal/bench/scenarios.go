@@ -32,15 +32,21 @@ const (
 	// LeanPayloadBytes (never padded).
 	leanKind
 	turnstileKind
+	// streamedKind is turnstile with token capture: each model call
+	// streamed and its tokens kept (durable prefixes every
+	// TURNSTILE_MODEL_PREFIX_TOKENS). Not in kinds: the latency and
+	// history scenarios run it beside turnstile, to show what streaming
+	// costs.
+	streamedKind
 )
 
 // kinds is every kind, in the order a scenario runs them.
 var kinds = []kind{floorKind, leanKind, turnstileKind}
 
-func (k kind) String() string { return [...]string{"floor", "lean", "turnstile"}[k] }
+func (k kind) String() string { return [...]string{"floor", "lean", "turnstile", "streamed"}[k] }
 
 // plain says whether k runs on the floor's worker.
-func (k kind) plain() bool { return k != turnstileKind }
+func (k kind) plain() bool { return k == floorKind || k == leanKind }
 
 // spec is one rollout to run.
 type spec struct {
@@ -49,12 +55,13 @@ type spec struct {
 	turns     int
 	padding   int
 	policyURL string // turnstile only; empty: the worker's default
+	streamed  bool   // capture tokens: the model call streams
 }
 
 // counterInput is a counter rollout of s.turns tool turns (plus the final
 // answer of the model, which calls no tool).
 func counterInput(s spec) rollout.Input {
-	return rollout.Input{
+	in := rollout.Input{
 		RolloutID: fmt.Sprintf("%s-%05d", s.set, s.i),
 		Set:       s.set,
 		Task:      json.RawMessage(fmt.Sprintf(`{"target":%d,"padding":%d}`, s.turns, s.padding)),
@@ -63,6 +70,11 @@ func counterInput(s spec) rollout.Input {
 		Seed:      int64(s.i + 1),
 		Limits:    rollout.Limits{MaxTurns: min(s.turns+1, rollout.MaxMaxTurns)},
 	}
+	if s.streamed {
+		in.Sampling = &rollout.Sampling{CaptureTokens: true}
+		in.Policy.ToolParser = rollout.ToolParserTurnstile
+	}
+	return in
 }
 
 // startRun starts one rollout of kind k.
@@ -77,6 +89,7 @@ func (s *stack) startRun(ctx context.Context, k kind, sp spec) (tclient.Workflow
 			ID: fmt.Sprintf("lean/%s-%05d", sp.set, sp.i), TaskQueue: floorQueue,
 		}, FloorWorkflowName, FloorInput{Turns: sp.turns, ObservationBytes: LeanPayloadBytes})
 	}
+	sp.streamed = k == streamedKind
 	in := counterInput(sp)
 	return s.client.ExecuteWorkflow(ctx, rollout.StartOptions(in, workerQueue), rollout.WorkflowName, in)
 }
@@ -139,34 +152,49 @@ func (s *stack) marks(ctx context.Context, k kind, run tclient.WorkflowRun) (tur
 func eventSize(ev *historypb.HistoryEvent) int { return proto.Size(ev) }
 
 // latency runs cfg.LatencyRollouts rollouts of each kind one at a time and
-// reports the median steady-state turn and end-to-end time per turn.
+// reports the median steady-state turn and end-to-end time per turn; then
+// the same with token capture (streamed), against the same floors.
 func (s *stack) latency(ctx context.Context, stamp string) (*Latency, error) {
 	out := &Latency{Rollouts: s.cfg.LatencyRollouts, TurnsEach: s.cfg.LatencyTurns}
-	for _, k := range kinds {
-		// One short run first: connections, caches and the sticky queue
-		// warm up outside the measurement.
-		if _, _, err := s.oneRollout(ctx, k, spec{set: "warm-" + stamp, i: int(k), turns: 2}); err != nil {
+	for _, k := range append(kinds, streamedKind) {
+		turn, e2e, err := s.latencyOf(ctx, k, stamp)
+		if err != nil {
 			return nil, err
 		}
-		var turn, e2e []float64
-		for i := 0; i < s.cfg.LatencyRollouts; i++ {
-			sp := spec{set: "lat-" + stamp, i: i + 100*int(k), turns: s.cfg.LatencyTurns}
-			m, wall, err := s.oneRollout(ctx, k, sp)
-			if err != nil {
-				return nil, err
-			}
-			if len(m.times) < 2 {
-				return nil, fmt.Errorf("%s latency run: %d model calls in its history, want at least 2", k, len(m.times))
-			}
-			steady := m.times[len(m.times)-1].Sub(m.times[0])
-			turn = append(turn, ms(steady)/float64(len(m.times)-1))
-			e2e = append(e2e, ms(wall)/float64(s.cfg.LatencyTurns))
+		if k == streamedKind {
+			out.Streamed = Pair{Floor: out.TurnMS.Floor, Lean: out.TurnMS.Lean, Turnstile: turn}
+		} else {
+			set(&out.TurnMS, k, turn)
+			set(&out.EndToEnd, k, e2e)
 		}
-		set(&out.TurnMS, k, median(turn))
-		set(&out.EndToEnd, k, median(e2e))
-		s.logf("latency %-9s %.1f ms/turn (steady), %.1f ms/turn end to end", k, median(turn), median(e2e))
+		s.logf("latency %-9s %.1f ms/turn (steady), %.1f ms/turn end to end", k, turn, e2e)
 	}
 	return out, nil
+}
+
+// latencyOf is the median steady-state turn and end-to-end time per turn of
+// cfg.LatencyRollouts rollouts of kind k, one at a time.
+func (s *stack) latencyOf(ctx context.Context, k kind, stamp string) (turnMS, e2eMS float64, err error) {
+	// One short run first: connections, caches and the sticky queue warm
+	// up outside the measurement.
+	if _, _, err := s.oneRollout(ctx, k, spec{set: "warm-" + stamp, i: int(k), turns: 2}); err != nil {
+		return 0, 0, err
+	}
+	var turn, e2e []float64
+	for i := 0; i < s.cfg.LatencyRollouts; i++ {
+		sp := spec{set: "lat-" + stamp, i: i + 100*int(k), turns: s.cfg.LatencyTurns}
+		m, wall, err := s.oneRollout(ctx, k, sp)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(m.times) < 2 {
+			return 0, 0, fmt.Errorf("%s latency run: %d model calls in its history, want at least 2", k, len(m.times))
+		}
+		steady := m.times[len(m.times)-1].Sub(m.times[0])
+		turn = append(turn, ms(steady)/float64(len(m.times)-1))
+		e2e = append(e2e, ms(wall)/float64(s.cfg.LatencyTurns))
+	}
+	return median(turn), median(e2e), nil
 }
 
 func (s *stack) oneRollout(ctx context.Context, k kind, sp spec) (turnMarks, time.Duration, error) {
@@ -262,7 +290,8 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 	out := &History{At: s.cfg.HistoryAt}
 	out.BytesPerTurn = make([]Pair, len(s.cfg.HistoryAt))
 	out.EventsPerTurn = make([]Pair, len(s.cfg.HistoryAt))
-	for _, k := range kinds {
+	out.StreamedBytesPerTurn = make([]Pair, len(s.cfg.HistoryAt))
+	for _, k := range append(kinds, streamedKind) {
 		// The floors get one turn more, so their turn HistoryTurns has a
 		// next turn to end it, like turnstile's final answer.
 		turns := s.cfg.HistoryTurns
@@ -277,8 +306,13 @@ func (s *stack) history(ctx context.Context, stamp string) (*History, error) {
 			if at >= len(m.bytes) {
 				return nil, fmt.Errorf("%s history: turn %d not reached (%d model calls in one run; continued as new?)", k, at, len(m.bytes))
 			}
-			set(&out.BytesPerTurn[j], k, float64(m.bytes[at]-m.bytes[at-1]))
-			set(&out.EventsPerTurn[j], k, float64(m.events[at]-m.events[at-1]))
+			if k == streamedKind {
+				b := out.BytesPerTurn[j]
+				out.StreamedBytesPerTurn[j] = Pair{Floor: b.Floor, Lean: b.Lean, Turnstile: float64(m.bytes[at] - m.bytes[at-1])}
+			} else {
+				set(&out.BytesPerTurn[j], k, float64(m.bytes[at]-m.bytes[at-1]))
+				set(&out.EventsPerTurn[j], k, float64(m.events[at]-m.events[at-1]))
+			}
 			s.logf("history %-9s turn %d: %d bytes, %d events", k, at, m.bytes[at]-m.bytes[at-1], m.events[at]-m.events[at-1])
 		}
 		if err := writeTurn(s.cfg.OutDir, k, m, s.cfg.HistoryAt[0]); err != nil {
