@@ -257,8 +257,8 @@ func Register(r Registry, acts *Activities, coord *coordinator.Coordinator) {
 	RegisterControl(r, coord)
 }
 
-// RegisterControl registers the Checkpoint, Restore and RecoverServer
-// workflows, the coordinator activities (PrepareParticipants, ParkMembers,
+// RegisterControl registers the Checkpoint, Restore, RecoverServer and
+// Watchdog workflows, the coordinator activities (PrepareParticipants, ParkMembers,
 // …) and StartRollouts on r, and a set's own records: its fence record and
 // its acknowledgement ledger, with the ledger's ReleaseAcknowledged
 // activity. StartRollouts starts with the coordinator's client, the one
@@ -268,6 +268,9 @@ func RegisterControl(r Registry, coord *coordinator.Coordinator) {
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.RecoverServer, workflow.RegisterOptions{Name: checkpoint.RecoverServerWorkflowName})
+	// A set's watchdog (automatic recovery), with its ProbeParticipants
+	// activity among the coordinator's.
+	r.RegisterWorkflowWithOptions(checkpoint.Watchdog, workflow.RegisterOptions{Name: checkpoint.WatchdogWorkflowName})
 	// A set's fence record, started by a restore's FenceSet step on the
 	// control queue.
 	r.RegisterWorkflowWithOptions(set.SetFenceWorkflow, workflow.RegisterOptions{Name: set.SetFenceWorkflowName})
