@@ -98,7 +98,7 @@ func TestRecordedCoordinatorHistoriesReplay(t *testing.T) {
 }
 
 // checkReplay exports a coordinator workflow's history with the Temporal CLI
-// and replays it against the current Checkpoint and Restore code; with
+// and replays it against the current Checkpoint, Restore and Watchdog code; with
 // TURNSTILE_UPDATE_REPLAY=1 it writes it to checkpoint/testdata/<fixture>.
 func (c *cluster) checkReplay(ctx context.Context, run client.WorkflowRun, fixture string) {
 	c.t.Helper()
@@ -110,6 +110,7 @@ func (c *cluster) checkReplay(ctx context.Context, run client.WorkflowRun, fixtu
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflowWithOptions(checkpoint.Checkpoint, workflow.RegisterOptions{Name: checkpoint.CheckpointWorkflowName})
 	r.RegisterWorkflowWithOptions(checkpoint.Restore, workflow.RegisterOptions{Name: checkpoint.RestoreWorkflowName})
+	r.RegisterWorkflowWithOptions(checkpoint.Watchdog, workflow.RegisterOptions{Name: checkpoint.WatchdogWorkflowName})
 	require.NoError(c.t, r.ReplayWorkflowHistoryFromJSONFile(nil, path), fixture)
 
 	if os.Getenv("TURNSTILE_UPDATE_REPLAY") == "1" {

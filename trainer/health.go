@@ -9,11 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -65,9 +68,14 @@ type Health struct {
 	ModelErrors    []string `json:"model_errors"`
 	// Stuck are running rollouts (at most Sample) that made no progress
 	// within the window.
-	Stuck    []string `json:"stuck"`
-	Reason   string   `json:"reason"`
-	WindowMS int64    `json:"window_ms"`
+	Stuck []string `json:"stuck"`
+	// ServerRecoveries are the environment servers the set's watchdog
+	// (automatic recovery) declared dead, one line each: when, and onto
+	// which replacement it recovered how many rollouts. A recovery still
+	// running or failed makes the set degraded.
+	ServerRecoveries []string `json:"server_recoveries"`
+	Reason           string   `json:"reason"`
+	WindowMS         int64    `json:"window_ms"`
 }
 
 // HealthRequest asks for a set's health over the window ending Now.
@@ -124,7 +132,7 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 	if r.Sample < 1 {
 		r.Sample = healthSample
 	}
-	h := Health{State: HealthOK, WindowMS: r.Window.Milliseconds(), ModelErrors: []string{}, Stuck: []string{}}
+	h := Health{State: HealthOK, WindowMS: r.Window.Milliseconds(), ModelErrors: []string{}, Stuck: []string{}, ServerRecoveries: []string{}}
 	// A namespace set up before the progress attributes existed has no
 	// RolloutFinishedAt to count by: health without the watchdog then.
 	watchdog, err := hasProgressAttributes(ctx, src, r.Set)
@@ -152,8 +160,56 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 			return Health{}, err
 		}
 	}
+	decls, err := serverDeclarations(ctx, src, r.Set)
+	if err != nil {
+		return Health{}, err
+	}
 	judge(&h, r, n, watchdog)
+	noteRecoveries(&h, decls)
 	return h, nil
+}
+
+// serverDeclarations are the declarations in the memo of the set's
+// watchdog (none without one).
+func serverDeclarations(ctx context.Context, src healthSource, set string) ([]checkpoint.Declaration, error) {
+	id := checkpoint.WatchdogWorkflowID(set)
+	d, err := src.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("look up %s: %w", id, err)
+	}
+	p, ok := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[checkpoint.MemoDeclarations]
+	if !ok {
+		return nil, nil
+	}
+	var decls []checkpoint.Declaration
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &decls); err != nil {
+		return nil, fmt.Errorf("memo %s of %s: %w", checkpoint.MemoDeclarations, id, err)
+	}
+	return decls, nil
+}
+
+// noteRecoveries lists the declarations in h; one whose recovery runs or
+// failed makes an ok set degraded.
+func noteRecoveries(h *Health, decls []checkpoint.Declaration) {
+	var why []string
+	for _, d := range decls {
+		h.ServerRecoveries = append(h.ServerRecoveries, d.Summary())
+		if d.Error != "" || d.RecoveredAt.IsZero() {
+			why = append(why, d.Summary())
+		}
+	}
+	if len(why) == 0 {
+		return
+	}
+	if h.State == HealthOK {
+		h.State = HealthDegraded
+	}
+	h.Reason = strings.Join(append([]string{h.Reason}, why...), "; ")
+	h.Reason = strings.TrimPrefix(h.Reason, "; ")
 }
 
 // healthCount is one count of a health computation.

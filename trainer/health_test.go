@@ -20,6 +20,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 	"github.com/turnstile-rl/turnstile/workflows/set"
 )
@@ -35,6 +36,8 @@ type healthAnswers struct {
 	noAttributes bool
 	// queued rollouts wait in the set's admission (0: the set has none).
 	queued int
+	// declarations are in the memo of the set's watchdog (nil: none).
+	declarations []checkpoint.Declaration
 }
 
 // client is a Temporal client giving the answers.
@@ -49,6 +52,13 @@ func (f *healthAnswers) client() *temporalfake.Client {
 		List: func(query string) ([]*workflowpb.WorkflowExecutionInfo, error) { return f.lists(query), nil },
 		Describe: func(workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 			resp := &workflowservice.DescribeWorkflowExecutionResponse{}
+			if workflowID == checkpoint.WatchdogWorkflowID("s1") {
+				if f.declarations == nil {
+					return nil, serviceerror.NewNotFound("workflow not found: " + workflowID)
+				}
+				resp.WorkflowExecutionInfo = &workflowpb.WorkflowExecutionInfo{Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{
+					checkpoint.MemoDeclarations: temporalfake.Payload(f.declarations)}}}
+			}
 			if a, ok := f.attempts[workflowID]; ok {
 				resp.PendingActivities = []*workflowpb.PendingActivityInfo{{
 					ActivityType: &commonpb.ActivityType{Name: rollout.CallModelName}, Attempt: a,
@@ -157,6 +167,34 @@ func TestHealthCountsQueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7, h.Queued)
 	require.Equal(t, 1+1+1+7, h.Rollouts, "running + completed + failed + queued")
+}
+
+// TestHealthServerRecoveries: the watchdog's declarations are listed; one
+// recovered leaves the set ok, one recovering or failed degrades it and
+// says why.
+func TestHealthServerRecoveries(t *testing.T) {
+	at := time.Date(2026, 12, 1, 23, 0, 0, 0, time.UTC)
+	done := checkpoint.Declaration{Server: "http://127.0.0.1:4", Replacement: "http://127.0.0.1:5", DeclaredAt: at, Misses: 6,
+		RecoveredAt: at.Add(9 * time.Second), Recovered: 3}
+	f := &healthAnswers{declarations: []checkpoint.Declaration{done},
+		counts: func(q string) int { return 1 }, lists: func(string) []*workflowpb.WorkflowExecutionInfo { return nil }}
+	h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, HealthOK, h.State, h.Reason)
+	require.Equal(t, []string{"env server http://127.0.0.1:4 declared dead at 2026-12-01T23:00:00Z (6 probes missed), recovered 3 rollouts onto http://127.0.0.1:5"}, h.ServerRecoveries)
+
+	failed := checkpoint.Declaration{Server: "http://127.0.0.1:6", DeclaredAt: at, Misses: 6, RecoveredAt: at, Error: "no checkpoint"}
+	f.declarations = append(f.declarations, failed)
+	h, err = setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, HealthDegraded, h.State)
+	require.Len(t, h.ServerRecoveries, 2)
+	require.Contains(t, h.Reason, "env server http://127.0.0.1:6 declared dead at 2026-12-01T23:00:00Z (6 probes missed), recovery failed: no checkpoint")
+
+	f.declarations = nil
+	h, err = setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+	require.NoError(t, err)
+	require.Equal(t, []string{}, h.ServerRecoveries, "no watchdog: none")
 }
 
 // TestHealthQueriesUseTheWindow: every time filter compares against the

@@ -151,6 +151,7 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	st.Declarations = append(st.Declarations, d)
 	k := len(st.Declarations) - 1
 	w.logger.Warn("environment server declared dead", "server", ws.URL, "misses", d.Misses, "last_answer", d.LastAnswer)
+	w.publish(ctx)
 	replacement, standby, ok := w.replacement(ctx, ws.URL)
 	if !ok {
 		st.Declarations[k].Error = "stopped while waiting for the server to come back"
@@ -168,13 +169,22 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	if err != nil {
 		st.Declarations[k].Error = err.Error()
 		w.logger.Error("automatic recovery failed", "server", ws.URL, "error", err)
-		w.describe(ctx)
+		w.publish(ctx)
 		return
 	}
 	st.Declarations[k].Recovered = res.Affected
 	st.Watched[i].URL, st.Watched[i].Generation = replacement, ws.Generation+1
 	if standby {
 		st.StandbyUsed++
+	}
+	w.publish(ctx)
+}
+
+// publish shows the declarations in the watchdog's memo (the set's health
+// and the Web UI read it) and its current details.
+func (w *watchdog) publish(ctx workflow.Context) {
+	if err := workflow.UpsertMemo(ctx, map[string]any{MemoDeclarations: w.status.State.Declarations}); err != nil {
+		w.logger.Error("watchdog memo not updated", "error", err)
 	}
 	w.describe(ctx)
 }

@@ -28,6 +28,11 @@ const ProbeParticipantsName = "ProbeParticipants"
 // QueryWatchdogStatus answers a Watchdog run's WatchdogStatus.
 const QueryWatchdogStatus = "status"
 
+// MemoDeclarations is the watchdog's memo field holding its Declarations,
+// oldest first: the set's health and the Web UI read them without a
+// worker.
+const MemoDeclarations = "declarations"
+
 // SignalStopWatchdog ends a watchdog (what it started runs on).
 const SignalStopWatchdog = "stop"
 
