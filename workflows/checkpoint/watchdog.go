@@ -152,6 +152,7 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	k := len(st.Declarations) - 1
 	w.logger.Warn("environment server declared dead", "server", ws.URL, "misses", d.Misses, "last_answer", d.LastAnswer)
 	w.publish(ctx)
+	w.count(ctx, MetricServersDeclaredDead, 1)
 	replacement, standby, ok := w.replacement(ctx, ws.URL)
 	if !ok {
 		st.Declarations[k].Error = "stopped while waiting for the server to come back"
@@ -169,15 +170,22 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	if err != nil {
 		st.Declarations[k].Error = err.Error()
 		w.logger.Error("automatic recovery failed", "server", ws.URL, "error", err)
+		w.count(ctx, MetricRecoveriesFailed, 1)
 		w.publish(ctx)
 		return
 	}
 	st.Declarations[k].Recovered = res.Affected
+	w.count(ctx, MetricRolloutsRecovered, int64(res.Affected))
 	st.Watched[i].URL, st.Watched[i].Generation = replacement, ws.Generation+1
 	if standby {
 		st.StandbyUsed++
 	}
 	w.publish(ctx)
+}
+
+// count adds n to a watchdog counter of the set.
+func (w *watchdog) count(ctx workflow.Context, name string, n int64) {
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"set": w.in.Set}).Counter(name).Inc(n)
 }
 
 // publish shows the declarations in the watchdog's memo (the set's health

@@ -33,6 +33,14 @@ const QueryWatchdogStatus = "status"
 // worker.
 const MemoDeclarations = "declarations"
 
+// Watchdog metrics, counted through the worker's SDK metrics handler
+// (never while a history replays), labelled by set; Prometheus adds _total.
+const (
+	MetricServersDeclaredDead = "turnstile_watchdog_declared_dead"
+	MetricRolloutsRecovered   = "turnstile_watchdog_rollouts_recovered"
+	MetricRecoveriesFailed    = "turnstile_watchdog_recoveries_failed"
+)
+
 // SignalStopWatchdog ends a watchdog (what it started runs on).
 const SignalStopWatchdog = "stop"
 

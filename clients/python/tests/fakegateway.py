@@ -83,7 +83,7 @@ class FakeSet:
                 "running": self.count - len(self.finished), "held": sum(1 for r in self.finished
                                                                         if self.deliverable(r)),
                 "progress_per_min": 0.0, "consecutive_failures": 0, "model_error_rate": 1.0 if self.stalled else 0.0,
-                "model_errors": [self.stalled] if self.stalled else [], "stuck": [], "reason": self.stalled,
+                "model_errors": [self.stalled] if self.stalled else [], "stuck": [], "server_recoveries": [], "reason": self.stalled,
                 "window_ms": 5000}
 
 

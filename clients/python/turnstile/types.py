@@ -79,6 +79,7 @@ class Health(TypedDict):
     model_error_rate: float
     model_errors: List[str]
     stuck: List[str]
+    server_recoveries: List[str]  # servers the watchdog declared dead, and what came of it
     reason: str
     window_ms: int
 
