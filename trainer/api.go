@@ -135,6 +135,11 @@ type SubmitRequest struct {
 	// others finish; 0 means DefaultMaxInFlight. It is not part of the
 	// request's digest: it may change while the set runs (SetMaxInFlight).
 	MaxInFlight int `json:"-"`
+	// AutoRecover, when set, turns on automatic recovery for the set: once
+	// its rollouts are queued, Submit starts the set's watchdog (see
+	// AutoRecover and StartWatchdog). Its settings are checked before
+	// anything starts. Not part of the request's digest.
+	AutoRecover *AutoRecover `json:"-"`
 }
 
 // SubmitResult is what a submission handed to its set's admission.
@@ -149,6 +154,8 @@ type SubmitResult struct {
 	Existing int
 	// MaxInFlight is the set's max_in_flight at submission.
 	MaxInFlight int
+	// Watchdog is the set's watchdog, when AutoRecover was set.
+	Watchdog *Started
 }
 
 // WaitRequest is what Wait waits for.

@@ -233,6 +233,11 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 		return SubmitResult{}, err
 	}
 	res := SubmitResult{Inputs: inputs, MaxInFlight: cmp.Or(r.MaxInFlight, DefaultMaxInFlight)}
+	if r.AutoRecover != nil {
+		if _, err := r.AutoRecover.WatchdogInput(r.Set, "/", c.taskQueue); err != nil {
+			return res, err
+		}
+	}
 	stamp, err := r.admissionStamp()
 	if err != nil {
 		return res, err
@@ -253,6 +258,13 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 	res.Started, res.Existing, err = c.enqueue(ctx, enqueueSpec{set: r.Set, inputs: inputs, stamp: stamp, maxInFlight: res.MaxInFlight, resume: pre.resume})
 	if err != nil {
 		return res, fmt.Errorf("%w (queued %d of %d)", err, res.Started+res.Existing, len(inputs))
+	}
+	if r.AutoRecover != nil {
+		wd, err := c.StartWatchdog(ctx, r.Set, *r.AutoRecover)
+		if err != nil {
+			return res, fmt.Errorf("automatic recovery of set %s (its rollouts are queued): %w", r.Set, err)
+		}
+		res.Watchdog = &wd
 	}
 	return res, nil
 }

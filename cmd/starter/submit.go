@@ -31,13 +31,15 @@ func newSubmitCmd(g *globals) *cobra.Command {
 		tasks   string
 		samp    samplingFlags
 		retries int
+		auto    autoRecoverFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "submit",
 		Short: "Start a set of rollouts (attempt 0 each)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := fillMode(cmd, &req, envList, tasks); err != nil {
+			err := fillMode(cmd, &req, envList, tasks)
+			if err != nil {
 				return err
 			}
 			if err := declare(cmd.Context(), &req); err != nil {
@@ -46,7 +48,9 @@ func newSubmitCmd(g *globals) *cobra.Command {
 			if cmd.Flags().Changed("group-retries") {
 				req.GroupRetries = &retries
 			}
-			var err error
+			if req.AutoRecover, err = auto.settings(); err != nil {
+				return cli.Usage(err)
+			}
 			if req.Sampling, err = samp.sampling(cmd); err != nil {
 				return cli.Usage(err)
 			}
@@ -87,6 +91,7 @@ func newSubmitCmd(g *globals) *cobra.Command {
 	f.IntVar(&req.MaxInFlight, "max-in-flight", trainer.DefaultMaxInFlight, "rollouts of the set running at once; the set's admission starts the others in order as these finish (a dataset's groups whole). Change it while the set runs with starter admission")
 	f.StringVar(&req.RequestID, "request-id", "", "make the submission idempotent: submitted again with the same id (after a crash), it queues only what is missing")
 	samp.register(f)
+	auto.register(f)
 	f.BoolVar(&dryRun, "dry-run", false, "check the request and print what would start, without connecting to Temporal")
 	f.BoolVar(&wait, "wait", false, "wait for every rollout to close (with --require-ack: to hold its result), with a progress bar, then print the summary")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
@@ -169,6 +174,9 @@ func submit(cmd *cobra.Command, c *trainer.Client, req trainer.SubmitRequest, w 
 	}
 	fmt.Fprintf(out, "submitted %d rollouts of set %s (%s) on task queue %s at %s; at most %d run at once, the others wait queued\n",
 		res.Started+res.Existing, req.Set, describeMode(req), c.TaskQueue(), w.addr, res.MaxInFlight)
+	if res.Watchdog != nil {
+		fmt.Fprintf(out, "automatic recovery on: watchdog %s watches %d environment servers\n", res.Watchdog.WorkflowID, len(req.AutoRecover.Participants))
+	}
 	if res.Existing > 0 {
 		fmt.Fprintf(out, "%d of them were queued before, by an earlier submission of request %s\n", res.Existing, req.RequestID)
 	}
