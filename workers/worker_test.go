@@ -47,7 +47,7 @@ func TestRegister(t *testing.T) {
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.Register(&r, acts, coord)
 	want := []string{rollout.WorkflowName, rollout.GroupWorkflowName, checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName,
-		checkpoint.RecoverServerWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName, set.AckLedgerWorkflowName}
+		checkpoint.RecoverServerWorkflowName, checkpoint.WatchdogWorkflowName, set.SetFenceWorkflowName, set.AdmissionWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
 	require.Len(t, r.activities, 7, "activities registered: %v", r.activities)
 	require.Same(t, acts.Model, r.activities[0], "activities registered: %v", r.activities)
@@ -149,7 +149,7 @@ func TestRegisterControl(t *testing.T) {
 	var r recordingRegistry
 	coord := workers.NewCoordinator(nil, testConfig(t), acts)
 	workers.RegisterControl(&r, coord)
-	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName,
+	want := []string{checkpoint.CheckpointWorkflowName, checkpoint.RestoreWorkflowName, checkpoint.RecoverServerWorkflowName, checkpoint.WatchdogWorkflowName,
 		set.SetFenceWorkflowName, set.AdmissionWorkflowName, set.AckLedgerWorkflowName}
 	assert.Equal(t, strings.Join(want, ","), strings.Join(r.workflows, ","), "workflows registered: %v, want %v", r.workflows, want)
 	require.Len(t, r.activities, 4, "activities registered: %v, want the admission's, the ledger's release, the coordinator and StartRollouts", r.activities)
