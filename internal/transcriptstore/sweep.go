@@ -74,11 +74,12 @@ type SweepResult struct {
 
 // SweepCutoff is the cutoff of a sweep whose mark began at markStart: a
 // blob written (or refreshed) at or after markStart-grace is never
-// deleted. It is truncated to whole seconds because some object stores
-// keep modification times in whole seconds: a blob written at markStart
-// may carry a time up to a second earlier.
+// deleted. It is a whole second earlier still, truncated to the second:
+// some object stores keep modification times in whole seconds, and a file
+// system stamps times from a clock that may lag by a tick, so a blob
+// written at markStart may carry a time up to a second earlier.
 func SweepCutoff(markStart time.Time, grace time.Duration) time.Time {
-	return markStart.Add(-grace).Truncate(time.Second)
+	return markStart.Add(-grace).Truncate(time.Second).Add(-time.Second)
 }
 
 // Sweep deletes every blob that referenced does not name and whose stored
@@ -177,4 +178,17 @@ func isHex(s string, n int) bool {
 		}
 	}
 	return true
+}
+
+// ModTime is when blob d was last written, by the store's clock (zero
+// when the backend keeps no times).
+func (s *Store) ModTime(ctx context.Context, d transcript.Digest) (time.Time, error) {
+	if err := d.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	e, err := s.st.Stat(ctx, name(d))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("transcript: stat %s: %w", d, err)
+	}
+	return e.ModTime, nil
 }
