@@ -69,7 +69,11 @@ func TestScheduledCheckpointsRetentionGC(t *testing.T) {
 	require.Equal(t, "checkpoints/"+set, id)
 
 	// Pin the first checkpoint (tag step-1), then move the trainer on.
-	c.waitFor("first scheduled checkpoint", nil, 2*time.Minute, func() bool { return len(committed()) >= 1 })
+	// The tag lands beside the manifest right after the commit.
+	c.waitFor("first scheduled checkpoint, tagged", nil, 2*time.Minute, func() bool {
+		cps := committed()
+		return len(cps) >= 1 && cps[0].Tag != ""
+	})
 	first := committed()[0]
 	require.True(t, strings.HasPrefix(first.ID, "every-"+set+"-"), "scheduled checkpoint id %s", first.ID)
 	require.Equal(t, "step-1", first.Tag)
