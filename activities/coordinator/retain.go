@@ -11,6 +11,13 @@ import (
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
+// Metrics of checkpoint retention, per set.
+const (
+	RetentionFreedBytesMetric = "turnstile_checkpoint_retention_freed_bytes"
+	RetentionDeletedMetric    = "turnstile_checkpoint_retention_deleted"
+	RetentionKeptBytesMetric  = "turnstile_checkpoint_retention_kept_bytes"
+)
+
 // RetainCheckpoints records a committed checkpoint's tag and applies the
 // set's retention under its root (package retention): the newest Keep
 // committed checkpoints of the set and every pinned one stay; the others
@@ -48,6 +55,12 @@ func (c *Coordinator) RetainCheckpoints(ctx context.Context, in checkpoint.Retai
 	for _, d := range res.Deleted {
 		out.Deleted = append(out.Deleted, d.ID)
 	}
+	// Through the worker's SDK metrics handler (Prometheus, when the
+	// worker serves metrics).
+	m := activity.GetMetricsHandler(ctx).WithTags(map[string]string{"set": in.Set})
+	m.Counter(RetentionFreedBytesMetric).Inc(out.FreedBytes)
+	m.Counter(RetentionDeletedMetric).Inc(int64(len(out.Deleted)))
+	m.Gauge(RetentionKeptBytesMetric).Update(float64(out.KeptBytes))
 	activity.GetLogger(ctx).Info("checkpoint retention", "set", in.Set, "kept", out.Kept, "deleted", out.Deleted,
 		"kept_bytes", out.KeptBytes, "freed_bytes", out.FreedBytes)
 	return out, nil
