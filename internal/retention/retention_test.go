@@ -13,6 +13,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/retention"
 	"github.com/turnstile-rl/turnstile/internal/storage"
+	"github.com/turnstile-rl/turnstile/internal/storage/s3test"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
@@ -172,4 +173,51 @@ func TestPin(t *testing.T) {
 	require.Equal(t, "ck1", res.Kept[1].ID)
 	require.True(t, res.Kept[1].Pinned)
 	require.Equal(t, "step-1", res.Kept[1].Tag)
+}
+
+// TestApplyObjectStore: retention on versitygw keeps exactly the newest K
+// and the pinned checkpoints, deletes the others' every object, and leaves
+// a checkpoint without a manifest alone.
+func TestApplyObjectStore(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	srv.SetEnv(t)
+	var o storage.Opener
+	t.Cleanup(func() { o.Close() })
+	st, err := o.Open(ctx, srv.Bucket(t, "ckpt", "root"))
+	require.NoError(t, err)
+	put := func(name, data string) {
+		require.NoError(t, storage.WriteBytes(ctx, st, name, []byte(data)))
+	}
+	// Written in id order: equal commit seconds fall back to the id.
+	for i, id := range []string{"ck1", "ck2", "ck3", "ck4"} {
+		put(id+"/participants/0/shard.tar", strings.Repeat("s", 100))
+		put(id+"/agents/index.jsonl", "{}")
+		if i == 0 {
+			put(id+"/"+checkpoint.PinName, "{}")
+		}
+		put(id+"/"+checkpoint.AggregateManifestName, `{"checkpoint_id":"`+id+`","set":"s1"}`)
+	}
+	put("writing/staging/members.json", "[]")
+
+	res, err := retention.Apply(ctx, st, "s1", 2)
+	require.NoError(t, err)
+	var kept, deleted []string
+	for _, c := range res.Kept {
+		kept = append(kept, c.ID)
+	}
+	for _, c := range res.Deleted {
+		deleted = append(deleted, c.ID)
+	}
+	require.Equal(t, []string{"ck4", "ck3", "ck1"}, kept)
+	require.Equal(t, []string{"ck2"}, deleted)
+	manifest := int64(len(`{"checkpoint_id":"ck2","set":"s1"}`))
+	require.Equal(t, 100+2+manifest, res.FreedBytes)
+	entries, err := st.List(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	require.Equal(t, []string{"ck1", "ck3", "ck4", "writing"}, names, "ck2's objects are all gone")
 }
