@@ -69,6 +69,7 @@ func testSweepConcurrentWriters(t *testing.T, s *transcriptstore.Store) {
 	stop := make(chan struct{})
 	var (
 		wg      sync.WaitGroup
+		mu      sync.Mutex
 		written []transcript.Digest
 		werr    error
 	)
@@ -83,13 +84,23 @@ func testSweepConcurrentWriters(t *testing.T, s *transcriptstore.Store) {
 			if err == nil {
 				_, err = s.Put(ctx, []byte(liveContents[i%len(liveContents)]))
 			}
+			mu.Lock()
 			if err != nil {
 				werr = err
+				mu.Unlock()
 				return
 			}
 			written = append(written, d)
+			mu.Unlock()
 		}
 	})
+	// The mark has begun and the writer is under way: blobs it wrote since
+	// are unreferenced and must survive, like those it writes meanwhile.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(written) >= 5 || werr != nil
+	}, 10*time.Second, time.Millisecond)
 	res, err := s.Sweep(ctx, func(d transcript.Digest) bool { _, ok := live[d]; return ok },
 		transcriptstore.SweepCutoff(markStart, 0))
 	close(stop)
