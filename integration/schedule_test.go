@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -88,7 +89,8 @@ func TestScheduledCheckpointsRetentionGC(t *testing.T) {
 		require.NoError(t, err)
 		return s.Fired >= 4
 	})
-	require.NoError(t, tc.PauseSchedule(ctx, set, "test pauses it"))
+	out, err := c.starter(ctx, "schedule", "pause", "--set", set, "--note", "test pauses it")
+	require.NoError(t, err, out)
 	s, err := tc.DescribeSchedule(ctx, set)
 	require.NoError(t, err)
 	require.True(t, s.Paused)
@@ -99,9 +101,10 @@ func TestScheduledCheckpointsRetentionGC(t *testing.T) {
 	}
 
 	// The Temporal CLI sees the schedule, paused, and lists it.
-	out, err := c.temporalCLI(ctx, "schedule", "describe", "--schedule-id", id)
+	out, err = c.temporalCLI(ctx, "schedule", "describe", "--schedule-id", id, "-o", "json")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "test pauses it", "the CLI describes the pause note:\n%s", out)
+	require.Contains(t, cliScheduleInput(t, out), `"tag":"step-2"`, "the CLI shows the tag the next checkpoints carry")
 	c.waitFor("schedule in temporal schedule list", nil, time.Minute, func() bool {
 		out, err := c.temporalCLI(ctx, "schedule", "list")
 		return err == nil && strings.Contains(out, id)
@@ -118,8 +121,11 @@ func TestScheduledCheckpointsRetentionGC(t *testing.T) {
 
 	// GC: every stored blob made a day old, so only what is marked stays.
 	backdate(t, c.store, 24*time.Hour)
-	res, err := tc.GC(ctx, trainer.GCRequest{Roots: []string{root}, Set: set, Keep: keep, Transcripts: c.store, Grace: time.Hour}, nil)
-	require.NoError(t, err)
+	out, err = c.starter(ctx, "gc", "--root", root, "--set", set, "--keep", "2", "--sweep", "--transcript-dir", c.store, "--grace", "1h", "-o", "json")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "warning: --grace 1h0m0s is below 2h0m0s", "a short grace is warned of")
+	var res trainer.GCResult
+	require.NoError(t, json.Unmarshal([]byte(out[strings.LastIndex(out, "\n{")+1:]), &res), out)
 	t.Logf("gc: %+v", res)
 	require.Empty(t, res.CheckpointsDeleted)
 	require.Equal(t, keep+1, res.MarkedCheckpoints)
@@ -187,4 +193,27 @@ func backdate(t *testing.T, dir string, age time.Duration) {
 		}
 		return os.Chtimes(p, old, old)
 	}))
+}
+
+// cliScheduleInput is the action input of `temporal schedule describe -o
+// json`: the CLI prints payloads base64-encoded.
+func cliScheduleInput(t *testing.T, out string) string {
+	t.Helper()
+	var d struct {
+		Schedule struct {
+			Action struct {
+				StartWorkflow struct {
+					Input struct {
+						Payloads []struct {
+							Data []byte `json:"data"`
+						} `json:"payloads"`
+					} `json:"input"`
+				} `json:"startWorkflow"`
+			} `json:"action"`
+		} `json:"schedule"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &d), out)
+	p := d.Schedule.Action.StartWorkflow.Input.Payloads
+	require.Len(t, p, 1, out)
+	return string(p[0].Data)
 }
