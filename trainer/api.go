@@ -329,6 +329,13 @@ type CheckpointRequest struct {
 	Timeout    time.Duration
 	Deadline   time.Time
 	StayPaused bool
+	// Tag is the trainer step or policy version the checkpoint belongs to
+	// (TAG.json beside its manifest); Keep > 0 applies the set's retention
+	// after the commit (the Keep newest checkpoints and the pinned ones
+	// stay). A checkpoint on each trainer step is a Checkpoint with the
+	// step as its tag.
+	Tag  string
+	Keep int
 }
 
 // RestoreRequest is one restore of a committed checkpoint.

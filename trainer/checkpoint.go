@@ -52,8 +52,17 @@ func (r CheckpointRequest) CheckpointInput(cwd string) (checkpoint.CheckpointInp
 	if err != nil {
 		return checkpoint.CheckpointInput{}, err
 	}
+	if r.Tag != "" {
+		if err := checkpoint.ValidateName("--tag", r.Tag); err != nil {
+			return checkpoint.CheckpointInput{}, err
+		}
+	}
+	if r.Keep < 0 {
+		return checkpoint.CheckpointInput{}, fmt.Errorf("--keep %d: want 0 (no retention) or more", r.Keep)
+	}
 	in := checkpoint.CheckpointInput{
 		CheckpointID: r.CheckpointID, Set: r.Set, Root: root, Participants: parts, StayPaused: r.StayPaused,
+		Tag: r.Tag, Keep: r.Keep,
 	}
 	switch {
 	case !r.Deadline.IsZero() && r.Timeout != 0:

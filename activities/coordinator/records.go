@@ -57,20 +57,7 @@ func checkRecord(r rollout.ParkRecord, checkpointID, set, rolloutID string) erro
 // conversation heads (each walked to its root) and single blobs (the tool
 // schema, a held result's verify details).
 func references(r rollout.ParkRecord) (heads, blobs []transcript.Digest) {
-	add := func(list *[]transcript.Digest, d transcript.Digest) {
-		if d != "" {
-			*list = append(*list, d)
-		}
-	}
-	add(&heads, r.Boundary.Head)
-	if r.Boundary.Pending != nil {
-		add(&heads, r.Boundary.Pending.Head)
-	}
-	if r.Result != nil {
-		add(&heads, r.Result.Head)
-		add(&blobs, r.Result.VerifyDetailsRef)
-	}
-	add(&blobs, r.Boundary.Tools)
+	heads, blobs, _ = rollout.TranscriptRefs(r.Boundary, r.Result)
 	return heads, blobs
 }
 

@@ -26,6 +26,8 @@ func writeCheckpointResult(w io.Writer, res checkpoint.CheckpointResult) error {
 		{"resumed", fmt.Sprint(res.Resumed)},
 		{"cut_ms", fmt.Sprint(res.CutMillis)},
 		{"total_ms", fmt.Sprint(res.TotalMillis)},
+		{"tag", orDash(res.Tag)},
+		{"retention", retentionSummary(res)},
 	})
 }
 
@@ -99,9 +101,23 @@ func newCheckpointCmd(g *globals) *cobra.Command {
 	f.StringVar(&deadline, "deadline", "", "absolute deadline of the cut (RFC 3339), instead of --timeout")
 	f.BoolVar(&req.StayPaused, "stay-paused", false, "leave every environment server and rollout parked after the commit (planned shutdown; release with: starter resume)")
 	f.BoolVar(&wait, "wait", false, "wait for the checkpoint and print its result")
+	f.StringVar(&req.Tag, "tag", "", "tag of the checkpoint: the trainer step or policy version it belongs to")
+	f.IntVar(&req.Keep, "keep", 0, "after the commit keep the newest N checkpoints of the set (and the pinned ones), deleting the others; 0: keep all")
 	cmd.MarkFlagsMutuallyExclusive("timeout", "deadline")
 	for _, name := range []string{"set", "id", "root", "participants"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
+}
+
+// retentionSummary says what the retention after the commit did.
+func retentionSummary(res checkpoint.CheckpointResult) string {
+	switch {
+	case res.RetentionError != "":
+		return "FAILED: " + res.RetentionError
+	case res.Retention == nil:
+		return "-"
+	}
+	r := res.Retention
+	return fmt.Sprintf("kept %d (%d bytes), deleted %d (%d bytes freed)", len(r.Kept), r.KeptBytes, len(r.Deleted), r.FreedBytes)
 }

@@ -102,7 +102,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "warn", "level of the Temporal SDK's own log lines on stderr; debug also prints a failed workflow's error as Temporal reported it")
 	root.AddCommand(newSubmitCmd(g), newSummaryCmd(g), newStatusCmd(g), newResultsCmd(g),
 		newCheckpointCmd(g), newRestoreCmd(g), newRecoverCmd(g), newResumeCmd(g), newAcknowledgeCmd(g), newSetupCmd(g), newExportCmd(g),
-		newAdmissionCmd(g))
+		newAdmissionCmd(g), newScheduleCmd(g), newGCCmd(g), newPinCmd(g))
 	return root
 }
 

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"time"
 )
 
 // ErrNotExist is what Open, Stat and Read wrap when nothing is stored
@@ -87,6 +88,11 @@ type Entry struct {
 	Regular bool
 	// Dir is true for a directory or a common key prefix.
 	Dir bool
+	// ModTime is when the object was last written, by the clock of the
+	// machine that stores it (an object store's own clock; some keep whole
+	// seconds only). Zero when the backend does not say (the memory store,
+	// a common key prefix).
+	ModTime time.Time
 }
 
 // Syncer is implemented by stores whose writes need a separate step to

@@ -217,7 +217,7 @@ func (s *bucketStore) Stat(ctx context.Context, name string) (Entry, error) {
 		return Entry{}, s.wrap("stat", name, err)
 	}
 	base := name[strings.LastIndex(name, "/")+1:]
-	return Entry{Name: base, Size: a.Size, Regular: true}, nil
+	return Entry{Name: base, Size: a.Size, Regular: true, ModTime: a.ModTime}, nil
 }
 
 // List lists one level under the prefix: objects, and common prefixes as
@@ -241,7 +241,7 @@ func (s *bucketStore) List(ctx context.Context) ([]Entry, error) {
 		if name == "" {
 			continue // a "directory marker" object some tools create
 		}
-		out = append(out, Entry{Name: name, Size: obj.Size, Regular: !obj.IsDir, Dir: obj.IsDir})
+		out = append(out, Entry{Name: name, Size: obj.Size, Regular: !obj.IsDir, Dir: obj.IsDir, ModTime: obj.ModTime})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -198,7 +198,7 @@ func (d *dirStore) Stat(ctx context.Context, name string) (Entry, error) {
 }
 
 func entryOf(fi fs.FileInfo) Entry {
-	return Entry{Name: fi.Name(), Size: fi.Size(), Regular: fi.Mode().IsRegular(), Dir: fi.IsDir()}
+	return Entry{Name: fi.Name(), Size: fi.Size(), Regular: fi.Mode().IsRegular(), Dir: fi.IsDir(), ModTime: fi.ModTime()}
 }
 
 func (d *dirStore) List(ctx context.Context) ([]Entry, error) {

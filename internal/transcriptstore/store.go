@@ -123,7 +123,7 @@ func (s *Store) Put(ctx context.Context, data []byte) (transcript.Digest, error)
 	d := transcript.DigestOf(data)
 	err := s.st.Create(ctx, name(d), data)
 	if errors.Is(err, storage.ErrExist) {
-		return d, nil
+		return d, s.refresh(ctx, d, data)
 	}
 	if err != nil {
 		return "", fmt.Errorf("transcript: put %s: %w", d, err)

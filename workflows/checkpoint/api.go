@@ -7,7 +7,11 @@
 // holds is in layout.go. No I/O here.
 package checkpoint
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Workflow type names of the coordinator workflows.
 const (
@@ -82,6 +86,38 @@ type CheckpointInput struct {
 	// time. A checkpoint that stays paused gives its rollouts no lease:
 	// they are held until a resume or a restore.
 	LeaseGrace string `json:"lease_grace,omitempty"`
+	// Scheduled takes the checkpoint id from the workflow ID instead of
+	// CheckpointID: a Temporal Schedule starts its action's workflow ID
+	// with the fire time appended ("checkpoint/<prefix>-<RFC 3339 time>"),
+	// so each fire is a checkpoint of its own (ScheduledCheckpointID).
+	Scheduled bool `json:"scheduled,omitempty"`
+	// Tag is the trainer step or policy version the checkpoint belongs to,
+	// recorded beside its manifest (TAG.json) after the commit.
+	Tag string `json:"tag,omitempty"`
+	// Keep > 0 applies the set's retention under Root after the commit:
+	// the Keep newest committed checkpoints of the set and every pinned
+	// one stay, the others are deleted.
+	Keep int `json:"keep,omitempty"`
+}
+
+// MaxTagLen bounds a checkpoint's tag.
+const MaxTagLen = 128
+
+// ScheduledCheckpointID is the checkpoint id of a Checkpoint run whose
+// workflow ID is workflowID: the ID without "checkpoint/" and without the
+// colons of the fire time a schedule appends
+// ("checkpoint/every-s1-2026-01-02T15:04:05Z" is checkpoint
+// "every-s1-2026-01-02T150405Z").
+func ScheduledCheckpointID(workflowID string) (string, error) {
+	id, ok := strings.CutPrefix(workflowID, "checkpoint/")
+	if !ok {
+		return "", fmt.Errorf("workflow ID %q: a scheduled checkpoint's workflow ID starts with checkpoint/", workflowID)
+	}
+	id = strings.ReplaceAll(id, ":", "")
+	if err := ValidateName("checkpoint id of workflow ID "+workflowID, id); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // CheckpointResult describes a committed checkpoint. Counts and digests
@@ -107,6 +143,12 @@ type CheckpointResult struct {
 	// the end (workflow time).
 	CutMillis   int64 `json:"cut_ms"`
 	TotalMillis int64 `json:"total_ms"`
+	// Tag is the input's tag; Retention what the retention after the commit
+	// kept and deleted (nil when none ran), RetentionError why it failed
+	// (the checkpoint is committed all the same).
+	Tag            string                   `json:"tag,omitempty"`
+	Retention      *RetainCheckpointsResult `json:"retention,omitempty"`
+	RetentionError string                   `json:"retention_error,omitempty"`
 }
 
 // RestoreInput starts a Restore of a committed checkpoint.

@@ -140,6 +140,12 @@ func (in CheckpointInput) validate(now time.Time) (time.Time, error) {
 	if !deadline.After(now) {
 		return time.Time{}, fmt.Errorf("deadline %s is not after the checkpoint's start %s", deadline.Format(time.RFC3339), now.Format(time.RFC3339))
 	}
+	if len(in.Tag) > MaxTagLen {
+		return time.Time{}, fmt.Errorf("tag: %d bytes, at most %d", len(in.Tag), MaxTagLen)
+	}
+	if in.Keep < 0 {
+		return time.Time{}, fmt.Errorf("keep %d: want 0 (no retention) or more", in.Keep)
+	}
 	if deadline.Sub(now) > MaxCheckpointTimeout {
 		return time.Time{}, fmt.Errorf("deadline %s is more than %s away", deadline.Format(time.RFC3339), MaxCheckpointTimeout)
 	}
@@ -205,6 +211,13 @@ type checkpointRun struct {
 // is resumed and no manifest exists.
 func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, error) {
 	start := workflow.Now(ctx)
+	if in.Scheduled {
+		id, err := ScheduledCheckpointID(workflow.GetInfo(ctx).WorkflowExecution.ID)
+		if err != nil {
+			return CheckpointResult{}, temporal.NewNonRetryableApplicationError("invalid checkpoint input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
+		}
+		in.CheckpointID = id
+	}
 	deadline, err := in.validate(start)
 	if err != nil {
 		return CheckpointResult{}, temporal.NewNonRetryableApplicationError("invalid checkpoint input: "+err.Error(), ErrInvalidCoordinatorInput, nil)
@@ -249,6 +262,7 @@ func Checkpoint(ctx workflow.Context, in CheckpointInput) (CheckpointResult, err
 	} else {
 		res.Resumed = true
 	}
+	c.retain(ctx, &res)
 	res.TotalMillis = workflow.Now(ctx).Sub(start).Milliseconds()
 	c.setPhase(ctx, "done", fmt.Sprintf("%d members, %d parked, %d completed-unacknowledged, %d bytes", res.Members, res.Parked, res.CompletedUnacked, res.Bytes))
 	return res, nil
@@ -393,4 +407,30 @@ func (c *checkpointRun) abort(ctx workflow.Context, cause error) error {
 	// at its deadline would make the SDK report the whole checkpoint as
 	// "canceled" instead of failing it with this message.
 	return temporal.NewNonRetryableApplicationError(msg, ErrCheckpointAborted, nil)
+}
+
+// retain records the checkpoint's tag and applies the set's retention, when
+// the input asks for either. A failure is reported in the result, not as
+// the checkpoint's: the checkpoint is committed.
+func (c *checkpointRun) retain(ctx workflow.Context, res *CheckpointResult) {
+	res.Tag = c.in.Tag
+	if c.in.Tag == "" && c.in.Keep == 0 {
+		return
+	}
+	c.setPhase(ctx, "retain", fmt.Sprintf("tag %q, keeping the newest %d checkpoints of the set and the pinned ones", c.in.Tag, c.in.Keep))
+	opts := stepOptions("retain checkpoints", 10*time.Minute)
+	opts.RetryPolicy = &temporal.RetryPolicy{
+		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+		MaximumAttempts: 3, NonRetryableErrorTypes: coordinatorRetry.NonRetryableErrorTypes,
+	}
+	var out RetainCheckpointsResult
+	err := runStepWith(ctx, step{"retain checkpoints", 10 * time.Minute, RetainCheckpointsName}, opts, RetainCheckpointsInput{
+		CheckpointID: c.in.CheckpointID, Set: c.in.Set, Root: c.in.Root, Tag: c.in.Tag, Keep: c.in.Keep,
+	}, &out)
+	if err != nil {
+		res.RetentionError = err.Error()
+		c.logger.Warn("checkpoint retention failed", "error", err)
+		return
+	}
+	res.Retention = &out
 }

@@ -94,6 +94,10 @@ func (c *coord) register(env *testsuite.TestWorkflowEnvironment) {
 	reg(func(_ context.Context, in checkpoint.StartRestoredInput) (checkpoint.StartRestoredResult, error) {
 		return checkpoint.StartRestoredResult{Continue: 1, StartOver: 1, OfferAgain: 1, Started: 3}, c.record(checkpoint.StartRestoredName, in)
 	}, checkpoint.StartRestoredName)
+	reg(func(_ context.Context, in checkpoint.RetainCheckpointsInput) (checkpoint.RetainCheckpointsResult, error) {
+		return checkpoint.RetainCheckpointsResult{Kept: []string{in.CheckpointID}, Deleted: []string{"old"}, KeptBytes: 10, FreedBytes: 20},
+			c.record(checkpoint.RetainCheckpointsName, in)
+	}, checkpoint.RetainCheckpointsName)
 }
 
 func checkpointInput() checkpoint.CheckpointInput {

@@ -21,6 +21,12 @@ const (
 	// ParticipantsDir holds one environment server artifact per participant,
 	// in participants/<n>/ where n is its index in the input.
 	ParticipantsDir = "participants"
+	// TagName is a checkpoint's tag (Tag JSON), written beside the aggregate
+	// manifest when the checkpoint was asked for with a tag or a retention.
+	TagName = "TAG.json"
+	// PinName marks a checkpoint the trainer pinned (Tag JSON): retention
+	// never deletes it.
+	PinName = "PIN.json"
 	// StagingDir holds the checkpoint's working files (reports, membership,
 	// park records); they are not part of the committed checkpoint.
 	StagingDir = "staging"
@@ -51,6 +57,14 @@ const (
 	// by replay, or started over with why.
 	RestoreReplays = RestoreDir + "/replays-<n>.json"
 )
+
+// Tag is what TAG.json and PIN.json hold: the checkpoint, its set and the
+// trainer step or policy version it belongs to.
+type Tag struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Set          string `json:"set"`
+	Tag          string `json:"tag,omitempty"`
+}
 
 // MaxIDLen bounds checkpoint and restore ids: each is a path component of
 // the checkpoint directory and part of a workflow ID.

@@ -20,6 +20,7 @@ const (
 	ResumeParticipantsName  = "ResumeParticipants"
 	ResumeRolloutsName      = "ResumeRollouts"
 	AbortCheckpointName     = "AbortCheckpoint"
+	RetainCheckpointsName   = "RetainCheckpoints"
 	ValidateCheckpointName  = "ValidateCheckpoint"
 	PlanAttemptsName        = "PlanAttempts"
 	FenceSetName            = "FenceSet"
@@ -403,4 +404,24 @@ type PlanRecoveryResult struct {
 	Untouched    int      `json:"untouched"`
 	Reused       bool     `json:"reused"`
 	Digest       string   `json:"digest"`
+}
+
+// RetainCheckpointsInput records a committed checkpoint's tag (TAG.json)
+// and, when Keep > 0, applies the set's retention under Root: the Keep
+// newest committed checkpoints of Set and every pinned one stay, the
+// others are deleted.
+type RetainCheckpointsInput struct {
+	CheckpointID string `json:"checkpoint_id"`
+	Set          string `json:"set"`
+	Root         string `json:"root"`
+	Tag          string `json:"tag,omitempty"`
+	Keep         int    `json:"keep,omitempty"`
+}
+
+// RetainCheckpointsResult says what retention kept and deleted.
+type RetainCheckpointsResult struct {
+	Kept       []string `json:"kept,omitempty"`
+	Deleted    []string `json:"deleted,omitempty"`
+	KeptBytes  int64    `json:"kept_bytes"`
+	FreedBytes int64    `json:"freed_bytes"`
 }

@@ -470,6 +470,31 @@ type Receipt struct {
 	SHA256    string `json:"sha256"`
 }
 
+// TranscriptRefs are the transcript blobs a boundary and a held result
+// reference: conversation heads (each names its chain), single blobs (the
+// tool schema, verifier details) and the last chunk of an unfinished
+// model call's durable prefix (empty when none).
+func TranscriptRefs(b Boundary, res *Result) (heads, singles []transcript.Digest, prefix transcript.Digest) {
+	add := func(list *[]transcript.Digest, d transcript.Digest) {
+		if d != "" {
+			*list = append(*list, d)
+		}
+	}
+	add(&heads, b.Head)
+	if b.Pending != nil {
+		add(&heads, b.Pending.Head)
+	}
+	if res != nil {
+		add(&heads, res.Head)
+		add(&singles, res.VerifyDetailsRef)
+	}
+	add(&singles, b.Tools)
+	if b.Partial != nil {
+		prefix = b.Partial.Record
+	}
+	return heads, singles, prefix
+}
+
 // Status answers QueryStatus.
 type Status struct {
 	Phase    Phase    `json:"phase"`
