@@ -52,6 +52,7 @@ type matrixStack struct {
 	db       string // Temporal's database file ("" in-memory)
 	streamed bool   // see matrixCase.streamed
 	evidence []string
+	net      *netLinks // the proxies of a network case (nil: none)
 }
 
 // The streamed stacks' policy pace and padding and the workers' prefix
@@ -88,7 +89,7 @@ func (s *matrixStack) startWorker(extraEnv ...string) *proc {
 	if s.streamed {
 		extraEnv = append(extraEnv, matrixStreamedWorker...)
 	}
-	return s.c.startWorker(extraEnv...)
+	return s.c.startWorker(append(s.netWorkerEnv(), extraEnv...)...)
 }
 
 func (s *matrixStack) urlOf(i int) string {
@@ -108,7 +109,7 @@ func (s *matrixStack) note(format string, args ...any) {
 func matrixInput(t testing.TB, s *matrixStack, i int) rollout.Input {
 	in := setInput(t, matrixSet, matrixEnvs, i)
 	if i%2 == 1 {
-		in.Env.URL = s.second
+		in.Env.URL = s.dataURL(s.second)
 	}
 	if s.streamed {
 		in.Sampling = &rollout.Sampling{CaptureTokens: true}
@@ -171,11 +172,13 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 		records = s.restoreFlow(ctx, mc)
 	case flowEnv:
 		records = s.envFlow(ctx, mc)
+	case flowNet:
+		s.netFlow(ctx, mc)
 	}
 	stage = "acknowledge"
 	results := s.c.acknowledgeAll(ctx, matrixSet, matrixCount)
 	stage = "check"
-	if mc.flow == flowRun {
+	if mc.flow == flowRun || mc.flow == flowNet {
 		got := s.applied(ctx)
 		s.note("applied %d mutations, uninterrupted %d", got, base.applied)
 		assert.Equal(t, base.applied, got, "%s: %d mutations applied, the uninterrupted run applied %d", mc.name(), got, base.applied)
@@ -297,7 +300,7 @@ func (s *matrixStack) runCoordinator(ctx context.Context, workflowID, name strin
 func (s *matrixStack) checkpoint(ctx context.Context, id string, d during) (checkpoint.CheckpointResult, error) {
 	var cp checkpoint.CheckpointResult
 	err := s.runCoordinator(ctx, checkpoint.CheckpointWorkflowID(id), checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
-		CheckpointID: id, Set: matrixSet, Root: s.root, Participants: s.participants(), Timeout: "90s",
+		CheckpointID: id, Set: matrixSet, Root: s.root, Participants: s.controlURLs(), Timeout: "90s",
 	}, &cp, d)
 	if err == nil {
 		s.note("%s: %d members, %d parked, %d completed unacknowledged", id, cp.Members, cp.Parked, cp.CompletedUnacked)

@@ -41,7 +41,7 @@ const (
 	// matrixSeed is the fixed default sampling seed.
 	matrixSeed = 12
 	// matrixExtra is how many cases the sample draws beyond one per group:
-	// 7 groups + 3 = 10 cases, 40 scenarios, about 4 minutes two at a time
+	// 8 groups + 3 = 11 cases, 55 scenarios, about 5 minutes two at a time
 	// on a loaded 2-core machine (every case: about 9 minutes).
 	matrixExtra = 3
 )
@@ -70,10 +70,13 @@ const (
 	// restore of the checkpoint (a server's state exists only in it);
 	// after it dies, the checkpoint is restored again.
 	flowEnv
+	// flowNet: the set runs through Toxiproxy proxies while a network
+	// fault is on their links (crashmatrix_net_test.go).
+	flowNet
 )
 
 func (f flow) String() string {
-	return [...]string{"run", "checkpoint", "restore", "env-restore"}[f]
+	return [...]string{"run", "checkpoint", "restore", "env-restore", "net"}[f]
 }
 
 // matrixCase is one kill: a process, the named point it dies at, and the
@@ -139,7 +142,7 @@ func matrixCases() []matrixCase {
 		matrixCase{proc: procTemporal, point: temporalMidCheckpoint, flow: flowCheckpoint},
 		matrixCase{proc: procTemporal, point: temporalMidRestore, flow: flowRestore},
 	)
-	return cs
+	return append(cs, netCases()...)
 }
 
 // envClass is an environment class of the matrix and the environments of

@@ -1,0 +1,264 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/turnstile-rl/turnstile/internal/stack"
+	"github.com/turnstile-rl/turnstile/workers"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
+)
+
+// The network faults of the crash matrix: a Toxiproxy proxy stands between
+// the workers and each environment server (one for the data path, one for
+// the checkpoint's control calls) and the policy server, and the case puts
+// its fault on those links at a state the test observes.
+const (
+	procNet = "netfault"
+	// netHungPrepare: environment server A's links hang (no byte passes,
+	// no connection closes) before a checkpoint starts, so its prepare
+	// hangs.
+	netHungPrepare = "env-hung-during-prepare"
+	// netHungCommit: A's control link hangs once the checkpoint's prepare
+	// is done (while it parks; the data path stays up so members can reach
+	// their boundaries), so its commit hangs.
+	netHungCommit = "env-hung-during-commit"
+	// netSlowLinks: 200 ms ± 100 ms latency both ways and resets of a share
+	// of the connections on every participant link and the policy link,
+	// the whole run.
+	netSlowLinks = "slow-links-with-resets"
+	// netPartitionMidTurn: both environment servers' data links are cut
+	// (the proxies disabled: connections reset, new ones refused) while the
+	// set is mid-flight, until a turn's activity has failed on the cut and
+	// is retrying; then they come back.
+	netPartitionMidTurn = "env-partitioned-mid-turn"
+)
+
+// The network cases' settings: a hung participant is declared so after
+// three unanswered 1 s probes, and an abort asks it to resume for 10 s; the
+// checkpoint's cut gets 30 s and its leases a 5 s grace, so a server left
+// prepared by a hung abort resumes by itself about 65 s after the start.
+var (
+	netLiveness = []string{
+		workers.EnvProbeEvery + "=1s", workers.EnvProbeTimeout + "=1s", workers.EnvProbeMisses + "=3",
+		workers.EnvAbortResumeWindow + "=10s",
+	}
+	netCheckpointTimeout = "30s"
+	netLeaseGrace        = "5s"
+	// netHangBound is what a hung prepare or commit may cost at most: the
+	// probes (3 s), the abort's resume window (10 s) and the step's
+	// retries, with room for a loaded machine; the commit step's own bound
+	// is 30 minutes.
+	netHangBound = 2 * time.Minute
+)
+
+// netCases are the network cases.
+func netCases() []matrixCase {
+	var cs []matrixCase
+	for _, p := range []string{netHungPrepare, netHungCommit, netSlowLinks, netPartitionMidTurn} {
+		cs = append(cs, matrixCase{proc: procNet, point: p, flow: flowNet})
+	}
+	return cs
+}
+
+// netLinks are a case's proxies, by the direct URL they stand in front
+// of.
+type netLinks struct {
+	tp      *stack.Toxiproxy
+	data    map[string]*stack.Proxy // environment servers' data path
+	control map[string]*stack.Proxy // the checkpoint's calls
+	policy  *stack.Proxy
+}
+
+// all is every proxy of the case.
+func (n *netLinks) all() []*stack.Proxy {
+	out := []*stack.Proxy{n.policy}
+	for _, m := range []map[string]*stack.Proxy{n.data, n.control} {
+		for _, p := range m {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startNet starts Toxiproxy and the proxies in front of the stack's
+// servers; workers started afterwards and the set's inputs go through
+// them.
+func (s *matrixStack) startNet(ctx context.Context) {
+	s.t.Helper()
+	bin, err := stack.FindToxiproxy(bins.root)
+	require.NoError(s.t, err)
+	tp, err := s.c.launch.StartToxiproxy(ctx, bin, 30*time.Second)
+	if tp != nil {
+		s.c.track(tp.Proc)
+	}
+	require.NoError(s.t, err)
+	n := &netLinks{tp: tp, data: map[string]*stack.Proxy{}, control: map[string]*stack.Proxy{}}
+	for i, u := range s.participants() {
+		n.data[u], err = tp.Front(fmt.Sprintf("env-%d-data", i), u)
+		require.NoError(s.t, err)
+		n.control[u], err = tp.Front(fmt.Sprintf("env-%d-control", i), u)
+		require.NoError(s.t, err)
+	}
+	n.policy, err = tp.Front("policy", s.c.modelURL)
+	require.NoError(s.t, err)
+	s.net = n
+}
+
+// dataURL is the URL workers reach the environment server at u by.
+func (s *matrixStack) dataURL(u string) string {
+	if s.net == nil {
+		return u
+	}
+	return s.net.data[u].URL
+}
+
+// controlURLs are the participants as the checkpoint reaches them.
+func (s *matrixStack) controlURLs() []string {
+	if s.net == nil {
+		return s.participants()
+	}
+	var out []string
+	for _, u := range s.participants() {
+		out = append(out, s.net.control[u].URL)
+	}
+	return out
+}
+
+// netWorkerEnv points a worker at the proxies (a later entry wins).
+func (s *matrixStack) netWorkerEnv() []string {
+	if s.net == nil {
+		return nil
+	}
+	return append([]string{
+		workers.EnvEnvURL + "=" + s.dataURL(s.c.envURL), workers.EnvModelBaseURL + "=" + s.net.policy.URL,
+	}, netLiveness...)
+}
+
+// netFlow runs a network case: the set runs on two workers through the
+// proxies while the fault is on; nothing is restored.
+func (s *matrixStack) netFlow(ctx context.Context, mc matrixCase) {
+	s.startNet(ctx)
+	if mc.point == netSlowLinks {
+		for _, p := range s.net.all() {
+			require.NoError(s.t, p.SlowAndFlaky(200*time.Millisecond, 100*time.Millisecond, 500*time.Millisecond, 0.2))
+		}
+		s.note("200ms ± 100ms latency both ways and a reset 500ms into 20%% of the connections on %d links", len(s.net.all()))
+	}
+	s.startWorker()
+	s.startWorker()
+	s.submitAll(ctx)
+	s.waitMidFlight(ctx)
+	switch mc.point {
+	case netHungPrepare, netHungCommit:
+		s.hungCheckpoint(ctx, mc.point)
+	case netPartitionMidTurn:
+		s.partitionMidTurn(ctx)
+	}
+}
+
+// hungCheckpoint hangs environment server A during a checkpoint's prepare
+// or commit, measures what the checkpoint costs, and heals the links once
+// it has ended.
+func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
+	a := s.c.envURL
+	hang := func(ps ...*stack.Proxy) {
+		for _, p := range ps {
+			require.NoError(s.t, p.Hang())
+		}
+	}
+	var hungAt time.Time
+	if point == netHungPrepare {
+		hang(s.net.control[a], s.net.data[a])
+		hungAt = time.Now()
+	}
+	id := checkpoint.CheckpointWorkflowID("cp1")
+	_, err := s.c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: rollout.TaskQueue}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
+		CheckpointID: "cp1", Set: matrixSet, Root: s.root, Participants: s.controlURLs(),
+		Timeout: netCheckpointTimeout, LeaseGrace: netLeaseGrace,
+	})
+	require.NoError(s.t, err)
+	if point == netHungCommit {
+		// Prepare is done once the checkpoint runs a later step; the
+		// control link hangs then, before the commit can start.
+		s.waitPending(ctx, id, checkpoint.FreezeMembershipName, checkpoint.ParkMembersName)
+		hang(s.net.control[a])
+		hungAt = time.Now()
+		s.note("A's control link hung after prepare, while the checkpoint parks")
+	}
+	var cp checkpoint.CheckpointResult
+	err = s.c.client.GetWorkflow(ctx, id, "").Get(ctx, &cp)
+	cost := time.Since(hungAt)
+	if err != nil {
+		s.note("checkpoint ended %s after A hung: aborted (%s)", cost.Round(100*time.Millisecond), firstLine(err.Error(), 110))
+		require.ErrorContains(s.t, err, "aborted")
+	} else {
+		s.note("checkpoint ended %s after A hung: committed, %d parked", cost.Round(100*time.Millisecond), cp.Parked)
+	}
+	s.t.Logf("measured bound: a hung environment server during %s cost the checkpoint %s (bound %s)", strings.TrimPrefix(point, "env-hung-during-"), cost.Round(100*time.Millisecond), netHangBound)
+	require.Less(s.t, cost, netHangBound, "a hung server during %s must cost the checkpoint its bound, not more", point)
+	for _, p := range s.net.all() {
+		require.NoError(s.t, p.Heal())
+	}
+	s.note("links healed")
+}
+
+// waitPending waits until workflow id runs an activity of one of names.
+func (s *matrixStack) waitPending(ctx context.Context, id string, names ...string) {
+	s.t.Helper()
+	s.c.waitFor(fmt.Sprintf("%s running %v", id, names), nil, 2*time.Minute, func() bool {
+		d, err := s.c.client.DescribeWorkflow(ctx, id, "")
+		if err != nil {
+			return false
+		}
+		for _, pa := range d.RawResponse.GetPendingActivities() {
+			for _, n := range names {
+				if pa.GetActivityType().GetName() == n {
+					return true
+				}
+			}
+		}
+		return false
+	})
+}
+
+// partitionMidTurn cuts both environment servers' data links until a
+// rollout's turn has failed on the cut and waits to retry, then restores
+// them.
+func (s *matrixStack) partitionMidTurn(ctx context.Context) {
+	var cut []*stack.Proxy
+	for _, u := range s.participants() {
+		cut = append(cut, s.net.data[u])
+	}
+	for _, p := range cut {
+		require.NoError(s.t, p.Disable())
+	}
+	var seen string
+	s.c.waitFor("a turn failing on the partition", nil, 2*time.Minute, func() bool {
+		for i := range matrixCount {
+			id := rollout.WorkflowID(fmt.Sprintf("%s-%04d", matrixSet, i))
+			d, err := s.c.client.DescribeWorkflow(ctx, id, "")
+			if err != nil {
+				continue
+			}
+			for _, pa := range d.RawResponse.GetPendingActivities() {
+				if pa.GetAttempt() >= 2 {
+					seen = fmt.Sprintf("%s: %s attempt %d", id, pa.GetActivityType().GetName(), pa.GetAttempt())
+					return true
+				}
+			}
+		}
+		return false
+	})
+	s.note("partitioned mid-turn (%s)", seen)
+	for _, p := range cut {
+		require.NoError(s.t, p.Enable())
+	}
+	s.note("partition healed")
+}
