@@ -360,4 +360,5 @@ func TestCrashMatrixSampleIsFixed(t *testing.T) {
 		want[c.group()] = true
 	}
 	assert.Len(t, groups, len(want), "the sample covers groups %v, want all of %v", groups, want)
+	assert.True(t, groups[procNet+"/"+flowNet.String()], "the sample draws no network case: %v", groups)
 }
