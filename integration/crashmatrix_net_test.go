@@ -207,6 +207,7 @@ func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
 	cost := time.Since(hungAt)
 	if err != nil {
 		s.note("checkpoint ended %s after A hung: aborted (%s)", cost.Round(100*time.Millisecond), firstLine(err.Error(), 110))
+		s.t.Logf("checkpoint error: %v", err)
 		require.ErrorContains(s.t, err, "aborted")
 	} else {
 		s.note("checkpoint ended %s after A hung: committed, %d parked", cost.Round(100*time.Millisecond), cp.Parked)
