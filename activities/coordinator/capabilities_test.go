@@ -1,7 +1,14 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +44,49 @@ func TestPrepareRefusesCapabilitiesItCannotWorkWith(t *testing.T) {
 			st := w.env.status(t)
 			require.Equal(t, protocol.PhaseIdle, st.Phase)
 			require.Equal(t, protocol.AdmissionOpen, st.Admission)
+		})
+	}
+}
+
+// TestPrepareSendsALeaseOnlyToParticipantsThatKnowLeases: lease_ms goes
+// only to a participant that lists prepare_lease_v1 (RULES.md R28); an
+// older one, whose strict decoder refuses an unknown field, is prepared
+// without it and the checkpoint goes on.
+func TestPrepareSendsALeaseOnlyToParticipantsThatKnowLeases(t *testing.T) {
+	for _, knows := range []bool{true, false} {
+		t.Run(fmt.Sprintf("knows leases %v", knows), func(t *testing.T) {
+			var sent atomic.Bool
+			strict := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/v1/control/prepare" {
+						body, _ := io.ReadAll(r.Body)
+						var fields map[string]json.RawMessage
+						require.NoError(t, json.Unmarshal(body, &fields))
+						if _, ok := fields["lease_ms"]; ok {
+							sent.Store(true)
+							if !knows {
+								http.Error(w, `{"error":{"code":"malformed_request","message":"unknown field \"lease_ms\""}}`, http.StatusBadRequest)
+								return
+							}
+						}
+						r.Body = io.NopCloser(bytes.NewReader(body))
+					}
+					next.ServeHTTP(w, r)
+				})
+			}
+			withoutLeases := brokenparticipant.Capabilities(func(c *protocol.Capabilities) {
+				if !knows {
+					c.Features = slices.DeleteFunc(c.Features, func(f string) bool { return f == protocol.FeaturePrepareLease })
+				}
+			})
+			w := newWorldWrapped(t, func(h http.Handler) http.Handler { return withoutLeases(strict(h)) })
+			_, err := w.coord.PrepareParticipants(context.Background(), checkpoint.PrepareParticipantsInput{
+				CheckpointID: "ck1", Set: "s1", Root: w.root, Participants: []string{w.env.url},
+				Deadline: time.Now().Add(time.Minute), Lease: 5 * time.Minute,
+			})
+			require.NoError(t, err)
+			require.Equal(t, knows, sent.Load(), "lease_ms sent")
+			require.Equal(t, protocol.PhasePrepared, w.env.status(t).Phase)
 		})
 	}
 }

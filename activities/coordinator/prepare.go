@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
@@ -82,11 +83,16 @@ func (c *Coordinator) PrepareParticipants(ctx context.Context, in checkpoint.Pre
 				"participant %s cannot take part in a checkpoint: its capabilities: %v (docs/protocol/RULES.md R17)", url, err),
 				checkpoint.ErrParticipantRefused, nil)
 		}
+		req := protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline}
+		if slices.Contains(caps.Features, protocol.FeaturePrepareLease) {
+			// Only a participant that knows leases gets one: a strict
+			// decoder of an older one refuses the unknown field.
+			req.LeaseMillis = leaseMillis(in.Lease)
+		}
 		var prep protocol.PrepareResponse
 		err = c.watched(ctx, url, "prepare", func(ctx context.Context) error {
 			var err error
-			prep, err = cc.Prepare(ctx, protocol.PrepareRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline,
-				LeaseMillis: leaseMillis(in.Lease)})
+			prep, err = cc.Prepare(ctx, req)
 			return err
 		})
 		if isHung(err) {
