@@ -2,14 +2,12 @@ package integration_test
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -44,47 +42,18 @@ func autoRecover(t *testing.T, fault autoFault) {
 	}
 	envList := []string{"counter", "blackjack", "workplace", "sandbox"}
 	const count = 8
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	serverA := c.envURL
-	serverB, procB := c.startNamedEnvServer("env-1")
-	onB := func(i int) bool { return i%2 == 1 }
-	urlOf := func(i int) string {
-		if onB(i) {
-			return serverB
-		}
-		return serverA
-	}
-	input := func(set string, i int) rollout.Input {
-		in := setInput(t, set, envList, i)
-		in.Env.URL = urlOf(i)
-		return in
-	}
-	appliedA := func() int64 {
-		st, err := c.dataClient(serverA).Stats(context.Background())
-		require.NoError(t, err)
-		return st.Applied
-	}
-	policy := c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
-	c.startWorker()
+	s := newTwoServers(t, envList, count)
+	c := s.c
+	serverA, serverB := s.serverA, s.serverB
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	// 1. The uninterrupted baseline.
-	beforeBase := appliedA()
-	var baseRuns []client.WorkflowRun
-	for i := range count {
-		baseRuns = append(baseRuns, c.submit(ctx, input("base", i)))
-	}
-	baseline := c.results(ctx, baseRuns)
-	baseRevisions := c.revisions(ctx, "base", count, urlOf)
-	baseAppliedA := appliedA() - beforeBase
+	baseline, baseRevisions, baseAppliedA := s.baseline(ctx)
 
 	// 2. The same set with a slower model and automatic recovery on: a
 	// standby with B's name is registered; a checkpoint is cut mid-flight.
-	policy.kill()
-	c.startPolicyServer("--latency", "600ms", "--jitter", "50ms", "--imperfection", "0.2")
+	s.slowModel()
 	standby, _ := c.startNamedEnvServer("env-1")
 	root := filepath.Join(c.dir, "checkpoints")
 	tc := trainer.New(c.client, rollout.TaskQueue)
@@ -92,55 +61,20 @@ func autoRecover(t *testing.T, fault autoFault) {
 		Every: time.Second, Timeout: time.Second, Misses: 3, Bound: 5 * time.Second}
 	wd, err := tc.StartWatchdog(ctx, "rec", auto)
 	require.NoError(t, err)
-	beforeRec := appliedA()
-	for i := range count {
-		c.submit(ctx, input("rec", i))
-	}
-	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
-		busy := 0
-		for i := range count {
-			info, err := c.dataClient(urlOf(i)).Session(ctx, fmt.Sprintf("rec-%04d", i))
-			if err == nil && info.Revision >= 1 && !info.Retired {
-				busy++
-			}
-		}
-		return 4*busy >= count
-	})
-	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: checkpoint.CheckpointWorkflowID("cp-1"), TaskQueue: checkpoint.ControlTaskQueue(rollout.TaskQueue),
-	}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
-		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: []string{serverA, serverB}, Timeout: "60s",
-	})
-	require.NoError(t, err)
-	var cp checkpoint.CheckpointResult
-	require.NoError(t, cpRun.Get(ctx, &cp))
-	records := readRecords(t, root, "cp-1")
+	beforeRec := s.appliedA()
+	s.submitMidFlight(ctx)
+	records := s.checkpoint(ctx, root)
 
 	// 3. B's rollouts go on past the cut, then B dies (or hangs).
-	c.waitFor("a rollout of server B past the cut", nil, 2*time.Minute, func() bool {
-		past, live := false, false
-		for i := range count {
-			id := fmt.Sprintf("rec-%04d", i)
-			rec, ok := records[id]
-			if !onB(i) || !ok {
-				continue
-			}
-			info, err := c.dataClient(serverB).Session(ctx, id)
-			if err == nil && !info.Retired {
-				live = true
-				past = past || info.Revision > rec.Boundary.Revision
-			}
-		}
-		return past && live
-	})
+	s.waitPastCut(ctx, records)
 	faultAt := time.Now()
 	switch fault {
 	case faultKill:
-		procB.kill()
-		<-procB.done
+		s.procB.kill()
+		<-s.procB.done
 	case faultPause:
-		require.NoError(t, syscall.Kill(procB.PID(), syscall.SIGSTOP))
-		t.Cleanup(func() { _ = syscall.Kill(procB.PID(), syscall.SIGCONT) })
+		require.NoError(t, syscall.Kill(s.procB.PID(), syscall.SIGSTOP))
+		t.Cleanup(func() { _ = syscall.Kill(s.procB.PID(), syscall.SIGCONT) })
 	}
 
 	// 4. No command from the test: the watchdog declares B dead and
@@ -157,7 +91,7 @@ func autoRecover(t *testing.T, fault autoFault) {
 	detected := time.Since(faultAt)
 	if fault == faultPause {
 		// Continued past the bound: its late answers reach only ended runs.
-		require.NoError(t, syscall.Kill(procB.PID(), syscall.SIGCONT))
+		require.NoError(t, syscall.Kill(s.procB.PID(), syscall.SIGCONT))
 	}
 	c.waitFor("B's rollouts recovered", nil, 3*time.Minute, func() bool {
 		st, ok, err := tc.WatchdogStatus(ctx, "rec")
@@ -181,37 +115,9 @@ func autoRecover(t *testing.T, fault autoFault) {
 	require.Positive(t, decl.Recovered)
 
 	// 5. Every rollout completes once, as in the uninterrupted run.
-	results := map[string]rollout.Result{}
-	for i := range count {
-		id := fmt.Sprintf("rec-%04d", i)
-		var r rollout.Result
-		require.NoError(t, c.client.GetWorkflow(ctx, rollout.WorkflowID(id), "").Get(ctx, &r), id)
-		results[id] = r
-	}
-	require.Equal(t, outcomes("base", baseline), outcomes("rec", results), "same trajectories, rewards and turns as the uninterrupted run")
-	moved := 0
-	for i := range count {
-		id := fmt.Sprintf("rec-%04d", i)
-		require.Equal(t, 1, c.completedRuns(ctx, id), "rollout %s: completed runs", id)
-		if !onB(i) {
-			require.Equal(t, 0, results[id].Attempt, "%s on the healthy server keeps attempt 0", id)
-			require.Equal(t, 1, c.allRuns(ctx, id), "%s on the healthy server keeps its one run", id)
-			info, err := c.dataClient(serverA).Session(ctx, id)
-			require.NoError(t, err)
-			require.Equal(t, baseRevisions[i], info.Revision, "%s: final revision on the healthy server", id)
-			continue
-		}
-		if results[id].Attempt == 0 {
-			continue // finished on B before the fault
-		}
-		moved++
-		require.Equal(t, 1, results[id].Attempt, "%s moved as attempt 1", id)
-		info, err := c.dataClient(standby).Session(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, baseRevisions[i], info.Revision, "%s: final revision on the standby (a mutation applied twice would raise it)", id)
-	}
+	moved := s.checkRecovered(ctx, baseline, baseRevisions, standby)
 	require.Equal(t, decl.Recovered, moved, "exactly the rollouts of the declared server moved")
-	require.Equal(t, baseAppliedA, appliedA()-beforeRec, "the healthy server applied each mutation of its rollouts once")
+	require.Equal(t, baseAppliedA, s.appliedA()-beforeRec, "the healthy server applied each mutation of its rollouts once")
 
 	// 6. The watchdog ends by itself once the set is done, its record
 	// holding the one declaration; its history replays.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -38,102 +37,37 @@ func TestRecoverServer(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("TURNSTILE_RECOVER_COUNT")); err == nil && n > 0 {
 		count = n
 	}
-	c := newCluster(t)
-	c.startTemporal()
-	c.startEnvServer()
-	serverA := c.envURL
-	serverB, procB := c.startNamedEnvServer("env-1")
-	onB := func(i int) bool { return i%2 == 1 }
-	urlOf := func(i int) string {
-		if onB(i) {
-			return serverB
-		}
-		return serverA
-	}
-	input := func(set string, i int) rollout.Input {
-		in := setInput(t, set, envList, i)
-		in.Env.URL = urlOf(i)
-		return in
-	}
-	appliedA := func() int64 {
-		st, err := c.dataClient(serverA).Stats(context.Background())
-		require.NoError(t, err)
-		return st.Applied
-	}
-	policy := c.startPolicyServer("--latency", "20ms", "--jitter", "5ms", "--imperfection", "0.2")
-	c.startWorker()
+	s := newTwoServers(t, envList, count)
+	c := s.c
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
 	// 1. The uninterrupted baseline.
-	beforeBase := appliedA()
-	var baseRuns []client.WorkflowRun
-	for i := range count {
-		baseRuns = append(baseRuns, c.submit(ctx, input("base", i)))
-	}
-	baseline := c.results(ctx, baseRuns)
-	baseRevisions := c.revisions(ctx, "base", count, urlOf)
-	baseAppliedA := appliedA() - beforeBase
+	baseline, baseRevisions, baseAppliedA := s.baseline(ctx)
 
 	// 2. The same set with a slower model, checkpointed mid-flight.
-	policy.kill()
-	c.startPolicyServer("--latency", "600ms", "--jitter", "50ms", "--imperfection", "0.2")
-	beforeRec := appliedA()
-	for i := range count {
-		c.submit(ctx, input("rec", i))
-	}
-	c.waitFor("set mid-flight", nil, 2*time.Minute, func() bool {
-		busy := 0
-		for i := range count {
-			info, err := c.dataClient(urlOf(i)).Session(ctx, fmt.Sprintf("rec-%04d", i))
-			if err == nil && info.Revision >= 1 && !info.Retired {
-				busy++
-			}
-		}
-		return 4*busy >= count // a quarter busy at once: enough on a loaded machine too
-	})
+	s.slowModel()
+	beforeRec := s.appliedA()
+	s.submitMidFlight(ctx)
 	root := filepath.Join(c.dir, "checkpoints")
-	cpRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: checkpoint.CheckpointWorkflowID("cp-1"), TaskQueue: checkpoint.ControlTaskQueue(rollout.TaskQueue),
-	}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
-		CheckpointID: "cp-1", Set: "rec", Root: root, Participants: []string{serverA, serverB}, Timeout: "60s",
-	})
-	require.NoError(t, err)
-	var cp checkpoint.CheckpointResult
-	require.NoError(t, cpRun.Get(ctx, &cp))
-	records := readRecords(t, root, "cp-1")
+	records := s.checkpoint(ctx, root)
 
 	// 3. Server B's rollouts go on past the cut (mutations the checkpoint
 	// does not hold), then B dies mid-flight.
-	c.waitFor("a rollout of server B past the cut", nil, 2*time.Minute, func() bool {
-		past, live := false, false
-		for i := range count {
-			id := fmt.Sprintf("rec-%04d", i)
-			rec, ok := records[id]
-			if !onB(i) || !ok {
-				continue
-			}
-			info, err := c.dataClient(serverB).Session(ctx, id)
-			if err == nil && !info.Retired {
-				live = true
-				past = past || info.Revision > rec.Boundary.Revision
-			}
-		}
-		return past && live
-	})
-	procB.kill()
-	<-procB.done
+	s.waitPastCut(ctx, records)
+	s.procB.kill()
+	<-s.procB.done
 
 	// 4. A replacement with the dead server's name, on a new address; the
 	// operator's command moves B's rollouts there.
 	replacement, _ := c.startNamedEnvServer("env-1")
-	require.NotEqual(t, serverB, replacement)
+	require.NotEqual(t, s.serverB, replacement)
 	tc := trainer.New(c.client, rollout.TaskQueue)
-	req := trainer.RecoverServerRequest{Set: "rec", Server: serverB, Replacement: replacement, Root: root}
+	req := trainer.RecoverServerRequest{Set: "rec", Server: s.serverB, Replacement: replacement, Root: root}
 	start := time.Now()
 	started, err := tc.RecoverServer(ctx, req)
 	require.NoError(t, err)
-	require.Equal(t, checkpoint.RecoverServerWorkflowID("rec", serverB), started.WorkflowID)
+	require.Equal(t, checkpoint.RecoverServerWorkflowID("rec", s.serverB), started.WorkflowID)
 	res, err := tc.WaitRecoverServer(ctx, started)
 	require.NoError(t, err)
 	t.Logf("recovery: %d moved (%d continue, %d of them by replay; %d start over, %d after a replay diverged), %d terminated, %d untouched, in %s",
@@ -148,37 +82,9 @@ func TestRecoverServer(t *testing.T) {
 	require.Equal(t, started, again, "a repeated request starts nothing")
 
 	// 5. Every rollout completes once, as in the uninterrupted run.
-	recovered := map[string]rollout.Result{}
-	for i := range count {
-		id := fmt.Sprintf("rec-%04d", i)
-		var r rollout.Result
-		require.NoError(t, c.client.GetWorkflow(ctx, rollout.WorkflowID(id), "").Get(ctx, &r), id)
-		recovered[id] = r
-	}
-	require.Equal(t, outcomes("base", baseline), outcomes("rec", recovered), "same trajectories, rewards and turns as the uninterrupted run")
-	moved := 0
-	for i := range count {
-		id := fmt.Sprintf("rec-%04d", i)
-		require.Equal(t, 1, c.completedRuns(ctx, id), "rollout %s: completed runs", id)
-		if !onB(i) {
-			require.Equal(t, 0, recovered[id].Attempt, "%s on the healthy server keeps attempt 0", id)
-			require.Equal(t, 1, c.allRuns(ctx, id), "%s on the healthy server keeps its one run", id)
-			info, err := c.dataClient(serverA).Session(ctx, id)
-			require.NoError(t, err)
-			require.Equal(t, baseRevisions[i], info.Revision, "%s: final revision on the healthy server", id)
-			continue
-		}
-		if recovered[id].Attempt == 0 {
-			continue // finished on B before it died
-		}
-		moved++
-		require.Equal(t, 1, recovered[id].Attempt, "%s moved as attempt 1", id)
-		info, err := c.dataClient(replacement).Session(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, baseRevisions[i], info.Revision, "%s: final revision on the replacement (a mutation applied twice would raise it)", id)
-	}
+	moved := s.checkRecovered(ctx, baseline, baseRevisions, replacement)
 	require.Equal(t, res.Affected, moved, "exactly the rollouts of the dead server moved")
-	require.Equal(t, baseAppliedA, appliedA()-beforeRec, "the healthy server applied each mutation of its rollouts once")
+	require.Equal(t, baseAppliedA, s.appliedA()-beforeRec, "the healthy server applied each mutation of its rollouts once")
 }
 
 // allRuns counts every run (any status) of a rollout's workflow ID.
