@@ -49,6 +49,25 @@ type Temporal struct {
 // on a free port and returns it with its address and a client connected
 // once it answers health checks (the caller closes it).
 func (l *Launcher) StartTemporal(ctx context.Context, t Temporal, timeout time.Duration) (*Proc, string, tclient.Client, error) {
+	// A dev server started on a free port can lose one of the ports
+	// it derives from it to another process starting at the same moment: it
+	// then exits before it is ready, and starts again on another port.
+	attempts := 1
+	if t.Port == 0 {
+		attempts = 3
+	}
+	for i := 1; ; i++ {
+		p, hostPort, c, err := l.startTemporalOnce(ctx, t, timeout)
+		if err == nil || p == nil || i == attempts {
+			return p, hostPort, c, err
+		}
+		if exited, _ := p.Exited(); !exited {
+			return p, hostPort, c, err
+		}
+	}
+}
+
+func (l *Launcher) startTemporalOnce(ctx context.Context, t Temporal, timeout time.Duration) (*Proc, string, tclient.Client, error) {
 	cfg, err := devenv.Load(t.DevConfig)
 	if err != nil {
 		return nil, "", nil, err
