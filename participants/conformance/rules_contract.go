@@ -20,12 +20,8 @@ import (
 // schema version, a name, every feature it relies on, and the hosted
 // environments as /v1/envs declares them.
 func checkCapabilities(ctx context.Context, k *kit) (string, error) {
-	var caps protocol.Capabilities
-	a, err := k.control(ctx, protocol.RouteControlCapabilities, "", nil)
+	caps, err := k.capabilities(ctx)
 	if err != nil {
-		return "", err
-	}
-	if err := decode("capabilities", a, &caps); err != nil {
 		return "", err
 	}
 	if err := protocol.CheckCapabilities(caps); err != nil {
@@ -34,7 +30,7 @@ func checkCapabilities(ctx context.Context, k *kit) (string, error) {
 	if caps.Phase != protocol.PhaseIdle || caps.CheckpointID != "" || caps.RestoreID != "" {
 		return "", fmt.Errorf("capabilities report phase %q, checkpoint %q, restore %q; want idle and no session, as status says", caps.Phase, caps.CheckpointID, caps.RestoreID)
 	}
-	a, err = k.do(ctx, protocol.RouteEnvs, "", k.dataAuth(), nil)
+	a, err := k.do(ctx, protocol.RouteEnvs, "", k.dataAuth(), nil)
 	if err != nil {
 		return "", err
 	}
@@ -332,4 +328,14 @@ func sortAnswer(r *protocol.RestoreResponse) {
 	if r.Restarted == nil {
 		r.Restarted = []protocol.SessionSummary{}
 	}
+}
+
+// capabilities asks the participant for its capabilities and decodes them.
+func (k *kit) capabilities(ctx context.Context) (protocol.Capabilities, error) {
+	var caps protocol.Capabilities
+	a, err := k.control(ctx, protocol.RouteControlCapabilities, "", nil)
+	if err != nil {
+		return caps, err
+	}
+	return caps, decode("capabilities", a, &caps)
 }
