@@ -184,14 +184,17 @@ func (l *ackLedger) validateBatch(b AckBatch) error {
 }
 
 // record adds a batch's receipts. A rollout's receipt recorded before
-// counts as already recorded; another receipt of the same rollout (a later
-// attempt's result) replaces it.
+// counts as already recorded, pending or released lately by this run (a
+// reader that planned it from a listing taken before the release is not
+// answered with a second acknowledgement, nor is it released twice);
+// another receipt of the same rollout (a later attempt's result) replaces
+// it.
 func (l *ackLedger) record(ctx workflow.Context, b AckBatch) AckBatchResult {
 	now := workflow.Now(ctx)
 	var res AckBatchResult
 	for _, rc := range b.Receipts {
 		i, ok := l.byID[rc.RolloutID]
-		if ok && l.pending[i].Receipt == rc {
+		if ok && l.pending[i].Receipt == rc || !ok && l.releasedByID[rc.RolloutID] == rc {
 			res.Already++
 			continue
 		}

@@ -166,6 +166,26 @@ func TestAckLedgerRecordsThenReleases(t *testing.T) {
 	assert.Equal(t, "[[s1-a s1-b]]", r.seen(), "one release batch")
 }
 
+// A receipt acknowledged again after the ledger released it (a plan made
+// from a listing taken before the release) applies once: it counts as
+// already recorded, and is not released a second time.
+func TestAckLedgerReleasedReceiptAppliesOnce(t *testing.T) {
+	r := &releaser{gate: make(chan struct{})}
+	l := newLedgerRun(t, r)
+	l.env.RegisterDelayedCallback(func() { close(r.gate) }, 10*time.Millisecond)
+	a, b := receipt("s1-a", 'a'), receipt("s1-b", 'b')
+	l.update(0, set.UpdateRecordAcks, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{a}})
+	l.update(time.Minute, set.UpdateRecordAcks, set.AckBatch{Set: "s1", Receipts: []rollout.Receipt{a, b}})
+	l.acked(2 * time.Minute)
+	got := l.run(set.AckLedgerInput{Set: "s1"})
+	assert.Equal(t, []string{
+		"record-acks {Recorded:1 Already:0 Pending:1 Seq:1}",
+		"record-acks {Recorded:1 Already:1 Pending:1 Seq:2}",
+		"pending []",
+	}, got)
+	assert.Equal(t, "[[s1-a] [s1-b]]", r.seen(), "s1-a released once")
+}
+
 // The settled query knows a receipt acknowledged while it is pending and
 // after it was released (a reader that saw the result held before the
 // release must not take it for unacknowledged); a rollout refused as
