@@ -24,7 +24,16 @@ const (
 	OperateEnvironmentName = "OperateEnvironment"
 	VerifyName             = "Verify"
 	AuthoriseAttemptName   = "AuthoriseAttempt"
+	// StoreResultName stores a held result in the transcript store (a
+	// local activity of the Rollout workflow; see Input.ResultInStore).
+	StoreResultName = "StoreResult"
 )
+
+// StoreResultInput is a result to store: its canonical JSON without the
+// receipt (what Receipt.SHA256 digests) is written under that digest.
+type StoreResultInput struct {
+	Result Result `json:"result"`
+}
 
 // Application error types the workflow tells apart.
 const (

@@ -73,6 +73,13 @@ const (
 	// that lacks them never sees them.
 	SARolloutProgressAt = "RolloutProgressAt" // Datetime
 	SARolloutFinishedAt = "RolloutFinishedAt" // Datetime
+	// SARolloutReceipt is the SHA-256 of the result a rollout holds for
+	// acknowledgement (Receipt.SHA256), upserted with its phase
+	// awaiting_ack by runs whose input asks for it (Input.ResultInStore)
+	// once the result is in the transcript store under that digest: a
+	// reader builds the held result and its receipt from visibility and the
+	// store, without a query (a workflow task) of the run.
+	SARolloutReceipt = "RolloutReceipt" // Keyword
 )
 
 // SearchAttributes are every search attribute turnstile sets, with their
@@ -84,7 +91,7 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 		SARolloutID: keyword, SARolloutSet: keyword, SARolloutAttempt: integer, SARolloutTurn: integer,
 		SARolloutPhase: keyword, SARolloutGroup: keyword, SARolloutRepeat: integer, SARolloutEnv: keyword,
 		SACheckpointID: keyword, SARolloutGroupStatus: keyword,
-		SARolloutProgressAt: datetime, SARolloutFinishedAt: datetime,
+		SARolloutProgressAt: datetime, SARolloutFinishedAt: datetime, SARolloutReceipt: keyword,
 	}
 }
 
@@ -341,6 +348,13 @@ type Input struct {
 	// checking the namespace has them registered: an upsert of an unknown
 	// attribute fails the workflow task over and over.
 	ProgressAttributes bool `json:"progress_attributes,omitempty"`
+	// ResultInStore makes a run that holds its result for acknowledgement
+	// store it first in the transcript store (StoreResultName), under the
+	// digest of its receipt, and upsert SARolloutReceipt with the phase
+	// awaiting_ack. The submitter sets it after checking the namespace has
+	// SARolloutReceipt registered. Runs without it (started before it
+	// existed) are read by their status query.
+	ResultInStore bool `json:"result_in_store,omitempty"`
 	// StartedAt is when the first run of this rollout's chain started: the
 	// run sets it, and a continue-as-new or a group retry carries it on,
 	// while a restore starts a new chain without it. A set's fence record

@@ -40,6 +40,7 @@ const (
 var (
 	progressAtKey = temporal.NewSearchAttributeKeyTime(SARolloutProgressAt)
 	finishedAtKey = temporal.NewSearchAttributeKeyTime(SARolloutFinishedAt)
+	receiptKey    = temporal.NewSearchAttributeKeyKeyword(SARolloutReceipt)
 )
 
 // published is what readers see of the run: its start's search attributes,
@@ -50,7 +51,9 @@ type published struct {
 	phase      Phase
 	turn       int // -1: not published
 	checkpoint string
-	finished   bool
+	// receipt: RolloutReceipt was upserted with this digest.
+	receipt  string
+	finished bool
 	// at is the workflow time of the last upsert (the run's start before
 	// its first).
 	at time.Time
@@ -163,6 +166,11 @@ func (r *rollout) publish(ctx workflow.Context, withPhase bool) {
 	default:
 		ups = append(ups, checkpointIDKey.ValueSet(checkpointID))
 	}
+	receipt := r.pub.receipt
+	if phase == PhaseAwaitingAck && r.stored != "" && r.stored != receipt {
+		receipt = r.stored
+		ups = append(ups, receiptKey.ValueSet(receipt))
+	}
 	if len(ups) == 0 {
 		r.details(ctx)
 		return
@@ -172,7 +180,7 @@ func (r *rollout) publish(ctx workflow.Context, withPhase bool) {
 		r.logger.Warn("search attribute upsert failed", "error", err)
 		return
 	}
-	r.pub = published{identity: true, phase: phase, turn: r.b.Turn, checkpoint: checkpointID,
+	r.pub = published{identity: true, phase: phase, turn: r.b.Turn, checkpoint: checkpointID, receipt: receipt,
 		finished: r.pub.finished || finishedPhase(phase) && len(progress) > 0, at: workflow.Now(ctx)}
 	r.details(ctx)
 }

@@ -99,6 +99,9 @@ type rollout struct {
 	acked    bool
 	// pub is what readers see of the run (its search attributes).
 	pub published
+	// stored is the receipt digest of the held result once StoreResult
+	// stored it (Input.ResultInStore); "" before, or when it failed.
+	stored string
 	// groups is set in runs of a group's rollouts that report to its
 	// ledger.
 	groups bool
@@ -740,6 +743,7 @@ func (r *rollout) offer(ctx workflow.Context, res Result) (Result, error) {
 	r.result = &res
 	r.b.Done = true
 	if r.in.RequireAck {
+		r.storeResult(ctx, res)
 		r.setPhase(ctx, PhaseAwaitingAck)
 		// A held result works no more: its slot goes to the next rollout.
 		r.notifyAdmission(ctx, OutcomeHeld)
@@ -774,15 +778,26 @@ func (r *rollout) continueAsNew(ctx workflow.Context) error {
 }
 
 // NewReceipt computes the receipt of a result: the SHA-256 of its canonical
-// JSON without the receipt.
+// JSON without the receipt (ResultJSON).
 func NewReceipt(res Result) (Receipt, error) {
-	res.Receipt = nil
-	data, err := json.Marshal(res)
+	data, err := ResultJSON(res)
 	if err != nil {
-		return Receipt{}, fmt.Errorf("encode result: %w", err)
+		return Receipt{}, err
 	}
 	sum := sha256.Sum256(data)
 	return Receipt{RolloutID: res.RolloutID, Attempt: res.Attempt, SHA256: hex.EncodeToString(sum[:])}, nil
+}
+
+// ResultJSON is res's canonical JSON without its receipt: what its
+// receipt's SHA256 digests, and what a held result is stored as (under
+// that digest) in the transcript store.
+func ResultJSON(res Result) ([]byte, error) {
+	res.Receipt = nil
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("encode result of rollout %s: %w", res.RolloutID, err)
+	}
+	return data, nil
 }
 
 func isType(err error, typ string) bool {
