@@ -260,8 +260,9 @@ func sendAcks(ctx context.Context, upd ackledger.Updater, rolloutQueue string, p
 }
 
 // fetchStates lists the set and reads what each rollout holds (only those
-// in want, or all when want is nil): a running one by its status query, a
-// closed one by its result.
+// in want, or all when want is nil): a running one that named its held
+// result by the receipt visibility shows (heldReceipt), another running
+// one by its status query, a closed one by its result.
 func fetchStates(ctx context.Context, c tclient.Client, set string, want map[string]bool) (map[string]HeldState, error) {
 	latest, err := latestOf(ctx, c, set, want)
 	if err != nil {
@@ -277,7 +278,10 @@ func fetchStates(ctx context.Context, c tclient.Client, set string, want map[str
 	err = fanout.Each(ctx, len(recs), updateConcurrency, func(ctx context.Context, i int) error {
 		rec := &recs[i]
 		st := HeldState{WorkflowID: rec.WorkflowID, Running: !rec.Closed(), Phase: rollout.Phase(rec.Phase)}
-		if st.Running {
+		if rc, ok := heldReceipt(*rec); ok {
+			// The receipt is all a plan compares: no query of the run.
+			st.Result = &rollout.Result{RolloutID: rc.RolloutID, Attempt: rc.Attempt, Receipt: &rc}
+		} else if st.Running {
 			s, err := queryStatus(ctx, c, rec.WorkflowID)
 			if err != nil {
 				return err

@@ -200,6 +200,9 @@ type RolloutRecord struct {
 	// Fenced is set for a run that stopped FencedByRestore: a restore of
 	// the set rolled back the world it started in. Readers leave it out.
 	Fenced bool
+	// heldSHA is the run's rollout.SARolloutReceipt: the digest its held
+	// result is stored under ("" for a run that named none).
+	heldSHA string
 }
 
 // StatusCounts counts the latest runs of a set by phase and by execution

@@ -202,7 +202,7 @@ func buildWindow(ctx context.Context, job exportJob, infos []*workflowpb.Workflo
 	// Each line waits on a status query or a result: latency-bound, so a
 	// feed page reads as many at once as updates are sent.
 	err = fanout.Each(ctx, len(infos), updateConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, job.src, job.set, job.fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()], job.released)
+		f, ok, err := finished(ctx, job.src, job.store, job.set, job.fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()], job.released)
 		if err != nil || !ok {
 			return err
 		}
@@ -249,7 +249,7 @@ func encodeLine(line ExportLine) ([]byte, error) {
 // (the later run is exported once finished), it no longer holds a result,
 // or a restore of the set fenced it (it started inside a restore's window,
 // or it stopped FencedByRestore): in the restored world it does not exist.
-func finished(ctx context.Context, src exportSource, set string, fence set.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord, released releasedRuns) (f finishedRollout, ok bool, err error) {
+func finished(ctx context.Context, src exportSource, store TranscriptReader, set string, fence set.SetFence, info *workflowpb.WorkflowExecutionInfo, runs []RolloutRecord, released releasedRuns) (f finishedRollout, ok bool, err error) {
 	rec := recordFromInfo(info)
 	if len(runs) > 0 && runs[0].RunID != rec.RunID && newer(runs[0], rec) {
 		return f, false, nil
@@ -257,7 +257,7 @@ func finished(ctx context.Context, src exportSource, set string, fence set.SetFe
 	if _, fenced := fence.FencesResult(rec.Start); fenced {
 		return f, false, nil
 	}
-	if ok, err := fetchFinished(ctx, src, &rec, released); err != nil || !ok || rec.Fenced {
+	if ok, err := fetchFinished(ctx, src, store, &rec, released); err != nil || !ok || rec.Fenced {
 		return f, false, err
 	}
 	f = finishedRollout{set: set, rec: rec, attempts: attemptsOf(runs)}
@@ -271,13 +271,22 @@ func finished(ctx context.Context, src exportSource, set string, fence set.SetFe
 	return f, true, nil
 }
 
-// fetchFinished fills rec's result or failure: from the closed run, or
-// from a running run's status query when it holds a result for
-// acknowledgement. ok is false when a listed held result is no longer held
-// (acknowledged since): the rollout is then not finished as listed.
-func fetchFinished(ctx context.Context, src exportSource, rec *RolloutRecord, released releasedRuns) (ok bool, err error) {
+// fetchFinished fills rec's result or failure: from the closed run, or,
+// when it holds a result for acknowledgement, from the transcript store
+// (store, when not nil, and the run named its stored result: see
+// heldFromStore) or else from the running run's status query. ok is false
+// when a listed held result is no longer held (acknowledged since): the
+// rollout is then not finished as listed.
+func fetchFinished(ctx context.Context, src exportSource, store TranscriptReader, rec *RolloutRecord, released releasedRuns) (ok bool, err error) {
 	if rec.Closed() {
 		return true, fetchResult(ctx, src, rec)
+	}
+	if store != nil {
+		res, ok, err := heldFromStore(ctx, store, *rec)
+		if err != nil || ok {
+			rec.Result = res
+			return ok, err
+		}
 	}
 	st, err := queryStatus(ctx, src, rec.WorkflowID)
 	if err != nil {

@@ -58,7 +58,7 @@ func TestFetchFinishedReleasedWhileQueried(t *testing.T) {
 	}
 
 	rec := held()
-	ok, err := fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, rollout.PhaseCompleted), &rec, awaitClose)
+	ok, err := fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, rollout.PhaseCompleted), nil, &rec, awaitClose)
 	require.NoError(t, err)
 	require.True(t, ok, "a run closed meanwhile is exported")
 	require.NotNil(t, rec.Result)
@@ -66,17 +66,17 @@ func TestFetchFinishedReleasedWhileQueried(t *testing.T) {
 	assert.True(t, rec.Closed())
 
 	rec = held()
-	_, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseCompleted), &rec, awaitClose)
+	_, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseCompleted), nil, &rec, awaitClose)
 	require.Error(t, err, "a released run that never closes is an error to an export, not a silent skip")
 	assert.Contains(t, err.Error(), "released but has not closed")
 
 	rec = held()
-	ok, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseCompleted), &rec, leaveOut)
+	ok, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseCompleted), nil, &rec, leaveOut)
 	require.NoError(t, err)
 	assert.False(t, ok, "to the feed, a released run not closed yet holds no result to deliver")
 
 	rec = held()
-	_, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseAwaitingAck), &rec, awaitClose)
+	_, err = fetchFinished(t.Context(), describeAs(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, rollout.PhaseAwaitingAck), nil, &rec, awaitClose)
 	assert.True(t, errors.Is(err, queryErr), "a run still held keeps the query's error: %v", err)
 }
 

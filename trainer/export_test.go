@@ -233,6 +233,9 @@ type listedRun struct {
 	// after the listing).
 	finishedAt time.Time
 	queried    rollout.Phase
+	// named, when set, is the run's RolloutReceipt: the digest its held
+	// result is stored under.
+	named string
 }
 
 func (f *setRuns) info(r listedRun) *workflowpb.WorkflowExecutionInfo {
@@ -245,6 +248,9 @@ func (f *setRuns) info(r listedRun) *workflowpb.WorkflowExecutionInfo {
 	}
 	if !r.finishedAt.IsZero() {
 		fields[rollout.SARolloutFinishedAt] = temporalfake.Payload(r.finishedAt)
+	}
+	if r.named != "" {
+		fields[rollout.SARolloutReceipt] = temporalfake.Payload(r.named)
 	}
 	info := &workflowpb.WorkflowExecutionInfo{
 		Execution:        &commonpb.WorkflowExecution{WorkflowId: rollout.WorkflowID(r.id), RunId: r.runID},
@@ -263,7 +269,7 @@ func (f *setRuns) info(r listedRun) *workflowpb.WorkflowExecutionInfo {
 func (f *setRuns) list(query string) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	var match []*workflowpb.WorkflowExecutionInfo
 	for _, r := range f.runs {
-		byID := strings.HasPrefix(query, "WorkflowId IN (") && strings.Contains(query, fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
+		byID := strings.Contains(query, "WorkflowId IN (") && strings.Contains(query, fmt.Sprintf("%q", rollout.WorkflowID(r.id)))
 		running := r.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 		finished := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW || running && r.phase == rollout.PhaseAwaitingAck
 		failed := !running && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW && r.status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED

@@ -47,7 +47,7 @@ func resultsPage(ctx context.Context, src exportSource, set string, token []byte
 	}
 	recs := make([]*RolloutRecord, len(infos))
 	err = fanout.Each(ctx, len(infos), fetchConcurrency, func(ctx context.Context, i int) error {
-		f, ok, err := finished(ctx, src, set, fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()], awaitClose)
+		f, ok, err := finished(ctx, src, nil, set, fence, infos[i], runs[infos[i].GetExecution().GetWorkflowId()], awaitClose)
 		if ok {
 			recs[i] = &f.rec
 		}

@@ -171,6 +171,7 @@ func recordFromInfo(info *workflowpb.WorkflowExecutionInfo) RolloutRecord {
 	rec.Phase, _ = visibility.SAKeyword(sa, rollout.SARolloutPhase)
 	rec.Attempt, _ = visibility.SAInt(sa, rollout.SARolloutAttempt)
 	rec.Turn, _ = visibility.SAInt(sa, rollout.SARolloutTurn)
+	rec.heldSHA, _ = visibility.SAKeyword(sa, rollout.SARolloutReceipt)
 	return rec
 }
 

@@ -253,6 +253,7 @@ func (c *Client) Submit(ctx context.Context, r SubmitRequest) (SubmitResult, err
 	}
 	for i := range inputs {
 		inputs[i].ProgressAttributes = pre.progress
+		inputs[i].ResultInStore = pre.receipt
 		inputs[i].Admission = true
 	}
 	res.Started, res.Existing, err = c.enqueue(ctx, enqueueSpec{set: r.Set, inputs: inputs, stamp: stamp, maxInFlight: res.MaxInFlight, resume: pre.resume})
@@ -283,6 +284,9 @@ type preflightResult struct {
 	// progress: the namespace has the progress attributes registered, so
 	// the rollouts may upsert them (rollout.Input.ProgressAttributes).
 	progress bool
+	// receipt: the namespace has rollout.SARolloutReceipt registered, so
+	// held results are stored and named (rollout.Input.ResultInStore).
+	receipt bool
 	// resume: the set's admission exists, made by the same request: the
 	// submission completes it.
 	resume bool
@@ -308,6 +312,9 @@ func preflight(ctx context.Context, c tclient.Client, name, taskQueue string, st
 		return pre, fmt.Errorf("look up set %q: %w", name, err)
 	}
 	if pre.progress, err = hasProgressAttributes(ctx, c, name); err != nil {
+		return pre, err
+	}
+	if pre.receipt, err = hasReceiptAttribute(ctx, c, name); err != nil {
 		return pre, err
 	}
 	have, found, err := admissionStamp(ctx, c, name)

@@ -75,6 +75,17 @@ func hasProgressAttributes(ctx context.Context, c workflowCounter, set string) (
 	return known, nil
 }
 
+// hasReceiptAttribute reports whether the namespace knows
+// rollout.SARolloutReceipt: rollouts name their stored held result with it
+// only then.
+func hasReceiptAttribute(ctx context.Context, c workflowCounter, set string) (bool, error) {
+	known, err := knowsAttributes(ctx, c, fmt.Sprintf("%s AND %s = %q", rollout.SetQuery(set), rollout.SARolloutReceipt, ""))
+	if err != nil {
+		return false, fmt.Errorf("look up search attributes: %w", err)
+	}
+	return known, nil
+}
+
 // knowsAttributes probes the namespace with a count filtering on the
 // attributes of query: false when the server refuses it for an unknown
 // search attribute, an error when it cannot answer at all.

@@ -11,6 +11,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport/temporalfake"
+	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 func TestSubmitStamp(t *testing.T) {
@@ -81,4 +82,21 @@ func TestHasProgressAttributes(t *testing.T) {
 	assert.False(t, has, "missing")
 	_, err = hasProgressAttributes(context.Background(), down, "s1")
 	assert.Error(t, err, "an unreachable server passed for one without the attributes")
+}
+
+// A namespace without RolloutReceipt gets rollouts that name no stored
+// result (an upsert of it would fail their workflow tasks).
+func TestHasReceiptAttribute(t *testing.T) {
+	ok := &temporalfake.Client{Count: func(q string) (int64, error) {
+		assert.Contains(t, q, rollout.SARolloutReceipt+` = ""`)
+		return 0, nil
+	}}
+	has, err := hasReceiptAttribute(context.Background(), ok, "s1")
+	assert.NoError(t, err)
+	assert.True(t, has, "registered")
+	has, err = hasReceiptAttribute(context.Background(), counts(errors.New("invalid query: unknown search attribute RolloutReceipt")), "s1")
+	assert.NoError(t, err)
+	assert.False(t, has, "missing")
+	_, err = hasReceiptAttribute(context.Background(), counts(errors.New("connection refused")), "s1")
+	assert.Error(t, err, "an unreachable server passed for one without the attribute")
 }
