@@ -133,8 +133,13 @@ func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (flo
 		return 0, err
 	}
 	t0 := time.Now()
-	if _, err := ConsumeInProcess(ctx, trainer.New(s.client, workerQueue), store, set, n, page); err != nil {
+	pt, err := ConsumeInProcess(ctx, trainer.New(s.client, workerQueue), store, set, n, page)
+	if err != nil {
 		return 0, err
+	}
+	if pt.Pages > 0 {
+		per := func(d time.Duration) time.Duration { return (d / time.Duration(pt.Pages)).Round(time.Millisecond) }
+		s.logf("feed: in process, %d pages, per page: health %s, feed %s, acknowledge %s", pt.Pages, per(pt.Health), per(pt.Feed), per(pt.Acknow))
 	}
 	return float64(n) / time.Since(t0).Seconds(), nil
 }
@@ -152,6 +157,7 @@ type PageTimes struct {
 // returns where the time went.
 func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.TranscriptReader, set string, n, page int) (PageTimes, error) {
 	var pt PageTimes
+	var after trainer.FeedPosition
 	for done := 0; done < n; {
 		began := time.Now()
 		if _, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()}); err != nil {
@@ -159,10 +165,11 @@ func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.Tra
 		}
 		pt.Health += time.Since(began)
 		began = time.Now()
-		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, Max: min(page, n-done), Now: time.Now()})
+		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, After: after, Max: min(page, n-done), Now: time.Now()})
 		if err != nil {
 			return pt, fmt.Errorf("feed of %s: %w", set, err)
 		}
+		after = p.Next // a trainer continues after what it got
 		pt.Feed += time.Since(began)
 		pt.Pages++
 		lines, err := receiptLines(set, p.Items)
@@ -253,17 +260,23 @@ func (g gatewayClient) submit(ctx context.Context, set string, n int) error {
 // page before asking for the next, as a trainer does.
 func (g gatewayClient) consume(ctx context.Context, set string, n, page int) error {
 	seen := map[string]bool{}
+	cursor := ""
 	for len(seen) < n {
 		var p struct {
-			Items []struct {
+			Cursor string `json:"cursor"`
+			Items  []struct {
 				RolloutID string           `json:"rollout_id"`
 				Receipt   *gateway.Receipt `json:"receipt"`
 			} `json:"items"`
 		}
 		q := url.Values{"max": {fmt.Sprint(page)}, "wait_ms": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor) // a trainer continues after what it got
+		}
 		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set+"/feed?"+q.Encode(), nil, &p); err != nil {
 			return err
 		}
+		cursor = p.Cursor
 		if len(p.Items) == 0 {
 			continue
 		}
