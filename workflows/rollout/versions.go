@@ -24,6 +24,11 @@ package rollout
 //
 // A workflow change from now on either keeps the command sequence of runs
 // in flight (replay fixtures in testdata guard it) or is released under
-// this rule again, its fixtures re-recorded. Add a change id here, with
+// this rule again, its fixtures re-recorded. A new command a fresh run
+// should take can also be asked for by a new field of Input that runs in
+// flight do not carry, as ProgressAttributes (the progress upserts) and
+// ResultInStore (StoreResult and RolloutReceipt before a held result) are:
+// a recorded history replays its own input, so it never takes the new
+// path, and a fresh run takes it with no version marker. Add a change id here, with
 // why it exists and when it can go, only for a change that must reach runs
 // already in flight.
