@@ -2,7 +2,8 @@
 // activities per turn passing small payloads) and a padded one on one dev
 // server it starts itself, and prints the ratios (`make bench`; `make bench BENCH_FLAGS=-quick` for a short run).
 //
-//	bench [-quick | -smoke] [-out DIR] [-concurrency N] [-sizes 100,1000] [-with-10k] [-only latency,throughput] [-cpuprofile]
+//	bench [-quick | -smoke] [-out DIR] [-concurrency N] [-sizes 100,1000] [-queued-sizes 1000] [-max-in-flight N] [-with-10k]
+//	      [-only latency,throughput,admission] [-admission-levels 64,128,256] [-admission-submitted N] [-admission-pollers fixed,autoscaling] [-cpuprofile]
 //	bench floor-worker --address HOST:PORT --task-queue Q   (started by the bench itself)
 package main
 
@@ -22,6 +23,7 @@ import (
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
 	"github.com/turnstile-rl/turnstile/internal/bench"
 	"github.com/turnstile-rl/turnstile/internal/devenv"
+	"github.com/turnstile-rl/turnstile/trainer"
 )
 
 func main() {
@@ -63,9 +65,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	tturns := fs.Int("throughput-turns", 0, fmt.Sprintf("turns per rollout of the throughput scenario (default %d)", def.ThroughputTurns))
 	lturns := fs.Int("latency-turns", 0, fmt.Sprintf("turns per rollout of the latency scenario (default %d)", def.LatencyTurns))
 	sizes := fs.String("sizes", "", "comma-separated set sizes to checkpoint and restore (default 100,1000)")
-	fs.BoolVar(&o.with10k, "with-10k", false, "also checkpoint and restore 10,000 in-flight rollouts (tens of minutes on 2 cores)")
-	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all)")
-	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of the turnstile worker to OUT/worker.pprof")
+	queued := fs.String("queued-sizes", "", "comma-separated sizes of busy sets submitted through their admission (default 1000; -quick 300)")
+	maxInFlight := fs.Int("max-in-flight", 0, fmt.Sprintf("max_in_flight of the queued sets (default %d, the trainer's; -quick 64)", trainer.DefaultMaxInFlight))
+	fs.BoolVar(&o.with10k, "with-10k", false, "queued sets of 1,000 and 10,000 submitted through their admission (tens of minutes on 2 cores)")
+	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all), or "+bench.ScenarioAdmission+" (only when named)")
+	levels := fs.String("admission-levels", "", "admission scenario: comma-separated max_in_flight values (default 64,128,256)")
+	admSubmitted := fs.Int("admission-submitted", 0, "admission scenario: short rollouts submitted per level (default 512)")
+	pollers := fs.String("admission-pollers", "", "admission scenario: comma-separated worker poller settings to compare, "+bench.PollersFixed+" and "+bench.PollersAutoscaling+" (default: the worker's own)")
+	cpuProfile := fs.Bool("cpuprofile", false, "write a CPU profile of each start of the turnstile worker to OUT/worker-<start>.pprof")
 	timeout := fs.Duration("checkpoint-timeout", 0, fmt.Sprintf("deadline of each checkpoint's cut (default %s)", def.CheckpointTimeout))
 	cli.SetUsage(fs, "Measures turnstile against a lean two-activity Temporal loop (and a padded one) on a dev server it starts, and prints the ratios.", []cli.Setting{
 		{Env: "TURNSTILE_TEMPORAL_BIN", Meaning: "Temporal CLI binary"},
@@ -94,19 +101,50 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.cfg.CheckpointTimeout = *timeout
 	}
 	if *sizes != "" {
-		n, err := parseSizes(*sizes)
+		n, err := parseSizes("-sizes", *sizes)
 		if err != nil {
 			return options{}, err
 		}
 		o.cfg.CheckpointSizes = n
 	}
-	if o.with10k {
-		o.cfg.CheckpointSizes = append(o.cfg.CheckpointSizes, 10000)
+	if err := admissionFlags(&o, *queued, *maxInFlight, *levels, *admSubmitted, *pollers); err != nil {
+		return options{}, err
 	}
 	if *only != "" {
 		o.cfg.Only = strings.Split(*only, ",")
 	}
 	return o, nil
+}
+
+// admissionFlags applies the flags of the queued sets and of the
+// admission scenario.
+func admissionFlags(o *options, queued string, maxInFlight int, levels string, submitted int, pollers string) error {
+	if queued != "" {
+		n, err := parseSizes("-queued-sizes", queued)
+		if err != nil {
+			return err
+		}
+		o.cfg.QueuedSizes = n
+	}
+	if o.with10k {
+		o.cfg.QueuedSizes = []int{1000, 10000}
+	}
+	if maxInFlight < 0 {
+		return fmt.Errorf("-max-in-flight %d: want a positive count", maxInFlight)
+	}
+	setPositive(&o.cfg.MaxInFlight, maxInFlight)
+	if levels != "" {
+		n, err := parseSizes("-admission-levels", levels)
+		if err != nil {
+			return err
+		}
+		o.cfg.AdmissionLevels = n
+	}
+	setPositive(&o.cfg.AdmissionSubmitted, submitted)
+	if pollers != "" {
+		o.cfg.AdmissionPollers = strings.Split(pollers, ",")
+	}
+	return nil
 }
 
 func setPositive(dst *int, v int) {
@@ -115,12 +153,12 @@ func setPositive(dst *int, v int) {
 	}
 }
 
-func parseSizes(s string) ([]int, error) {
+func parseSizes(flag, s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-sizes: %q is not a positive count", f)
+			return nil, fmt.Errorf("%s: %q is not a positive count", flag, f)
 		}
 		out = append(out, n)
 	}

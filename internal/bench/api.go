@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/trainer"
+	setwf "github.com/turnstile-rl/turnstile/workflows/set"
 )
 
 // Config is one bench run.
@@ -43,7 +44,13 @@ type Config struct {
 	// Checkpoint: one checkpoint and one restore for each set size in
 	// CheckpointSizes, with the policy answering after SlowPolicy ± SlowJitter
 	// so rollouts are mid-episode when the cut is taken.
-	CheckpointSizes   []int
+	CheckpointSizes []int
+	// QueuedSizes are busy sets submitted through the set's admission
+	// (trainer.Submit) at MaxInFlight (0: trainer.DefaultMaxInFlight): the
+	// admission runs MaxInFlight at once and queues the rest, and the
+	// checkpoint cuts the running ones and records the queue.
+	QueuedSizes       []int
+	MaxInFlight       int
 	SlowPolicy        time.Duration
 	SlowJitter        time.Duration
 	CheckpointTimeout time.Duration
@@ -51,10 +58,18 @@ type Config struct {
 	// gateway, in process, and by a plain update loop.
 	FeedHeld int
 	FeedPage int
+	// Admission: for each of AdmissionLevels, AdmissionSubmitted short
+	// rollouts submitted through the admission at that max_in_flight, once
+	// per worker poller setting of AdmissionPollers (names of PollerModes;
+	// empty: the worker's own settings only). A scenario of its own, run
+	// only when named in Only.
+	AdmissionLevels    []int
+	AdmissionSubmitted int
+	AdmissionPollers   []string
 	// Only runs these scenarios (names from Scenarios); empty runs all.
 	Only []string
-	// CPUProfile writes a CPU profile of the turnstile worker to
-	// OutDir/worker.pprof.
+	// CPUProfile writes a CPU profile of each start of the turnstile worker
+	// to OutDir/worker-<start>.pprof (WorkerProfileName).
 	CPUProfile bool
 	// Log receives progress lines; nil is silent.
 	Log func(format string, args ...any)
@@ -67,6 +82,8 @@ const (
 	ScenarioHistory    = "history"
 	ScenarioCheckpoint = "checkpoint"
 	ScenarioFeed       = "feed"
+	// ScenarioAdmission is not in Scenarios: it runs only when named.
+	ScenarioAdmission = "admission"
 )
 
 // Scenarios lists every scenario in the order a run takes them.
@@ -79,7 +96,9 @@ func Default() Config {
 		Concurrency: 256, ThroughputTurns: 20,
 		HistoryTurns: 100, HistoryAt: []int{10, 100}, ObservationBytes: 10 << 10,
 		CheckpointSizes: []int{100, 1000},
-		SlowPolicy:      2 * time.Second, SlowJitter: time.Second,
+		QueuedSizes:     []int{1000},
+		AdmissionLevels: []int{64, 128, 256}, AdmissionSubmitted: 512,
+		SlowPolicy: 2 * time.Second, SlowJitter: time.Second,
 		CheckpointTimeout: 2 * time.Minute,
 		FeedHeld:          1000, FeedPage: 100,
 	}
@@ -91,6 +110,8 @@ func Quick() Config {
 	c.LatencyRollouts, c.LatencyTurns = 2, 15
 	c.Concurrency, c.ThroughputTurns = 64, 10
 	c.CheckpointSizes = []int{100, 300}
+	c.QueuedSizes, c.MaxInFlight = []int{300}, 64
+	c.AdmissionLevels, c.AdmissionSubmitted = []int{32, 64}, 128
 	c.FeedHeld = 300
 	return c
 }
@@ -103,6 +124,8 @@ func Smoke() Config {
 	c.Concurrency, c.ThroughputTurns = 4, 3
 	c.HistoryTurns, c.HistoryAt, c.ObservationBytes = 12, []int{2, 10}, 1<<10
 	c.CheckpointSizes = []int{4}
+	c.QueuedSizes, c.MaxInFlight = []int{6}, 3
+	c.AdmissionLevels, c.AdmissionSubmitted, c.AdmissionPollers = []int{2}, 4, []string{PollersFixed, PollersAutoscaling}
 	c.SlowPolicy, c.SlowJitter = 300*time.Millisecond, 100*time.Millisecond
 	c.CheckpointTimeout = 30 * time.Second
 	c.FeedHeld, c.FeedPage = 6, 4
@@ -137,13 +160,54 @@ func (c Config) Validate() error {
 			return fmt.Errorf("checkpoint size %d: want at least 1", n)
 		}
 	}
+	if err := c.validateAdmission(); err != nil {
+		return err
+	}
 	for _, s := range c.Only {
-		if !contains(Scenarios, s) {
-			return fmt.Errorf("scenario %q: want one of %v", s, Scenarios)
+		if !contains(Scenarios, s) && s != ScenarioAdmission {
+			return fmt.Errorf("scenario %q: want one of %v or %s", s, Scenarios, ScenarioAdmission)
 		}
 	}
 	return nil
 }
+
+// validateAdmission checks the settings of the queued sets and of the
+// admission scenario.
+func (c Config) validateAdmission() error {
+	for _, n := range c.QueuedSizes {
+		if n < 1 {
+			return fmt.Errorf("queued set size %d: want at least 1", n)
+		}
+	}
+	if c.MaxInFlight < 0 || c.MaxInFlight > setwf.MaxMaxInFlight {
+		return fmt.Errorf("max_in_flight %d: want 1..%d (0: the default, %d)", c.MaxInFlight, setwf.MaxMaxInFlight, trainer.DefaultMaxInFlight)
+	}
+	for _, n := range c.AdmissionLevels {
+		if n < 1 || n > setwf.MaxMaxInFlight {
+			return fmt.Errorf("admission level %d: want 1..%d", n, setwf.MaxMaxInFlight)
+		}
+	}
+	if c.runsAdmission() && (len(c.AdmissionLevels) == 0 || c.AdmissionSubmitted < 1) {
+		return fmt.Errorf("admission: %d levels, %d submitted: want at least one level and one rollout", len(c.AdmissionLevels), c.AdmissionSubmitted)
+	}
+	for _, p := range c.AdmissionPollers {
+		if _, ok := PollerModes[p]; !ok {
+			return fmt.Errorf("poller setting %q: want %s or %s", p, PollersFixed, PollersAutoscaling)
+		}
+	}
+	return nil
+}
+
+// maxInFlight is the max_in_flight of the queued sets.
+func (c Config) maxInFlight() int {
+	if c.MaxInFlight > 0 {
+		return c.MaxInFlight
+	}
+	return trainer.DefaultMaxInFlight
+}
+
+// runsAdmission: the admission scenario runs only when named.
+func (c Config) runsAdmission() bool { return contains(c.Only, ScenarioAdmission) }
 
 func (c Config) runs(scenario string) bool { return len(c.Only) == 0 || contains(c.Only, scenario) }
 
@@ -158,14 +222,18 @@ func contains(list []string, s string) bool {
 
 // Report is what a run measured. Durations are milliseconds.
 type Report struct {
-	Started  time.Time  `json:"started"`
-	Config   ConfigEcho `json:"config"`
-	Latency  *Latency   `json:"latency,omitempty"`
-	Through  *Through   `json:"throughput,omitempty"`
-	History  *History   `json:"history,omitempty"`
-	Cuts     []Cut      `json:"checkpoints,omitempty"`
-	Feed     *Feed      `json:"feed,omitempty"`
-	Warnings []string   `json:"warnings,omitempty"`
+	Started time.Time  `json:"started"`
+	Config  ConfigEcho `json:"config"`
+	Latency *Latency   `json:"latency,omitempty"`
+	Through *Through   `json:"throughput,omitempty"`
+	History *History   `json:"history,omitempty"`
+	Cuts    []Cut      `json:"checkpoints,omitempty"`
+	Feed    *Feed      `json:"feed,omitempty"`
+	// Admission is the admission scenario's rows.
+	Admission []AdmissionRow `json:"admission,omitempty"`
+	// Server is the dev server's own metrics around each row.
+	Server   []ServerMetrics `json:"server_metrics,omitempty"`
+	Warnings []string        `json:"warnings,omitempty"`
 }
 
 // ConfigEcho is the part of Config a reader of the report needs.
@@ -241,6 +309,11 @@ type FixedCost struct {
 // set restored from the checkpoint.
 type Cut struct {
 	Rollouts int `json:"rollouts"`
+	// MaxInFlight is the set's max_in_flight when it went through its
+	// admission (0: every rollout started at once); Queued how many the
+	// checkpoint recorded as not started.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	Queued      int `json:"queued,omitempty"`
 	// SubmitMS is the wall time to start every rollout; PastFirstTurnMS
 	// from the first start until visibility lists every rollout past its
 	// first model call (-1: not within the bench's wait).

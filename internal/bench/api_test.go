@@ -25,6 +25,12 @@ func TestConfigValidate(t *testing.T) {
 		{"jitter above latency", func(c *Config) { c.SlowJitter = 2 * c.SlowPolicy }, "slow policy"},
 		{"empty set", func(c *Config) { c.CheckpointSizes = []int{0} }, "checkpoint size"},
 		{"unknown scenario", func(c *Config) { c.Only = []string{"speed"} }, `scenario "speed"`},
+		{"admission named", func(c *Config) { c.Only = []string{ScenarioAdmission} }, ""},
+		{"empty queued set", func(c *Config) { c.QueuedSizes = []int{0} }, "queued set size 0"},
+		{"max_in_flight too large", func(c *Config) { c.MaxInFlight = 1 << 30 }, "max_in_flight 1073741824"},
+		{"admission level 0", func(c *Config) { c.AdmissionLevels = []int{0} }, "admission level 0"},
+		{"admission without levels", func(c *Config) { c.Only, c.AdmissionLevels = []string{ScenarioAdmission}, nil }, "admission: 0 levels"},
+		{"unknown poller setting", func(c *Config) { c.AdmissionPollers = []string{"turbo"} }, `poller setting "turbo"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

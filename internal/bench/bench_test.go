@@ -36,6 +36,8 @@ func TestSmokeRun(t *testing.T) {
 		require.NoError(t, err)
 	}
 	cfg := bench.Smoke()
+	cfg.Only = append(append([]string(nil), bench.Scenarios...), bench.ScenarioAdmission)
+	cfg.CPUProfile = true
 	cfg.BinDir, cfg.Temporal, cfg.DevConfig, cfg.OutDir = bin, temporal, filepath.Join(root, devenv.DefaultConfigFile), t.TempDir()
 	cfg.Log = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -73,7 +75,7 @@ func TestSmokeRun(t *testing.T) {
 	turn, err := os.ReadFile(filepath.Join(cfg.OutDir, "history-turn-turnstile.jsonl"))
 	require.NoError(t, err)
 	require.Contains(t, string(turn), "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED", "one turn's events, written for reading")
-	require.Len(t, rep.Cuts, 1)
+	require.Len(t, rep.Cuts, 2, "one set started at once, one submitted through its admission")
 	cut := rep.Cuts[0]
 	require.Equal(t, cfg.CheckpointSizes[0], cut.InFlight, "every rollout was mid-episode at the cut")
 	require.Equal(t, cut.InFlight, cut.Parked, "the checkpoint parked every in-flight rollout")
@@ -84,6 +86,32 @@ func TestSmokeRun(t *testing.T) {
 	require.Positive(t, cut.PastFirstTurnMS, "every rollout was past its first turn within the wait")
 	require.Positive(t, cut.TurnP50MS, "turn latency read from the set's histories")
 	require.GreaterOrEqual(t, cut.TurnP95MS, cut.TurnP50MS)
+	queued := rep.Cuts[1]
+	require.Equal(t, cfg.QueuedSizes[0], queued.Rollouts)
+	require.Equal(t, cfg.MaxInFlight, queued.MaxInFlight)
+	require.Equal(t, cfg.MaxInFlight, queued.InFlight, "the admission ran max_in_flight at the cut")
+	require.Positive(t, queued.Parked, "the checkpoint parked the running rollouts")
+	require.LessOrEqual(t, queued.Parked+queued.Queued, cfg.QueuedSizes[0])
+	require.Positive(t, queued.Restored, "the restore continued the parked ones")
+	require.Positive(t, queued.SubmitMS)
+	require.Positive(t, queued.ManifestMS)
+
+	require.Len(t, rep.Admission, len(cfg.AdmissionLevels)*len(cfg.AdmissionPollers), "one admission row per level and poller setting")
+	for _, a := range rep.Admission {
+		require.Positive(t, a.TurnsPerSec, "%s at %d", a.Pollers, a.MaxInFlight)
+		require.Positive(t, a.Turns)
+		require.GreaterOrEqual(t, a.FirstTaskP95MS, a.FirstTaskP50MS)
+	}
+	require.NotEmpty(t, rep.Server, "the dev server's metrics around the rows")
+	var polled bool
+	for _, m := range rep.Server {
+		polled = polled || m.PollSuccess+m.PollSuccessSync > 0
+		require.Positive(t, m.PersistenceOps, "%s", m.Row)
+	}
+	require.True(t, polled, "the server answered polls during some row")
+	profiles, err := filepath.Glob(filepath.Join(cfg.OutDir, "worker-*.pprof"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(profiles), 2, "each start of the worker wrote its own profile (the killed one aside)")
 
 	require.NotNil(t, rep.Feed, "feed")
 	require.Positive(t, rep.Feed.ResultsPerSec.Turnstile, "through the gateway")

@@ -74,6 +74,9 @@ func cutCurve(b *strings.Builder, cuts []Cut, x, y, w, h float64) {
 		{Name: "restore → all running", Color: "#c9533e"},
 	}
 	for _, c := range cuts {
+		if c.MaxInFlight > 0 {
+			continue // a queued set: its in-flight count is not N
+		}
 		n := float64(c.Rollouts)
 		panel.XTicks = append(panel.XTicks, n)
 		for i, v := range []float64{c.ManifestMS / 1000, c.BeyondSlowestMS / 1000, c.RestoreMS / 1000} {

@@ -29,44 +29,91 @@ const restoreTimeout = 10 * time.Minute
 // first model call.
 const inFlightTimeout = 3 * time.Minute
 
-// cuts checkpoints and restores one set of in-flight rollouts per size.
+// cuts checkpoints and restores one set of in-flight rollouts per size,
+// then one set submitted through its admission per queued size.
 func (s *stack) cuts(ctx context.Context, stamp string) ([]Cut, error) {
 	var out []Cut
 	for _, n := range s.cfg.CheckpointSizes {
-		c, err := s.cut(ctx, fmt.Sprintf("ck%d-%s", n, stamp), n)
+		c, err := s.cut(ctx, fmt.Sprintf("ck%d-%s", n, stamp), n, 0)
 		if err != nil {
 			return out, fmt.Errorf("checkpoint of %d rollouts: %w", n, err)
+		}
+		out = append(out, c)
+	}
+	m := s.cfg.maxInFlight()
+	for _, n := range s.cfg.QueuedSizes {
+		c, err := s.cut(ctx, fmt.Sprintf("q%d-%s", n, stamp), n, m)
+		if err != nil {
+			return out, fmt.Errorf("checkpoint of %d rollouts queued at max_in_flight %d: %w", n, m, err)
 		}
 		out = append(out, c)
 	}
 	return out, nil
 }
 
-func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
-	out := Cut{Rollouts: n}
-	s.logf("checkpoint %d: starting %d long rollouts on the slow policy", n, n)
+// cutName is how the log names a busy set.
+func cutName(n, maxInFlight int) string {
+	if maxInFlight == 0 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%d queued (max_in_flight %d)", n, maxInFlight)
+}
+
+// cut runs one busy set: n rollouts started at once (maxInFlight 0) or
+// submitted through the set's admission at maxInFlight; a checkpoint once
+// every running one is past its first turn; every run killed; a restore.
+func (s *stack) cut(ctx context.Context, set string, n, maxInFlight int) (Cut, error) {
+	out := Cut{Rollouts: n, MaxInFlight: maxInFlight}
+	name := cutName(n, maxInFlight)
+	mark := s.markMetrics(ctx, "checkpoint "+name)
+	defer mark.end(ctx)
+	running, ids := n, []string(nil)
+	s.logf("checkpoint %s: submitting %d long rollouts on the slow policy", name, n)
 	submitted := time.Now()
-	if err := s.startSet(ctx, set, n); err != nil {
-		return out, err
+	var err error
+	if maxInFlight == 0 {
+		err = s.startSet(ctx, set, n)
+		for i := range n {
+			ids = append(ids, fmt.Sprintf("%s-%05d", set, i))
+		}
+	} else {
+		running = min(n, maxInFlight)
+		if ids, err = s.submitSet(ctx, set, n, maxInFlight); err == nil {
+			ids = ids[:running] // admitted in order: these have histories
+		}
 	}
 	out.SubmitMS = ms(time.Since(submitted))
-	defer s.terminateSet(context.WithoutCancel(ctx), set)
-	inFlight, err := s.awaitInFlight(ctx, set, n)
+	defer s.cleanSet(context.WithoutCancel(ctx), set, maxInFlight > 0)
+	if err != nil {
+		return out, err
+	}
+	var inFlight int
+	if maxInFlight == 0 {
+		inFlight, err = s.awaitInFlight(ctx, set, running)
+	} else {
+		inFlight, err = s.awaitAdmitted(ctx, set, running)
+	}
 	if err != nil {
 		return out, err
 	}
 	out.InFlight, out.PastFirstTurnMS = inFlight, -1
-	if inFlight >= n {
+	if inFlight >= running {
 		out.PastFirstTurnMS = ms(time.Since(submitted))
 	}
-	s.logf("checkpoint %d: started in %.0f ms, every rollout past its first turn after %.0f ms", n, out.SubmitMS, out.PastFirstTurnMS)
+	s.logf("checkpoint %s: submitted in %.0f ms, every running rollout past its first turn after %.0f ms", name, out.SubmitMS, out.PastFirstTurnMS)
+	return s.cutAndRestore(ctx, set, name, ids, out)
+}
 
+// cutAndRestore checkpoints set, kills every run of it and the worker, and
+// restores it.
+func (s *stack) cutAndRestore(ctx context.Context, set, name string, ids []string, out Cut) (Cut, error) {
+	n := out.Rollouts
 	ts := trainer.New(s.client, workerQueue)
 	root := filepath.Join(s.cfg.OutDir, "checkpoints")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return out, err
 	}
-	s.logf("checkpoint %d: cutting %d in-flight rollouts", n, inFlight)
+	s.logf("checkpoint %s: cutting %d in-flight rollouts", name, out.InFlight)
 	t0 := time.Now()
 	res, err := ts.Checkpoint(ctx, trainer.CheckpointRequest{
 		Set: set, CheckpointID: set, Root: root, Participants: []string{s.envURL}, Timeout: s.cfg.CheckpointTimeout,
@@ -78,17 +125,17 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	if fi, err := os.Stat(filepath.Join(checkpoint.CheckpointDir(root, set), checkpoint.AggregateManifestName)); err == nil {
 		out.ManifestMS = ms(fi.ModTime().Sub(t0))
 	}
-	out.CutMS, out.Bytes, out.Parked = float64(res.CutMillis), res.Bytes, res.Parked
+	out.CutMS, out.Bytes, out.Parked, out.Queued = float64(res.CutMillis), res.Bytes, res.Parked, res.Queued
 	out.BeyondSlowestMS = out.CutMS - ms(s.cfg.SlowPolicy+s.cfg.SlowJitter)
 	out.ReleasedMS = s.awaitRunning(ctx, set, t0, n, `RolloutPhase = "parked"`, 0)
 	out.QueuedMS = s.firstTaskWait(ctx, checkpoint.CheckpointWorkflowID(set))
 
-	s.logf("checkpoint %d: cut %.0f ms, manifest after %.0f ms, %d bytes", n, out.CutMS, out.ManifestMS, out.Bytes)
-	if out.TurnP50MS, out.TurnP95MS, err = s.turnLatency(ctx, set, n); err != nil {
+	s.logf("checkpoint %s: cut %.0f ms, manifest after %.0f ms, %d bytes, %d parked, %d queued", name, out.CutMS, out.ManifestMS, out.Bytes, out.Parked, out.Queued)
+	if out.TurnP50MS, out.TurnP95MS, err = s.turnLatency(ctx, ids); err != nil {
 		return out, err
 	}
-	s.logf("checkpoint %d: turn latency p50 %.0f ms, p95 %.0f ms; killing every run and the worker", n, out.TurnP50MS, out.TurnP95MS)
-	if err := s.killSet(ctx, set); err != nil {
+	s.logf("checkpoint %s: turn latency p50 %.0f ms, p95 %.0f ms; killing every run and the worker", name, out.TurnP50MS, out.TurnP95MS)
+	if err := s.killSet(ctx, set, out.MaxInFlight > 0); err != nil {
 		return out, err
 	}
 	t1 := time.Now()
@@ -98,7 +145,7 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	if err != nil && ctx.Err() == nil && rctx.Err() != nil {
 		// A saturated data plane starves restored runs' first workflow
 		// tasks; the figure is then "more than restoreTimeout".
-		s.logf("warning: restore of %d rollouts not all running after %s", n, restoreTimeout)
+		s.logf("warning: restore of %s rollouts not all running after %s", name, restoreTimeout)
 		out.RestoreMS = -1
 		return out, nil
 	}
@@ -107,7 +154,7 @@ func (s *stack) cut(ctx context.Context, set string, n int) (Cut, error) {
 	}
 	out.RestoreMS, out.Restored = ms(time.Since(t1)), rres.Restored
 	out.RestoreReleasedMS = s.awaitRunning(ctx, set, t1, n, `RolloutPhase != "parked"`, rres.Restored)
-	s.logf("checkpoint %d: restore of %d rollouts to all running in %.0f ms, released after %.0f ms", n, rres.Restored, out.RestoreMS, out.RestoreReleasedMS)
+	s.logf("checkpoint %s: restore of %d rollouts (%d queued again) to all running in %.0f ms, released after %.0f ms", name, rres.Restored, rres.Queued, out.RestoreMS, out.RestoreReleasedMS)
 	return out, nil
 }
 
@@ -244,16 +291,16 @@ func waitUntil(ctx context.Context, timeout, interval time.Duration, cond func()
 	}
 }
 
-// turnLatency reads the histories of up to taskSample of set's n rollouts
-// (spread over the set) and returns the p50 and p95 of their turns: from
+// turnLatency reads the histories of up to taskSample of the rollouts ids
+// (spread over them) and returns the p50 and p95 of their turns: from
 // one model call's scheduling to the next's. A turn during which the run
 // took a signal or an update (a park, a resume) is left out: it measures
 // the checkpoint, not the turn.
-func (s *stack) turnLatency(ctx context.Context, set string, n int) (p50, p95 float64, err error) {
+func (s *stack) turnLatency(ctx context.Context, ids []string) (p50, p95 float64, err error) {
 	var turns []float64
-	step := max(n/taskSample, 1)
-	for i := 0; i < n; i += step {
-		id := rollout.WorkflowID(fmt.Sprintf("%s-%05d", set, i))
+	step := max(len(ids)/taskSample, 1)
+	for i := 0; i < len(ids); i += step {
+		id := rollout.WorkflowID(ids[i])
 		iter := s.client.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		var last time.Time
 		interrupted := false
@@ -278,11 +325,16 @@ func (s *stack) turnLatency(ctx context.Context, set string, n int) (p50, p95 fl
 	return median(turns), percentile(turns, 0.95), nil
 }
 
-// killSet kills what runs the set: every run of it is terminated and the
-// turnstile worker restarted, so the restore starts from the checkpoint
-// alone.
-func (s *stack) killSet(ctx context.Context, set string) error {
-	s.terminateSet(ctx, set)
+// killSet kills what runs the set: its admission (admitted) and every run
+// of it are terminated and the turnstile worker restarted, so the restore
+// starts from the checkpoint alone.
+func (s *stack) killSet(ctx context.Context, name string, admitted bool) error {
+	if admitted {
+		if err := s.terminateAdmission(ctx, name); err != nil {
+			return err
+		}
+	}
+	s.terminateSet(ctx, name)
 	s.worker.Kill()
 	if err := s.startWorker(ctx); err != nil {
 		return fmt.Errorf("restart the worker: %w", err)

@@ -86,23 +86,7 @@ func (r *Report) Rows() []Row {
 		}
 	}
 	for _, c := range r.Cuts {
-		n := c.Rollouts
-		one := func(fig, unit string, v float64, target string) {
-			rows = append(rows, Row{Figure: fmt.Sprintf("checkpoint %d: %s", n, fig), Unit: unit, Turnstile: v, Target: target})
-		}
-		one("start every rollout", "ms", c.SubmitMS, "")
-		one("every rollout past its first turn", "ms", c.PastFirstTurnMS, "≤ 60000 at 1,000")
-		one("turn latency p50", "ms", c.TurnP50MS, "")
-		one("turn latency p95", "ms", c.TurnP95MS, "")
-		one("cut beyond slowest turn", "ms", c.BeyondSlowestMS, "≤ 5000 at 1,000")
-		one("cut (workflow)", "ms", c.CutMS, "")
-		one("request to manifest", "ms", c.ManifestMS, "")
-		one("request to resumed", "ms", c.CheckpointMS, "")
-		one("request to released (visibility)", "ms", c.ReleasedMS, "")
-		one("first task waited", "ms", c.QueuedMS, "≈ 0")
-		one("bytes", "B", float64(c.Bytes), "")
-		one("restore after kill to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
-		one("restore after kill to released (visibility)", "ms", c.RestoreReleasedMS, "")
+		rows = append(rows, c.rows()...)
 	}
 	if f := r.Feed; f != nil {
 		// The feed's baseline is the plain update loop, in the lean
@@ -110,7 +94,70 @@ func (r *Report) Rows() []Row {
 		pair(fmt.Sprintf("feed, %d held: delivered and acknowledged (gateway; lean: plain update loop)", f.Held), "results/s", f.ResultsPerSec, "≥ 300")
 		rows = append(rows, Row{Figure: fmt.Sprintf("feed, %d held: client library in process", f.Held), Unit: "results/s", Turnstile: f.InProcess, Target: ""})
 	}
+	for _, a := range r.Admission {
+		rows = append(rows, a.rows()...)
+	}
+	for _, m := range r.Server {
+		rows = append(rows, m.rows()...)
+	}
 	return rows
+}
+
+// rows are a busy set's lines of the table.
+func (c Cut) rows() []Row {
+	var rows []Row
+	label := fmt.Sprintf("checkpoint %d", c.Rollouts)
+	if c.MaxInFlight > 0 {
+		label = fmt.Sprintf("checkpoint %d queued, max_in_flight %d", c.Rollouts, c.MaxInFlight)
+	}
+	one := func(fig, unit string, v float64, target string) {
+		rows = append(rows, Row{Figure: label + ": " + fig, Unit: unit, Turnstile: v, Target: target})
+	}
+	if c.MaxInFlight > 0 {
+		one("submit every rollout", "ms", c.SubmitMS, "")
+		one("every running rollout past its first turn", "ms", c.PastFirstTurnMS, "")
+		one("in flight at the cut", "rollouts", float64(c.InFlight), "")
+		one("queued at the cut", "rollouts", float64(c.Queued), "")
+	} else {
+		one("start every rollout", "ms", c.SubmitMS, "")
+		one("every rollout past its first turn", "ms", c.PastFirstTurnMS, "≤ 60000 at 1,000")
+	}
+	one("turn latency p50", "ms", c.TurnP50MS, "")
+	one("turn latency p95", "ms", c.TurnP95MS, "")
+	one("cut beyond slowest turn", "ms", c.BeyondSlowestMS, "≤ 5000 at 1,000")
+	one("cut (workflow)", "ms", c.CutMS, "")
+	one("request to manifest", "ms", c.ManifestMS, "")
+	one("request to resumed", "ms", c.CheckpointMS, "")
+	one("request to released (visibility)", "ms", c.ReleasedMS, "")
+	one("first task waited", "ms", c.QueuedMS, "≈ 0")
+	one("bytes", "B", float64(c.Bytes), "")
+	one("restore after kill to all running", "ms", c.RestoreMS, "≤ 10000 at 1,000")
+	one("restore after kill to released (visibility)", "ms", c.RestoreReleasedMS, "")
+	return rows
+}
+
+// rows are an admission row's lines of the table.
+func (a AdmissionRow) rows() []Row {
+	label := fmt.Sprintf("admission, %d short rollouts at max_in_flight %d, pollers %s", a.Submitted, a.MaxInFlight, pollerLabel(a.Pollers))
+	return []Row{
+		{Figure: label + ": throughput", Unit: "turns/s", Turnstile: a.TurnsPerSec, Target: "higher is better"},
+		{Figure: label + ": first task wait p50", Unit: "ms", Turnstile: a.FirstTaskP50MS, Target: "lower is better"},
+		{Figure: label + ": first task wait p95", Unit: "ms", Turnstile: a.FirstTaskP95MS, Target: "lower is better"},
+	}
+}
+
+// rows are the server's figures of one row that the table shows (the
+// log line and bench.json have them all); the schedule-to-start percentile
+// is an upper bucket edge.
+func (m ServerMetrics) rows() []Row {
+	one := func(fig, unit string, v float64) Row {
+		return Row{Figure: "server, " + m.Row + ": " + fig, Unit: unit, Turnstile: v}
+	}
+	return []Row{
+		one("workflow task schedule-to-start p95 ≤", "ms", m.WorkflowScheduleToStartP95MS),
+		one("persistence mean", "ms", m.PersistenceMeanMS),
+		one("RespondWorkflowTaskCompleted mean", "ms", m.CompleteTaskMeanMS),
+	}
 }
 
 // PrintTable writes the ratio table: turnstile against the lean floor

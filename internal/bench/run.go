@@ -32,6 +32,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ObservationBytes: cfg.ObservationBytes, SlowPolicyMS: ms(cfg.SlowPolicy), SlowJitterMS: ms(cfg.SlowJitter),
 	}}
 	err := s.scenarios(ctx, rep)
+	rep.Server = s.server
 	// The worker writes its CPU profile when it stops.
 	s.stopAll()
 	if werr := WriteFiles(cfg.OutDir, rep); werr != nil && err == nil {
@@ -66,6 +67,11 @@ func (s *stack) scenarios(ctx context.Context, rep *Report) error {
 	if s.cfg.runs(ScenarioFeed) {
 		if rep.Feed, err = s.feed(ctx, stamp); err != nil {
 			return fmt.Errorf("feed: %w", err)
+		}
+	}
+	if s.cfg.runsAdmission() {
+		if rep.Admission, err = s.admission(ctx, stamp); err != nil {
+			return fmt.Errorf("admission: %w", err)
 		}
 	}
 	return nil

@@ -221,12 +221,14 @@ func (s *stack) throughput(ctx context.Context, stamp string) (*Through, error) 
 			worker = s.floor
 		}
 		before := s.sampleCPU(worker)
+		mark := s.markMetrics(ctx, fmt.Sprintf("throughput %s, %d rollouts", k, s.cfg.Concurrency))
 		durations, wall, ids, err := s.many(ctx, k, s.cfg.Concurrency, func(i int) spec {
 			return spec{set: "tput-" + stamp, i: i + 100000*int(k), turns: s.cfg.ThroughputTurns}
 		})
 		if err != nil {
 			return nil, err
 		}
+		mark.end(ctx)
 		runs[k] = ids
 		turns := s.cfg.Concurrency * s.cfg.ThroughputTurns
 		for name, v := range perTurn(before, s.sampleCPU(worker), turns) {

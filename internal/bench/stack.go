@@ -29,6 +29,16 @@ type stack struct {
 	envURL, policyURL, slowURL                 string
 	store                                      string
 	token                                      string
+	// metricsURL is the dev server's Prometheus /metrics; server the
+	// figures read from it around each row.
+	metricsURL string
+	server     []ServerMetrics
+	// workerStarts numbers the turnstile worker's starts, so each start's
+	// CPU profile has a file of its own.
+	workerStarts int
+	// workerEnv is added to the turnstile worker's environment (a row
+	// comparing the worker's settings restarts it with its own).
+	workerEnv []string
 }
 
 // Task queues of the two workers under test.
@@ -53,10 +63,17 @@ func (s *stack) startTemporal(ctx context.Context) error {
 	for _, n := range s.cfg.CheckpointSizes {
 		maxSet = max(maxSet, n)
 	}
+	for _, n := range s.cfg.QueuedSizes {
+		maxSet = max(maxSet, n)
+	}
 	extra := []string{"--dynamic-config-value", fmt.Sprintf("history.hostLevelCacheMaxSize=%d", max(8096, 2*maxSet))}
-	var err error
+	metricsPort, err := procs.FreePort()
+	if err != nil {
+		return err
+	}
 	s.temporal, s.hostPort, s.client, err = s.launch.StartTemporal(ctx,
-		procs.Temporal{CLI: s.cfg.Temporal, DevConfig: s.cfg.DevConfig, Extra: extra}, readyTimeout)
+		procs.Temporal{CLI: s.cfg.Temporal, DevConfig: s.cfg.DevConfig, Extra: extra, MetricsPort: metricsPort}, readyTimeout)
+	s.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	return err
 }
 
@@ -104,14 +121,31 @@ func (s *stack) startWorker(ctx context.Context) error {
 		HostPort: s.hostPort, EnvURL: s.envURL, ModelURL: s.policyURL, Store: s.store,
 		ControlToken: s.token, DataToken: benchDataToken, AllowLoopback: true,
 	}.Environ()
+	s.workerStarts++
 	if s.cfg.CPUProfile {
-		env = append(env, workers.EnvCPUProfile+"="+filepath.Join(s.cfg.OutDir, "worker.pprof"))
+		env = append(env, workers.EnvCPUProfile+"="+filepath.Join(s.cfg.OutDir, WorkerProfileName(s.workerStarts)))
 	}
+	env = append(env, s.workerEnv...)
 	var err error
 	if s.worker, err = s.launch.Start("worker", filepath.Join(s.cfg.BinDir, "worker"), nil, env...); err != nil {
 		return err
 	}
 	return procs.WaitFor(ctx, "turnstile worker", s.worker, readyTimeout, func() bool { return s.polled(ctx, workerQueue) })
+}
+
+// WorkerProfileName is the CPU profile file of the turnstile worker's
+// start n (1 for the first): a restart writes a file of its own.
+func WorkerProfileName(n int) string { return fmt.Sprintf("worker-%d.pprof", n) }
+
+// restartWorker stops the turnstile worker and starts it again with env
+// added to its environment (nil: its own settings).
+func (s *stack) restartWorker(ctx context.Context, env []string) error {
+	s.worker.Stop(15 * time.Second)
+	s.workerEnv = env
+	if err := s.startWorker(ctx); err != nil {
+		return fmt.Errorf("restart the worker: %w", err)
+	}
+	return nil
 }
 
 // startFloorWorker starts the floor's worker: the bench binary itself, in

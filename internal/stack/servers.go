@@ -43,6 +43,9 @@ type Temporal struct {
 	// the same port and file, so the workers reconnect to it.
 	Port int
 	DB   string
+	// MetricsPort serves the server's Prometheus /metrics there (0: a free
+	// port the CLI chooses and does not tell).
+	MetricsPort int
 }
 
 // StartTemporal starts an in-memory, headless dev server with t's settings
@@ -79,7 +82,7 @@ func (l *Launcher) startTemporalOnce(ctx context.Context, t Temporal, timeout ti
 		}
 	}
 	headless := true
-	args, err := cfg.StartDevArgs(devenv.DefaultEnv, devenv.Overrides{Port: port, DBFilename: t.DB, Headless: &headless, LogLevel: "error"})
+	args, err := cfg.StartDevArgs(devenv.DefaultEnv, devenv.Overrides{Port: port, DBFilename: t.DB, Headless: &headless, LogLevel: "error", MetricsPort: t.MetricsPort})
 	if err != nil {
 		return nil, "", nil, err
 	}
