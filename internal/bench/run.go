@@ -43,36 +43,44 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 func (s *stack) scenarios(ctx context.Context, rep *Report) error {
 	stamp := time.Now().UTC().Format("150405")
-	var err error
-	if s.cfg.runs(ScenarioLatency) {
-		if rep.Latency, err = s.latency(ctx, stamp); err != nil {
-			return fmt.Errorf("latency: %w", err)
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{ScenarioLatency, func() (err error) { rep.Latency, err = s.latency(ctx, stamp); return }},
+		{ScenarioThroughput, func() (err error) { rep.Through, err = s.throughput(ctx, stamp); return }},
+		{ScenarioHistory, func() (err error) { rep.History, err = s.history(ctx, stamp); return }},
+		{ScenarioCheckpoint, func() (err error) { rep.Cuts, err = s.cuts(ctx, stamp); return }},
+		{ScenarioFeed, func() (err error) { rep.Feed, err = s.feed(ctx, stamp); return }},
+		{ScenarioAdmission, func() (err error) { rep.Admission, err = s.admission(ctx, stamp); return }},
+	}
+	for _, st := range steps {
+		if (st.name == ScenarioAdmission && !s.cfg.runsAdmission()) || (st.name != ScenarioAdmission && !s.cfg.runs(st.name)) {
+			continue
+		}
+		if err := s.profileBoundary(ctx, st.name); err != nil {
+			return err
+		}
+		if err := st.run(); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
 		}
 	}
-	if s.cfg.runs(ScenarioThroughput) {
-		if rep.Through, err = s.throughput(ctx, stamp); err != nil {
-			return fmt.Errorf("throughput: %w", err)
-		}
+	return nil
+}
+
+// profileBoundary, when the worker is profiled, restarts it before a
+// scenario (but the first), so each scenario's profile is a file of its
+// own (the checkpoint scenario kills the worker, which writes none).
+func (s *stack) profileBoundary(ctx context.Context, scenario string) error {
+	if !s.cfg.CPUProfile {
+		return nil
 	}
-	if s.cfg.runs(ScenarioHistory) {
-		if rep.History, err = s.history(ctx, stamp); err != nil {
-			return fmt.Errorf("history: %w", err)
-		}
-	}
-	if s.cfg.runs(ScenarioCheckpoint) {
-		if rep.Cuts, err = s.cuts(ctx, stamp); err != nil {
+	if s.profiled {
+		if err := s.restartWorker(ctx, s.workerEnv); err != nil {
 			return err
 		}
 	}
-	if s.cfg.runs(ScenarioFeed) {
-		if rep.Feed, err = s.feed(ctx, stamp); err != nil {
-			return fmt.Errorf("feed: %w", err)
-		}
-	}
-	if s.cfg.runsAdmission() {
-		if rep.Admission, err = s.admission(ctx, stamp); err != nil {
-			return fmt.Errorf("admission: %w", err)
-		}
-	}
+	s.profiled = true
+	s.logf("worker CPU profile of %s: %s", scenario, WorkerProfileName(s.workerStarts))
 	return nil
 }

@@ -36,6 +36,8 @@ type stack struct {
 	// workerStarts numbers the turnstile worker's starts, so each start's
 	// CPU profile has a file of its own.
 	workerStarts int
+	// profiled: a scenario ran on the profiled worker's current start.
+	profiled bool
 	// workerEnv is added to the turnstile worker's environment (a row
 	// comparing the worker's settings restarts it with its own).
 	workerEnv []string
