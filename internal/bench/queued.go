@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,13 +13,19 @@ import (
 	setwf "github.com/turnstile-rl/turnstile/workflows/set"
 )
 
-// submitSet submits n counter rollouts on the slow policy through the
-// set's admission at maxInFlight, as a trainer does (trainer.Submit), and
-// returns their rollout ids in submission order (the order the admission
-// starts them).
+// submitSet submits n long counter rollouts (a dataset of n rows, one
+// rollout each, every one mid-episode for the whole scenario) on the slow
+// policy through the set's admission at maxInFlight, as a trainer does
+// (trainer.Submit), and returns their rollout ids in submission order (the
+// order the admission starts them).
 func (s *stack) submitSet(ctx context.Context, name string, n, maxInFlight int) ([]string, error) {
+	rows := make([]trainer.DatasetRow, n)
+	task := json.RawMessage(fmt.Sprintf(`{"target":%d}`, longTask))
+	for i := range rows {
+		rows[i] = trainer.DatasetRow{Env: "counter", Task: task}
+	}
 	res, err := trainer.New(s.client, workerQueue).Submit(ctx, trainer.SubmitRequest{
-		Set: name, Count: n, Envs: []string{"counter"}, Seed: 1, ModelURL: s.slowURL,
+		Set: name, Rows: rows, Repeats: 1, ModelURL: s.slowURL, MaxTurns: longTask + 1,
 		MaxInFlight: maxInFlight, RequestID: name,
 	})
 	if err != nil {
@@ -32,10 +39,8 @@ func (s *stack) submitSet(ctx context.Context, name string, n, maxInFlight int) 
 }
 
 // awaitAdmitted waits until set's admission runs want rollouts and
-// visibility lists at least three quarters of them past their first model
-// call (the counter's episodes are short: the admission starts the next
-// ones as others finish, so some are always at their first turn), and
-// returns how many the admission runs.
+// visibility lists every one past its first model call, and returns how
+// many the admission runs.
 func (s *stack) awaitAdmitted(ctx context.Context, name string, want int) (int, error) {
 	ts := trainer.New(s.client, workerQueue)
 	var st trainer.AdmissionStatus
@@ -48,7 +53,7 @@ func (s *stack) awaitAdmitted(ctx context.Context, name string, want int) (int, 
 	if err != nil {
 		return st.Running, fmt.Errorf("admission of %s: %d of %d running: %w", name, st.Running, want, err)
 	}
-	if _, err := s.awaitInFlight(ctx, name, (3*want+3)/4); err != nil {
+	if _, err := s.awaitInFlight(ctx, name, want); err != nil {
 		return st.Running, err
 	}
 	st, _, err = ts.Admission(ctx, name)

@@ -33,6 +33,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}}
 	err := s.scenarios(ctx, rep)
 	rep.Server = s.server
+	s.saveMetrics(ctx)
 	// The worker writes its CPU profile when it stops.
 	s.stopAll()
 	if werr := WriteFiles(cfg.OutDir, rep); werr != nil && err == nil {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -271,4 +273,34 @@ func (m *metricsMark) end(ctx context.Context) {
 	m.s.logf("server %s: workflow task schedule-to-start p50 ≤ %.0f ms, p95 ≤ %.0f ms; activity p50 ≤ %.0f ms, p95 ≤ %.0f ms; polls %.0f answered (%.0f sync), %.0f timed out; persistence %.0f ops, mean %.2f ms; StartWorkflowExecution %.1f ms, RespondWorkflowTaskCompleted %.1f ms",
 		m.row, sm.WorkflowScheduleToStartP50MS, sm.WorkflowScheduleToStartP95MS, sm.ActivityScheduleToStartP50MS, sm.ActivityScheduleToStartP95MS,
 		sm.PollSuccess, sm.PollSuccessSync, sm.PollTimeouts, sm.PersistenceOps, sm.PersistenceMeanMS, sm.StartMeanMS, sm.CompleteTaskMeanMS)
+}
+
+// ServerMetricsFile is the dev server's whole /metrics at the end of a run.
+const ServerMetricsFile = "server-metrics.txt"
+
+// saveMetrics writes the dev server's whole /metrics into the output
+// directory, for the families the table leaves out.
+func (s *stack) saveMetrics(ctx context.Context) {
+	if s.metricsURL == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.metricsURL, nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.logf("warning: server metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(s.cfg.OutDir, ServerMetricsFile), data, 0o644)
+	}
+	if err != nil {
+		s.logf("warning: server metrics: %v", err)
+	}
 }
