@@ -101,6 +101,7 @@ func TestSmokeRun(t *testing.T) {
 		require.Positive(t, a.TurnsPerSec, "%s at %d", a.Pollers, a.MaxInFlight)
 		require.Positive(t, a.Turns)
 		require.GreaterOrEqual(t, a.FirstTaskP95MS, a.FirstTaskP50MS)
+		require.Positive(t, a.TaskWaitP95MS, "workflow task waits read from the histories")
 	}
 	require.NotEmpty(t, rep.Server, "the dev server's metrics around the rows")
 	var polled bool

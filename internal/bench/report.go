@@ -143,6 +143,8 @@ func (a AdmissionRow) rows() []Row {
 		{Figure: label + ": throughput", Unit: "turns/s", Turnstile: a.TurnsPerSec, Target: "higher is better"},
 		{Figure: label + ": first task wait p50", Unit: "ms", Turnstile: a.FirstTaskP50MS, Target: "lower is better"},
 		{Figure: label + ": first task wait p95", Unit: "ms", Turnstile: a.FirstTaskP95MS, Target: "lower is better"},
+		{Figure: label + ": workflow task wait p50", Unit: "ms", Turnstile: a.TaskWaitP50MS, Target: "lower is better"},
+		{Figure: label + ": workflow task wait p95", Unit: "ms", Turnstile: a.TaskWaitP95MS, Target: "lower is better"},
 	}
 }
 
