@@ -30,12 +30,14 @@ type ServerMetrics struct {
 	// StartWorkflowExecution and RespondWorkflowTaskCompleted.
 	StartMeanMS        float64 `json:"start_workflow_mean_ms"`
 	CompleteTaskMeanMS float64 `json:"respond_workflow_task_completed_mean_ms"`
-	// The history service's task_schedule_to_start_latency of workflow
-	// tasks (the server records none for activities), and matching's
-	// polls: answered by a task (sync: handed over without the backlog)
-	// or timed out empty.
+	// The server's task_schedule_to_start_latency of workflow tasks and of
+	// activity tasks (none for an activity started eagerly, with the task
+	// that scheduled it), and matching's polls: answered by a task (sync:
+	// handed over without the backlog) or timed out empty.
 	WorkflowScheduleToStartP50MS float64 `json:"workflow_schedule_to_start_p50_ms"`
 	WorkflowScheduleToStartP95MS float64 `json:"workflow_schedule_to_start_p95_ms"`
+	ActivityScheduleToStartP50MS float64 `json:"activity_schedule_to_start_p50_ms"`
+	ActivityScheduleToStartP95MS float64 `json:"activity_schedule_to_start_p95_ms"`
 	PollSuccess                  float64 `json:"poll_success"`
 	PollSuccessSync              float64 `json:"poll_success_sync"`
 	PollTimeouts                 float64 `json:"poll_timeouts"`
@@ -228,6 +230,8 @@ func serverMetricsBetween(row string, before, after scrape) ServerMetrics {
 		CompleteTaskMeanMS:           meanMS("service_latency", complete),
 		WorkflowScheduleToStartP50MS: q("Workflow", 0.5),
 		WorkflowScheduleToStartP95MS: q("Workflow", 0.95),
+		ActivityScheduleToStartP50MS: q("Activity", 0.5),
+		ActivityScheduleToStartP95MS: q("Activity", 0.95),
 		PollSuccess:                  d("poll_success", nil),
 		PollSuccessSync:              d("poll_success_sync", nil),
 		PollTimeouts:                 d("poll_timeouts", nil),
@@ -267,8 +271,8 @@ func (m *metricsMark) end(ctx context.Context) {
 	}
 	sm := serverMetricsBetween(m.row, m.before, after)
 	m.s.server = append(m.s.server, sm)
-	m.s.logf("server %s: workflow task schedule-to-start p50 ≤ %.0f ms, p95 ≤ %.0f ms; polls %.0f answered (%.0f sync), %.0f timed out; persistence %.0f ops, mean %.2f ms; StartWorkflowExecution %.1f ms, RespondWorkflowTaskCompleted %.1f ms",
-		m.row, sm.WorkflowScheduleToStartP50MS, sm.WorkflowScheduleToStartP95MS,
+	m.s.logf("server %s: workflow task schedule-to-start p50 ≤ %.0f ms, p95 ≤ %.0f ms; activity p50 ≤ %.0f ms, p95 ≤ %.0f ms; polls %.0f answered (%.0f sync), %.0f timed out; persistence %.0f ops, mean %.2f ms; StartWorkflowExecution %.1f ms, RespondWorkflowTaskCompleted %.1f ms",
+		m.row, sm.WorkflowScheduleToStartP50MS, sm.WorkflowScheduleToStartP95MS, sm.ActivityScheduleToStartP50MS, sm.ActivityScheduleToStartP95MS,
 		sm.PollSuccess, sm.PollSuccessSync, sm.PollTimeouts, sm.PersistenceOps, sm.PersistenceMeanMS, sm.StartMeanMS, sm.CompleteTaskMeanMS)
 }
 
