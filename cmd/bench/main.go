@@ -52,7 +52,7 @@ type options struct {
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "a shorter run: fewer turns, 64 concurrent rollouts, busy sets of 100 and 300, a feed of 300 held results")
+	quick := fs.Bool("quick", false, "a shorter run: fewer turns, 64 concurrent rollouts, busy sets of 100 and 300, 300 queued at max_in_flight 64, a feed of 300 held results, no admission scenario")
 	smoke := fs.Bool("smoke", false, "the smallest run that takes every step (what the test runs); figures mean nothing")
 	def := bench.Default()
 	o := options{}
@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	queued := fs.String("queued-sizes", "", "comma-separated sizes of busy sets submitted through their admission (default 1000; -quick 300)")
 	maxInFlight := fs.Int("max-in-flight", 0, fmt.Sprintf("max_in_flight of the queued sets (default %d, the trainer's; -quick 64)", trainer.DefaultMaxInFlight))
 	fs.BoolVar(&o.with10k, "with-10k", false, "queued sets of 1,000 and 10,000 submitted through their admission (tens of minutes on 2 cores)")
-	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all), or "+bench.ScenarioAdmission+" (only when named)")
+	only := fs.String("only", "", "comma-separated scenarios to run: "+strings.Join(bench.Scenarios, ", ")+" (default all, and "+bench.ScenarioAdmission+" but with -quick or -smoke)")
 	levels := fs.String("admission-levels", "", "admission scenario: comma-separated max_in_flight values (default 64,128,256)")
 	admSubmitted := fs.Int("admission-submitted", 0, "admission scenario: short rollouts submitted per level (default 512)")
 	pollers := fs.String("admission-pollers", "", "admission scenario: comma-separated worker poller settings to compare, "+bench.PollersFixed+" and "+bench.PollersAutoscaling+" (default: the worker's own)")

@@ -61,8 +61,9 @@ type Config struct {
 	// Admission: for each of AdmissionLevels, AdmissionSubmitted short
 	// rollouts submitted through the admission at that max_in_flight, once
 	// per worker poller setting of AdmissionPollers (names of PollerModes;
-	// empty: the worker's own settings only). A scenario of its own, run
-	// only when named in Only.
+	// empty: the worker's own settings only). Not in Scenarios: it runs
+	// when named in Only, or with an empty Only when AdmissionByDefault.
+	AdmissionByDefault bool
 	AdmissionLevels    []int
 	AdmissionSubmitted int
 	AdmissionPollers   []string
@@ -82,7 +83,8 @@ const (
 	ScenarioHistory    = "history"
 	ScenarioCheckpoint = "checkpoint"
 	ScenarioFeed       = "feed"
-	// ScenarioAdmission is not in Scenarios: it runs only when named.
+	// ScenarioAdmission is not in Scenarios: it runs when named, or in a
+	// full run (Config.AdmissionByDefault).
 	ScenarioAdmission = "admission"
 )
 
@@ -95,9 +97,9 @@ func Default() Config {
 		LatencyRollouts: 3, LatencyTurns: 30,
 		Concurrency: 256, ThroughputTurns: 20,
 		HistoryTurns: 100, HistoryAt: []int{10, 100}, ObservationBytes: 10 << 10,
-		CheckpointSizes: []int{100, 1000},
-		QueuedSizes:     []int{1000},
-		AdmissionLevels: []int{64, 128, 256}, AdmissionSubmitted: 512,
+		CheckpointSizes:    []int{100, 1000},
+		QueuedSizes:        []int{1000},
+		AdmissionByDefault: true, AdmissionLevels: []int{64, 128, 256}, AdmissionSubmitted: 512,
 		SlowPolicy: 2 * time.Second, SlowJitter: time.Second,
 		CheckpointTimeout: 2 * time.Minute,
 		FeedHeld:          1000, FeedPage: 100,
@@ -111,7 +113,7 @@ func Quick() Config {
 	c.Concurrency, c.ThroughputTurns = 64, 10
 	c.CheckpointSizes = []int{100, 300}
 	c.QueuedSizes, c.MaxInFlight = []int{300}, 64
-	c.AdmissionLevels, c.AdmissionSubmitted = []int{32, 64}, 128
+	c.AdmissionByDefault, c.AdmissionLevels, c.AdmissionSubmitted = false, []int{32, 64}, 128
 	c.FeedHeld = 300
 	return c
 }
@@ -125,6 +127,7 @@ func Smoke() Config {
 	c.HistoryTurns, c.HistoryAt, c.ObservationBytes = 12, []int{2, 10}, 1<<10
 	c.CheckpointSizes = []int{4}
 	c.QueuedSizes, c.MaxInFlight = []int{6}, 3
+	c.AdmissionByDefault = false
 	c.AdmissionLevels, c.AdmissionSubmitted, c.AdmissionPollers = []int{2}, 4, []string{PollersFixed, PollersAutoscaling}
 	c.SlowPolicy, c.SlowJitter = 300*time.Millisecond, 100*time.Millisecond
 	c.CheckpointTimeout = 30 * time.Second
@@ -206,8 +209,10 @@ func (c Config) maxInFlight() int {
 	return trainer.DefaultMaxInFlight
 }
 
-// runsAdmission: the admission scenario runs only when named.
-func (c Config) runsAdmission() bool { return contains(c.Only, ScenarioAdmission) }
+// runsAdmission: the admission scenario runs when named, or in a full run.
+func (c Config) runsAdmission() bool {
+	return contains(c.Only, ScenarioAdmission) || (len(c.Only) == 0 && c.AdmissionByDefault)
+}
 
 func (c Config) runs(scenario string) bool { return len(c.Only) == 0 || contains(c.Only, scenario) }
 

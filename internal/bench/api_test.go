@@ -30,6 +30,7 @@ func TestConfigValidate(t *testing.T) {
 		{"max_in_flight too large", func(c *Config) { c.MaxInFlight = 1 << 30 }, "max_in_flight 1073741824"},
 		{"admission level 0", func(c *Config) { c.AdmissionLevels = []int{0} }, "admission level 0"},
 		{"admission without levels", func(c *Config) { c.Only, c.AdmissionLevels = []string{ScenarioAdmission}, nil }, "admission: 0 levels"},
+		{"full run without levels", func(c *Config) { c.AdmissionByDefault, c.AdmissionLevels = true, nil }, "admission: 0 levels"},
 		{"unknown poller setting", func(c *Config) { c.AdmissionPollers = []string{"turbo"} }, `poller setting "turbo"`},
 	}
 	for _, tt := range tests {
