@@ -19,10 +19,11 @@ import (
 )
 
 // DefaultMaxInFlight is how many of a set's rollouts run at once when a
-// submission does not say. It is a provisional value, not yet measured:
-// 256 is a quarter of the 1,000 first tasks that starved the pollers of the
-// embedded dev server on a 2-core machine.
-const DefaultMaxInFlight = 256
+// submission does not say: the knee measured on the embedded dev server on a
+// 2-core machine (the bench's admission rows, docs/capacity.md), where 512
+// short rollouts ran at 34.7 turns/s admitted 64 at a time, 28.6 at 128 and
+// 22.5 at 256, their workflow tasks waiting longer at each step.
+const DefaultMaxInFlight = 64
 
 // AdmissionStatus is where a set's admission stands (set.AdmissionStatus).
 type AdmissionStatus = set.AdmissionStatus
