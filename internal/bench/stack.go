@@ -147,6 +147,9 @@ func (s *stack) restartWorker(ctx context.Context, env []string) error {
 	if err := s.startWorker(ctx); err != nil {
 		return fmt.Errorf("restart the worker: %w", err)
 	}
+	if s.cfg.CPUProfile {
+		s.logf("worker restarted (%q): CPU profile from here in %s", env, WorkerProfileName(s.workerStarts))
+	}
 	return nil
 }
 
