@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -97,6 +98,12 @@ type Activities struct {
 	// DefaultMaxRetryAfter); the call's start-to-close timeout bounds it
 	// too.
 	MaxRetryAfter time.Duration
+
+	// Received, when set, counts the generated tokens read off model
+	// streams, those of calls cut before they finished included. The
+	// endpoint's count of the tokens it sent, less this, is what was in
+	// flight (sent, never read) when calls were cut.
+	Received *atomic.Int64
 
 	mu      sync.Mutex
 	clients map[string]*openai.Client // by endpoint name and URL
