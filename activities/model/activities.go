@@ -80,8 +80,10 @@ type Activities struct {
 	PrefixTokens   int
 	PrefixInterval time.Duration
 	// HeartbeatThrottle must be the worker's MaxHeartbeatThrottleInterval:
-	// prefix flushes are spaced by at least this much, so each one's
-	// heartbeat goes out at once. Zero means DefaultHeartbeatThrottle.
+	// prefix flushes by time alone are spaced by at least this much, so
+	// their heartbeats go out at once (a flush by token count does not
+	// wait: the prefix index names its chunk). Zero means
+	// DefaultHeartbeatThrottle.
 	HeartbeatThrottle time.Duration
 	// Heartbeat records a heartbeat of a streamed call with its durable
 	// prefix; nil is activity.RecordHeartbeat. A test observes the

@@ -28,17 +28,19 @@ const (
 	DefaultPrefixInterval = 2 * time.Second
 	// DefaultHeartbeatThrottle is the worker's MaxHeartbeatThrottleInterval:
 	// the SDK sends a heartbeat at once when the previous one is at least
-	// this old, and batches it otherwise. Flushes are spaced by at least
-	// this much, so each one's heartbeat is sent before the stream is read
-	// on: what the heartbeat names is durable for the retry.
+	// this old, and batches it otherwise. Flushes by time alone are spaced
+	// by at least this much; a flush by token count is not, and a retry
+	// finds its chunk through the call's prefix index when the batched
+	// heartbeat never got out.
 	DefaultHeartbeatThrottle = 200 * time.Millisecond
 )
 
 // prefixWriter makes a streamed generation's prefix durable as it grows:
-// every PrefixTokens tokens or PrefixInterval (whichever first, and never
+// every PrefixTokens tokens (before reading on) or PrefixInterval (never
 // closer than the heartbeat throttle) it stores the tokens received since
-// the last flush as one chunk chained to the previous one, then heartbeats
-// the chain's last digest and token count. Between flushes it keeps the
+// the last flush as one chunk chained to the previous one, replaces the
+// call's prefix index with the chain's last digest, then heartbeats that
+// digest and the token count. Between flushes it keeps the
 // call alive with the same details, so a heartbeat never names less than
 // what is durable.
 type prefixWriter struct {
