@@ -17,6 +17,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
+	"github.com/turnstile-rl/turnstile/internal/netns"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -53,6 +54,11 @@ type matrixStack struct {
 	streamed bool   // see matrixCase.streamed
 	evidence []string
 	net      *netLinks // the proxies of a network case (nil: none)
+	// ns is the namespace environment server A runs in, in a partition
+	// case (nil: none); workerEnv are entries every worker of the case
+	// gets (a later entry wins).
+	ns        *netns.Netns
+	workerEnv []string
 }
 
 // The streamed stacks' policy pace and padding and the workers' prefix
@@ -89,7 +95,8 @@ func (s *matrixStack) startWorker(extraEnv ...string) *proc {
 	if s.streamed {
 		extraEnv = append(extraEnv, matrixStreamedWorker...)
 	}
-	return s.c.startWorker(append(s.netWorkerEnv(), extraEnv...)...)
+	env := append(append(s.netWorkerEnv(), s.workerEnv...), extraEnv...)
+	return s.c.startWorker(env...)
 }
 
 func (s *matrixStack) urlOf(i int) string {
@@ -158,6 +165,10 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 		}
 		report(caseRows(mc, checks, ev, stage, t.Failed()))
 	}()
+	if err := mc.unsupported(); err != nil {
+		stage = "skipped: " + err.Error()
+		t.Skip(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), matrixCaseTimeout)
 	defer cancel()
 	s = newMatrixStack(t, mc.proc == procTemporal, "600ms", mc.streamed)
@@ -506,6 +517,10 @@ func caseRows(mc matrixCase, checks map[string]*classCheck, evidence []string, s
 		cc := checks[cl.name]
 		row := scenarioRow{c: mc, class: cl.name, outcome: "pass"}
 		switch {
+		case strings.HasPrefix(stage, "skipped"):
+			row.outcome, row.evidence = "skipped", stage
+			rows = append(rows, row)
+			continue
 		case cc == nil:
 			row.outcome = "FAIL"
 			row.evidence = fmt.Sprintf("the case failed in its %s stage; %s", stage, common)

@@ -42,6 +42,15 @@ const (
 	// set is mid-flight, until a turn's activity has failed on the cut and
 	// is retrying; then they come back.
 	netPartitionMidTurn = "env-partitioned-mid-turn"
+	// netHungBothDuringPrepare: A's data and control links both hang
+	// before a checkpoint starts: its prepare hangs and so do the turns of
+	// its rollouts, until the checkpoint has ended.
+	netHungBothDuringPrepare = "env-data-and-control-hung-during-prepare"
+	// netWorkerCutOff: the first worker's link to Temporal hangs while the
+	// set is mid-flight, until Temporal has timed out a task of the cut
+	// worker and a model call's heartbeat timeout has passed; then it
+	// comes back (crashmatrix_partition_test.go).
+	netWorkerCutOff = "worker-cut-off-from-temporal"
 )
 
 // The network cases' settings: a hung participant is declared so after
@@ -65,7 +74,10 @@ var (
 // netCases are the network cases.
 func netCases() []matrixCase {
 	var cs []matrixCase
-	for _, p := range []string{netHungPrepare, netHungCommit, netSlowLinks, netPartitionMidTurn} {
+	for _, p := range []string{
+		netHungPrepare, netHungCommit, netSlowLinks, netPartitionMidTurn, netHungBothDuringPrepare, netWorkerCutOff,
+		netnsPartitionMidTurn, netnsPartitionDuringPrepare,
+	} {
 		cs = append(cs, matrixCase{proc: procNet, point: p, flow: flowNet})
 	}
 	return cs
@@ -78,6 +90,9 @@ type netLinks struct {
 	data    map[string]*stack.Proxy // environment servers' data path
 	control map[string]*stack.Proxy // the checkpoint's calls
 	policy  *stack.Proxy
+	// temporal is the first worker's link to Temporal (nil: the case has
+	// none; the workers dial Temporal directly).
+	temporal *stack.Proxy
 }
 
 // all is every proxy of the case.
@@ -146,8 +161,13 @@ func (s *matrixStack) netWorkerEnv() []string {
 }
 
 // netFlow runs a network case: the set runs on two workers through the
-// proxies while the fault is on; nothing is restored.
+// proxies (or with server A in a network namespace) while the fault is on;
+// nothing is restored.
 func (s *matrixStack) netFlow(ctx context.Context, mc matrixCase) {
+	if isNetnsCase(mc.point) {
+		s.netnsFlow(ctx, mc)
+		return
+	}
 	s.startNet(ctx)
 	if mc.point == netSlowLinks {
 		for _, p := range s.net.all() {
@@ -156,37 +176,68 @@ func (s *matrixStack) netFlow(ctx context.Context, mc matrixCase) {
 		s.note("200ms ± 100ms latency both ways and a reset 500ms into 20%% of the connections on %d links", len(s.net.all()))
 	}
 	var metrics []string
-	for range 2 {
-		addr, err := stack.FreeAddr()
-		require.NoError(s.t, err)
-		metrics = append(metrics, "http://"+addr+"/metrics")
-		s.startWorker(workers.EnvMetricsListen + "=" + addr)
+	if mc.point == netWorkerCutOff {
+		// The first worker, whose link to Temporal is cut, starts alone
+		// and takes the set's first workflow tasks (sticky, with eager
+		// activities), so it holds work when its link is cut.
+		metrics = append(metrics, s.startMetricsWorker(s.frontTemporal()...))
+		s.submitAll(ctx)
+		metrics = append(metrics, s.startMetricsWorker())
+	} else {
+		metrics = append(metrics, s.startMetricsWorker(), s.startMetricsWorker())
+		s.submitAll(ctx)
 	}
-	s.submitAll(ctx)
 	s.waitMidFlight(ctx)
+	a := s.c.envURL
 	switch mc.point {
-	case netHungPrepare, netHungCommit:
-		s.hungCheckpoint(ctx, mc.point)
+	case netHungPrepare:
+		s.hungCheckpoint(ctx, mc.point, s.hangFn(s.net.control[a]), s.healAll)
+	case netHungCommit:
+		s.hungCheckpoint(ctx, mc.point, s.hangFn(s.net.control[a]), s.healAll)
+	case netHungBothDuringPrepare:
+		s.hungCheckpoint(ctx, mc.point, s.hangFn(s.net.control[a], s.net.data[a]), s.healAll)
 	case netPartitionMidTurn:
 		s.partitionMidTurn(metrics)
+	case netWorkerCutOff:
+		s.cutWorkerFromTemporal(ctx)
 	}
 }
 
-// hungCheckpoint hangs environment server A during a checkpoint's prepare
-// or commit, measures what the checkpoint costs, and heals the links once
-// it has ended.
-func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
-	a := s.c.envURL
-	hang := func(ps ...*stack.Proxy) {
+// startMetricsWorker starts a worker serving its metrics (with extra
+// environment entries) and returns its metrics URL.
+func (s *matrixStack) startMetricsWorker(extra ...string) string {
+	addr, err := stack.FreeAddr()
+	require.NoError(s.t, err)
+	s.startWorker(append([]string{workers.EnvMetricsListen + "=" + addr}, extra...)...)
+	return "http://" + addr + "/metrics"
+}
+
+// hangFn returns a fault that hangs ps.
+func (s *matrixStack) hangFn(ps ...*stack.Proxy) func() {
+	return func() {
 		for _, p := range ps {
 			require.NoError(s.t, p.Hang())
 		}
 	}
+}
+
+// healAll heals every proxy of the case.
+func (s *matrixStack) healAll() {
+	for _, p := range s.net.all() {
+		require.NoError(s.t, p.Heal())
+	}
+}
+
+// hungCheckpoint puts fault on environment server A during a checkpoint's
+// prepare (before it starts) or commit (once prepare is done), measures
+// what the checkpoint costs, and heals once it has ended.
+func (s *matrixStack) hungCheckpoint(ctx context.Context, point string, fault, heal func()) {
 	var hungAt time.Time
-	if point == netHungPrepare {
-		hang(s.net.control[a])
+	duringCommit := point == netHungCommit
+	if !duringCommit {
+		fault()
 		hungAt = time.Now()
-		s.note("A's control link hung before the checkpoint")
+		s.note("A cut off before the checkpoint")
 	}
 	id := checkpoint.CheckpointWorkflowID("cp1")
 	_, err := s.c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: rollout.TaskQueue}, checkpoint.CheckpointWorkflowName, checkpoint.CheckpointInput{
@@ -194,11 +245,11 @@ func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
 		Timeout: netCheckpointTimeout, LeaseGrace: netLeaseGrace,
 	})
 	require.NoError(s.t, err)
-	if point == netHungCommit {
+	if duringCommit {
 		// Prepare is done once the checkpoint runs a later step; the
 		// control link hangs then, before the commit can start.
 		s.waitPending(ctx, id, checkpoint.FreezeMembershipName, checkpoint.ParkMembersName)
-		hang(s.net.control[a])
+		fault()
 		hungAt = time.Now()
 		s.note("A's control link hung after prepare, while the checkpoint parks")
 	}
@@ -206,17 +257,15 @@ func (s *matrixStack) hungCheckpoint(ctx context.Context, point string) {
 	err = s.c.client.GetWorkflow(ctx, id, "").Get(ctx, &cp)
 	cost := time.Since(hungAt)
 	if err != nil {
-		s.note("checkpoint ended %s after A hung: aborted (%s)", cost.Round(100*time.Millisecond), firstLine(err.Error(), 110))
+		s.note("checkpoint ended %s after A was cut off: aborted (%s)", cost.Round(100*time.Millisecond), firstLine(err.Error(), 110))
 		s.t.Logf("checkpoint error: %v", err)
 		require.ErrorContains(s.t, err, "aborted")
 	} else {
-		s.note("checkpoint ended %s after A hung: committed, %d parked", cost.Round(100*time.Millisecond), cp.Parked)
+		s.note("checkpoint ended %s after A was cut off: committed, %d parked", cost.Round(100*time.Millisecond), cp.Parked)
 	}
-	s.t.Logf("measured bound: a hung environment server during %s cost the checkpoint %s (bound %s)", strings.TrimPrefix(point, "env-hung-during-"), cost.Round(100*time.Millisecond), netHangBound)
-	require.Less(s.t, cost, netHangBound, "a hung server during %s must cost the checkpoint its bound, not more", point)
-	for _, p := range s.net.all() {
-		require.NoError(s.t, p.Heal())
-	}
+	s.t.Logf("measured bound: %s cost the checkpoint %s (bound %s)", point, cost.Round(100*time.Millisecond), netHangBound)
+	require.Less(s.t, cost, netHangBound, "%s must cost the checkpoint its bound, not more", point)
+	heal()
 	s.note("links healed")
 }
 

@@ -278,7 +278,7 @@ func (m *matrixTable) print(t *testing.T, all []matrixCase, how string, took tim
 		}
 		for _, r := range rows {
 			n++
-			if r.outcome != "not sampled" {
+			if r.outcome != "not sampled" && r.outcome != "skipped" {
 				ran++
 			}
 			if r.outcome == "pass" {
