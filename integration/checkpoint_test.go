@@ -460,8 +460,9 @@ func (c *cluster) acknowledgeIDs(ctx context.Context, ids []string) map[string]r
 			if err != nil {
 				return false
 			}
-			return v.Get(&st) == nil && st.Phase == rollout.PhaseAwaitingAck
+			return v.Get(&st) == nil && (st.Phase == rollout.PhaseAwaitingAck || st.Phase == rollout.PhaseFailed)
 		})
+		require.NotEqual(c.t, rollout.PhaseFailed, st.Phase, "%s failed instead of holding its result", id)
 		h, err := c.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: rollout.WorkflowID(id), UpdateName: rollout.UpdateAcknowledge,
 			UpdateID: "ack/" + id, Args: []any{rollout.AckRequest{Receipt: *st.Result.Receipt}},

@@ -162,6 +162,9 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 		var ev []string
 		if s != nil {
 			ev = s.evidence
+			if t.Failed() {
+				s.logUnfinished()
+			}
 		}
 		report(caseRows(mc, checks, ev, stage, t.Failed()))
 	}()

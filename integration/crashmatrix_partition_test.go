@@ -34,6 +34,11 @@ const (
 	netnsPartitionDuringPrepare = "env-netns-partitioned-during-prepare"
 )
 
+// netnsHold is the least a mid-turn partition lasts: past an environment
+// call's timeout (15 s, which also ended a local call's retries before they
+// were given the rollout's whole budget) and the probes' 3 s.
+const netnsHold = rollout.DefaultEnvCallTimeout + 5*time.Second
+
 // modelHeartbeatTimeout is the model call's heartbeat timeout
 // (workflows/rollout): a cut-off worker's model call is timed out by
 // Temporal after it.
@@ -95,14 +100,17 @@ func (s *matrixStack) moveIntoNetns(ctx context.Context) {
 }
 
 // netnsMidTurn cuts A's link until an environment call of a turn has
-// failed on the partition, heals it, and waits until A's rollouts move.
+// failed on the partition and netnsHold has passed, heals it, and waits
+// until A's rollouts move.
 func (s *matrixStack) netnsMidTurn(ctx context.Context, metrics []string, cut, heal func()) {
 	cut()
 	cutAt := time.Now()
 	var seen string
 	s.c.waitFor("an environment call failing on the partition", nil, 2*time.Minute, func() bool {
-		seen = failedEnvCalls(metrics)
-		return seen != ""
+		if seen == "" {
+			seen = failedEnvCalls(metrics)
+		}
+		return seen != "" && time.Since(cutAt) > netnsHold
 	})
 	s.note("A's link down mid-turn for %s, until %s", time.Since(cutAt).Round(100*time.Millisecond), firstLine(seen, 140))
 	heal()
@@ -213,4 +221,40 @@ func describeTimeouts(before, after map[string]int) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+// logUnfinished logs, for each rollout of the set not yet holding its
+// result, its phase, pending activities and last history events: what a
+// failed case's rollouts were waiting for.
+func (s *matrixStack) logUnfinished() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range matrixCount {
+		id := rollout.WorkflowID(fmt.Sprintf("%s-%04d", matrixSet, i))
+		var st rollout.Status
+		if v, err := s.c.client.QueryWorkflow(ctx, id, "", rollout.QueryStatus); err == nil && v.Get(&st) == nil && st.Phase == rollout.PhaseAwaitingAck {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s unfinished: phase %q turn %d", id, st.Phase, st.Boundary.Turn)
+		if d, err := s.c.client.DescribeWorkflow(ctx, id, ""); err == nil {
+			for _, pa := range d.RawResponse.GetPendingActivities() {
+				fmt.Fprintf(&b, "\n  pending %s attempt %d state %s last failure %q", pa.GetActivityType().GetName(), pa.GetAttempt(), pa.GetState(), pa.GetLastFailure().GetMessage())
+			}
+		}
+		var events []string
+		it := s.c.client.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				break
+			}
+			events = append(events, fmt.Sprintf("%d %s %s %s", ev.GetEventId(), ev.GetEventTime().AsTime().Format("15:04:05.000"), ev.GetEventType(), firstLine(fmt.Sprint(ev.GetAttributes()), 300)))
+		}
+		if len(events) > 25 {
+			events = events[len(events)-25:]
+		}
+		fmt.Fprintf(&b, "\n  last events:\n  %s", strings.Join(events, "\n  "))
+		s.t.Log(b.String())
+	}
 }

@@ -44,6 +44,19 @@ func (l Limits) envHeartbeatTimeout() time.Duration {
 	return time.Duration(l.EnvHeartbeatTimeout)
 }
 
+// localEnvRetryWindow is how long a local environment call retries: the
+// time left before the rollout's deadline (scheduleToClose), or without one
+// MaxCallTimeout, so that it retries as long as a regular activity would.
+// Unset, the SDK would take the start-to-close timeout: an environment
+// server cut off for longer than one call's timeout (a partition, a hung
+// server) would fail the rollout instead of delaying it.
+func localEnvRetryWindow(scheduleToClose time.Duration) time.Duration {
+	if scheduleToClose > 0 {
+		return scheduleToClose
+	}
+	return MaxCallTimeout
+}
+
 // localEnv says whether the run's environment operations are local
 // activities (the default) rather than regular ones.
 func (r *rollout) localEnv() bool { return r.in.Limits.EnvActivities != EnvActivitiesRegular }
@@ -63,7 +76,7 @@ func (r *rollout) callEnv(ctx workflow.Context, name, summary string, in, out an
 	}
 	opts := workflow.GetActivityOptions(actx)
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		ScheduleToCloseTimeout: opts.ScheduleToCloseTimeout,
+		ScheduleToCloseTimeout: localEnvRetryWindow(opts.ScheduleToCloseTimeout),
 		StartToCloseTimeout:    opts.StartToCloseTimeout,
 		RetryPolicy:            opts.RetryPolicy,
 		Summary:                summary,

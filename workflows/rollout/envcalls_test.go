@@ -260,3 +260,29 @@ func TestRolloutUpsertsIdentityOnce(t *testing.T) {
 		})
 	}
 }
+
+// An environment server unreachable for longer than one call's timeout (a
+// partition, a hung server) delays the rollout, it does not fail it: a
+// local environment call keeps retrying as a regular one would, not only
+// for its start-to-close timeout (which the SDK otherwise takes as a local
+// activity's schedule-to-close: 15 s of retries, then the rollout failed).
+func TestRolloutLocalEnvCallOutlastsAPartition(t *testing.T) {
+	w := newWorld(2)
+	// Every attempt for over a minute of backoff (0.5 s doubling to 10 s)
+	// fails as a cut connection does.
+	const failures = 10
+	w.operateErr = func(n int) error {
+		if n <= failures {
+			return fmt.Errorf("dial tcp 10.213.0.2:8080: connect: no route to host")
+		}
+		return nil
+	}
+	env := newEnv(t, w)
+	env.ExecuteWorkflow(rollout.Rollout, input(16))
+	res := result(t, env)
+	require.Equal(t, 1.0, res.Reward)
+	require.Greater(t, w.operates, failures, "the call was retried past the failures")
+	for id, n := range w.applied {
+		require.Equal(t, 1, n, "%s applied once", id)
+	}
+}
