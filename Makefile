@@ -131,16 +131,20 @@ bench: build
 	export TURNSTILE_TEMPORAL_BIN
 	$(BIN)/bench -bin-dir $(BIN) -project $(CURDIR) $(BENCH_FLAGS)
 
-# Flags of `make soak`, e.g. SOAK_FLAGS='-duration 30m -concurrency 500'
-# (bin/soak --help lists them). Not part of `make test`: CI runs the short
-# version, TestSoakShort in ./integration.
+# Flags of `make soak`, e.g. SOAK_FLAGS='-concurrency 400 -env-kill-every 4m'
+# (bin/soak --help lists them), and its length: SOAK_DURATION=5m tries it.
+# Not part of `make test`: CI runs the short version, TestSoakShort in
+# ./integration.
 SOAK_FLAGS ?=
+SOAK_DURATION ?= 60m
 
-## soak: 1,000 concurrent rollouts for 10 minutes with a slow, flaky policy, checkpoints every 30 s and worker SIGKILLs every minute; checks exactly-once and flat memory (SOAK_FLAGS)
+## soak: an hour (SOAK_DURATION) of 250 concurrent rollouts with nothing playing the operator: scheduled checkpoints with retention and GC, worker and environment-server SIGKILLs recovered by the watchdog, partitions and slow links; checks exactly-once and flat memory and disk (SOAK_FLAGS)
 soak: build
 	TURNSTILE_TEMPORAL_BIN="$${TURNSTILE_TEMPORAL_BIN:-$$(scripts/ensure-temporal.sh)}"
 	export TURNSTILE_TEMPORAL_BIN
-	$(BIN)/soak -bin-dir $(BIN) -project $(CURDIR) $(SOAK_FLAGS)
+	TURNSTILE_TOXIPROXY_BIN="$${TURNSTILE_TOXIPROXY_BIN:-$$(scripts/ensure-toxiproxy.sh)}"
+	export TURNSTILE_TOXIPROXY_BIN
+	$(BIN)/soak -bin-dir $(BIN) -project $(CURDIR) -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 ## devserver: run the Temporal dev server from temporal-dev.yaml (ARGS="--headless" etc.)
 devserver:

@@ -2,16 +2,15 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/trainer"
-	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -29,38 +28,15 @@ const closedQuery = "ExecutionStatus != 'Running' AND ExecutionStatus != 'Contin
 // rollouts run on as a higher attempt). A rollout has at most one.
 const finishedQuery = closedQuery + " AND ExecutionStatus != 'Terminated'"
 
-// primeRollouts is how many rollouts run while the soak takes its first
-// checkpoint (see prime).
-const primeRollouts = 50
-
 // feed starts rollouts until Concurrency are in flight.
 func (r *run) feed(ctx context.Context) error { return r.feedUpTo(ctx, r.cfg.Concurrency) }
 
-// prime starts a first batch of rollouts and takes a checkpoint of them
-// before the full load, when environment server kills are on. Scoped
-// recovery needs a committed checkpoint, and on a starved machine no cut
-// of the full load may commit: parking 1,000 rollouts whose workflow tasks
-// queue for a minute misses its deadline, and every later kill would be
-// skipped. A rollout started after this cut and moved by a recovery starts
-// over on the replacement, as scoped recovery does for any such rollout.
-func (r *run) prime(ctx context.Context) error {
-	if r.cfg.EnvKillEvery == 0 {
-		return nil
-	}
-	if err := r.feedUpTo(ctx, min(r.cfg.Concurrency, primeRollouts)); err != nil {
-		return err
-	}
-	return r.checkpoint(ctx)
-}
-
 // feedUpTo starts rollouts until want are in flight: started minus
 // finished, as visibility shows them (its lag only under-counts finished
-// ones, so the set never overshoots). Not closed: that count is zero while
-// any run is running (see closed), which fed nothing after the first
-// batch until the whole set had ended.
+// ones, so the set never overshoots). Each goes to the next environment
+// server in turn that is up, as a load balancer would send it: a server
+// killed and not yet recovered gets none.
 func (r *run) feedUpTo(ctx context.Context, want int) error {
-	r.envSwap.RLock()
-	defer r.envSwap.RUnlock()
 	finished, err := r.count(ctx, finishedQuery)
 	if err != nil {
 		return err
@@ -77,8 +53,9 @@ func (r *run) feedUpTo(ctx context.Context, want int) error {
 		return fmt.Errorf("soak: inputs: %w", err)
 	}
 	inputs = inputs[from:]
+	up := r.st.upEnvs()
 	for i := range inputs {
-		server := (from + i) % 2
+		server := up[(from+i)%len(up)]
 		inputs[i].Env.URL = r.st.envURL(server)
 		r.mu.Lock()
 		r.serverOf[inputs[i].RolloutID] = server
@@ -118,61 +95,6 @@ func (r *run) count(ctx context.Context, q string) (int, error) {
 	return int(resp.GetCount()), nil
 }
 
-// checkpoint takes one checkpoint of the set and waits for it. A failed
-// checkpoint (its cut missed the deadline, say, because a worker died
-// under it) is counted and printed, not an invariant violation; when its
-// abort failed too (checkpoint.CleanupFailed) the soak resumes it as an
-// operator would, and the end checks cover the rollouts.
-func (r *run) checkpoint(ctx context.Context) error {
-	r.mu.Lock()
-	id := fmt.Sprintf("%s-cp%03d", r.set, len(r.report.Checkpoints)+1)
-	r.mu.Unlock()
-	r.cutOrKill.Lock()
-	defer r.cutOrKill.Unlock()
-	began := time.Now()
-	parts := r.st.envURLs()
-	res, err := r.ts.Checkpoint(ctx, trainer.CheckpointRequest{
-		Set: r.set, CheckpointID: id, Root: r.root, Participants: parts, Timeout: r.cfg.CheckpointTimeout,
-	}, true)
-	cp := Checkpoint{ID: id, Took: time.Since(began)}
-	switch {
-	case err != nil && strings.Contains(err.Error(), checkpoint.CleanupFailed):
-		cp.Err = err.Error()
-		cp.Resumed = r.resume(ctx, id, parts)
-	case err != nil:
-		// The abort released every rollout and reachable participant; an
-		// operator's resume, by update on a busy data plane, would only
-		// hold up the next checkpoint for minutes (a soak saw it).
-		cp.Err = err.Error()
-	default:
-		cp.Members, cp.Parked = res.Members, res.Parked
-	}
-	r.mu.Lock()
-	r.report.Checkpoints = append(r.report.Checkpoints, cp)
-	if err == nil {
-		r.lastCP = id
-	}
-	r.mu.Unlock()
-	r.cfg.Logf("%s checkpoint %s: %d members, %d parked, %s %s", r.since(), id, cp.Members, cp.Parked, cp.Took.Round(time.Millisecond), cp.Err)
-	return nil
-}
-
-// resume releases a failed checkpoint's participants and rollouts (what
-// its error tells an operator to do) and returns how many rollouts it
-// sent the resume; a resume that fails leaves rollouts parked: a problem.
-// Only the participants still running are resumed: one SIGKILLed while
-// the checkpoint ran holds nothing (its replacement never took part), and
-// its dead address would fail the resume as it failed the abort.
-func (r *run) resume(ctx context.Context, id string, parts []string) int {
-	live := r.st.envURLs()
-	parts = slices.DeleteFunc(slices.Clone(parts), func(u string) bool { return !slices.Contains(live, u) })
-	sum, err := r.ts.Resume(ctx, trainer.ResumeRequest{Set: r.set, CheckpointID: id, Participants: parts, ControlToken: controlToken})
-	if err != nil {
-		r.problem("resume of failed checkpoint %s: %v", id, err)
-	}
-	return sum.Rollouts
-}
-
 // killWorker SIGKILLs one of the two workers at random; its work moves to
 // the survivor. It restarts WorkerDownFor later.
 func (r *run) killWorker(ctx context.Context) error {
@@ -185,57 +107,121 @@ func (r *run) killWorker(ctx context.Context) error {
 	r.report.WorkerKills++
 	r.mu.Unlock()
 	r.cfg.Logf("%s SIGKILLed worker-%d (pid %d)", r.since(), i, p.PID())
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(r.cfg.WorkerDownFor): // the scheduled downtime, not a wait for an event
+	if err := sleep(ctx, r.cfg.WorkerDownFor); err != nil { // the scheduled downtime, not a wait for an event
+		return err
 	}
 	return r.st.startWorker(ctx, i)
 }
 
-// killEnv SIGKILLs one of the two environment servers at random, starts a
-// replacement at a new address and recovers the killed server's rollouts
-// onto it from the last checkpoint; new rollouts go to the replacement.
+// Bounds of the environment server kill's waits: for a checkpoint to
+// commit or end, and for the watchdog to declare and recover.
+const (
+	cutWait     = 5 * time.Minute
+	declareWait = 5 * time.Minute
+	recoverWait = 10 * time.Minute
+)
+
+// killEnv SIGKILLs one of the two environment servers at random. Nothing
+// recovers it but the set's watchdog: the server's supervisor brings it
+// back at the same address EnvDownFor later, the watchdog declares it dead
+// and moves its rollouts back onto it from the newest committed checkpoint.
+// The kill waits for a moment with a committed checkpoint and no cut
+// under way (a server killed after it prepared a cut leaves the coordinator
+// retrying its commit; that is not what this soak is about).
 func (r *run) killEnv(ctx context.Context) error {
-	r.mu.Lock()
-	last := r.lastCP
-	r.mu.Unlock()
-	if last == "" {
-		// Scoped recovery moves rollouts back to a committed checkpoint;
-		// before the first one there is nothing to recover from.
-		r.cfg.Logf("%s environment server kill skipped: no checkpoint committed since the start or the last recovery", r.since())
+	r.envFault.Lock()
+	defer r.envFault.Unlock()
+	if err := stack.WaitFor(ctx, "a committed checkpoint and no cut under way", nil, cutWait, r.killable); err != nil {
+		r.cfg.Logf("%s environment server kill skipped: %v", r.since(), err)
 		return nil
 	}
-	r.cutOrKill.Lock()
-	defer r.cutOrKill.Unlock()
-	r.envSwap.Lock()
-	defer r.envSwap.Unlock()
 	i := r.pick(len(r.st.envs))
 	r.st.mu.Lock()
-	old := r.st.envs[i]
+	m := r.st.envs[i]
 	r.st.mu.Unlock()
-	old.proc.Kill()
-	repl, err := r.st.startEnv(ctx, i)
+	declared, err := r.declarations(ctx, m.url)
 	if err != nil {
-		return fmt.Errorf("soak: replace env-%d: %w", i, err)
+		return err
 	}
-	repl.killed = true
-	r.st.mu.Lock()
-	r.st.envs[i] = repl
-	r.st.mu.Unlock()
+	r.st.setDown(i, true)
+	m.proc.Kill()
+	killedAt := time.Now()
+	kill := EnvKill{Server: m.url, At: r.since(), at: killedAt}
+	r.cfg.Logf("%s SIGKILLed %s (pid %d, %s)", r.since(), m.role, m.proc.PID(), m.url)
+	// The supervisor's restart delay; it never brings the server back
+	// before the watchdog declared it: an empty server answering at the
+	// old address before that would look alive (see docs/testing.md).
+	if err := sleep(ctx, r.cfg.EnvDownFor); err != nil {
+		return err
+	}
+	if err := stack.WaitFor(ctx, m.role+" declared dead", nil, declareWait, func() bool {
+		n, err := r.declarations(ctx, m.url)
+		return err == nil && n > declared
+	}); err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	if err := r.st.startEnv(ctx, m); err != nil {
+		return fmt.Errorf("soak: restart %s: %w", m.role, err)
+	}
+	kill.Restarted = time.Since(killedAt) + kill.At
+	r.cfg.Logf("%s %s restarted at %s by its supervisor", r.since(), m.role, m.listen)
 	r.mu.Lock()
-	r.report.EnvKills++
-	req := recoverRequest{Set: r.set, Server: old.url, Replacement: repl.url, Checkpoint: r.lastCP, Root: r.root,
-		RequestID: fmt.Sprintf("%s-recover-%d", r.set, r.report.EnvKills)}
-	// That checkpoint names the killed server, not its replacement: the
-	// replacement can be recovered only from a checkpoint committed after
-	// it started (a second kill of env-0 recovering from the same one
-	// failed its plan with "has no participant"), so kills wait for one.
-	r.lastCP = ""
+	r.report.EnvKills = append(r.report.EnvKills, kill)
 	r.mu.Unlock()
-	r.cfg.Logf("%s SIGKILLed env-%d (%s); recovering onto %s from %s", r.since(), i, old.url, repl.url, req.Checkpoint)
-	if err := recoverServer(ctx, r.ts, req); err != nil {
-		return fmt.Errorf("soak: recover env-%d: %w", i, err)
+	err = stack.WaitFor(ctx, m.role+"'s rollouts recovered", nil, recoverWait, func() bool {
+		done, err := r.recovered(ctx, m.url, declared)
+		return err == nil && done
+	})
+	r.st.setDown(i, false)
+	if err != nil {
+		r.problem("%s killed at %s: %v", m.role, kill.At, err)
 	}
 	return nil
+}
+
+// netFault injects one network fault on one of the proxies, partitions
+// and slow links in turn, and heals it after its time.
+func (r *run) netFault(ctx context.Context) error {
+	r.envFault.Lock()
+	defer r.envFault.Unlock()
+	proxies := r.st.proxies()
+	names := []string{"env-0", "env-1", "policy"}
+	i := r.pick(len(proxies))
+	p := proxies[i]
+	r.mu.Lock()
+	f := NetFault{Kind: "partition", Proxy: names[i], At: r.since(), For: r.cfg.PartitionFor}
+	if len(r.report.NetFaults)%2 == 1 {
+		f.Kind, f.For = "slow", r.cfg.SlowFor
+	}
+	r.mu.Unlock()
+	var err error
+	if f.Kind == "partition" {
+		err = p.Hang()
+	} else {
+		err = p.SlowAndFlaky(r.cfg.SlowLatency, r.cfg.SlowJitter, 2*time.Second, r.cfg.ResetShare)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("soak: %s of %s: %w", f.Kind, f.Proxy, err), p.Heal())
+	}
+	r.cfg.Logf("%s network fault: %s of %s for %s", r.since(), f.Kind, f.Proxy, f.For)
+	r.mu.Lock()
+	r.report.NetFaults = append(r.report.NetFaults, f)
+	r.mu.Unlock()
+	werr := sleep(ctx, f.For) // the fault's length, not a wait for an event
+	if err := p.Heal(); err != nil {
+		return fmt.Errorf("soak: heal %s: %w", f.Proxy, err)
+	}
+	return werr
+}
+
+// sleep waits d, or less when ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -12,28 +12,65 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/svgchart"
 )
 
-// Flatness bounds: a process's last sample under load may be at most
-// twice its first plus this slack. Loose on purpose: it catches unbounded
-// growth (a leak grows with time and rollouts), not a warm cache.
+// Flatness bounds: after the warm-up (Config.FlatAfter), a process's
+// peak may be at most flatFactor times its peak during the warm-up plus
+// the slack; so may the checkpoint root's size. It catches growth with
+// time and rollouts (a leak), not a warm cache or the rollouts in flight.
 const (
-	rssSlack        = 64 << 20
+	flatFactor      = 1.5
+	rssSlack        = 32 << 20
 	goroutinesSlack = 200
+	diskSlack       = 16 << 20
 )
 
-// checkFlat compares each process's first and last sample under load.
+// Tolerance states the flatness bounds, for the report.
+const Tolerance = "after the warm-up, each peak at most 1.5x its warm-up peak plus 32 MiB (memory), 200 (goroutines), 16 MiB (checkpoint root)"
+
+// flatAfter is the warm-up of a soak of duration d: FlatAfter, or half
+// the load for a shorter soak.
+func flatAfter(c Config) time.Duration {
+	if c.FlatAfter <= 0 || c.FlatAfter >= c.Duration {
+		return c.Duration / 2
+	}
+	return c.FlatAfter
+}
+
+// peaks are the largest of v over the samples up to warm and after it;
+// ok is false when either side has none.
+func peaks[S any](samples []S, at func(S) time.Duration, v func(S) int64, warm time.Duration) (before, after int64, ok bool) {
+	var nb, na int
+	for _, s := range samples {
+		if at(s) <= warm {
+			before, nb = max(before, v(s)), nb+1
+		} else {
+			after, na = max(after, v(s)), na+1
+		}
+	}
+	return before, after, nb > 0 && na > 0
+}
+
+// checkFlat compares each process's and the checkpoint root's peak under
+// load after the warm-up with its peak during it.
 func (r *run) checkFlat() {
+	warm := flatAfter(r.cfg)
+	sampleAt := func(s Sample) time.Duration { return s.At }
 	for _, proc := range procNames(r.report.Samples) {
 		load := samplesOf(r.report.Samples, proc, "load")
-		if len(load) < 2 {
-			continue
+		if b, a, ok := peaks(load, sampleAt, func(s Sample) int64 { return s.RSS }, warm); ok && a > int64(flatFactor*float64(b))+rssSlack {
+			r.problem("%s: RSS peaked at %s after %s, %s before", proc, mib(a), warm, mib(b))
 		}
-		first, last := load[0], load[len(load)-1]
-		if last.RSS > 2*first.RSS+rssSlack {
-			r.problem("%s: RSS grew from %s to %s under load", proc, mib(first.RSS), mib(last.RSS))
+		if b, a, ok := peaks(load, sampleAt, func(s Sample) int64 { return s.Goroutines }, warm); ok && b >= 0 && a > int64(flatFactor*float64(b))+goroutinesSlack {
+			r.problem("%s: goroutines peaked at %d after %s, %d before", proc, a, warm, b)
 		}
-		if last.Goroutines > 2*first.Goroutines+goroutinesSlack {
-			r.problem("%s: goroutines grew from %d to %d under load", proc, first.Goroutines, last.Goroutines)
+	}
+	var disk []DiskSample
+	for _, d := range r.report.Disk {
+		if d.Phase == "load" {
+			disk = append(disk, d)
 		}
+	}
+	if b, a, ok := peaks(disk, func(d DiskSample) time.Duration { return d.At }, func(d DiskSample) int64 { return d.Checkpoints }, warm); ok && a > int64(flatFactor*float64(b))+diskSlack {
+		r.problem("checkpoint root: peaked at %s after %s, %s before", mib(a), warm, mib(b))
 	}
 }
 
@@ -61,28 +98,28 @@ func samplesOf(samples []Sample, proc, phase string) []Sample {
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// Print writes the report: what ran, the checkpoints, kills and counters,
-// the samples table and the problems.
+// Print writes the report: what ran, the table of the run, the
+// checkpoints, detections and counters, the samples and the problems.
 func (r *Report) Print(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "soak of set %s: %d concurrent rollouts over %s for %s, policy %s±%s (503 %.0f%%, 429 %.0f%%)\n",
 		r.Set, c.Concurrency, strings.Join(c.Envs, ","), c.Duration, c.PolicyLatency, c.PolicyJitter, 100*c.ErrorRate, 100*c.RateLimitRate)
-	fmt.Fprintf(w, "rollouts: %d started, %d completed, %d exported; load %s, drain %s\n",
-		r.Started, r.Completed, r.Exported, r.Load.Round(time.Second), r.Drain.Round(time.Second))
-	fmt.Fprintf(w, "kills: %d worker SIGKILLs, %d environment server SIGKILLs\n", r.WorkerKills, r.EnvKills)
-	r.printCheckpoints(w)
+	fmt.Fprintf(w, "load %s, drain %s\n", r.Load.Round(time.Second), r.Drain.Round(time.Second))
+	r.printTable(w)
+	r.printFailures(w)
 	for _, e := range r.Envs {
 		fmt.Fprintf(w, "%s: applied %d (results account for %d), replayed %d, parked %d, refused %d, %d sessions held%s\n",
-			e.Name, e.Applied, e.Want, e.Replayed, e.Parked, e.Refused, e.Sessions, map[bool]string{true: " (replaced: not compared)"}[e.Killed])
+			e.Name, e.Applied, e.Want, e.Replayed, e.Parked, e.Refused, e.Sessions, map[bool]string{true: " (restarted: not compared)"}[e.Killed])
 	}
+	fmt.Fprintln(w, "samples:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "t\tphase\tprocess\tpid\tRSS MiB\tgoroutines\t")
 	for _, s := range r.Samples {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%d\t\n", s.At.Round(time.Second), s.Phase, s.Proc, s.PID, float64(s.RSS)/(1<<20), s.Goroutines)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f\t%s\t\n", s.At.Round(time.Second), s.Phase, s.Proc, s.PID, float64(s.RSS)/(1<<20), goroutines(s.Goroutines))
 	}
 	tw.Flush()
 	if len(r.Problems) == 0 {
-		fmt.Fprintln(w, "PASS: every rollout completed exactly once, one receipt each, exported once; counters consistent; memory and goroutines flat")
+		fmt.Fprintln(w, "PASS: every rollout completed exactly once, one receipt each, exported once; counters consistent; every kill detected and recovered by the watchdog; memory, goroutines and checkpoint disk flat ("+Tolerance+")")
 		return
 	}
 	fmt.Fprintf(w, "FAIL: %d problems\n", len(r.Problems))
@@ -91,28 +128,190 @@ func (r *Report) Print(w io.Writer) {
 	}
 }
 
-func (r *Report) printCheckpoints(w io.Writer) {
-	var ok, failed int
-	var took []time.Duration
-	members := 0
-	for _, cp := range r.Checkpoints {
-		if cp.Err != "" {
-			failed++
-			continue
-		}
-		ok++
-		took = append(took, cp.Took)
-		members = max(members, cp.Members)
+func goroutines(n int64) string {
+	if n < 0 {
+		return "n/a"
 	}
-	fmt.Fprintf(w, "checkpoints: %d committed, %d failed", ok, failed)
-	if len(took) > 0 {
-		slices.Sort(took)
-		fmt.Fprintf(w, "; took median %s, max %s; up to %d members", took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), members)
+	return fmt.Sprint(n)
+}
+
+// printTable writes the run's table: rollouts, checkpoints, kills,
+// network faults, detections, then memory, goroutines and disk at the
+// start, after the warm-up, at the end of the load and after the drain.
+func (r *Report) printTable(w io.Writer) {
+	cp := r.Checkpoints
+	var freed, blobsFreed, blobBytesFreed int64
+	gcFailed := 0
+	for _, g := range cp.GCs {
+		freed += g.CheckpointBytesFreed
+		blobsFreed += int64(g.BlobsFreed)
+		blobBytesFreed += g.BlobBytesFreed
+		if g.Err != "" {
+			gcFailed++
+		}
+	}
+	partitions, slow := 0, 0
+	for _, f := range r.NetFaults {
+		if f.Kind == "partition" {
+			partitions++
+		} else {
+			slow++
+		}
+	}
+	rows := [][2]string{
+		{"rollouts", fmt.Sprintf("%d started, %d completed, %d exported", r.Started, r.Completed, r.Exported)},
+		{"checkpoints", fmt.Sprintf("%d scheduled fires (%d skipped: one still ran), %d committed, %d failed, %d kept at the end (%d pinned), %d tag changes",
+			cp.Fired, cp.Skipped, len(cp.Committed), len(cp.Failed), len(cp.Kept), len(cp.Pinned), cp.Tags)},
+		{"garbage collection", fmt.Sprintf("%d runs (%d stopped in the mark), checkpoint bytes freed %s, blobs freed %d (%s)",
+			len(cp.GCs), gcFailed, mib(freed), blobsFreed, mib(blobBytesFreed))},
+		{"kills", fmt.Sprintf("%d worker SIGKILLs, %d environment server SIGKILLs", r.WorkerKills, len(r.EnvKills))},
+		{"network faults", fmt.Sprintf("%d partitions, %d slow-link episodes with resets", partitions, slow)},
+		{"detections", r.detectionSummary()},
+	}
+	fmt.Fprintln(w, "| what | count |")
+	fmt.Fprintln(w, "|---|---|")
+	for _, row := range rows {
+		fmt.Fprintf(w, "| %s | %s |\n", row[0], row[1])
 	}
 	fmt.Fprintln(w)
-	for _, cp := range r.Checkpoints {
-		if cp.Err != "" {
-			fmt.Fprintf(w, "  checkpoint %s failed after %s (then resumed: %d rollouts): %s\n", cp.ID, cp.Took.Round(time.Second), cp.Resumed, cp.Err)
+	r.printAtTimes(w)
+}
+
+// detectionSummary is the count of declarations and the time to detect
+// and to recover, min/p50/max, of those a kill explains.
+func (r *Report) detectionSummary() string {
+	var detect, recover []time.Duration
+	moved, failed := 0, 0
+	for _, d := range r.Detections {
+		moved += d.Recovered
+		if d.Err != "" {
+			failed++
+		}
+		if d.Detect > 0 {
+			detect = append(detect, d.Detect)
+		}
+		if d.Recover > 0 {
+			recover = append(recover, d.Recover)
+		}
+	}
+	return fmt.Sprintf("%d declared dead (%d recoveries failed), %d rollouts moved; time to detect %s; time to recover %s",
+		len(r.Detections), failed, moved, spread(detect), spread(recover))
+}
+
+// spread is "min/p50/max" of ds, "-" for none.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	rd := func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }
+	return fmt.Sprintf("%s / %s / %s (min/p50/max)", rd(ds[0]), rd(ds[len(ds)/2]), rd(ds[len(ds)-1]))
+}
+
+// printAtTimes writes memory, goroutines and disk at the start, after the
+// warm-up, at the end of the load and after the drain.
+func (r *Report) printAtTimes(w io.Writer) {
+	warm := flatAfter(r.Config)
+	fmt.Fprintf(w, "| | start | %s | end of load | drained |\n|---|---|---|---|---|\n", warm.Round(time.Second))
+	for _, proc := range procNames(r.Samples) {
+		pick := pickers(samplesOf(r.Samples, proc, ""), warm)
+		fmt.Fprintf(w, "| %s RSS MiB |", proc)
+		for _, s := range pick {
+			if s == nil {
+				fmt.Fprint(w, " - |")
+				continue
+			}
+			fmt.Fprintf(w, " %.1f |", float64(s.RSS)/(1<<20))
+		}
+		fmt.Fprintln(w)
+		if p := firstNonNil(pick); p != nil && p.Goroutines >= 0 {
+			fmt.Fprintf(w, "| %s goroutines |", proc)
+			for _, s := range pick {
+				if s == nil {
+					fmt.Fprint(w, " - |")
+					continue
+				}
+				fmt.Fprintf(w, " %d |", s.Goroutines)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	disk := pickers(r.Disk, warm)
+	for _, row := range []struct {
+		name string
+		v    func(DiskSample) int64
+	}{{"checkpoint root MiB", func(d DiskSample) int64 { return d.Checkpoints }},
+		{"transcript store MiB", func(d DiskSample) int64 { return d.Transcripts }},
+		{"dev server database MiB", func(d DiskSample) int64 { return d.TemporalDB }}} {
+		fmt.Fprintf(w, "| %s |", row.name)
+		for _, d := range disk {
+			if d == nil {
+				fmt.Fprint(w, " - |")
+				continue
+			}
+			fmt.Fprintf(w, " %.1f |", float64(row.v(*d))/(1<<20))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// timed is a sample with a time and a phase.
+type timed interface{ when() (time.Duration, string) }
+
+func (s Sample) when() (time.Duration, string)     { return s.At, s.Phase }
+func (d DiskSample) when() (time.Duration, string) { return d.At, d.Phase }
+
+// pickers picks the samples of the table's four columns: the first, the
+// first under load at or after warm, the last under load, the last
+// drained.
+func pickers[S timed](samples []S, warm time.Duration) [4]*S {
+	var out [4]*S
+	for i := range samples {
+		s := &samples[i]
+		at, phase := (*s).when()
+		if out[0] == nil {
+			out[0] = s
+		}
+		switch phase {
+		case "load":
+			if out[1] == nil && at >= warm {
+				out[1] = s
+			}
+			out[2] = s
+		case "drained":
+			out[3] = s
+		}
+	}
+	return out
+}
+
+func firstNonNil(p [4]*Sample) *Sample {
+	for _, s := range p {
+		if s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
+// printFailures lists the failed checkpoints, failed recoveries and
+// unexplained declarations.
+func (r *Report) printFailures(w io.Writer) {
+	for _, id := range r.Checkpoints.Failed {
+		fmt.Fprintf(w, "checkpoint %s failed (its abort released the set; the next fire runs)\n", id)
+	}
+	for _, d := range r.Detections {
+		if d.Err != "" {
+			fmt.Fprintf(w, "recovery of %s failed once: %s\n", d.Server, d.Err)
+		}
+		if d.Detect == 0 {
+			fmt.Fprintf(w, "%s declared dead with no kill before it (a false positive: its rollouts moved, %d)\n", d.Server, d.Recovered)
+		}
+	}
+	for _, g := range r.Checkpoints.GCs {
+		if g.Err != "" {
+			fmt.Fprintf(w, "gc at %s stopped before deleting anything: %s\n", g.At, g.Err)
 		}
 	}
 }
@@ -134,7 +333,10 @@ func Chart(r *Report) string {
 			a.X, a.Y = append(a.X, m), append(a.Y, float64(s.RSS)/(1<<20))
 			g.X, g.Y = append(g.X, m), append(g.Y, float64(s.Goroutines))
 		}
-		rssSeries, gorSeries = append(rssSeries, a), append(gorSeries, g)
+		rssSeries = append(rssSeries, a)
+		if slices.Max(append(g.Y, -1)) >= 0 { // a process without metrics has no goroutine count
+			gorSeries = append(gorSeries, g)
+		}
 	}
 	for _, s := range samplesOf(r.Samples, firstOr(procNames(r.Samples)), "") {
 		rss.XTicks = append(rss.XTicks, math.Round(s.At.Minutes()*10)/10)

@@ -26,24 +26,18 @@ type run struct {
 	root  string // checkpoint root
 	start time.Time
 	rngMu sync.Mutex
-	rng   *rand.Rand // the fault schedule; drawn through pick, by the worker and env-server kill loops at once
+	rng   *rand.Rand // the fault schedule; drawn through pick, by the fault loops at once
 
-	// envSwap is held shared by a feed (from choosing its rollouts'
-	// servers to the last start) and exclusively by an environment server
-	// kill until its recovery is done: a rollout started on the dead
-	// address after the recovery listed the set would never be moved.
-	envSwap sync.RWMutex
-	// cutOrKill keeps a checkpoint and an environment server kill apart. A
-	// server killed after it prepared a cut leaves the coordinator retrying
-	// its commit against the dead address for the step's hour-long
-	// budget; the soak is about recovering from a kill, not about that.
-	cutOrKill sync.Mutex
+	// envFault keeps the faults aimed at the environment servers and the
+	// policy (SIGKILLs of a server, network faults) one at a time, so each
+	// detection is explained by one fault.
+	envFault sync.Mutex
 
 	mu        sync.Mutex
 	report    Report
 	serverOf  map[string]int // rollout id → environment server index
 	submitted int
-	lastCP    string // the last committed checkpoint
+	cps       checkpointState
 }
 
 // Run runs one soak and returns its report; the error is for a soak that
@@ -64,7 +58,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.MkdirAll(r.root, 0o755); err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
-	cfg.Logf("starting the stack: dev server, 2 environment servers, policy server, 2 workers")
+	cfg.Logf("starting the stack: dev server, Toxiproxy, 2 environment servers, policy server, 2 workers")
 	st, err := startStack(ctx, cfg)
 	defer st.stop()
 	if err != nil {
@@ -75,6 +69,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	r.sample(ctx, "idle")
+	if err := r.setUp(ctx); err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
 	if err := r.load(ctx); err != nil {
 		// The report must not read PASS: no check ran.
 		r.problem("load stopped, so no end check ran: %v", err)
@@ -84,6 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.problem("drain: %v", err)
 	}
 	r.sample(ctx, "drained")
+	r.tearDown(ctx)
 	r.check(ctx)
 	return &r.report, nil
 }
@@ -103,23 +101,26 @@ func (r *run) load(ctx context.Context) error {
 	loadCtx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer cancel()
 	r.cfg.Logf("load: %d concurrent rollouts for %s", r.cfg.Concurrency, r.cfg.Duration)
-	if err := r.prime(loadCtx); err != nil {
-		return err
-	}
 	g, gctx := errgroup.WithContext(loadCtx)
-	// Kills come half an interval out of step, so with equal intervals a
-	// sample or a checkpoint never lands on a worker that just died; the
-	// feeder starts at once.
+	// Worker kills come half an interval out of step, so with equal
+	// intervals a sample never lands on a worker that just died; the
+	// feeder starts at once. Nothing here checkpoints or recovers: the
+	// schedule and the watchdog do; the trainer loop only watches the
+	// schedule's fires, moves its tag on and collects garbage.
 	loops := []loop{
 		{feedEvery, time.Millisecond, r.feed},
-		{r.cfg.CheckpointEvery, 0, r.checkpoint},
+		{trainerEvery, 0, r.trainerStep},
 		{r.cfg.WorkerKillEvery, r.cfg.WorkerKillEvery / 2, r.killWorker},
 		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		// A full interval first, after prime's checkpoint of the first
-		// batch, so there is a committed checkpoint to recover from.
+		// A full interval first: by then a scheduled checkpoint has
+		// committed (killEnv waits for one), so there is one to recover
+		// from.
 		loops = append(loops, loop{r.cfg.EnvKillEvery, 0, r.killEnv})
+	}
+	if r.cfg.NetFaultEvery > 0 {
+		loops = append(loops, loop{r.cfg.NetFaultEvery, r.cfg.NetFaultEvery / 2, r.netFault})
 	}
 	for _, l := range loops {
 		g.Go(func() error { return l.run(gctx, ctx) })

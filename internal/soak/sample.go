@@ -5,10 +5,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/internal/stack"
 )
 
 // Metric names sampled from every process's Prometheus endpoint (the Go
@@ -37,6 +42,72 @@ func (r *run) sample(ctx context.Context, phase string) {
 		r.report.Samples = append(r.report.Samples, s)
 		r.mu.Unlock()
 	}
+	// The dev server and Toxiproxy serve no Go metrics: their RSS comes
+	// from /proc, their goroutines are not known (-1).
+	others := []struct {
+		role string
+		proc *stack.Proc
+	}{{"temporal", r.st.temporal}}
+	if r.st.toxi != nil {
+		others = append(others, struct {
+			role string
+			proc *stack.Proc
+		}{"toxiproxy", r.st.toxi.Proc})
+	}
+	for _, o := range others {
+		rss, err := procRSS(o.proc.PID())
+		if err != nil {
+			r.cfg.Logf("%s sample of %s skipped: %v", r.since(), o.role, err)
+			continue
+		}
+		r.mu.Lock()
+		r.report.Samples = append(r.report.Samples, Sample{At: at, Phase: phase, Proc: o.role, PID: o.proc.PID(), RSS: rss, Goroutines: -1})
+		r.mu.Unlock()
+	}
+	d := DiskSample{At: at, Phase: phase, Checkpoints: dirSize(r.root), Transcripts: dirSize(r.st.store),
+		TemporalDB: dirSize(r.st.db) + dirSize(r.st.db+"-wal") + dirSize(r.st.db+"-shm")}
+	r.mu.Lock()
+	r.report.Disk = append(r.report.Disk, d)
+	r.mu.Unlock()
+}
+
+// procRSS reads a process's resident memory from /proc/<pid>/status.
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("pid %d: VmRSS %q", pid, rest)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("pid %d: VmRSS: %w", pid, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no VmRSS", pid)
+}
+
+// dirSize is the bytes of the regular files under path (a file's own
+// size for a file; 0 for nothing there). Files removed while it walks
+// are skipped.
+func dirSize(path string) int64 {
+	var n int64
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
 }
 
 // scrape reads the unlabelled samples named names from a Prometheus text

@@ -40,7 +40,7 @@ func TestParseMetrics(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	ok := Defaults()
-	ok.BinDir, ok.TemporalCLI, ok.DevConfig, ok.OutDir = "bin", "temporal", "temporal-dev.yaml", "out"
+	ok.BinDir, ok.TemporalCLI, ok.Toxiproxy, ok.DevConfig, ok.OutDir = "bin", "temporal", "toxiproxy-server", "temporal-dev.yaml", "out"
 	require.NoError(t, ok.Validate())
 	tests := []struct {
 		name   string
@@ -53,6 +53,11 @@ func TestValidate(t *testing.T) {
 		{"no environments", func(c *Config) { c.Envs = nil }, "no environments"},
 		{"zero checkpoint interval", func(c *Config) { c.CheckpointEvery = 0 }, "intervals"},
 		{"negative down time", func(c *Config) { c.WorkerDownFor = -time.Second }, "negative"},
+		{"network faults without toxiproxy", func(c *Config) { c.Toxiproxy = "" }, "Toxiproxy"},
+		{"partition as long as the bound", func(c *Config) { c.PartitionFor = c.WatchBound }, "shorter than the watchdog's bound"},
+		{"gc grace below the minimum", func(c *Config) { c.GCGrace = time.Minute }, "gc grace"},
+		{"keep zero", func(c *Config) { c.Keep = 0 }, "keep 0"},
+		{"reset share above one", func(c *Config) { c.ResetShare = 2 }, "reset share"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,22 +78,38 @@ func samples(proc string, pts ...[2]int64) []Sample {
 	return out
 }
 
+// disk builds load disk samples of the checkpoint root (MiB), a minute
+// apart.
+func disk(mibs ...int64) []DiskSample {
+	var out []DiskSample
+	for i, m := range mibs {
+		out = append(out, DiskSample{At: time.Duration(i+1) * time.Minute, Phase: "load", Checkpoints: m << 20})
+	}
+	return out
+}
+
 func TestCheckFlat(t *testing.T) {
+	// Warm-up of 2 minutes: samples at 1 and 2 minutes are the warm-up,
+	// from 3 minutes on they must stay flat.
 	tests := []struct {
 		name    string
 		samples []Sample
+		disk    []DiskSample
 		want    string // a problem that must be reported; "" for none
 	}{
-		{"flat", samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}, [2]int64{85, 210}), ""},
-		{"warm cache within bounds", samples("env-0", [2]int64{30, 15}, [2]int64{100, 200}), ""},
-		{"memory leak", samples("env-1", [2]int64{30, 15}, [2]int64{60, 20}, [2]int64{200, 20}), "env-1: RSS grew"},
-		{"goroutine leak", samples("policy", [2]int64{20, 50}, [2]int64{20, 400}), "policy: goroutines grew"},
-		{"one sample is not judged", samples("worker-1", [2]int64{20, 50}), ""},
+		{"flat", samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}, [2]int64{85, 210}, [2]int64{100, 300}), nil, ""},
+		{"restarted worker low in the warm-up", samples("worker-1", [2]int64{30, 100}, [2]int64{90, 300}, [2]int64{120, 500}), nil, ""},
+		{"memory leak", samples("env-1", [2]int64{30, 15}, [2]int64{40, 20}, [2]int64{60, 20}, [2]int64{200, 20}), nil, "env-1: RSS peaked at 200.0 MiB"},
+		{"goroutine leak", samples("policy", [2]int64{20, 50}, [2]int64{20, 60}, [2]int64{20, 400}), nil, "policy: goroutines peaked at 400"},
+		{"no goroutines known", samples("temporal", [2]int64{200, -1}, [2]int64{210, -1}, [2]int64{220, -1}), nil, ""},
+		{"nothing after the warm-up is not judged", samples("worker-1", [2]int64{20, 50}, [2]int64{200, 900}), nil, ""},
+		{"checkpoints kept", nil, disk(10, 30, 32, 35, 31), ""},
+		{"checkpoints piling up", nil, disk(10, 30, 50, 70, 90), "checkpoint root: peaked at 90.0 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &run{}
-			r.report.Samples = tt.samples
+			r := &run{cfg: Config{Duration: 10 * time.Minute, FlatAfter: 2 * time.Minute}}
+			r.report.Samples, r.report.Disk = tt.samples, tt.disk
 			r.checkFlat()
 			if tt.want == "" {
 				require.Empty(t, r.report.Problems)
@@ -100,23 +121,57 @@ func TestCheckFlat(t *testing.T) {
 	}
 }
 
+func TestFlatAfter(t *testing.T) {
+	require.Equal(t, 10*time.Minute, flatAfter(Config{Duration: time.Hour, FlatAfter: 10 * time.Minute}))
+	require.Equal(t, 150*time.Second, flatAfter(Config{Duration: 5 * time.Minute, FlatAfter: 10 * time.Minute}), "a short soak: half the load")
+}
+
+func TestSpread(t *testing.T) {
+	require.Equal(t, "-", spread(nil))
+	require.Equal(t, "5s / 7.5s / 40s (min/p50/max)", spread([]time.Duration{40 * time.Second, 5 * time.Second, 7500 * time.Millisecond}))
+}
+
 func TestPrintAndChart(t *testing.T) {
+	cfg := Defaults()
+	cfg.Duration, cfg.FlatAfter = 3*time.Minute, time.Minute
 	rep := &Report{
-		Set: "soak-1", Config: Defaults(), Started: 10, Completed: 10, Exported: 10, WorkerKills: 2,
-		Checkpoints: []Checkpoint{{ID: "cp1", Members: 10, Parked: 9, Took: 3 * time.Second}, {ID: "cp2", Err: "deadline", Resumed: 7}},
-		Envs:        []EnvCounters{{Name: "env-0", Applied: 40, Want: 40}},
-		Samples:     append(samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}), samples("env-0", [2]int64{30, 15}, [2]int64{31, 16})...),
-		Problems:    []string{"env-0 applied 41 mutations"},
+		Set: "soak-1", Config: cfg, Started: 10, Completed: 10, Exported: 10, WorkerKills: 2,
+		Checkpoints: Checkpoints{Fired: 4, Skipped: 1, Committed: []string{"a", "b"}, Failed: []string{"checkpoint/every-soak-1-x"},
+			Kept: []string{"a", "b"}, Pinned: []string{"a"}, Tags: 1,
+			GCs: []GC{{CheckpointBytesFreed: 3 << 20, BlobsFreed: 2, BlobBytesFreed: 1 << 20}, {Err: "status query: worker gone"}}},
+		EnvKills:   []EnvKill{{Server: "http://e0", At: time.Minute}},
+		NetFaults:  []NetFault{{Kind: "partition", Proxy: "env-1"}, {Kind: "slow", Proxy: "policy"}, {Kind: "partition", Proxy: "policy"}},
+		Detections: []Detection{{Server: "http://e0", Recovered: 4, Detect: 33 * time.Second, Recover: 50 * time.Second}, {Server: "http://e1", Recovered: 2}},
+		Envs:       []EnvCounters{{Name: "env-0", Applied: 40, Want: 40}},
+		Samples: append(append(samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}), samples("env-0", [2]int64{30, 15}, [2]int64{31, 16})...),
+			samples("temporal", [2]int64{100, -1}, [2]int64{110, -1})...),
+		Disk:     disk(1, 2),
+		Problems: []string{"env-0 applied 41 mutations"},
 	}
 	var out strings.Builder
 	rep.Print(&out)
-	for _, want := range []string{"10 started, 10 completed, 10 exported", "2 worker SIGKILLs", "1 committed, 1 failed",
-		"checkpoint cp2 failed after 0s (then resumed: 7 rollouts): deadline", "env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations"} {
+	for _, want := range []string{
+		"| rollouts | 10 started, 10 completed, 10 exported |",
+		"| checkpoints | 4 scheduled fires (1 skipped: one still ran), 2 committed, 1 failed, 2 kept at the end (1 pinned), 1 tag changes |",
+		"| garbage collection | 2 runs (1 stopped in the mark), checkpoint bytes freed 3.0 MiB, blobs freed 2 (1.0 MiB) |",
+		"| kills | 2 worker SIGKILLs, 1 environment server SIGKILLs |",
+		"| network faults | 2 partitions, 1 slow-link episodes with resets |",
+		"| detections | 2 declared dead (0 recoveries failed), 6 rollouts moved; time to detect 33s / 33s / 33s (min/p50/max); time to recover 50s / 50s / 50s (min/p50/max) |",
+		"| | start | 1m0s | end of load | drained |",
+		"| worker-0 RSS MiB | 80.0 | 80.0 | 90.0 | - |",
+		"| worker-0 goroutines | 200 | 200 | 250 | - |",
+		"| temporal RSS MiB | 100.0 | 100.0 | 110.0 | - |",
+		"| checkpoint root MiB | 1.0 | 1.0 | 2.0 | - |",
+		"http://e1 declared dead with no kill before it",
+		"gc at 0s stopped before deleting anything: status query: worker gone",
+		"env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations",
+	} {
 		require.Contains(t, out.String(), want)
 	}
+	require.NotContains(t, out.String(), "temporal goroutines", "a process without metrics has no goroutine row")
 	require.ErrorContains(t, rep.Err(), "env-0 applied 41")
 	svg := Chart(rep)
-	require.Equal(t, 4, strings.Count(svg, "<polyline"), "RSS and goroutines of two processes")
+	require.Equal(t, 5, strings.Count(svg, "<polyline"), "RSS of three processes, goroutines of the two with metrics")
 	require.Contains(t, svg, "worker-0")
 	require.Contains(t, Chart(&Report{}), "no samples")
 }
