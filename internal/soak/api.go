@@ -202,13 +202,13 @@ type Checkpoints struct {
 
 // GC is one garbage collection the trainer ran.
 type GC struct {
-	At                          time.Duration
-	CheckpointsDeleted          int
-	CheckpointBytesKept         int64
-	CheckpointBytesFreed        int64
-	BlobsKept, BlobsFreed       int
+	At                            time.Duration
+	CheckpointsDeleted            int
+	CheckpointBytesKept           int64
+	CheckpointBytesFreed          int64
+	BlobsKept, BlobsFreed         int
 	BlobBytesKept, BlobBytesFreed int64
-	Err                         string `json:",omitempty"`
+	Err                           string `json:",omitempty"`
 }
 
 // EnvKill is one environment server SIGKILL.
@@ -231,7 +231,7 @@ type NetFault struct {
 // fault that caused it.
 type Detection struct {
 	Server    string
-	Recovered int // rollouts moved
+	Recovered int    // rollouts moved
 	Err       string `json:",omitempty"`
 	// Detect is kill → declared, Recover kill → rollouts moved (the
 	// supervisor's restart included); zero when no kill explains it (a
@@ -264,8 +264,8 @@ type Sample struct {
 
 // DiskSample is the soak's disk use at one moment.
 type DiskSample struct {
-	At                                  time.Duration
-	Phase                               string
+	At                                   time.Duration
+	Phase                                string
 	Checkpoints, Transcripts, TemporalDB int64 // bytes
 }
 

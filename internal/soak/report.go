@@ -257,7 +257,9 @@ func (r *Report) printAtTimes(w io.Writer) {
 }
 
 // timed is a sample with a time and a phase.
-type timed interface{ when() (time.Duration, string) }
+type timed interface {
+	when() (time.Duration, string)
+}
 
 func (s Sample) when() (time.Duration, string)     { return s.At, s.Phase }
 func (d DiskSample) when() (time.Duration, string) { return d.At, d.Phase }
