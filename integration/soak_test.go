@@ -10,29 +10,40 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/turnstile-rl/turnstile/internal/soak"
+	"github.com/turnstile-rl/turnstile/internal/stack"
 )
 
 // TestSoakShort is the CI version of `make soak` (about two minutes): a
 // hundred concurrent rollouts over five environments (every class) fed for
-// a minute, on two workers and two environment servers, with a policy
-// answering in 1–3 s and injecting 503s and 429s, a checkpoint every 20 s,
-// a worker SIGKILLed every 20 s (10 s out of step) and samples every 20 s.
-// Every rollout must complete exactly once (one completed run, one
-// receipt, one export line), the environment servers' counters must match
-// the results, and no process may grow without bound.
+// a minute, on two workers and two environment servers behind Toxiproxy,
+// with a policy answering in 1–3 s and injecting 503s and 429s, and nothing
+// playing the operator: checkpoints from the set's schedule every 15 s
+// (keep 2, the first step pinned, a garbage collection every second
+// commit), a worker SIGKILLed every 20 s, an environment server SIGKILLed
+// at 30 s once a checkpoint has committed, brought back at its address by
+// its supervisor and recovered by the set's watchdog, a partition or a
+// slow link every 10 s, and samples every 15 s. Every rollout must
+// complete exactly once (one completed run, one receipt, one export line),
+// the never-killed server's counters must match the results, and no
+// process may grow after the warm-up.
 func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
 	cfg := soak.Defaults()
 	cfg.BinDir, cfg.TemporalCLI, cfg.OutDir = bins.dir, bins.temporal, t.TempDir()
+	var err error
+	cfg.Toxiproxy, err = stack.FindToxiproxy(bins.root)
+	require.NoError(t, err)
 	cfg.DevConfig = filepath.Join(bins.root, "temporal-dev.yaml")
 	cfg.Duration, cfg.DrainTimeout = time.Minute, 3*time.Minute
 	cfg.Concurrency = 100
-	cfg.CheckpointEvery, cfg.CheckpointTimeout = 20*time.Second, time.Minute
+	cfg.CheckpointEvery, cfg.CheckpointTimeout, cfg.Keep, cfg.TagEvery, cfg.GCEvery = 15*time.Second, time.Minute, 2, 1, 2
 	cfg.WorkerKillEvery, cfg.WorkerDownFor = 20*time.Second, 3*time.Second
-	cfg.EnvKillEvery = 25 * time.Second // tried at 25 s and 50 s, once a checkpoint committed; recovered by RecoverServer
-	cfg.SampleEvery = 20 * time.Second
+	cfg.EnvKillEvery, cfg.EnvDownFor = 30*time.Second, 8*time.Second
+	cfg.WatchEvery, cfg.WatchTimeout, cfg.WatchMisses, cfg.WatchBound = time.Second, time.Second, 3, 5*time.Second
+	cfg.NetFaultEvery, cfg.PartitionFor, cfg.SlowFor = 10*time.Second, 3*time.Second, 8*time.Second
+	cfg.SampleEvery, cfg.FlatAfter = 15*time.Second, 30*time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -47,13 +58,12 @@ func TestSoakShort(t *testing.T) {
 	require.Equal(t, rep.Started, rep.Completed)
 	require.Equal(t, rep.Started, rep.Exported)
 	require.Positive(t, rep.WorkerKills)
-	require.Positive(t, rep.EnvKills, "an environment server was killed and its rollouts recovered")
-	committed := 0
-	for _, cp := range rep.Checkpoints {
-		if cp.Err == "" {
-			committed++
-		}
-	}
-	require.Positive(t, committed, "at least one checkpoint committed under load")
+	require.NotEmpty(t, rep.EnvKills, "an environment server was killed")
+	require.GreaterOrEqual(t, len(rep.Detections), len(rep.EnvKills), "the watchdog declared every killed server dead")
+	require.Positive(t, rep.Detections[0].Detect, "the declaration is timed against its kill")
+	require.NotEmpty(t, rep.Checkpoints.Committed, "the schedule's checkpoints committed under load")
+	require.NotEmpty(t, rep.Checkpoints.Pinned, "the trainer pinned its first step")
+	require.NotEmpty(t, rep.Checkpoints.GCs, "the trainer collected garbage")
+	require.NotEmpty(t, rep.NetFaults, "network faults were injected")
 	require.Contains(t, soak.Chart(rep), "<polyline", "the samples are plotted")
 }

@@ -50,6 +50,11 @@ type Config struct {
 	// spread), injected 503 and 429 rates and their seed.
 	PolicyLatency, PolicyJitter time.Duration
 	ErrorRate, RateLimitRate    float64
+	// ModelCallTimeout is the rollouts' model call timeout: what a call on
+	// a worker SIGKILLed under it waits before it is tried again, and so
+	// what a cut waits for a rollout parked in one (a cancelled call is
+	// waited for). Above the longest partition plus the policy's latency.
+	ModelCallTimeout time.Duration
 
 	// CheckpointEvery is the interval of the set's checkpoint Schedule
 	// (a fire while a checkpoint still runs is skipped), each cut bounded
@@ -97,9 +102,10 @@ type Config struct {
 }
 
 // Defaults are the soak of `make soak`: 250 concurrent rollouts for an
-// hour, a scheduled checkpoint every 3 minutes keeping 3, a worker
-// SIGKILLed every 2 minutes, an environment server every 6, a network
-// fault every 2, samples every minute, flat after 10 minutes.
+// hour, a scheduled checkpoint every 2 minutes keeping 3, a worker
+// SIGKILLed every 2 minutes, an environment server every 5 (the first
+// at 2.5), a network fault every 2, samples every minute, flat after 10
+// minutes. A 5-minute soak meets every fault at least once.
 func Defaults() Config {
 	return Config{
 		Duration:          time.Hour,
@@ -112,7 +118,8 @@ func Defaults() Config {
 		PolicyJitter:      time.Second,
 		ErrorRate:         0.03,
 		RateLimitRate:     0.03,
-		CheckpointEvery:   3 * time.Minute,
+		ModelCallTimeout:  45 * time.Second,
+		CheckpointEvery:   2 * time.Minute,
 		CheckpointTimeout: 2 * time.Minute,
 		Keep:              3,
 		TagEvery:          2,
@@ -120,7 +127,7 @@ func Defaults() Config {
 		GCGrace:           transcriptstore.MinGrace,
 		WorkerKillEvery:   2 * time.Minute,
 		WorkerDownFor:     10 * time.Second,
-		EnvKillEvery:      6 * time.Minute,
+		EnvKillEvery:      5 * time.Minute,
 		EnvDownFor:        45 * time.Second,
 		WatchEvery:        3 * time.Second,
 		WatchTimeout:      3 * time.Second,
@@ -162,6 +169,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("soak: partition %s and slow link %s must be positive and fit in two network fault intervals of %s", c.PartitionFor, c.SlowFor, c.NetFaultEvery)
 	case c.NetFaultEvery > 0 && c.PartitionFor >= c.WatchBound:
 		return fmt.Errorf("soak: partition %s must be shorter than the watchdog's bound %s (a longer one is declared dead, harmlessly, but is no partition)", c.PartitionFor, c.WatchBound)
+	case c.ModelCallTimeout < 0 || (c.NetFaultEvery > 0 && c.ModelCallTimeout > 0 && c.ModelCallTimeout < c.PartitionFor+c.PolicyLatency+c.PolicyJitter):
+		return fmt.Errorf("soak: model call timeout %s must be longer than a partition %s plus the policy's latency %s±%s", c.ModelCallTimeout, c.PartitionFor, c.PolicyLatency, c.PolicyJitter)
 	case c.ResetShare < 0 || c.ResetShare > 1:
 		return fmt.Errorf("soak: reset share %v must be in [0, 1]", c.ResetShare)
 	}

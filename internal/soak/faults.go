@@ -48,7 +48,8 @@ func (r *run) feedUpTo(ctx context.Context, want int) error {
 	if n <= 0 {
 		return nil
 	}
-	inputs, err := trainer.BuildInputs(trainer.SubmitRequest{Set: r.set, Count: from + n, Envs: r.cfg.Envs, Seed: r.cfg.Seed})
+	inputs, err := trainer.BuildInputs(trainer.SubmitRequest{Set: r.set, Count: from + n, Envs: r.cfg.Envs, Seed: r.cfg.Seed,
+		ModelCallTimeout: r.cfg.ModelCallTimeout})
 	if err != nil {
 		return fmt.Errorf("soak: inputs: %w", err)
 	}

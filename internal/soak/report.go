@@ -213,7 +213,7 @@ func spread(ds []time.Duration) string {
 // warm-up, at the end of the load and after the drain.
 func (r *Report) printAtTimes(w io.Writer) {
 	warm := flatAfter(r.Config)
-	fmt.Fprintf(w, "| | start | %s | end of load | drained |\n|---|---|---|---|---|\n", warm.Round(time.Second))
+	fmt.Fprintf(w, "| | start | first sample ≥ %s | end of load | drained |\n|---|---|---|---|---|\n", warm.Round(time.Second))
 	for _, proc := range procNames(r.Samples) {
 		pick := pickers(samplesOf(r.Samples, proc, ""), warm)
 		fmt.Fprintf(w, "| %s RSS MiB |", proc)

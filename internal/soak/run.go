@@ -114,13 +114,12 @@ func (r *run) load(ctx context.Context) error {
 		{r.cfg.SampleEvery, 0, func(ctx context.Context) error { r.sample(ctx, "load"); return nil }},
 	}
 	if r.cfg.EnvKillEvery > 0 {
-		// A full interval first: by then a scheduled checkpoint has
-		// committed (killEnv waits for one), so there is one to recover
-		// from.
-		loops = append(loops, loop{r.cfg.EnvKillEvery, 0, r.killEnv})
+		// Half an interval first; killEnv waits for a committed
+		// checkpoint, so there is one to recover from.
+		loops = append(loops, loop{r.cfg.EnvKillEvery, r.cfg.EnvKillEvery / 2, r.killEnv})
 	}
 	if r.cfg.NetFaultEvery > 0 {
-		loops = append(loops, loop{r.cfg.NetFaultEvery, r.cfg.NetFaultEvery / 2, r.netFault})
+		loops = append(loops, loop{r.cfg.NetFaultEvery, r.cfg.NetFaultEvery / 4, r.netFault})
 	}
 	for _, l := range loops {
 		g.Go(func() error { return l.run(gctx, ctx) })

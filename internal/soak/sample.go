@@ -68,7 +68,10 @@ func (r *run) sample(ctx context.Context, phase string) {
 		TemporalDB: dirSize(r.st.db) + dirSize(r.st.db+"-wal") + dirSize(r.st.db+"-shm")}
 	r.mu.Lock()
 	r.report.Disk = append(r.report.Disk, d)
+	started := r.submitted
 	r.mu.Unlock()
+	r.cfg.Logf("%s sample (%s): %d rollouts started; disk: checkpoints %s, transcripts %s, dev server database %s",
+		r.since(), phase, started, mib(d.Checkpoints), mib(d.Transcripts), mib(d.TemporalDB))
 }
 
 // procRSS reads a process's resident memory from /proc/<pid>/status.

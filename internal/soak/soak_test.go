@@ -157,7 +157,7 @@ func TestPrintAndChart(t *testing.T) {
 		"| kills | 2 worker SIGKILLs, 1 environment server SIGKILLs |",
 		"| network faults | 2 partitions, 1 slow-link episodes with resets |",
 		"| detections | 2 declared dead (0 recoveries failed), 6 rollouts moved; time to detect 33s / 33s / 33s (min/p50/max); time to recover 50s / 50s / 50s (min/p50/max) |",
-		"| | start | 1m0s | end of load | drained |",
+		"| | start | first sample ≥ 1m0s | end of load | drained |",
 		"| worker-0 RSS MiB | 80.0 | 80.0 | 90.0 | - |",
 		"| worker-0 goroutines | 200 | 200 | 250 | - |",
 		"| temporal RSS MiB | 100.0 | 100.0 | 110.0 | - |",

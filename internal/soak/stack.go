@@ -61,7 +61,12 @@ func startStack(ctx context.Context, cfg Config) (*soakStack, error) {
 	s := &soakStack{cfg: cfg, launch: &stack.Launcher{Dir: cfg.OutDir}, store: filepath.Join(cfg.OutDir, "transcripts"),
 		db: filepath.Join(cfg.OutDir, "temporal.db")}
 	var err error
-	extra := []string{"--dynamic-config-value", fmt.Sprintf("history.hostLevelCacheMaxSize=%d", max(8096, 4*cfg.Concurrency))}
+	// The database is a file, so its disk use is measured; in WAL mode
+	// with synchronous=normal, so a commit does not wait for an fsync (the
+	// dev server's default journal fsyncs every transaction: on the
+	// shared machine the rollouts' workflow tasks then queued for minutes).
+	extra := []string{"--dynamic-config-value", fmt.Sprintf("history.hostLevelCacheMaxSize=%d", max(8096, 4*cfg.Concurrency)),
+		"--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"}
 	if s.temporal, s.hostPort, s.tc, err = s.launch.StartTemporal(ctx, stack.Temporal{CLI: cfg.TemporalCLI, DevConfig: cfg.DevConfig, Extra: extra, DB: s.db}, readyTimeout); err != nil {
 		return s, err
 	}
