@@ -249,9 +249,14 @@ func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string
 			if err := visibility.DecodeStartInput(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), &in); err != nil {
 				return "", fmt.Errorf("input of %s: %w", e.GetExecution().GetWorkflowId(), err)
 			}
-			if in.Set == set {
-				best = &found{id: in.CheckpointID, close: e.GetCloseTime().AsTime().UnixNano()}
+			if in.Set != set {
+				continue
 			}
+			id, err := checkpointIDOf(e.GetExecution().GetWorkflowId(), in)
+			if err != nil {
+				return "", err
+			}
+			best = &found{id: id, close: e.GetCloseTime().AsTime().UnixNano()}
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
 			break
@@ -261,6 +266,20 @@ func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string
 		return "", rollout.BadInput("set %s has no completed checkpoint to recover from: name one (checkpoint_id)", set)
 	}
 	return best.id, nil
+}
+
+// checkpointIDOf is the checkpoint id of the Checkpoint run with
+// workflowID and start input in: its input's, or for a scheduled fire
+// (whose input names none) the one its workflow ID gives.
+func checkpointIDOf(workflowID string, in checkpoint.CheckpointInput) (string, error) {
+	if !in.Scheduled {
+		return in.CheckpointID, nil
+	}
+	id, err := checkpoint.ScheduledCheckpointID(workflowID)
+	if err != nil {
+		return "", fmt.Errorf("scheduled checkpoint %s: %w", workflowID, err)
+	}
+	return id, nil
 }
 
 // usesServer reports whether ref names the server at url: by that URL, or
