@@ -167,7 +167,13 @@ func (r *run) problem(format string, args ...any) {
 	r.report.Problems = append(r.report.Problems, fmt.Sprintf(format, args...))
 }
 
-func (r *run) since() time.Duration { return time.Since(r.start).Round(time.Second) }
+// since is the time since the load began, zero before.
+func (r *run) since() time.Duration {
+	if r.start.IsZero() {
+		return 0
+	}
+	return time.Since(r.start).Round(time.Second)
+}
 
 // pick draws the index of the process to kill among n.
 func (r *run) pick(n int) int {
