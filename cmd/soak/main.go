@@ -60,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (soak.Config, error) {
 	fs.Float64Var(&cfg.ErrorRate, "error-rate", cfg.ErrorRate, "probability of an injected 503")
 	fs.Float64Var(&cfg.RateLimitRate, "rate-limit-rate", cfg.RateLimitRate, "probability of an injected 429")
 	fs.DurationVar(&cfg.ModelCallTimeout, "model-call-timeout", cfg.ModelCallTimeout, "the rollouts' model call timeout (0: the default); a call on a killed worker is retried after it")
+	fs.DurationVar(&cfg.EnvCallTimeout, "env-call-timeout", cfg.EnvCallTimeout, "the rollouts' environment call timeout: how long a rollout keeps retrying a dead server; must cover -env-down-for and the watchdog's detection")
 	fs.DurationVar(&cfg.CheckpointEvery, "checkpoint-every", cfg.CheckpointEvery, "interval of the set's checkpoint schedule")
 	fs.DurationVar(&cfg.CheckpointTimeout, "checkpoint-timeout", cfg.CheckpointTimeout, "deadline of each checkpoint's cut")
 	fs.IntVar(&cfg.Keep, "keep", cfg.Keep, "the schedule's retention: committed checkpoints kept (pinned ones besides)")

@@ -55,6 +55,14 @@ type Config struct {
 	// what a cut waits for a rollout parked in one (a cancelled call is
 	// waited for). Above the longest partition plus the policy's latency.
 	ModelCallTimeout time.Duration
+	// EnvCallTimeout is the rollouts' environment call timeout. An
+	// environment call is a local activity by default, whose retries end
+	// with its start-to-close: a rollout calling a dead server fails this
+	// long after its first refused call. Recovery moves only rollouts
+	// still running, so this must cover the watchdog's detection, the
+	// supervisor's restart and the recovery (with the default 15 s and a
+	// 30 s bound, a 5-minute soak lost 120 of 1,203 rollouts that way).
+	EnvCallTimeout time.Duration
 
 	// CheckpointEvery is the interval of the set's checkpoint Schedule
 	// (a fire while a checkpoint still runs is skipped), each cut bounded
@@ -119,6 +127,7 @@ func Defaults() Config {
 		ErrorRate:         0.03,
 		RateLimitRate:     0.03,
 		ModelCallTimeout:  45 * time.Second,
+		EnvCallTimeout:    4 * time.Minute,
 		CheckpointEvery:   2 * time.Minute,
 		CheckpointTimeout: 2 * time.Minute,
 		Keep:              3,
@@ -171,6 +180,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("soak: partition %s must be shorter than the watchdog's bound %s (a longer one is declared dead, harmlessly, but is no partition)", c.PartitionFor, c.WatchBound)
 	case c.ModelCallTimeout < 0 || (c.NetFaultEvery > 0 && c.ModelCallTimeout > 0 && c.ModelCallTimeout < c.PartitionFor+c.PolicyLatency+c.PolicyJitter):
 		return fmt.Errorf("soak: model call timeout %s must be longer than a partition %s plus the policy's latency %s±%s", c.ModelCallTimeout, c.PartitionFor, c.PolicyLatency, c.PolicyJitter)
+	case c.EnvKillEvery > 0 && c.EnvCallTimeout < c.EnvDownFor+c.WatchBound+c.WatchEvery+c.WatchTimeout:
+		return fmt.Errorf("soak: env call timeout %s must cover the server's down time %s and the watchdog's detection (bound %s + every %s + timeout %s): rollouts calling a dead server fail after it, before a recovery can move them",
+			c.EnvCallTimeout, c.EnvDownFor, c.WatchBound, c.WatchEvery, c.WatchTimeout)
 	case c.ResetShare < 0 || c.ResetShare > 1:
 		return fmt.Errorf("soak: reset share %v must be in [0, 1]", c.ResetShare)
 	}

@@ -49,7 +49,7 @@ func (r *run) feedUpTo(ctx context.Context, want int) error {
 		return nil
 	}
 	inputs, err := trainer.BuildInputs(trainer.SubmitRequest{Set: r.set, Count: from + n, Envs: r.cfg.Envs, Seed: r.cfg.Seed,
-		ModelCallTimeout: r.cfg.ModelCallTimeout})
+		ModelCallTimeout: r.cfg.ModelCallTimeout, EnvCallTimeout: r.cfg.EnvCallTimeout})
 	if err != nil {
 		return fmt.Errorf("soak: inputs: %w", err)
 	}

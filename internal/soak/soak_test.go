@@ -58,6 +58,7 @@ func TestValidate(t *testing.T) {
 		{"gc grace below the minimum", func(c *Config) { c.GCGrace = time.Minute }, "gc grace"},
 		{"keep zero", func(c *Config) { c.Keep = 0 }, "keep 0"},
 		{"reset share above one", func(c *Config) { c.ResetShare = 2 }, "reset share"},
+		{"env calls give up before a recovery", func(c *Config) { c.EnvCallTimeout = 15 * time.Second }, "env call timeout 15s must cover"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
