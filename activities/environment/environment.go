@@ -342,7 +342,7 @@ func (a *Activities) storeDetails(ctx context.Context, rolloutID string, details
 
 // envError maps an environment server failure to what the workflow must do:
 // stop (stale attempt), wait and re-send (parked), give up (a refusal no
-// retry can fix), or let Temporal retry (5xx, network).
+// retry can fix), or let Temporal retry (5xx, network, a lost session).
 func envError(op string, err error) error {
 	var re *protocol.RemoteError
 	if !errors.As(err, &re) {
@@ -358,6 +358,11 @@ func envError(op string, err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrParked, nil)
 	case re.Status == http.StatusRequestTimeout || re.Status == http.StatusTooManyRequests || re.Status >= 500:
 		return fmt.Errorf("environment %s: %w", op, err)
+	case re.Status == http.StatusNotFound && re.Code == protocol.CodeUnknownSession:
+		// The server lost the session (restarted empty at its address): a
+		// recovery may be moving this rollout to a restored server right
+		// now, so the call is retried, within its budget, until then.
+		return temporal.NewApplicationError(msg, rollout.ErrSessionLost)
 	default:
 		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrEnvironment, nil)
 	}

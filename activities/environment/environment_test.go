@@ -310,9 +310,11 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "same id, other body"},
 		},
 		{
-			name:  "unknown session",
+			// A server restarted empty at its address: retried until a
+			// recovery moves the rollout (or the call's budget runs out).
+			name:  "unknown session is retried as a lost session",
 			reply: envRefusal(http.StatusNotFound, protocol.CodeUnknownSession, "no session r1"),
-			want:  testsupport.ErrorWant{Type: rollout.ErrEnvironment, NonRetryable: true, Contains: "no session r1"},
+			want:  testsupport.ErrorWant{Type: rollout.ErrSessionLost, NonRetryable: false, Contains: "no session r1"},
 		},
 		{
 			name:  "server error is retried",

@@ -47,8 +47,15 @@ const (
 	// than 429); retrying cannot help.
 	ErrModelRequest = "ModelBadRequest"
 	// ErrEnvironment: the environment server refused the request for a reason
-	// that a retry cannot fix (unknown session, revision mismatch, conflict).
+	// that a retry cannot fix (unknown task, revision mismatch, conflict).
 	ErrEnvironment = "EnvironmentRefused"
+	// ErrSessionLost: the environment server does not know the session
+	// this attempt started: it lost its state (a server restarted empty at
+	// its address). Retried within the call's budget, since a recovery may
+	// be moving the rollout to a restored server (the watchdog's, once the
+	// restarted server answers); a run that runs out of the budget fails
+	// as an environment failure, which a group retries.
+	ErrSessionLost = "EnvironmentSessionLost"
 	// ErrDestinationRefused: the environment server, model endpoint,
 	// participant or object store an input names is not a destination the
 	// worker's operator configured for the secret it would carry; nothing

@@ -46,12 +46,13 @@ func (r *rollout) setupGroups() {
 
 // environmentFailure says whether a failure is the environment's, which a
 // fresh environment may not repeat: the environment server refused the
-// request (an unknown or crashed session, a task it rejects, a conflict),
-// or the deadline passed during an environment call (a server that keeps
-// failing or timing out is retried by Temporal until then). Model-endpoint
-// failures never are; the caller knows which kind of call failed.
+// request (a crashed session, a task it rejects, a conflict) or lost the
+// session (retried until the call's budget ran out), or the deadline passed
+// during an environment call (a server that keeps failing or timing out is
+// retried by Temporal until then). Model-endpoint failures never are; the
+// caller knows which kind of call failed.
 func environmentFailure(err, ferr error) bool {
-	return isType(err, ErrEnvironment) || isBudget(ferr, BudgetDeadline)
+	return isType(err, ErrEnvironment) || isType(err, ErrSessionLost) || isBudget(ferr, BudgetDeadline)
 }
 
 // failureReason is a failure in one line for the group's ledger: the

@@ -382,3 +382,26 @@ func TestGroupRestoredRunReportsRestored(t *testing.T) {
 	require.Equal(t, 1, result(t, env).Attempt)
 	require.Equal(t, []string{rollout.ReportRestored, rollout.ReportDone}, l.kinds())
 }
+
+// TestGroupRetryOnLostSession: an environment server that lost the session
+// (restarted empty) is retried until the rollout's deadline, then reported
+// to the group as environment-level, like a refusal.
+func TestGroupRetryOnLostSession(t *testing.T) {
+	w, l := newWorld(2), &fakeLedger{budget: 2}
+	w.verifyErr = func(in rollout.VerifyInput) error {
+		if in.Attempt == 0 {
+			return temporal.NewApplicationError("environment verify: 404 unknown_session: no session", rollout.ErrSessionLost)
+		}
+		return nil
+	}
+	env := newGroupEnv(t, w, l)
+	env.SetStartTime(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	in := groupInput()
+	in.Limits.Deadline = rollout.Duration(time.Hour)
+	env.ExecuteWorkflow(rollout.Rollout, in)
+
+	next := continuedAs(t, env)
+	require.Equal(t, 1, next.Attempt, "the group granted a retry")
+	require.Len(t, l.reports, 1)
+	require.True(t, l.reports[0].Retryable, "a lost session is environment-level")
+}
