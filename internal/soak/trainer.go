@@ -77,11 +77,11 @@ func (r *run) refreshCheckpoints(ctx context.Context) ([]string, error) {
 		if r.cps.final[id] {
 			continue
 		}
-		d, err := r.st.tc.DescribeWorkflowExecution(ctx, id, "")
+		d, err := r.st.tc.DescribeWorkflow(ctx, id, "")
 		if err != nil {
 			return nil, fmt.Errorf("describe %s: %w", id, err)
 		}
-		switch st := d.GetWorkflowExecutionInfo().GetStatus(); st {
+		switch st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			running = true
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
