@@ -42,7 +42,7 @@ func TestSoakShort(t *testing.T) {
 	cfg.WorkerKillEvery, cfg.WorkerDownFor = 20*time.Second, 3*time.Second
 	cfg.EnvKillEvery, cfg.EnvDownFor = 30*time.Second, 8*time.Second
 	cfg.WatchEvery, cfg.WatchTimeout, cfg.WatchMisses, cfg.WatchBound = time.Second, time.Second, 3, 5*time.Second
-	cfg.NetFaultEvery, cfg.PartitionFor, cfg.SlowFor = 10*time.Second, 3*time.Second, 8*time.Second
+	cfg.NetFaultEvery, cfg.PartitionFor, cfg.SlowFor = 10*time.Second, 2*time.Second, 8*time.Second
 	cfg.SampleEvery, cfg.FlatAfter = 15*time.Second, 30*time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
