@@ -176,3 +176,15 @@ func TestPrintAndChart(t *testing.T) {
 	require.Contains(t, svg, "worker-0")
 	require.Contains(t, Chart(&Report{}), "no samples")
 }
+
+func TestKillBefore(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	r := &run{}
+	r.report.EnvKills = []EnvKill{{Server: "a", at: t0}, {Server: "b", at: t0.Add(time.Minute)}, {Server: "a", at: t0.Add(10 * time.Minute)}}
+	matched := map[int]bool{}
+	require.Equal(t, t0, r.killBefore("a", t0.Add(30*time.Second), matched).at, "the first declaration of a: the first kill")
+	require.Nil(t, r.killBefore("a", t0.Add(5*time.Minute), matched), "a second declaration (a partition) is no kill's")
+	require.Equal(t, t0.Add(time.Minute), r.killBefore("b", t0.Add(2*time.Minute), matched).at)
+	require.Equal(t, t0.Add(10*time.Minute), r.killBefore("a", t0.Add(11*time.Minute), matched).at)
+	require.Nil(t, r.killBefore("c", t0.Add(time.Hour), matched))
+}

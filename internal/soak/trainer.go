@@ -3,7 +3,6 @@ package soak
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -257,9 +256,10 @@ func (r *run) tearDown(ctx context.Context) {
 		r.problem("watchdog status: %v (found %t)", err, ok)
 		return
 	}
+	matched := map[int]bool{}
 	for _, d := range st.State.Declarations {
 		det := Detection{Server: d.Server, Recovered: d.Recovered, Err: d.Error}
-		if k := r.killBefore(d.Server, d.DeclaredAt); k != nil {
+		if k := r.killBefore(d.Server, d.DeclaredAt, matched); k != nil {
 			det.Detect = d.DeclaredAt.Sub(k.at)
 			if !d.RecoveredAt.IsZero() {
 				det.Recover = d.RecoveredAt.Sub(k.at)
@@ -272,13 +272,21 @@ func (r *run) tearDown(ctx context.Context) {
 	}
 }
 
-// killBefore is the last kill of server before t, nil when none.
-func (r *run) killBefore(server string, t time.Time) *EnvKill {
-	kills := slices.Clone(r.report.EnvKills)
+// killBefore is the last kill of server before t that no earlier
+// declaration explained (it marks it in matched), nil when none: a second
+// declaration of the same server (a partition declared dead, a recovery
+// tried again) is not timed against an old kill.
+func (r *run) killBefore(server string, t time.Time, matched map[int]bool) *EnvKill {
+	kills := r.report.EnvKills
 	for i := len(kills) - 1; i >= 0; i-- {
-		if kills[i].Server == server && !kills[i].at.After(t) {
-			return &kills[i]
+		if kills[i].Server != server || kills[i].at.After(t) {
+			continue
 		}
+		if matched[i] {
+			return nil
+		}
+		matched[i] = true
+		return &kills[i]
 	}
 	return nil
 }
