@@ -102,6 +102,7 @@ func TestCheckFlat(t *testing.T) {
 		{"restarted worker low in the warm-up", samples("worker-1", [2]int64{30, 100}, [2]int64{90, 300}, [2]int64{120, 500}), nil, ""},
 		{"memory leak", samples("env-1", [2]int64{30, 15}, [2]int64{40, 20}, [2]int64{60, 20}, [2]int64{200, 20}), nil, "env-1: RSS peaked at 200.0 MiB"},
 		{"goroutine leak", samples("policy", [2]int64{20, 50}, [2]int64{20, 60}, [2]int64{20, 400}), nil, "policy: goroutines peaked at 400"},
+		{"worker restarted in the warm-up holds every rollout after it", samples("worker-1", [2]int64{60, 40}, [2]int64{60, 70}, [2]int64{80, 333}), nil, ""},
 		{"no goroutines known", samples("temporal", [2]int64{200, -1}, [2]int64{210, -1}, [2]int64{220, -1}), nil, ""},
 		{"nothing after the warm-up is not judged", samples("worker-1", [2]int64{20, 50}, [2]int64{200, 900}), nil, ""},
 		{"checkpoints kept", nil, disk(10, 30, 32, 35, 31), ""},
@@ -109,7 +110,7 @@ func TestCheckFlat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &run{cfg: Config{Duration: 10 * time.Minute, FlatAfter: 2 * time.Minute}}
+			r := &run{cfg: Config{Duration: 10 * time.Minute, FlatAfter: 2 * time.Minute, Concurrency: 50}}
 			r.report.Samples, r.report.Disk = tt.samples, tt.disk
 			r.checkFlat()
 			if tt.want == "" {

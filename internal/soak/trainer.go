@@ -24,6 +24,7 @@ type checkpointState struct {
 	running bool            // a fire still runs
 	tag     int             // the schedule's tag is step-<tag>
 	gcDue   int             // commits since the last garbage collection
+	pinned  bool            // the first step is pinned
 }
 
 // tagName is the trainer step's tag.
@@ -108,7 +109,11 @@ func (r *run) committed(ctx context.Context, id string) {
 	n := len(r.report.Checkpoints.Committed)
 	r.mu.Unlock()
 	r.cfg.Logf("%s checkpoint %s committed (%d so far)", r.since(), id, n)
-	if n == 1 {
+	r.cps.mu.Lock()
+	pin := !r.cps.pinned
+	r.cps.pinned = true
+	r.cps.mu.Unlock()
+	if pin {
 		r.pin(ctx, tagName(1))
 	}
 	r.cps.mu.Lock()
