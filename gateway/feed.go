@@ -115,7 +115,7 @@ func (s *Server) feedOnce(r *http.Request, q feedQuery, h Health) (FeedResponse,
 		return resp, true, err
 	}
 	resp.Items, resp.Cursor = page.Items, encodeCursor(page.Next)
-	resp.Done = h.Running == 0 && page.More == 0
+	resp.Done = h.Settled() && page.More == 0
 	switch {
 	case len(resp.Items) > 0 || resp.Done:
 		return resp, true, nil

@@ -91,6 +91,13 @@ func TestFeedDone(t *testing.T) {
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
 	require.True(t, res.Done, "response %+v", res)
 	require.Empty(t, res.Items, "response %+v", res)
+	// Not done while the admission has rollouts to start, or started some
+	// that visibility does not show running yet.
+	for _, h := range []trainer.Health{{Rollouts: 4, Completed: 2, Queued: 2}, {Rollouts: 2, Completed: 2, Admitting: 1}} {
+		f.health = func(trainer.HealthRequest) (trainer.Health, error) { h.State = trainer.HealthOK; return h, nil }
+		res = decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
+		require.False(t, res.Done, "health %+v: response %+v", h, res)
+	}
 }
 
 // TestFeedWaits: a long poll looks again until a result is ready, and

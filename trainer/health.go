@@ -51,9 +51,14 @@ type Health struct {
 	Failed    int `json:"failed"`
 	Running   int `json:"running"`
 	Held      int `json:"held"`
-	// Queued counts the rollouts the set's admission has not started yet;
-	// they are part of Rollouts.
+	// Queued counts the rollouts the set's admission has not started yet
+	// (those of a submission still arriving included); they are part of
+	// Rollouts.
 	Queued int `json:"queued"`
+	// Admitting counts the rollouts the set's admission started and has not
+	// heard finish working. A rollout it just started shows in Running a
+	// moment later (visibility lags); until then only this counts it.
+	Admitting int `json:"admitting"`
 	// ProgressPerMin counts rollouts finished (held, completed or failed)
 	// per minute over the window.
 	ProgressPerMin float64 `json:"progress_per_min"`
@@ -128,6 +133,10 @@ type healthCounts struct {
 	attempt0, working, progressed, finished int
 }
 
+// Settled says nothing of the set is left to run: no run is running, the
+// admission has no rollout to start and none it started still working.
+func (h Health) Settled() bool { return h.Running == 0 && h.Queued == 0 && h.Admitting == 0 }
+
 func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, error) {
 	if r.Sample < 1 {
 		r.Sample = healthSample
@@ -144,9 +153,11 @@ func setHealth(ctx context.Context, src healthSource, r HealthRequest) (Health, 
 	if err := countAll(ctx, src, r.Set, healthFilters(&h, &n, sinceTS, watchdog)); err != nil {
 		return Health{}, err
 	}
-	if h.Queued, _, err = queuedOf(ctx, src, r.Set); err != nil {
+	adm, _, err := queryAdmission(ctx, src, r.Set)
+	if err != nil {
 		return Health{}, err
 	}
+	h.Queued, h.Admitting = adm.Queued+max(0, adm.Total-adm.Enqueued), adm.Running
 	h.Rollouts = max(n.attempt0, h.Running+h.Completed+h.Failed) + h.Queued
 	h.ProgressPerMin = float64(n.finished) / r.Window.Minutes()
 	if err := sampleModel(ctx, src, r, &h); err != nil {

@@ -34,8 +34,8 @@ type healthAnswers struct {
 	failure  string
 	// noAttributes: the namespace lacks the progress attributes.
 	noAttributes bool
-	// queued rollouts wait in the set's admission (0: the set has none).
-	queued int
+	// admission is the set's admission status (nil: the set has none).
+	admission *set.AdmissionStatus
 	// declarations are in the memo of the set's watchdog (nil: none).
 	declarations []checkpoint.Declaration
 }
@@ -68,10 +68,10 @@ func (f *healthAnswers) client() *temporalfake.Client {
 			return resp, nil
 		},
 		Query: func(workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {
-			if f.queued == 0 {
+			if f.admission == nil {
 				return nil, serviceerror.NewNotFound("workflow not found: " + workflowID)
 			}
-			return temporalfake.Value{V: set.AdmissionStatus{Set: "s1", Queued: f.queued}}, nil
+			return temporalfake.Value{V: *f.admission}, nil
 		},
 	}
 }
@@ -162,11 +162,42 @@ func TestHealth(t *testing.T) {
 // TestHealthCountsQueued: the rollouts the set's admission has not started
 // are counted as queued, and as rollouts of the set.
 func TestHealthCountsQueued(t *testing.T) {
-	f := &healthAnswers{queued: 7, counts: func(string) int { return 1 }, lists: func(string) []*workflowpb.WorkflowExecutionInfo { return nil }}
+	f := &healthAnswers{admission: &set.AdmissionStatus{Set: "s1", Queued: 7, Total: 20, Enqueued: 20},
+		counts: func(string) int { return 1 }, lists: func(string) []*workflowpb.WorkflowExecutionInfo { return nil }}
 	h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
 	require.NoError(t, err)
 	require.Equal(t, 7, h.Queued)
 	require.Equal(t, 1+1+1+7, h.Rollouts, "running + completed + failed + queued")
+}
+
+// TestHealthSettled: a set is settled only when nothing runs, nothing waits
+// in its admission, no batch of its submission is still to arrive, and no
+// rollout the admission started is still working (one just started is not
+// in visibility yet: only the admission counts it).
+func TestHealthSettled(t *testing.T) {
+	none := func(string) int { return 0 }
+	for _, tc := range []struct {
+		name      string
+		adm       *set.AdmissionStatus
+		settled   bool
+		queued    int
+		admitting int
+	}{
+		{"no admission", nil, true, 0, 0},
+		{"admission finished", &set.AdmissionStatus{Total: 8, Enqueued: 8}, true, 0, 0},
+		{"queued", &set.AdmissionStatus{Total: 8, Enqueued: 8, Queued: 2}, false, 2, 0},
+		{"batches to arrive", &set.AdmissionStatus{Total: 8, Enqueued: 5}, false, 3, 0},
+		{"started, not visible yet", &set.AdmissionStatus{Total: 8, Enqueued: 8, Running: 4}, false, 0, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &healthAnswers{admission: tc.adm, counts: none, lists: func(string) []*workflowpb.WorkflowExecutionInfo { return nil }}
+			h, err := setHealth(context.Background(), f.client(), HealthRequest{Set: "s1", Window: time.Minute, Now: t0})
+			require.NoError(t, err)
+			require.Equal(t, tc.queued, h.Queued, "health %+v", h)
+			require.Equal(t, tc.admitting, h.Admitting, "health %+v", h)
+			require.Equal(t, tc.settled, h.Settled(), "health %+v", h)
+		})
+	}
 }
 
 // TestHealthServerRecoveries: the watchdog's declarations are listed; one

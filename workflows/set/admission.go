@@ -379,8 +379,8 @@ func (a *admission) queued() int {
 func (a *admission) status() AdmissionStatus {
 	st := AdmissionStatus{
 		Set: a.in.Set, MaxInFlight: a.in.MaxInFlight, Running: a.runningCount(), Queued: a.queued(),
-		QueuedByEnv: map[string]int{}, Total: a.in.Total, Batches: a.in.Batches, Received: a.in.Received,
-		Hold: a.in.Hold, Counts: a.in.Counts,
+		QueuedByEnv: map[string]int{}, Total: a.in.Total, Enqueued: a.in.Enqueued, Batches: a.in.Batches,
+		Received: a.in.Received, Hold: a.in.Hold, Counts: a.in.Counts,
 	}
 	for _, b := range a.in.Queue {
 		for _, e := range b.EnvOf[b.Admitted:] {

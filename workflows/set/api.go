@@ -236,12 +236,15 @@ type AdmissionStatus struct {
 	Running     int    `json:"running"`
 	Queued      int    `json:"queued"`
 	// QueuedByEnv counts the queued rollouts per environment.
-	QueuedByEnv map[string]int  `json:"queued_by_env"`
-	Total       int             `json:"total"`
-	Batches     int             `json:"batches"`
-	Received    int             `json:"received"`
-	Hold        string          `json:"hold,omitempty"`
-	Counts      AdmissionCounts `json:"counts"`
+	QueuedByEnv map[string]int `json:"queued_by_env"`
+	Total       int            `json:"total"`
+	// Enqueued counts the rollouts of the batches received; Total minus
+	// Enqueued are still to arrive.
+	Enqueued int             `json:"enqueued"`
+	Batches  int             `json:"batches"`
+	Received int             `json:"received"`
+	Hold     string          `json:"hold,omitempty"`
+	Counts   AdmissionCounts `json:"counts"`
 }
 
 // Complete says whether every batch of the submission was received.

@@ -74,6 +74,7 @@ class Health(TypedDict):
     running: int
     held: int
     queued: int  # not started yet: waiting in the set's admission
+    admitting: int  # started by the admission, not yet heard finish (may not show in running yet)
     progress_per_min: float
     consecutive_failures: int
     model_error_rate: float
