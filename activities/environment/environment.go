@@ -358,10 +358,14 @@ func envError(op string, err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrParked, nil)
 	case re.Status == http.StatusRequestTimeout || re.Status == http.StatusTooManyRequests || re.Status >= 500:
 		return fmt.Errorf("environment %s: %w", op, err)
-	case re.Status == http.StatusNotFound && re.Code == protocol.CodeUnknownSession:
+	case re.Status == http.StatusNotFound && re.Code == protocol.CodeUnknownSession,
+		re.Status == http.StatusConflict && re.Code == protocol.CodeAttemptNotInstalled:
 		// The server lost the session (restarted empty at its address): a
 		// recovery may be moving this rollout to a restored server right
-		// now, so the call is retried, within its budget, until then.
+		// now, so the call is retried, within its budget, until then. An
+		// attempt above 0 sees the same loss as attempt_not_installed: the
+		// empty server knows no rollout, so none has an attempt above 0
+		// installed there.
 		return temporal.NewApplicationError(msg, rollout.ErrSessionLost)
 	default:
 		return temporal.NewNonRetryableApplicationError(msg, rollout.ErrEnvironment, nil)

@@ -317,6 +317,14 @@ func TestOperateEnvironmentErrors(t *testing.T) {
 			want:  testsupport.ErrorWant{Type: rollout.ErrSessionLost, NonRetryable: false, Contains: "no session r1"},
 		},
 		{
+			// The same loss seen by a later attempt (a recovered or
+			// restored rollout): the empty server has no attempt of it
+			// installed.
+			name:  "attempt not installed is retried as a lost session",
+			reply: envRefusal(http.StatusConflict, protocol.CodeAttemptNotInstalled, "attempt 1 is above attempt 0 installed"),
+			want:  testsupport.ErrorWant{Type: rollout.ErrSessionLost, NonRetryable: false, Contains: "attempt 1 is above attempt 0"},
+		},
+		{
 			name:  "server error is retried",
 			reply: testsupport.Answer{Status: http.StatusInternalServerError, Body: "boom"},
 			want:  testsupport.ErrorWant{NonRetryable: false, Contains: "boom"},

@@ -51,7 +51,8 @@ const (
 	ErrEnvironment = "EnvironmentRefused"
 	// ErrSessionLost: the environment server does not know the session
 	// this attempt started: it lost its state (a server restarted empty at
-	// its address). Retried within the call's budget, since a recovery may
+	// its address answers 404 unknown_session, or 409 attempt_not_installed
+	// to an attempt above 0). Retried within the call's budget, since a recovery may
 	// be moving the rollout to a restored server (the watchdog's, once the
 	// restarted server answers); a run that runs out of the budget fails
 	// as an environment failure, which a group retries.
