@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +33,9 @@ func TestSoakShort(t *testing.T) {
 	}
 	cfg := soak.Defaults()
 	cfg.BinDir, cfg.TemporalCLI, cfg.OutDir = bins.dir, bins.temporal, t.TempDir()
+	if dir := os.Getenv("TURNSTILE_SOAK_OUT"); dir != "" {
+		cfg.OutDir = dir // kept for a look afterwards: logs, the dev server's database, checkpoints
+	}
 	var err error
 	cfg.Toxiproxy, err = stack.FindToxiproxy(bins.root)
 	require.NoError(t, err)
