@@ -2,6 +2,8 @@ package checkpoint
 
 // The Checkpoint, Restore and RecoverServer workflows have no
 // workflow.GetVersion change ids: a fresh run records no version marker.
+// The Watchdog has one (below), recorded only in a run whose recovery
+// failed.
 //
 // Recorded histories: this release replays only histories recorded by
 // itself. The change ids this file listed before (restore-set-fence,
@@ -19,3 +21,8 @@ package checkpoint
 // in flight (the replay fixtures in testdata guard it) or is released under
 // this rule again, its fixtures re-recorded. Add a change id here only for
 // a change that must reach runs already in flight.
+
+// changeRetryFailedRecovery: the Watchdog runs a failed recovery again
+// (same id) until it succeeds. A watchdog runs as long as its set, so this
+// reaches runs in flight: one recorded before it never retried.
+const changeRetryFailedRecovery = "watchdog-retry-failed-recovery"

@@ -57,6 +57,7 @@ func Watchdog(ctx workflow.Context, in WatchdogInput) (WatchdogStatus, error) {
 				return w.finish(ctx, "done"), nil
 			}
 		}
+		w.retryRecoveries(ctx)
 		if round+1 >= watchdogRoundsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			next := w.in
 			st := w.status.State
@@ -149,6 +150,7 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	d := Declaration{Server: ws.URL, DeclaredAt: now, LastAnswer: ws.Liveness.LastAnswer, Misses: ws.Liveness.Misses,
 		WorkflowID: AutoRecoverWorkflowID(w.in.Set, ws.URL, ws.Generation)}
 	st.Declarations = append(st.Declarations, d)
+	st.Watched[i].Retry = nil // a death declared again runs the same recovery now
 	k := len(st.Declarations) - 1
 	w.logger.Warn("environment server declared dead", "server", ws.URL, "misses", d.Misses, "last_answer", d.LastAnswer)
 	w.publish(ctx)
@@ -159,28 +161,59 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 		return
 	}
 	st.Declarations[k].Replacement = replacement
+	w.attempt(ctx, i, RecoveryRetry{Declaration: k, Replacement: replacement, Standby: standby})
+}
+
+// attempt runs the recovery of the i-th watched server onto r.Replacement
+// and records what came of it: on success the replacement is watched as
+// the next generation; on failure the recovery is run again later
+// (retryRecoveries).
+func (w *watchdog) attempt(ctx workflow.Context, i int, r RecoveryRetry) {
+	st := &w.status.State
+	ws := st.Watched[i]
 	w.status.Phase = "recovering"
 	w.describe(ctx)
-	res, err := w.runRecovery(ctx, ws, replacement)
-	st.Declarations[k].RecoveredAt = workflow.Now(ctx)
+	res, err := w.runRecovery(ctx, ws, r.Replacement)
+	d := &st.Declarations[r.Declaration]
+	d.RecoveredAt = workflow.Now(ctx)
 	w.status.Phase = "watching"
-	// Whatever came of it, the server is watched afresh from now: a failed
-	// recovery is tried again (same id) after another bound.
+	// Whatever came of it, the server is watched afresh from now.
 	st.Watched[i].Liveness = Liveness{LastAnswer: workflow.Now(ctx)}
 	if err != nil {
-		st.Declarations[k].Error = err.Error()
-		w.logger.Error("automatic recovery failed", "server", ws.URL, "error", err)
+		r.Tries++
+		r.NextAt = workflow.Now(ctx).Add(w.det.RetryAfter(r.Tries))
+		d.Error, d.Tries = err.Error(), r.Tries
+		st.Watched[i].Retry = &r
+		w.logger.Error("automatic recovery failed; it runs again", "server", ws.URL, "tries", r.Tries, "next_at", r.NextAt, "error", err)
 		w.count(ctx, MetricRecoveriesFailed, 1)
 		w.publish(ctx)
 		return
 	}
-	st.Declarations[k].Recovered = res.Affected
+	d.Error, d.Recovered = "", res.Affected
 	w.count(ctx, MetricRolloutsRecovered, int64(res.Affected))
-	st.Watched[i].URL, st.Watched[i].Generation = replacement, ws.Generation+1
-	if standby {
+	st.Watched[i].URL, st.Watched[i].Generation, st.Watched[i].Retry = r.Replacement, ws.Generation+1, nil
+	if r.Standby {
 		st.StandbyUsed++
 	}
 	w.publish(ctx)
+}
+
+// retryRecoveries runs again each failed recovery whose wait is over.
+func (w *watchdog) retryRecoveries(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	for i := range w.status.State.Watched {
+		r := w.status.State.Watched[i].Retry
+		if r == nil || now.Before(r.NextAt) {
+			continue
+		}
+		// Runs recorded before failed recoveries were retried did not
+		// retry them: they replay as they ran.
+		if workflow.GetVersion(ctx, changeRetryFailedRecovery, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			return
+		}
+		w.logger.Info("running a failed recovery again", "server", w.status.State.Watched[i].URL, "tries", r.Tries)
+		w.attempt(ctx, i, *r)
+	}
 }
 
 // count adds n to a watchdog counter of the set.

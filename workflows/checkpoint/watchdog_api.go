@@ -206,7 +206,39 @@ type WatchedServer struct {
 	URL        string   `json:"url"`
 	Generation int      `json:"generation"`
 	Liveness   Liveness `json:"liveness"`
+	// Retry is this server's recovery that failed, to be run again (same
+	// id: every step is idempotent) until it succeeds; nil when none is.
+	Retry *RecoveryRetry `json:"retry,omitempty"`
 }
+
+// RecoveryRetry is a failed recovery waiting to run again. A failure such
+// as a checkpoint that prepared the replacement meanwhile (the restore is
+// refused checkpoint_conflict until that checkpoint ends) passes; and a
+// replacement that answers is never declared dead again, so without a
+// retry its rollouts would wait for an operator.
+type RecoveryRetry struct {
+	// Declaration is the index of the declaration the recovery serves.
+	Declaration int    `json:"declaration"`
+	Replacement string `json:"replacement"`
+	Standby     bool   `json:"standby"`
+	// Tries counts the runs that failed; NextAt is when to run it again.
+	Tries  int       `json:"tries"`
+	NextAt time.Time `json:"next_at"`
+}
+
+// RetryAfter is the wait before running a recovery again after its
+// tries-th failure: the probe interval, doubled per failure, at most
+// MaxRecoveryRetryWait.
+func (d Detection) RetryAfter(tries int) time.Duration {
+	wait := d.Every
+	for i := 1; i < tries && wait < MaxRecoveryRetryWait; i++ {
+		wait *= 2
+	}
+	return min(wait, MaxRecoveryRetryWait)
+}
+
+// MaxRecoveryRetryWait bounds the wait between runs of a failed recovery.
+const MaxRecoveryRetryWait = time.Minute
 
 // Declaration is one server the watchdog declared dead, and what came of it.
 type Declaration struct {
@@ -219,8 +251,11 @@ type Declaration struct {
 	RecoveredAt time.Time `json:"recovered_at"`
 	WorkflowID  string    `json:"workflow_id"`
 	// Recovered counts the rollouts moved to the replacement.
-	Recovered int    `json:"recovered"`
-	Error     string `json:"error,omitempty"`
+	Recovered int `json:"recovered"`
+	// Error is the last failure of the recovery while it has not
+	// succeeded; Tries counts its runs that failed (it is run again).
+	Error string `json:"error,omitempty"`
+	Tries int    `json:"tries,omitempty"`
 }
 
 // WatchdogState is what a watchdog carries across continue-as-new.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/turnstile-rl/turnstile/internal/testsupport"
@@ -108,11 +109,22 @@ func watchInput() checkpoint.WatchdogInput {
 // RecoverServer that records its inputs.
 func runWatchdog(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe) (checkpoint.WatchdogStatus, []checkpoint.RecoverServerInput) {
 	t.Helper()
+	return runWatchdogFailing(t, in, p, 0)
+}
+
+// runWatchdogFailing is runWatchdog whose fake RecoverServer fails its
+// first fails runs, as a restore refused by a checkpoint in progress does.
+func runWatchdogFailing(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe, fails int) (checkpoint.WatchdogStatus, []checkpoint.RecoverServerInput) {
+	t.Helper()
 	env := testsupport.NewWorkflowEnv()
 	env.RegisterActivityWithOptions(p.probe, activity.RegisterOptions{Name: checkpoint.ProbeParticipantsName})
 	var recovered []checkpoint.RecoverServerInput
 	env.RegisterWorkflowWithOptions(func(_ workflow.Context, in checkpoint.RecoverServerInput) (checkpoint.RecoverServerResult, error) {
 		recovered = append(recovered, in)
+		if len(recovered) <= fails {
+			return checkpoint.RecoverServerResult{}, temporal.NewNonRetryableApplicationError(
+				"restore refused: 409 checkpoint_conflict: checkpoint c7 is preparing this server", checkpoint.ErrRestoreFailed, nil)
+		}
 		return checkpoint.RecoverServerResult{Affected: 4}, nil
 	}, workflow.RegisterOptions{Name: checkpoint.RecoverServerWorkflowName})
 	env.ExecuteWorkflow(checkpoint.Watchdog, in)
@@ -196,4 +208,40 @@ func TestWatchdogRejectsBadInput(t *testing.T) {
 	in = watchInput()
 	in.Settings.Every = "x"
 	require.ErrorContains(t, in.Validate(), "auto_recover.every")
+}
+
+// TestWatchdogRetriesFailedRecovery: a recovery that fails while its
+// replacement answers (a checkpoint had prepared the restarted server) is
+// run again, same id, after a growing wait, until it succeeds; the
+// declaration then shows the recovery, not the failure.
+func TestWatchdogRetriesFailedRecovery(t *testing.T) {
+	in := watchInput()
+	in.Standby = nil
+	p := &watchProbe{
+		script:  func(s string, round int) bool { return s != deadURL || round < 4 || round > 12 },
+		running: func(round int) int { return map[bool]int{true: 8, false: 0}[round < 40] },
+	}
+	st, recovered := runWatchdogFailing(t, in, p, 2)
+	require.Len(t, recovered, 3, "two failed runs, then one that succeeded")
+	for _, r := range recovered {
+		require.Equal(t, recovered[0], r, "every run is the same recovery (same id)")
+	}
+	require.Equal(t, checkpoint.AutoRecoverRequestID(deadURL, 0), recovered[0].RequestID)
+	require.Len(t, st.State.Declarations, 1, "the server was not declared dead again")
+	d := st.State.Declarations[0]
+	require.Empty(t, d.Error)
+	require.Equal(t, 2, d.Tries)
+	require.Equal(t, 4, d.Recovered)
+	require.Contains(t, d.Summary(), "recovered 4 rollouts")
+	require.Nil(t, st.State.Watched[1].Retry)
+	require.Equal(t, 1, st.State.Watched[1].Generation)
+}
+
+// TestRetryAfter doubles the wait per failure, from the probe interval,
+// up to a minute.
+func TestRetryAfter(t *testing.T) {
+	d := checkpoint.Detection{Every: 5 * time.Second}
+	for tries, want := range map[int]time.Duration{1: 5 * time.Second, 2: 10 * time.Second, 3: 20 * time.Second, 4: 40 * time.Second, 5: time.Minute, 50: time.Minute} {
+		require.Equal(t, want, d.RetryAfter(tries), "after %d failures", tries)
+	}
 }
