@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -83,7 +84,7 @@ func (c *Coordinator) PlanRecovery(ctx context.Context, in checkpoint.PlanRecove
 	}
 	cpID := in.CheckpointID
 	if cpID == "" {
-		if cpID, err = newestCheckpoint(ctx, tc, in.Set); err != nil {
+		if cpID, err = c.recoveryCheckpoint(ctx, tc, in); err != nil {
 			return checkpoint.PlanRecoveryResult{}, err
 		}
 	}
@@ -226,46 +227,99 @@ func sortedSet(seen map[string]bool) []string {
 }
 
 // newestCheckpoint is the id of the newest completed Checkpoint run of set
-// (visibility lists closed runs newest first; each run's input names its
-// set).
+// (each run's input names its set).
 func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string, error) {
-	query := fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Completed"`, checkpoint.CheckpointWorkflowName)
-	type found struct {
-		id    string
-		close int64
+	var newest string
+	err := setCheckpoints(ctx, tc, set, func(id string) (bool, error) {
+		newest = id
+		return false, nil
+	})
+	return newest, err
+}
+
+// recoveryCheckpoint is the checkpoint a recovery named by restoreID goes
+// back to when it names none: the one an earlier run of the same recovery
+// planned from (its attempt map is there), else the set's newest. A
+// recovery run again after a failure must not move to a newer checkpoint:
+// one that cut the replacement while it was still empty (restarted, not
+// yet restored) holds none of the moved rollouts' sessions.
+func (c *Coordinator) recoveryCheckpoint(ctx context.Context, tc client.Client, in checkpoint.PlanRecoveryInput) (string, error) {
+	var newest, planned string
+	looked := 0
+	err := setCheckpoints(ctx, tc, in.Set, func(id string) (bool, error) {
+		if newest == "" {
+			newest = id
+		}
+		_, _, rdir, err := c.restoreFiles(ctx, in.Root, id, in.RestoreID)
+		if err != nil {
+			return false, err
+		}
+		if _, _, err := readAttempts(ctx, attemptsPath(rdir), id, in.RestoreID); err == nil {
+			planned = id
+			return false, nil
+		}
+		looked++
+		return looked < maxPlanLookback, nil
+	})
+	if planned != "" {
+		return planned, nil
 	}
-	var best *found
+	return newest, err
+}
+
+// maxPlanLookback bounds how many of a set's newest checkpoints a
+// recovery looks in for its own earlier plan (a retried recovery planned
+// minutes ago; retention keeps a few checkpoints).
+const maxPlanLookback = 8
+
+// setCheckpoints calls fn with the ids of set's completed Checkpoint runs,
+// newest (by close time) first, until fn returns false. Visibility lists
+// the namespace's completed checkpoints; each candidate's set is read from
+// its run's input.
+func setCheckpoints(ctx context.Context, tc client.Client, set string, fn func(id string) (bool, error)) error {
+	query := fmt.Sprintf(`WorkflowType = %q AND ExecutionStatus = "Completed"`, checkpoint.CheckpointWorkflowName)
+	var runs []*workflowpb.WorkflowExecutionInfo
 	var token []byte
 	for {
 		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 1000})
 		if err != nil {
-			return "", fmt.Errorf("list checkpoints: %w", err)
+			return fmt.Errorf("list checkpoints: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
-			if e.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED || (best != nil && e.GetCloseTime().AsTime().UnixNano() <= best.close) {
-				continue
+			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+				runs = append(runs, e)
 			}
-			var in checkpoint.CheckpointInput
-			if err := visibility.DecodeStartInput(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), &in); err != nil {
-				return "", fmt.Errorf("input of %s: %w", e.GetExecution().GetWorkflowId(), err)
-			}
-			if in.Set != set {
-				continue
-			}
-			id, err := checkpointIDOf(e.GetExecution().GetWorkflowId(), in)
-			if err != nil {
-				return "", err
-			}
-			best = &found{id: id, close: e.GetCloseTime().AsTime().UnixNano()}
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
 			break
 		}
 	}
-	if best == nil {
-		return "", rollout.BadInput("set %s has no completed checkpoint to recover from: name one (checkpoint_id)", set)
+	sort.SliceStable(runs, func(i, j int) bool {
+		return runs[i].GetCloseTime().AsTime().After(runs[j].GetCloseTime().AsTime())
+	})
+	found := false
+	for _, e := range runs {
+		var in checkpoint.CheckpointInput
+		if err := visibility.DecodeStartInput(ctx, tc, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), &in); err != nil {
+			return fmt.Errorf("input of %s: %w", e.GetExecution().GetWorkflowId(), err)
+		}
+		if in.Set != set {
+			continue
+		}
+		id, err := checkpointIDOf(e.GetExecution().GetWorkflowId(), in)
+		if err != nil {
+			return err
+		}
+		found = true
+		more, err := fn(id)
+		if err != nil || !more {
+			return err
+		}
 	}
-	return best.id, nil
+	if !found {
+		return rollout.BadInput("set %s has no completed checkpoint to recover from: name one (checkpoint_id)", set)
+	}
+	return nil
 }
 
 // checkpointIDOf is the checkpoint id of the Checkpoint run with

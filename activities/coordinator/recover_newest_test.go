@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,4 +66,50 @@ func TestNewestCheckpointScheduled(t *testing.T) {
 
 	_, err = newestCheckpoint(context.Background(), tc, "s3")
 	require.ErrorContains(t, err, "set s3 has no completed checkpoint")
+}
+
+// TestRecoveryCheckpointKeepsItsPlan: a recovery run again (same restore
+// id) goes back to the checkpoint its first run planned from, not to a
+// newer one (which may have cut the replacement while it was still
+// empty); without a plan anywhere it takes the newest.
+func TestRecoveryCheckpointKeepsItsPlan(t *testing.T) {
+	base := time.Date(2026, 12, 2, 2, 0, 0, 0, time.UTC)
+	var infos []*workflowpb.WorkflowExecutionInfo
+	for i, id := range []string{"cp-old", "cp-new"} {
+		infos = append(infos, &workflowpb.WorkflowExecutionInfo{
+			Execution: &commonpb.WorkflowExecution{WorkflowId: "checkpoint/" + id, RunId: "run-" + id},
+			Status:    enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, CloseTime: timestamppb.New(base.Add(time.Duration(i) * time.Minute)),
+		})
+	}
+	tc := &temporalfake.Client{
+		List: func(string) ([]*workflowpb.WorkflowExecutionInfo, error) { return infos, nil },
+		History: func(wid, _ string) client.HistoryEventIterator {
+			in := checkpoint.CheckpointInput{Set: "s1", CheckpointID: strings.TrimPrefix(wid, "checkpoint/")}
+			return &temporalfake.History{Events: []*historypb.HistoryEvent{{
+				EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+				Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{
+					Input: &commonpb.Payloads{Payloads: []*commonpb.Payload{temporalfake.Payload(in)}},
+				}},
+			}}}
+		},
+	}
+	root := t.TempDir()
+	c := &Coordinator{Client: tc}
+	in := checkpoint.PlanRecoveryInput{Set: "s1", Root: root, RestoreID: "auto-abc-0"}
+	id, err := c.recoveryCheckpoint(context.Background(), tc, in)
+	require.NoError(t, err)
+	require.Equal(t, "cp-new", id, "no plan yet: the newest")
+
+	dir := filepath.Join(root, "cp-old", checkpoint.RestoreDir, "auto-abc-0")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	plan := `{"checkpoint_id":"cp-old","restore_id":"auto-abc-0","set":"s1","manifest_digest":"d","attempts":{"s1-0001":1},"start":["s1-0001"]}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "attempts.json"), []byte(plan), 0o600))
+	id, err = c.recoveryCheckpoint(context.Background(), tc, in)
+	require.NoError(t, err)
+	require.Equal(t, "cp-old", id, "the checkpoint the first run planned from")
+
+	in.RestoreID = "auto-abc-1"
+	id, err = c.recoveryCheckpoint(context.Background(), tc, in)
+	require.NoError(t, err)
+	require.Equal(t, "cp-new", id, "another recovery's plan is not this one's")
 }
