@@ -39,10 +39,10 @@ type ScheduleRequest struct {
 const MinScheduleEvery = time.Second
 
 // SchedulePrefix starts the ID of every checkpoint schedule.
-const SchedulePrefix = "checkpoints/"
+const SchedulePrefix = checkpoint.SchedulePrefix
 
 // ScheduleID is the ID of set's checkpoint schedule: one per set.
-func ScheduleID(set string) string { return SchedulePrefix + set }
+func ScheduleID(set string) string { return checkpoint.ScheduleID(set) }
 
 // scheduledPrefix is the checkpoint id prefix of a set's scheduled
 // checkpoints; Temporal appends each fire's time to the workflow ID.

@@ -254,6 +254,9 @@ type Detection struct {
 	Server    string
 	Recovered int    // rollouts moved
 	Err       string `json:",omitempty"`
+	// Retried counts the recovery's runs that failed before the one that
+	// succeeded (the watchdog runs a failed recovery again).
+	Retried int `json:",omitempty"`
 	// Detect is kill → declared, Recover kill → rollouts moved (the
 	// supervisor's restart included); zero when no kill explains it (a
 	// false positive, from a partition say).

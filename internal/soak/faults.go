@@ -136,24 +136,6 @@ func (r *run) killEnv(ctx context.Context) error {
 		r.cfg.Logf("%s environment server kill skipped: %v", r.since(), err)
 		return nil
 	}
-	// Cuts stay away from the kill until its recovery: a fire while the
-	// server is down or restarting prepares the restarted, empty server,
-	// and the recovery's restore is refused checkpoint_conflict; the
-	// watchdog does not try it again once the server answers (a product
-	// gap, see docs/testing.md). The pause is the soak's, not an operator's.
-	if err := r.ts.PauseSchedule(ctx, r.set, "soak: environment server kill under way"); err != nil {
-		r.cfg.Logf("%s environment server kill skipped: %v", r.since(), err)
-		return nil
-	}
-	defer func() {
-		if err := r.ts.UnpauseSchedule(context.WithoutCancel(ctx), r.set, "soak: environment server recovered"); err != nil {
-			r.problem("unpause the checkpoint schedule: %v", err)
-		}
-	}()
-	if err := stack.WaitFor(ctx, "no cut under way", nil, cutWait, r.killable); err != nil {
-		r.cfg.Logf("%s environment server kill skipped: %v", r.since(), err)
-		return nil
-	}
 	i := r.pick(len(r.st.envs))
 	r.st.mu.Lock()
 	m := r.st.envs[i]

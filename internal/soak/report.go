@@ -186,11 +186,13 @@ func (r *Report) printTable(w io.Writer) {
 // and to recover, min/p50/max, of those a kill explains.
 func (r *Report) detectionSummary() string {
 	var detect, recover []time.Duration
-	moved, failed := 0, 0
+	moved, failed, retried := 0, 0, 0
 	for _, d := range r.Detections {
 		moved += d.Recovered
 		if d.Err != "" {
 			failed++
+		} else if d.Retried > 0 {
+			retried++
 		}
 		if d.Detect > 0 {
 			detect = append(detect, d.Detect)
@@ -199,8 +201,8 @@ func (r *Report) detectionSummary() string {
 			recover = append(recover, d.Recover)
 		}
 	}
-	return fmt.Sprintf("%d declared dead (%d recoveries failed), %d rollouts moved; time to detect %s; time to recover %s",
-		len(r.Detections), failed, moved, spread(detect), spread(recover))
+	return fmt.Sprintf("%d declared dead (%d recoveries failed, %d succeeded after a retry), %d rollouts moved; time to detect %s; time to recover %s",
+		len(r.Detections), failed, retried, moved, spread(detect), spread(recover))
 }
 
 // spread is "min/p50/max" of ds, "-" for none.

@@ -263,7 +263,7 @@ func (r *run) tearDown(ctx context.Context) {
 	}
 	matched := map[int]bool{}
 	for _, d := range st.State.Declarations {
-		det := Detection{Server: d.Server, Recovered: d.Recovered, Err: d.Error}
+		det := Detection{Server: d.Server, Recovered: d.Recovered, Err: d.Error, Retried: d.Tries}
 		if k := r.killBefore(d.Server, d.DeclaredAt, matched); k != nil {
 			det.Detect = d.DeclaredAt.Sub(k.at)
 			if !d.RecoveredAt.IsZero() {

@@ -2,8 +2,8 @@ package checkpoint
 
 // The Checkpoint, Restore and RecoverServer workflows have no
 // workflow.GetVersion change ids: a fresh run records no version marker.
-// The Watchdog has one (below), recorded only in a run whose recovery
-// failed.
+// The Watchdog has two (below), recorded only in a run that declared a
+// server dead.
 //
 // Recorded histories: this release replays only histories recorded by
 // itself. The change ids this file listed before (restore-set-fence,
@@ -26,3 +26,7 @@ package checkpoint
 // (same id) until it succeeds. A watchdog runs as long as its set, so this
 // reaches runs in flight: one recorded before it never retried.
 const changeRetryFailedRecovery = "watchdog-retry-failed-recovery"
+
+// changeHoldSchedule: the Watchdog pauses the set's checkpoint schedule
+// from a declaration until its recovery succeeded (HoldSchedule).
+const changeHoldSchedule = "watchdog-hold-schedule"

@@ -155,6 +155,7 @@ func (w *watchdog) recoverServer(ctx workflow.Context, i int, now time.Time) {
 	w.logger.Warn("environment server declared dead", "server", ws.URL, "misses", d.Misses, "last_answer", d.LastAnswer)
 	w.publish(ctx)
 	w.count(ctx, MetricServersDeclaredDead, 1)
+	w.holdSchedule(ctx, true, fmt.Sprintf("recovery of %s under way (declared dead %s)", ws.URL, now.UTC().Format(time.RFC3339)))
 	replacement, standby, ok := w.replacement(ctx, ws.URL)
 	if !ok {
 		st.Declarations[k].Error = "stopped while waiting for the server to come back"
@@ -196,6 +197,46 @@ func (w *watchdog) attempt(ctx workflow.Context, i int, r RecoveryRetry) {
 		st.StandbyUsed++
 	}
 	w.publish(ctx)
+	w.holdSchedule(ctx, false, fmt.Sprintf("%s recovered onto %s", ws.URL, r.Replacement))
+}
+
+// holdSchedule pauses (hold) or releases the set's checkpoint schedule
+// around recoveries: from a declaration until every recovery it started
+// has succeeded. A cut that fired meanwhile would prepare a restarted,
+// still empty server: it would hold none of the moved rollouts' sessions
+// and its prepare refuses the recovery's restore. Best effort: a schedule
+// that cannot be paused leaves the recovery to its retries.
+func (w *watchdog) holdSchedule(ctx workflow.Context, hold bool, note string) {
+	st := &w.status.State
+	if hold == st.ScheduleHeld || (!hold && w.retrying()) {
+		return
+	}
+	// Runs recorded before the watchdog held schedules replay as they ran.
+	if workflow.GetVersion(ctx, changeHoldSchedule, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             map[bool]string{true: "pause the checkpoint schedule", false: "release the checkpoint schedule"}[hold],
+	})
+	var res HoldScheduleResult
+	err := workflow.ExecuteActivity(actx, HoldScheduleName, HoldScheduleInput{Set: w.in.Set, Hold: hold, Note: note}).Get(ctx, &res)
+	if err != nil {
+		w.logger.Warn("checkpoint schedule not changed", "hold", hold, "error", err)
+		return
+	}
+	st.ScheduleHeld = res.Held
+}
+
+// retrying reports whether a failed recovery waits to run again.
+func (w *watchdog) retrying() bool {
+	for _, s := range w.status.State.Watched {
+		if s.Retry != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // retryRecoveries runs again each failed recovery whose wait is over.
@@ -283,6 +324,12 @@ func (w *watchdog) sleep(ctx workflow.Context) bool {
 }
 
 func (w *watchdog) finish(ctx workflow.Context, phase string) WatchdogStatus {
+	if w.status.State.ScheduleHeld {
+		for i := range w.status.State.Watched {
+			w.status.State.Watched[i].Retry = nil // no retry runs after the watchdog ends
+		}
+		w.holdSchedule(ctx, false, "the watchdog ended ("+phase+")")
+	}
 	w.status.Phase = phase
 	w.describe(ctx)
 	return w.status

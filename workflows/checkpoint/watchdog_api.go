@@ -25,6 +25,38 @@ const WatchdogWorkflowName = "Watchdog"
 // health routes and count the set's running rollouts.
 const ProbeParticipantsName = "ProbeParticipants"
 
+// HoldScheduleName is the watchdog's activity that pauses the set's
+// checkpoint schedule from a declaration until its recovery succeeded, and
+// releases it then: a scheduled cut of a restarted, still empty server
+// would hold none of its rollouts' sessions and would conflict with the
+// recovery's restore.
+const HoldScheduleName = "HoldSchedule"
+
+// HoldScheduleInput holds (Hold) or releases the set's schedule; Note says
+// why, in the schedule's pause note (after WatchdogPauseNote).
+type HoldScheduleInput struct {
+	Set  string `json:"set"`
+	Hold bool   `json:"hold"`
+	Note string `json:"note"`
+}
+
+// HoldScheduleResult says whether the watchdog holds the schedule paused
+// now. A schedule someone else paused is left alone (and not held), and a
+// set without a schedule has nothing to hold.
+type HoldScheduleResult struct {
+	Held bool `json:"held"`
+}
+
+// WatchdogPauseNote starts the note of a pause the watchdog made: only
+// such a pause is the watchdog's to release.
+const WatchdogPauseNote = "turnstile watchdog: "
+
+// SchedulePrefix starts the ID of every checkpoint schedule.
+const SchedulePrefix = "checkpoints/"
+
+// ScheduleID is the ID of set's checkpoint schedule: one per set.
+func ScheduleID(set string) string { return SchedulePrefix + set }
+
 // QueryWatchdogStatus answers a Watchdog run's WatchdogStatus.
 const QueryWatchdogStatus = "status"
 
@@ -264,8 +296,11 @@ type WatchdogState struct {
 	StandbyUsed  int             `json:"standby_used"`
 	Declarations []Declaration   `json:"declarations,omitempty"`
 	SeenRunning  bool            `json:"seen_running"`
-	IdleRounds   int             `json:"idle_rounds"`
-	Rounds       int             `json:"rounds"`
+	// ScheduleHeld: the watchdog paused the set's checkpoint schedule for
+	// a recovery and has not released it yet.
+	ScheduleHeld bool `json:"schedule_held,omitempty"`
+	IdleRounds   int  `json:"idle_rounds"`
+	Rounds       int  `json:"rounds"`
 }
 
 // WatchdogStatus answers QueryWatchdogStatus (and is the watchdog's result).

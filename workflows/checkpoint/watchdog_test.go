@@ -116,10 +116,24 @@ func runWatchdog(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe) (chec
 // first fails runs, as a restore refused by a checkpoint in progress does.
 func runWatchdogFailing(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe, fails int) (checkpoint.WatchdogStatus, []checkpoint.RecoverServerInput) {
 	t.Helper()
+	st, recovered, _ := runWatchdogLog(t, in, p, fails)
+	return st, recovered
+}
+
+// runWatchdogLog is runWatchdogFailing that also returns, in order, the
+// recovery runs ("recover") and schedule holds ("hold", "release") seen.
+func runWatchdogLog(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe, fails int) (checkpoint.WatchdogStatus, []checkpoint.RecoverServerInput, []string) {
+	t.Helper()
 	env := testsupport.NewWorkflowEnv()
 	env.RegisterActivityWithOptions(p.probe, activity.RegisterOptions{Name: checkpoint.ProbeParticipantsName})
+	var log []string
+	env.RegisterActivityWithOptions(func(_ context.Context, h checkpoint.HoldScheduleInput) (checkpoint.HoldScheduleResult, error) {
+		log = append(log, map[bool]string{true: "hold", false: "release"}[h.Hold])
+		return checkpoint.HoldScheduleResult{Held: h.Hold}, nil
+	}, activity.RegisterOptions{Name: checkpoint.HoldScheduleName})
 	var recovered []checkpoint.RecoverServerInput
 	env.RegisterWorkflowWithOptions(func(_ workflow.Context, in checkpoint.RecoverServerInput) (checkpoint.RecoverServerResult, error) {
+		log = append(log, "recover")
 		recovered = append(recovered, in)
 		if len(recovered) <= fails {
 			return checkpoint.RecoverServerResult{}, temporal.NewNonRetryableApplicationError(
@@ -132,7 +146,7 @@ func runWatchdogFailing(t *testing.T, in checkpoint.WatchdogInput, p *watchProbe
 	require.NoError(t, env.GetWorkflowError())
 	var st checkpoint.WatchdogStatus
 	require.NoError(t, env.GetWorkflowResult(&st))
-	return st, recovered
+	return st, recovered, log
 }
 
 // TestWatchdogRecoversDeadServerOntoStandby: a server silent past the
@@ -221,7 +235,10 @@ func TestWatchdogRetriesFailedRecovery(t *testing.T) {
 		script:  func(s string, round int) bool { return s != deadURL || round < 4 || round > 12 },
 		running: func(round int) int { return map[bool]int{true: 8, false: 0}[round < 40] },
 	}
-	st, recovered := runWatchdogFailing(t, in, p, 2)
+	st, recovered, log := runWatchdogLog(t, in, p, 2)
+	require.Equal(t, []string{"hold", "recover", "recover", "recover", "release"}, log,
+		"the schedule is paused from the declaration until the recovery succeeded")
+	require.False(t, st.State.ScheduleHeld)
 	require.Len(t, recovered, 3, "two failed runs, then one that succeeded")
 	for _, r := range recovered {
 		require.Equal(t, recovered[0], r, "every run is the same recovery (same id)")
