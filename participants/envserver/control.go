@@ -378,8 +378,15 @@ func (s *Server) handleAuthorise(r *http.Request, body []byte) (any, error) {
 func (s *Server) retireExecution(id string, floor int) protocol.RetireResponse {
 	s.gate.raiseFloor(id, floor)
 	sl := s.store.slotFor(id)
-	if !sl.mu.TryLock() {
-		return protocol.RetireResponse{RolloutID: id, Fence: floor, Pending: true}
+	for {
+		if !sl.mu.TryLock() {
+			return protocol.RetireResponse{RolloutID: id, Fence: floor, Pending: true}
+		}
+		if !sl.gone {
+			break
+		}
+		sl.mu.Unlock()
+		sl = s.store.slotFor(id) // forgotten meanwhile: the floor applies to a new slot
 	}
 	defer sl.mu.Unlock()
 	sess, evicted := s.store.peek(sl)
@@ -682,8 +689,7 @@ func (s *Server) knows(id string) bool {
 // rollout that starts over or was only fenced. It says whether a session
 // was dropped. Call it with admission closed and waitIdle done.
 func (s *Server) dropBelow(id string, floor int) bool {
-	sl := s.store.slotFor(id)
-	sl.mu.Lock()
+	sl := s.store.lockSlot(id, true)
 	s.settle(sl)
 	sl.raise(floor)
 	sess, evicted := s.store.peek(sl)

@@ -13,7 +13,7 @@ import (
 // An idle store lets go of retired sessions too: the sweep timer evicts
 // them when their grace ends, with no request arriving to trigger it.
 func TestIdleStoreSweepsRetiredSessions(t *testing.T) {
-	st := newSessionStore(0, 20*time.Millisecond, nil)
+	st := newSessionStore(0, 20*time.Millisecond, -1, nil)
 	for _, id := range []string{"a", "b"} {
 		sl := st.slotFor(id)
 		sl.mu.Lock()

@@ -44,7 +44,15 @@ type ServerConfig struct {
 	// receipts would have answered is refused with session_retired, never
 	// applied again.
 	RetiredGrace time.Duration
-	// Now is the clock RetiredGrace is measured on; nil means time.Now.
+	// ForgetAfter is how long a finished rollout whose receipts were dropped
+	// (past RetiredGrace or RetiredSessions) is remembered after its last
+	// change (its retirement, or a fence raised): then its session info,
+	// its slot and its fence are forgotten, and a checkpoint no longer
+	// exports them. A request of a forgotten rollout is answered as for one
+	// never seen. 0 means DefaultForgetAfter, negative never forget.
+	ForgetAfter time.Duration
+	// Now is the clock RetiredGrace and ForgetAfter are measured on; nil
+	// means time.Now.
 	Now func() time.Time
 	// Name is the participant's name in its capabilities and checkpoints;
 	// empty means DefaultServerName.
@@ -118,12 +126,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		fp:        cfg.Failpoints,
 		log:       cfg.Logger,
 		mux:       http.NewServeMux(),
-		store:     newSessionStore(cfg.RetiredSessions, cfg.RetiredGrace, cfg.Now),
+		store:     newSessionStore(cfg.RetiredSessions, cfg.RetiredGrace, cfg.ForgetAfter, cfg.Now),
 		dataToken: newBearer(cfg.DataToken),
 		dataOpen:  cfg.InsecureNoDataAuth,
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
+	}
+	s.store.pending = func(id string) bool {
+		_, ok := s.gate.floor(id)
+		return ok
 	}
 	for i, env := range cfg.Envs {
 		if env == nil {
@@ -246,14 +258,16 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 // handleSession answers GET /v1/sessions/{rollout_id}.
 func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("rollout_id")
-	sl := s.store.lookup(id)
+	sl := s.store.lockSlot(id, false)
 	if sl == nil {
 		s.writeError(w, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id))
 		return
 	}
-	sl.mu.Lock()
 	s.settle(sl)
 	sess, evicted := s.store.peek(sl)
+	if s.store.forgetIfIdle(sl) {
+		sess, evicted = nil, nil
+	}
 	var info protocol.SessionInfo
 	switch {
 	case sess != nil:
@@ -467,17 +481,22 @@ func notInstalled(id string, attempt, fence int) error {
 		id, attempt, fence, protocol.RouteControlAuthorise)
 }
 
-// slotForStart returns the slot a start addresses, creating it only for
-// attempt 0 of a rollout never seen (a new rollout): a refused start must
-// not leave a slot behind.
-func (s *Server) slotForStart(id string, attempt int) (*slot, error) {
-	if sl := s.store.lookup(id); sl != nil {
-		return sl, nil
+// lockSlotForStart returns the slot a start addresses, locked, creating it
+// only for attempt 0 of a rollout never seen (or forgotten): a new rollout.
+// A refused start must not leave a slot behind.
+func (s *Server) lockSlotForStart(id string, attempt int) (*slot, error) {
+	sl := s.store.lockSlot(id, false)
+	if sl != nil {
+		s.settle(sl)
+		if !s.store.forgetIfIdle(sl) {
+			return sl, nil
+		}
+		sl.mu.Unlock()
 	}
 	if attempt > 0 {
 		return nil, notInstalled(id, attempt, 0)
 	}
-	return s.store.slotFor(id), nil
+	return s.store.lockSlot(id, true), nil
 }
 
 // applied records that a mutation was applied and its receipt stored, and
@@ -533,11 +552,10 @@ func (s *Server) start(_ context.Context, body []byte) ([]byte, error) {
 	}
 
 	defer s.gate.hold(req.RolloutID, req.Attempt)()
-	sl, aerr := s.slotForStart(req.RolloutID, req.Attempt)
+	sl, aerr := s.lockSlotForStart(req.RolloutID, req.Attempt)
 	if aerr != nil {
 		return nil, aerr
 	}
-	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if aerr := s.lockedChecks(sl); aerr != nil {
 		return nil, aerr
@@ -608,6 +626,15 @@ func (s *Server) liveSession(sl *slot, id protocol.Identity) (*session, error) {
 	return nil, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
 }
 
+// unseen refuses an operate or verify of a rollout the server does not know
+// (never seen, or forgotten): an attempt above 0 was never installed here.
+func unseen(id protocol.Identity) error {
+	if id.Attempt > 0 {
+		return notInstalled(id.RolloutID, id.Attempt, 0)
+	}
+	return refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+}
+
 func checkMutable(sess *session, id protocol.Identity, expected int64) error {
 	if sess.Retired {
 		return refuse(protocol.CodeSessionRetired, "rollout %q: the session was verified and retired", id.RolloutID)
@@ -628,17 +655,16 @@ func checkMutable(sess *session, id protocol.Identity, expected int64) error {
 func (s *Server) mutateSession(id protocol.Identity, expected int64, dg string,
 	apply func(sl *slot, sess *session) ([]byte, error)) ([]byte, error) {
 	defer s.gate.hold(id.RolloutID, id.Attempt)()
-	sl := s.store.lookup(id.RolloutID)
+	sl := s.store.lockSlot(id.RolloutID, false)
 	if sl == nil {
-		if id.Attempt > 0 {
-			return nil, notInstalled(id.RolloutID, id.Attempt, 0)
-		}
-		return nil, refuse(protocol.CodeUnknownSession, "no session for rollout %q", id.RolloutID)
+		return nil, unseen(id)
 	}
-	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if aerr := s.lockedChecks(sl); aerr != nil {
 		return nil, aerr
+	}
+	if s.store.forgetIfIdle(sl) {
+		return nil, unseen(id)
 	}
 	sess, aerr := s.liveSession(sl, id)
 	if aerr != nil {

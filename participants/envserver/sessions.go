@@ -26,6 +26,24 @@ const DefaultRetiredSessions = 4096
 // longest, a rollout's model call, is 5 minutes); twice that is the grace.
 const DefaultRetiredGrace = 10 * time.Minute
 
+// DefaultForgetAfter is how long a finished rollout whose receipts were
+// dropped is still remembered (its fence and its session's info) after its
+// last change. What the memory is for is a late request of an old attempt,
+// to be refused stale_attempt; such a request is sent by an environment
+// activity of that attempt and arrives within that call's timeout (15 s by
+// default) of the attempt being fenced out, which is before the rollout's
+// last attempt finished. An hour is far above that and above
+// DefaultRetiredGrace, and bounds what a server holds (and exports in every
+// checkpoint) to the rollouts of about the last hour.
+const DefaultForgetAfter = time.Hour
+
+// forgetSweepEvery bounds the interval of the sweep that forgets finished
+// rollouts (a quarter of the retention, within these bounds).
+const (
+	minForgetSweep = 100 * time.Millisecond
+	maxForgetSweep = time.Minute
+)
+
 // Receipt kinds: which mutation a stored response answers.
 const (
 	kindStart   = "start"
@@ -61,13 +79,21 @@ func (s *session) info(rolloutID string) protocol.SessionInfo {
 	return protocol.SessionInfo{RolloutID: rolloutID, Env: s.Env, Attempt: s.Attempt, Revision: s.Revision, Retired: s.Retired}
 }
 
-// slot is everything the server knows about one rollout id. Slots are never
-// deleted: the fence must outlive the session (an int per rollout is cheap).
-// mu serialises the rollout's requests; lock order is slot.mu, then
-// sessionStore.mu.
+// slot is everything the server knows about one rollout id. The fence
+// outlives the session: a slot is deleted only when its rollout is
+// forgotten (forgetIfIdle: no live session, no receipts kept, unchanged for
+// the retention). mu serialises the rollout's requests; lock order is
+// slot.mu, then sessionStore.mu.
 type slot struct {
 	mu sync.Mutex
 	id string
+	// touched is when the slot last changed (created, a session installed,
+	// retired or dropped, its fence raised). Guarded by mu.
+	touched time.Time
+	// gone says the slot was forgotten and is no longer in the store: a
+	// holder of a slot looked up before that must look it up again (or
+	// find none). Guarded by mu.
+	gone bool
 	// fence is the highest attempt installed: written only under mu (and
 	// only ever raised, by the control plane or a restore), read without
 	// it by the control plane, which must not wait behind a mutation that
@@ -101,6 +127,11 @@ type sessionStore struct {
 	retiredLRU  *list.List                      // of *retiredEntry, most recent first
 	retired     map[string]*list.Element        // rollout id → LRU element
 	evictedInfo map[string]protocol.SessionInfo // retired sessions whose receipts were dropped
+	forgetAfter time.Duration                   // < 0: never forget
+	forgetSweep *time.Timer                     // pending sweep forgetting finished rollouts, or nil
+	// pending says whether a retirement of the rollout is pending at the
+	// admission gate (nil: never); such a rollout is not forgotten.
+	pending func(id string) bool
 }
 
 type retiredEntry struct {
@@ -111,13 +142,17 @@ type retiredEntry struct {
 
 // newSessionStore bounds retired sessions by count (retiredCap, 0: the
 // default) and by time since their last use (grace, 0: the default,
-// negative: none), measured on now (nil: time.Now).
-func newSessionStore(retiredCap int, grace time.Duration, now func() time.Time) *sessionStore {
+// negative: none), and forgets a finished rollout unchanged for forgetAfter
+// (0: the default, negative: never), measured on now (nil: time.Now).
+func newSessionStore(retiredCap int, grace, forgetAfter time.Duration, now func() time.Time) *sessionStore {
 	if retiredCap <= 0 {
 		retiredCap = DefaultRetiredSessions
 	}
 	if grace == 0 {
 		grace = DefaultRetiredGrace
+	}
+	if forgetAfter == 0 {
+		forgetAfter = DefaultForgetAfter
 	}
 	if now == nil {
 		now = time.Now
@@ -130,6 +165,7 @@ func newSessionStore(retiredCap int, grace time.Duration, now func() time.Time) 
 		retiredLRU:  list.New(),
 		retired:     map[string]*list.Element{},
 		evictedInfo: map[string]protocol.SessionInfo{},
+		forgetAfter: forgetAfter,
 	}
 }
 
@@ -146,10 +182,105 @@ func (st *sessionStore) slotFor(id string) *slot {
 	defer st.mu.Unlock()
 	sl, ok := st.slots[id]
 	if !ok {
-		sl = &slot{id: id}
+		sl = &slot{id: id, touched: st.now()}
 		st.slots[id] = sl
+		st.armForgetLocked()
 	}
 	return sl
+}
+
+// lockSlot returns the slot of id locked, creating it when create is set;
+// nil when there is none. It never returns a forgotten slot.
+func (st *sessionStore) lockSlot(id string, create bool) *slot {
+	for {
+		var sl *slot
+		if create {
+			sl = st.slotFor(id)
+		} else if sl = st.lookup(id); sl == nil {
+			return nil
+		}
+		sl.mu.Lock()
+		if !sl.gone {
+			return sl
+		}
+		sl.mu.Unlock()
+	}
+}
+
+// touch records that sl changed now. Callers hold sl.mu and st.mu.
+func (st *sessionStore) touchLocked(sl *slot) {
+	sl.touched = st.now()
+	st.armForgetLocked()
+}
+
+// touch records that sl changed now (its fence rose). Callers hold sl.mu.
+func (st *sessionStore) touch(sl *slot) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.touchLocked(sl)
+}
+
+// forgetIfIdle forgets the rollout of sl when nothing of it is worth
+// keeping any more: no live session, no retired session with its
+// receipts, no pending retirement, and no change for the retention. Its
+// slot, fence and evicted info go; a later request finds a rollout never
+// seen. It reports whether sl is forgotten (now or before). Callers hold
+// sl.mu.
+func (st *sessionStore) forgetIfIdle(sl *slot) bool {
+	if sl.gone {
+		return true
+	}
+	if st.forgetAfter < 0 || sl.live != nil || (st.pending != nil && st.pending(sl.id)) {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.expireLocked()
+	if _, kept := st.retired[sl.id]; kept || st.now().Sub(sl.touched) < st.forgetAfter {
+		return false
+	}
+	delete(st.slots, sl.id)
+	delete(st.evictedInfo, sl.id)
+	sl.gone = true
+	return true
+}
+
+// armForgetLocked schedules a sweep of finished rollouts unless one is
+// pending. Callers hold st.mu.
+func (st *sessionStore) armForgetLocked() {
+	if st.forgetAfter < 0 || st.forgetSweep != nil {
+		return
+	}
+	st.forgetSweep = time.AfterFunc(min(max(st.forgetAfter/4, minForgetSweep), maxForgetSweep), st.sweepForgotten)
+}
+
+// sweepForgotten forgets every idle finished rollout whose lock is free
+// (a busy one is not idle), then schedules the next sweep while any
+// rollout without a live session is left, so an idle server forgets too.
+func (st *sessionStore) sweepForgotten() {
+	st.mu.Lock()
+	st.forgetSweep = nil
+	slots := make([]*slot, 0, len(st.slots))
+	for _, sl := range st.slots {
+		slots = append(slots, sl)
+	}
+	st.mu.Unlock()
+	left := false
+	for _, sl := range slots {
+		if !sl.mu.TryLock() {
+			left = true
+			continue
+		}
+		if !st.forgetIfIdle(sl) && sl.live == nil {
+			left = true
+		}
+		sl.mu.Unlock()
+	}
+	if left {
+		st.mu.Lock()
+		st.armForgetLocked()
+		st.mu.Unlock()
+	}
 }
 
 // current returns the rollout's session, live or retired; when the retired
@@ -202,6 +333,7 @@ func (st *sessionStore) retire(sl *slot) {
 	defer st.mu.Unlock()
 	st.liveCount--
 	st.pushRetiredLocked(sl.id, sess)
+	st.touchLocked(sl)
 }
 
 func (st *sessionStore) pushRetiredLocked(id string, sess *session) {
@@ -224,6 +356,7 @@ func (st *sessionStore) evictLocked(el *list.Element) {
 	st.retiredLRU.Remove(el)
 	delete(st.retired, e.id)
 	st.evictedInfo[e.id] = e.sess.info(e.id)
+	st.armForgetLocked()
 }
 
 // expireLocked evicts the retired sessions unused for the grace period,
@@ -272,6 +405,7 @@ func (st *sessionStore) install(sl *slot, sess *session) envs.Session {
 		delete(st.retired, sl.id)
 	}
 	delete(st.evictedInfo, sl.id)
+	st.touchLocked(sl)
 	if sess.Retired {
 		st.pushRetiredLocked(sl.id, sess)
 	} else {
@@ -287,6 +421,7 @@ func (st *sessionStore) install(sl *slot, sess *session) envs.Session {
 func (st *sessionStore) drop(sl *slot, floor int) envs.Session {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.touchLocked(sl)
 	if sl.live != nil {
 		if sl.live.Attempt >= floor {
 			return nil
@@ -345,8 +480,10 @@ type serverState struct {
 }
 
 // exportState captures all sessions (live and retired with receipts), their
-// environment state and every fence. Call it with admission closed and
-// waitIdle done, so the cut is consistent.
+// environment state and the fence of every rollout the server still
+// remembers; a finished rollout past its retention is forgotten here, not
+// exported. Call it with admission closed and waitIdle done, so the cut is
+// consistent.
 func (s *Server) exportState() (serverState, error) {
 	out := serverState{Sessions: []sessionRecord{}, Fences: map[string]int{}}
 	for _, sl := range s.store.sortedSlots() {
@@ -375,6 +512,11 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	}
 	defer sl.mu.Unlock()
 	s.settle(sl)
+	if s.store.forgetIfIdle(sl) {
+		// Finished and unchanged for the retention: the cut, like the
+		// server from now on, no longer holds it.
+		return sessionRecord{}, false, nil
+	}
 	fences[sl.id] = sl.installed()
 	sess, _ := s.store.peek(sl)
 	if sess == nil {
@@ -456,8 +598,7 @@ func (s *Server) installStateThen(st serverState, validated, installed func()) (
 		validated()
 	}
 	for _, p := range todo {
-		sl := s.store.slotFor(p.rec.RolloutID)
-		sl.mu.Lock()
+		sl := s.store.lockSlot(p.rec.RolloutID, true)
 		s.settle(sl)
 		sl.raise(max(p.rec.Attempt, st.Fences[p.rec.RolloutID]))
 		if p.sess != nil {
@@ -473,10 +614,10 @@ func (s *Server) installStateThen(st serverState, validated, installed func()) (
 		}
 	}
 	for id, f := range st.Fences {
-		sl := s.store.slotFor(id)
-		sl.mu.Lock()
+		sl := s.store.lockSlot(id, true)
 		s.settle(sl)
 		sl.raise(f)
+		s.store.touch(sl)
 		sl.mu.Unlock()
 	}
 	return diverged, nil
