@@ -87,6 +87,7 @@ type config struct {
 	insecureData  bool
 	retired       int
 	retiredGrace  time.Duration
+	forgetAfter   time.Duration
 	tls           tlsfiles.ServerFiles
 	http          httpserver.Timeouts
 	checkpoints   artifact.Settings
@@ -130,6 +131,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"how many finished (retired) sessions keep their stored responses for retries; beyond it the least recently used drop theirs")
 	fs.DurationVar(&cfg.retiredGrace, "retired-grace", envserver.DefaultRetiredGrace,
 		"how long a finished session keeps its stored responses after its last use; negative: no time limit. A retry of a dropped session's request is refused (session_retired), never applied again")
+	fs.DurationVar(&cfg.forgetAfter, "forget-after", envserver.DefaultForgetAfter,
+		"how long a finished rollout whose stored responses were dropped is still remembered (its fence, so a late request of an old attempt is refused stale_attempt) after its retirement or last fence change; then it is forgotten and no longer in checkpoints. Keep it above the longest environment call timeout of your sets; negative: never forget")
 	cfg.tls.AddFlags(fs, os.Getenv)
 	fs.StringVar(&cfg.logLevel, "log-level", logging.DefaultLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", logging.DefaultFormat, "log format: json or console")
@@ -179,6 +182,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.retiredGrace == 0 {
 		return config{}, errors.New("--retired-grace: 0 would drop every response as its session finishes; give a duration, or a negative one for no time limit")
+	}
+	if cfg.forgetAfter == 0 {
+		return config{}, errors.New("--forget-after: 0 would forget a rollout's fence as soon as it finishes; give a duration, or a negative one to never forget")
 	}
 	if strings.TrimSpace(cfg.name) == "" {
 		return config{}, errors.New("--name: empty participant name")
@@ -260,7 +266,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer opener.Close()
 	srv, err := envserver.NewServer(envserver.ServerConfig{Envs: cfg.envs, Failpoints: fps, Logger: log,
 		Name: cfg.name, ControlToken: cfg.controlToken, DataToken: cfg.dataToken, InsecureNoDataAuth: cfg.insecureData,
-		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace, RestartOnly: cfg.restartOnly,
+		Storage: opener, RetiredSessions: cfg.retired, RetiredGrace: cfg.retiredGrace, ForgetAfter: cfg.forgetAfter, RestartOnly: cfg.restartOnly,
 		Checkpoints: cfg.checkpoints, WriteTimeout: cfg.http.Write})
 	if err != nil {
 		return cli.Usage(err)

@@ -72,6 +72,7 @@ func TestRunRefusesBadSettings(t *testing.T) {
 		{"stray argument", "", []string{"--listen", "127.0.0.1:0", "extra"}, "unexpected arguments"},
 		{"no retired sessions", "", []string{"--listen", "127.0.0.1:0", "--retired-sessions", "0"}, "--retired-sessions: 0"},
 		{"zero retired grace", "", []string{"--listen", "127.0.0.1:0", "--retired-grace", "0s"}, "--retired-grace: 0"},
+		{"zero forget-after", "", []string{"--listen", "127.0.0.1:0", "--forget-after", "0s"}, "--forget-after: 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(failpoint.EnvVar, tc.failpoints)
