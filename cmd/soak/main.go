@@ -82,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (soak.Config, error) {
 	fs.DurationVar(&cfg.SlowJitter, "slow-jitter", cfg.SlowJitter, "jitter of that latency")
 	resetShare := fs.Float64("reset-share", float64(cfg.ResetShare), "share of a slow link's connections reset")
 	fs.DurationVar(&cfg.RetiredGrace, "retired-grace", cfg.RetiredGrace, "environment servers' --retired-grace: how long a finished session keeps its stored responses (0: the servers' default)")
+	fs.DurationVar(&cfg.ForgetAfter, "forget-after", cfg.ForgetAfter, "environment servers' --forget-after: how long a finished rollout whose stored responses were dropped keeps its fence before the server forgets it and its checkpoints stop carrying it (0: the servers' default, an hour)")
 	fs.DurationVar(&cfg.SampleEvery, "sample-every", cfg.SampleEvery, "interval of memory, goroutine and disk samples")
 	fs.DurationVar(&cfg.FlatAfter, "flat-after", cfg.FlatAfter, "warm-up after which memory, goroutines and checkpoint disk must stay flat (half the load if that is shorter)")
 	toxi := fs.String("toxiproxy", "", "Toxiproxy server binary (default $TURNSTILE_TOXIPROXY_BIN, else bin/toxiproxy-server under -project)")

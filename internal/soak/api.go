@@ -100,6 +100,13 @@ type Config struct {
 	// a workflow task had waited over two minutes, was refused
 	// session_retired, and failed 2 rollouts.
 	RetiredGrace time.Duration
+	// ForgetAfter is the environment servers' --forget-after: how long a
+	// finished rollout whose stored responses were dropped keeps its fence
+	// before the server forgets it (and its checkpoints stop carrying it);
+	// zero leaves the servers' own, an hour. It is what keeps the
+	// checkpoint root flat: with the servers' default a checkpoint holds
+	// every rollout of the last hour, so a shorter soak never sees it level.
+	ForgetAfter time.Duration
 	// SampleEvery is the interval of memory, goroutine and disk samples;
 	// FlatAfter the warm-up after which they must stay flat (the sample
 	// nearest it against the last one under load).
@@ -150,6 +157,7 @@ func Defaults() Config {
 		ResetShare:        0.05,
 		SampleEvery:       time.Minute,
 		FlatAfter:         10 * time.Minute,
+		ForgetAfter:       5 * time.Minute,
 	}
 }
 
@@ -172,8 +180,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("soak: gc grace %s is below %s: a sweep could take a blob a writer is about to reference", c.GCGrace, transcriptstore.MinGrace)
 	case c.Keep < 1 || c.TagEvery < 1 || c.GCEvery < 1:
 		return fmt.Errorf("soak: keep %d, tag every %d and gc every %d must be at least 1", c.Keep, c.TagEvery, c.GCEvery)
-	case c.WorkerDownFor < 0 || c.EnvKillEvery < 0 || c.EnvDownFor < 0 || c.RetiredGrace < 0 || c.NetFaultEvery < 0 || c.FlatAfter < 0:
-		return errors.New("soak: down times, fault intervals, flat-after and retired grace must not be negative")
+	case c.WorkerDownFor < 0 || c.EnvKillEvery < 0 || c.EnvDownFor < 0 || c.RetiredGrace < 0 || c.ForgetAfter < 0 || c.NetFaultEvery < 0 || c.FlatAfter < 0:
+		return errors.New("soak: down times, fault intervals, flat-after, retired grace and forget-after must not be negative")
 	case c.NetFaultEvery > 0 && (c.PartitionFor <= 0 || c.SlowFor <= 0 || c.PartitionFor+c.SlowFor > 2*c.NetFaultEvery):
 		return fmt.Errorf("soak: partition %s and slow link %s must be positive and fit in two network fault intervals of %s", c.PartitionFor, c.SlowFor, c.NetFaultEvery)
 	case c.NetFaultEvery > 0 && c.PartitionFor >= c.WatchBound:

@@ -53,6 +53,7 @@ func TestValidate(t *testing.T) {
 		{"no environments", func(c *Config) { c.Envs = nil }, "no environments"},
 		{"zero checkpoint interval", func(c *Config) { c.CheckpointEvery = 0 }, "intervals"},
 		{"negative down time", func(c *Config) { c.WorkerDownFor = -time.Second }, "negative"},
+		{"negative forget-after", func(c *Config) { c.ForgetAfter = -time.Second }, "forget-after must not be negative"},
 		{"network faults without toxiproxy", func(c *Config) { c.Toxiproxy = "" }, "Toxiproxy"},
 		{"partition as long as the bound", func(c *Config) { c.PartitionFor = c.WatchBound }, "shorter than the watchdog's bound"},
 		{"gc grace below the minimum", func(c *Config) { c.GCGrace = time.Minute }, "gc grace"},

@@ -136,6 +136,9 @@ func (s *soakStack) startEnv(ctx context.Context, m *member) error {
 	if s.cfg.RetiredGrace > 0 {
 		args = append(args, "--retired-grace", s.cfg.RetiredGrace.String())
 	}
+	if s.cfg.ForgetAfter > 0 {
+		args = append(args, "--forget-after", s.cfg.ForgetAfter.String())
+	}
 	p, base, err := s.launch.StartServer(ctx, m.role, filepath.Join(s.cfg.BinDir, "envserver"), args, nil, stack.EnvHealth, readyTimeout)
 	if err != nil {
 		return err
