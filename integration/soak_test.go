@@ -48,6 +48,9 @@ func TestSoakShort(t *testing.T) {
 	cfg.WatchEvery, cfg.WatchTimeout, cfg.WatchMisses, cfg.WatchBound = time.Second, time.Second, 3, 5*time.Second
 	cfg.NetFaultEvery, cfg.PartitionFor, cfg.SlowFor = 10*time.Second, 2*time.Second, 8*time.Second
 	cfg.SampleEvery, cfg.FlatAfter = 15*time.Second, 30*time.Second
+	// Finished rollouts are forgotten within the run, so the checkpoint
+	// root holds those of the last ~45 s, not every one since the start.
+	cfg.RetiredGrace, cfg.ForgetAfter = 45*time.Second, 30*time.Second
 	cfg.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -37,8 +37,8 @@ const DefaultRetiredGrace = 10 * time.Minute
 // checkpoint) to the rollouts of about the last hour.
 const DefaultForgetAfter = time.Hour
 
-// forgetSweepEvery bounds the interval of the sweep that forgets finished
-// rollouts (a quarter of the retention, within these bounds).
+// The sweep that forgets finished rollouts runs every quarter of the
+// retention, within these bounds.
 const (
 	minForgetSweep = 100 * time.Millisecond
 	maxForgetSweep = time.Minute
@@ -207,7 +207,7 @@ func (st *sessionStore) lockSlot(id string, create bool) *slot {
 	}
 }
 
-// touch records that sl changed now. Callers hold sl.mu and st.mu.
+// touchLocked records that sl changed now. Callers hold sl.mu and st.mu.
 func (st *sessionStore) touchLocked(sl *slot) {
 	sl.touched = st.now()
 	st.armForgetLocked()
