@@ -2,6 +2,7 @@ package envserver_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -70,4 +71,66 @@ func summaryIDs(list []protocol.SessionSummary) []string {
 		out = append(out, s.RolloutID)
 	}
 	return out
+}
+
+// A checkpoint's size follows the rollouts of the retention window, not the
+// server's history: with 10 rollouts finishing every (simulated) minute, the
+// cut at 90 minutes is no bigger than the one at 30 once finished rollouts
+// are forgotten (grace 10 minutes, forget-after 20); remembering every
+// rollout, as before forgetting existed (and as a negative ForgetAfter
+// still does), it grows with each one.
+func TestCheckpointSizeFollowsRetentionNotHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		forgetAfter time.Duration
+		bounded     bool
+	}{
+		{"forget after 20 minutes", 20 * time.Minute, true},
+		{"never forget", -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sizes := checkpointSizesOverTime(t, tc.forgetAfter)
+			t.Logf("%s: checkpoint bytes at 30, 60, 90 minutes (300, 600, 900 rollouts finished): %v", tc.name, sizes)
+			if tc.bounded {
+				require.LessOrEqual(t, sizes[2], sizes[0]*11/10, "the cut at 90 minutes (%d B) is more than 10%% above the one at 30 (%d B)", sizes[2], sizes[0])
+			} else {
+				// Each finished rollout remembered costs its fence's tar entry
+				// and index line, over 1 KB.
+				require.GreaterOrEqual(t, sizes[2]-sizes[0], int64(600*1000), "without forgetting the cut should grow with the 600 rollouts finished meanwhile: %v", sizes)
+			}
+		})
+	}
+}
+
+// checkpointSizesOverTime finishes 10 rollouts a minute for 90 simulated
+// minutes and commits a checkpoint every 30, returning their sizes.
+func checkpointSizesOverTime(t *testing.T, forgetAfter time.Duration) []int64 {
+	t.Helper()
+	ctx := context.Background()
+	clock := testsupport.NewClock(time.Unix(1_000_000, 0))
+	f := newCtlFixture(t, func(c *envserver.ServerConfig) {
+		c.RetiredGrace, c.ForgetAfter, c.Now = 10*time.Minute, forgetAfter, clock.Now
+	})
+	var sizes []int64
+	n := 0
+	for minute := 1; minute <= 90; minute++ {
+		for range 10 {
+			id := fmt.Sprintf("r%04d", n)
+			n++
+			f.startEnv(t, counter.Name, id, 0)
+			f.operate(t, inc(id, 0, id+"/t0/c0", 0, 1))
+			_, err := f.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID(id, 0, protocol.VerifyRequestID(id)), ExpectedRevision: 1})
+			require.NoError(t, err)
+		}
+		clock.Advance(time.Minute)
+		if minute%30 == 0 {
+			id := fmt.Sprintf("ck%d", minute)
+			f.prepare(t, id)
+			c, err := f.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: id, Location: filepath.Join(t.TempDir(), id)})
+			require.NoError(t, err)
+			f.resume(t, id)
+			sizes = append(sizes, c.Bytes)
+		}
+	}
+	return sizes
 }
