@@ -94,11 +94,15 @@ type Config struct {
 	SlowLatency, SlowJitter              time.Duration
 	ResetShare                           float32
 	// RetiredGrace is the environment servers' --retired-grace: how long a
-	// finished session keeps its stored responses; zero (the default) leaves
-	// the servers' own, 10 minutes. A 2-minute grace was tried: on the
-	// loaded machine a worker's retry of a verify or a tool call came after
-	// a workflow task had waited over two minutes, was refused
-	// session_retired, and failed 2 rollouts.
+	// finished session keeps its stored responses; zero leaves the servers'
+	// own, 10 minutes. The soak's is 5 minutes, above its environment call
+	// timeout (4 minutes: a retry of a finished rollout's request comes
+	// within it), so that with ForgetAfter a server holds the rollouts of
+	// the last 6 minutes and the checkpoint root levels off within the
+	// 10-minute warm-up. A 2-minute grace was tried: on the loaded machine
+	// a worker's retry of a verify or a tool call came after a workflow
+	// task had waited over two minutes, was refused session_retired, and
+	// failed 2 rollouts.
 	RetiredGrace time.Duration
 	// ForgetAfter is the environment servers' --forget-after: how long a
 	// finished rollout whose stored responses were dropped keeps its fence
@@ -157,7 +161,8 @@ func Defaults() Config {
 		ResetShare:        0.05,
 		SampleEvery:       time.Minute,
 		FlatAfter:         10 * time.Minute,
-		ForgetAfter:       5 * time.Minute,
+		RetiredGrace:      5 * time.Minute,
+		ForgetAfter:       time.Minute,
 	}
 }
 
