@@ -14,6 +14,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
@@ -290,4 +291,99 @@ type ResumeResponse = trainer.ResumeSummary
 // HealthzResponse is GET /healthz.
 type HealthzResponse struct {
 	OK bool `json:"ok"`
+}
+
+// WatchdogRequest is POST /v1/sets/{set}/watchdog: automatic recovery of
+// the set's environment servers, its checkpoints read under the gateway's
+// checkpoint root. Durations are Go durations; empty (and misses 0) take
+// the library's defaults.
+type WatchdogRequest struct {
+	RequestID    string   `json:"request_id"`
+	Participants []string `json:"participants"`
+	Standby      []string `json:"standby,omitempty"`
+	Every        string   `json:"every,omitempty"`
+	Timeout      string   `json:"timeout,omitempty"`
+	Misses       int      `json:"misses,omitempty"`
+	Bound        string   `json:"bound,omitempty"`
+}
+
+// WatchdogResponse is a set's watchdog: its phase, the servers it
+// watches, what it declared dead and recovered, and whether it holds the
+// set's checkpoint schedule paused for a recovery.
+type WatchdogResponse struct {
+	Set          string                   `json:"set"`
+	Phase        string                   `json:"phase"`
+	Watched      []string                 `json:"watched"`
+	StandbyUsed  int                      `json:"standby_used"`
+	Declarations []checkpoint.Declaration `json:"declarations"`
+	ScheduleHeld bool                     `json:"schedule_held"`
+	Rounds       int                      `json:"rounds"`
+}
+
+// ScheduleRequest is POST /v1/sets/{set}/schedule: a checkpoint of the
+// set every Every under the gateway's checkpoint root, each tagged Tag,
+// the Keep newest (and every pinned one) kept when Keep > 0.
+type ScheduleRequest struct {
+	RequestID    string   `json:"request_id"`
+	Every        string   `json:"every"`
+	Participants []string `json:"participants"`
+	Timeout      string   `json:"timeout,omitempty"`
+	Tag          string   `json:"tag,omitempty"`
+	Keep         int      `json:"keep,omitempty"`
+	Paused       bool     `json:"paused,omitempty"`
+}
+
+// ScheduleResponse is a set's checkpoint schedule as Temporal describes
+// it. Recent are its latest fires, oldest first.
+type ScheduleResponse struct {
+	ID       string         `json:"id"`
+	Set      string         `json:"set"`
+	Every    string         `json:"every"`
+	Tag      string         `json:"tag"`
+	Keep     int            `json:"keep"`
+	Paused   bool           `json:"paused"`
+	Note     string         `json:"note"`
+	Fired    int            `json:"fired"`
+	Skipped  int            `json:"skipped"`
+	Recent   []ScheduledRun `json:"recent"`
+	Next     []time.Time    `json:"next"`
+	Existing bool           `json:"existing"`
+}
+
+// ScheduledRun is one checkpoint a schedule started: its checkpoint id
+// (the directory under the checkpoint root) and its Checkpoint workflow.
+type ScheduledRun struct {
+	CheckpointID string `json:"checkpoint_id"`
+	WorkflowID   string `json:"workflow_id"`
+}
+
+// ScheduleTagRequest is POST /v1/sets/{set}/schedule/tag: the tag the
+// next scheduled checkpoints carry (the trainer's step); empty clears it.
+type ScheduleTagRequest struct {
+	RequestID string `json:"request_id"`
+	Tag       string `json:"tag"`
+}
+
+// ScheduleNoteRequest is POST /v1/sets/{set}/schedule/pause and
+// /unpause: the note says why (Temporal shows it with the schedule).
+type ScheduleNoteRequest struct {
+	RequestID string `json:"request_id"`
+	Note      string `json:"note,omitempty"`
+}
+
+// ScheduleTriggerRequest is POST /v1/sets/{set}/schedule/trigger.
+type ScheduleTriggerRequest struct {
+	RequestID string `json:"request_id"`
+}
+
+// StopRequest is DELETE /v1/sets/{set}/watchdog and
+// DELETE /v1/sets/{set}/schedule.
+type StopRequest struct {
+	RequestID string `json:"request_id"`
+}
+
+// StoppedResponse answers a DELETE of a set's watchdog or schedule.
+type StoppedResponse struct {
+	Set     string `json:"set"`
+	Stopped bool   `json:"stopped"`
 }

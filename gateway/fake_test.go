@@ -39,6 +39,8 @@ type fakeBackend struct {
 	restore     func(trainer.RestoreRequest, string) (trainer.Started, bool, error)
 	status      func(workflowID string, result any) (trainer.CoordinatorRun, error)
 	resume      func(trainer.ResumeRequest) (trainer.ResumeSummary, error)
+	// auto holds the fake's watchdogs and checkpoint schedules.
+	auto automationState
 }
 
 func (f *fakeBackend) called(name string) {
@@ -171,7 +173,8 @@ func (f *fakeBackend) Resume(_ context.Context, r trainer.ResumeRequest) (traine
 }
 
 // state-changing backend calls: none may happen on a refused request.
-var mutations = []string{"Submit", "Acknowledge", "Staleness", "SetMaxInFlight", "StartCheckpoint", "StartRestore", "Resume"}
+var mutations = []string{"Submit", "Acknowledge", "Staleness", "SetMaxInFlight", "StartCheckpoint", "StartRestore", "Resume",
+	"StartWatchdog", "StopWatchdog", "CreateSchedule", "SetScheduleTag", "PauseSchedule", "UnpauseSchedule", "TriggerSchedule", "DeleteSchedule"}
 
 const (
 	testToken         = "s3cret-token"
@@ -211,7 +214,9 @@ func testDestinations(t testing.TB) *destination.Config {
 	return &d
 }
 
-// operatorRoute reports whether a path is one of the operator role's.
+// operatorRoute reports whether a path is one of the operator role's (for
+// any method: the set's watchdog and schedule are read with the trainer
+// token, see operatorCall).
 func operatorRoute(target string) bool {
 	for _, p := range []string{"/v1/checkpoints", "/v1/restores", "/v1/resumes"} {
 		if strings.HasPrefix(target, p) {
@@ -221,13 +226,27 @@ func operatorRoute(target string) bool {
 	return false
 }
 
+// operatorCall reports whether method and target are one of the operator
+// role's routes.
+func operatorCall(method, target string) bool {
+	if operatorRoute(target) {
+		return true
+	}
+	path, _, _ := strings.Cut(target, "?")
+	if !strings.HasPrefix(path, "/v1/sets/") || method == "GET" {
+		return false
+	}
+	return strings.HasSuffix(path, "/watchdog") || strings.HasSuffix(path, "/schedule") ||
+		(strings.Contains(path, "/schedule/") && !strings.HasSuffix(path, "/schedule/tag"))
+}
+
 // call sends a request with the token of the role the route needs and
 // returns the recorder; every status a test sees must be one the OpenAPI
 // document lists for the route.
 func call(t *testing.T, s *Server, method, target, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	token := testToken
-	if operatorRoute(target) {
+	if operatorCall(method, target) {
 		token = testOperatorToken
 	}
 	return callAs(t, s, token, method, target, body)

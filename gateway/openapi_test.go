@@ -165,6 +165,10 @@ var schemaTypes = map[string]any{
 	"CheckpointStatus": CheckpointStatus{}, "CheckpointResult": checkpoint.CheckpointResult{},
 	"RestoreStatus": RestoreStatus{}, "RestoreResult": checkpoint.RestoreResult{},
 	"ResumeRequest": ResumeRequest{}, "ResumeResponse": ResumeResponse{}, "HealthzResponse": HealthzResponse{},
+	"WatchdogRequest": WatchdogRequest{}, "WatchdogResponse": WatchdogResponse{}, "Declaration": checkpoint.Declaration{},
+	"ScheduleRequest": ScheduleRequest{}, "ScheduleResponse": ScheduleResponse{}, "ScheduledRun": ScheduledRun{},
+	"ScheduleTagRequest": ScheduleTagRequest{}, "ScheduleNoteRequest": ScheduleNoteRequest{},
+	"ScheduleTriggerRequest": ScheduleTriggerRequest{}, "StopRequest": StopRequest{}, "StoppedResponse": StoppedResponse{},
 }
 
 // jsonFields are the JSON names of v's fields: from its MarshalJSON when it

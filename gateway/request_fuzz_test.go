@@ -44,7 +44,7 @@ func FuzzGatewayRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		target := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		token := testToken
-		if operatorRoute(target) {
+		if operatorCall("POST", target) {
 			token = testOperatorToken
 		}
 		req := httptest.NewRequest("POST", target, bytes.NewReader(body))

@@ -16,6 +16,7 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/destination"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/trainer"
+	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
 
 // OpenAPI is the gateway's OpenAPI 3 document, served at /v1/openapi.json.
@@ -41,6 +42,16 @@ type Backend interface {
 	CoordinatorStatus(ctx context.Context, workflowID string, result any) (trainer.CoordinatorRun, error)
 	Resume(ctx context.Context, r trainer.ResumeRequest) (trainer.ResumeSummary, error)
 	SetMaxInFlight(ctx context.Context, set string, n int) (trainer.AdmissionStatus, error)
+	StartWatchdog(ctx context.Context, set string, a trainer.AutoRecover) (trainer.Started, error)
+	StopWatchdog(ctx context.Context, set string) error
+	WatchdogStatus(ctx context.Context, set string) (checkpoint.WatchdogStatus, bool, error)
+	CreateSchedule(ctx context.Context, r trainer.ScheduleRequest) (string, error)
+	DescribeSchedule(ctx context.Context, set string) (trainer.Schedule, error)
+	SetScheduleTag(ctx context.Context, set, tag string) error
+	PauseSchedule(ctx context.Context, set, note string) error
+	UnpauseSchedule(ctx context.Context, set, note string) error
+	TriggerSchedule(ctx context.Context, set string) error
+	DeleteSchedule(ctx context.Context, set string) error
 }
 
 // Config configures a Server.
@@ -233,6 +244,16 @@ func (s *Server) routes() []route {
 		{method: "POST", pattern: "/v1/restores", handle: s.startRestore, role: o, statuses: []int{ok202, badReq, unauth, forbidden, conflict, unavail}},
 		{method: "GET", pattern: "/v1/restores/{id}", handle: s.getRestore, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
 		{method: "POST", pattern: "/v1/resumes", handle: s.resume, role: o, statuses: []int{ok200, badReq, unauth, forbidden, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/watchdog", handle: s.startWatchdog, role: o, statuses: []int{ok202, badReq, unauth, forbidden, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}/watchdog", handle: s.getWatchdog, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "DELETE", pattern: "/v1/sets/{set}/watchdog", handle: s.stopWatchdog, role: o, statuses: []int{ok200, badReq, unauth, forbidden, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/schedule", handle: s.createSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, conflict, unavail}},
+		{method: "GET", pattern: "/v1/sets/{set}/schedule", handle: s.getSchedule, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "DELETE", pattern: "/v1/sets/{set}/schedule", handle: s.deleteSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/schedule/tag", handle: s.tagSchedule, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/schedule/pause", handle: s.pauseSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/schedule/unpause", handle: s.unpauseSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/schedule/trigger", handle: s.triggerSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
 	}
 }
 
@@ -281,7 +302,7 @@ func (s *Server) admit(r *http.Request, need Role) *apiError {
 	case !ok:
 		return &apiError{status: unauth, code: CodeUnauthorized, msg: "missing or wrong bearer token (Authorization: Bearer <token>)"}
 	case need == RoleOperator && role != RoleOperator:
-		return &apiError{status: forbidden, code: CodeForbidden, msg: "this route needs the operator role: send the operator token (the gateway's --operator-token); the trainer token cannot checkpoint, restore or resume"}
+		return &apiError{status: forbidden, code: CodeForbidden, msg: "this route needs the operator role: send the operator token (the gateway's --operator-token); the trainer token cannot checkpoint, restore, resume, or start, change or stop automatic recovery or a checkpoint schedule"}
 	}
 	return nil
 }

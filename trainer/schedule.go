@@ -87,6 +87,17 @@ func (r ScheduleRequest) scheduleInput(cwd string) (checkpoint.CheckpointInput, 
 	return in, nil
 }
 
+// Validate checks r as CreateSchedule would, without Temporal; the error
+// names what was wrong.
+func (r ScheduleRequest) Validate() error {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	_, err = r.scheduleInput(cwd)
+	return err
+}
+
 // CreateSchedule creates set's checkpoint schedule: every r.Every a
 // Checkpoint workflow starts on the control task queue, its checkpoint id
 // "every-<set>-<fire time>"; a fire while the previous checkpoint still
