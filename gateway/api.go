@@ -387,3 +387,17 @@ type StoppedResponse struct {
 	Set     string `json:"set"`
 	Stopped bool   `json:"stopped"`
 }
+
+// PinRequest is POST /v1/sets/{set}/pins: keep every committed checkpoint
+// of the set tagged Tag (or whose id is Tag) whatever the retention.
+type PinRequest struct {
+	RequestID string `json:"request_id"`
+	Tag       string `json:"tag"`
+}
+
+// PinResponse lists the checkpoints pinned.
+type PinResponse struct {
+	Set    string   `json:"set"`
+	Tag    string   `json:"tag"`
+	Pinned []string `json:"pinned"`
+}

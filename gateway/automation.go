@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/turnstile-rl/turnstile/internal/retention"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 )
@@ -358,4 +359,34 @@ func decodeStop(r *http.Request) error {
 		return err
 	}
 	return checkRequestID(req.RequestID)
+}
+
+// pin is POST /v1/sets/{set}/pins: idempotent (a pinned checkpoint pinned
+// again stays pinned).
+func (s *Server) pin(w http.ResponseWriter, r *http.Request) error {
+	set, err := pathSet(r)
+	if err != nil {
+		return err
+	}
+	var req PinRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if err := checkRequestID(req.RequestID); err != nil {
+		return err
+	}
+	if err := checkpoint.ValidateName("tag", req.Tag); err != nil {
+		return badRequest("tag", err.Error())
+	}
+	if s.cfg.Pin == nil {
+		return unavailable("this gateway was started without --checkpoint-root: it cannot pin checkpoints")
+	}
+	ids, err := s.cfg.Pin(r.Context(), set, req.Tag)
+	if errors.Is(err, retention.ErrNothingToPin) {
+		return &apiError{status: notFound, code: CodeNotFound, field: "tag", msg: fmt.Sprintf("set %s has no committed checkpoint tagged %q (or of that id)", set, req.Tag)}
+	}
+	if err != nil {
+		return fmt.Errorf("pin %q of set %s: %w", req.Tag, set, err)
+	}
+	return writeJSON(w, http.StatusOK, PinResponse{Set: set, Tag: req.Tag, Pinned: ids})
 }

@@ -1,13 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/turnstile-rl/turnstile/internal/retention"
 )
 
 const watchdogBody = `{"request_id":"w1","participants":["http://127.0.0.1:8091"],"standby":["http://b.internal:8091"],"every":"1s","bound":"5s"}`
@@ -198,4 +202,32 @@ func TestAutomationNeedsOperator(t *testing.T) {
 		assert.Zero(t, f.count(m), "%s called for a trainer token", m)
 	}
 	expectError(t, callAs(t, s, "", "GET", "/v1/sets/s1/schedule", ""), http.StatusUnauthorized, CodeUnauthorized, "")
+}
+
+// TestPin: the trainer token pins a tag; a bad tag is a 400 that pins
+// nothing, a tag no checkpoint has a 404 naming tag, a gateway that cannot
+// pin a 503.
+func TestPin(t *testing.T) {
+	var pinned []string
+	pin := func(_ context.Context, set, tag string) ([]string, error) {
+		if tag == "step-9" {
+			return nil, fmt.Errorf("pin: %w", retention.ErrNothingToPin)
+		}
+		pinned = append(pinned, set+"/"+tag)
+		return []string{"every-s1-2026-01-02T150405Z"}, nil
+	}
+	s := newTestServer(t, &fakeBackend{}, func(c *Config) { c.Pin = pin })
+	rec := callAs(t, s, testToken, "POST", "/v1/sets/s1/pins", `{"request_id":"p1","tag":"step-3"}`)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.Equal(t, PinResponse{Set: "s1", Tag: "step-3", Pinned: []string{"every-s1-2026-01-02T150405Z"}}, decodeAs[PinResponse](t, rec))
+	assert.Equal(t, []string{"s1/step-3"}, pinned)
+
+	expectError(t, call(t, s, "POST", "/v1/sets/s1/pins", `{"request_id":"p2","tag":"../x"}`), http.StatusBadRequest, CodeBadRequest, "tag")
+	expectError(t, call(t, s, "POST", "/v1/sets/s1/pins", `{"request_id":"p2"}`), http.StatusBadRequest, CodeBadRequest, "tag")
+	expectError(t, call(t, s, "POST", "/v1/sets/s1/pins", `{"tag":"step-3"}`), http.StatusBadRequest, CodeBadRequest, "request_id")
+	assert.Len(t, pinned, 1, "a refused request pins nothing")
+	expectError(t, call(t, s, "POST", "/v1/sets/s1/pins", `{"request_id":"p3","tag":"step-9"}`), http.StatusNotFound, CodeNotFound, "tag")
+
+	none := newTestServer(t, &fakeBackend{})
+	expectError(t, call(t, none, "POST", "/v1/sets/s1/pins", `{"request_id":"p1","tag":"step-3"}`), http.StatusServiceUnavailable, CodeUnavailable, "")
 }

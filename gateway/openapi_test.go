@@ -169,6 +169,7 @@ var schemaTypes = map[string]any{
 	"ScheduleRequest": ScheduleRequest{}, "ScheduleResponse": ScheduleResponse{}, "ScheduledRun": ScheduledRun{},
 	"ScheduleTagRequest": ScheduleTagRequest{}, "ScheduleNoteRequest": ScheduleNoteRequest{},
 	"ScheduleTriggerRequest": ScheduleTriggerRequest{}, "StopRequest": StopRequest{}, "StoppedResponse": StoppedResponse{},
+	"PinRequest": PinRequest{}, "PinResponse": PinResponse{},
 }
 
 // jsonFields are the JSON names of v's fields: from its MarshalJSON when it

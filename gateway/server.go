@@ -68,6 +68,11 @@ type Config struct {
 	// CheckpointRoot is the directory checkpoints go under (the workers'
 	// view of it); empty refuses checkpoints and restores.
 	CheckpointRoot string
+	// Pin pins the committed checkpoints of a set whose tag (or id) is tag
+	// under the checkpoint root, so retention never deletes them, and
+	// returns their ids (retention.ErrNothingToPin when none has it); nil
+	// refuses pins.
+	Pin func(ctx context.Context, set, tag string) ([]string, error)
 	// Transcripts reads trajectories (the workers' transcript directory);
 	// nil refuses the feed and the export.
 	Transcripts trainer.TranscriptReader
@@ -253,6 +258,7 @@ func (s *Server) routes() []route {
 		{method: "POST", pattern: "/v1/sets/{set}/schedule/tag", handle: s.tagSchedule, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
 		{method: "POST", pattern: "/v1/sets/{set}/schedule/pause", handle: s.pauseSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
 		{method: "POST", pattern: "/v1/sets/{set}/schedule/unpause", handle: s.unpauseSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
+		{method: "POST", pattern: "/v1/sets/{set}/pins", handle: s.pin, role: t, statuses: []int{ok200, badReq, unauth, notFound, unavail}},
 		{method: "POST", pattern: "/v1/sets/{set}/schedule/trigger", handle: s.triggerSchedule, role: o, statuses: []int{ok200, badReq, unauth, forbidden, notFound, unavail}},
 	}
 }

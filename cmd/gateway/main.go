@@ -29,7 +29,10 @@ import (
 	"github.com/turnstile-rl/turnstile/internal/bearer"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
+	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/logging"
+	"github.com/turnstile-rl/turnstile/internal/retention"
+	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 	"github.com/turnstile-rl/turnstile/trainer"
@@ -255,12 +258,38 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		Token: c.token, OperatorToken: c.operatorToken, InsecureNoAuth: c.insecureNoAuth, CheckpointRoot: c.checkpointRoot, Transcripts: store,
 		ControlToken: c.controlToken, Destinations: dest, DatasetRoot: c.datasetRoot, DatasetMaxBytes: c.datasetMaxBytes,
 		StallWindow: c.stallWindow, FeedSettle: c.feedSettle, Logger: log,
-		WriteTimeout: c.http.Write,
+		WriteTimeout: c.http.Write, Pin: pinner(c.checkpointRoot),
 	}, backend)
 	if err != nil {
 		return err
 	}
 	return serve(ctx, c, srv.Handler(), log, workers.HostPort(opts))
+}
+
+// pinner pins checkpoints under root (a directory, relative ones against
+// the working directory, or a storage URL), opened at each pin; nil
+// without a root.
+func pinner(root string) func(ctx context.Context, set, tag string) ([]string, error) {
+	if root == "" {
+		return nil
+	}
+	return func(ctx context.Context, set, tag string) ([]string, error) {
+		where := root
+		if !location.IsURL(where) {
+			abs, err := filepath.Abs(where)
+			if err != nil {
+				return nil, fmt.Errorf("--checkpoint-root %s: %w", root, err)
+			}
+			where = abs
+		}
+		var opener storage.Opener
+		defer opener.Close()
+		st, err := opener.Open(ctx, where)
+		if err != nil {
+			return nil, fmt.Errorf("--checkpoint-root %s: %w", root, err)
+		}
+		return retention.Pin(ctx, st, set, tag)
+	}
 }
 
 // serve listens, writes the ready file and serves until ctx is done.

@@ -148,6 +148,10 @@ func WriteTag(ctx context.Context, root storage.Store, c checkpoint.Tag) error {
 	return writeTagFile(ctx, root, c, checkpoint.TagName)
 }
 
+// ErrNothingToPin: no committed checkpoint of the set has the tag or id
+// Pin was given.
+var ErrNothingToPin = errors.New("no committed checkpoint of the set has that tag or id")
+
 // Pin marks every committed checkpoint of set under root whose tag is tag
 // (or whose id is tag) as pinned, and returns their ids; none is an error.
 func Pin(ctx context.Context, root storage.Store, set, tag string) ([]string, error) {
@@ -166,7 +170,7 @@ func Pin(ctx context.Context, root storage.Store, set, tag string) ([]string, er
 		ids = append(ids, c.ID)
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("pin %q: no committed checkpoint of set %s under %s has that tag or id", tag, set, root.Location())
+		return nil, fmt.Errorf("pin %q: set %s under %s: %w", tag, set, root.Location(), ErrNothingToPin)
 	}
 	return ids, nil
 }
