@@ -26,6 +26,17 @@ DROP = "drop"  # a fault that closes the connection without an answer
 OPERATOR_ROUTES = ("/v1/checkpoints", "/v1/restores", "/v1/resumes")
 
 
+def operator_route(method: str, path: str) -> bool:
+    """Whether method and path need the operator role: the checkpoint
+    routes, and changes to a set's watchdog and schedule but its tag."""
+    if path.startswith(OPERATOR_ROUTES):
+        return True
+    parts = path.strip("/").split("/")
+    if method == "GET" or len(parts) < 4 or parts[:2] != ["v1", "sets"]:
+        return False
+    return parts[3] in ("watchdog", "schedule") and parts[4:] != ["tag"]
+
+
 @dataclass
 class Recorded:
     method: str
@@ -101,6 +112,8 @@ class FakeGateway:
         self.idempotent: Dict[str, Tuple[str, int, Any]] = {}  # request_id -> (body digest, status, answer)
         self.checkpoints: Dict[str, Dict[str, Any]] = {}
         self.checkpoint_polls_to_complete = 1
+        self.watchdogs: Dict[str, Dict[str, Any]] = {}  # set -> its watchdog status
+        self.schedules: Dict[str, Dict[str, Any]] = {}  # set -> its schedule
         self.set_options: Dict[str, Any] = {}  # FakeSet fields of the sets submitted from now on
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"gw": self})
@@ -131,6 +144,8 @@ class FakeGateway:
         parts = path.strip("/").split("/")
         if method == "POST" and path == "/v1/sets":
             return self._idempotent(body, self._submit)
+        if len(parts) >= 4 and parts[:2] == ["v1", "sets"] and parts[3] in ("watchdog", "schedule", "pins"):
+            return self._automation(method, urllib.parse.unquote(parts[2]), parts[3:], body)
         if len(parts) >= 3 and parts[:2] == ["v1", "sets"]:
             fs = self.sets.get(urllib.parse.unquote(parts[2]))
             if fs is None:
@@ -230,6 +245,58 @@ class FakeGateway:
         return 202, {"id": cp_id, "workflow_id": "checkpoint/" + cp_id, "run_id": "r1", "existing": False}
 
 
+    def _automation(self, method: str, name: str, rest: List[str], body: Any) -> Tuple[int, Any]:
+        """A set's watchdog, schedule and pins, as the gateway answers them."""
+        if method != "GET" and not (isinstance(body, dict) and body.get("request_id")):
+            return 400, error("bad_request", "request_id is required", "request_id")
+        if rest == ["watchdog"]:
+            wd = self.watchdogs.get(name)
+            if method == "POST":
+                existing = wd is not None and wd["phase"] == "watching"
+                if not existing:
+                    self.watchdogs[name] = {"set": name, "phase": "watching", "watched": body["participants"],
+                                            "standby_used": 0, "declarations": [], "schedule_held": False,
+                                            "rounds": 0}
+                return 202, {"id": name, "workflow_id": "watchdog/" + name, "run_id": "r1", "existing": existing}
+            if method == "DELETE":
+                if wd is not None:
+                    wd["phase"] = "stopped"
+                return 200, {"set": name, "stopped": True}
+            if wd is None:
+                return 404, error("not_found", f"set {name} has no watchdog", "")
+            return 200, wd
+        if rest == ["pins"]:
+            hits = [r["checkpoint_id"] for r in self.schedules.get(name, {}).get("recent", [])
+                    if r.get("tag") == body.get("tag")]
+            if not hits:
+                return 404, error("not_found", f"set {name} has no committed checkpoint tagged {body.get('tag')!r}",
+                                  "tag")
+            return 200, {"set": name, "tag": body["tag"], "pinned": hits}
+        sch = self.schedules.get(name)
+        if rest == ["schedule"] and method == "POST":
+            if sch is not None:
+                return 200, {**sch, "existing": True}
+            sch = {"id": "checkpoints/" + name, "set": name, "every": body["every"], "tag": body.get("tag", ""),
+                   "keep": body.get("keep", 0), "paused": bool(body.get("paused")), "note": "", "fired": 0,
+                   "skipped": 0, "recent": [], "next": [], "existing": False}
+            self.schedules[name] = sch
+            return 200, sch
+        if rest == ["schedule"] and method == "DELETE":
+            self.schedules.pop(name, None)
+            return 200, {"set": name, "stopped": True}
+        if sch is None:
+            return 404, error("not_found", f"set {name} has no checkpoint schedule", "")
+        if rest == ["schedule", "tag"]:
+            sch["tag"] = body["tag"]
+        elif rest in (["schedule", "pause"], ["schedule", "unpause"]):
+            sch["paused"], sch["note"] = rest[1] == "pause", body.get("note", "")
+        elif rest == ["schedule", "trigger"]:
+            sch["fired"] += 1
+            cp = f"every-{name}-{sch['fired']}"
+            sch["recent"].append({"checkpoint_id": cp, "workflow_id": "checkpoint/" + cp, "tag": sch["tag"]})
+        return 200, sch
+
+
 def error(code: str, message: str, field_path: str) -> Dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field_path}}
 
@@ -246,6 +313,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._serve("POST")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
 
     def _serve(self, method: str) -> None:
         url = urllib.parse.urlsplit(self.path)
@@ -274,7 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
         if auth != f"Bearer {gw.token}" and not operator:
             self._answer(401, error("unauthorized", "missing or wrong bearer token", ""))
             return
-        if gw.operator_token is not None and not operator and url.path.startswith(OPERATOR_ROUTES):
+        if gw.operator_token is not None and not operator and operator_route(method, url.path):
             self._answer(403, error("forbidden", "this route needs the operator role: send the operator token", ""))
             return
         if url.path.endswith("/export") and method == "GET":

@@ -71,6 +71,18 @@ def _every_call(c: Client) -> None:
     c.restore("k1", ["http://e"], restore_id="x1", request_id="r5")
     c.restore_status("x1")
     c.resume("s1", "k1", ["http://e"], request_id="r6")
+    c.start_watchdog("s1", ["http://e"], standby=["http://f"], every="5s", timeout="2s", misses=3, bound="30s",
+                     request_id="r8")
+    c.watchdog_status("s1")
+    c.stop_watchdog("s1", request_id="r9")
+    c.create_schedule("s1", "10m", ["http://e"], tag="step-1", keep=3, timeout="60s", paused=True, request_id="r10")
+    c.schedule("s1")
+    c.tag_schedule("s1", "step-2", request_id="r11")
+    c.pause_schedule("s1", "evaluating", request_id="r12")
+    c.unpause_schedule("s1", "done", request_id="r13")
+    c.trigger_schedule("s1", request_id="r14")
+    c.delete_schedule("s1", request_id="r15")
+    c.pin("s1", "step-2", request_id="r16")
 
 
 @unittest.skipUnless(os.path.exists(OPENAPI), "gateway/openapi.json is not beside this client")

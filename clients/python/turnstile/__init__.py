@@ -1,6 +1,7 @@
 """Python client of the turnstile gateway: submit sets of agent rollouts,
 consume their results exactly once through the feed, acknowledge them,
-checkpoint, restore and resume. Standard library only.
+checkpoint, restore and resume, turn automatic recovery on and run a set's
+checkpoint schedule. Standard library only.
 
 See examples/trainer_loop.py for a complete trainer loop, and the
 gateway's OpenAPI document (GET /v1/openapi.json) for every field.
@@ -28,9 +29,13 @@ from .types import (
     ExportLine,
     FeedResponse,
     Health,
+    PinResponse,
     Receipt,
+    ScheduleResponse,
     SetResponse,
+    StoppedResponse,
     SubmitResponse,
+    WatchdogResponse,
     receipt_of,
 )
 
@@ -39,5 +44,5 @@ __all__ = [
     "TurnstileError", "TransportError", "APIError", "Unauthorized", "Forbidden", "BadRequest", "NotFound", "Conflict",
     "SetStalled", "Unavailable",
     "AckResponse", "DatasetRow", "ExportLine", "FeedResponse", "Health", "Receipt", "SetResponse",
-    "SubmitResponse", "receipt_of",
+    "SubmitResponse", "receipt_of", "WatchdogResponse", "ScheduleResponse", "StoppedResponse", "PinResponse",
 ]

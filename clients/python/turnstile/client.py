@@ -41,6 +41,7 @@ from .types import (
     ExportLine,
     FeedResponse,
     Limits,
+    PinResponse,
     PolicyVersionResponse,
     Receipt,
     ResultRecord,
@@ -48,9 +49,12 @@ from .types import (
     ResumeResponse,
     RunStatus,
     Sampling,
+    ScheduleResponse,
     SetResponse,
     StartedResponse,
+    StoppedResponse,
     SubmitResponse,
+    WatchdogResponse,
 )
 
 # Errors that mean the request may not have reached the gateway's logic, or
@@ -255,13 +259,88 @@ class Client:
                 "participants": list(participants) if participants is not None else None}
         return cast(ResumeResponse, self._post("/v1/resumes", body, request_id, operator=True))
 
+    # -- automatic recovery and checkpoint schedules ---------------------
+
+    def start_watchdog(self, set_name: str, participants: Sequence[str], *, standby: Optional[Sequence[str]] = None,
+                       every: Optional[str] = None, timeout: Optional[str] = None, misses: Optional[int] = None,
+                       bound: Optional[str] = None, request_id: Optional[str] = None) -> StartedResponse:
+        """POST /v1/sets/{set}/watchdog (operator): turn automatic recovery of
+        the set's environment servers on. Durations are Go durations ("5s");
+        None takes the defaults. A watchdog already running is joined
+        (existing), its settings unchanged."""
+        body = {"participants": list(participants), "standby": list(standby) if standby is not None else None,
+                "every": every, "timeout": timeout, "misses": misses, "bound": bound}
+        return cast(StartedResponse, self._post(f"/v1/sets/{_seg(set_name)}/watchdog", body, request_id,
+                                                operator=True))
+
+    def watchdog_status(self, set_name: str) -> WatchdogResponse:
+        """GET /v1/sets/{set}/watchdog: phase, watched servers, declarations,
+        and whether it holds the set's schedule paused for a recovery."""
+        return cast(WatchdogResponse, self._json("GET", f"/v1/sets/{_seg(set_name)}/watchdog"))
+
+    def stop_watchdog(self, set_name: str, request_id: Optional[str] = None) -> StoppedResponse:
+        """DELETE /v1/sets/{set}/watchdog (operator): turn automatic recovery
+        off (no error when none runs)."""
+        return cast(StoppedResponse, self._post(f"/v1/sets/{_seg(set_name)}/watchdog", {}, request_id,
+                                                operator=True, method="DELETE"))
+
+    def create_schedule(self, set_name: str, every: str, participants: Sequence[str], *, tag: Optional[str] = None,
+                        keep: Optional[int] = None, timeout: Optional[str] = None, paused: bool = False,
+                        request_id: Optional[str] = None) -> ScheduleResponse:
+        """POST /v1/sets/{set}/schedule (operator): a checkpoint of the set
+        every `every` (a Go duration), tagged `tag`, keeping the `keep`
+        newest and every pinned one. A repeat with the same settings
+        answers existing; other settings raise Conflict."""
+        body = {"every": every, "participants": list(participants), "tag": tag, "keep": keep,
+                "timeout": timeout, "paused": paused or None}
+        return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule", body, request_id,
+                                                 operator=True))
+
+    def schedule(self, set_name: str) -> ScheduleResponse:
+        """GET /v1/sets/{set}/schedule."""
+        return cast(ScheduleResponse, self._json("GET", f"/v1/sets/{_seg(set_name)}/schedule"))
+
+    def tag_schedule(self, set_name: str, tag: str, request_id: Optional[str] = None) -> ScheduleResponse:
+        """POST /v1/sets/{set}/schedule/tag: the tag (trainer step) the next
+        scheduled checkpoints carry; "" clears it."""
+        return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule/tag", {"tag": tag}, request_id,
+                                                 keep_empty=True))
+
+    def pause_schedule(self, set_name: str, note: Optional[str] = None,
+                       request_id: Optional[str] = None) -> ScheduleResponse:
+        """POST /v1/sets/{set}/schedule/pause (operator)."""
+        return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule/pause", {"note": note},
+                                                 request_id, operator=True))
+
+    def unpause_schedule(self, set_name: str, note: Optional[str] = None,
+                         request_id: Optional[str] = None) -> ScheduleResponse:
+        """POST /v1/sets/{set}/schedule/unpause (operator)."""
+        return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule/unpause", {"note": note},
+                                                 request_id, operator=True))
+
+    def trigger_schedule(self, set_name: str, request_id: Optional[str] = None) -> ScheduleResponse:
+        """POST /v1/sets/{set}/schedule/trigger (operator): a scheduled
+        checkpoint now (skipped while the previous one runs)."""
+        return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule/trigger", {}, request_id,
+                                                 operator=True))
+
+    def delete_schedule(self, set_name: str, request_id: Optional[str] = None) -> StoppedResponse:
+        """DELETE /v1/sets/{set}/schedule (operator): its checkpoints stay."""
+        return cast(StoppedResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule", {}, request_id,
+                                                operator=True, method="DELETE"))
+
+    def pin(self, set_name: str, tag: str, request_id: Optional[str] = None) -> PinResponse:
+        """POST /v1/sets/{set}/pins: keep the set's committed checkpoints of
+        this tag (or id) whatever the retention."""
+        return cast(PinResponse, self._post(f"/v1/sets/{_seg(set_name)}/pins", {"tag": tag}, request_id))
+
     # -- transport ------------------------------------------------------
 
     def _post(self, path: str, body: Mapping[str, Any], request_id: Optional[str],
-              operator: bool = False) -> Dict[str, Any]:
+              operator: bool = False, method: str = "POST", keep_empty: bool = False) -> Dict[str, Any]:
         doc = {"request_id": request_id or new_request_id()}
-        doc.update({k: v for k, v in body.items() if v is not None})
-        return self._json("POST", path, body=doc, operator=operator)
+        doc.update({k: v for k, v in body.items() if v is not None or keep_empty})
+        return self._json(method, path, body=doc, operator=operator)
 
     def _json(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None,
               body: Optional[Mapping[str, Any]] = None, timeout: Optional[float] = None,

@@ -212,6 +212,51 @@ class ResumeResponse(TypedDict):
     closed: int
 
 
+class WatchdogResponse(TypedDict):
+    """GET /v1/sets/{set}/watchdog: the set's automatic recovery."""
+
+    set: str
+    phase: str  # watching, waiting, recovering, stopped, done
+    watched: List[str]
+    standby_used: int
+    declarations: List[Dict[str, Any]]
+    schedule_held: bool
+    rounds: int
+
+
+class ScheduledRun(TypedDict):
+    checkpoint_id: str
+    workflow_id: str
+
+
+class ScheduleResponse(TypedDict):
+    """A set's checkpoint schedule."""
+
+    id: str
+    set: str
+    every: str
+    tag: str
+    keep: int
+    paused: bool
+    note: str
+    fired: int
+    skipped: int
+    recent: List[ScheduledRun]
+    next: List[str]
+    existing: bool
+
+
+class StoppedResponse(TypedDict):
+    set: str
+    stopped: bool
+
+
+class PinResponse(TypedDict):
+    set: str
+    tag: str
+    pinned: List[str]
+
+
 def receipt_of(item: ExportLine) -> Optional[Receipt]:
     """The receipt of a feed item, or None for a failed rollout."""
     r = item.get("receipt")
