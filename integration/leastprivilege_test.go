@@ -231,6 +231,19 @@ func TestLeastPrivilege(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, status, "%s", raw)
 		refusedAtGateway(t, evil, operatorGW, "/v1/resumes", "participants", "TURNSTILE_ALLOWED_PARTICIPANTS", rm)
 	})
+	t.Run("a watchdog's or a schedule's servers get no control token", func(t *testing.T) {
+		evil := newAttacker(t)
+		wd := gateway.WatchdogRequest{RequestID: "lp-wd", Participants: []string{evil.srv.URL}}
+		status, raw := trainerGW(t).do(ctx, "POST", "/v1/sets/lp-none/watchdog", wd, nil)
+		require.Equal(t, http.StatusForbidden, status, "%s", raw)
+		refusedAtGateway(t, evil, operatorGW, "/v1/sets/lp-none/watchdog", "participants", "TURNSTILE_ALLOWED_PARTICIPANTS", wd)
+		refusedAtGateway(t, evil, operatorGW, "/v1/sets/lp-none/watchdog", "standby", "TURNSTILE_ALLOWED_PARTICIPANTS",
+			gateway.WatchdogRequest{RequestID: "lp-wd2", Participants: []string{s.envURL}, Standby: []string{evil.srv.URL}})
+		sch := gateway.ScheduleRequest{RequestID: "lp-sch", Every: "1s", Participants: []string{evil.srv.URL}}
+		status, raw = trainerGW(t).do(ctx, "POST", "/v1/sets/lp-none/schedule", sch, nil)
+		require.Equal(t, http.StatusForbidden, status, "%s", raw)
+		refusedAtGateway(t, evil, operatorGW, "/v1/sets/lp-none/schedule", "participants", "TURNSTILE_ALLOWED_PARTICIPANTS", sch)
+	})
 
 	// Started on Temporal directly, past the gateway: the worker and the
 	// coordinator refuse by themselves.
