@@ -143,8 +143,9 @@ func (s *Server) stopWatchdog(w http.ResponseWriter, r *http.Request) error {
 }
 
 // createSchedule is POST /v1/sets/{set}/schedule. A repeat of a create
-// (the schedule exists with the same every, tag and keep) answers it with
-// existing; a schedule of other settings is a conflict.
+// (the schedule exists with the same every and keep) answers it with
+// existing, its tag as it is now (a trainer restarted after it moved the
+// tag on creates again safely); other settings are a conflict.
 func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) error {
 	set, err := pathSet(r)
 	if err != nil {
@@ -167,9 +168,13 @@ func (s *Server) createSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return scheduleError(set, err)
 	}
-	if existing && (sch.Every != sr.Every || sch.Tag != sr.Tag || sch.Keep != sr.Keep) {
-		return &apiError{status: conflict, code: CodeConflict, field: "every",
-			msg: fmt.Sprintf("set %s already has a checkpoint schedule (every %s, tag %q, keep %d): delete it first to change it", set, sch.Every, sch.Tag, sch.Keep)}
+	if existing && (sch.Every != sr.Every || sch.Keep != sr.Keep) {
+		field := "every"
+		if sch.Every == sr.Every {
+			field = "keep"
+		}
+		return &apiError{status: conflict, code: CodeConflict, field: field,
+			msg: fmt.Sprintf("set %s already has a checkpoint schedule of every %s, keep %d: delete it first to change it", set, sch.Every, sch.Keep)}
 	}
 	return writeJSON(w, http.StatusOK, scheduleResponse(sch, existing))
 }

@@ -289,8 +289,9 @@ class Client:
                         request_id: Optional[str] = None) -> ScheduleResponse:
         """POST /v1/sets/{set}/schedule (operator): a checkpoint of the set
         every `every` (a Go duration), tagged `tag`, keeping the `keep`
-        newest and every pinned one. A repeat with the same settings
-        answers existing; other settings raise Conflict."""
+        newest and every pinned one. A repeat with the same every and keep
+        answers the schedule (existing; its tag as moved since); another
+        every or keep raises Conflict."""
         body = {"every": every, "participants": list(participants), "tag": tag, "keep": keep,
                 "timeout": timeout, "paused": paused or None}
         return cast(ScheduleResponse, self._post(f"/v1/sets/{_seg(set_name)}/schedule", body, request_id,
