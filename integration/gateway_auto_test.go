@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
@@ -36,7 +37,10 @@ func TestGatewayAutoRecoveryAndSchedule(t *testing.T) {
 	tr := gw{t: t, base: base, token: gatewayToken}
 	op := gw{t: t, base: base, token: gatewayOperatorToken}
 	const set = "gwauto"
-	status, raw := tr.do(ctx, "POST", "/v1/sets", gateway.SubmitRequest{RequestID: "s-" + set, Set: set, Envs: []string{"counter"}, Count: 2}, nil)
+	// Rollouts that outlast the test (a watchdog ends by itself once its
+	// set has run out of rollouts).
+	long := trainer.DatasetRow{Env: "counter", Task: json.RawMessage(`{"target":1000}`)}
+	status, raw := tr.do(ctx, "POST", "/v1/sets", gateway.SubmitRequest{RequestID: "s-" + set, Set: set, Rows: []trainer.DatasetRow{long, long}, MaxTurns: 1000}, nil)
 	require.Equal(t, http.StatusOK, status, "%s", raw)
 
 	// Automatic recovery on; a repeat joins the running watchdog.
