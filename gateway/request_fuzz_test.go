@@ -11,6 +11,7 @@ import (
 // fuzzRoutes are the POST routes whose JSON bodies the fuzzer sends.
 var fuzzRoutes = []string{
 	"/v1/sets", "/v1/checkpoints", "/v1/restores", "/v1/resumes", "/v1/sets/s1/acks", "/v1/sets/s1/policy_version", "/v1/sets/s1/max_in_flight",
+	"/v1/sets/s1/watchdog", "/v1/sets/s1/schedule", "/v1/sets/s1/schedule/tag", "/v1/sets/s1/schedule/pause", "/v1/sets/s1/schedule/trigger",
 }
 
 // FuzzGatewayRequests sends arbitrary JSON bodies to the routes that decode
@@ -34,6 +35,9 @@ func FuzzGatewayRequests(f *testing.F) {
 		{3, `{"request_id":"r","set":"s1","checkpoint_id":"k1","participants":["http://b.internal:8091"]}`},
 		{4, `{"request_id":"a","receipts":[{"rollout_id":"s1-0000","attempt":0,"sha256":"` + string(bytes.Repeat([]byte("a"), 64)) + `"}]}`},
 		{5, `{"request_id":"p","version":10,"max_lag":2,"action":"cancel"}`},
+		{7, `{"request_id":"w","participants":["http://h:1"],"standby":["http://b.internal:8091"],"every":"1s","timeout":"1s","misses":2,"bound":"3s"}`},
+		{8, `{"request_id":"c","every":"10m","participants":["http://h:1"],"tag":"step-1","keep":3,"timeout":"60s","paused":true}`},
+		{9, `{"request_id":"t","tag":"step-2"}`}, {10, `{"request_id":"p","note":"why"}`}, {11, `{"request_id":"g"}`},
 		{0, `{`}, {1, `[]`}, {4, `{"request_id":"a","receipts":[{}]}`}, {0, `null`}, {3, `{"participants":[""]}`},
 	}
 	for _, s := range seeds {
