@@ -37,11 +37,11 @@ func (s *Server) startWatchdog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cur, found, err := s.backend.WatchdogStatus(r.Context(), set)
-	if err != nil {
-		return err
-	}
-	existing := found && cur.Phase != "stopped" && cur.Phase != "done"
+	// A watchdog that does not answer its query yet (its first workflow
+	// task has not run) exists, and is joined like a running one; Temporal
+	// out of reach fails the start below.
+	cur, found, qerr := s.backend.WatchdogStatus(r.Context(), set)
+	existing := qerr != nil || found && cur.Phase != "stopped" && cur.Phase != "done"
 	st, err := s.backend.StartWatchdog(r.Context(), set, a)
 	if err != nil {
 		return err
