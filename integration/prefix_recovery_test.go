@@ -45,20 +45,27 @@ func prefixInput(t *testing.T, i int) rollout.Input {
 	return in
 }
 
+// prefixKillPoints are where prefixRun's kills fall, in turn: right after
+// a chunk's heartbeat was recorded (the SDK may not have sent it yet), and
+// between a chunk's write and its heartbeat.
+var prefixKillPoints = []string{failpoint.WorkerModelPrefixHeartbeatBeforeNextChunk, failpoint.WorkerModelPrefixWrittenBeforeHeartbeat}
+
 // prefixRun runs the set on a fresh stack, its worker SIGKILLed kills
-// times right after a durable prefix was heartbeated, and returns the
-// results, the policy server's request records and the largest history of
-// one turn (bytes).
+// times right after a durable prefix was written (prefixKillPoints), and
+// returns the results, the policy server's request records and the largest
+// history of one turn (bytes).
 func prefixRun(t *testing.T, ctx context.Context, sz prefixSizes, kills int) (map[string]rollout.Result, policy.Stats, int) {
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
 	c.startPolicyServer("--tokens-per-second", strconv.Itoa(sz.tps), "--pad-tokens", strconv.Itoa(sz.pad))
 	prefixEnv := "TURNSTILE_MODEL_PREFIX_TOKENS=" + strconv.Itoa(sz.interval)
-	armed := failpoint.EnvVar + "=" + failpoint.WorkerModelPrefixHeartbeatBeforeNextChunk + "=kill@3"
+	armed := func(k int) string {
+		return failpoint.EnvVar + "=" + prefixKillPoints[k%len(prefixKillPoints)] + "=kill@3"
+	}
 	var w *proc
 	if kills > 0 {
-		w = c.startWorker(prefixEnv, armed)
+		w = c.startWorker(prefixEnv, armed(0))
 	} else {
 		c.startWorker(prefixEnv)
 	}
@@ -74,7 +81,7 @@ func prefixRun(t *testing.T, ctx context.Context, sz prefixSizes, kills int) (ma
 		}
 		require.ErrorContains(t, w.Err(), "killed", "kill %d: the worker died by SIGKILL at its failpoint", k+1)
 		if k+1 < kills {
-			w = c.startWorker(prefixEnv, armed)
+			w = c.startWorker(prefixEnv, armed(k+1))
 		} else {
 			c.startWorker(prefixEnv)
 		}
@@ -127,12 +134,17 @@ func regeneratedAfterCuts(s policy.Stats) []int {
 
 // TestPrefixRecoveryKill: a set whose answers stream slowly is run
 // uninterrupted, then with its worker SIGKILLed mid-generation several
-// times, each time right after a durable prefix was heartbeated. Every
-// rollout ends at the same transcript head (so its generation records,
-// token ids and log-probs included, are byte-identical), cut calls resumed
-// from their prefixes; the tokens the policy server (which counts what it
-// generates per request) generated again after each cut are logged against
-// one prefix interval. TURNSTILE_PREFIX_LONG=1 runs the sizes.
+// times, right after a durable prefix was heartbeated or between its write
+// and its heartbeat. Every rollout ends at the same transcript head (so its
+// generation records, token ids and log-probs included, are
+// byte-identical) and cut calls resumed from their prefixes. The tokens the
+// policy server (which counts what it generates per request) generated
+// again after each cut are logged: the call at the failpoint had made
+// every token it read durable (its retry finds it through the call's
+// prefix index even when the heartbeat never got out), so it loses only
+// the tokens in flight; the other calls the kill cut lose what they had
+// read since their last flush too. TURNSTILE_PREFIX_LONG=1 runs the
+// issue's sizes.
 func TestPrefixRecoveryKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
@@ -168,16 +180,15 @@ func TestPrefixRecoveryKill(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, resumed, 1, "some cut call resumed from its prefix")
 	require.NotEmpty(t, regen, "the policy server saw cut requests")
-	// One interval: PrefixTokens, or the tokens streamed within the
-	// heartbeat throttle (200 ms) when that is more. Logged, not asserted:
-	// on a loaded machine the server counts tokens it sent that the killed
-	// worker had not read yet, so a cut can exceed it (see the log).
-	interval := max(sz.interval, sz.tps/5)
+	// Logged, not asserted: a kill cuts every call streaming on the
+	// worker, not only the one at the failpoint. Each loses the tokens it
+	// had read since its last flush (at most one interval) plus those in
+	// flight, which depend on the machine's load, not on the worker.
 	over := 0
 	for _, n := range regen {
-		if n > interval {
+		if n > sz.interval {
 			over++
 		}
 	}
-	t.Logf("prefix interval %d tokens: %d of %d cuts regenerated more", interval, over, len(regen))
+	t.Logf("prefix interval %d tokens: %d of %d cuts regenerated more (a call the kill cut loses at most the interval it had read plus the tokens in flight)", sz.interval, over, len(regen))
 }

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,6 +120,20 @@ func (f factory) storeCounters(store *transcriptstore.Store) {
 		f.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: c.name, Help: c.help},
 			func() float64 { return float64(c.v(store.Stats())) }))
 	}
+}
+
+// registerTokensReceived registers the count of generated tokens the
+// model activity read off its streams, cut calls' included, and returns
+// the counter it keeps them in (model.Activities.Received). The endpoint's
+// own count of tokens it sent, less this, is what was in flight when calls
+// were cut; model_tokens_total counts finished calls only.
+func registerTokensReceived(reg prometheus.Registerer) *atomic.Int64 {
+	n := &atomic.Int64{}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: metrics.Namespace, Name: "model_tokens_received_total",
+		Help: "Generated tokens the model activity read off streamed answers as they arrived, those of calls cut before they finished included. The endpoint's count of the tokens it sent, less this, is what was in flight (sent, never read) when calls were cut.",
+	}, func() float64 { return float64(n.Load()) }))
+	return n
 }
 
 // part is the turn part a rollout activity is, or "" for others.

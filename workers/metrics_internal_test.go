@@ -49,3 +49,13 @@ func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// The tokens the model activity read off its streams are exported as they
+// arrive, apart from the finished calls' counts.
+func TestTokensReceivedCounter(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := registerTokensReceived(reg)
+	n.Add(64)
+	n.Add(3)
+	require.Equal(t, map[string]float64{"turnstile_model_tokens_received_total": 67}, counters(t, reg))
+}

@@ -71,6 +71,7 @@ func New(c client.Client, cfg Config, logger *zap.Logger, reg prometheus.Registe
 	interceptors := []interceptor.WorkerInterceptor{&applicationErrors{}}
 	if reg != nil {
 		interceptors = append(interceptors, &observer{m: NewMetrics(reg, acts.Store, c)})
+		acts.Model.Received = registerTokensReceived(reg)
 	}
 	if cfg.Tuning.StickyCacheSize > 0 {
 		// Process-wide in the SDK; this process's workers are all turnstile's.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -79,8 +80,10 @@ type Activities struct {
 	PrefixTokens   int
 	PrefixInterval time.Duration
 	// HeartbeatThrottle must be the worker's MaxHeartbeatThrottleInterval:
-	// prefix flushes are spaced by at least this much, so each one's
-	// heartbeat goes out at once. Zero means DefaultHeartbeatThrottle.
+	// prefix flushes by time alone are spaced by at least this much, so
+	// their heartbeats go out at once (a flush by token count does not
+	// wait: the prefix index names its chunk). Zero means
+	// DefaultHeartbeatThrottle.
 	HeartbeatThrottle time.Duration
 	// Heartbeat records a heartbeat of a streamed call with its durable
 	// prefix; nil is activity.RecordHeartbeat. A test observes the
@@ -97,6 +100,12 @@ type Activities struct {
 	// DefaultMaxRetryAfter); the call's start-to-close timeout bounds it
 	// too.
 	MaxRetryAfter time.Duration
+
+	// Received, when set, counts the generated tokens read off model
+	// streams, those of calls cut before they finished included. The
+	// endpoint's count of the tokens it sent, less this, is what was in
+	// flight (sent, never read) when calls were cut.
+	Received *atomic.Int64
 
 	mu      sync.Mutex
 	clients map[string]*openai.Client // by endpoint name and URL

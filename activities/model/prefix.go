@@ -2,8 +2,10 @@ package model
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,17 +28,19 @@ const (
 	DefaultPrefixInterval = 2 * time.Second
 	// DefaultHeartbeatThrottle is the worker's MaxHeartbeatThrottleInterval:
 	// the SDK sends a heartbeat at once when the previous one is at least
-	// this old, and batches it otherwise. Flushes are spaced by at least
-	// this much, so each one's heartbeat is sent before the stream is read
-	// on: what the heartbeat names is durable for the retry.
+	// this old, and batches it otherwise. Flushes by time alone are spaced
+	// by at least this much; a flush by token count is not, and a retry
+	// finds its chunk through the call's prefix index when the batched
+	// heartbeat never got out.
 	DefaultHeartbeatThrottle = 200 * time.Millisecond
 )
 
 // prefixWriter makes a streamed generation's prefix durable as it grows:
-// every PrefixTokens tokens or PrefixInterval (whichever first, and never
+// every PrefixTokens tokens (before reading on) or PrefixInterval (never
 // closer than the heartbeat throttle) it stores the tokens received since
-// the last flush as one chunk chained to the previous one, then heartbeats
-// the chain's last digest and token count. Between flushes it keeps the
+// the last flush as one chunk chained to the previous one, replaces the
+// call's prefix index with the chain's last digest, then heartbeats that
+// digest and the token count. Between flushes it keeps the
 // call alive with the same details, so a heartbeat never names less than
 // what is durable.
 type prefixWriter struct {
@@ -44,6 +48,10 @@ type prefixWriter struct {
 	store  *transcriptstore.Store
 	in     rollout.CallModelInput
 	callID string
+	// index names the prefix index (transcript.PrefixIndex) every flush
+	// replaces: call is the identity of this call's attempts, key the
+	// index's key derived from it.
+	index prefixIndexRef
 
 	mu sync.Mutex
 	// The chain: its first chunk's fields, its last chunk and how many
@@ -69,9 +77,9 @@ type prefixWriter struct {
 	lastFlush, lastBeat time.Time
 }
 
-func (a *Activities) newPrefixWriter(store *transcriptstore.Store, in rollout.CallModelInput, callID string) *prefixWriter {
+func (a *Activities) newPrefixWriter(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, callID string) *prefixWriter {
 	now := time.Now()
-	return &prefixWriter{a: a, store: store, in: in, callID: callID, lastFlush: now, lastBeat: now}
+	return &prefixWriter{a: a, store: store, in: in, callID: callID, index: prefixIndexOf(ctx, in, callID), lastFlush: now, lastBeat: now}
 }
 
 // resume makes w continue the chain of p, whose last chunk ref names:
@@ -118,6 +126,9 @@ func (w *prefixWriter) add(ctx context.Context, p tokenPiece, version string) er
 	if len(p.ids) == 0 {
 		return nil
 	}
+	if w.a.Received != nil {
+		w.a.Received.Add(int64(len(p.ids)))
+	}
 	if !p.textKnown || len(p.lps) != len(p.ids) {
 		// Without the tokens' own text and log-probs a prefix could not be
 		// continued into the record an uninterrupted call writes: keep none.
@@ -130,9 +141,15 @@ func (w *prefixWriter) add(ctx context.Context, p tokenPiece, version string) er
 	w.pending.lps = append(w.pending.lps, p.lps...)
 	w.pending.text += p.text
 	w.version = version
+	// PrefixTokens received: flush before the stream is read on, whatever
+	// the heartbeat throttle (the index names the chunk even when its
+	// heartbeat is batched), so the worker never reads on holding more
+	// than PrefixTokens-1 tokens that are not durable. The time interval
+	// alone flushes no closer than the throttle.
 	now := time.Now()
-	due := len(w.pending.ids) >= w.a.prefixTokens() || now.Sub(w.lastFlush) >= w.a.prefixInterval()
-	if !due || now.Sub(w.lastBeat) < w.a.heartbeatThrottle() {
+	byTokens := len(w.pending.ids) >= w.a.prefixTokens()
+	byTime := now.Sub(w.lastFlush) >= w.a.prefixInterval() && now.Sub(w.lastBeat) >= w.a.heartbeatThrottle()
+	if !byTokens && !byTime {
 		return nil
 	}
 	return w.flushLocked(ctx, true)
@@ -165,7 +182,12 @@ func (w *prefixWriter) flushLocked(ctx context.Context, beat bool) error {
 	if err != nil {
 		return rollout.StoreError("store prefix of "+w.callID, err)
 	}
-	w.last, w.durable, w.restarted = d, c.Start+len(c.TokenIDs), false
+	durable := c.Start + len(c.TokenIDs)
+	x := transcript.PrefixIndex{Call: w.index.call, Head: w.in.Head, Record: d, Tokens: durable}
+	if err := w.store.PutPrefixIndex(ctx, w.index.key, x); err != nil {
+		return rollout.StoreError("store prefix index of "+w.callID, err)
+	}
+	w.last, w.durable, w.restarted = d, durable, false
 	w.pending = tokenPiece{}
 	w.lastFlush = time.Now()
 	w.a.Failpoints.Hit(failpoint.WorkerModelPrefixWrittenBeforeHeartbeat)
@@ -255,3 +277,81 @@ func loadPrefix(ctx context.Context, store *transcriptstore.Store, in rollout.Ca
 
 // errForeignPrefix: the prefix a call was given is not of its conversation.
 var errForeignPrefix = errors.New("prefix does not belong to this call")
+
+// prefixIndexRef names a call's prefix index: call is the identity of the
+// activity whose attempts share it (workflow, run, activity id) and of the
+// model call, key the index's key derived from it.
+type prefixIndexRef struct {
+	call, key string
+}
+
+// prefixIndexOf is the prefix index of this activity's call: its retries
+// share it, another activity (a call resumed after a checkpoint, another
+// run) never does.
+func prefixIndexOf(ctx context.Context, in rollout.CallModelInput, callID string) prefixIndexRef {
+	info := activity.GetInfo(ctx)
+	parts, _ := json.Marshal([]string{info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID, callID, string(in.Head)})
+	call := string(parts)
+	return prefixIndexRef{call: call, key: transcript.PrefixIndexKey(call)}
+}
+
+// newestPrefix is the prefix the call continues: base (its heartbeat's or
+// its input's; nil for none), or the longer one the call's prefix index
+// names when that verifiably extends base: the same call and conversation,
+// more tokens, base's last chunk in its chain, and a chain that holds what
+// the index says. An index that is missing, does not decode, names another
+// call or does not extend base leaves base: the retry fails closed to what
+// the heartbeat named.
+func (w *prefixWriter) newestPrefix(ctx context.Context, base *rollout.ModelPrefix) *rollout.ModelPrefix {
+	x, err := w.store.PrefixIndex(ctx, w.index.key)
+	if errors.Is(err, transcript.ErrNotFound) {
+		return base
+	}
+	if err == nil && base != nil && x.Tokens <= base.Tokens && x.Record == base.Record {
+		return base // the heartbeat got out: nothing newer
+	}
+	if err == nil {
+		err = w.extends(ctx, x, base)
+	}
+	if err != nil {
+		activity.GetLogger(ctx).Warn("prefix index not used", "call", w.callID, "error", err)
+		return base
+	}
+	return &rollout.ModelPrefix{CallID: w.callID, Turn: w.in.Turn, Record: x.Record, Tokens: x.Tokens}
+}
+
+// extends checks that index x names a prefix of this call that extends
+// base.
+func (w *prefixWriter) extends(ctx context.Context, x transcript.PrefixIndex, base *rollout.ModelPrefix) error {
+	switch {
+	case x.Call != w.index.call:
+		return fmt.Errorf("%w: index %s names call %s", errForeignPrefix, w.index.key, x.Call)
+	case x.Head != w.in.Head:
+		return fmt.Errorf("%w: index %s names conversation %s, the call answers %s", errForeignPrefix, w.index.key, x.Head, w.in.Head)
+	case base != nil && x.Tokens <= base.Tokens:
+		return fmt.Errorf("%w: index %s names %d tokens, the heartbeat %d", errForeignPrefix, w.index.key, x.Tokens, base.Tokens)
+	}
+	chain, err := w.store.PrefixBlobs(ctx, x.Record)
+	if err != nil {
+		return fmt.Errorf("index %s: %w", w.index.key, err)
+	}
+	if base != nil && !slices.Contains(chain, base.Record) {
+		return fmt.Errorf("%w: index %s names prefix %s, which does not extend %s", errForeignPrefix, w.index.key, x.Record, base.Record)
+	}
+	ref := rollout.ModelPrefix{CallID: w.callID, Turn: w.in.Turn, Record: x.Record, Tokens: x.Tokens}
+	if _, err := loadPrefix(ctx, w.store, w.in, ref); err != nil {
+		return fmt.Errorf("index %s: %w", w.index.key, err)
+	}
+	return nil
+}
+
+// dropIndex deletes the call's prefix index once no retry needs it (the
+// call finished, or was cancelled and reported its prefix); a failure
+// leaves a small object behind and is logged.
+func (w *prefixWriter) dropIndex(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlushTimeout)
+	defer cancel()
+	if err := w.store.RemovePrefixIndex(ctx, w.index.key); err != nil {
+		activity.GetLogger(ctx).Warn("prefix index not removed", "call", w.callID, "error", err)
+	}
+}

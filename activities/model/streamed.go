@@ -44,11 +44,23 @@ const finalFlushTimeout = 10 * time.Second
 // crash or a checkpoint cut continues from its durable prefix through the
 // endpoint's token-in route, or starts over when it cannot (and says so).
 func (a *Activities) callStreamed(ctx context.Context, store *transcriptstore.Store, in rollout.CallModelInput, callID string, endpoint destination.Target, params openai.ChatCompletionNewParams) (generated, error) {
-	w := a.newPrefixWriter(store, in, callID)
+	w := a.newPrefixWriter(ctx, store, in, callID)
+	g, err := a.callStreamedWith(ctx, w, in, callID, endpoint, params)
+	if err == nil || temporal.IsCanceledError(err) {
+		w.dropIndex(ctx)
+	}
+	return g, err
+}
+
+// callStreamedWith is callStreamed with its prefix writer: it continues
+// the newest durable prefix of the call (newestPrefix), or starts.
+func (a *Activities) callStreamedWith(ctx context.Context, w *prefixWriter, in rollout.CallModelInput, callID string, endpoint destination.Target, params openai.ChatCompletionNewParams) (generated, error) {
+	store := w.store
 	start, err := a.startingPrefix(ctx, in, callID)
 	if err != nil {
 		return generated{}, err
 	}
+	start = w.newestPrefix(ctx, start)
 	if start == nil {
 		return a.streamed(ctx, w, func() (generated, error) { return a.streamChat(ctx, w, callID, endpoint, params) })
 	}

@@ -3,6 +3,7 @@ package transcript
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // PrefixChunk is one durable piece of an unfinished generation: the tokens a
@@ -169,4 +170,45 @@ func VersionSpans(segments []PrefixSegment) []VersionSpan {
 		out = append(out, VersionSpan{Start: s.Start, PolicyVersion: s.PolicyVersion})
 	}
 	return out
+}
+
+// PrefixIndex names the newest durable prefix of one model call, whether or
+// not the call's heartbeat got out to name it. A prefix writer replaces it
+// after every chunk, under a key derived from the call's identity
+// (PrefixIndexKey), so that a retry after a crash between the chunk's write
+// and its heartbeat still finds the chunk. A retry trusts it only when it
+// names the same call and conversation and extends the prefix the
+// heartbeat names.
+type PrefixIndex struct {
+	// Call is the identity the key was derived from.
+	Call string `json:"call"`
+	// Head is the conversation the call answers.
+	Head Digest `json:"head"`
+	// Record is the prefix's last chunk; Tokens how many generated tokens
+	// the prefix holds.
+	Record Digest `json:"record"`
+	Tokens int    `json:"tokens"`
+}
+
+// Validate checks an index on its own.
+func (x *PrefixIndex) Validate() error {
+	switch {
+	case x.Call == "":
+		return errors.New("transcript: prefix index names no call")
+	case x.Tokens <= 0:
+		return fmt.Errorf("transcript: prefix index of %s holds %d tokens", x.Call, x.Tokens)
+	}
+	if err := x.Head.Validate(); err != nil {
+		return fmt.Errorf("transcript: prefix index of %s: head: %w", x.Call, err)
+	}
+	if err := x.Record.Validate(); err != nil {
+		return fmt.Errorf("transcript: prefix index of %s: record: %w", x.Call, err)
+	}
+	return nil
+}
+
+// PrefixIndexKey is the key of the index of the call named call: the
+// hexadecimal SHA-256 of its name.
+func PrefixIndexKey(call string) string {
+	return strings.TrimPrefix(string(DigestOf([]byte(call))), "sha256:")
 }
