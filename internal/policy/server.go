@@ -43,6 +43,8 @@ const (
 const (
 	FinishToolCalls = "tool_calls"
 	FinishStop      = "stop"
+	// FinishLength: the answer was cut at the request's max_tokens.
+	FinishLength = "length"
 )
 
 // Message roles the server accepts.
@@ -256,6 +258,22 @@ type chatRequest struct {
 	TopLogprobs            json.RawMessage `json:"top_logprobs"`
 	ReturnTokenIDs         bool            `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool            `json:"return_tokens_as_token_ids"`
+	// MaxTokens and MaxCompletionTokens (which wins when both are set)
+	// cut a streamed answer, finish_reason "length"; a whole answer is
+	// never cut.
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+}
+
+// maxTokens is the request's token limit, or -1 for none.
+func (r chatRequest) maxTokens() int {
+	switch {
+	case r.MaxCompletionTokens != nil:
+		return *r.MaxCompletionTokens
+	case r.MaxTokens != nil:
+		return *r.MaxTokens
+	}
+	return -1
 }
 
 type wireMessage struct {
@@ -439,6 +457,9 @@ func (s *server) prepare(req chatRequest) (envs.Policy, envs.PolicyRequest, int,
 	}
 	if req.Model == "" {
 		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "missing_model", errors.New("model is required")
+	}
+	if m := req.maxTokens(); req.maxTokens() != -1 && m < 1 {
+		return nil, envs.PolicyRequest{}, http.StatusBadRequest, "unsupported_value", fmt.Errorf("max_tokens %d: want at least 1", m)
 	}
 	pol, err := s.cfg.Policies.Lookup(req.Model)
 	if err != nil {

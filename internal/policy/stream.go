@@ -99,6 +99,12 @@ func (s *server) streamChat(ctx context.Context, w http.ResponseWriter, req chat
 	if err != nil {
 		return err
 	}
+	finish := a.finish
+	if m := req.maxTokens(); m >= 0 && m < len(deltas) {
+		deltas, finish = deltas[:m], FinishLength
+		out.Usage.CompletionTokens = m
+		out.Usage.TotalTokens = out.Usage.PromptTokens + m
+	}
 	wantIDs, wantLogprobs := req.ReturnTokenIDs, req.Logprobs && string(req.TopLogprobs) != "null"
 	var lps *choiceLogprobs
 	if wantLogprobs {
@@ -131,7 +137,7 @@ func (s *server) streamChat(ctx context.Context, w http.ResponseWriter, req chat
 			ch.Logprobs = &choiceLogprobs{Content: lps.Content[i : i+1]}
 		}
 		if i == len(deltas)-1 {
-			ch.FinishReason = &a.finish
+			ch.FinishReason = &finish
 		}
 		c.Choices = []chunkChoice{ch}
 		if err := e.send(c); err != nil {

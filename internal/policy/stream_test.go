@@ -376,3 +376,73 @@ func TestServerCountsGeneratedTokens(t *testing.T) {
 	require.Equal(t, first.Key, cut.Key, "both requests generate the same answer")
 	require.Equal(t, "chat", cut.Route)
 }
+
+// A streamed chat answer stops at the request's max_tokens with finish
+// reason "length": the first tokens of the whole answer, their log-probs,
+// and a usage that counts them. A limit at or above the answer's length
+// leaves it whole; a limit below 1 is refused.
+func TestServerStreamedChatHonoursMaxTokens(t *testing.T) {
+	url, _ := startPolicyServer(t, policy.ServerConfig{PadTokens: 40})
+	want := whole(t, url, 40)
+	all := want.Choices[0].TokenIDs
+	read := func(limit any) ([]int64, []float64, string, int) {
+		body := counterChatBody(t, true)
+		body["max_tokens"] = limit
+		var ids []int64
+		var lps []float64
+		finish, usage := "", 0
+		for _, ev := range events(t, postJSON(t, url+policy.ChatCompletionsPath, body)) {
+			var c struct {
+				Choices []struct {
+					TokenIDs []int64 `json:"token_ids"`
+					Logprobs *struct {
+						Content []struct {
+							Logprob float64 `json:"logprob"`
+						} `json:"content"`
+					} `json:"logprobs"`
+					FinishReason *string `json:"finish_reason"`
+				} `json:"choices"`
+				Usage *struct {
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			require.NoError(t, json.Unmarshal(ev, &c))
+			if c.Usage != nil {
+				usage = c.Usage.CompletionTokens
+			}
+			for _, ch := range c.Choices {
+				ids = append(ids, ch.TokenIDs...)
+				if ch.Logprobs != nil {
+					for _, l := range ch.Logprobs.Content {
+						lps = append(lps, l.Logprob)
+					}
+				}
+				if ch.FinishReason != nil {
+					finish = *ch.FinishReason
+				}
+			}
+		}
+		return ids, lps, finish, usage
+	}
+	ids, lps, finish, usage := read(10)
+	require.Equal(t, all[:10], ids)
+	require.Equal(t, want.logprobs()[:10], lps)
+	require.Equal(t, policy.FinishLength, finish)
+	require.Equal(t, 10, usage)
+
+	ids, _, finish, _ = read(len(all))
+	require.Equal(t, all, ids, "a limit of exactly the answer's length")
+	require.Equal(t, want.Choices[0].FinishReason, finish, "the answer ended on its own")
+
+	body := counterChatBody(t, true)
+	body["max_tokens"] = 0
+	res := postJSON(t, url+policy.ChatCompletionsPath, body)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&e))
+	require.Contains(t, e.Error.Message, "max_tokens 0")
+}

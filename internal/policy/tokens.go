@@ -30,6 +30,9 @@ const firstSpecialID = 256
 // EndMarker ends every rendered message, an assistant's answer included.
 const EndMarker = tokEnd
 
+// CallMarker opens a tool call in the toy template.
+const CallMarker = tokCall
+
 const (
 	tokEnd       = "<|end|>"
 	tokAssistant = "<|assistant|>"
