@@ -79,6 +79,12 @@ type Activities struct {
 	// PrefixInterval, whichever comes first. Zero means the defaults.
 	PrefixTokens   int
 	PrefixInterval time.Duration
+	// PrefixBound is PrefixBoundStrict for bounded generation: a call
+	// that can continue a prefix asks the endpoint for at most
+	// PrefixTokens tokens beyond its newest durable prefix per request, so
+	// a crash makes the endpoint generate at most that many again.
+	// PrefixBoundOff (or empty) streams each answer in one request.
+	PrefixBound string
 	// HeartbeatThrottle must be the worker's MaxHeartbeatThrottleInterval:
 	// prefix flushes by time alone are spaced by at least this much, so
 	// their heartbeats go out at once (a flush by token count does not

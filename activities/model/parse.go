@@ -30,6 +30,11 @@ type answerParser interface {
 	// route's text: the turnstile template's markers are special tokens
 	// the parser needs; Hermes models end with a special token it does not.
 	skipSpecialTokens() bool
+	// parseCut reads a generation the call's max_tokens (or the
+	// endpoint's context) cut: the text up to the cut, its complete tool
+	// calls, and no error for the end it never reached; a call the cut
+	// fell in is left out.
+	parseCut(raw string) parsedAnswer
 }
 
 // parserOf is the policy's parser; nil when it names none.
@@ -65,6 +70,28 @@ func (turnstileParser) parse(raw string) (parsedAnswer, error) {
 	return out, nil
 }
 
+func (p turnstileParser) parseCut(raw string) parsedAnswer {
+	if out, err := p.parse(raw); err == nil {
+		return out
+	}
+	content, calls, _ := strings.Cut(raw, policy.CallMarker)
+	out := parsedAnswer{content: content}
+	if calls == "" {
+		return out
+	}
+	parts := strings.Split(policy.CallMarker+calls, policy.CallMarker)[1:]
+	for n := len(parts); n > 0; n-- {
+		// The longest run of calls that reads; the last one may be cut.
+		if _, read, err := policy.ParseAssistant(policy.CallMarker + strings.Join(parts[:n], policy.CallMarker)); err == nil {
+			for _, c := range read {
+				out.calls = append(out.calls, transcript.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+			}
+			break
+		}
+	}
+	return out
+}
+
 // hermesParser reads Hermes-style answers, as vLLM's hermes tool parser and
 // qwen3 reasoning parser do: an optional <think>…</think> block, the
 // content, then <tool_call>{"name": …, "arguments": {…}}</tool_call>
@@ -75,6 +102,25 @@ func (hermesParser) skipSpecialTokens() bool { return true }
 
 // hermesEnds are end-of-turn tokens a prefix's raw text may end with.
 var hermesEnds = []string{"<|im_end|>", "<|endoftext|>", "</s>"}
+
+func (p hermesParser) parseCut(raw string) parsedAnswer {
+	if out, err := p.parse(raw); err == nil {
+		return out
+	}
+	if rest, ok := strings.CutPrefix(strings.TrimLeft(raw, " \n"), "<think>"); ok && !strings.Contains(rest, "</think>") {
+		return parsedAnswer{reasoning: strings.TrimSpace(rest)} // cut while thinking
+	}
+	// Cut inside a tool call: the calls before it.
+	cut := strings.LastIndex(raw, "<tool_call>")
+	if cut < 0 {
+		return parsedAnswer{content: raw}
+	}
+	out, err := p.parse(raw[:cut])
+	if err != nil {
+		return parsedAnswer{content: raw}
+	}
+	return out
+}
 
 func (hermesParser) parse(raw string) (parsedAnswer, error) {
 	for _, end := range hermesEnds {

@@ -155,6 +155,13 @@ func (w *prefixWriter) add(ctx context.Context, p tokenPiece, version string) er
 	return w.flushLocked(ctx, true)
 }
 
+// undurable is how many tokens the writer holds that are not durable yet.
+func (w *prefixWriter) undurable() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending.ids)
+}
+
 // flush makes everything received durable (a final flush before the call
 // returns cut), without heartbeating when beat is false.
 func (w *prefixWriter) flush(ctx context.Context, beat bool) error {

@@ -62,7 +62,7 @@ func (a *Activities) callStreamedWith(ctx context.Context, w *prefixWriter, in r
 	}
 	start = w.newestPrefix(ctx, start)
 	if start == nil {
-		return a.streamed(ctx, w, func() (generated, error) { return a.streamChat(ctx, w, callID, endpoint, params) })
+		return a.streamed(ctx, w, func() (generated, error) { return a.start(ctx, w, in, callID, endpoint, params) })
 	}
 	p, err := loadPrefix(ctx, store, in, *start)
 	switch {
@@ -75,7 +75,7 @@ func (a *Activities) callStreamedWith(ctx context.Context, w *prefixWriter, in r
 		why := a.cannotContinue(in, endpoint.URL)
 		if why == "" {
 			w.resume(p, *start)
-			g, err := a.streamed(ctx, w, func() (generated, error) { return a.continueFrom(ctx, w, in, callID, endpoint, p) })
+			g, err := a.streamed(ctx, w, func() (generated, error) { return a.continueFrom(ctx, w, in, callID, endpoint, p, len(p.TokenIDs)) })
 			if !errors.Is(err, errNoTokenRoute) {
 				return g, err
 			}
@@ -84,7 +84,16 @@ func (a *Activities) callStreamedWith(ctx context.Context, w *prefixWriter, in r
 		activity.GetLogger(ctx).Info("cannot continue the prefix; starting over", "call", callID, "prefix_tokens", start.Tokens, "why", why)
 		w.restart(p, *start)
 	}
-	return a.streamed(ctx, w, func() (generated, error) { return a.streamChat(ctx, w, callID, endpoint, params) })
+	return a.streamed(ctx, w, func() (generated, error) { return a.start(ctx, w, in, callID, endpoint, params) })
+}
+
+// start generates the answer from its beginning: in chunks when the call
+// is bounded (startBounded), else in one streamed request.
+func (a *Activities) start(ctx context.Context, w *prefixWriter, in rollout.CallModelInput, callID string, endpoint destination.Target, params openai.ChatCompletionNewParams) (generated, error) {
+	if a.bounded(in, endpoint.URL) {
+		return a.startBounded(ctx, w, in, callID, endpoint, params)
+	}
+	return a.streamChat(ctx, w, callID, endpoint, params)
 }
 
 // streamed runs one streaming request under the writer's keepalive and

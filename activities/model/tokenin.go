@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,8 +72,11 @@ func (a *Activities) cannotContinue(in rollout.CallModelInput, baseURL string) s
 // continuationBody is the completions request that continues p: the
 // prompt's ids and the prefix's, the rollout's sampling (seed included),
 // and what is left of its token budget (null: up to the context, since
-// vLLM's default for a completions request is 16 tokens).
-func continuationBody(in rollout.CallModelInput, p transcript.Prefix, skipSpecial bool) ([]byte, int64, error) {
+// vLLM's default for a completions request is 16 tokens), cut to limit
+// when limit >= 0 (a bounded call's chunk). It returns the body, what is
+// left of the budget (-1: no budget) and the request's max_tokens (-1:
+// none).
+func continuationBody(in rollout.CallModelInput, p transcript.Prefix, skipSpecial bool, limit int64) ([]byte, int64, int64, error) {
 	body := map[string]any{}
 	s := rollout.Sampling{}
 	if in.Sampling != nil {
@@ -85,11 +89,17 @@ func continuationBody(in rollout.CallModelInput, p transcript.Prefix, skipSpecia
 	if s.Seed != nil {
 		seed = *s.Seed
 	}
-	var maxTokens any
 	left := int64(-1)
 	if s.MaxTokens != nil {
 		left = max(*s.MaxTokens-int64(len(p.TokenIDs)), 0)
-		maxTokens = left
+	}
+	asked := left
+	if limit >= 0 && (asked < 0 || limit < asked) {
+		asked = limit
+	}
+	var maxTokens any
+	if asked >= 0 {
+		maxTokens = asked
 	}
 	prompt := make([]int64, 0, len(p.PromptTokenIDs)+len(p.TokenIDs))
 	prompt = append(append(prompt, p.PromptTokenIDs...), p.TokenIDs...)
@@ -110,52 +120,98 @@ func continuationBody(in rollout.CallModelInput, p transcript.Prefix, skipSpecia
 		body["stop"] = s.Stop
 	}
 	b, err := json.Marshal(body)
-	return b, left, err
+	return b, left, asked, err
 }
 
 // continueFrom continues the generation p through the completions route
-// and reads the whole generation back into an answer.
-func (a *Activities) continueFrom(ctx context.Context, w *prefixWriter, in rollout.CallModelInput, callID string, endpoint destination.Target, p transcript.Prefix) (generated, error) {
+// and reads the whole generation back into an answer. recovered is how
+// many of p's tokens a crash or a checkpoint cut left (the call's own
+// earlier chunks are not recovered). A bounded call (Activities.bounded)
+// asks for at most a chunk per request and makes each chunk durable
+// before it asks for the next; otherwise one request asks for the rest.
+func (a *Activities) continueFrom(ctx context.Context, w *prefixWriter, in rollout.CallModelInput, callID string, endpoint destination.Target, p transcript.Prefix, recovered int) (generated, error) {
 	parser := parserOf(in.Policy.ToolParser)
-	body, left, err := continuationBody(in, p, parser.skipSpecialTokens())
-	if err != nil {
-		return generated{}, fmt.Errorf("%s: encode continuation: %w", callID, err)
+	bounded := a.bounded(in, endpoint.URL)
+	cur := transcript.Prefix{
+		Head: p.Head, PromptTokenIDs: p.PromptTokenIDs, Model: p.Model, Discarded: p.Discarded,
+		TokenIDs: slices.Clone(p.TokenIDs), LogProbs: slices.Clone(p.LogProbs), Text: p.Text, Segments: slices.Clone(p.Segments),
 	}
-	acc := completionAccumulator{finish: "length"}
-	version := in.Policy.Version
-	if left != 0 {
-		if version, err = a.streamContinuation(ctx, w, &acc, callID, endpoint, in.Policy.Model, body); err != nil {
+	finish := finishLength
+	for requests := 0; ; requests++ {
+		limit := int64(-1)
+		if bounded {
+			limit = a.chunkLimit(w)
+		}
+		body, left, asked, err := continuationBody(in, cur, parser.skipSpecialTokens(), limit)
+		if err != nil {
+			return generated{}, fmt.Errorf("%s: encode continuation: %w", callID, err)
+		}
+		if left == 0 {
+			if requests == 0 {
+				cur.Segments = addSegment(cur.Segments, len(cur.TokenIDs), w.segment, in.Policy.Version)
+			}
+			break // the call's own max_tokens is reached
+		}
+		var acc completionAccumulator
+		acc.finish = finishLength
+		version, err := a.streamContinuation(ctx, w, &acc, callID, endpoint, in.Policy.Model, body)
+		if err != nil {
 			return generated{}, err
 		}
 		if version == "" {
 			version = in.Policy.Version
 		}
+		cur.Segments = addSegment(cur.Segments, len(cur.TokenIDs), w.segment, version)
+		cur.TokenIDs = append(cur.TokenIDs, acc.ids...)
+		cur.LogProbs = append(cur.LogProbs, acc.lps...)
+		cur.Text += acc.text.String()
+		finish = acc.finish
+		if !bounded || asked == left || !cutAtLimit(acc.finish, len(acc.ids), asked) {
+			break // one request, the call's own limit, or the model stopped
+		}
+		if err := w.flush(ctx, true); err != nil {
+			return generated{}, err
+		}
 	}
 	a.setRoute(endpoint.URL, in.Policy.Model, routeWorks)
-	parsed, err := parser.parse(p.Text + acc.text.String())
+	return a.continuedAnswer(callID, in, parser, cur, finish, recovered)
+}
+
+// addSegment records that a request of segment started sampling at start
+// with version, unless it goes on the last segment of the same version
+// (transcript.AssemblePrefix's rule, so that an answer's segments are the
+// same whether read from the store or kept here).
+func addSegment(segments []transcript.PrefixSegment, start, segment int, version string) []transcript.PrefixSegment {
+	if n := len(segments); n > 0 && segments[n-1].Segment == segment && segments[n-1].PolicyVersion == version {
+		return segments
+	}
+	return append(segments, transcript.PrefixSegment{Start: start, Segment: segment, PolicyVersion: version})
+}
+
+// continuedAnswer reads a continued generation back into an answer.
+func (a *Activities) continuedAnswer(callID string, in rollout.CallModelInput, parser answerParser, p transcript.Prefix, finish string, recovered int) (generated, error) {
+	parsed, err := parser.parse(p.Text)
+	if err != nil && finish == finishLength {
+		parsed, err = parser.parseCut(p.Text), nil
+	}
 	if err != nil {
 		return generated{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s: the continued generation cannot be read with tool parser %q: %v", callID, in.Policy.ToolParser, err), rollout.ErrModelRequest, nil)
 	}
-	g := generated{content: parsed.content, reasoning: parsed.reasoning, calls: parsed.calls, finish: acc.finish}
+	g := generated{content: parsed.content, reasoning: parsed.reasoning, calls: parsed.calls, finish: finish}
 	if len(g.calls) > 0 && g.finish == "stop" {
 		g.finish = "tool_calls" // as the chat route reports it
 	}
-	output := append(append([]int64{}, p.TokenIDs...), acc.ids...)
-	lps := append(append([]float64{}, p.LogProbs...), acc.lps...)
-	segments := append(append([]transcript.PrefixSegment{}, p.Segments...),
-		transcript.PrefixSegment{Start: len(p.TokenIDs), Segment: w.segment, PolicyVersion: version})
-	spans := transcript.VersionSpans(segments)
-	g.tok = tokens{present: true, prompt: p.PromptTokenIDs, output: output, reasoning: g.reasoning, model: p.Model, version: spans[0].PolicyVersion}
-	if len(lps) == len(output) {
-		g.tok.logprobs = lps
+	spans := transcript.VersionSpans(p.Segments)
+	g.tok = tokens{present: true, prompt: p.PromptTokenIDs, output: p.TokenIDs, reasoning: g.reasoning, model: p.Model, version: spans[0].PolicyVersion}
+	if len(p.LogProbs) == len(p.TokenIDs) {
+		g.tok.logprobs = p.LogProbs
 	}
 	if len(spans) > 1 {
 		g.spans = spans
 	}
-	g.usage = usageOf(nil, len(p.PromptTokenIDs), len(output))
-	resumed := transcript.Prefix{Segments: segments}
-	g.recovery = rollout.GenerationRecovery{ResumedAt: resumed.ResumedAt(), TokensRecovered: len(p.TokenIDs)}
+	g.usage = usageOf(nil, len(p.PromptTokenIDs), len(p.TokenIDs))
+	g.recovery = rollout.GenerationRecovery{ResumedAt: p.ResumedAt(), TokensRecovered: recovered}
 	return g, nil
 }
 
