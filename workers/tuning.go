@@ -106,16 +106,21 @@ func (t Tuning) options(o worker.Options) worker.Options {
 // Environment variables of how often a streamed generation's prefix is made
 // durable (model.Activities.PrefixTokens, PrefixInterval). Unset or blank:
 // model.DefaultPrefixTokens, model.DefaultPrefixInterval.
+// EnvModelPrefixBound (model.EnvModelPrefixBound) is "strict" for bounded
+// generation (model.Activities.PrefixBound), "off" (or unset) otherwise.
 const (
 	EnvModelPrefixTokens   = "TURNSTILE_MODEL_PREFIX_TOKENS"
 	EnvModelPrefixInterval = "TURNSTILE_MODEL_PREFIX_INTERVAL"
+	EnvModelPrefixBound    = model.EnvModelPrefixBound
 )
 
 // PrefixSettings are how often a streamed generation's prefix is made
-// durable; zero means the model package's default.
+// durable; zero means the model package's default. Bound is
+// model.PrefixBoundOff or model.PrefixBoundStrict ("": off).
 type PrefixSettings struct {
 	Tokens   int
 	Interval time.Duration
+	Bound    string
 }
 
 // maxPrefixInterval bounds EnvModelPrefixInterval: a longer one loses more
@@ -139,6 +144,13 @@ func prefixFromLookup(lookup func(string) (string, bool)) (PrefixSettings, error
 			return PrefixSettings{}, fmt.Errorf("%s=%q: want a duration such as 2s, above zero and at most %s", EnvModelPrefixInterval, v, maxPrefixInterval)
 		}
 		p.Interval = d
+	}
+	if v, ok := lookup(EnvModelPrefixBound); ok && strings.TrimSpace(v) != "" {
+		bound, err := model.ParsePrefixBound(strings.TrimSpace(v))
+		if err != nil {
+			return PrefixSettings{}, err
+		}
+		p.Bound = bound
 	}
 	return p, nil
 }

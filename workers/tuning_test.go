@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/workers"
 )
 
@@ -60,6 +61,9 @@ func TestPrefixSettingsFromEnvironment(t *testing.T) {
 		{name: "unset: the model package's defaults", env: map[string]string{}, want: workers.PrefixSettings{}},
 		{name: "both", env: map[string]string{workers.EnvModelPrefixTokens: " 16 ", workers.EnvModelPrefixInterval: "500ms"},
 			want: workers.PrefixSettings{Tokens: 16, Interval: 500 * time.Millisecond}},
+		{name: "strict bound", env: map[string]string{workers.EnvModelPrefixBound: " strict "}, want: workers.PrefixSettings{Bound: model.PrefixBoundStrict}},
+		{name: "bound off", env: map[string]string{workers.EnvModelPrefixBound: "off"}, want: workers.PrefixSettings{Bound: model.PrefixBoundOff}},
+		{name: "unknown bound", env: map[string]string{workers.EnvModelPrefixBound: "loose"}, wantErr: workers.EnvModelPrefixBound},
 		{name: "zero tokens", env: map[string]string{workers.EnvModelPrefixTokens: "0"}, wantErr: workers.EnvModelPrefixTokens},
 		{name: "tokens not a number", env: map[string]string{workers.EnvModelPrefixTokens: "many"}, wantErr: workers.EnvModelPrefixTokens},
 		{name: "interval without unit", env: map[string]string{workers.EnvModelPrefixInterval: "2"}, wantErr: workers.EnvModelPrefixInterval},

@@ -174,7 +174,7 @@ func NewActivitiesWith(cfg Config, opener *storage.Opener) (*Activities, error) 
 		Store: store, HTTPClient: hc, Failpoints: fps, Destinations: dest,
 		Model: &model.Activities{
 			Store: store, BaseURL: cfg.ModelBaseURL, APIKey: cfg.ModelAPIKey, HTTPClient: hc, Failpoints: fps, Destinations: dest,
-			PrefixTokens: cfg.Prefix.Tokens, PrefixInterval: cfg.Prefix.Interval, HeartbeatThrottle: model.DefaultHeartbeatThrottle,
+			PrefixTokens: cfg.Prefix.Tokens, PrefixInterval: cfg.Prefix.Interval, PrefixBound: cfg.Prefix.Bound, HeartbeatThrottle: model.DefaultHeartbeatThrottle,
 			MaxToolCalls: cfg.ModelLimits.MaxToolCalls, MaxAnswerBytes: cfg.ModelLimits.MaxAnswerBytes,
 			MaxRetryAfter: cfg.ModelLimits.MaxRetryAfter,
 		},
