@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -36,7 +37,7 @@ func TestPrefixRecoveryCheckpoint(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	base, _, _ := prefixRun(t, ctx, sz, 0)
+	base, _, _ := prefixRun(t, ctx, sz, 0, model.PrefixBoundOff)
 
 	c := newCluster(t)
 	c.startTemporal()

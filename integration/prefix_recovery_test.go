@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/policy"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -51,23 +52,24 @@ func prefixInput(t *testing.T, i int) rollout.Input {
 var prefixKillPoints = []string{failpoint.WorkerModelPrefixHeartbeatBeforeNextChunk, failpoint.WorkerModelPrefixWrittenBeforeHeartbeat}
 
 // prefixRun runs the set on a fresh stack, its worker SIGKILLed kills
-// times right after a durable prefix was written (prefixKillPoints), and
-// returns the results, the policy server's request records and the largest
-// history of one turn (bytes).
-func prefixRun(t *testing.T, ctx context.Context, sz prefixSizes, kills int) (map[string]rollout.Result, policy.Stats, int) {
+// times right after a durable prefix was written (prefixKillPoints), with
+// the worker's TURNSTILE_MODEL_PREFIX_BOUND set to bound, and returns the
+// results, the policy server's request records and the largest history of
+// one turn (bytes).
+func prefixRun(t *testing.T, ctx context.Context, sz prefixSizes, kills int, bound string) (map[string]rollout.Result, policy.Stats, int) {
 	c := newCluster(t)
 	c.startTemporal()
 	c.startEnvServer()
 	c.startPolicyServer("--tokens-per-second", strconv.Itoa(sz.tps), "--pad-tokens", strconv.Itoa(sz.pad))
-	prefixEnv := "TURNSTILE_MODEL_PREFIX_TOKENS=" + strconv.Itoa(sz.interval)
-	armed := func(k int) string {
-		return failpoint.EnvVar + "=" + prefixKillPoints[k%len(prefixKillPoints)] + "=kill@3"
+	prefixEnv := []string{"TURNSTILE_MODEL_PREFIX_TOKENS=" + strconv.Itoa(sz.interval), model.EnvModelPrefixBound + "=" + bound}
+	armed := func(k int) []string {
+		return append([]string{failpoint.EnvVar + "=" + prefixKillPoints[k%len(prefixKillPoints)] + "=kill@3"}, prefixEnv...)
 	}
 	var w *proc
 	if kills > 0 {
-		w = c.startWorker(prefixEnv, armed(0))
+		w = c.startWorker(armed(0)...)
 	} else {
-		c.startWorker(prefixEnv)
+		c.startWorker(prefixEnv...)
 	}
 	var runs []client.WorkflowRun
 	for i := range sz.count {
@@ -81,9 +83,9 @@ func prefixRun(t *testing.T, ctx context.Context, sz prefixSizes, kills int) (ma
 		}
 		require.ErrorContains(t, w.Err(), "killed", "kill %d: the worker died by SIGKILL at its failpoint", k+1)
 		if k+1 < kills {
-			w = c.startWorker(prefixEnv, armed(k+1))
+			w = c.startWorker(armed(k + 1)...)
 		} else {
-			c.startWorker(prefixEnv)
+			c.startWorker(prefixEnv...)
 		}
 	}
 	res := c.acknowledgeAll(ctx, prefixSet, sz.count)
@@ -132,38 +134,48 @@ func regeneratedAfterCuts(s policy.Stats) []int {
 	return out
 }
 
+// requestsPerAnswer is the policy server's generating requests per answer
+// (distinct generation keys).
+func requestsPerAnswer(s policy.Stats) float64 {
+	keys := map[string]bool{}
+	for _, r := range s.Requests {
+		keys[r.Key] = true
+	}
+	return float64(len(s.Requests)) / float64(max(len(keys), 1))
+}
+
 // TestPrefixRecoveryKill: a set whose answers stream slowly is run
-// uninterrupted, then with its worker SIGKILLed mid-generation several
-// times, right after a durable prefix was heartbeated or between its write
-// and its heartbeat. Every rollout ends at the same transcript head (so its
-// generation records, token ids and log-probs included, are
-// byte-identical) and cut calls resumed from their prefixes. The tokens the
-// policy server (which counts what it generates per request) generated
-// again after each cut are logged: the call at the failpoint had made
-// every token it read durable (its retry finds it through the call's
-// prefix index even when the heartbeat never got out), so it loses only
-// the tokens in flight; the other calls the kill cut lose what they had
-// read since their last flush too. TURNSTILE_PREFIX_LONG=1 runs the
-// issue's sizes.
+// uninterrupted with each answer in one request, then with its worker in
+// bounded generation (TURNSTILE_MODEL_PREFIX_BOUND=strict) SIGKILLed
+// mid-generation several times, right after a durable prefix was
+// heartbeated or between its write and its heartbeat. Every rollout ends
+// at the same transcript head (so its generation records, token ids and
+// log-probs included, are byte-identical: chunked answers are the
+// unchunked ones) and cut calls resumed from their prefixes. By the policy
+// server's count (it counts what it generates per request), no cut call
+// made it generate more than one prefix interval again: in bounded mode
+// no request asks for more than one interval beyond a durable prefix,
+// whichever call the kill cuts and wherever in its interval.
+// TURNSTILE_PREFIX_LONG=1 runs the sizes.
 func TestPrefixRecoveryKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
 	}
 	sz := prefixSizesFor()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	start := time.Now()
-	base, baseStats, baseTurn := prefixRun(t, ctx, sz, 0)
-	t.Logf("uninterrupted: %d rollouts, %d tokens generated, at most %d history bytes per turn, in %s",
-		len(base), baseStats.GeneratedTokens, baseTurn, time.Since(start).Round(time.Second))
+	base, baseStats, baseTurn := prefixRun(t, ctx, sz, 0, model.PrefixBoundOff)
+	t.Logf("uninterrupted, unbounded: %d rollouts, %d tokens generated, %.1f requests per answer, at most %d history bytes per turn, in %s",
+		len(base), baseStats.GeneratedTokens, requestsPerAnswer(baseStats), baseTurn, time.Since(start).Round(time.Second))
 	start = time.Now()
-	got, stats, gotTurn := prefixRun(t, ctx, sz, sz.kills)
+	got, stats, gotTurn := prefixRun(t, ctx, sz, sz.kills, model.PrefixBoundStrict)
 	regen := regeneratedAfterCuts(stats)
-	t.Logf("worker killed %d times: %d tokens generated (%+d), regenerated after each cut: %v, at most %d history bytes per turn, in %s",
-		sz.kills, stats.GeneratedTokens, stats.GeneratedTokens-baseStats.GeneratedTokens, regen, gotTurn, time.Since(start).Round(time.Second))
+	t.Logf("bounded, worker killed %d times: %d tokens generated (%+d), %.1f requests per answer, regenerated after each cut: %v, at most %d history bytes per turn, in %s",
+		sz.kills, stats.GeneratedTokens, stats.GeneratedTokens-baseStats.GeneratedTokens, requestsPerAnswer(stats), regen, gotTurn, time.Since(start).Round(time.Second))
 	// History per turn (model call plus environment operations) is logged,
-	// not bounded here: it is the same with and without kills, since no
-	// token goes into history.
+	// not bounded here: no token goes into history, and chunks add no
+	// event.
 
 	require.Len(t, got, len(base))
 	resumed := 0
@@ -180,15 +192,10 @@ func TestPrefixRecoveryKill(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, resumed, 1, "some cut call resumed from its prefix")
 	require.NotEmpty(t, regen, "the policy server saw cut requests")
-	// Logged, not asserted: a kill cuts every call streaming on the
-	// worker, not only the one at the failpoint. Each loses the tokens it
-	// had read since its last flush (at most one interval) plus those in
-	// flight, which depend on the machine's load, not on the worker.
-	over := 0
-	for _, n := range regen {
-		if n > sz.interval {
-			over++
-		}
+	for i, n := range regen {
+		require.LessOrEqual(t, n, sz.interval, "cut %d of %v: a bounded call regenerates at most one prefix interval (%d tokens)", i, regen, sz.interval)
 	}
-	t.Logf("prefix interval %d tokens: %d of %d cuts regenerated more (a call the kill cut loses at most the interval it had read plus the tokens in flight)", sz.interval, over, len(regen))
+	for _, r := range stats.Requests {
+		require.LessOrEqual(t, r.Generated, sz.interval, "request %d (%s, from token %d): a bounded request generates at most one interval", r.Seq, r.Route, r.Start)
+	}
 }
