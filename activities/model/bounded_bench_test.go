@@ -65,4 +65,3 @@ func BenchmarkBoundedAnswer(b *testing.B) {
 		})
 	}
 }
-
