@@ -223,6 +223,31 @@ func TestRetryWithoutIndexStarts(t *testing.T) {
 	require.Zero(t, res.Generation.TokensRecovered)
 }
 
+// A call that names no tool parser cannot continue a prefix (its
+// continuation's text could not be read back into a message). Cut right
+// after its first token-count chunk, before any heartbeat got out, its
+// retry finds that chunk through the index and starts over, counting the
+// chunk's tokens as regenerated; the answer is still the uninterrupted
+// one. With the heartbeat throttle (flushes once waited for it) a short
+// call had no chunk yet when cut, and regenerated nothing that counted.
+func TestRetryWithoutToolParserStartsOverFromIndexedPrefix(t *testing.T) {
+	base, head, tools := scriptedCounter(t, 3)
+	srv := pacedServer(t)
+	in := continuingCall(head, tools)
+	in.Policy.ToolParser = ""
+	whole, _ := heartbeats(t, streamingActs(base, srv.URL+"/v1"), in, nil)
+	tried, err := cutAfterWrite(t, streamingActs(base, srv.URL+"/v1"), in, 1)
+	require.Error(t, err)
+	newest := tried[len(tried)-1]
+	require.FileExists(t, indexFile(t, base.Store.Location()))
+	res, _ := heartbeats(t, streamingActs(base, srv.URL+"/v1"), in, nil)
+	require.Equal(t, whole.Generation.Record, res.Generation.Record)
+	require.True(t, res.Generation.Regenerated, "no tool parser: the indexed prefix cannot be continued")
+	require.Equal(t, newest.Tokens, res.Generation.TokensRegenerated, "the indexed prefix is what was thrown away")
+	require.Zero(t, res.Generation.TokensRecovered)
+	require.Empty(t, res.Generation.ResumedAt)
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	data, err := json.Marshal(v)
