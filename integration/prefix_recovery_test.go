@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strconv"
@@ -38,8 +39,13 @@ func prefixSizesFor() prefixSizes {
 
 const prefixSet = "pfx"
 
+// prefixInput is rollout i of the set. Each rollout counts to its own
+// target, so no two of them hold the same conversation: the policy
+// server's request records name a generation by its rendered chat, and a
+// cut request is paired with the next request of its own generation.
 func prefixInput(t *testing.T, i int) rollout.Input {
 	in := setInput(t, prefixSet, []string{"counter"}, i)
+	in.Task = json.RawMessage(fmt.Sprintf(`{"target":%d}`, 3+i))
 	in.Sampling = &rollout.Sampling{CaptureTokens: true}
 	in.Policy.ToolParser = rollout.ToolParserTurnstile
 	in.RequireAck = true
@@ -156,6 +162,11 @@ func TestPrefixRecoveryKill(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	base, baseStats, baseTurn := prefixRun(t, ctx, sz, 0, model.PrefixBoundOff)
+	keys := map[string]bool{}
+	for _, r := range baseStats.Requests {
+		require.False(t, keys[r.Key], "two answers of the set share a conversation (%s): cut requests could not be paired", r.Key)
+		keys[r.Key] = true
+	}
 	t.Logf("uninterrupted, unbounded: %d rollouts, %d tokens generated in %d requests (one per answer), at most %d history bytes per turn, in %s",
 		len(base), baseStats.GeneratedTokens, len(baseStats.Requests), baseTurn, time.Since(start).Round(time.Second))
 	start = time.Now()
