@@ -90,7 +90,10 @@ func autoRecover(t *testing.T, fault autoFault) {
 	})
 	detected := time.Since(faultAt)
 	if fault == faultPause {
-		// Continued past the bound: its late answers reach only ended runs.
+		// Continued past the bound, right after the declaration and
+		// before the recovery ended B's runs: an old run B answers
+		// meanwhile may finish, and keeps its one result (no second
+		// attempt); the rest move.
 		require.NoError(t, syscall.Kill(s.procB.PID(), syscall.SIGCONT))
 	}
 	c.waitFor("B's rollouts recovered", nil, 3*time.Minute, func() bool {

@@ -40,7 +40,10 @@ type runRow struct {
 	set     string
 	attempt int64
 	running bool
-	runID   string
+	// terminated: the run was ended by TerminateWorkflow (closed, not
+	// completed).
+	terminated bool
+	runID      string
 	// hidden: visibility has not indexed it yet; listedRunning: visibility
 	// still lists it running although it closed.
 	hidden, listedRunning bool
@@ -188,8 +191,11 @@ func (f *rolloutTable) add(id string, r *runRow) {
 
 func (f *rolloutTable) info(wid string, r *runRow, listing bool) *workflowpb.WorkflowExecutionInfo {
 	status := enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-	if r.running || (listing && r.listedRunning) {
+	switch {
+	case r.running || (listing && r.listedRunning):
 		status = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	case r.terminated:
+		status = enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED
 	}
 	var started *timestamppb.Timestamp
 	if !r.started.IsZero() {
@@ -361,7 +367,7 @@ func (f *rolloutTable) terminate(wid, runID, reason string) error {
 	if !ok || r.runID != runID || !r.running {
 		return serviceerror.NewNotFound("no such running run")
 	}
-	r.running = false
+	r.running, r.terminated = false, true
 	f.terminated = append(f.terminated, wid+": "+reason)
 	return nil
 }

@@ -46,6 +46,10 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	if err != nil {
 		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
 	}
+	finished, err := c.finishedMeanwhile(ctx, tc, &af)
+	if err != nil {
+		return checkpoint.StartRestoredResult{}, fmt.Errorf("start restored rollouts of checkpoint %s: %w", in.CheckpointID, err)
+	}
 	if _, err := writeJSONAtomic(ctx, startedPath(rs.rdir), rolloutList{CheckpointID: in.CheckpointID, Set: lc.manifest.Set, Rollouts: af.Start}); err != nil {
 		return checkpoint.StartRestoredResult{}, err
 	}
@@ -61,7 +65,7 @@ func (c *Coordinator) StartRestored(ctx context.Context, in checkpoint.StartRest
 	}
 	inputs := make([]rollout.Input, len(af.Start))
 	kinds := map[string]string{}
-	res := checkpoint.StartRestoredResult{ForgottenAcks: forgot}
+	res := checkpoint.StartRestoredResult{ForgottenAcks: forgot, FinishedMeanwhile: finished}
 	for i, id := range af.Start {
 		input, kind, replay, err := af.restoredInput(lc, id, in.CheckpointID, moved, replays)
 		if err != nil {
@@ -148,4 +152,33 @@ func (c *Coordinator) installTranscripts(ctx context.Context, lc *loadedCheckpoi
 		prog.add()
 	}
 	return nil
+}
+
+// finishedMeanwhile takes out of a scoped recovery's start list the
+// rollouts whose current run completed, below the planned attempt, after
+// the plan: a server declared dead that was only slow (a false positive)
+// can answer its old attempts until the recovery ended their runs, and a
+// rollout that finished that way has its one result; a new attempt would
+// be a second. The old runs were ended before this step, so what it sees
+// no longer changes. A full restore rolls back on purpose and keeps its
+// list. It returns how many it took out.
+func (c *Coordinator) finishedMeanwhile(ctx context.Context, tc client.Client, af *attemptsFile) (int, error) {
+	if af.Recover == nil || len(af.Start) == 0 {
+		return 0, nil
+	}
+	runs, err := c.describeAll(ctx, tc, af.Start)
+	if err != nil {
+		return 0, err
+	}
+	keep := af.Start[:0:0]
+	for i, id := range af.Start {
+		ri := runs[i]
+		if ri.Completed && ri.HasAttempt && int(ri.Attempt) < af.Attempts[id] {
+			continue
+		}
+		keep = append(keep, id)
+	}
+	n := len(af.Start) - len(keep)
+	af.Start = keep
+	return n, nil
 }

@@ -18,8 +18,10 @@ import (
 
 // runInfo is what the coordinator needs to know of a rollout's current run.
 type runInfo struct {
-	Exists     bool
-	Running    bool
+	Exists  bool
+	Running bool
+	// Completed: the current run closed Completed (it has its result).
+	Completed  bool
 	RunID      string
 	Attempt    int64
 	HasAttempt bool
@@ -44,9 +46,10 @@ func describeRollout(ctx context.Context, c client.Client, id string) (runInfo, 
 	}
 	info := desc.RawResponse.GetWorkflowExecutionInfo()
 	ri := runInfo{
-		Exists:  true,
-		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
-		RunID:   info.GetExecution().GetRunId(),
+		Exists:    true,
+		Running:   info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Completed: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		RunID:     info.GetExecution().GetRunId(),
 	}
 	ri.Attempt, ri.HasAttempt = visibility.SAInt(info.GetSearchAttributes(), rollout.SARolloutAttempt)
 	ri.Set, _ = visibility.SAKeyword(info.GetSearchAttributes(), rollout.SARolloutSet)

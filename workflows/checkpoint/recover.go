@@ -142,6 +142,9 @@ func (r *recoverRun) install(ctx workflow.Context, plan PlanRecoveryResult) erro
 		return err
 	}
 	res.Started = st.Started
+	// A rollout its old run finished meanwhile (a false positive) did not
+	// move.
+	res.Affected -= st.FinishedMeanwhile
 	// What each started as: a replay that diverged turned a planned
 	// continuation into a start-over.
 	res.Continue, res.StartOver = st.Continue, st.StartOver+st.OfferAgain

@@ -345,6 +345,11 @@ type StartRestoredResult struct {
 	// and not released: the rolled-back world's, dropped before the runs
 	// started.
 	ForgottenAcks int `json:"forgotten_acks,omitempty"`
+	// FinishedMeanwhile counts, for a scoped recovery, the planned
+	// rollouts not started again because their old run completed before
+	// the recovery ended it (a server declared dead that was only slow
+	// answered it): their one result stands.
+	FinishedMeanwhile int `json:"finished_meanwhile,omitempty"`
 }
 
 // ResumeRestoredParticipantsInput ends a restore's control session at
