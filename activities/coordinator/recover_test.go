@@ -89,7 +89,6 @@ func TestRecoverServerActivities(t *testing.T) {
 	require.Equal(t, protocol.SessionInfo{RolloutID: "s1-0000", Env: "counter", Attempt: 1, Revision: 1}, info)
 }
 
-
 // TestRecoverServerSkipsRolloutsFinishedMeanwhile: a server declared dead
 // that was only slow (a false positive) can answer a planned rollout's old
 // run until the recovery ends it; a rollout whose old run completed that
