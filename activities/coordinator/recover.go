@@ -226,17 +226,6 @@ func sortedSet(seen map[string]bool) []string {
 	return out
 }
 
-// newestCheckpoint is the id of the newest completed Checkpoint run of set
-// (each run's input names its set).
-func newestCheckpoint(ctx context.Context, tc client.Client, set string) (string, error) {
-	var newest string
-	err := setCheckpoints(ctx, tc, set, func(id string) (bool, error) {
-		newest = id
-		return false, nil
-	})
-	return newest, err
-}
-
 // recoveryCheckpoint is the checkpoint a recovery named by restoreID goes
 // back to when it names none: the one an earlier run of the same recovery
 // planned from (its attempt map is there), else the set's newest. A

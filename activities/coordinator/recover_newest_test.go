@@ -55,16 +55,20 @@ func TestNewestCheckpointScheduled(t *testing.T) {
 			}}}
 		},
 	}
-	id, err := newestCheckpoint(context.Background(), tc, "s1")
+	c := &Coordinator{Client: tc}
+	newest := func(set string) (string, error) {
+		return c.recoveryCheckpoint(context.Background(), tc, checkpoint.PlanRecoveryInput{Set: set, Root: t.TempDir(), RestoreID: "r1"})
+	}
+	id, err := newest("s1")
 	require.NoError(t, err)
 	require.Equal(t, "every-s1-2026-12-02T024800Z", id, "the scheduled fire, newer than the manual checkpoint; s2's is another set's")
 
 	infos = infos[:1]
-	id, err = newestCheckpoint(context.Background(), tc, "s1")
+	id, err = newest("s1")
 	require.NoError(t, err)
 	require.Equal(t, "cp-manual", id)
 
-	_, err = newestCheckpoint(context.Background(), tc, "s3")
+	_, err = newest("s3")
 	require.ErrorContains(t, err, "set s3 has no completed checkpoint")
 }
 
