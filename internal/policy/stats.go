@@ -15,7 +15,9 @@ const maxRequestRecords = 10000
 
 // Stats is the answer of GET /stats.
 type Stats struct {
-	// GeneratedTokens counts every token the server sent, over all requests.
+	// GeneratedTokens counts every token the server generated, over all
+	// requests. A streamed token is counted as it is generated, just before
+	// its chunk is sent, so a client never holds a token not counted yet.
 	GeneratedTokens int64 `json:"generated_tokens"`
 	// Requests are the latest generating requests, oldest first.
 	Requests []RequestRecord `json:"requests"`
@@ -33,7 +35,7 @@ type RequestRecord struct {
 	// Start is the number of generated tokens the request continued from
 	// (the prefix in its token-id prompt); 0 for a chat request.
 	Start int `json:"start"`
-	// Generated counts the tokens the request sent; Finished says it sent
+	// Generated counts the tokens the request generated; Finished says it sent
 	// its answer to the end (not cut by a client that went away).
 	Generated int  `json:"generated"`
 	Finished  bool `json:"finished"`

@@ -140,10 +140,12 @@ func (s *server) streamChat(ctx context.Context, w http.ResponseWriter, req chat
 			ch.FinishReason = &finish
 		}
 		c.Choices = []chunkChoice{ch}
+		// Counted before it is sent: a client never reads a token the
+		// stats do not count yet.
+		s.counts.sent(rec, 1)
 		if err := e.send(c); err != nil {
 			return err
 		}
-		s.counts.sent(rec, 1)
 	}
 	s.counts.finish(rec)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {

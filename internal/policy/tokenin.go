@@ -327,10 +327,10 @@ func (s *server) streamTokens(ctx context.Context, e *sse, model string, c conti
 		if i == len(c.rest)-1 {
 			finish = &c.finish
 		}
+		s.counts.sent(rec, 1) // before the send, as in streamChat
 		if err := e.send(wire.body(c, o, model, i, c.rest[i:i+1], texts[i:i+1], finish, i == 0)); err != nil {
 			return err
 		}
-		s.counts.sent(rec, 1)
 	}
 	if len(c.rest) == 0 {
 		// Nothing left to generate: one chunk says the answer is finished.
