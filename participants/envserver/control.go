@@ -511,7 +511,7 @@ func (s *Server) checkpointSections(st serverState) ([]artifact.Section, error) 
 	fences := artifact.Section{Name: protocol.SectionFences, Records: []artifact.Record{}}
 	for _, rec := range st.Sessions {
 		b, err := json.Marshal(checkpointSession{RolloutID: rec.RolloutID, Env: rec.Env, Attempt: rec.Attempt,
-			Revision: rec.Revision, Retired: rec.Retired, State: rec.State})
+			Revision: rec.Revision, Retired: rec.Retired, State: rec.State, IdleSince: rec.IdleSince})
 		if err != nil {
 			return nil, fmt.Errorf("encode session %q: %w", rec.RolloutID, err)
 		}

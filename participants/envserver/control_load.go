@@ -110,7 +110,7 @@ func (r cutReader) readSessions() (*savedCut, error) {
 			return nil, invalidCheckpoint(r.id, "session record %q holds rollout %q", rec.Key, cs.RolloutID)
 		}
 		cut.byID[cs.RolloutID] = &sessionRecord{RolloutID: cs.RolloutID, Env: cs.Env, Attempt: cs.Attempt, Revision: cs.Revision,
-			Retired: cs.Retired, Receipts: map[string]receipt{}, State: cs.State}
+			Retired: cs.Retired, Receipts: map[string]receipt{}, State: cs.State, IdleSince: cs.IdleSince}
 		cut.order = append(cut.order, cs.RolloutID)
 	}
 	return cut, nil

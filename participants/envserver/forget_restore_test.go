@@ -134,3 +134,48 @@ func checkpointSizesOverTime(t *testing.T, forgetAfter time.Duration) []int64 {
 	}
 	return sizes
 }
+
+// A finished rollout a restore installs from a checkpoint (a restarted,
+// empty server gets back the verdicts it lost) keeps the retention clock
+// it had: its stored responses go a grace period after its verify, not
+// after the restore, and it is forgotten forget-after later. A server
+// restored again and again (a recovery after each kill) would otherwise
+// carry every such rollout, receipts and all, from cut to cut.
+func TestRestoredFinishedRolloutKeepsItsRetentionClock(t *testing.T) {
+	ctx := context.Background()
+	clock := testsupport.NewClock(time.Unix(1_000_000, 0))
+	retention := func(c *envserver.ServerConfig) {
+		c.RetiredGrace, c.ForgetAfter, c.Now = 5*time.Minute, time.Minute, clock.Now
+	}
+	a := newCtlFixture(t, retention)
+	a.startEnv(t, counter.Name, "done", 0)
+	a.operate(t, inc("done", 0, "done/t0/c0", 0, 1))
+	_, err := a.c.Verify(ctx, protocol.VerifyRequest{Identity: envtest.ID("done", 0, protocol.VerifyRequestID("done")), ExpectedRevision: 1})
+	require.NoError(t, err)
+	a.startEnv(t, counter.Name, "live", 0)
+	clock.Advance(2 * time.Minute)
+	loc := filepath.Join(t.TempDir(), "c1")
+	a.prepare(t, "c1")
+	_, err = a.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c1", Location: loc})
+	require.NoError(t, err)
+	a.resume(t, "c1")
+
+	clock.Advance(2 * time.Minute) // 4 minutes after the verify
+	b := newCtlFixture(t, retention)
+	_, err = b.cc.Restore(ctx, protocol.RestoreRequest{CheckpointID: "c1", Location: loc, Attempts: map[string]int{"live": 1}})
+	require.NoError(t, err)
+	b.resume(t, "c1")
+	info, err := b.c.Session(ctx, "done")
+	require.NoError(t, err, "the restarted server got the verdict back")
+	require.True(t, info.Retired)
+
+	clock.Advance(2*time.Minute + 30*time.Second) // 6.5 minutes after the verify, 2.5 after the restore
+	_, err = b.c.Session(ctx, "done")
+	wantRemote(t, err, http.StatusNotFound, protocol.CodeUnknownSession)
+	prep := b.prepare(t, "c2")
+	c2, err := b.cc.Commit(ctx, protocol.CommitRequest{CheckpointID: "c2", Location: filepath.Join(t.TempDir(), "c2")})
+	require.NoError(t, err)
+	b.resume(t, "c2")
+	require.Equal(t, []string{"live"}, members(prep))
+	require.Equal(t, 1, c2.Sessions, "the next cut no longer carries the finished rollout")
+}

@@ -2,6 +2,7 @@ package envserver
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/turnstile-rl/turnstile/participants/protocol"
 )
@@ -27,6 +28,11 @@ type checkpointSession struct {
 	Revision  int64           `json:"revision"`
 	Retired   bool            `json:"retired"`
 	State     json.RawMessage `json:"state,omitempty"`
+	// IdleSince is when a retired session was retired or last answered
+	// from: a server that installs it keeps its retention clock instead of
+	// starting it afresh. Absent in older checkpoints (the install time
+	// is used then).
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // checkpointReceipt is one record of SectionReceipts.

@@ -59,3 +59,34 @@ func TestExportDoesNotKeepRetiredSessions(t *testing.T) {
 	n := exported()
 	require.Equal(t, 0, n, "%d sessions exported after the grace; want none (exports must not keep them)", n)
 }
+
+// Retired sessions installed from a checkpoint, in any order, take their
+// place in the LRU by when they were last used, so the grace expires the
+// oldest first and spares the newer ones; a session whose grace already
+// ended is dropped as it arrives.
+func TestInstalledRetiredSessionsKeepTheirOrder(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	st := newSessionStore(0, 10*time.Minute, -1, func() time.Time { return now })
+	for _, c := range []struct {
+		id  string
+		age time.Duration
+	}{{"b", 4 * time.Minute}, {"d", time.Minute}, {"a", 11 * time.Minute}, {"c", 2 * time.Minute}} {
+		sl := st.slotFor(c.id)
+		sl.mu.Lock()
+		st.install(sl, &session{Env: "counter", Retired: true, Receipts: map[string]receipt{}, idleSince: now.Add(-c.age)})
+		sl.mu.Unlock()
+	}
+	kept := func() []string {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.expireLocked()
+		var ids []string
+		for el := st.retiredLRU.Front(); el != nil; el = el.Next() {
+			ids = append(ids, el.Value.(*retiredEntry).id)
+		}
+		return ids
+	}
+	require.Equal(t, []string{"d", "c", "b"}, kept(), "most recently used first; a, past its grace, dropped")
+	now = now.Add(8*time.Minute + 30*time.Second)
+	require.Equal(t, []string{"d"}, kept(), "b and c are past their grace")
+}

@@ -73,6 +73,9 @@ type session struct {
 	Receipts map[string]receipt `json:"receipts"`
 
 	live envs.Session // nil once retired
+	// idleSince, for a retired session read from a checkpoint, is when it
+	// was retired or last answered from there; zero otherwise.
+	idleSince time.Time
 }
 
 func (s *session) info(rolloutID string) protocol.SessionInfo {
@@ -300,6 +303,17 @@ func (st *sessionStore) peek(sl *slot) (*session, *protocol.SessionInfo) {
 	return st.find(sl, false)
 }
 
+// idleSince is when the retired session of id was retired or last
+// answered from; zero when it holds none with receipts.
+func (st *sessionStore) idleSince(id string) time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if el, ok := st.retired[id]; ok {
+		return el.Value.(*retiredEntry).used
+	}
+	return time.Time{}
+}
+
 func (st *sessionStore) find(sl *slot, use bool) (*session, *protocol.SessionInfo) {
 	if sl.live != nil {
 		return sl.live, nil
@@ -332,16 +346,28 @@ func (st *sessionStore) retire(sl *slot) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.liveCount--
-	st.pushRetiredLocked(sl.id, sess)
+	st.pushRetiredAtLocked(sl.id, sess, st.now())
 	st.touchLocked(sl)
 }
 
-func (st *sessionStore) pushRetiredLocked(id string, sess *session) {
+// pushRetiredAtLocked keeps sess among the retired sessions as last used
+// at used, in its place in the LRU (most recent first), then evicts
+// beyond the bound and expires what is past the grace.
+func (st *sessionStore) pushRetiredAtLocked(id string, sess *session, used time.Time) {
 	if el, ok := st.retired[id]; ok {
 		st.retiredLRU.Remove(el)
 	}
 	delete(st.evictedInfo, id)
-	st.retired[id] = st.retiredLRU.PushFront(&retiredEntry{id: id, sess: sess, used: st.now()})
+	e := &retiredEntry{id: id, sess: sess, used: used}
+	at := st.retiredLRU.Front()
+	for at != nil && at.Value.(*retiredEntry).used.After(used) {
+		at = at.Next()
+	}
+	if at == nil {
+		st.retired[id] = st.retiredLRU.PushBack(e)
+	} else {
+		st.retired[id] = st.retiredLRU.InsertBefore(e, at)
+	}
 	for st.retiredLRU.Len() > st.retiredCap {
 		st.evictLocked(st.retiredLRU.Back())
 	}
@@ -407,7 +433,17 @@ func (st *sessionStore) install(sl *slot, sess *session) envs.Session {
 	delete(st.evictedInfo, sl.id)
 	st.touchLocked(sl)
 	if sess.Retired {
-		st.pushRetiredLocked(sl.id, sess)
+		// A retired session from a checkpoint keeps its retention clock:
+		// a recovery installing it afresh would otherwise keep it, and
+		// every checkpoint carrying it, for another grace period, and a
+		// server restored again and again would never let go of it.
+		used := st.now()
+		if !sess.idleSince.IsZero() && sess.idleSince.Before(used) {
+			used = sess.idleSince
+			sl.touched = used
+		}
+		sess.idleSince = time.Time{}
+		st.pushRetiredAtLocked(sl.id, sess, used)
 	} else {
 		sl.live = sess
 		st.liveCount++
@@ -471,6 +507,9 @@ type sessionRecord struct {
 	// State is the environment's Export; empty for retired sessions and for
 	// environments that are not export_restore (those rollouts start over).
 	State json.RawMessage `json:"state,omitempty"`
+	// IdleSince is when a retired session was retired or last answered
+	// from; zero for a live one.
+	IdleSince time.Time `json:"idle_since,omitzero"`
 }
 
 // serverState is everything the data plane holds, in a deterministic shape.
@@ -525,6 +564,9 @@ func (s *Server) exportSlot(sl *slot, fences map[string]int) (sessionRecord, boo
 	rec := sessionRecord{
 		RolloutID: sl.id, Env: sess.Env, Attempt: sess.Attempt, Revision: sess.Revision,
 		Retired: sess.Retired, Receipts: make(map[string]receipt, len(sess.Receipts)),
+	}
+	if sess.Retired {
+		rec.IdleSince = s.store.idleSince(sl.id)
 	}
 	for k, v := range sess.Receipts {
 		rec.Receipts[k] = v
@@ -616,8 +658,12 @@ func (s *Server) installStateThen(st serverState, validated, installed func()) (
 	for id, f := range st.Fences {
 		sl := s.store.lockSlot(id, true)
 		s.settle(sl)
-		sl.raise(f)
-		s.store.touch(sl)
+		if f > sl.installed() {
+			// Only a fence that rises is a change: an installed retired
+			// session keeps the clock it came with.
+			sl.raise(f)
+			s.store.touch(sl)
+		}
 		sl.mu.Unlock()
 	}
 	return diverged, nil
@@ -654,6 +700,7 @@ func (s *Server) prepareRecord(rec sessionRecord, seen map[string]bool) (*sessio
 	}
 	sess := &session{Env: rec.Env, Attempt: rec.Attempt, Revision: rec.Revision, Retired: rec.Retired, Receipts: receipts}
 	if rec.Retired {
+		sess.idleSince = rec.IdleSince
 		return sess, nil
 	}
 	if len(rec.State) == 0 {

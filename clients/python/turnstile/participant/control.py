@@ -453,7 +453,7 @@ def read_cut(cid, secs):
         raise bad(f"the server record is not schema {SCHEMA_VERSION} of {COMPONENT}")
     cut = {"sessions": {}, "fences": {}}
     for key, data in secs["sessions"]:
-        rec = _decode_record(data, {"rollout_id", "env", "attempt", "revision", "retired", "state"}, bad)
+        rec = _decode_record(data, {"rollout_id", "env", "attempt", "revision", "retired", "state", "idle_since"}, bad)
         if rec.get("rollout_id") != key or not _ints(rec, "attempt", "revision") or not isinstance(rec.get("env"), str) \
                 or not isinstance(rec.get("retired"), bool):
             raise bad(f"session record {key!r} does not decode as its own")
