@@ -34,7 +34,16 @@ type GCRequest struct {
 	// deletes it; below transcriptstore.MinGrace a writer running during
 	// the sweep could lose a blob (see docs/operations.md).
 	Grace time.Duration
+	// QueryFor is how long the mark keeps asking one running rollout for
+	// what it references before the collection stops, unswept; 0 means
+	// DefaultGCQueryFor. A query is a workflow task: it waits while the
+	// rollout's worker restarts or its task queue is busy.
+	QueryFor time.Duration
 }
+
+// DefaultGCQueryFor is GCRequest.QueryFor's default: longer than a worker
+// restart and a sticky queue's timeout together, on a busy queue.
+const DefaultGCQueryFor = 2 * time.Minute
 
 // GCResult says what a garbage collection kept and freed.
 type GCResult struct {
@@ -81,7 +90,7 @@ func (c *Client) GC(ctx context.Context, r GCRequest, o *storage.Opener) (GCResu
 	if err != nil {
 		return res, err
 	}
-	n, err := c.markLive(ctx, store, mark)
+	n, err := c.markLive(ctx, store, r.queryFor(), mark)
 	if err != nil {
 		return res, err
 	}
@@ -108,6 +117,9 @@ func (r GCRequest) validate() error {
 	}
 	if r.Grace < 0 {
 		return fmt.Errorf("--grace %s: want zero or more", r.Grace)
+	}
+	if r.QueryFor < 0 {
+		return fmt.Errorf("--query-for %s: want zero (the default) or more", r.QueryFor)
 	}
 	for _, root := range r.Roots {
 		if !location.IsURL(root) && (root == "" || root[0] != '/') {
@@ -160,7 +172,7 @@ var runningRollouts = fmt.Sprintf("WorkflowType = %q AND ExecutionStatus = 'Runn
 // markLive marks every blob a running rollout references (its boundary,
 // pending call, unfinished prefix and held result) and returns how many
 // rollouts it asked.
-func (c *Client) markLive(ctx context.Context, store *transcriptstore.Store, mark func(transcript.Digest)) (int, error) {
+func (c *Client) markLive(ctx context.Context, store *transcriptstore.Store, queryFor time.Duration, mark func(transcript.Digest)) (int, error) {
 	n := 0
 	var token []byte
 	for {
@@ -170,7 +182,7 @@ func (c *Client) markLive(ctx context.Context, store *transcriptstore.Store, mar
 		}
 		for _, e := range resp.GetExecutions() {
 			ex := e.GetExecution()
-			live, err := c.markRollout(ctx, store, ex.GetWorkflowId(), ex.GetRunId(), mark)
+			live, err := c.markRollout(ctx, store, ex.GetWorkflowId(), ex.GetRunId(), queryFor, mark)
 			if err != nil {
 				return n, err
 			}
@@ -185,20 +197,19 @@ func (c *Client) markLive(ctx context.Context, store *transcriptstore.Store, mar
 	}
 }
 
+func (r GCRequest) queryFor() time.Duration {
+	if r.QueryFor == 0 {
+		return DefaultGCQueryFor
+	}
+	return r.QueryFor
+}
+
 // markRollout marks what one rollout run references; a run gone since the
 // listing is no error (live false).
-func (c *Client) markRollout(ctx context.Context, store *transcriptstore.Store, workflowID, runID string, mark func(transcript.Digest)) (bool, error) {
-	v, err := c.tc.QueryWorkflow(ctx, workflowID, runID, rollout.QueryStatus)
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("query %s (run %s) for its transcript: %w", workflowID, runID, err)
-	}
-	var st rollout.Status
-	if err := v.Get(&st); err != nil {
-		return false, fmt.Errorf("decode the status of %s: %w", workflowID, err)
+func (c *Client) markRollout(ctx context.Context, store *transcriptstore.Store, workflowID, runID string, queryFor time.Duration, mark func(transcript.Digest)) (bool, error) {
+	st, live, err := c.queryRolloutStatus(ctx, workflowID, runID, queryFor)
+	if err != nil || !live {
+		return false, err
 	}
 	heads, singles, prefix := rollout.TranscriptRefs(st.Boundary, st.Result)
 	for _, d := range singles {
@@ -223,4 +234,36 @@ func (c *Client) markRollout(ctx context.Context, store *transcriptstore.Store, 
 		}
 	}
 	return true, nil
+}
+
+// queryRolloutStatus asks a rollout run for its status, again and again
+// (1 s apart, doubling up to 10 s) for up to queryFor: a query that times
+// out while the run's worker restarts is no reason to stop a collection.
+// A run gone since the listing is live false. What still fails after
+// queryFor stops the mark, which must not sweep what it could not read.
+func (c *Client) queryRolloutStatus(ctx context.Context, workflowID, runID string, queryFor time.Duration) (rollout.Status, bool, error) {
+	deadline := time.Now().Add(queryFor)
+	wait, tries := time.Second, 0
+	for {
+		tries++
+		v, err := c.tc.QueryWorkflow(ctx, workflowID, runID, rollout.QueryStatus)
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return rollout.Status{}, false, nil
+		}
+		if err == nil {
+			var st rollout.Status
+			if err := v.Get(&st); err != nil {
+				return rollout.Status{}, false, fmt.Errorf("decode the status of %s: %w", workflowID, err)
+			}
+			return st, true, nil
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return rollout.Status{}, false, fmt.Errorf("query %s (run %s) for its transcript, %d tries in %s: %w", workflowID, runID, tries, queryFor, err)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return rollout.Status{}, false, fmt.Errorf("query %s (run %s) for its transcript: %w", workflowID, runID, err)
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }

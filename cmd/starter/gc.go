@@ -86,6 +86,7 @@ func newGCCmd(g *globals) *cobra.Command {
 	f.BoolVar(&sweep, "sweep", false, "mark and sweep the transcript store")
 	f.StringVar(&req.Transcripts, "transcript-dir", defaultDir, "the worker's transcript store: a directory or a storage URL (env "+workers.EnvTranscriptDir+")")
 	f.DurationVar(&req.Grace, "grace", transcriptstore.MinGrace, "an unreferenced blob is deleted only if older than this (see docs/operations.md)")
+	f.DurationVar(&req.QueryFor, "query-for", trainer.DefaultGCQueryFor, "how long the mark keeps asking a running rollout that does not answer before it stops, sweeping nothing")
 	return cmd
 }
 
