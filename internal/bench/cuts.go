@@ -335,7 +335,14 @@ func (s *stack) killSet(ctx context.Context, name string, admitted bool) error {
 		}
 	}
 	s.terminateSet(ctx, name)
-	s.worker.Kill()
+	if s.cfg.CPUProfile {
+		// Stopped, not killed: a worker writes its CPU profile as it
+		// stops, and the profile of the busy set's cut is what this row
+		// is profiled for. Its runs were terminated above either way.
+		s.worker.Stop(15 * time.Second)
+	} else {
+		s.worker.Kill()
+	}
 	if err := s.startWorker(ctx); err != nil {
 		return fmt.Errorf("restart the worker: %w", err)
 	}
