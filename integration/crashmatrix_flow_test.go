@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/activities/model"
 	"github.com/turnstile-rl/turnstile/envs"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/netns"
@@ -175,6 +176,9 @@ func runMatrixCase(t *testing.T, mc matrixCase, base matrixBase, report func([]s
 	ctx, cancel := context.WithTimeout(context.Background(), matrixCaseTimeout)
 	defer cancel()
 	s = newMatrixStack(t, mc.proc == procTemporal, "600ms", mc.streamed)
+	if mc.bounded {
+		s.workerEnv = append(s.workerEnv, model.EnvModelPrefixBound+"="+model.PrefixBoundStrict)
+	}
 	stage = mc.flow.String()
 	var records map[string]rollout.ParkRecord
 	switch mc.flow {

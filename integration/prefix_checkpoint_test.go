@@ -14,19 +14,23 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/activities/model"
+	"github.com/turnstile-rl/turnstile/internal/policy"
 	"github.com/turnstile-rl/turnstile/workers"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
 // TestPrefixRecoveryCheckpoint: a checkpoint whose deadline falls while
-// the set's answers are streaming cuts model calls mid-generation; the
-// parked rollouts keep their durable prefixes in the cut. Everything is
-// SIGKILLed and the transcript store deleted, fresh processes restore the
-// checkpoint, and every rollout ends at the uninterrupted run's head (token
-// ids and log-probs included), the cut calls continued from the prefixes
-// the checkpoint carried, with at most one prefix interval generated again
-// per cut (the policy servers' counts).
+// the set's answers are streaming, in bounded generation
+// (TURNSTILE_MODEL_PREFIX_BOUND=strict), cuts model calls mid-generation;
+// the parked rollouts keep their durable prefixes in the cut. Everything
+// is SIGKILLed and the transcript store deleted, fresh processes restore
+// the checkpoint, and every rollout ends at the uninterrupted, unbounded
+// run's head (token ids and log-probs included), the cut calls continued
+// from the prefixes the checkpoint carried, with at most one prefix
+// interval generated again per cut and per request (the policy servers'
+// counts): bounded, no request runs further than that past a durable
+// prefix, however late the cut.
 func TestPrefixRecoveryCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration")
@@ -44,9 +48,9 @@ func TestPrefixRecoveryCheckpoint(t *testing.T) {
 	c.startEnvServer()
 	policyArgs := []string{"--tokens-per-second", strconv.Itoa(sz.tps), "--pad-tokens", strconv.Itoa(sz.pad)}
 	c.startPolicyServer(policyArgs...)
-	prefixEnv := "TURNSTILE_MODEL_PREFIX_TOKENS=" + strconv.Itoa(sz.interval)
+	prefixEnv := []string{"TURNSTILE_MODEL_PREFIX_TOKENS=" + strconv.Itoa(sz.interval), model.EnvModelPrefixBound + "=" + model.PrefixBoundStrict}
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	c.startWorker(prefixEnv, workers.EnvMetricsListen+"="+metricsAddr)
+	c.startWorker(append(prefixEnv, workers.EnvMetricsListen+"="+metricsAddr)...)
 	for i := range sz.count {
 		c.submit(ctx, prefixInput(t, i))
 	}
@@ -91,7 +95,7 @@ func TestPrefixRecoveryCheckpoint(t *testing.T) {
 	c.startTemporal()
 	c.startEnvServer()
 	c.startPolicyServer(policyArgs...)
-	c.startWorker(prefixEnv)
+	c.startWorker(prefixEnv...)
 	rsRun, err := c.client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: checkpoint.RestoreWorkflowID("cp-pfx"), TaskQueue: rollout.TaskQueue,
 	}, checkpoint.RestoreWorkflowName, checkpoint.RestoreInput{CheckpointID: "cp-pfx", Root: root, Participants: []string{c.envURL}})
@@ -130,10 +134,15 @@ func TestPrefixRecoveryCheckpoint(t *testing.T) {
 		}
 		n := max(end-r.Start, 0)
 		lost = append(lost, n)
-		require.LessOrEqual(t, n, max(sz.interval, sz.tps/5), "a cut generation lost %d tokens, more than one prefix interval", n)
+		require.LessOrEqual(t, n, sz.interval, "a cut generation lost %d tokens, more than one prefix interval", n)
 	}
 	t.Logf("tokens generated again per cut generation: %v (%d continued from their prefix)", lost, continued)
 	require.Positive(t, continued, "the restored policy server continued a prefix")
+	for _, stats := range []policy.Stats{before, after} {
+		for _, r := range stats.Requests {
+			require.LessOrEqual(t, r.Generated, sz.interval, "request %d (%s, from token %d): a bounded request generates at most one interval", r.Seq, r.Route, r.Start)
+		}
+	}
 }
 
 // tokensReceived is the worker's turnstile_model_tokens_received_total.
