@@ -56,7 +56,9 @@ func TestPrefixRecoveryCheckpoint(t *testing.T) {
 	}
 	c.waitFor("an answer mid-generation", nil, 2*time.Minute, func() bool {
 		for _, r := range policyStats(t, ctx, c.modelURL).Requests {
-			if !r.Finished && r.Generated >= 2*sz.interval {
+			// Bounded, a request generates one interval at most: the
+			// generation is past two when its request started past one.
+			if !r.Finished && r.Start+r.Generated >= 2*sz.interval {
 				return true
 			}
 		}
