@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -84,6 +85,11 @@ func (s *Server) getCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	}
 	var res checkpoint.CheckpointResult
 	run, err := s.backend.CoordinatorStatus(r.Context(), checkpoint.CheckpointWorkflowID(id), &res)
+	var nf *trainer.NotFoundError
+	if wid, scheduled := checkpoint.ScheduledCheckpointWorkflowID(id); scheduled && errors.As(err, &nf) {
+		// A schedule's fire ran under its fire time, colons and all.
+		run, err = s.backend.CoordinatorStatus(r.Context(), wid, &res)
+	}
 	if err != nil {
 		return err
 	}

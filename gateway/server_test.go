@@ -436,6 +436,8 @@ func TestCoordinatorStatus(t *testing.T) {
 			return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunCompleted}, nil
 		case checkpoint.RestoreWorkflowID("k1"):
 			return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunFailed, Err: "manifest missing"}, nil
+		case "checkpoint/every-s1-2026-01-02T15:04:05Z": // a schedule's fire
+			return trainer.CoordinatorRun{WorkflowID: workflowID, RunID: "r", Status: RunRunning}, nil
 		}
 		return trainer.CoordinatorRun{}, &trainer.NotFoundError{Msg: "no workflow " + workflowID}
 	}}
@@ -450,6 +452,12 @@ func TestCoordinatorStatus(t *testing.T) {
 	require.Equal(t, "manifest missing", rs.Error, "restore status %+v", rs)
 	expectError(t, call(t, s, "GET", "/v1/checkpoints/k2", ""), http.StatusNotFound, CodeNotFound, "")
 	expectError(t, call(t, s, "GET", "/v1/restores/-k2", ""), http.StatusBadRequest, CodeBadRequest, "id")
+	// A scheduled checkpoint by the id its directory and the schedule's
+	// listing give, though its run's workflow ID holds the fire time's colons.
+	sc := decodeOK[CheckpointStatus](t, call(t, s, "GET", "/v1/checkpoints/every-s1-2026-01-02T150405Z", ""), http.StatusOK)
+	require.Equal(t, "checkpoint/every-s1-2026-01-02T15:04:05Z", sc.WorkflowID, "scheduled checkpoint status %+v", sc)
+	require.Equal(t, RunRunning, sc.Status, "scheduled checkpoint status %+v", sc)
+	expectError(t, call(t, s, "GET", "/v1/checkpoints/every-s1-2026-01-02T150406Z", ""), http.StatusNotFound, CodeNotFound, "")
 }
 
 func TestRestore(t *testing.T) {

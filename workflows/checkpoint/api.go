@@ -120,6 +120,27 @@ func ScheduledCheckpointID(workflowID string) (string, error) {
 	return id, nil
 }
 
+// fireTimeLayout is a schedule's fire time as a scheduled checkpoint's id
+// ends with it: RFC 3339 in UTC, without the colons.
+const fireTimeLayout = "2006-01-02T150405Z"
+
+// ScheduledCheckpointWorkflowID is ScheduledCheckpointID backwards: the
+// workflow ID of the Checkpoint run a schedule started for checkpointID,
+// with the colons of its fire time back ("every-s1-2026-01-02T150405Z" ran
+// as "checkpoint/every-s1-2026-01-02T15:04:05Z"); false when the id does not
+// end with a fire time.
+func ScheduledCheckpointWorkflowID(checkpointID string) (string, bool) {
+	n := len(fireTimeLayout)
+	if len(checkpointID) <= n || checkpointID[len(checkpointID)-n-1] != '-' {
+		return "", false
+	}
+	at, err := time.Parse(fireTimeLayout, checkpointID[len(checkpointID)-n:])
+	if err != nil {
+		return "", false
+	}
+	return CheckpointWorkflowID(checkpointID[:len(checkpointID)-n] + at.Format(time.RFC3339)), true
+}
+
 // CheckpointResult describes a committed checkpoint. Counts and digests
 // only: the records themselves are in Dir.
 type CheckpointResult struct {

@@ -21,6 +21,22 @@ func TestScheduledCheckpointID(t *testing.T) {
 	require.ErrorContains(t, err, "checkpoint id of workflow ID")
 }
 
+// The workflow ID of a scheduled checkpoint is found again from its id,
+// so a status lookup by checkpoint id finds the run a schedule started.
+func TestScheduledCheckpointWorkflowID(t *testing.T) {
+	for _, wid := range []string{"checkpoint/every-s1-2026-01-02T15:04:05Z", "checkpoint/every-a-b-2026-12-31T23:59:59Z"} {
+		id, err := checkpoint.ScheduledCheckpointID(wid)
+		require.NoError(t, err)
+		back, ok := checkpoint.ScheduledCheckpointWorkflowID(id)
+		require.True(t, ok, id)
+		require.Equal(t, wid, back)
+	}
+	for _, id := range []string{"cp-1", "2026-01-02T150405Z", "every-s1-2026-01-02T15:04:05Z", "every-s1-2026-13-02T150405Z", "every-s1x2026-01-02T150405Z"} {
+		_, ok := checkpoint.ScheduledCheckpointWorkflowID(id)
+		require.False(t, ok, "%q is no scheduled checkpoint's id", id)
+	}
+}
+
 // TestScheduledCheckpointTakesItsIDFromTheWorkflowID: a schedule's fire is
 // a checkpoint of its own, named by its workflow ID, and after the commit
 // the retention step records the tag and keeps what the input asks.
