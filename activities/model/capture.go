@@ -160,7 +160,6 @@ func recordGeneration(ctx context.Context, store *transcriptstore.Store, in roll
 	}
 	return &rollout.GenerationRef{
 		Record: d, Tokens: g.Tokens, PromptTokens: len(g.PromptTokenIDs), GenerationTokens: len(g.GenerationTokenIDs),
-		PromptDigest: g.PromptDigest, SequenceDigest: g.SequenceDigest,
 		PrefixBreak: g.PrefixBreak, PrefixBreakReason: g.PrefixBreakReason, PolicyVersion: g.PolicyVersion,
 		GenerationRecovery: ans.recovery,
 	}, nil

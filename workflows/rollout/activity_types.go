@@ -137,15 +137,16 @@ type CallModelResult struct {
 }
 
 // GenerationRef names a model call's transcript.Generation record and says
-// what it holds in counts and digests: the tokens themselves stay in the
-// transcript store, so a turn's history does not grow with them.
+// what it holds in counts: the tokens themselves stay in the transcript
+// store, so a turn's history does not grow with them, and so do their
+// prompt and sequence digests, which the workflow never reads (each cost a
+// captured turn about 90 bytes of history; results recorded with them
+// still decode).
 type GenerationRef struct {
 	Record           transcript.Digest `json:"record"`
 	Tokens           string            `json:"tokens"` // transcript.TokensPresent, …
 	PromptTokens     int               `json:"prompt_tokens,omitempty"`
 	GenerationTokens int               `json:"generation_tokens,omitempty"`
-	PromptDigest     transcript.Digest `json:"prompt_digest,omitempty"`
-	SequenceDigest   transcript.Digest `json:"sequence_digest,omitempty"`
 	// PrefixBreak: the prompt does not continue the parent's prompt +
 	// generation (see transcript.CheckPrefix); the reason says how.
 	PrefixBreak       bool   `json:"prefix_break,omitempty"`
