@@ -11,6 +11,7 @@ import (
 
 	"github.com/turnstile-rl/turnstile/internal/location"
 	"github.com/turnstile-rl/turnstile/internal/retention"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/internal/storage"
 	"github.com/turnstile-rl/turnstile/internal/transcript"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
@@ -261,7 +262,7 @@ func (c *Client) queryRolloutStatus(ctx context.Context, workflowID, runID strin
 		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
 			return rollout.Status{}, false, fmt.Errorf("query %s (run %s) for its transcript, %d tries in %s: %w", workflowID, runID, tries, queryFor, err)
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep.For(ctx, wait); err != nil {
 			return rollout.Status{}, false, fmt.Errorf("query %s (run %s) for its transcript: %w", workflowID, runID, err)
 		}
 		wait = min(2*wait, 10*time.Second)

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
 
@@ -69,7 +70,7 @@ func waitAll(ctx context.Context, c runGetter, inputs []rollout.Input, bar Progr
 			var nf *serviceerror.NotFound
 			switch {
 			case errors.As(err, &nf):
-				if err := sleep(ctx, queuedPoll); err != nil {
+				if err := sleep.For(ctx, queuedPoll); err != nil {
 					return err
 				}
 				continue // queued: not started yet
@@ -86,18 +87,6 @@ func waitAll(ctx context.Context, c runGetter, inputs []rollout.Input, bar Progr
 
 // queuedPoll is how often a wait looks again for a rollout still queued.
 const queuedPoll = time.Second
-
-// sleep waits d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // workflowCounter is the counting part of client.Client.
 type workflowCounter interface {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/turnstile-rl/turnstile/internal/metrics"
 )
 
 // ServerMetrics is what the dev server's own Prometheus metrics say about
@@ -63,21 +66,11 @@ var scrapedFamilies = []string{
 
 // scrapeMetrics reads url (a dev server's /metrics).
 func scrapeMetrics(ctx context.Context, url string) (scrape, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := metrics.Fetch(ctx, url, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
-	}
-	return parseProm(resp.Body)
+	return parseProm(bytes.NewReader(b))
 }
 
 // parseProm reads the Prometheus text format, keeping scrapedFamilies.

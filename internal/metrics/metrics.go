@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -142,4 +143,32 @@ func RegisterFuncs(reg prometheus.Registerer, subsystem string, fs ...Func) {
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: subsystem, Name: f.Name, Help: f.Help}, f.Value))
 		}
 	}
+}
+
+// maxScrape bounds what Fetch reads: a process's metrics page is tens of
+// kilobytes.
+const maxScrape = 16 << 20
+
+// Fetch reads a Prometheus text endpoint (another process's /metrics)
+// within timeout, for the harnesses that sample them (the soak, the bench).
+func Fetch(ctx context.Context, url string, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxScrape))
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	return b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 )
 
 // scripted is a policy's answer in the toy dialect's terms: the message and
@@ -116,7 +117,7 @@ func (s *server) newPacer() pacer {
 // wait returns when token i (from 0) is due, or ctx's error.
 func (p pacer) wait(ctx context.Context, i int) error {
 	if p.every > 0 {
-		if err := sleep(ctx, time.Until(p.start.Add(time.Duration(i+1)*p.every))); err != nil {
+		if err := sleep.For(ctx, time.Until(p.start.Add(time.Duration(i+1)*p.every))); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -19,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"go.uber.org/zap"
 )
 
@@ -392,7 +392,7 @@ func (s *server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, status, "invalid_request_error", code, err.Error())
 		return
 	}
-	if err := sleep(r.Context(), delay); err != nil {
+	if err := sleep.For(r.Context(), delay); err != nil {
 		s.log.Infow("request cancelled during latency", "model", req.Model, "error", err)
 		return
 	}
@@ -615,21 +615,6 @@ func completionID(model string, req envs.PolicyRequest) string {
 	}
 	sum := sha256.Sum256(b)
 	return "chatcmpl-" + hex.EncodeToString(sum[:12])
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // errorBody is the OpenAI error envelope.

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/turnstile-rl/turnstile/envs"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 )
 
 // The token-in routes, in vLLM's shapes: the completions endpoint with a
@@ -281,7 +282,7 @@ func (s *server) serveTokens(w http.ResponseWriter, r *http.Request, route, mode
 		s.writeRetryable(w, http.StatusTooManyRequests, "requests", "rate_limit_exceeded", "rate limit reached (injected)")
 		return
 	}
-	if err := sleep(r.Context(), delay); err != nil {
+	if err := sleep.For(r.Context(), delay); err != nil {
 		return
 	}
 	if f == faultUnavailable {

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/trainer"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -108,7 +109,7 @@ func (r *run) killWorker(ctx context.Context) error {
 	r.report.WorkerKills++
 	r.mu.Unlock()
 	r.cfg.Logf("%s SIGKILLed worker-%d (pid %d)", r.since(), i, p.PID())
-	if err := sleep(ctx, r.cfg.WorkerDownFor); err != nil { // the scheduled downtime, not a wait for an event
+	if err := sleep.For(ctx, r.cfg.WorkerDownFor); err != nil { // the scheduled downtime, not a wait for an event
 		return err
 	}
 	return r.st.startWorker(ctx, i)
@@ -155,7 +156,7 @@ func (r *run) killEnv(ctx context.Context) error {
 	// The supervisor's restart delay; it never brings the server back
 	// before the watchdog declared it: an empty server answering at the
 	// old address before that would look alive (see docs/testing.md).
-	if err := sleep(ctx, r.cfg.EnvDownFor); err != nil {
+	if err := sleep.For(ctx, r.cfg.EnvDownFor); err != nil {
 		return err
 	}
 	if err := stack.WaitFor(ctx, m.role+" declared dead", nil, declareWait, func() bool {
@@ -211,21 +212,9 @@ func (r *run) netFault(ctx context.Context) error {
 	r.mu.Lock()
 	r.report.NetFaults = append(r.report.NetFaults, f)
 	r.mu.Unlock()
-	werr := sleep(ctx, f.For) // the fault's length, not a wait for an event
+	werr := sleep.For(ctx, f.For) // the fault's length, not a wait for an event
 	if err := p.Heal(); err != nil {
 		return fmt.Errorf("soak: heal %s: %w", f.Proxy, err)
 	}
 	return werr
-}
-
-// sleep waits d, or less when ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

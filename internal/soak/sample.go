@@ -2,17 +2,18 @@ package soak
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/internal/metrics"
 	"github.com/turnstile-rl/turnstile/internal/stack"
 )
 
@@ -116,21 +117,11 @@ func dirSize(path string) int64 {
 // scrape reads the unlabelled samples named names from a Prometheus text
 // endpoint; each must be there.
 func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := metrics.Fetch(ctx, url, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body, names...)
+	return parseMetrics(bytes.NewReader(b), names...)
 }
 
 // parseMetrics picks the unlabelled samples named names out of the
