@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/trainer"
 )
 
@@ -132,14 +133,7 @@ func (s *Server) sleep(r *http.Request, deadline time.Time) bool {
 	if left <= 0 {
 		return false
 	}
-	t := time.NewTimer(min(left, s.cfg.PollInterval))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
+	return sleep.For(r.Context(), min(left, s.cfg.PollInterval)) == nil
 }
 
 // health computes a set's health over the stall window.

@@ -3,11 +3,11 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/internal/visibility"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
@@ -96,12 +96,5 @@ func (c *Coordinator) settleFence(ctx context.Context) error {
 	if d <= 0 {
 		d = set.FenceSettle
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleep.For(ctx, d)
 }

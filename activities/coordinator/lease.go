@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/turnstile-rl/turnstile/internal/fanout"
+	"github.com/turnstile-rl/turnstile/internal/sleep"
 	"github.com/turnstile-rl/turnstile/workflows/checkpoint"
 	"github.com/turnstile-rl/turnstile/workflows/rollout"
 )
@@ -32,12 +33,8 @@ func (c *Coordinator) renewLeases(ctx context.Context, in checkpoint.CommitCheck
 		defer wg.Done()
 		next := in.LeaseUntil.Add(-in.LeaseGrace / 2)
 		for {
-			t := time.NewTimer(time.Until(next))
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if sleep.For(ctx, time.Until(next)) != nil {
 				return
-			case <-t.C:
 			}
 			now := time.Now()
 			req := rollout.ParkRequest{CheckpointID: in.CheckpointID, Deadline: in.Deadline, LeaseUntil: now.Add(in.LeaseGrace)}
