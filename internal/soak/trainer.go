@@ -25,6 +25,10 @@ type checkpointState struct {
 	tag     int             // the schedule's tag is step-<tag>
 	gcDue   int             // commits since the last garbage collection
 	pinned  bool            // the first step is pinned
+	// unhandled are commits seen (by the trainer or by killable) that
+	// the trainer has not reacted to yet: whoever looks first, the
+	// trainer pins, tags and collects for each.
+	unhandled []string
 }
 
 // tagName is the trainer step's tag.
@@ -51,23 +55,25 @@ func (r *run) setUp(ctx context.Context) error {
 // moves the schedule's tag to the next step; every GCEvery commits it
 // collects garbage. Its errors are logged: the trainer tries again.
 func (r *run) trainerStep(ctx context.Context) error {
-	commits, err := r.refreshCheckpoints(ctx)
-	if err != nil {
+	if err := r.refreshCheckpoints(ctx); err != nil {
 		r.cfg.Logf("%s trainer: %v", r.since(), err)
-		return nil
 	}
+	r.cps.mu.Lock()
+	commits := r.cps.unhandled
+	r.cps.unhandled = nil
+	r.cps.mu.Unlock()
 	for _, id := range commits {
 		r.committed(ctx, id)
 	}
 	return nil
 }
 
-// refreshCheckpoints reads the schedule's fires and returns those newly
-// committed.
-func (r *run) refreshCheckpoints(ctx context.Context) ([]string, error) {
+// refreshCheckpoints reads the schedule's fires and records those newly
+// committed, for the trainer to react to.
+func (r *run) refreshCheckpoints(ctx context.Context) error {
 	sch, err := r.ts.DescribeSchedule(ctx, r.set)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.cps.mu.Lock()
 	defer r.cps.mu.Unlock()
@@ -79,7 +85,7 @@ func (r *run) refreshCheckpoints(ctx context.Context) ([]string, error) {
 		}
 		d, err := r.st.tc.DescribeWorkflow(ctx, id, "")
 		if err != nil {
-			return nil, fmt.Errorf("describe %s: %w", id, err)
+			return fmt.Errorf("describe %s: %w", id, err)
 		}
 		switch st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
@@ -96,11 +102,12 @@ func (r *run) refreshCheckpoints(ctx context.Context) ([]string, error) {
 		}
 	}
 	r.cps.running = running
+	r.cps.unhandled = append(r.cps.unhandled, commits...)
 	r.mu.Lock()
 	r.report.Checkpoints.Fired, r.report.Checkpoints.Skipped = sch.Fired, sch.Skipped
 	r.report.Checkpoints.Committed = append(r.report.Checkpoints.Committed, commits...)
 	r.mu.Unlock()
-	return commits, nil
+	return nil
 }
 
 // committed is the trainer's reaction to one committed checkpoint.
@@ -184,7 +191,7 @@ func (r *run) gc(ctx context.Context) {
 // killable reports whether an environment server may be killed now: a
 // checkpoint has committed and none runs.
 func (r *run) killable() bool {
-	if _, err := r.refreshCheckpoints(context.Background()); err != nil {
+	if err := r.refreshCheckpoints(context.Background()); err != nil {
 		return false
 	}
 	r.cps.mu.Lock()
