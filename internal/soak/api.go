@@ -304,6 +304,11 @@ type DiskSample struct {
 	At                                   time.Duration
 	Phase                                string
 	Checkpoints, Transcripts, TemporalDB int64 // bytes
+	// Dirs are the checkpoint directories under the root (committed, kept
+	// or pinned, and one being written); Largest is the largest one's
+	// bytes.
+	Dirs    int
+	Largest int64
 }
 
 // Err is nil when the soak found no problem.

@@ -14,7 +14,7 @@ import (
 
 // Flatness bounds: after the warm-up (Config.FlatAfter), a process's
 // peak may be at most flatFactor times its peak during the warm-up plus
-// the slack; so may the checkpoint root's size. It catches growth with
+// the slack; so may one checkpoint's size. It catches growth with
 // time and rollouts (a leak), not a warm cache or the rollouts in flight.
 //
 // A worker's goroutines follow the rollouts it holds, and one worker holds
@@ -29,7 +29,7 @@ const (
 )
 
 // Tolerance states the flatness bounds, for the report.
-const Tolerance = "after the warm-up, each peak at most 1.5x its warm-up peak plus 32 MiB (memory), 200 + 2 per rollout in flight (goroutines), 16 MiB (checkpoint root); the Temporal server's warm-up is half the load"
+const Tolerance = "after the warm-up, each peak at most 1.5x its warm-up peak plus 32 MiB (memory), 200 + 2 per rollout in flight (goroutines), 16 MiB (one checkpoint), and no more checkpoints than retention keeps plus the one being written; the Temporal server's warm-up is half the load"
 
 // temporalProc is the dev server's name among the samples. Its warm-up is
 // half the load at least: its caches fill as its database grows, and the
@@ -69,8 +69,8 @@ func peaks[S any](samples []S, at func(S) time.Duration, v func(S) int64, warm t
 	return before, after, nb > 0 && na > 0
 }
 
-// checkFlat compares each process's and the checkpoint root's peak under
-// load after the warm-up with its peak during it.
+// checkFlat compares each process's peak under load after the warm-up
+// with its peak during it, and the checkpoint root.
 func (r *run) checkFlat() {
 	sampleAt := func(s Sample) time.Duration { return s.At }
 	for _, proc := range procNames(r.report.Samples) {
@@ -83,15 +83,34 @@ func (r *run) checkFlat() {
 			r.problem("%s: goroutines peaked at %d after %s, %d before", proc, a, warm, b)
 		}
 	}
-	warm := flatAfter(r.cfg)
+	r.checkCheckpointDisk()
+}
+
+// checkCheckpointDisk judges the checkpoint root. Its sum is not what
+// stays flat: it grows until retention first deletes (at the Keep+1st
+// commit, after the warm-up on a loaded machine) and holds the pinned
+// checkpoints and the one being written beside the Keep newest. What
+// must stay flat is one checkpoint's size (the participants' records of
+// the rollouts of a bounded window), and the number of checkpoints must
+// stay within what retention keeps.
+func (r *run) checkCheckpointDisk() {
 	var disk []DiskSample
 	for _, d := range r.report.Disk {
 		if d.Phase == "load" {
 			disk = append(disk, d)
 		}
 	}
-	if b, a, ok := peaks(disk, func(d DiskSample) time.Duration { return d.At }, func(d DiskSample) int64 { return d.Checkpoints }, warm); ok && a > int64(flatFactor*float64(b))+diskSlack {
-		r.problem("checkpoint root: peaked at %s after %s, %s before", mib(a), warm, mib(b))
+	warm := flatAfter(r.cfg)
+	if b, a, ok := peaks(disk, func(d DiskSample) time.Duration { return d.At }, func(d DiskSample) int64 { return d.Largest }, warm); ok && a > int64(flatFactor*float64(b))+diskSlack {
+		r.problem("checkpoint size: the largest checkpoint was %s after %s, %s before", mib(a), warm, mib(b))
+	}
+	limit := r.cfg.Keep + len(r.report.Checkpoints.Pinned) + 1
+	for _, d := range disk {
+		if d.Dirs > limit {
+			r.problem("checkpoint root: %d checkpoints at %s, retention keeps at most %d (the newest %d, %d pinned, one being written)",
+				d.Dirs, d.At.Round(time.Second), limit, r.cfg.Keep, len(r.report.Checkpoints.Pinned))
+			return
+		}
 	}
 }
 
@@ -262,18 +281,24 @@ func (r *Report) printAtTimes(w io.Writer) {
 	}
 	disk := pickers(r.Disk, warm)
 	for _, row := range []struct {
-		name string
-		v    func(DiskSample) int64
-	}{{"checkpoint root MiB", func(d DiskSample) int64 { return d.Checkpoints }},
-		{"transcript store MiB", func(d DiskSample) int64 { return d.Transcripts }},
-		{"dev server database MiB", func(d DiskSample) int64 { return d.TemporalDB }}} {
+		name  string
+		v     func(DiskSample) int64
+		count bool // a count, not bytes
+	}{{"checkpoint root MiB", func(d DiskSample) int64 { return d.Checkpoints }, false},
+		{"checkpoints in the root", func(d DiskSample) int64 { return int64(d.Dirs) }, true},
+		{"largest checkpoint MiB", func(d DiskSample) int64 { return d.Largest }, false},
+		{"transcript store MiB", func(d DiskSample) int64 { return d.Transcripts }, false},
+		{"dev server database MiB", func(d DiskSample) int64 { return d.TemporalDB }, false}} {
 		fmt.Fprintf(w, "| %s |", row.name)
 		for _, d := range disk {
-			if d == nil {
+			switch {
+			case d == nil:
 				fmt.Fprint(w, " - |")
-				continue
+			case row.count:
+				fmt.Fprintf(w, " %d |", row.v(*d))
+			default:
+				fmt.Fprintf(w, " %.1f |", float64(row.v(*d))/(1<<20))
 			}
-			fmt.Fprintf(w, " %.1f |", float64(row.v(*d))/(1<<20))
 		}
 		fmt.Fprintln(w)
 	}

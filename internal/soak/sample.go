@@ -65,8 +65,9 @@ func (r *run) sample(ctx context.Context, phase string) {
 		r.report.Samples = append(r.report.Samples, Sample{At: at, Phase: phase, Proc: o.role, PID: o.proc.PID(), RSS: rss, Goroutines: -1})
 		r.mu.Unlock()
 	}
-	d := DiskSample{At: at, Phase: phase, Checkpoints: dirSize(r.root), Transcripts: dirSize(r.st.store),
+	d := DiskSample{At: at, Phase: phase, Transcripts: dirSize(r.st.store),
 		TemporalDB: dirSize(r.st.db) + dirSize(r.st.db+"-wal") + dirSize(r.st.db+"-shm")}
+	d.Checkpoints, d.Dirs, d.Largest = checkpointDirs(r.root)
 	r.mu.Lock()
 	r.report.Disk = append(r.report.Disk, d)
 	started := r.submitted
@@ -95,6 +96,21 @@ func procRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("pid %d: no VmRSS", pid)
+}
+
+// checkpointDirs measures a checkpoint root: its bytes, its directories
+// (one per checkpoint) and the largest directory's bytes.
+func checkpointDirs(root string) (total int64, dirs int, largest int64) {
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		n := dirSize(filepath.Join(root, e.Name()))
+		total += n
+		if e.IsDir() {
+			dirs++
+			largest = max(largest, n)
+		}
+	}
+	return total, dirs, largest
 }
 
 // dirSize is the bytes of the regular files under path (a file's own

@@ -80,15 +80,23 @@ func samples(proc string, pts ...[2]int64) []Sample {
 	return out
 }
 
-// disk builds load disk samples of the checkpoint root (MiB), a minute
-// apart.
-func disk(mibs ...int64) []DiskSample {
+// disk builds load disk samples of the checkpoint root, a minute apart:
+// each the checkpoints' sizes (MiB).
+func disk(dirs ...[]int64) []DiskSample {
 	var out []DiskSample
-	for i, m := range mibs {
-		out = append(out, DiskSample{At: time.Duration(i+1) * time.Minute, Phase: "load", Checkpoints: m << 20})
+	for i, sizes := range dirs {
+		d := DiskSample{At: time.Duration(i+1) * time.Minute, Phase: "load", Dirs: len(sizes)}
+		for _, m := range sizes {
+			d.Checkpoints += m << 20
+			d.Largest = max(d.Largest, m<<20)
+		}
+		out = append(out, d)
 	}
 	return out
 }
+
+// sizes is the checkpoints' sizes (MiB) in one disk sample.
+func sizes(mibs ...int64) []int64 { return mibs }
 
 func TestCheckFlat(t *testing.T) {
 	// Warm-up of 2 minutes: samples at 1 and 2 minutes are the warm-up,
@@ -109,13 +117,16 @@ func TestCheckFlat(t *testing.T) {
 		{"the Temporal server growing after half the load", samples("temporal", [2]int64{100, -1}, [2]int64{100, -1}, [2]int64{100, -1}, [2]int64{100, -1}, [2]int64{100, -1}, [2]int64{300, -1}), nil, "temporal: RSS peaked at 300.0 MiB after 5m0s"},
 		{"other processes warm up for FlatAfter", samples("env-0", [2]int64{100, 5}, [2]int64{150, 5}, [2]int64{200, 5}, [2]int64{250, 5}, [2]int64{280, 5}, [2]int64{290, 5}), nil, "env-0: RSS peaked at 290.0 MiB after 2m0s"},
 		{"nothing after the warm-up is not judged", samples("worker-1", [2]int64{20, 50}, [2]int64{200, 900}), nil, ""},
-		{"checkpoints kept", nil, disk(10, 30, 32, 35, 31), ""},
-		{"checkpoints piling up", nil, disk(10, 30, 50, 70, 90), "checkpoint root: peaked at 90.0 MiB"},
+		{"checkpoints kept", nil, disk(sizes(10), sizes(10, 20), sizes(10, 20, 22), sizes(10, 20, 22, 25), sizes(20, 22, 25)), ""},
+		{"retention steady only after the warm-up", nil, disk(sizes(10), sizes(20, 20), sizes(20, 20, 20, 20), sizes(20, 20, 20, 20, 20)), ""},
+		{"checkpoints piling up", nil, disk(sizes(10), sizes(10, 20), sizes(10, 20, 20, 20, 20), sizes(10, 20, 20, 20, 20, 20)), "checkpoint root: 6 checkpoints at 4m0s, retention keeps at most 5"},
+		{"a checkpoint growing", nil, disk(sizes(10), sizes(10, 20), sizes(20, 30), sizes(30, 60)), "checkpoint size: the largest checkpoint was 60.0 MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &run{cfg: Config{Duration: 10 * time.Minute, FlatAfter: 2 * time.Minute, Concurrency: 50}}
+			r := &run{cfg: Config{Duration: 10 * time.Minute, FlatAfter: 2 * time.Minute, Concurrency: 50, Keep: 3}}
 			r.report.Samples, r.report.Disk = tt.samples, tt.disk
+			r.report.Checkpoints.Pinned = []string{"first"}
 			r.checkFlat()
 			if tt.want == "" {
 				require.Empty(t, r.report.Problems)
@@ -151,7 +162,7 @@ func TestPrintAndChart(t *testing.T) {
 		Envs:       []EnvCounters{{Name: "env-0", Applied: 40, Want: 40}},
 		Samples: append(append(samples("worker-0", [2]int64{80, 200}, [2]int64{90, 250}), samples("env-0", [2]int64{30, 15}, [2]int64{31, 16})...),
 			samples("temporal", [2]int64{100, -1}, [2]int64{110, -1})...),
-		Disk:     disk(1, 2),
+		Disk:     disk(sizes(1), sizes(2)),
 		Problems: []string{"env-0 applied 41 mutations"},
 	}
 	var out strings.Builder
@@ -168,6 +179,8 @@ func TestPrintAndChart(t *testing.T) {
 		"| worker-0 goroutines | 200 | 200 | 250 | - |",
 		"| temporal RSS MiB | 100.0 | 100.0 | 110.0 | - |",
 		"| checkpoint root MiB | 1.0 | 1.0 | 2.0 | - |",
+		"| checkpoints in the root | 1 | 1 | 1 | - |",
+		"| largest checkpoint MiB | 1.0 | 1.0 | 2.0 | - |",
 		"http://e1 declared dead with no kill before it",
 		"gc at 0s stopped before deleting anything: status query: worker gone",
 		"env-0: applied 40 (results account for 40)", "FAIL: 1 problems", "env-0 applied 41 mutations",
