@@ -15,8 +15,9 @@ import (
 const (
 	defaultFeedMax = 100
 	maxWaitMS      = 60_000
-	// healthEvery is how often a waiting feed recomputes the set's health
-	// (a few visibility counts and a small sample).
+	// healthEvery is how long a set's health (a few visibility counts over
+	// the set and a small sample) serves feed pages before it is computed
+	// again: for a waiting feed, and for a trainer reading page after page.
 	healthEvery = 2 * time.Second
 )
 
@@ -31,16 +32,10 @@ func (s *Server) feed(w http.ResponseWriter, r *http.Request) error {
 	}
 	// The answer may come as late as the end of the wait.
 	s.extendWrite(w, q.deadline.Sub(s.cfg.Now()))
-	var (
-		h        Health
-		healthAt time.Time
-	)
 	for {
-		if now := s.cfg.Now(); healthAt.IsZero() || now.Sub(healthAt) >= healthEvery {
-			if h, err = s.health(r, q.set); err != nil {
-				return err
-			}
-			healthAt = now
+		h, err := s.feedHealth(r, q.set)
+		if err != nil {
+			return err
 		}
 		resp, final, err := s.feedOnce(r, q, h)
 		if err != nil || final {

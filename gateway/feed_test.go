@@ -87,7 +87,8 @@ func TestFeedDone(t *testing.T) {
 	f := &fakeBackend{runs: 2, health: func(trainer.HealthRequest) (trainer.Health, error) {
 		return trainer.Health{State: trainer.HealthOK, Rollouts: 2, Completed: 2}, nil
 	}}
-	s := newTestServer(t, f)
+	clock := testsupport.NewClock(time.Unix(1000, 0))
+	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })
 	res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", url.Values{"wait_ms": {"60000"}}), ""), http.StatusOK)
 	require.True(t, res.Done, "response %+v", res)
 	require.Empty(t, res.Items, "response %+v", res)
@@ -95,9 +96,46 @@ func TestFeedDone(t *testing.T) {
 	// that visibility does not show running yet.
 	for _, h := range []trainer.Health{{Rollouts: 4, Completed: 2, Queued: 2}, {Rollouts: 2, Completed: 2, Admitting: 1}} {
 		f.health = func(trainer.HealthRequest) (trainer.Health, error) { h.State = trainer.HealthOK; return h, nil }
+		clock.Advance(healthEvery) // the health a page before served its time
 		res = decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
 		require.False(t, res.Done, "health %+v: response %+v", h, res)
 	}
+}
+
+// TestFeedHealthServesPages: pages read one after another within
+// healthEvery share one health computation (a pass over the set in
+// visibility); an acknowledgement through the gateway drops it, and so
+// does the time.
+func TestFeedHealthServesPages(t *testing.T) {
+	var healths atomic.Int32
+	f := &fakeBackend{runs: 2, health: func(trainer.HealthRequest) (trainer.Health, error) {
+		healths.Add(1)
+		return trainer.Health{State: trainer.HealthOK, Rollouts: 2, Running: 2, Held: 2}, nil
+	}}
+	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {
+		return trainer.FeedPage{Items: []json.RawMessage{json.RawMessage(`{}`)}, Next: trainer.FeedPosition{At: r.After.At + 1, RolloutID: "x"}}, nil
+	}
+	clock := testsupport.NewClock(time.Unix(1000, 0))
+	s := newTestServer(t, f, func(c *Config) { c.Now = clock.Now })
+	page := func() {
+		t.Helper()
+		res := decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
+		require.Equal(t, 2, res.Health.Held, "response %+v", res)
+	}
+	page()
+	page()
+	clock.Advance(healthEvery - time.Millisecond)
+	page()
+	require.Equal(t, int32(1), healths.Load(), "three pages within healthEvery")
+	clock.Advance(time.Millisecond)
+	page()
+	require.Equal(t, int32(2), healths.Load(), "a page healthEvery later")
+	decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", `{"request_id":"a","receipts":[`+receiptJSON("s1-0000", 'a')+`]}`), http.StatusOK)
+	page()
+	require.Equal(t, int32(3), healths.Load(), "a page after an acknowledgement")
+	require.Len(t, s.healths.sets, 1)
+	s.healths.put("other", trainer.Health{}, clock.Now().Add(healthEvery))
+	require.Len(t, s.healths.sets, 1, "an entry too old to use is dropped")
 }
 
 // TestFeedWaits: a long poll looks again until a result is ready, and

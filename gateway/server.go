@@ -127,6 +127,8 @@ type Server struct {
 	// has none).
 	tokens map[Role][32]byte
 	mux    *http.ServeMux
+	// healths are the sets' recent health, for feed pages.
+	healths healthCache
 }
 
 // New returns a server over backend. A config without a token is refused

@@ -29,6 +29,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res, err := s.backend.Submit(r.Context(), cr)
+	s.healths.drop(req.Set)
 	if err != nil {
 		return err
 	}
@@ -345,6 +346,7 @@ func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	sum, err := s.backend.Acknowledge(r.Context(), trainer.AckRequest{Set: set, Receipts: lines, Field: "receipts", RequestID: req.RequestID})
+	s.healths.drop(set)
 	if err != nil {
 		return err
 	}

@@ -117,7 +117,9 @@ func TestSmokeRun(t *testing.T) {
 	require.NotNil(t, rep.Feed, "feed")
 	require.Positive(t, rep.Feed.ResultsPerSec.Turnstile, "through the gateway")
 	require.Positive(t, rep.Feed.ResultsPerSec.Lean, "a plain update loop")
+	require.Positive(t, rep.Feed.Pipelined, "through the gateway, acknowledging while reading on")
 	require.Positive(t, rep.Feed.InProcess, "the client library")
+	require.FileExists(t, filepath.Join(cfg.OutDir, bench.FeedProfileName), "the client library's side, profiled")
 
 	var written struct {
 		Rows []bench.Row `json:"rows"`

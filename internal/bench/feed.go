@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	tclient "go.temporal.io/sdk/client"
@@ -22,18 +24,22 @@ import (
 )
 
 // Feed is the trainer's side: results delivered and acknowledged per
-// second, a page at a time, each page acknowledged before the next is
-// asked for, three ways on the same server: through a gateway process
-// (HTTP), in-process through the client library (trainer.Feed and
-// trainer.Acknowledge), and a plain loop of Temporal updates (one update
+// second, a page at a time, on the same server: through a gateway process
+// (HTTP), each page acknowledged before the next is asked for, and again
+// acknowledging each page while reading the next (the cursor carries the
+// position, so a trainer need not wait for the acknowledgement);
+// in-process through the client library (trainer.Feed and
+// trainer.Acknowledge); and a plain loop of Temporal updates (one update
 // per result to a workflow holding it, FeedUpdateConcurrency at once: the
 // floor of "one workflow update per acknowledged result").
 type Feed struct {
 	Held int `json:"held"`
 	Page int `json:"page"`
 	// ResultsPerSec: Turnstile through the gateway, Lean the plain update
-	// loop; InProcess the client library.
+	// loop; Pipelined through the gateway acknowledging while reading on;
+	// InProcess the client library.
 	ResultsPerSec Pair    `json:"results_per_s"`
+	Pipelined     float64 `json:"pipelined_results_per_s"`
 	InProcess     float64 `json:"in_process_results_per_s"`
 }
 
@@ -51,7 +57,7 @@ const (
 	gatewayOperatorToken = "bench-gateway-operator-token"
 )
 
-// feed measures the three ways of consuming s.cfg.FeedHeld held results.
+// feed measures the ways of consuming s.cfg.FeedHeld held results.
 func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 	out := &Feed{Held: s.cfg.FeedHeld, Page: s.cfg.FeedPage}
 	base, err := s.startGateway(ctx)
@@ -60,33 +66,57 @@ func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 	}
 	g := gatewayClient{base: base, token: gatewayToken}
 	n := s.cfg.FeedHeld
-	// The gateway's set and the client library's, prepared together.
-	viaGateway, direct := "feedgw-"+stamp, "feeddirect-"+stamp
-	for _, set := range []string{viaGateway, direct} {
+	// The sets of each way, prepared together.
+	viaGateway, pipelined, direct := "feedgw-"+stamp, "feedpipe-"+stamp, "feeddirect-"+stamp
+	for _, set := range []string{viaGateway, pipelined, direct} {
 		if err := g.submit(ctx, set, n); err != nil {
 			return nil, err
 		}
 	}
-	for _, set := range []string{viaGateway, direct} {
+	for _, set := range []string{viaGateway, pipelined, direct} {
 		if err := s.awaitHeld(ctx, g, set, n); err != nil {
 			return nil, err
 		}
 	}
-	s.logf("feed: %d held results in each of two sets; consuming", n)
-	t0 := time.Now()
-	if err := g.consume(ctx, viaGateway, n, s.cfg.FeedPage); err != nil {
-		return nil, err
+	s.logf("feed: %d held results in each of three sets; consuming", n)
+	for _, way := range []struct {
+		set, label string
+		pipelined  bool
+		rate       *float64
+	}{{viaGateway, "feed through the gateway", false, &out.ResultsPerSec.Turnstile},
+		{pipelined, "feed through the gateway, acknowledging while reading on", true, &out.Pipelined}} {
+		mark := s.markMetrics(ctx, way.label)
+		t0 := time.Now()
+		pt, err := g.consume(ctx, way.set, n, s.cfg.FeedPage, way.pipelined)
+		if err != nil {
+			return nil, err
+		}
+		*way.rate = float64(n) / time.Since(t0).Seconds()
+		mark.end(ctx)
+		s.logPageTimes(way.label, pt)
 	}
-	out.ResultsPerSec.Turnstile = float64(n) / time.Since(t0).Seconds()
+	mark := s.markMetrics(ctx, "feed in process")
 	if out.InProcess, err = s.consumeDirect(ctx, direct, n, s.cfg.FeedPage); err != nil {
 		return nil, err
 	}
+	mark.end(ctx)
+	mark = s.markMetrics(ctx, "feed by a plain update loop")
 	if out.ResultsPerSec.Lean, err = s.updateLoop(ctx, "feedloop-"+stamp, n); err != nil {
 		return nil, err
 	}
-	s.logf("feed: %.1f results/s through the gateway, %.1f in process, %.1f by a plain update loop",
-		out.ResultsPerSec.Turnstile, out.InProcess, out.ResultsPerSec.Lean)
+	mark.end(ctx)
+	s.logf("feed: %.1f results/s through the gateway (%.1f acknowledging while reading on), %.1f in process, %.1f by a plain update loop",
+		out.ResultsPerSec.Turnstile, out.Pipelined, out.InProcess, out.ResultsPerSec.Lean)
 	return out, nil
+}
+
+// logPageTimes logs where a consumer's time went, per page.
+func (s *stack) logPageTimes(label string, pt PageTimes) {
+	if pt.Pages == 0 {
+		return
+	}
+	per := func(d time.Duration) time.Duration { return (d / time.Duration(pt.Pages)).Round(time.Millisecond) }
+	s.logf("%s: %d pages, per page: health %s, feed %s, acknowledge %s", label, pt.Pages, per(pt.Health), per(pt.Feed), per(pt.Acknow))
 }
 
 // startGateway starts a gateway process over the stack's server and
@@ -132,16 +162,39 @@ func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (flo
 	if err != nil {
 		return 0, err
 	}
+	if s.cfg.CPUProfile {
+		// The client library's side of the feed runs in this process.
+		stop, err := startCPUProfile(filepath.Join(s.cfg.OutDir, FeedProfileName))
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+	}
 	t0 := time.Now()
 	pt, err := ConsumeInProcess(ctx, trainer.New(s.client, workerQueue), store, set, n, page)
 	if err != nil {
 		return 0, err
 	}
-	if pt.Pages > 0 {
-		per := func(d time.Duration) time.Duration { return (d / time.Duration(pt.Pages)).Round(time.Millisecond) }
-		s.logf("feed: in process, %d pages, per page: health %s, feed %s, acknowledge %s", pt.Pages, per(pt.Health), per(pt.Feed), per(pt.Acknow))
-	}
+	s.logPageTimes("feed in process", pt)
 	return float64(n) / time.Since(t0).Seconds(), nil
+}
+
+// FeedProfileName is the CPU profile (with -cpuprofile) of the bench
+// process while it consumes the feed in process: the client library's
+// side of a page and an acknowledgement.
+const FeedProfileName = "feed-in-process.pprof"
+
+// startCPUProfile profiles this process into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("feed profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("feed profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // PageTimes are the time a consumer spent per call kind over its pages.
@@ -150,21 +203,29 @@ type PageTimes struct {
 	Health, Feed, Acknow time.Duration
 }
 
+// healthEvery is how often ConsumeInProcess reads the set's health: as
+// the gateway's feed does for its pages.
+const healthEvery = 2 * time.Second
+
 // ConsumeInProcess consumes n held results of set through the client
 // library, as a trainer linking it would and as the gateway's feed does for
-// its callers: per page of at most page results, the set's health, the
-// feed page, and one acknowledgement of the page before the next. It
-// returns where the time went.
+// its callers: the set's health every healthEvery, and per page of at most
+// page results the feed page and one acknowledgement of the page before
+// the next. It returns where the time went.
 func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.TranscriptReader, set string, n, page int) (PageTimes, error) {
 	var pt PageTimes
 	var after trainer.FeedPosition
+	var healthAt time.Time
 	for done := 0; done < n; {
 		began := time.Now()
-		if _, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: time.Now()}); err != nil {
-			return pt, fmt.Errorf("health of %s: %w", set, err)
+		if began.Sub(healthAt) >= healthEvery {
+			if _, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: began}); err != nil {
+				return pt, fmt.Errorf("health of %s: %w", set, err)
+			}
+			healthAt = began
+			pt.Health += time.Since(began)
+			began = time.Now()
 		}
-		pt.Health += time.Since(began)
-		began = time.Now()
 		p, err := tc.Feed(ctx, store, trainer.FeedRequest{Set: set, After: after, Max: min(page, n-done), Now: time.Now()})
 		if err != nil {
 			return pt, fmt.Errorf("feed of %s: %w", set, err)
@@ -256,26 +317,31 @@ func (g gatewayClient) submit(ctx context.Context, set string, n int) error {
 	}, &r)
 }
 
-// consume reads n results of set's feed page by page, acknowledging each
-// page before asking for the next, as a trainer does.
-func (g gatewayClient) consume(ctx context.Context, set string, n, page int) error {
+// consume reads n results of set's feed page by page and acknowledges
+// each page, as a trainer does: before asking for the next page, or, when
+// pipelined, while reading the next (one acknowledgement in flight; the
+// cursor carries the position, so the next page does not depend on it).
+// It returns the time spent waiting on each call kind.
+func (g gatewayClient) consume(ctx context.Context, set string, n, page int, pipelined bool) (PageTimes, error) {
+	var pt PageTimes
 	seen := map[string]bool{}
 	cursor := ""
+	acked := make(chan error, 1)
+	acked <- nil // none in flight
+	wait := func() error {
+		began := time.Now()
+		err := <-acked
+		pt.Acknow += time.Since(began)
+		return err
+	}
 	for len(seen) < n {
-		var p struct {
-			Cursor string `json:"cursor"`
-			Items  []struct {
-				RolloutID string           `json:"rollout_id"`
-				Receipt   *gateway.Receipt `json:"receipt"`
-			} `json:"items"`
+		began := time.Now()
+		p, err := g.page(ctx, set, cursor, page)
+		if err != nil {
+			return pt, err
 		}
-		q := url.Values{"max": {fmt.Sprint(page)}, "wait_ms": {"1000"}}
-		if cursor != "" {
-			q.Set("cursor", cursor) // a trainer continues after what it got
-		}
-		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set+"/feed?"+q.Encode(), nil, &p); err != nil {
-			return err
-		}
+		pt.Feed += time.Since(began)
+		pt.Pages++
 		cursor = p.Cursor
 		if len(p.Items) == 0 {
 			continue
@@ -283,17 +349,46 @@ func (g gatewayClient) consume(ctx context.Context, set string, n, page int) err
 		ack := gateway.AckRequest{RequestID: "ack-" + p.Items[0].RolloutID}
 		for _, it := range p.Items {
 			if it.Receipt == nil || seen[it.RolloutID] {
-				return fmt.Errorf("feed of %s: item %s without a receipt or delivered twice", set, it.RolloutID)
+				return pt, fmt.Errorf("feed of %s: item %s without a receipt or delivered twice", set, it.RolloutID)
 			}
 			seen[it.RolloutID] = true
 			ack.Receipts = append(ack.Receipts, *it.Receipt)
 		}
-		var r gateway.AckResponse
-		if err := g.call(ctx, http.MethodPost, "/v1/sets/"+set+"/acks", ack, &r); err != nil {
-			return err
+		if err := wait(); err != nil {
+			return pt, err
+		}
+		go func() {
+			var r gateway.AckResponse
+			acked <- g.call(ctx, http.MethodPost, "/v1/sets/"+set+"/acks", ack, &r)
+		}()
+		if !pipelined {
+			if err := wait(); err != nil {
+				return pt, err
+			}
+			acked <- nil
 		}
 	}
-	return nil
+	return pt, wait()
+}
+
+// feedPage is the part of a feed page the bench reads.
+type feedPage struct {
+	Cursor string `json:"cursor"`
+	Items  []struct {
+		RolloutID string           `json:"rollout_id"`
+		Receipt   *gateway.Receipt `json:"receipt"`
+	} `json:"items"`
+}
+
+// page reads the page of set's feed after cursor.
+func (g gatewayClient) page(ctx context.Context, set, cursor string, max int) (feedPage, error) {
+	var p feedPage
+	q := url.Values{"max": {fmt.Sprint(max)}, "wait_ms": {"1000"}}
+	if cursor != "" {
+		q.Set("cursor", cursor) // a trainer continues after what it got
+	}
+	err := g.call(ctx, http.MethodGet, "/v1/sets/"+set+"/feed?"+q.Encode(), nil, &p)
+	return p, err
 }
 
 // call sends a JSON request and decodes a 2xx answer into out.

@@ -92,7 +92,8 @@ func (r *Report) Rows() []Row {
 		// The feed's baseline is the plain update loop, in the lean
 		// floor's column.
 		pair(fmt.Sprintf("feed, %d held: delivered and acknowledged (gateway; lean: plain update loop)", f.Held), "results/s", f.ResultsPerSec, "≥ 300")
-		rows = append(rows, Row{Figure: fmt.Sprintf("feed, %d held: client library in process", f.Held), Unit: "results/s", Turnstile: f.InProcess, Target: ""})
+		rows = append(rows, Row{Figure: fmt.Sprintf("feed, %d held: through the gateway, acknowledging each page while reading the next", f.Held), Unit: "results/s", Turnstile: f.Pipelined, Target: "≥ 300"},
+			Row{Figure: fmt.Sprintf("feed, %d held: client library in process", f.Held), Unit: "results/s", Turnstile: f.InProcess, Target: ""})
 	}
 	for _, a := range r.Admission {
 		rows = append(rows, a.rows()...)

@@ -44,6 +44,67 @@ type ServerMetrics struct {
 	PollSuccess                  float64 `json:"poll_success"`
 	PollSuccessSync              float64 `json:"poll_success_sync"`
 	PollTimeouts                 float64 `json:"poll_timeouts"`
+	// Frontend is where the frontend's time went: its operations by total
+	// time, the largest first (long polls left out: they wait by design).
+	Frontend []OperationTime `json:"frontend,omitempty"`
+}
+
+// OperationTime is one frontend operation's calls and time over a row.
+type OperationTime struct {
+	Operation string  `json:"operation"`
+	Calls     float64 `json:"calls"`
+	TotalMS   float64 `json:"total_ms"`
+}
+
+// MeanMS is the operation's mean latency.
+func (o OperationTime) MeanMS() float64 {
+	if o.Calls <= 0 {
+		return 0
+	}
+	return o.TotalMS / o.Calls
+}
+
+// frontendTop is how many operations ServerMetrics.Frontend keeps.
+const frontendTop = 8
+
+// frontendTimes are the frontend's operations between two scrapes by
+// total time, long polls left out, at most frontendTop.
+func frontendTimes(before, after scrape) []OperationTime {
+	by := map[string]*OperationTime{}
+	add := func(sc scrape, sign float64) {
+		for _, s := range sc {
+			op := s.labels["operation"]
+			if s.labels["service_name"] != "frontend" || op == "" || strings.HasPrefix(op, "Poll") {
+				continue
+			}
+			o := by[op]
+			if o == nil {
+				o = &OperationTime{Operation: op}
+				by[op] = o
+			}
+			switch s.name {
+			case "service_latency_count":
+				o.Calls += sign * s.value
+			case "service_latency_sum":
+				o.TotalMS += sign * s.value * 1000
+			}
+		}
+	}
+	add(after, 1)
+	add(before, -1)
+	var out []OperationTime
+	for _, o := range by {
+		if o.Calls > 0 {
+			out = append(out, *o)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].TotalMS != out[j].TotalMS {
+			return out[i].TotalMS > out[j].TotalMS
+		}
+		return out[i].Operation < out[j].Operation
+	})
+	return out[:min(len(out), frontendTop)]
 }
 
 // promSample is one line of the Prometheus text format.
@@ -228,6 +289,7 @@ func serverMetricsBetween(row string, before, after scrape) ServerMetrics {
 		PollSuccess:                  d("poll_success", nil),
 		PollSuccessSync:              d("poll_success_sync", nil),
 		PollTimeouts:                 d("poll_timeouts", nil),
+		Frontend:                     frontendTimes(before, after),
 	}
 }
 
@@ -267,6 +329,13 @@ func (m *metricsMark) end(ctx context.Context) {
 	m.s.logf("server %s: workflow task schedule-to-start p50 ≤ %.0f ms, p95 ≤ %.0f ms; activity p50 ≤ %.0f ms, p95 ≤ %.0f ms; polls %.0f answered (%.0f sync), %.0f timed out; persistence %.0f ops, mean %.2f ms; StartWorkflowExecution %.1f ms, RespondWorkflowTaskCompleted %.1f ms",
 		m.row, sm.WorkflowScheduleToStartP50MS, sm.WorkflowScheduleToStartP95MS, sm.ActivityScheduleToStartP50MS, sm.ActivityScheduleToStartP95MS,
 		sm.PollSuccess, sm.PollSuccessSync, sm.PollTimeouts, sm.PersistenceOps, sm.PersistenceMeanMS, sm.StartMeanMS, sm.CompleteTaskMeanMS)
+	var ops []string
+	for _, o := range sm.Frontend {
+		ops = append(ops, fmt.Sprintf("%s %.0f× %.1f ms (%.1f s)", o.Operation, o.Calls, o.MeanMS(), o.TotalMS/1000))
+	}
+	if len(ops) > 0 {
+		m.s.logf("server %s: frontend time by operation: %s", m.row, strings.Join(ops, "; "))
+	}
 }
 
 // ServerMetricsFile is the dev server's whole /metrics at the end of a run.

@@ -27,6 +27,10 @@ func promText(n int, wait string) string {
 		fmt.Fprintf(&b, "task_schedule_to_start_latency_bucket{task_type=\"Workflow\",le=%q} %d\n", le, count)
 		fmt.Fprintf(&b, "task_schedule_to_start_latency_bucket{task_type=\"Activity\",le=%q} %d\n", le, n)
 	}
+	fmt.Fprintf(&b, "service_latency_sum{namespace=\"default\",operation=\"ListWorkflowExecutions\",service_name=\"frontend\"} %g\n", 0.030*float64(n))
+	fmt.Fprintf(&b, "service_latency_count{namespace=\"default\",operation=\"ListWorkflowExecutions\",service_name=\"frontend\"} %d\n", n)
+	fmt.Fprintf(&b, "service_latency_sum{namespace=\"default\",operation=\"PollWorkflowTaskQueue\",service_name=\"frontend\"} %g\n", 60*float64(n))
+	fmt.Fprintf(&b, "service_latency_count{namespace=\"default\",operation=\"PollWorkflowTaskQueue\",service_name=\"frontend\"} %d\n", n)
 	fmt.Fprintf(&b, "poll_timeouts{task_type=\"Workflow\"} %d\nnot a sample line\n", n/2)
 	return b.String()
 }
@@ -46,6 +50,11 @@ func TestServerMetricsBetween(t *testing.T) {
 	assert.InDelta(t, 1, m.ActivityScheduleToStartP95MS, 1e-9, "activity tasks in the first bucket")
 	assert.InDelta(t, 10, m.PollTimeouts, 1e-9)
 	assert.Zero(t, m.CompleteTaskMeanMS, "no RespondWorkflowTaskCompleted between the scrapes")
+	require.Len(t, m.Frontend, 2, "the frontend's operations, long polls left out")
+	assert.Equal(t, "ListWorkflowExecutions", m.Frontend[0].Operation, "the largest total first")
+	assert.InDelta(t, 20, m.Frontend[0].Calls, 1e-9)
+	assert.InDelta(t, 30, m.Frontend[0].MeanMS(), 1e-9)
+	assert.Equal(t, "StartWorkflowExecution", m.Frontend[1].Operation)
 }
 
 func TestHistQuantileEmpty(t *testing.T) {
