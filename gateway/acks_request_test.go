@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -38,4 +39,22 @@ func TestAcksConflictNamesField(t *testing.T) {
 		b := expectError(t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusConflict, CodeConflict, field)
 		assert.Contains(t, b.Error.Message, field, "message %q", b.Error.Message)
 	}
+}
+
+// TestAcksCountTheSetOnce: the set's runs are counted (a pass over the set
+// in visibility) for its first acknowledgement only; an unknown set is a
+// 404 every time.
+func TestAcksCountTheSetOnce(t *testing.T) {
+	f := &fakeBackend{runs: 1}
+	s := newTestServer(t, f)
+	for i := range 3 {
+		body := fmt.Sprintf(`{"request_id":"ack-%d","receipts":[%s]}`, i, receiptJSON("s1-0000", 'a'))
+		decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", body), http.StatusOK)
+	}
+	require.Equal(t, 1, f.count("CountRuns"), "three acknowledgements of one set")
+	f.runs = 0
+	for range 2 {
+		expectError(t, call(t, s, "POST", "/v1/sets/s2/acks", `{"request_id":"a","receipts":[`+receiptJSON("s2-0000", 'a')+`]}`), http.StatusNotFound, CodeNotFound, "set")
+	}
+	require.Equal(t, 3, f.count("CountRuns"), "an unknown set is looked for each time")
 }

@@ -70,3 +70,29 @@ func (s *Server) feedHealth(r *http.Request, set string) (Health, error) {
 	s.healths.put(set, h, now)
 	return h, nil
 }
+
+// maxKnownSets bounds knownSets; when full it starts over.
+const maxKnownSets = 4096
+
+// knownSets are the sets this gateway found to exist (with runs or an
+// admission). A set does not stop existing while a gateway runs: its
+// closed runs stay for the namespace's retention, days.
+type knownSets struct {
+	mu   sync.Mutex
+	sets map[string]bool
+}
+
+func (k *knownSets) has(set string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.sets[set]
+}
+
+func (k *knownSets) add(set string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.sets == nil || len(k.sets) >= maxKnownSets {
+		k.sets = map[string]bool{}
+	}
+	k.sets[set] = true
+}

@@ -129,6 +129,8 @@ type Server struct {
 	mux    *http.ServeMux
 	// healths are the sets' recent health, for feed pages.
 	healths healthCache
+	// known are the sets found to exist.
+	known knownSets
 }
 
 // New returns a server over backend. A config without a token is refused

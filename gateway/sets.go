@@ -226,6 +226,22 @@ func (s *Server) requireSet(r *http.Request, set string) error {
 	return nil
 }
 
+// requireSetOnce is requireSet for acknowledgements: a set found once is
+// remembered (knownSets). requireSet counts the set's runs in visibility,
+// a pass over the whole set, which a trainer acknowledging page after page
+// would otherwise pay for every page; a receipt of a rollout the set no
+// longer has is refused by the acknowledgement itself (409).
+func (s *Server) requireSetOnce(r *http.Request, set string) error {
+	if s.known.has(set) {
+		return nil
+	}
+	if err := s.requireSet(r, set); err != nil {
+		return err
+	}
+	s.known.add(set)
+	return nil
+}
+
 // knownSet answers 404 unless set has an admission (running or closed): a
 // set just submitted may have no rollout in visibility yet, as its
 // admission starts them a moment after the submission returns.
@@ -342,7 +358,7 @@ func (s *Server) acks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.requireSet(r, set); err != nil {
+	if err := s.requireSetOnce(r, set); err != nil {
 		return err
 	}
 	sum, err := s.backend.Acknowledge(r.Context(), trainer.AckRequest{Set: set, Receipts: lines, Field: "receipts", RequestID: req.RequestID})
