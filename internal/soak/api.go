@@ -242,7 +242,12 @@ type GC struct {
 	CheckpointBytesFreed          int64
 	BlobsKept, BlobsFreed         int
 	BlobBytesKept, BlobBytesFreed int64
-	Err                           string `json:",omitempty"`
+	// BlobsMarked are the blobs something still references (a running
+	// rollout, a held result, a kept checkpoint); BlobsYoung the kept ones
+	// written within the grace. The store is those two: the first follows
+	// what is live, the second the grace.
+	BlobsMarked, BlobsYoung int
+	Err                     string `json:",omitempty"`
 }
 
 // EnvKill is one environment server SIGKILL.

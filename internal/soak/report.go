@@ -202,8 +202,8 @@ func (r *Report) printTable(w io.Writer) {
 		{"rollouts", fmt.Sprintf("%d started, %d completed, %d exported", r.Started, r.Completed, r.Exported)},
 		{"checkpoints", fmt.Sprintf("%d scheduled fires (%d skipped: one still ran), %d committed, %d failed, %d kept at the end (%d pinned), %d tag changes",
 			cp.Fired, cp.Skipped, len(cp.Committed), len(cp.Failed), len(cp.Kept), len(cp.Pinned), cp.Tags)},
-		{"garbage collection", fmt.Sprintf("%d runs (%d stopped in the mark), checkpoint bytes freed %s, blobs freed %d (%s)",
-			len(cp.GCs), gcFailed, mib(freed), blobsFreed, mib(blobBytesFreed))},
+		{"garbage collection", fmt.Sprintf("%d runs (%d stopped in the mark), checkpoint bytes freed %s, blobs freed %d (%s)%s",
+			len(cp.GCs), gcFailed, mib(freed), blobsFreed, mib(blobBytesFreed), lastMark(cp.GCs))},
 		{"kills", fmt.Sprintf("%d worker SIGKILLs, %d environment server SIGKILLs", r.WorkerKills, len(r.EnvKills))},
 		{"network faults", fmt.Sprintf("%d partitions, %d slow-link episodes with resets", partitions, slow)},
 		{"detections", r.detectionSummary()},
@@ -364,6 +364,17 @@ func (r *Report) printFailures(w io.Writer) {
 			fmt.Fprintf(w, "gc at %s stopped before deleting anything: %s\n", g.At, g.Err)
 		}
 	}
+}
+
+// lastMark says what the last collection that swept found in the store:
+// the blobs still referenced and those kept for the grace.
+func lastMark(gcs []GC) string {
+	for i := len(gcs) - 1; i >= 0; i-- {
+		if g := gcs[i]; g.Err == "" {
+			return fmt.Sprintf("; at the last, %d blobs kept: %d referenced, %d within the grace", g.BlobsKept, g.BlobsMarked, g.BlobsYoung)
+		}
+	}
+	return ""
 }
 
 // Chart plots each process's RSS (left) and goroutines (right) against

@@ -155,7 +155,7 @@ func TestPrintAndChart(t *testing.T) {
 		Set: "soak-1", Config: cfg, Started: 10, Completed: 10, Exported: 10, WorkerKills: 2,
 		Checkpoints: Checkpoints{Fired: 4, Skipped: 1, Committed: []string{"a", "b"}, Failed: []string{"checkpoint/every-soak-1-x"},
 			Kept: []string{"a", "b"}, Pinned: []string{"a"}, Tags: 1,
-			GCs: []GC{{CheckpointBytesFreed: 3 << 20, BlobsFreed: 2, BlobBytesFreed: 1 << 20}, {Err: "status query: worker gone"}}},
+			GCs: []GC{{CheckpointBytesFreed: 3 << 20, BlobsFreed: 2, BlobBytesFreed: 1 << 20, BlobsKept: 9, BlobsMarked: 4, BlobsYoung: 5}, {Err: "status query: worker gone"}}},
 		EnvKills:   []EnvKill{{Server: "http://e0", At: time.Minute}},
 		NetFaults:  []NetFault{{Kind: "partition", Proxy: "env-1"}, {Kind: "slow", Proxy: "policy"}, {Kind: "partition", Proxy: "policy"}},
 		Detections: []Detection{{Server: "http://e0", Recovered: 4, Detect: 33 * time.Second, Recover: 50 * time.Second, Retried: 1}, {Server: "http://e1", Recovered: 2}},
@@ -170,7 +170,7 @@ func TestPrintAndChart(t *testing.T) {
 	for _, want := range []string{
 		"| rollouts | 10 started, 10 completed, 10 exported |",
 		"| checkpoints | 4 scheduled fires (1 skipped: one still ran), 2 committed, 1 failed, 2 kept at the end (1 pinned), 1 tag changes |",
-		"| garbage collection | 2 runs (1 stopped in the mark), checkpoint bytes freed 3.0 MiB, blobs freed 2 (1.0 MiB) |",
+		"| garbage collection | 2 runs (1 stopped in the mark), checkpoint bytes freed 3.0 MiB, blobs freed 2 (1.0 MiB); at the last, 9 blobs kept: 4 referenced, 5 within the grace |",
 		"| kills | 2 worker SIGKILLs, 1 environment server SIGKILLs |",
 		"| network faults | 2 partitions, 1 slow-link episodes with resets |",
 		"| detections | 2 declared dead (0 recoveries failed, 1 succeeded after a retry), 6 rollouts moved; time to detect 33s / 33s / 33s (min/p50/max); time to recover 50s / 50s / 50s (min/p50/max) |",

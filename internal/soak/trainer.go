@@ -175,7 +175,7 @@ func (r *run) gc(ctx context.Context) {
 		Transcripts: r.st.store, Grace: r.cfg.GCGrace}, nil)
 	g := GC{At: r.since(), CheckpointsDeleted: len(res.CheckpointsDeleted), CheckpointBytesKept: res.CheckpointBytesKept,
 		CheckpointBytesFreed: res.CheckpointBytesFreed, BlobsKept: res.Sweep.KeptBlobs, BlobsFreed: res.Sweep.FreedBlobs,
-		BlobBytesKept: res.Sweep.KeptBytes, BlobBytesFreed: res.Sweep.FreedBytes}
+		BlobBytesKept: res.Sweep.KeptBytes, BlobBytesFreed: res.Sweep.FreedBytes, BlobsMarked: res.Marked, BlobsYoung: res.Sweep.Young}
 	if err != nil {
 		// A mark that met a worker killed a moment ago stops before it
 		// deletes anything; the next collection runs it again.
@@ -184,8 +184,8 @@ func (r *run) gc(ctx context.Context) {
 	r.mu.Lock()
 	r.report.Checkpoints.GCs = append(r.report.Checkpoints.GCs, g)
 	r.mu.Unlock()
-	r.cfg.Logf("%s trainer gc: checkpoints %d deleted (%s freed, %s kept), blobs %d freed (%s), %d kept (%s) %s", r.since(),
-		g.CheckpointsDeleted, mib(g.CheckpointBytesFreed), mib(g.CheckpointBytesKept), g.BlobsFreed, mib(g.BlobBytesFreed), g.BlobsKept, mib(g.BlobBytesKept), g.Err)
+	r.cfg.Logf("%s trainer gc: checkpoints %d deleted (%s freed, %s kept), blobs %d freed (%s), %d kept (%s; %d referenced, %d within the grace) %s", r.since(),
+		g.CheckpointsDeleted, mib(g.CheckpointBytesFreed), mib(g.CheckpointBytesKept), g.BlobsFreed, mib(g.BlobBytesFreed), g.BlobsKept, mib(g.BlobBytesKept), g.BlobsMarked, g.BlobsYoung, g.Err)
 }
 
 // killable reports whether an environment server may be killed now: a
