@@ -11,6 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"sort"
+	"strings"
+	"syscall"
 	"time"
 
 	tclient "go.temporal.io/sdk/client"
@@ -60,11 +63,16 @@ const (
 // feed measures the ways of consuming s.cfg.FeedHeld held results.
 func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 	out := &Feed{Held: s.cfg.FeedHeld, Page: s.cfg.FeedPage}
-	base, err := s.startGateway(ctx)
+	gw, base, err := s.startGateway(ctx)
 	if err != nil {
 		return nil, err
 	}
 	g := gatewayClient{base: base, token: gatewayToken}
+	cpu := func() cpuSample {
+		c := s.sampleCPU(s.worker)
+		c["gateway"], c["bench"] = gw.CPU(), selfCPU()
+		return c
+	}
 	n := s.cfg.FeedHeld
 	// The sets of each way, prepared together.
 	viaGateway, pipelined, direct := "feedgw-"+stamp, "feedpipe-"+stamp, "feeddirect-"+stamp
@@ -85,20 +93,21 @@ func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 		rate       *float64
 	}{{viaGateway, "feed through the gateway", false, &out.ResultsPerSec.Turnstile},
 		{pipelined, "feed through the gateway, acknowledging while reading on", true, &out.Pipelined}} {
-		mark := s.markMetrics(ctx, way.label)
-		t0 := time.Now()
+		mark, before, t0 := s.markMetrics(ctx, way.label), cpu(), time.Now()
 		pt, err := g.consume(ctx, way.set, n, s.cfg.FeedPage, way.pipelined)
 		if err != nil {
 			return nil, err
 		}
 		*way.rate = float64(n) / time.Since(t0).Seconds()
+		s.logCores(way.label, before, cpu(), time.Since(t0))
 		mark.end(ctx)
 		s.logPageTimes(way.label, pt)
 	}
-	mark := s.markMetrics(ctx, "feed in process")
+	mark, before, t0 := s.markMetrics(ctx, "feed in process"), cpu(), time.Now()
 	if out.InProcess, err = s.consumeDirect(ctx, direct, n, s.cfg.FeedPage); err != nil {
 		return nil, err
 	}
+	s.logCores("feed in process", before, cpu(), time.Since(t0))
 	mark.end(ctx)
 	mark = s.markMetrics(ctx, "feed by a plain update loop")
 	if out.ResultsPerSec.Lean, err = s.updateLoop(ctx, "feedloop-"+stamp, n); err != nil {
@@ -108,6 +117,29 @@ func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 	s.logf("feed: %.1f results/s through the gateway (%.1f acknowledging while reading on), %.1f in process, %.1f by a plain update loop",
 		out.ResultsPerSec.Turnstile, out.Pipelined, out.InProcess, out.ResultsPerSec.Lean)
 	return out, nil
+}
+
+// logCores logs the cores each process used between two samples.
+func (s *stack) logCores(label string, before, after cpuSample, wall time.Duration) {
+	names := make([]string, 0, len(after))
+	for name := range after {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, name := range names {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(after[name]-before[name])/float64(wall)))
+	}
+	s.logf("%s: cores used over %s: %s", label, wall.Round(time.Millisecond), strings.Join(parts, ", "))
+}
+
+// selfCPU is this process's CPU time (user and system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // logPageTimes logs where a consumer's time went, per page.
@@ -120,8 +152,8 @@ func (s *stack) logPageTimes(label string, pt PageTimes) {
 }
 
 // startGateway starts a gateway process over the stack's server and
-// returns its base URL.
-func (s *stack) startGateway(ctx context.Context) (string, error) {
+// returns it and its base URL.
+func (s *stack) startGateway(ctx context.Context) (*procs.Proc, string, error) {
 	env := []string{
 		"TEMPORAL_ADDRESS=" + s.hostPort, "TEMPORAL_NAMESPACE=default",
 		"TURNSTILE_TRANSCRIPT_DIR=" + s.store, "TURNSTILE_CONTROL_TOKEN=" + s.token,
@@ -130,12 +162,12 @@ func (s *stack) startGateway(ctx context.Context) (string, error) {
 	}
 	args := []string{"--addr", "127.0.0.1:0", "--token", gatewayToken, "--operator-token", gatewayOperatorToken,
 		"--checkpoint-root", filepath.Join(s.cfg.OutDir, "checkpoints"), "--log-level", "warn", "--feed-settle", feedSettle}
-	_, base, err := s.launch.StartServer(ctx, "gateway", filepath.Join(s.cfg.BinDir, "gateway"), args, env,
+	p, base, err := s.launch.StartServer(ctx, "gateway", filepath.Join(s.cfg.BinDir, "gateway"), args, env,
 		func(base string) string { return base + "/healthz" }, readyTimeout)
 	if err != nil {
-		return "", fmt.Errorf("start the gateway: %w", err)
+		return nil, "", fmt.Errorf("start the gateway: %w", err)
 	}
-	return base, nil
+	return p, base, nil
 }
 
 // awaitHeld waits until every one of set's n rollouts holds its result.
