@@ -27,7 +27,8 @@ import (
 )
 
 // Feed is the trainer's side: results delivered and acknowledged per
-// second, a page at a time, on the same server: through a gateway process
+// second, a page at a time, on the same server, each way after the
+// rollouts the one before acknowledged were released: through a gateway process
 // (HTTP), each page acknowledged before the next is asked for, and again
 // acknowledging each page while reading the next (the cursor carries the
 // position, so a trainer need not wait for the acknowledgement);
@@ -102,6 +103,9 @@ func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 		s.logCores(way.label, before, cpu(), time.Since(t0))
 		mark.end(ctx)
 		s.logPageTimes(way.label, pt)
+		if err := s.awaitReleased(ctx, g, way.label, way.set); err != nil {
+			return nil, err
+		}
 	}
 	mark, before, t0 := s.markMetrics(ctx, "feed in process"), cpu(), time.Now()
 	if out.InProcess, err = s.consumeDirect(ctx, direct, n, s.cfg.FeedPage); err != nil {
@@ -109,6 +113,9 @@ func (s *stack) feed(ctx context.Context, stamp string) (*Feed, error) {
 	}
 	s.logCores("feed in process", before, cpu(), time.Since(t0))
 	mark.end(ctx)
+	if err := s.awaitReleased(ctx, g, "feed in process", direct); err != nil {
+		return nil, err
+	}
 	mark = s.markMetrics(ctx, "feed by a plain update loop")
 	if out.ResultsPerSec.Lean, err = s.updateLoop(ctx, "feedloop-"+stamp, n); err != nil {
 		return nil, err
@@ -184,6 +191,28 @@ func (s *stack) awaitHeld(ctx context.Context, g gatewayClient, set string, n in
 	if err != nil {
 		return fmt.Errorf("feed: %d of %d results of %s held: %w", held, n, set, err)
 	}
+	return nil
+}
+
+// awaitReleased waits until every rollout of set has been released and
+// closed after its acknowledgement (the set's acknowledgement ledger does
+// that off the trainer's path), so that the next row does not share the
+// server with this one's releases; it logs how long that took.
+func (s *stack) awaitReleased(ctx context.Context, g gatewayClient, label, set string) error {
+	t0 := time.Now()
+	var running int
+	err := waitUntil(ctx, restoreTimeout, 500*time.Millisecond, func() (bool, error) {
+		var r gateway.SetResponse
+		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set, nil, &r); err != nil {
+			return false, err
+		}
+		running = r.Health.Running
+		return running == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %d rollouts of %s not released: %w", label, running, set, err)
+	}
+	s.logf("%s: every rollout released and closed %s after the last acknowledgement", label, time.Since(t0).Round(100*time.Millisecond))
 	return nil
 }
 
