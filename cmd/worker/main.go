@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/turnstile-rl/turnstile/cmd/internal/cli"
+	"github.com/turnstile-rl/turnstile/internal/cpuprofile"
 	"github.com/turnstile-rl/turnstile/internal/failpoint"
 	"github.com/turnstile-rl/turnstile/internal/httpserver"
 	"github.com/turnstile-rl/turnstile/internal/logging"
@@ -98,9 +98,9 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	stopProfile, err := startCPUProfile(os.Getenv(workers.EnvCPUProfile))
+	stopProfile, err := cpuprofile.Start(os.Getenv(workers.EnvCPUProfile))
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
 	}
 	defer stopProfile()
 
@@ -157,26 +157,6 @@ func serveMetrics(ctx context.Context, addr string, timeouts httpserver.Timeouts
 	}
 	logger.Info("serving metrics", zap.String("url", "http://"+bound+metrics.Path))
 	return reg, func() { _ = closeSDK() }, nil
-}
-
-// startCPUProfile profiles the process into path until the returned stop
-// is called; an empty path profiles nothing.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", workers.EnvCPUProfile, err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		_ = f.Close()
-	}, nil
 }
 
 // interruptOn adapts ctx to the channel worker.Run waits on.
