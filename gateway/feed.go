@@ -15,11 +15,13 @@ import (
 const (
 	defaultFeedMax = 100
 	maxWaitMS      = 60_000
-	// healthEvery is how long a set's health (a few visibility counts over
-	// the set and a small sample) serves feed pages before it is computed
-	// again: for a waiting feed, and for a trainer reading page after page.
-	healthEvery = 2 * time.Second
 )
+
+// FeedHealthEvery is how long a set's health (a few visibility counts
+// over the set and a small sample) serves feed pages before it is
+// computed again: for a waiting feed, and for a trainer reading page after
+// page.
+const FeedHealthEvery = 2 * time.Second
 
 // feed is GET /v1/sets/{set}/feed: a long poll for the next finished
 // rollouts after the cursor. It answers as soon as any is ready, when the

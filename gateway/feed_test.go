@@ -96,14 +96,14 @@ func TestFeedDone(t *testing.T) {
 	// that visibility does not show running yet.
 	for _, h := range []trainer.Health{{Rollouts: 4, Completed: 2, Queued: 2}, {Rollouts: 2, Completed: 2, Admitting: 1}} {
 		f.health = func(trainer.HealthRequest) (trainer.Health, error) { h.State = trainer.HealthOK; return h, nil }
-		clock.Advance(healthEvery) // the health a page before served its time
+		clock.Advance(FeedHealthEvery) // the health a page before served its time
 		res = decodeOK[FeedResponse](t, call(t, s, "GET", feedURL("s1", nil), ""), http.StatusOK)
 		require.False(t, res.Done, "health %+v: response %+v", h, res)
 	}
 }
 
 // TestFeedHealthServesPages: pages read one after another within
-// healthEvery share one health computation (a pass over the set in
+// FeedHealthEvery share one health computation (a pass over the set in
 // visibility); an acknowledgement through the gateway drops it, and so
 // does the time.
 func TestFeedHealthServesPages(t *testing.T) {
@@ -124,17 +124,17 @@ func TestFeedHealthServesPages(t *testing.T) {
 	}
 	page()
 	page()
-	clock.Advance(healthEvery - time.Millisecond)
+	clock.Advance(FeedHealthEvery - time.Millisecond)
 	page()
-	require.Equal(t, int32(1), healths.Load(), "three pages within healthEvery")
+	require.Equal(t, int32(1), healths.Load(), "three pages within FeedHealthEvery")
 	clock.Advance(time.Millisecond)
 	page()
-	require.Equal(t, int32(2), healths.Load(), "a page healthEvery later")
+	require.Equal(t, int32(2), healths.Load(), "a page FeedHealthEvery later")
 	decodeOK[AckResponse](t, call(t, s, "POST", "/v1/sets/s1/acks", `{"request_id":"a","receipts":[`+receiptJSON("s1-0000", 'a')+`]}`), http.StatusOK)
 	page()
 	require.Equal(t, int32(3), healths.Load(), "a page after an acknowledgement")
 	require.Len(t, s.healths.sets, 1)
-	s.healths.put("other", trainer.Health{}, clock.Now().Add(healthEvery))
+	s.healths.put("other", trainer.Health{}, clock.Now().Add(FeedHealthEvery))
 	require.Len(t, s.healths.sets, 1, "an entry too old to use is dropped")
 }
 
@@ -168,7 +168,7 @@ func TestFeedWaitEnds(t *testing.T) {
 	clock := testsupport.NewClock(time.Unix(1000, 0))
 	f := &fakeBackend{runs: 1}
 	f.health = func(trainer.HealthRequest) (trainer.Health, error) {
-		clock.Advance(healthEvery) // each look costs time of the wait
+		clock.Advance(FeedHealthEvery) // each look costs time of the wait
 		return trainer.Health{State: trainer.HealthOK, Rollouts: f.runs, Running: f.runs}, nil
 	}
 	f.feed = func(r trainer.FeedRequest) (trainer.FeedPage, error) {

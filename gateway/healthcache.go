@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// healthCache keeps each set's health for healthEvery, shared by the feed
+// healthCache keeps each set's health for FeedHealthEvery, shared by the feed
 // requests of every caller. A set's health counts its rollouts in
 // visibility, a pass over the whole set; a trainer reading page after page
 // would otherwise pay that pass for every page. An acknowledgement or a
 // submission through this gateway drops the set's entry (it changes what
-// the health counts); a change made elsewhere shows within healthEvery.
+// the health counts); a change made elsewhere shows within FeedHealthEvery.
 type healthCache struct {
 	mu   sync.Mutex
 	sets map[string]cachedHealth
@@ -22,19 +22,19 @@ type cachedHealth struct {
 	at time.Time
 }
 
-// get returns set's health computed within healthEvery before now.
+// get returns set's health computed within FeedHealthEvery before now.
 func (c *healthCache) get(set string, now time.Time) (Health, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.sets[set]
-	if !ok || now.Sub(e.at) >= healthEvery || now.Before(e.at) {
+	if !ok || now.Sub(e.at) >= FeedHealthEvery || now.Before(e.at) {
 		return Health{}, false
 	}
 	return e.h, true
 }
 
 // put records set's health computed at now, and drops the entries too old
-// to be used, so the cache holds only the sets read within healthEvery.
+// to be used, so the cache holds only the sets read within FeedHealthEvery.
 func (c *healthCache) put(set string, h Health, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -42,7 +42,7 @@ func (c *healthCache) put(set string, h Health, now time.Time) {
 		c.sets = map[string]cachedHealth{}
 	}
 	for k, e := range c.sets {
-		if now.Sub(e.at) >= healthEvery {
+		if now.Sub(e.at) >= FeedHealthEvery {
 			delete(c.sets, k)
 		}
 	}

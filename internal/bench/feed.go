@@ -8,9 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,6 +17,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/turnstile-rl/turnstile/gateway"
+	"github.com/turnstile-rl/turnstile/internal/cpuprofile"
 	"github.com/turnstile-rl/turnstile/internal/fanout"
 	procs "github.com/turnstile-rl/turnstile/internal/stack"
 	"github.com/turnstile-rl/turnstile/internal/transcriptstore"
@@ -179,17 +178,9 @@ func (s *stack) startGateway(ctx context.Context) (*procs.Proc, string, error) {
 
 // awaitHeld waits until every one of set's n rollouts holds its result.
 func (s *stack) awaitHeld(ctx context.Context, g gatewayClient, set string, n int) error {
-	var held int
-	err := waitUntil(ctx, restoreTimeout, time.Second, func() (bool, error) {
-		var r gateway.SetResponse
-		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set, nil, &r); err != nil {
-			return false, err
-		}
-		held = r.Health.Held
-		return held >= n, nil
-	})
+	h, err := g.awaitHealth(ctx, set, time.Second, func(h gateway.Health) bool { return h.Held >= n })
 	if err != nil {
-		return fmt.Errorf("feed: %d of %d results of %s held: %w", held, n, set, err)
+		return fmt.Errorf("feed: %d of %d results of %s held: %w", h.Held, n, set, err)
 	}
 	return nil
 }
@@ -200,20 +191,27 @@ func (s *stack) awaitHeld(ctx context.Context, g gatewayClient, set string, n in
 // server with this one's releases; it logs how long that took.
 func (s *stack) awaitReleased(ctx context.Context, g gatewayClient, label, set string) error {
 	t0 := time.Now()
-	var running int
-	err := waitUntil(ctx, restoreTimeout, 500*time.Millisecond, func() (bool, error) {
+	h, err := g.awaitHealth(ctx, set, 500*time.Millisecond, func(h gateway.Health) bool { return h.Running == 0 })
+	if err != nil {
+		return fmt.Errorf("%s: %d rollouts of %s not released: %w", label, h.Running, set, err)
+	}
+	s.logf("%s: every rollout released and closed %s after the last acknowledgement", label, time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+// awaitHealth reads set's health every interval until done says so (or
+// restoreTimeout passes) and returns the last one read.
+func (g gatewayClient) awaitHealth(ctx context.Context, set string, every time.Duration, done func(gateway.Health) bool) (gateway.Health, error) {
+	var h gateway.Health
+	err := waitUntil(ctx, restoreTimeout, every, func() (bool, error) {
 		var r gateway.SetResponse
 		if err := g.call(ctx, http.MethodGet, "/v1/sets/"+set, nil, &r); err != nil {
 			return false, err
 		}
-		running = r.Health.Running
-		return running == 0, nil
+		h = r.Health
+		return done(h), nil
 	})
-	if err != nil {
-		return fmt.Errorf("%s: %d rollouts of %s not released: %w", label, running, set, err)
-	}
-	s.logf("%s: every rollout released and closed %s after the last acknowledgement", label, time.Since(t0).Round(100*time.Millisecond))
-	return nil
+	return h, err
 }
 
 // consumeDirect consumes n held results of set in process through the
@@ -225,9 +223,9 @@ func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (flo
 	}
 	if s.cfg.CPUProfile {
 		// The client library's side of the feed runs in this process.
-		stop, err := startCPUProfile(filepath.Join(s.cfg.OutDir, FeedProfileName))
+		stop, err := cpuprofile.Start(filepath.Join(s.cfg.OutDir, FeedProfileName))
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("feed profile: %w", err)
 		}
 		defer stop()
 	}
@@ -245,32 +243,15 @@ func (s *stack) consumeDirect(ctx context.Context, set string, n, page int) (flo
 // side of a page and an acknowledgement.
 const FeedProfileName = "feed-in-process.pprof"
 
-// startCPUProfile profiles this process into path until stop.
-func startCPUProfile(path string) (stop func(), err error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("feed profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("feed profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
 // PageTimes are the time a consumer spent per call kind over its pages.
 type PageTimes struct {
 	Pages                int
 	Health, Feed, Acknow time.Duration
 }
 
-// healthEvery is how often ConsumeInProcess reads the set's health: as
-// the gateway's feed does for its pages.
-const healthEvery = 2 * time.Second
-
 // ConsumeInProcess consumes n held results of set through the client
 // library, as a trainer linking it would and as the gateway's feed does for
-// its callers: the set's health every healthEvery, and per page of at most
+// its callers: the set's health every gateway.FeedHealthEvery, and per page of at most
 // page results the feed page and one acknowledgement of the page before
 // the next. It returns where the time went.
 func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.TranscriptReader, set string, n, page int) (PageTimes, error) {
@@ -279,7 +260,7 @@ func ConsumeInProcess(ctx context.Context, tc *trainer.Client, store trainer.Tra
 	var healthAt time.Time
 	for done := 0; done < n; {
 		began := time.Now()
-		if began.Sub(healthAt) >= healthEvery {
+		if began.Sub(healthAt) >= gateway.FeedHealthEvery {
 			if _, err := tc.Health(ctx, trainer.HealthRequest{Set: set, Window: 5 * time.Minute, Now: began}); err != nil {
 				return pt, fmt.Errorf("health of %s: %w", set, err)
 			}
